@@ -1,0 +1,3 @@
+module github.com/softsync/softsync
+
+go 1.26
