@@ -1,5 +1,10 @@
-/* im2col and its adjoint col2im, the data movement around the GEMM of a
- * convolution. */
+/* im2col and its adjoint col2im over a group of images stored batch
+ * innermost (CHWN), and the transposes between NCHW and that layout.
+ *
+ * With the batch innermost, the column entries of all g images for one
+ * (kernel tap, output pixel) are contiguous in the input, so im2col copies
+ * runs of g floats (whole output rows of them at stride 1) instead of
+ * one short image row at a time, and col2im adds them back the same way. */
 #include <string.h>
 
 #include "internal.h"
@@ -16,80 +21,75 @@ static void col_range(int ow, int w, int pad, int stride, int j, int *lo, int *h
 	*hi = ss_imax(*lo, ss_imin(b, ow));
 }
 
-/* ss_im2col_rows writes rows [r0, r1) of the column matrix of one image. */
-SS_MULTIVERSION
-void ss_im2col_rows(const ss_conv_shape *s, const float *x, float *col, ptrdiff_t ldcol,
-                    ptrdiff_t r0, ptrdiff_t r1)
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t r0, ptrdiff_t r1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
-	const int sh = s->stride_h, sw = s->stride_w;
-	const int kk = s->kh * s->kw;
+	const int sh = s->stride_h, sw = s->stride_w, kk = s->kh * s->kw;
+	const ptrdiff_t ld = (ptrdiff_t)oh * ow * g, row = (ptrdiff_t)s->w * g;
+	const size_t run = sizeof(float) * (size_t)g;
 	for (ptrdiff_t r = r0; r < r1; r++) {
 		const int c = (int)(r / kk), i = (int)(r % kk) / s->kw, j = (int)(r % s->kw);
-		const float *plane = x + (ptrdiff_t)c * s->h * s->w;
-		float *dst = col + r * ldcol;
+		const float *plane = x + (ptrdiff_t)c * s->h * row;
+		float *dst = col + r * ld;
 		int lo, hi;
 		col_range(ow, s->w, s->pad_w, sw, j, &lo, &hi);
-		/* Input column of output o is o*sw + off, inside [0, w) for
-		 * o in [lo, hi). */
-		const int off = j - s->pad_w;
-		for (int y = 0; y < oh; y++, dst += ow) {
+		const int off = j - s->pad_w; /* input column of output o: o*sw + off */
+		for (int y = 0; y < oh; y++, dst += (ptrdiff_t)ow * g) {
 			const int h = y * sh - s->pad_h + i;
 			if (h < 0 || h >= s->h) {
-				memset(dst, 0, sizeof(float) * (size_t)ow);
+				memset(dst, 0, run * (size_t)ow);
 				continue;
 			}
-			const float *src = plane + (ptrdiff_t)h * s->w;
-			for (int o = 0; o < lo; o++)
-				dst[o] = 0.0f;
+			const float *src = plane + (ptrdiff_t)h * row;
+			memset(dst, 0, run * (size_t)lo);
 			if (sw == 1) {
-				for (int o = lo; o < hi; o++)
-					dst[o] = src[o + off];
+				if (hi > lo)
+					memcpy(dst + (ptrdiff_t)lo * g, src + (ptrdiff_t)(lo + off) * g,
+					       run * (size_t)(hi - lo));
 			} else {
 				for (int o = lo; o < hi; o++)
-					dst[o] = src[o * sw + off];
+					memcpy(dst + (ptrdiff_t)o * g, src + (ptrdiff_t)(o * sw + off) * g, run);
 			}
-			for (int o = hi; o < ow; o++)
-				dst[o] = 0.0f;
+			memset(dst + (ptrdiff_t)hi * g, 0, run * (size_t)(ow - hi));
 		}
 	}
 }
 
-void ss_im2col(const ss_conv_shape *s, const float *x, float *col, ptrdiff_t ldcol)
+/* add_run: dst[i] += src[i] for i < n. */
+SS_MULTIVERSION
+static void add_run(float *restrict dst, const float *restrict src, ptrdiff_t n)
 {
-	ss_im2col_rows(s, x, col, ldcol, 0, (ptrdiff_t)s->c * s->kh * s->kw);
+	for (ptrdiff_t i = 0; i < n; i++)
+		dst[i] += src[i];
 }
 
-/* ss_col2im_channels overwrites planes [c0, c1) of the image x from the
- * column rows of those channels, which touch no other plane. */
-SS_MULTIVERSION
-void ss_col2im_channels(const ss_conv_shape *s, const float *col, ptrdiff_t ldcol, float *x,
-                        int c0, int c1)
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0, int c1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
 	const int sh = s->stride_h, sw = s->stride_w;
-	const ptrdiff_t plane_len = (ptrdiff_t)s->h * s->w;
+	const ptrdiff_t ld = (ptrdiff_t)oh * ow * g, row = (ptrdiff_t)s->w * g;
+	const ptrdiff_t plane_len = (ptrdiff_t)s->h * row;
 	memset(x + c0 * plane_len, 0, sizeof(float) * (size_t)((c1 - c0) * plane_len));
 	for (int c = c0; c < c1; c++) {
 		float *plane = x + c * plane_len;
 		ptrdiff_t r = (ptrdiff_t)c * s->kh * s->kw;
 		for (int i = 0; i < s->kh; i++) {
 			for (int j = 0; j < s->kw; j++, r++) {
-				const float *src = col + r * ldcol;
+				const float *src = col + r * ld;
 				int lo, hi;
 				col_range(ow, s->w, s->pad_w, sw, j, &lo, &hi);
 				const int off = j - s->pad_w;
-				for (int y = 0; y < oh; y++, src += ow) {
+				for (int y = 0; y < oh; y++, src += (ptrdiff_t)ow * g) {
 					const int h = y * sh - s->pad_h + i;
 					if (h < 0 || h >= s->h)
 						continue;
-					float *dst = plane + (ptrdiff_t)h * s->w;
+					float *dst = plane + (ptrdiff_t)h * row;
 					if (sw == 1) {
-						for (int o = lo; o < hi; o++)
-							dst[o + off] += src[o];
+						add_run(dst + (ptrdiff_t)(lo + off) * g, src + (ptrdiff_t)lo * g,
+						        (ptrdiff_t)(hi - lo) * g);
 					} else {
 						for (int o = lo; o < hi; o++)
-							dst[o * sw + off] += src[o];
+							add_run(dst + (ptrdiff_t)(o * sw + off) * g, src + (ptrdiff_t)o * g, g);
 					}
 				}
 			}
@@ -97,7 +97,21 @@ void ss_col2im_channels(const ss_conv_shape *s, const float *col, ptrdiff_t ldco
 	}
 }
 
-void ss_col2im(const ss_conv_shape *s, const float *col, ptrdiff_t ldcol, float *x)
+/* Tile edge of the blocked transpose: a 16 x 16 float tile is 1 KiB of
+ * source and 1 KiB of destination, well inside L1. */
+enum { TILE = 16 };
+
+SS_MULTIVERSION
+void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_ld,
+                  ptrdiff_t rows, ptrdiff_t cols, float add)
 {
-	ss_col2im_channels(s, col, ldcol, x, 0, s->c);
+	for (ptrdiff_t i0 = 0; i0 < rows; i0 += TILE) {
+		const ptrdiff_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+		for (ptrdiff_t j0 = 0; j0 < cols; j0 += TILE) {
+			const ptrdiff_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+			for (ptrdiff_t j = j0; j < j1; j++)
+				for (ptrdiff_t i = i0; i < i1; i++)
+					dst[j * dst_ld + i] = src[i * src_ld + j] + add;
+		}
+	}
 }

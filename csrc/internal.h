@@ -32,11 +32,10 @@ void ss_parallel_for(int max_parts, ptrdiff_t n, ptrdiff_t grain, ss_range_fn fn
  * each that make a range worth running on another thread. */
 ptrdiff_t ss_grain(ptrdiff_t item_floats);
 
-/* Row and channel ranges of im2col.c, for the parallel convolution. */
-void ss_im2col_rows(const ss_conv_shape *s, const float *x, float *col, ptrdiff_t ldcol,
-                    ptrdiff_t r0, ptrdiff_t r1);
-void ss_col2im_channels(const ss_conv_shape *s, const float *col, ptrdiff_t ldcol, float *x,
-                        int c0, int c1);
+/* ss_transpose writes dst[j*dst_ld + i] = src[i*src_ld + j] + add for
+ * i < rows, j < cols, in cache-sized tiles. */
+void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_ld,
+                  ptrdiff_t rows, ptrdiff_t cols, float add);
 
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }

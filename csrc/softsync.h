@@ -109,24 +109,26 @@ void ss_set_min_parallel_floats(ptrdiff_t floats);
 
 /* ---- im2col / col2im (im2col.c) ---- */
 
-/* ss_im2col writes the column matrix of one image x (C x H x W): row
- * r = (c*kh + i)*kw + j holds, at column oh*OW + ow, the pixel
- * x[c][oh*stride_h - pad_h + i][ow*stride_w - pad_w + j], or 0 outside the
- * image. Row r starts at col + r*ldcol; ldcol >= OH*OW lets several images
- * share one matrix side by side (image g at column offset g*OH*OW), so
- * that a single GEMM covers them all. */
-void ss_im2col(const ss_conv_shape *s, const float *x, float *col, ptrdiff_t ldcol);
+/* ss_im2col writes rows [r0, r1) of the column matrix of a group of g
+ * images. x holds the group batch innermost (CHWN): pixel (c, h, w) of
+ * image n at ((c*H + h)*W + w)*g + n. Row r = (c*kh + i)*kw + j of col
+ * starts at col + r*OH*OW*g and holds, at column (oh*OW + ow)*g + n, the
+ * pixel (c, oh*stride_h - pad_h + i, ow*stride_w - pad_w + j) of image n,
+ * or 0 outside the image. With g = 1 the layouts are plain CHW. */
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t r0, ptrdiff_t r1);
 
-/* ss_col2im is the adjoint of ss_im2col: it overwrites the image x with,
- * at each pixel, the sum of the column entries ss_im2col would have copied
- * from it. */
-void ss_col2im(const ss_conv_shape *s, const float *col, ptrdiff_t ldcol, float *x);
+/* ss_col2im is the adjoint of ss_im2col for channels [c0, c1): it
+ * overwrites those channels of x (CHWN, g images) with, at each pixel, the
+ * sum of the column entries ss_im2col would have copied from it. The rows
+ * of a channel touch no other channel's pixels. */
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0, int c1);
 
 /* ---- convolution (conv.c) ---- */
 
 /* ss_conv_group returns how many images one GEMM should cover so that the
  * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
- * budget floats, at least 1 and at most s->n. */
+ * budget floats, at least 1 and at most s->n. The images of a group are
+ * transposed to batch-innermost order for ss_im2col and back. */
 int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 
 /* ss_conv_workspace returns the number of floats of scratch memory

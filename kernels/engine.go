@@ -36,14 +36,28 @@ type Config struct {
 	// "libopenblas.so.0" through the dynamic loader's search path, then the
 	// OpenBLAS libdir recorded at build time.
 	Library string
+	// ThreadTimeout is OpenBLAS's OPENBLAS_THREAD_TIMEOUT: after a GEMM its
+	// worker threads spin for 2^ThreadTimeout cycles before they sleep.
+	// OpenBLAS's default, 28 (a tenth of a second), keeps a core busy
+	// through the im2col, pooling and LRN work between GEMMs, which then
+	// competes with it; 0 means DefaultThreadTimeout. Valid: 4 to 30.
+	ThreadTimeout int
 	// Reference forces the pure-Go engine.
 	Reference bool
 }
+
+// DefaultThreadTimeout lets OpenBLAS workers spin 2^16 cycles (tens of
+// microseconds) after a GEMM: long enough for back-to-back GEMMs, short
+// enough to free the core for the kernels in between.
+const DefaultThreadTimeout = 16
 
 // Validate reports the first invalid field, wrapping ErrConfig.
 func (c Config) Validate() error {
 	if c.Threads < 0 {
 		return fmt.Errorf("%w: Threads = %d, must be ≥ 0", ErrConfig, c.Threads)
+	}
+	if c.ThreadTimeout != 0 && (c.ThreadTimeout < 4 || c.ThreadTimeout > 30) {
+		return fmt.Errorf("%w: ThreadTimeout = %d, must be 0 or 4 to 30", ErrConfig, c.ThreadTimeout)
 	}
 	return nil
 }
@@ -56,7 +70,9 @@ type Info struct {
 	CoreName   string // openblas_get_corename(): the kernel in use
 	CoreType   string // OPENBLAS_CORETYPE in force when OpenBLAS was loaded ("" = OpenBLAS's own detection)
 	CoreReason string // why that core type
-	Threads    int    // BLAS threads in use
+	Threads    int    // BLAS threads in use (and threads of the C kernels)
+	// ThreadTimeout is the OPENBLAS_THREAD_TIMEOUT OpenBLAS was loaded with.
+	ThreadTimeout int
 	// Fallback is set when the reference engine runs although the native
 	// one was wanted; FallbackErr says why (errors.Is ErrNotBuilt,
 	// ErrNoLibrary or ErrVerify).
@@ -82,6 +98,9 @@ func New(cfg Config) (Engine, Info, error) {
 	}
 	if cfg.Threads == 0 {
 		cfg.Threads = DefaultThreads()
+	}
+	if cfg.ThreadTimeout == 0 {
+		cfg.ThreadTimeout = DefaultThreadTimeout
 	}
 	if cfg.Reference {
 		return Reference(), Info{Engine: "reference", Threads: 1}, nil

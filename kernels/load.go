@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -64,7 +65,9 @@ func libraryCandidates(cfg Config) []string {
 	return c
 }
 
-// loadBLAS sets OPENBLAS_CORETYPE, loads OpenBLAS and checks its GEMM.
+// loadBLAS sets OPENBLAS_CORETYPE and OPENBLAS_THREAD_TIMEOUT in the
+// process environment (OpenBLAS reads them there, once, when loaded),
+// loads OpenBLAS and checks its GEMM.
 func loadBLAS(cfg Config) (Info, error) {
 	var info Info
 	cpu := DetectCPU()
@@ -87,7 +90,8 @@ func loadBLAS(cfg Config) (Info, error) {
 		} else {
 			os.Unsetenv("OPENBLAS_CORETYPE")
 		}
-		info.CoreType, info.CoreReason = core, reason
+		os.Setenv("OPENBLAS_THREAD_TIMEOUT", strconv.Itoa(cfg.ThreadTimeout))
+		info.CoreType, info.CoreReason, info.ThreadTimeout = core, reason, cfg.ThreadTimeout
 		cpath := C.CString(lib)
 		var msg [512]C.char
 		rc := C.ss_blas_load(cpath, &msg[0], C.size_t(len(msg)))

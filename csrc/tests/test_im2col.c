@@ -1,6 +1,6 @@
 /* ss_im2col and ss_col2im against loops written from their definitions,
- * with column matrices shared by several images (ldcol > OH*OW), guard
- * words around every buffer, and the adjoint identity
+ * for groups of images stored batch innermost, with guard words around
+ * every buffer, col2im split over channel ranges, and the adjoint identity
  * <im2col(x), c> = <x, col2im(c)>. */
 #include "check.h"
 #include "softsync.h"
@@ -22,66 +22,62 @@ static const ss_conv_shape shapes[] = {
 static int out_h(const ss_conv_shape *s) { return (s->h + 2 * s->pad_h - s->kh) / s->stride_h + 1; }
 static int out_w(const ss_conv_shape *s) { return (s->w + 2 * s->pad_w - s->kw) / s->stride_w + 1; }
 
-/* pixel returns the input index read by column entry (r, y, x), or -1 for
- * padding. */
-static long pixel(const ss_conv_shape *s, int r, int y, int x)
+/* pixel returns the CHWN index of image n read by column row r at output
+ * pixel (y, x), or -1 for padding. */
+static long pixel(const ss_conv_shape *s, int g, int r, int y, int x, int n)
 {
 	int c = r / (s->kh * s->kw), i = r / s->kw % s->kh, j = r % s->kw;
 	int h = y * s->stride_h - s->pad_h + i, w = x * s->stride_w - s->pad_w + j;
 	if (h < 0 || h >= s->h || w < 0 || w >= s->w)
 		return -1;
-	return ((long)c * s->h + h) * s->w + w;
+	return (((long)c * s->h + h) * s->w + w) * g + n;
 }
 
-static void test_shape(const ss_conv_shape *s)
+static void test_shape(const ss_conv_shape *s, int g)
 {
 	const int oh = out_h(s), ow = out_w(s), p = oh * ow;
 	const int rows = s->c * s->kh * s->kw;
-	const size_t in = (size_t)s->c * (size_t)s->h * (size_t)s->w;
-	/* The image occupies block 1 of a 3-image column matrix. */
-	const long ld = 3L * p, off = p;
-	const size_t cols = (size_t)rows * (size_t)ld;
+	const size_t in = (size_t)s->c * (size_t)s->h * (size_t)s->w * (size_t)g;
+	const size_t cols = (size_t)rows * (size_t)p * (size_t)g;
 
 	float *x = guarded(in), *col = guarded(cols), *c2 = guarded(cols), *dx = guarded(in);
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
-	ss_im2col(s, x, col + off, ld);
-	for (int r = 0; r < rows; r++) {
-		for (long q = 0; q < ld; q++) {
-			float got = col[r * ld + q];
-			if (q < off || q >= off + p) {
-				CHECK(got == GUARD_VALUE, "im2col wrote column %ld of row %d outside its block", q, r);
-				continue;
+	/* Two row ranges, as the threads of a convolution would. */
+	ss_im2col(s, g, x, col, 0, rows / 2);
+	ss_im2col(s, g, x, col, rows / 2, rows);
+	for (int r = 0; r < rows; r++)
+		for (int q = 0; q < p; q++)
+			for (int n = 0; n < g; n++) {
+				long k = pixel(s, g, r, q / ow, q % ow, n);
+				float want = k < 0 ? 0.0f : x[k];
+				float got = col[((size_t)r * p + q) * g + n];
+				CHECK(got == want, "g=%d im2col row %d pixel %d image %d: %g, want %g", g, r, q, n, got, want);
 			}
-			long k = pixel(s, r, (int)((q - off) / ow), (int)((q - off) % ow));
-			float want = k < 0 ? 0.0f : x[k];
-			CHECK(got == want, "im2col row %d col %ld: %g, want %g", r, q - off, got, want);
-		}
-	}
 	check_guards(col, cols, "col");
 	check_guards(x, in, "x");
 
-	/* col2im of a random matrix against a scatter loop, and the adjoint
-	 * identity with the x above. */
 	for (size_t i = 0; i < cols; i++)
 		c2[i] = uniform();
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN; /* must be overwritten */
-	ss_col2im(s, c2 + off, ld, dx);
+	ss_col2im(s, g, c2, dx, 0, s->c / 2);
+	ss_col2im(s, g, c2, dx, s->c / 2, s->c);
 	double *want = zeros(in);
 	double lhs = 0.0, rhs = 0.0;
 	for (int r = 0; r < rows; r++)
-		for (int q = 0; q < p; q++) {
-			long k = pixel(s, r, q / ow, q % ow);
-			double v = c2[r * ld + off + q];
-			if (k >= 0) {
-				want[k] += v;
-				lhs += v * x[k];
+		for (int q = 0; q < p; q++)
+			for (int n = 0; n < g; n++) {
+				long k = pixel(s, g, r, q / ow, q % ow, n);
+				double v = c2[((size_t)r * p + q) * g + n];
+				if (k >= 0) {
+					want[k] += v;
+					lhs += v * x[k];
+				}
 			}
-		}
 	for (size_t i = 0; i < in; i++) {
 		CHECK(fabs(dx[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i])),
-		      "col2im x[%zu] = %g, want %g", i, dx[i], want[i]);
+		      "g=%d col2im x[%zu] = %g, want %g", g, i, dx[i], want[i]);
 		rhs += (double)dx[i] * x[i];
 	}
 	CHECK(fabs(lhs - rhs) <= 1e-4 * (1.0 + fabs(lhs)), "adjoint: %g != %g", lhs, rhs);
@@ -96,7 +92,8 @@ static void test_shape(const ss_conv_shape *s)
 
 int main(void)
 {
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-		test_shape(&shapes[i]);
+	for (int g = 1; g <= 3; g++)
+		for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+			test_shape(&shapes[i], g);
 	return report("im2col");
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -107,6 +108,13 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 	retry := os.Getenv(retryEnv)
 	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference"}
 	cfg.CoreType = os.Getenv("OPENBLAS_CORETYPE")
+	if v := os.Getenv("OPENBLAS_THREAD_TIMEOUT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, kernels.Info{}, fmt.Errorf("OPENBLAS_THREAD_TIMEOUT=%q: %w", v, err)
+		}
+		cfg.ThreadTimeout = n
+	}
 	if user := userCore(); user != "" {
 		if m := kernels.MissingFeatures(kernels.DetectCPU(), user); len(m) > 0 {
 			a.Log.Warn("OPENBLAS_CORETYPE names a core this CPU cannot run; OpenBLAS may die with SIGILL",

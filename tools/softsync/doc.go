@@ -9,6 +9,8 @@
 // Environment variables read here and nowhere else:
 //
 //	OPENBLAS_CORETYPE     an OpenBLAS core chosen by the user; respected as given
+//	OPENBLAS_THREAD_TIMEOUT  OpenBLAS workers' spin time after a job, 2^n
+//	                      cycles; default kernels.DefaultThreadTimeout
 //	SOFTSYNC_BLAS_RETRY   set by softsync itself when it re-executes after a
 //	                      start-up GEMM check failed (see App.Engine)
 package main

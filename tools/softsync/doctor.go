@@ -80,6 +80,9 @@ func newDoctorCmd(app *App) *cobra.Command {
 				}
 			}
 			fmt.Fprintf(w, "Threads\t%d (--threads; cores available %d)\n", info.Threads, kernels.DefaultThreads())
+			if info.ThreadTimeout != 0 {
+				fmt.Fprintf(w, "BLAS spin\tOPENBLAS_THREAD_TIMEOUT=%d (workers spin 2^%d cycles after a job)\n", info.ThreadTimeout, info.ThreadTimeout)
+			}
 			if _, ok := os.LookupEnv("OPENBLAS_NUM_THREADS"); ok {
 				fmt.Fprintf(w, "Note\tOPENBLAS_NUM_THREADS is set; --threads overrides it\n")
 			}
