@@ -33,45 +33,320 @@ typedef struct {
 	const int *cmask;
 } pool_job;
 
+/* Outputs per chunk of a row's interior, kept in registers or L1. */
+enum { CHUNK = 256 };
+
+/* pool_interior pools n outputs of one output row whose windows lie
+ * wholly inside the image horizontally: output t reads input rows
+ * [h0, h1) and columns base + t*sw + [0, kw). The taps are visited in
+ * row-major order with a strict comparison, so that max pooling keeps
+ * Caffe's first arg-max; the loop over t vectorises (the stride is a
+ * compile-time constant in the calls below). */
+static inline __attribute__((always_inline)) void
+pool_interior(const ss_pool_shape *s, const float *xp, int h0, int h1, int base, const int sw,
+              int n, float div, float *y, int *mask)
+{
+	float acc[CHUNK];
+	int arg[CHUNK];
+	const int w = s->w;
+	if (s->mode == SS_POOL_MAX) {
+		const float *r0 = xp + (ptrdiff_t)h0 * w + base;
+		for (int t = 0; t < n; t++) {
+			acc[t] = r0[t * sw];
+			arg[t] = h0 * w + base + t * sw;
+		}
+		for (int h = h0; h < h1; h++)
+			for (int j = 0; j < s->kw; j++) {
+				if (h == h0 && j == 0)
+					continue;
+				const float *r = xp + (ptrdiff_t)h * w + base + j;
+				const int i0 = h * w + base + j;
+				for (int t = 0; t < n; t++) {
+					const float v = r[t * sw], a = acc[t];
+					const int ci = i0 + t * sw, ai = arg[t];
+					acc[t] = v > a ? v : a;
+					arg[t] = v > a ? ci : ai;
+				}
+			}
+		for (int t = 0; t < n; t++) {
+			y[t] = acc[t];
+			mask[t] = arg[t];
+		}
+		return;
+	}
+	for (int t = 0; t < n; t++)
+		acc[t] = 0.0f;
+	for (int h = h0; h < h1; h++)
+		for (int j = 0; j < s->kw; j++) {
+			const float *r = xp + (ptrdiff_t)h * w + base + j;
+			for (int t = 0; t < n; t++)
+				acc[t] += r[t * sw];
+		}
+	for (int t = 0; t < n; t++)
+		y[t] = acc[t] / div;
+}
+
+/* pool_one pools a single output (py, px) of plane xp: the general case,
+ * used where a window is clipped by the image's left or right edge. */
+static void pool_one(const ss_pool_shape *s, const float *xp, int h0, int h1, int eh, int px,
+                     float *y, int *mask)
+{
+	int w0, w1;
+	const int ew = pool_window(px, s->w, s->kw, s->pad_w, s->stride_w, &w0, &w1);
+	if (s->mode == SS_POOL_MAX) {
+		/* Windows are never empty (validated by the caller). */
+		int arg = h0 * s->w + w0;
+		float best = xp[arg];
+		for (int h = h0; h < h1; h++)
+			for (int w = w0; w < w1; w++)
+				if (xp[h * s->w + w] > best) {
+					best = xp[h * s->w + w];
+					arg = h * s->w + w;
+				}
+		*y = best;
+		*mask = arg;
+		return;
+	}
+	float sum = 0.0f;
+	for (int h = h0; h < h1; h++)
+		for (int w = w0; w < w1; w++)
+			sum += xp[h * s->w + w];
+	*y = sum / (float)(eh * ew);
+}
+
+/* The flat path, for the pooling of the paper's networks: no horizontal
+ * padding and W = OW*stride_w, so that input column px*S + j of row h is
+ * element (h*OW + px)*S + j of the plane, an affine function of the flat
+ * index e = h*OW + px. Pooling then splits into a horizontal pass over
+ * all e at once (long vectorised loops) and a vertical pass over output
+ * rows. Columns [pb, OW), whose windows the right edge clips, are
+ * recomputed after the flat loops, which leave them wrong (they read
+ * the next row) and skip them in the last row (they would read past the
+ * plane). FLAT_MAX bounds the per-plane arrays kept on the stack. */
+enum { FLAT_MAX = 1024 };
+
+static int pool_flat(const ss_pool_shape *s, int oh, int ow)
+{
+	(void)oh;
+	return s->pad_w == 0 && (ptrdiff_t)ow * s->stride_w == s->w && (ptrdiff_t)s->h * ow <= FLAT_MAX;
+}
+
+/* flat_cols returns pb, the number of columns whose window the right edge
+ * does not clip. */
+static int flat_cols(const ss_pool_shape *s, int ow)
+{
+	return s->w >= s->kw ? ss_imin((s->w - s->kw) / s->stride_w + 1, ow) : 0;
+}
+
+/* flat_forward_s is flat_forward for stride S, inlined with S constant
+ * so that the strided loads of the horizontal pass vectorise. The max
+ * passes write each tap's result to the other of two buffers: updating
+ * a buffer in place with a select compiles to masked stores, which are
+ * slow on some CPUs. */
+static inline __attribute__((always_inline)) void
+flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+               float *restrict yp, int *restrict mp, const int S)
+{
+	float hbuf[2][FLAT_MAX];
+	int ibuf[2][FLAT_MAX];
+	const int w = s->w;
+	const int n = s->h * ow; /* <= FLAT_MAX */
+	const int pb = flat_cols(s, ow);
+	const int safe = n - (ow - pb); /* excludes the last row's clipped columns */
+	if (s->mode == SS_POOL_MAX) {
+		float *hm = hbuf[0];
+		int *hi = ibuf[0];
+		for (int e = 0; e < n; e++) {
+			hm[e] = xp[e * S];
+			hi[e] = e * S;
+		}
+		for (int j = 1; j < s->kw; j++) {
+			float *nm = hbuf[j & 1];
+			int *ni = ibuf[j & 1];
+			for (int e = 0; e < safe; e++) {
+				const float v = xp[e * S + j], a = hm[e];
+				nm[e] = v > a ? v : a;
+				ni[e] = v > a ? e * S + j : hi[e];
+			}
+			for (int e = safe; e < n; e++) {
+				nm[e] = hm[e];
+				ni[e] = hi[e];
+			}
+			hm = nm;
+			hi = ni;
+		}
+		for (int h = 0; h < s->h; h++)
+			for (int px = pb; px < ow; px++) {
+				const int e = h * ow + px;
+				int best = h * w + px * S;
+				for (int c = px * S + 1; c < w; c++)
+					if (xp[h * w + c] > xp[best])
+						best = h * w + c;
+				hm[e] = xp[best];
+				hi[e] = best;
+			}
+		for (int py = 0; py < oh; py++) {
+			int h0, h1;
+			pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
+			float *y = yp + (ptrdiff_t)py * ow;
+			int *m = mp + (ptrdiff_t)py * ow;
+			/* Fold rows h0+1 .. h1-1 into row h0's values, in a
+			 * buffer the horizontal pass no longer needs. */
+			float *vm = hm == hbuf[0] ? hbuf[1] : hbuf[0];
+			int *vi = hi == ibuf[0] ? ibuf[1] : ibuf[0];
+			const float *am = hm + h0 * ow;
+			const int *ai = hi + h0 * ow;
+			for (int h = h0 + 1; h < h1; h++) {
+				const float *r = hm + h * ow;
+				const int *ir = hi + h * ow;
+				float *om = h + 1 < h1 ? vm + (h & 1) * ow : y;
+				int *oi = h + 1 < h1 ? vi + (h & 1) * ow : m;
+				for (int px = 0; px < ow; px++) {
+					const float v = r[px], a = am[px];
+					om[px] = v > a ? v : a;
+					oi[px] = v > a ? ir[px] : ai[px];
+				}
+				am = om;
+				ai = oi;
+			}
+			if (h1 == h0 + 1) {
+				for (int px = 0; px < ow; px++) {
+					y[px] = am[px];
+					m[px] = ai[px];
+				}
+			}
+		}
+		return;
+	}
+	float *hs = hbuf[0];
+	for (int e = 0; e < n; e++)
+		hs[e] = xp[e * S];
+	for (int j = 1; j < s->kw; j++)
+		for (int e = 0; e < safe; e++)
+			hs[e] += xp[e * S + j];
+	for (int h = 0; h < s->h; h++)
+		for (int px = pb; px < ow; px++) {
+			float sum = 0.0f;
+			for (int c = px * S; c < w; c++)
+				sum += xp[h * w + c];
+			hs[h * ow + px] = sum;
+		}
+	for (int py = 0; py < oh; py++) {
+		int h0, h1;
+		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
+		float *y = yp + (ptrdiff_t)py * ow;
+		for (int px = 0; px < ow; px++)
+			y[px] = 0.0f;
+		for (int h = h0; h < h1; h++) {
+			const float *r = hs + h * ow;
+			for (int px = 0; px < ow; px++)
+				y[px] += r[px];
+		}
+		for (int px = 0; px < ow; px++) {
+			int w0, w1;
+			const int ew = pool_window(px, s->w, s->kw, 0, S, &w0, &w1);
+			y[px] /= (float)(eh * ew);
+		}
+	}
+}
+
+SS_MULTIVERSION
+static void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+                         float *restrict yp, int *restrict mp)
+{
+	switch (s->stride_w) {
+	case 1:
+		flat_forward_s(s, oh, ow, xp, yp, mp, 1);
+		break;
+	case 2:
+		flat_forward_s(s, oh, ow, xp, yp, mp, 2);
+		break;
+	case 3:
+		flat_forward_s(s, oh, ow, xp, yp, mp, 3);
+		break;
+	default:
+		flat_forward_s(s, oh, ow, xp, yp, mp, s->stride_w);
+	}
+}
+
+/* flat_avg_backward: the adjoint of the average path of flat_forward. */
+SS_MULTIVERSION
+static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
+                              float *restrict dxp)
+{
+	float t[FLAT_MAX];
+	const int S = s->stride_w, w = s->w;
+	const ptrdiff_t n = (ptrdiff_t)s->h * ow;
+	for (ptrdiff_t e = 0; e < n; e++)
+		t[e] = 0.0f;
+	for (int py = 0; py < oh; py++) {
+		int h0, h1;
+		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
+		const float *dy = dyp + (ptrdiff_t)py * ow;
+		float g[FLAT_MAX];
+		for (int px = 0; px < ow; px++) {
+			int w0, w1;
+			const int ew = pool_window(px, s->w, s->kw, 0, S, &w0, &w1);
+			g[px] = dy[px] / (float)(eh * ew);
+		}
+		for (int h = h0; h < h1; h++) {
+			float *r = t + (ptrdiff_t)h * ow;
+			for (int px = 0; px < ow; px++)
+				r[px] += g[px];
+		}
+	}
+	for (int h = 0; h < s->h; h++) {
+		const float *r = t + (ptrdiff_t)h * ow;
+		float *dx = dxp + (ptrdiff_t)h * w;
+		for (int c = 0; c < w; c++)
+			dx[c] = 0.0f;
+		for (int j = 0; j < s->kw; j++) {
+			/* Columns px with px*S + j < w. */
+			const int end = ss_imin(ow, j < w ? (w - j + S - 1) / S : 0);
+			for (int px = 0; px < end; px++)
+				dx[px * S + j] += r[px];
+		}
+	}
+}
+
 SS_MULTIVERSION
 static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const pool_job *j = ctx;
 	const ss_pool_shape *s = j->s;
-	const int oh = j->oh, ow = j->ow;
+	const int oh = j->oh, ow = j->ow, sw = s->stride_w;
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
+	/* Outputs [pa, pb) have windows inside the image horizontally. */
+	const int pa = ss_imin((s->pad_w + sw - 1) / sw, ow);
+	const int pb = ss_imax(pa, ss_imin(s->w + s->pad_w >= s->kw ? (s->w + s->pad_w - s->kw) / sw + 1 : 0, ow));
+	int scratch[CHUNK]; /* mask sink for average pooling */
+	const int flat = pool_flat(s, oh, ow);
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *xp = j->x + q * plane;
-		float *yp = j->y + q * oplane;
-		int *mp = j->mask ? j->mask + q * oplane : NULL;
+		if (flat) {
+			flat_forward(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL);
+			continue;
+		}
 		for (int py = 0; py < oh; py++) {
 			int h0, h1;
 			const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
-			for (int px = 0; px < ow; px++) {
-				int w0, w1;
-				const int ew = pool_window(px, s->w, s->kw, s->pad_w, s->stride_w, &w0, &w1);
-				const ptrdiff_t o = (ptrdiff_t)py * ow + px;
-				if (s->mode == SS_POOL_MAX) {
-					/* The first largest in row-major order; windows
-					 * are never empty (validated by the caller). */
-					int arg = h0 * s->w + w0;
-					float best = xp[arg];
-					for (int h = h0; h < h1; h++)
-						for (int w = w0; w < w1; w++)
-							if (xp[h * s->w + w] > best) {
-								best = xp[h * s->w + w];
-								arg = h * s->w + w;
-							}
-					yp[o] = best;
-					mp[o] = arg;
-				} else {
-					float sum = 0.0f;
-					for (int h = h0; h < h1; h++)
-						for (int w = w0; w < w1; w++)
-							sum += xp[h * s->w + w];
-					yp[o] = sum / (float)(eh * ew);
-				}
+			float *yr = j->y + q * oplane + (ptrdiff_t)py * ow;
+			int *mr = j->mask ? j->mask + q * oplane + (ptrdiff_t)py * ow : NULL;
+			for (int px = 0; px < pa; px++)
+				pool_one(s, xp, h0, h1, eh, px, yr + px, mr ? mr + px : scratch);
+			for (int px = pb; px < ow; px++)
+				pool_one(s, xp, h0, h1, eh, px, yr + px, mr ? mr + px : scratch);
+			const float div = (float)(eh * s->kw);
+			for (int p0 = pa; p0 < pb; p0 += CHUNK) {
+				const int n = ss_imin(CHUNK, pb - p0), base = p0 * sw - s->pad_w;
+				int *m = mr ? mr + p0 : scratch;
+				if (sw == 1)
+					pool_interior(s, xp, h0, h1, base, 1, n, div, yr + p0, m);
+				else if (sw == 2)
+					pool_interior(s, xp, h0, h1, base, 2, n, div, yr + p0, m);
+				else
+					pool_interior(s, xp, h0, h1, base, sw, n, div, yr + p0, m);
 			}
 		}
 	}
@@ -85,6 +360,7 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	const ss_pool_shape *s = j->s;
 	const int oh = j->oh, ow = j->ow;
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
+	const int flat = pool_flat(s, oh, ow);
 	memset(j->dx + lo * plane, 0, sizeof(float) * (size_t)((hi - lo) * plane));
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *dyp = j->dy + q * oplane;
@@ -93,6 +369,10 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 			const int *mp = j->cmask + q * oplane;
 			for (ptrdiff_t o = 0; o < oplane; o++)
 				dxp[mp[o]] += dyp[o];
+			continue;
+		}
+		if (flat) {
+			flat_avg_backward(s, oh, ow, dyp, dxp);
 			continue;
 		}
 		for (int py = 0; py < oh; py++) {

@@ -41,6 +41,8 @@ var poolShapes = []kernels.PoolShape{
 	{N: 3, C: 4, H: 16, W: 16, KH: 3, KW: 3, StrideH: 2, StrideW: 2},
 	{N: 2, C: 5, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2},
 	{N: 1, C: 1, H: 4, W: 4, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 2, H: 9, W: 12, KH: 5, KW: 5, StrideH: 3, StrideW: 3}, // two taps past the right edge
+	{N: 1, C: 2, H: 5, W: 8, KH: 3, KW: 3, PadH: 1, StrideH: 2, StrideW: 2},
 }
 
 func withMode(s kernels.PoolShape, m kernels.PoolMode) kernels.PoolShape { s.Mode = m; return s }
