@@ -50,41 +50,56 @@ void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx)
 /* ---- LRN ---- */
 
 /* lrn_box_rows writes, for each pixel of the h x w plane in, the sum of
- * the 2r+1 pixels of its row centred on it (zero outside the plane). */
+ * the 2r+1 pixels of its row centred on it (zero outside the plane). The
+ * sums run over the plane as one flat array, in long vectorised loops that
+ * wrongly wrap the r pixels nearest each row end into the next or
+ * previous row; those columns are then recomputed. */
 SS_MULTIVERSION
-static void lrn_box_rows(const float *in, float *out, int h, int w, int r)
+static void lrn_box_rows(const float *restrict in, float *restrict out, int h, int w, int r)
 {
+	const ptrdiff_t n = (ptrdiff_t)h * w;
+	for (ptrdiff_t e = 0; e < n; e++)
+		out[e] = in[e];
+	for (int d = 1; d <= r && d < n; d++) {
+		for (ptrdiff_t e = 0; e < n - d; e++)
+			out[e] += in[e + d];
+		for (ptrdiff_t e = d; e < n; e++)
+			out[e] += in[e - d];
+	}
 	for (int y = 0; y < h; y++) {
 		const float *a = in + (ptrdiff_t)y * w;
 		float *o = out + (ptrdiff_t)y * w;
-		memcpy(o, a, sizeof(float) * (size_t)w);
-		for (int d = 1; d <= r && d < w; d++) {
-			for (int x = 0; x < w - d; x++)
-				o[x] += a[x + d];
-			for (int x = d; x < w; x++)
-				o[x] += a[x - d];
+		for (int x = 0; x < w; x++) {
+			if (x == r && w - r > r) {
+				x = w - r - 1; /* skip the correct interior */
+				continue;
+			}
+			float sum = 0.0f;
+			for (int j = ss_imax(x - r, 0); j <= ss_imin(x + r, w - 1); j++)
+				sum += a[j];
+			o[x] = sum;
 		}
 	}
 }
 
 /* lrn_box_cols writes out = k + c * (sum of the 2r+1 rows of in centred
- * on each row, zero outside the plane). */
+ * on each row, zero outside the plane); shifting by whole rows never
+ * wraps, so flat loops are exact. */
 SS_MULTIVERSION
-static void lrn_box_cols(const float *in, float *out, int h, int w, int r, float k, float c)
+static void lrn_box_cols(const float *restrict in, float *restrict out, int h, int w, int r, float k, float c)
 {
-	for (int y = 0; y < h; y++) {
-		float *o = out + (ptrdiff_t)y * w;
-		memcpy(o, in + (ptrdiff_t)y * w, sizeof(float) * (size_t)w);
-		for (int i = ss_imax(y - r, 0); i <= ss_imin(y + r, h - 1); i++) {
-			if (i == y)
-				continue;
-			const float *a = in + (ptrdiff_t)i * w;
-			for (int x = 0; x < w; x++)
-				o[x] += a[x];
-		}
-		for (int x = 0; x < w; x++)
-			o[x] = k + c * o[x];
+	const ptrdiff_t n = (ptrdiff_t)h * w;
+	for (ptrdiff_t e = 0; e < n; e++)
+		out[e] = in[e];
+	for (int d = 1; d <= r && d < h; d++) {
+		const ptrdiff_t sh = (ptrdiff_t)d * w;
+		for (ptrdiff_t e = 0; e < n - sh; e++)
+			out[e] += in[e + sh];
+		for (ptrdiff_t e = sh; e < n; e++)
+			out[e] += in[e - sh];
 	}
+	for (ptrdiff_t e = 0; e < n; e++)
+		out[e] = k + c * out[e];
 }
 
 /* lrn_pow writes out[i] = a[i] * s[i]^(-beta) for s[i] > 0. beta = 0.75
@@ -94,14 +109,14 @@ SS_MULTIVERSION
 static void lrn_pow(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
+	/* s^(-3/4) = 1/(sqrt(s)*sqrt(sqrt(s))): the vector and the scalar
+	 * loops do the same operations in the same order. */
 	if (beta == 0.75f) {
 #if defined(__SSE2__)
-		const __m128 one = _mm_set1_ps(1.0f);
 		for (; i + 4 <= n; i += 4) {
-			__m128 v = _mm_loadu_ps(s + i);
-			__m128 r = _mm_sqrt_ps(v);
+			__m128 r = _mm_sqrt_ps(_mm_loadu_ps(s + i));
 			__m128 d = _mm_mul_ps(r, _mm_sqrt_ps(r));
-			_mm_storeu_ps(out + i, _mm_mul_ps(_mm_loadu_ps(a + i), _mm_div_ps(one, d)));
+			_mm_storeu_ps(out + i, _mm_div_ps(_mm_loadu_ps(a + i), d));
 		}
 #endif
 		for (; i < n; i++)

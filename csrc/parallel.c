@@ -1,6 +1,6 @@
 /* A small fork-join thread pool for the non-GEMM kernels: persistent
  * POSIX threads that sleep on a condition variable between jobs, so that
- * they never compete for cores with OpenBLAS's own threads or with Go. */
+ * while idle they leave the cores to OpenBLAS's threads and to Go. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

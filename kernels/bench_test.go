@@ -148,6 +148,7 @@ func BenchmarkLayers(b *testing.B) {
 		s := p.s
 		x, y, mask := randSlice(r, s.InputLen()), make([]float32, s.OutputLen()), make([]int32, s.OutputLen())
 		dx := make([]float32, s.InputLen())
+		e.PoolForward(s, x, y, mask)
 		b.Run(e.Name()+"/"+p.name+"/fwd", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -166,6 +167,7 @@ func BenchmarkLayers(b *testing.B) {
 	ls := kernels.LRNShape{N: 100, C: 32, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
 	x, y, scale, dx := randSlice(r, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len())
 	ws := &kernels.Workspace{}
+	e.LRNForward(ls, x, y, scale, ws) // grow the workspace
 	b.Run(e.Name()+"/cifar-norm1/fwd", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -13,6 +13,12 @@
 //     plain loops for the rest. It is the only engine in builds with the
 //     noblas tag or CGO_ENABLED=0.
 //
+// Threads: the native engine runs GEMMs on OpenBLAS's threads and splits
+// the rest (im2col, col2im, layout transposes, pooling, LRN, ReLU) over a
+// small pool of C threads that sleep between jobs; Config.Threads sets
+// both. Convolutions cover a group of images with one GEMM: the group is
+// transposed to batch-innermost order so that im2col copies long runs.
+//
 // Layouts: every tensor is a row-major float32 slice; activations are NCHW.
 // See Engine for the conventions every method follows, and the Shape types
 // (ConvShape, PoolShape, LRNShape) for the sizes each argument must have.

@@ -46,3 +46,7 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 
 // SetMinParallelFloats is exported to the external tests.
 var SetMinParallelFloats = setMinParallelFloats
+
+// NativeWithBudget returns the native engine with a given convolution
+// column-matrix budget (floats), for tuning benchmarks.
+func NativeWithBudget(floats int) Engine { return native{budget: floats} }

@@ -1,0 +1,158 @@
+/* Convolution (with OpenBLAS, loaded as the Go package loads it) and LRN
+ * against loops written from their definitions, with every buffer,
+ * workspaces included, exactly as large as the kernels say and guarded,
+ * serially and over three threads. Under AddressSanitizer this proves the
+ * workspace sizes. Skipped (exit 77) when OpenBLAS cannot be loaded. */
+#include "check.h"
+#include "softsync.h"
+
+static int out_dim(int in, int k, int pad, int stride) { return (in + 2 * pad - k) / stride + 1; }
+
+static void test_conv(ss_conv_shape s, ptrdiff_t budget)
+{
+	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
+	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
+	const size_t out = (size_t)s.n * s.oc * oh * ow;
+	const int g = ss_conv_group(&s, budget);
+	const size_t wsf = (size_t)ss_conv_workspace(&s, g, 0), wsb = (size_t)ss_conv_workspace(&s, g, 1);
+	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
+	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
+	float *ws = guarded(wsf > wsb ? wsf : wsb);
+	double *wy = zeros(out), *wdx = zeros(in), *wdw = zeros(wl), *wdb = zeros((size_t)s.oc);
+	for (size_t i = 0; i < in; i++)
+		x[i] = uniform();
+	for (size_t i = 0; i < wl; i++)
+		w[i] = uniform();
+	for (int i = 0; i < s.oc; i++)
+		b[i] = uniform();
+	for (size_t i = 0; i < out; i++)
+		dy[i] = uniform();
+	for (int n = 0; n < s.n; n++)
+		for (int o = 0; o < s.oc; o++)
+			for (int py = 0; py < oh; py++)
+				for (int px = 0; px < ow; px++) {
+					size_t yi = (((size_t)n * s.oc + o) * oh + py) * ow + px;
+					wy[yi] += b[o];
+					wdb[o] += dy[yi];
+					for (int c = 0; c < s.c; c++)
+						for (int i = 0; i < s.kh; i++)
+							for (int j = 0; j < s.kw; j++) {
+								int h = py * s.stride_h - s.pad_h + i, ww = px * s.stride_w - s.pad_w + j;
+								if (h < 0 || h >= s.h || ww < 0 || ww >= s.w)
+									continue;
+								size_t xi = (((size_t)n * s.c + c) * s.h + h) * s.w + ww;
+								size_t wi = (((size_t)o * s.c + c) * s.kh + i) * s.kw + j;
+								wy[yi] += (double)x[xi] * w[wi];
+								wdx[xi] += (double)w[wi] * dy[yi];
+								wdw[wi] += (double)x[xi] * dy[yi];
+							}
+				}
+	ss_conv_forward(&s, g, x, w, b, y, ws);
+	check_guards(ws, wsf > wsb ? wsf : wsb, "forward workspace");
+	ss_conv_backward(&s, g, x, w, dy, dx, dw, db, ws);
+	check_guards(ws, wsf > wsb ? wsf : wsb, "backward workspace");
+	for (size_t i = 0; i < out; i++)
+		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "g=%d y[%zu] = %g, want %g", g, i, y[i], wy[i]);
+	for (size_t i = 0; i < in; i++)
+		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "g=%d dx[%zu] = %g, want %g", g, i, dx[i], wdx[i]);
+	for (size_t i = 0; i < wl; i++)
+		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "g=%d dw[%zu] = %g, want %g", g, i, dw[i], wdw[i]);
+	for (int i = 0; i < s.oc; i++)
+		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "g=%d db[%d] = %g, want %g", g, i, db[i], wdb[i]);
+	check_guards(y, out, "y");
+	check_guards(dx, in, "dx");
+	check_guards(dw, wl, "dw");
+	check_guards(db, (size_t)s.oc, "db");
+	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db), release(ws);
+	free(wy), free(wdx), free(wdw), free(wdb);
+}
+
+static void test_lrn(ss_lrn_shape s)
+{
+	const size_t n = (size_t)s.n * s.c * s.h * s.w;
+	const size_t wsl = (size_t)ss_lrn_workspace(&s);
+	float *x = guarded(n), *y = guarded(n), *sc = guarded(n), *dy = guarded(n), *dx = guarded(n);
+	float *ws = guarded(wsl);
+	double *wsc = zeros(n), *wy = zeros(n);
+	const int r = s.size / 2;
+	for (size_t i = 0; i < n; i++) {
+		x[i] = uniform();
+		dy[i] = uniform();
+	}
+	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
+		for (int h = 0; h < s.h; h++)
+			for (int w = 0; w < s.w; w++) {
+				double sum = 0;
+				for (int i = h - r; i <= h + r; i++)
+					for (int j = w - r; j <= w + r; j++)
+						if (i >= 0 && i < s.h && j >= 0 && j < s.w) {
+							double v = x[(q * s.h + i) * s.w + j];
+							sum += v * v;
+						}
+				size_t k = (q * s.h + h) * s.w + w;
+				wsc[k] = s.k + s.alpha / (s.size * s.size) * sum;
+				wy[k] = x[k] * pow(wsc[k], -s.beta);
+			}
+	ss_lrn_forward(&s, x, y, sc, ws, (ptrdiff_t)wsl);
+	for (size_t i = 0; i < n; i++) {
+		CHECK(fabs(sc[i] - wsc[i]) <= 1e-5 * wsc[i], "scale[%zu] = %g, want %g", i, sc[i], wsc[i]);
+		CHECK(fabs(y[i] - wy[i]) <= 1e-5 * (1e-3 + fabs(wy[i])), "y[%zu] = %g, want %g", i, y[i], wy[i]);
+	}
+	ss_lrn_backward(&s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
+	const double c = 2.0 * s.alpha * s.beta / (s.size * s.size);
+	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
+		for (int h = 0; h < s.h; h++)
+			for (int w = 0; w < s.w; w++) {
+				size_t k = (q * s.h + h) * s.w + w;
+				double sum = 0, mag = 0;
+				for (int i = h - r; i <= h + r; i++)
+					for (int j = w - r; j <= w + r; j++)
+						if (i >= 0 && i < s.h && j >= 0 && j < s.w) {
+							size_t p = (q * s.h + i) * s.w + j;
+							sum += dy[p] * wy[p] / wsc[p];
+							mag += fabs(dy[p] * wy[p] / wsc[p]);
+						}
+				double want = dy[k] * pow(wsc[k], -s.beta) - c * x[k] * sum;
+				CHECK(fabs(dx[k] - want) <= 1e-5 * (fabs(dy[k]) + c * fabs(x[k]) * mag + 1e-6),
+				      "dx[%zu] = %g, want %g", k, dx[k], want);
+			}
+	check_guards(ws, wsl, "LRN workspace");
+	check_guards(y, n, "y"), check_guards(sc, n, "scale"), check_guards(dx, n, "dx");
+	release(x), release(y), release(sc), release(dy), release(dx), release(ws);
+	free(wsc), free(wy);
+}
+
+int main(void)
+{
+	char err[512];
+	if (ss_blas_load("libopenblas.so.0", err, sizeof err) != 0) {
+		fprintf(stderr, "skipped: %s\n", err);
+		return 77;
+	}
+	static const ss_conv_shape convs[] = {
+		/* n  c  h   w   oc kh kw ph pw sh sw */
+		{5, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},
+		{4, 2, 11, 10, 3, 5, 5, 2, 2, 1, 1},
+		{3, 3, 9, 9, 2, 3, 2, 0, 1, 2, 3},
+		{2, 1, 6, 6, 2, 1, 1, 0, 0, 1, 1},
+	};
+	static const ss_lrn_shape lrns[] = {
+		{2, 3, 5, 6, 3, 0.9f, 0.75f, 1.0f},
+		{1, 2, 7, 4, 5, 2.0f, 0.5f, 2.0f},
+		{2, 2, 9, 11, 1, 0.7f, 0.75f, 1.0f},
+		{1, 2, 1, 3, 3, 1.5f, 1.3f, 1.2f},
+		{2, 2, 3, 2, 5, 1.0f, 1.0f, 1.0f},
+	};
+	for (int threads = 1; threads <= 3; threads += 2) {
+		ss_threads_init(threads);
+		ss_set_min_parallel_floats(1);
+		for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+			test_conv(convs[i], 1);        /* one image per GEMM */
+			test_conv(convs[i], 1 << 30);  /* the whole batch */
+			test_conv(convs[i], 3 * (ptrdiff_t)convs[i].c * convs[i].kh * convs[i].kw * 16); /* uneven groups */
+		}
+		for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
+			test_lrn(lrns[i]);
+	}
+	return report("layers");
+}
