@@ -18,6 +18,7 @@ type Solver struct {
 	n      int       // pending gradients in acc
 	sumS   float64   // Σ s_l of the pending gradients
 	sumTau int64     // Σ τ_l of the pending gradients
+	maxTau int       // max τ_l of the pending gradients
 }
 
 type span struct {
@@ -27,9 +28,11 @@ type span struct {
 
 // UpdateInfo describes one applied update.
 type UpdateInfo struct {
-	Gradients int     // c, the number of gradients combined
-	Rate      float64 // η, the scheduled base rate
-	Alpha     float64 // ᾱ·η, the mean effective rate α(τ_l) of the update's gradients
+	Gradients     int     // c, the number of gradients combined
+	Rate          float64 // η, the scheduled base rate
+	Alpha         float64 // ᾱ·η, the mean effective rate α(τ_l) of the update's gradients
+	MeanStaleness float64 // mean τ_l of the update's gradients
+	MaxStaleness  int     // max τ_l of the update's gradients
 }
 
 // NewSolver returns a solver for [lo, hi) of a vector laid out by layout (nil:
@@ -109,6 +112,7 @@ func (s *Solver) Add(g []float32, tau int) {
 	s.n++
 	s.sumS += f
 	s.sumTau += int64(tau)
+	s.maxTau = max(s.maxTau, tau)
 }
 
 // Update applies the pending gradients plus last (nil for none; otherwise
@@ -119,12 +123,12 @@ func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
 	if len(w) != s.hi-s.lo {
 		panic(fmt.Sprintf("sgd: weights have %d elements, solver range [%d, %d) has %d", len(w), s.lo, s.hi, s.hi-s.lo))
 	}
-	c, sumS, sumTau := s.n, s.sumS, s.sumTau
+	c, sumS, sumTau, maxTau := s.n, s.sumS, s.sumTau, s.maxTau
 	var fl float64
 	if last != nil {
 		s.checkGrad(last, tau)
 		fl = s.factor(tau)
-		c, sumS, sumTau = c+1, sumS+fl, sumTau+int64(tau)
+		c, sumS, sumTau, maxTau = c+1, sumS+fl, sumTau+int64(tau), max(maxTau, tau)
 	}
 	if c == 0 {
 		panic("sgd: Update with no gradient")
@@ -152,8 +156,9 @@ func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
 		}
 		step(w[sp.off:sp.end], s.mom[sp.off:sp.end], g1[sp.off:sp.end], g2[sp.off:sp.end], m, a1, a2, b)
 	}
-	s.n, s.sumS, s.sumTau = 0, 0, 0
-	return UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar}
+	s.n, s.sumS, s.sumTau, s.maxTau = 0, 0, 0, 0
+	return UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar,
+		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau}
 }
 
 // State is the solver's mutable state, for checkpoints: the momentum
@@ -164,11 +169,12 @@ type State struct {
 	Pending  int       // gradients in Acc
 	SumS     float64   // Σ s_l of the pending gradients
 	SumTau   int64     // Σ τ_l of the pending gradients
+	MaxTau   int       // max τ_l of the pending gradients
 }
 
 // State returns a deep copy of the solver's mutable state.
 func (s *Solver) State() State {
-	st := State{Momentum: slices.Clone(s.mom), Pending: s.n, SumS: s.sumS, SumTau: s.sumTau}
+	st := State{Momentum: slices.Clone(s.mom), Pending: s.n, SumS: s.sumS, SumTau: s.sumTau, MaxTau: s.maxTau}
 	if s.n > 0 {
 		st.Acc = slices.Clone(s.acc)
 	}
@@ -192,6 +198,6 @@ func (s *Solver) SetState(st State) error {
 		}
 		copy(s.acc, st.Acc)
 	}
-	s.n, s.sumS, s.sumTau = st.Pending, st.SumS, st.SumTau
+	s.n, s.sumS, s.sumTau, s.maxTau = st.Pending, st.SumS, st.SumTau, st.MaxTau
 	return nil
 }

@@ -110,7 +110,7 @@ func TestStalenessModes(t *testing.T) {
 				info = s.Update(w, nil, 0, 1)
 			}
 			abar := (alpha[0] + alpha[1] + alpha[2]) / 3
-			if info.Gradients != 3 || math.Abs(info.Alpha-abar) > 1e-12 {
+			if info.Gradients != 3 || math.Abs(info.Alpha-abar) > 1e-12 || info.MeanStaleness != 7.0/3 || info.MaxStaleness != 5 {
 				t.Fatalf("%v: info %+v, want 3 gradients, mean rate %g", mode, info, abar)
 			}
 			for i := range w {
