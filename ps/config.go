@@ -45,7 +45,7 @@ func ParseProtocol(s string) (Protocol, error) {
 // Config describes a parameter server: the protocol and solver that every
 // shard applies, and the sharding. One Config serves all shards.
 type Config struct {
-	Job          uint64        // job id that every message must carry
+	Job          uint32        // job id that every message must carry
 	Learners     int           // λ ≥ 1; learner ids are 0 … λ−1
 	Protocol     Protocol      // Hardsync or Softsync
 	N            int           // softsync's n, 1 ≤ N ≤ Learners; ignored by hardsync

@@ -47,7 +47,7 @@ func (t MsgType) String() string {
 // Msg is one message from a learner to a shard.
 type Msg struct {
 	Type    MsgType
-	Job     uint64
+	Job     uint32
 	Shard   int
 	Learner uint32
 	Seq     uint64    // push: sequence, strictly increasing per learner; pull: echoed in the reply

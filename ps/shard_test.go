@@ -258,8 +258,10 @@ func TestRejections(t *testing.T) {
 		{"inf", Softsync, func(m *Msg) { m.Grad[0] = float32(math.Inf(-1)) }, ErrNonFinite, func(r Rejections) uint64 { return r.NonFinite }},
 		{"double", Hardsync, func(m *Msg) { m.Seq = 4 }, ErrAlreadyPushed, func(r Rejections) uint64 { return r.AlreadyPush }},
 	} {
-		h := newHarness(t, plainConfig(2, tc.proto, 2), []float32{3, 4}) // softsync: c = 1
-		if tc.proto == Hardsync {                                        // learner 1 has pushed once this round
+		// Softsync with c = 1; under hardsync learner 1 has pushed once
+		// this round.
+		h := newHarness(t, plainConfig(2, tc.proto, 2), []float32{3, 4})
+		if tc.proto == Hardsync {
 			h.s.Step(Msg{Type: MsgPush, Job: 7, Learner: 1, Seq: 3, Grad: []float32{0, 0}})
 		}
 		m := good()
