@@ -128,6 +128,16 @@
 // (its slice), so the stats of one shard describe the run; shards may
 // differ slightly because they do not synchronise.
 //
+// # Runtime
+//
+// Server runs one shard core on its own goroutine behind a Listener of
+// learner connections (Conn, the contract of package rdma's connections);
+// Client is the learner side (Pull from all shards, Push each shard its
+// slice). Frames carry the core's messages: the header fields are the
+// transport's (type, job, learner, shard, timestamp, sequence), the
+// payload the gradient or weights. A weights reply is a copy of the shard's
+// weights taken in the Step that served the pull.
+//
 // # Checkpoints
 //
 // A shard's durable state is its weights, the solver state (momentum and

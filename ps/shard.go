@@ -87,6 +87,9 @@ func (s *Shard) Index() int { return s.index }
 // Range returns the part of the flat vector the shard owns.
 func (s *Shard) Range() Range { return s.rng }
 
+// Active returns the number of active learners, λa.
+func (s *Shard) Active() int { return s.active }
+
 // Clock returns the shard clock i.
 func (s *Shard) Clock() uint64 { return s.clock }
 
