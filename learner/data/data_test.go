@@ -151,7 +151,7 @@ func TestMNISTErrors(t *testing.T) {
 		_, err = ReadIDX(img, p, 10)
 		wantErr(t, err, ErrLabel, p, "label 10", "item 5")
 
-		p = put("fewlabels"+sfx, append(append([]byte{0, 0, 8, 1, 0, 0, 0, 11}), rawLab[8:19]...), gz)
+		p = put("fewlabels"+sfx, append([]byte{0, 0, 8, 1, 0, 0, 0, 11}, rawLab[8:19]...), gz)
 		_, err = ReadIDX(img, p, 10)
 		wantErr(t, err, ErrFormat, p, "11 labels", "12 images")
 	}
