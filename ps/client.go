@@ -7,15 +7,16 @@ import (
 	"slices"
 
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // ClientConfig configures the learner side of the parameter server.
 type ClientConfig struct {
-	Job      uint32
 	Learner  uint32   // this learner's id, < the server's Learners
 	Protocol Protocol // decides the minimum clock of pulls
 	Total    int      // length of the flat vector
-	Shards   int      // number of shards (one connection each)
+	Shards   int        // number of shards (one connection each)
+	Codec    rdma.Codec // encoding of the gradients it pushes (zero value: none)
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
@@ -29,7 +30,7 @@ type ClientConfig struct {
 // to older pulls are discarded.
 type Client struct {
 	cfg    ClientConfig
-	conns  []Conn
+	conns  []rdma.Conn
 	ranges []Range
 	stamps []uint64
 	pulls  []uint64 // per shard, sequence of the pull in flight
@@ -39,9 +40,12 @@ type Client struct {
 
 // NewClient returns a client over conns, where conns[k] is connected to
 // shard k's server. The client owns the connections (Close closes them).
-func NewClient(cfg ClientConfig, conns []Conn) (*Client, error) {
+func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if len(conns) != cfg.Shards {
 		return nil, sgd.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
+	}
+	if err := cfg.Codec.Validate(); err != nil {
+		return nil, err
 	}
 	rs, err := Ranges(cfg.Total, cfg.Shards)
 	if err != nil {
@@ -53,14 +57,19 @@ func NewClient(cfg ClientConfig, conns []Conn) (*Client, error) {
 // Stamps returns, per shard, the stamp of the weights last pulled.
 func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 
-func (c *Client) frame(t MsgType, shard int) *Frame {
+// msg returns a pooled message of type t for shard with n payload floats
+// and the next sequence number.
+func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
 	c.seq++
-	return &Frame{Type: uint8(t), Job: c.cfg.Job, Learner: c.cfg.Learner, Shard: uint32(shard), Seq: c.seq}
+	m := rdma.NewMsg(n)
+	m.Type, m.Learner, m.Shard, m.Seq = rdma.Type(t), c.cfg.Learner, uint32(shard), c.seq
+	return m
 }
 
-func (c *Client) send(ctx context.Context, f *Frame) error {
-	if err := c.conns[f.Shard].Send(ctx, f); err != nil {
-		return fmt.Errorf("ps client %d: %v to shard %d: %w", c.cfg.Learner, MsgType(f.Type), f.Shard, err)
+func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
+	t, shard := MsgType(m.Type), m.Shard
+	if err := c.conns[shard].Send(ctx, m); err != nil {
+		return fmt.Errorf("ps client %d: %v to shard %d: %w", c.cfg.Learner, t, shard, err)
 	}
 	return nil
 }
@@ -74,41 +83,43 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k := range c.conns {
-		f := c.frame(MsgPull, k)
-		f.Timestamp = c.stamps[k]
+		m := c.msg(MsgPull, k, 0)
+		m.Timestamp = c.stamps[k]
 		if c.pushed && c.cfg.Protocol == Hardsync {
-			f.Timestamp++
+			m.Timestamp++
 		}
-		c.pulls[k] = f.Seq
-		if err := c.send(ctx, f); err != nil {
+		c.pulls[k] = m.Seq
+		if err := c.send(ctx, m); err != nil {
 			return err
 		}
 	}
 	c.pushed = false
 	var rejections []error
 	for k, r := range c.ranges {
-		for {
-			f, err := c.conns[k].Recv(ctx)
+		for done := false; !done; {
+			m, err := c.conns[k].Recv(ctx)
 			if err != nil {
 				return fmt.Errorf("ps client %d: pull from shard %d: %w", c.cfg.Learner, k, err)
 			}
-			if f.Type == FrameError {
-				err := fmt.Errorf("%w: %s", ErrRejected, f.Data)
-				if f.Seq == c.pulls[k] { // the pull itself: no weights will come
+			switch {
+			case m.Type == rdma.TypeError:
+				err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
+				if m.Seq == c.pulls[k] { // the pull itself: no weights will come
+					m.Release()
 					return errors.Join(append(rejections, err)...)
 				}
 				rejections = append(rejections, err)
-				continue
+			case m.Type != TypeWeights || m.Seq != c.pulls[k]:
+				// a reply to an older pull
+			case len(m.Payload) != r.Len():
+				n := len(m.Payload)
+				m.Release()
+				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, r.Len(), ErrBadLength)
+			default:
+				copy(w[r.Lo:r.Hi], m.Payload)
+				c.stamps[k], done = m.Timestamp, true
 			}
-			if f.Type != FrameWeights || f.Seq != c.pulls[k] {
-				continue // a reply to an older pull
-			}
-			if len(f.Payload) != r.Len() {
-				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, len(f.Payload), r.Len(), ErrBadLength)
-			}
-			copy(w[r.Lo:r.Hi], f.Payload)
-			c.stamps[k] = f.Timestamp
-			break
+			m.Release()
 		}
 	}
 	return errors.Join(rejections...)
@@ -122,9 +133,10 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k, r := range c.ranges {
-		f := c.frame(MsgPush, k)
-		f.Timestamp, f.Payload = c.stamps[k], slices.Clone(grad[r.Lo:r.Hi])
-		if err := c.send(ctx, f); err != nil {
+		m := c.msg(MsgPush, k, r.Len())
+		copy(m.Payload, grad[r.Lo:r.Hi])
+		m.Timestamp, m.Codec = c.stamps[k], c.cfg.Codec
+		if err := c.send(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -141,7 +153,7 @@ func (c *Client) Leave(ctx context.Context) error { return c.all(ctx, MsgLeave) 
 
 func (c *Client) all(ctx context.Context, t MsgType) error {
 	for k := range c.conns {
-		if err := c.send(ctx, c.frame(t, k)); err != nil {
+		if err := c.send(ctx, c.msg(t, k, 0)); err != nil {
 			return err
 		}
 	}

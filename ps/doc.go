@@ -130,13 +130,16 @@
 //
 // # Runtime
 //
-// Server runs one shard core on its own goroutine behind a Listener of
-// learner connections (Conn, the contract of package rdma's connections);
-// Client is the learner side (Pull from all shards, Push each shard its
-// slice). Frames carry the core's messages: the header fields are the
-// transport's (type, job, learner, shard, timestamp, sequence), the
-// payload the gradient or weights. A weights reply is a copy of the shard's
-// weights taken in the Step that served the pull.
+// Server runs one shard core on its own goroutine behind an rdma.Listener
+// of learner connections; Client is the learner side over one rdma.Conn
+// per shard (Pull from all shards, Push each shard its slice). On the wire
+// the core's messages are rdma messages: MsgPush … MsgLeave are the rdma
+// types of learner → shard messages (Timestamp: the push's stamp j or the
+// pull's minimum clock; Payload: the gradient slice), TypeWeights answers a
+// pull (Timestamp: the stamp i; Seq: the pull's Seq; Payload: a copy of
+// the shard's weights taken in the Step that served it) and rejections
+// travel as rdma.TypeError with the rejected message's Seq. The job id is
+// stamped and checked by the transport and again by the core.
 //
 // # Checkpoints
 //

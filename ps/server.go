@@ -6,13 +6,16 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/softsync/softsync/rdma"
 )
 
 // ServerConfig configures the server of one shard.
 type ServerConfig struct {
-	PS    Config    // the parameter server's configuration
-	Shard int       // the shard this server runs
-	Init  []float32 // the initial flat vector (the server copies its range)
+	PS    Config     // the parameter server's configuration
+	Shard int        // the shard this server runs
+	Init  []float32  // the initial flat vector (the server copies its range)
+	Codec rdma.Codec // encoding of the weights it sends (zero value: none)
 	// QueueLen is the number of replies buffered per connection (default
 	// 8). A learner has at most one pull waiting, so replies queue only
 	// when a peer floods the shard with rejected messages; error replies
@@ -25,10 +28,20 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
+// ServerStats are a shard's counters plus the runtime's own.
+type ServerStats struct {
+	Stats
+	BadFrames     uint64 // frames the transport could not decode (answered with an error, skipped)
+	ErrorsDropped uint64 // error replies dropped because the peer's queue was full
+}
+
 // Server runs one shard core on one goroutine and connects it to learner
-// connections. Each connection has a reader goroutine that feeds frames to
-// the shard goroutine, and a writer goroutine that sends its replies; the
-// core is touched by the shard goroutine only.
+// connections. Each connection has a reader goroutine that feeds messages
+// to the shard goroutine, and a writer goroutine that sends its replies;
+// the core is touched by the shard goroutine only. Received messages are
+// released once stepped (the core never keeps a gradient); a weights reply
+// is a pooled message holding a copy of the shard's weights taken in the
+// Step that served the pull.
 //
 // Routing: weights for learner l go to the connection of l's last
 // accepted message (a rejected message never moves a route, so a bad peer
@@ -40,26 +53,28 @@ type Server struct {
 	core  *Shard
 	in    chan inbound
 	done  chan struct{} // closed when the shard loop ends
-	stats chan chan Stats
+	stats chan chan ServerStats
 
-	mu       sync.Mutex // guards conns, final, errDrops
-	conns    map[Conn]bool
-	final    Stats
-	finalW   []float32
-	errDrops uint64
+	mu    sync.Mutex // guards conns and final
+	conns map[rdma.Conn]bool
+	final ServerStats
+	finW  []float32
+	extra ServerStats // runtime counters; shard goroutine only
 }
 
-// inbound is a frame from a connection, or its loss (f nil).
+// inbound is a message from a connection, a recoverable receive error
+// (m nil, err set), or the connection's loss (both nil).
 type inbound struct {
-	f *Frame
-	p *peer
+	m   *rdma.Msg
+	err error
+	p   *peer
 }
 
-// peer is one connection's writer side; out is written by the shard
-// goroutine only, which closes it.
+// peer is one connection's writer side; out is written and closed by the
+// shard goroutine only, except after the loop ended (see serveConn).
 type peer struct {
-	conn Conn
-	out  chan *Frame
+	conn rdma.Conn
+	out  chan *rdma.Msg
 }
 
 // NewServer validates cfg and builds the shard core.
@@ -68,17 +83,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.Codec.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
 	}
 	return &Server{cfg: cfg, core: core, in: make(chan inbound), done: make(chan struct{}),
-		stats: make(chan chan Stats), conns: map[Conn]bool{}}, nil
+		stats: make(chan chan ServerStats), conns: map[rdma.Conn]bool{}}, nil
 }
 
 // Serve accepts connections from ln and runs the shard until every learner
 // has left (nil) or ctx ends (ctx.Err()). It then closes ln and every
 // connection and waits for its goroutines.
-func (s *Server) Serve(ctx context.Context, ln Listener) error {
+func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -109,7 +127,7 @@ func (s *Server) Serve(ctx context.Context, ln Listener) error {
 }
 
 // track registers c for closing at the end; false once the server ended.
-func (s *Server) track(c Conn) bool {
+func (s *Server) track(c rdma.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -119,36 +137,45 @@ func (s *Server) track(c Conn) bool {
 	return true
 }
 
-// serveConn reads frames from c until it fails, feeding the shard loop;
-// the writer goroutine sends the replies.
-func (s *Server) serveConn(ctx context.Context, c Conn) {
-	p := &peer{conn: c, out: make(chan *Frame, s.cfg.QueueLen)}
+// serveConn reads messages from c until it fails, feeding the shard loop;
+// its writer goroutine sends the replies.
+func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
+	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen)}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		broken := false
-		for f := range p.out {
-			if !broken && c.Send(ctx, f) != nil {
+		for m := range p.out {
+			if broken {
+				m.Release()
+			} else if c.Send(ctx, m) != nil { // Send owns m, also on failure
 				broken = true
 				c.Close() // the reader sees the loss
 			}
 		}
 	})
 	for {
-		f, err := c.Recv(ctx)
-		if err != nil {
+		m, err := c.Recv(ctx)
+		in := inbound{m: m, p: p}
+		switch {
+		case err == nil:
+		case rdma.Recoverable(err) && ctx.Err() == nil:
+			in.err = err
+		default:
 			if s.cfg.Logger != nil {
-				s.cfg.Logger.Debug("ps: connection lost", "shard", s.cfg.Shard, "err", err)
+				s.cfg.Logger.Debug("ps: connection lost", "shard", s.cfg.Shard, "peer", c.RemoteAddr(), "err", err)
 			}
-			f = nil
 		}
 		select {
-		case s.in <- inbound{f, p}:
+		case s.in <- in:
 		case <-s.done:
+			if m != nil {
+				m.Release()
+			}
 			close(p.out) // the shard loop is gone: nobody else writes p.out
 			wg.Wait()
 			return
 		}
-		if f == nil {
+		if m == nil && in.err == nil {
 			wg.Wait() // the shard loop closes p.out on the loss
 			return
 		}
@@ -160,7 +187,7 @@ func (s *Server) run(ctx context.Context) error {
 	route := make([]*peer, s.cfg.PS.Learners) // where each learner's weights go
 	defer func() {
 		s.mu.Lock()
-		s.final, s.finalW = s.core.Stats(), slices.Clone(s.core.Weights())
+		s.final, s.finW = s.snapshot(), slices.Clone(s.core.Weights())
 		s.mu.Unlock()
 		close(s.done)
 	}()
@@ -170,37 +197,52 @@ func (s *Server) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case req := <-s.stats:
-			req <- s.core.Stats()
+			req <- s.snapshot()
 			continue
 		case in = <-s.in:
 		}
-		if in.f == nil {
+		switch {
+		case in.err != nil:
+			s.extra.BadFrames++
+			s.sendError(in.p, 0, in.err)
+		case in.m == nil:
 			s.lost(in.p, route)
-		} else {
-			m := Msg{Type: MsgType(in.f.Type), Job: in.f.Job, Shard: int(in.f.Shard), Learner: in.f.Learner,
-				Seq: in.f.Seq, Clock: in.f.Timestamp, Grad: in.f.Payload}
-			// The message's connection becomes the learner's route, unless
-			// the message is rejected (no hijacking by a bad peer) or is
-			// the learner's leave.
-			var prev *peer
-			known := int64(m.Learner) < int64(len(route))
-			if known {
-				prev, route[m.Learner] = route[m.Learner], in.p
-			}
-			r := s.core.Step(m)
-			switch {
-			case !known:
-			case rejected(r):
-				route[m.Learner] = prev
-			case m.Type == MsgLeave:
-				route[m.Learner] = nil
-			}
-			s.deliver(r, in.p, route)
+		default:
+			s.step(in.m, in.p, route)
 		}
 		if s.core.Active() == 0 {
 			return nil
 		}
 	}
+}
+
+// step feeds one received message to the core and releases it.
+func (s *Server) step(rm *rdma.Msg, from *peer, route []*peer) {
+	m := Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
+		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
+	// The message's connection becomes the learner's route, unless the
+	// message is rejected or is the learner's leave.
+	var prev *peer
+	known := int64(m.Learner) < int64(len(route))
+	if known {
+		prev, route[m.Learner] = route[m.Learner], from
+	}
+	r := s.core.Step(m)
+	rm.Release()
+	switch {
+	case !known:
+	case rejected(r):
+		route[m.Learner] = prev
+	case m.Type == MsgLeave:
+		route[m.Learner] = nil
+	}
+	s.deliver(r, from, route)
+}
+
+func (s *Server) snapshot() ServerStats {
+	st := s.extra
+	st.Stats = s.core.Stats()
+	return st
 }
 
 // rejected reports whether the message of the Step that returned r was
@@ -229,22 +271,18 @@ func (s *Server) lost(p *peer, route []*peer) {
 // the message) and reports the updates.
 func (s *Server) deliver(r Ready, from *peer, route []*peer) {
 	for _, rep := range r.Replies {
-		f := &Frame{Job: s.cfg.PS.Job, Learner: rep.To, Shard: uint32(s.cfg.Shard), Timestamp: rep.Clock, Seq: rep.Seq}
 		if rep.Err != nil {
-			f.Type, f.Data = FrameError, []byte(rep.Err.Error())
-			select {
-			case from.out <- f:
-			default:
-				s.mu.Lock()
-				s.errDrops++
-				s.mu.Unlock()
-			}
+			s.sendError(from, rep.Seq, rep.Err)
 			continue
 		}
-		if p := route[rep.To]; p != nil {
-			f.Type, f.Payload = FrameWeights, slices.Clone(rep.Weights)
-			p.out <- f
+		p := route[rep.To]
+		if p == nil {
+			continue
 		}
+		m := rdma.NewMsg(len(rep.Weights))
+		copy(m.Payload, rep.Weights)
+		m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, s.cfg.Codec, rep.To, uint32(s.cfg.Shard), rep.Clock, rep.Seq
+		p.out <- m
 	}
 	if s.cfg.OnUpdate != nil {
 		for _, u := range r.Updates {
@@ -253,21 +291,32 @@ func (s *Server) deliver(r Ready, from *peer, route []*peer) {
 	}
 }
 
-// Stats returns the shard's counters: live while the server runs, final
-// after. ErrorsDropped counts error replies dropped on full queues.
-func (s *Server) Stats() (st Stats, errorsDropped uint64) {
-	req := make(chan Stats, 1)
+// sendError queues an error reply to p without blocking; it is dropped
+// and counted if p's queue is full.
+func (s *Server) sendError(p *peer, seq uint64, err error) {
+	m := rdma.NewErrorMsg(err)
+	m.Shard, m.Seq = uint32(s.cfg.Shard), seq
+	select {
+	case p.out <- m:
+	default:
+		m.Release()
+		s.extra.ErrorsDropped++
+	}
+}
+
+// Stats returns the server's counters: live while it runs, final after.
+func (s *Server) Stats() ServerStats {
+	req := make(chan ServerStats, 1)
 	select {
 	case s.stats <- req:
-		st = <-req
+		return <-req
 	case <-s.done:
 		s.mu.Lock()
-		st = s.final.clone()
-		s.mu.Unlock()
+		defer s.mu.Unlock()
+		st := s.final
+		st.Stats = st.Stats.clone()
+		return st
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return st, s.errDrops
 }
 
 // Weights returns a copy of the shard's weights once the server has
@@ -275,7 +324,7 @@ func (s *Server) Stats() (st Stats, errorsDropped uint64) {
 func (s *Server) Weights() []float32 {
 	select {
 	case <-s.done:
-		return slices.Clone(s.finalW)
+		return slices.Clone(s.finW)
 	default:
 		return nil
 	}

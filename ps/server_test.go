@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // leastSquares is the objective of the runtime tests: mean over samples of
@@ -59,21 +60,48 @@ func (p *leastSquares) gradient(w, g []float32, first, count int) {
 	}
 }
 
-// cluster runs one Server per shard over in-memory pipes and λ learner
+// network opens the transport kind ("inmem" or "tcp", on loopback) for
+// job.
+func network(t *testing.T, kind string, job uint32) (rdma.Network, string) {
+	t.Helper()
+	n, err := rdma.Open(kind, rdma.Options{Job: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind == "tcp" {
+		return n, "127.0.0.1:0"
+	}
+	return n, ""
+}
+
+func dial(t *testing.T, ctx context.Context, n rdma.Network, ln rdma.Listener) rdma.Conn {
+	t.Helper()
+	c, err := n.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cluster runs one Server per shard over the transport kind and λ learner
 // goroutines, each running steps of pull → gradient → push, then leave.
-func cluster(t *testing.T, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []Stats) {
+func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []ServerStats) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	net, addr := network(t, kind, cfg.Job)
 	var servers []*Server
-	var lns []*pipeListener
+	var lns []rdma.Listener
 	var wg sync.WaitGroup
 	for k := range cfg.Shards {
 		s, err := NewServer(ServerConfig{PS: cfg, Shard: k, Init: init})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln := newPipeListener()
+		ln, err := net.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
 		servers, lns = append(servers, s), append(lns, ln)
 		wg.Go(func() {
 			if err := s.Serve(ctx, ln); err != nil {
@@ -83,11 +111,11 @@ func cluster(t *testing.T, cfg Config, init []float32, steps int, grad func(l, s
 	}
 	for l := range cfg.Learners {
 		wg.Go(func() {
-			var conns []Conn
+			var conns []rdma.Conn
 			for _, ln := range lns {
-				conns = append(conns, ln.dial())
+				conns = append(conns, dial(t, ctx, net, ln))
 			}
-			c, err := NewClient(ClientConfig{Job: cfg.Job, Learner: uint32(l), Protocol: cfg.Protocol, Total: len(init), Shards: cfg.Shards}, conns)
+			c, err := NewClient(ClientConfig{Learner: uint32(l), Protocol: cfg.Protocol, Total: len(init), Shards: cfg.Shards}, conns)
 			if err != nil {
 				t.Error(err)
 				return
@@ -112,20 +140,25 @@ func cluster(t *testing.T, cfg Config, init []float32, steps int, grad func(l, s
 	}
 	wg.Wait()
 	final := make([]float32, len(init))
-	var stats []Stats
+	var stats []ServerStats
 	rs, _ := Ranges(len(init), cfg.Shards)
 	for k, s := range servers {
 		copy(final[rs[k].Lo:], s.Weights())
-		st, _ := s.Stats()
-		stats = append(stats, st)
+		stats = append(stats, s.Stats())
 	}
 	return final, stats
 }
 
 // TestServerHardsyncExact runs hardsync through the runtime (2 shard
-// servers, 4 learner goroutines, in-memory connections) and compares the
-// weights with the single-learner solver at batch μλ.
+// servers, 4 learner goroutines, in-memory and loopback TCP connections)
+// and compares the weights with the single-learner solver at batch μλ.
 func TestServerHardsyncExact(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp"} {
+		t.Run(kind, func(t *testing.T) { testHardsyncExact(t, kind) })
+	}
+}
+
+func testHardsyncExact(t *testing.T, kind string) {
 	const learners, mu, n, epochs = 4, 3, 48, 3
 	prob := newLeastSquares(n)
 	solver := sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 0.01, LRSteps: []int{2}, LRGamma: 0.1, LRMode: sgd.LRStaleness}
@@ -143,7 +176,7 @@ func TestServerHardsyncExact(t *testing.T) {
 		single.Update(ref, g, 0, s*mu*learners/n)
 	}
 
-	got, stats := cluster(t, cfg, init, steps, func(l, s int, w, g []float32) {
+	got, stats := cluster(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
 		prob.gradient(w, g, s*mu*learners+l*mu, mu)
 	})
 	for i := range got {
@@ -167,7 +200,7 @@ func TestServerSoftsync(t *testing.T) {
 	cfg := Config{Job: 1, Learners: 4, Protocol: Softsync, N: 4, Shards: 3, Batch: 1,
 		Solver: sgd.Config{LR: 0.01, LRMode: sgd.LRStaleness}}
 	prob := newLeastSquares(40)
-	_, stats := cluster(t, cfg, make([]float32, lsDim), 30, func(l, s int, w, g []float32) {
+	_, stats := cluster(t, "inmem", cfg, make([]float32, lsDim), 30, func(l, s int, w, g []float32) {
 		prob.gradient(w, g, s*4+l, 1)
 	})
 	for k, st := range stats {
@@ -189,34 +222,46 @@ func TestServerRejectsAndLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newPipeListener()
+	net, addr := network(t, "inmem", 9)
+	ln, err := net.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 
-	client := func(l uint32, conn Conn) *Client {
-		c, err := NewClient(ClientConfig{Job: 9, Learner: l, Protocol: Hardsync, Total: 4, Shards: 1}, []Conn{conn})
+	client := func(l uint32, conn rdma.Conn) *Client {
+		c, err := NewClient(ClientConfig{Learner: l, Protocol: Hardsync, Total: 4, Shards: 1}, []rdma.Conn{conn})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	c0, raw1 := client(0, ln.dial()), ln.dial()
+	c0, raw1 := client(0, dial(t, ctx, net, ln)), dial(t, ctx, net, ln)
+	send := func(t MsgType, seq uint64, payload []float32) {
+		m := rdma.NewMsg(len(payload))
+		copy(m.Payload, payload)
+		m.Type, m.Learner, m.Seq = rdma.Type(t), 1, seq
+		if err := raw1.Send(ctx, m); err != nil {
+			panic(err)
+		}
+	}
 	w := make([]float32, 4)
 	if err := c0.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
 	// Learner 1 pulls, then pushes a NaN: rejected, reported on its
 	// connection.
-	raw1.Send(ctx, &Frame{Type: uint8(MsgPull), Job: 9, Learner: 1, Seq: 1})
-	if f, err := raw1.Recv(ctx); err != nil || f.Type != FrameWeights || f.Seq != 1 || len(f.Payload) != 4 {
-		t.Fatalf("pull: reply %+v, %v", f, err)
+	send(MsgPull, 1, nil)
+	if m, err := raw1.Recv(ctx); err != nil || m.Type != TypeWeights || m.Seq != 1 || len(m.Payload) != 4 {
+		t.Fatalf("pull: reply %+v, %v", m, err)
 	}
-	raw1.Send(ctx, &Frame{Type: uint8(MsgPush), Job: 9, Learner: 1, Seq: 2, Payload: []float32{0, float32(math.NaN()), 0, 0}})
-	if f, err := raw1.Recv(ctx); err != nil || f.Type != FrameError || f.Seq != 2 {
-		t.Fatalf("NaN push: reply %+v, %v", f, err)
+	send(MsgPush, 2, []float32{0, float32(math.NaN()), 0, 0})
+	if m, err := raw1.Recv(ctx); err != nil || m.Type != rdma.TypeError || m.Seq != 2 || !errors.Is(m.Err(), rdma.ErrRemote) {
+		t.Fatalf("NaN push: reply %+v, %v", m, err)
 	}
 	// An unknown learner's pull fails at once instead of waiting.
-	if err := client(5, ln.dial()).Pull(ctx, w); !errors.Is(err, ErrRejected) {
+	if err := client(5, dial(t, ctx, net, ln)).Pull(ctx, w); !errors.Is(err, ErrRejected) || !errors.Is(err, rdma.ErrRemote) {
 		t.Fatalf("pull of learner 5: %v", err)
 	}
 	// Learner 0 pushes; the round waits for learner 1, whose connection
@@ -232,7 +277,7 @@ func TestServerRejectsAndLoss(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
-	st, _ := srv.Stats()
+	st := srv.Stats()
 	if st.Rejected.NonFinite != 1 || st.Rejected.UnknownLearner != 1 || st.Updates != 1 {
 		t.Fatalf("stats %+v", st)
 	}
