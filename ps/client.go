@@ -12,9 +12,9 @@ import (
 
 // ClientConfig configures the learner side of the parameter server.
 type ClientConfig struct {
-	Learner  uint32   // this learner's id, < the server's Learners
-	Protocol Protocol // decides the minimum clock of pulls
-	Total    int      // length of the flat vector
+	Learner  uint32     // this learner's id, < the server's Learners
+	Protocol Protocol   // decides the minimum clock of pulls
+	Total    int        // length of the flat vector
 	Shards   int        // number of shards (one connection each)
 	Codec    rdma.Codec // encoding of the gradients it pushes (zero value: none)
 }
