@@ -59,7 +59,8 @@ type Server struct {
 	conns map[rdma.Conn]bool
 	final ServerStats
 	finW  []float32
-	extra ServerStats // runtime counters; shard goroutine only
+	extra ServerStats     // runtime counters; shard goroutine only
+	ctx   context.Context // of the running Serve; shard goroutine only
 }
 
 // inbound is a message from a connection, a recoverable receive error
@@ -184,6 +185,7 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 
 // run is the shard loop.
 func (s *Server) run(ctx context.Context) error {
+	s.ctx = ctx
 	route := make([]*peer, s.cfg.PS.Learners) // where each learner's weights go
 	defer func() {
 		s.mu.Lock()
@@ -282,7 +284,11 @@ func (s *Server) deliver(r Ready, from *peer, route []*peer) {
 		m := rdma.NewMsg(len(rep.Weights))
 		copy(m.Payload, rep.Weights)
 		m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, s.cfg.Codec, rep.To, uint32(s.cfg.Shard), rep.Clock, rep.Seq
-		p.out <- m
+		select { // blocks only behind a peer that stopped reading
+		case p.out <- m:
+		case <-s.ctx.Done():
+			m.Release()
+		}
 	}
 	if s.cfg.OnUpdate != nil {
 		for _, u := range r.Updates {
