@@ -1,11 +1,14 @@
 package ps
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // BenchmarkShardPush measures one shard on one core: every op is one push
@@ -62,4 +65,69 @@ func BenchmarkShardPush(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)*4*n/b.Elapsed().Seconds()/1e9, "gbps")
 	})
+}
+
+// BenchmarkServerRoundTrip measures the runtime end to end: one learner
+// (client) does Pull then Push of LeNet's 431,080 parameters against
+// Shards servers over the transport, each op one push+pull round trip;
+// gbps counts gradient plus weights bytes (2·4·n per op), the unit of
+// `softsync bench transport`.
+func BenchmarkServerRoundTrip(b *testing.B) {
+	const n = 431080
+	for _, kind := range []string{"inmem", "tcp"} {
+		for _, shards := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/shards=%d", kind, shards), func(b *testing.B) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: shards, Batch: 1,
+					Solver: sgd.Config{LR: 0.01, Momentum: 0.9}}
+				net, err := rdma.Open(kind, rdma.Options{Job: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				addr := ""
+				if kind == "tcp" {
+					addr = "127.0.0.1:0"
+				}
+				init := make([]float32, n)
+				var conns []rdma.Conn
+				var wg sync.WaitGroup
+				for k := range shards {
+					s, err := NewServer(ServerConfig{PS: cfg, Shard: k, Init: init})
+					if err != nil {
+						b.Fatal(err)
+					}
+					ln, err := net.Listen(addr)
+					if err != nil {
+						b.Fatal(err)
+					}
+					wg.Go(func() { s.Serve(ctx, ln) })
+					c, err := net.Dial(ctx, ln.Addr())
+					if err != nil {
+						b.Fatal(err)
+					}
+					conns = append(conns, c)
+				}
+				c, err := NewClient(ClientConfig{Learner: 0, Protocol: Softsync, Total: n, Shards: shards}, conns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, g := make([]float32, n), make([]float32, n)
+				b.SetBytes(2 * 4 * n)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.Pull(ctx, w); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Push(ctx, g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)*2*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+				c.Leave(ctx)
+				wg.Wait()
+				c.Close()
+			})
+		}
+	}
 }
