@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/softsync/softsync/ps/sgd"
@@ -81,34 +80,12 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 				defer cancel()
 				cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: shards, Batch: 1,
 					Solver: sgd.Config{LR: 0.01, Momentum: 0.9}}
-				net, err := rdma.Open(kind, rdma.Options{Job: 1})
+				net, addr := network(b, kind, 1)
+				grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
 				if err != nil {
 					b.Fatal(err)
 				}
-				addr := ""
-				if kind == "tcp" {
-					addr = "127.0.0.1:0"
-				}
-				init := make([]float32, n)
-				var conns []rdma.Conn
-				var wg sync.WaitGroup
-				for k := range shards {
-					s, err := NewServer(ServerConfig{PS: cfg, Shard: k, Init: init})
-					if err != nil {
-						b.Fatal(err)
-					}
-					ln, err := net.Listen(addr)
-					if err != nil {
-						b.Fatal(err)
-					}
-					wg.Go(func() { s.Serve(ctx, ln) })
-					c, err := net.Dial(ctx, ln.Addr())
-					if err != nil {
-						b.Fatal(err)
-					}
-					conns = append(conns, c)
-				}
-				c, err := NewClient(ClientConfig{Learner: 0, Protocol: Softsync, Total: n, Shards: shards}, conns)
+				c, err := grp.Dial(ctx, net, 0, rdma.Codec{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -125,7 +102,9 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.N)*2*4*n/b.Elapsed().Seconds()/1e9, "gbps")
 				c.Leave(ctx)
-				wg.Wait()
+				if err := grp.Wait(); err != nil {
+					b.Fatal(err)
+				}
 				c.Close()
 			})
 		}

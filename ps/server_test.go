@@ -60,9 +60,9 @@ func (p *leastSquares) gradient(w, g []float32, first, count int) {
 	}
 }
 
-// network opens the transport kind ("inmem" or "tcp", on loopback) for
-// job.
-func network(t *testing.T, kind string, job uint32) (rdma.Network, string) {
+// network opens the transport kind ("inmem" or "tcp") for job and returns
+// the listen address to use (loopback for TCP).
+func network(t testing.TB, kind string, job uint32) (rdma.Network, string) {
 	t.Helper()
 	n, err := rdma.Open(kind, rdma.Options{Job: job})
 	if err != nil {
@@ -74,61 +74,34 @@ func network(t *testing.T, kind string, job uint32) (rdma.Network, string) {
 	return n, ""
 }
 
-func dial(t *testing.T, ctx context.Context, n rdma.Network, ln rdma.Listener) rdma.Conn {
-	t.Helper()
-	c, err := n.Dial(ctx, ln.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// cluster runs one Server per shard over the transport kind and λ learner
-// goroutines, each running steps of pull → gradient → push, then leave.
+// cluster runs a Group over the transport kind and λ learner goroutines,
+// each running steps of pull → gradient → push, then leave.
 func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []ServerStats) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	net, addr := network(t, kind, cfg.Job)
-	var servers []*Server
-	var lns []rdma.Listener
-	var wg sync.WaitGroup
-	for k := range cfg.Shards {
-		s, err := NewServer(ServerConfig{PS: cfg, Shard: k, Init: init})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers, lns = append(servers, s), append(lns, ln)
-		wg.Go(func() {
-			if err := s.Serve(ctx, ln); err != nil {
-				t.Errorf("shard %d: %v", k, err)
-			}
-		})
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var wg sync.WaitGroup
 	for l := range cfg.Learners {
 		wg.Go(func() {
-			var conns []rdma.Conn
-			for _, ln := range lns {
-				conns = append(conns, dial(t, ctx, net, ln))
-			}
-			c, err := NewClient(ClientConfig{Learner: uint32(l), Protocol: cfg.Protocol, Total: len(init), Shards: cfg.Shards}, conns)
+			c, err := g.Dial(ctx, net, uint32(l), rdma.Codec{})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer c.Close()
-			w, g := make([]float32, len(init)), make([]float32, len(init))
+			w, grd := make([]float32, len(init)), make([]float32, len(init))
 			for s := range steps {
 				if err := c.Pull(ctx, w); err != nil {
 					t.Errorf("learner %d step %d: %v", l, s, err)
 					return
 				}
-				grad(l, s, w, g)
-				if err := c.Push(ctx, g); err != nil {
+				grad(l, s, w, grd)
+				if err := c.Push(ctx, grd); err != nil {
 					t.Errorf("learner %d step %d: %v", l, s, err)
 					return
 				}
@@ -139,14 +112,10 @@ func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, g
 		})
 	}
 	wg.Wait()
-	final := make([]float32, len(init))
-	var stats []ServerStats
-	rs, _ := Ranges(len(init), cfg.Shards)
-	for k, s := range servers {
-		copy(final[rs[k].Lo:], s.Weights())
-		stats = append(stats, s.Stats())
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
-	return final, stats
+	return g.Weights(), g.Stats()
 }
 
 // TestServerHardsyncExact runs hardsync through the runtime (2 shard
@@ -237,7 +206,14 @@ func TestServerRejectsAndLoss(t *testing.T) {
 		}
 		return c
 	}
-	c0, raw1 := client(0, dial(t, ctx, net, ln)), dial(t, ctx, net, ln)
+	dial := func() rdma.Conn {
+		c, err := net.Dial(ctx, ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c0, raw1 := client(0, dial()), dial()
 	send := func(t MsgType, seq uint64, payload []float32) {
 		m := rdma.NewMsg(len(payload))
 		copy(m.Payload, payload)
@@ -261,7 +237,7 @@ func TestServerRejectsAndLoss(t *testing.T) {
 		t.Fatalf("NaN push: reply %+v, %v", m, err)
 	}
 	// An unknown learner's pull fails at once instead of waiting.
-	if err := client(5, dial(t, ctx, net, ln)).Pull(ctx, w); !errors.Is(err, ErrRejected) || !errors.Is(err, rdma.ErrRemote) {
+	if err := client(5, dial()).Pull(ctx, w); !errors.Is(err, ErrRejected) || !errors.Is(err, rdma.ErrRemote) {
 		t.Fatalf("pull of learner 5: %v", err)
 	}
 	// Learner 0 pushes; the round waits for learner 1, whose connection
@@ -280,5 +256,17 @@ func TestServerRejectsAndLoss(t *testing.T) {
 	st := srv.Stats()
 	if st.Rejected.NonFinite != 1 || st.Rejected.UnknownLearner != 1 || st.Updates != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestGroupErrors(t *testing.T) {
+	ctx := context.Background()
+	net, _ := network(t, "inmem", 1)
+	bad := Config{Job: 1, Learners: 2, Protocol: Softsync, N: 3, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	if _, err := StartGroup(ctx, GroupConfig{PS: bad, Init: make([]float32, 4), Network: net}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad config: %v", err)
+	}
+	if _, err := Dial(ctx, net, []string{"nowhere"}, ClientConfig{Total: 4, Shards: 1}); !errors.Is(err, rdma.ErrRefused) {
+		t.Fatalf("dial to nothing: %v", err)
 	}
 }
