@@ -100,13 +100,14 @@
 //
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
-// (ErrWrongJob) or shard (ErrWrongShard), comes from a learner id that is
-// not active (ErrUnknownLearner), has an unknown type (ErrBadType), or is a
-// push whose gradient has the wrong length (ErrBadLength), a stamp ahead of
-// the shard clock (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite),
-// or is a second hardsync push in one round (ErrAlreadyPushed). Checks run
-// in that order, the duplicate check after the stamp check and before the
-// scan for NaN and Inf.
+// (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
+// comes from a learner id outside the roster or, except for MsgJoin, not
+// active (ErrUnknownLearner), or is a push whose gradient has the wrong
+// length (ErrBadLength), a stamp ahead of the shard clock
+// (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
+// hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
+// the duplicate check after the stamp check and before the scan for NaN
+// and Inf.
 //
 // # Epochs and the schedule
 //
