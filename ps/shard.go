@@ -246,9 +246,10 @@ func (s *Shard) leave(l *member) {
 
 // servePulls answers every waiting pull that the rules allow, in learner-id
 // order. Answering one pull never blocks another: the new holder's stamp is
-// the current clock.
+// the current clock. Only shard 0 applies the bounded-staleness pull rule
+// (see the package doc for why).
 func (s *Shard) servePulls() {
-	if S := s.cfg.MaxStaleness; S > 0 {
+	if S := s.cfg.MaxStaleness; S > 0 && s.index == 0 {
 		for i := range s.members {
 			if l := &s.members[i]; l.computing && s.clock-l.holds > uint64(S) {
 				return
