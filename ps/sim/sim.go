@@ -1,10 +1,11 @@
 // Package sim is a deterministic discrete-event simulator of λ learners
 // training through the shards of a parameter server. It drives the real
 // protocol core (ps.Shard) with simulated time: learners draw compute times
-// from a seeded distribution, messages take a fixed latency, shards answer
-// instantly. Given a Config (including its Seed) a run is exactly
-// reproducible, so protocol properties (staleness distributions, bounded
-// staleness, no deadlock) are tested over many seeds in milliseconds.
+// from a seeded distribution, messages take a latency (optionally
+// jittered), shards answer instantly. Given a Config (including its Seed) a
+// run is exactly reproducible, so protocol properties (staleness
+// distributions, bounded staleness, no deadlock) are tested over many
+// seeds in milliseconds.
 //
 // # Model
 //
@@ -15,14 +16,15 @@
 // stamp, and pull again at once. Pull minimum clocks are the learner's last
 // stamp under softsync and last stamp + 1 under hardsync (its own push must
 // be applied first). After its last push a learner sends MsgLeave to every
-// shard. Messages between a learner and a shard arrive in order after
-// Config.Latency plus a jitter draw (the link stays in order). Events at equal times run in the order they were
-// scheduled.
+// shard. A message takes Config.Latency plus a draw from [0, Jitter); each
+// link (learner → shard, shard → learner) stays in order. Events at equal
+// times run in the order they were scheduled.
 //
-// The event queue and per-learner random streams (PCG seeded with
-// (Seed, learner id)) make the result independent of anything but the
-// Config. The package is meant to grow: heterogeneous learners (Speed),
-// latency models, shard service times and failures fit the same loop.
+// Randomness comes from PCG streams seeded with (Seed, learner id) for
+// compute times and (Seed, 2⁶⁴−1) for the network, so a run depends on
+// nothing but its Config. The package is meant to grow: heterogeneous
+// learners (Speed), latency models, shard service times and failures fit
+// the same loop.
 package sim
 
 import (
