@@ -1,5 +1,3 @@
-// Package synth makes seeded, gradient-like float32 data for the
-// transport's tests and benchmarks.
 package synth
 
 import "math/rand/v2"
