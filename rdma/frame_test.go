@@ -53,7 +53,7 @@ func TestFrameLayout(t *testing.T) {
 		t.Fatalf("ParseFrame = %+v %q %v %d %v", ph, pd, pp, n, err)
 	}
 	// The trailer makes the checksum over data, payload and trailer a constant.
-	if crc32cRef(got[HeaderSize:]) != crcResidue {
+	if crc32cRef(got[HeaderSize:]) != crcResidue || crcResidue != 0x48674bc7 {
 		t.Fatalf("residue %08x, want %08x", crc32cRef(got[HeaderSize:]), crcResidue)
 	}
 }
