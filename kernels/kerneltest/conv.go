@@ -1,0 +1,95 @@
+package kerneltest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/softsync/softsync/kernels"
+)
+
+// convShapes covers stride, padding, non-square kernels and images, 1×1
+// kernels, and batches large enough for an engine to split into chunks.
+var convShapes = []kernels.ConvShape{
+	{N: 2, C: 3, H: 7, W: 6, OC: 4, KH: 3, KW: 2, PadH: 1, PadW: 0, StrideH: 2, StrideW: 1},
+	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
+	{N: 2, C: 4, H: 6, W: 5, OC: 3, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 1, C: 2, H: 5, W: 5, OC: 2, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+	{N: 4, C: 3, H: 9, W: 9, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 3, StrideW: 3},
+	{N: 1, C: 1, H: 3, W: 3, OC: 1, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 9, C: 8, H: 12, W: 12, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 17, C: 3, H: 10, W: 10, OC: 7, KH: 3, KW: 3, StrideH: 1, StrideW: 1},
+}
+
+func testConv(t *testing.T, e kernels.Engine) {
+	for i, s := range convShapes {
+		t.Run(fmt.Sprintf("%d:%+v", i, s), func(t *testing.T) {
+			r := newRand(uint64(100 + i))
+			x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
+			ws := dirtyWorkspace()
+			for _, bias := range [][]float32{b, nil} {
+				want, mag := naiveConvForward(s, x, w, bias)
+				y := output(s.OutputLen())
+				in := freeze("x", x, "w", w, "b", bias)
+				e.ConvForward(s, x, w, bias, y, ws)
+				in.check(t, "ConvForward")
+				checkTail(t, "y", y, s.OutputLen())
+				approx(t, fmt.Sprintf("y (bias %v)", bias != nil), y, want, mag, sumTol(s.C*s.KH*s.KW))
+			}
+
+			dy := uniform(r, s.OutputLen())
+			g := naiveConvBackward(s, x, w, dy)
+			dx, dw, db := output(s.InputLen()), output(s.WeightLen()), output(s.OC)
+			in := freeze("x", x, "w", w, "dy", dy)
+			e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+			in.check(t, "ConvBackward")
+			checkTail(t, "dx", dx, s.InputLen())
+			checkTail(t, "dw", dw, s.WeightLen())
+			checkTail(t, "db", db, s.OC)
+			p := s.OutH() * s.OutW()
+			approx(t, "dx", dx, g.dx, g.dxMag, sumTol(s.OC*s.KH*s.KW))
+			approx(t, "dw", dw, g.dw, g.dwMag, sumTol(s.N*p))
+			approx(t, "db", db, g.db, g.dbMag, sumTol(s.N*p))
+
+			// dx and db are optional: dw alone must still be right.
+			dw2 := output(s.WeightLen())
+			e.ConvBackward(s, x, w, dy, nil, dw2, nil, ws)
+			approx(t, "dw (dx, db nil)", dw2, g.dw, g.dwMag, sumTol(s.N*p))
+		})
+	}
+}
+
+// dirtyWorkspace returns a workspace whose memory is full of NaNs, so that
+// an engine relying on zeroed scratch memory fails.
+func dirtyWorkspace() *kernels.Workspace {
+	ws := &kernels.Workspace{}
+	buf := ws.Floats(1 << 16)
+	for i := range buf {
+		buf[i] = float32(math.NaN())
+	}
+	return ws
+}
+
+func testConvGradient(t *testing.T, e kernels.Engine) {
+	for i, s := range []kernels.ConvShape{
+		{N: 2, C: 2, H: 5, W: 6, OC: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 1},
+		{N: 3, C: 3, H: 6, W: 6, OC: 2, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			r := newRand(uint64(200 + i))
+			x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
+			g := uniform(r, s.OutputLen())
+			ws := &kernels.Workspace{}
+			y := make([]float32, s.OutputLen())
+			loss := func() float64 {
+				e.ConvForward(s, x, w, b, y, ws)
+				return dot64(g, y)
+			}
+			dx, dw, db := make([]float32, s.InputLen()), make([]float32, s.WeightLen()), make([]float32, s.OC)
+			e.ConvBackward(s, x, w, g, dx, dw, db, ws)
+			gradCheck(t, "dx", r, x, dx, loss, 1e-2, 30, 1e-2, 0.1)
+			gradCheck(t, "dw", r, w, dw, loss, 1e-2, 30, 1e-2, 0.1)
+			gradCheck(t, "db", r, b, db, loss, 1e-2, 30, 1e-2, 0.1)
+		})
+	}
+}

@@ -1,0 +1,15 @@
+// Package kerneltest is the conformance suite every kernels.Engine must
+// pass, and helpers for other packages' tests.
+//
+// Run checks each Engine method against a naive float64 loop reference
+// (per-op tolerances, documented at each check), every backward method
+// against central finite differences of its forward method (fixed seeds),
+// that inputs are never modified, that outputs are overwritten and nothing
+// past their required length is written, that misuse panics with a
+// message naming the argument, that steady-state calls allocate nothing,
+// and that concurrent use with separate workspaces is safe.
+//
+// Engines and ForEachEngine give other packages every engine of the build,
+// so that layer and network tests run on the native and reference engines
+// alike.
+package kerneltest

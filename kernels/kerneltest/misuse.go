@@ -1,0 +1,139 @@
+package kerneltest
+
+import (
+	"testing"
+
+	"github.com/softsync/softsync/kernels"
+)
+
+// testMisuse checks that bad shapes and short slices panic, naming the
+// offending argument, before anything is written.
+func testMisuse(t *testing.T, e kernels.Engine) {
+	f := func(n int) []float32 { return make([]float32, n) }
+	ws := &kernels.Workspace{}
+	cs := kernels.ConvShape{N: 2, C: 3, H: 6, W: 6, OC: 4, KH: 3, KW: 3, StrideH: 1, StrideW: 1}
+	x, w, y := f(cs.InputLen()), f(cs.WeightLen()), f(cs.OutputLen())
+	ps := kernels.PoolShape{Mode: kernels.MaxPool, N: 2, C: 3, H: 6, W: 6, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+	px, py, pm := f(ps.InputLen()), f(ps.OutputLen()), make([]int32, ps.OutputLen())
+	ls := kernels.LRNShape{N: 1, C: 2, H: 4, W: 4, Size: 3, Alpha: 1, Beta: 0.75, K: 1}
+	lx := f(ls.Len())
+
+	cases := []struct {
+		op, want string
+		call     func()
+	}{
+		{"Gemm", "lda", func() { e.Gemm(false, false, 2, 3, 4, 1, f(8), 3, f(12), 3, 0, f(6), 3) }},
+		{"Gemm", "ldc", func() { e.Gemm(false, false, 2, 3, 4, 1, f(8), 4, f(12), 3, 0, f(6), 2) }},
+		{"Gemm", "len(a)", func() { e.Gemm(true, false, 2, 3, 4, 1, f(7), 2, f(12), 3, 0, f(6), 3) }},
+		{"Gemm", "len(b)", func() { e.Gemm(false, true, 2, 3, 4, 1, f(8), 4, f(11), 4, 0, f(6), 3) }},
+		{"Gemm", "len(c)", func() { e.Gemm(false, false, 2, 3, 4, 1, f(8), 4, f(12), 3, 0, f(5), 3) }},
+		{"Gemm", "m = -1", func() { e.Gemm(false, false, -1, 3, 4, 1, f(8), 4, f(12), 3, 0, f(6), 3) }},
+		{"ConvForward", "len(x)", func() { e.ConvForward(cs, x[1:], w, nil, y, ws) }},
+		{"ConvForward", "len(w)", func() { e.ConvForward(cs, x, w[1:], nil, y, ws) }},
+		{"ConvForward", "len(b)", func() { e.ConvForward(cs, x, w, f(3), y, ws) }},
+		{"ConvForward", "len(y)", func() { e.ConvForward(cs, x, w, nil, y[1:], ws) }},
+		{"ConvForward", "StrideH", func() { s := cs; s.StrideH = 0; e.ConvForward(s, x, w, nil, y, ws) }},
+		{"ConvForward", "KW", func() { s := cs; s.KW = 7; e.ConvForward(s, x, w, nil, y, ws) }},
+		{"ConvForward", "PadW", func() { s := cs; s.PadW = -1; e.ConvForward(s, x, w, nil, y, ws) }},
+		{"ConvBackward", "len(dy)", func() { e.ConvBackward(cs, x, w, y[1:], x, w, nil, ws) }},
+		{"ConvBackward", "len(dx)", func() { e.ConvBackward(cs, x, w, y, x[1:], f(cs.WeightLen()), nil, ws) }},
+		{"ConvBackward", "len(dw)", func() { e.ConvBackward(cs, x, w, y, nil, w[1:], nil, ws) }},
+		{"ConvBackward", "len(db)", func() { e.ConvBackward(cs, x, w, y, nil, f(cs.WeightLen()), f(1), ws) }},
+		{"PoolForward", "len(mask)", func() { e.PoolForward(ps, px, py, pm[1:]) }},
+		{"PoolForward", "len(y)", func() { e.PoolForward(ps, px, py[1:], pm) }},
+		{"PoolForward", "PadH", func() { s := ps; s.PadH = 2; e.PoolForward(s, px, py, pm) }},
+		{"PoolForward", "Mode", func() { s := ps; s.Mode = 7; e.PoolForward(s, px, py, pm) }},
+		{"PoolBackward", "len(dx)", func() { e.PoolBackward(ps, py, pm, px[1:]) }},
+		{"PoolBackward", "mask entry", func() {
+			m := make([]int32, ps.OutputLen())
+			m[3] = int32(ps.H * ps.W)
+			e.PoolBackward(ps, py, m, f(ps.InputLen()))
+		}},
+		{"ReLUForward", "len(y)", func() { e.ReLUForward(f(5), f(4)) }},
+		{"ReLUBackward", "len(dy)", func() { e.ReLUBackward(f(5), f(4), f(5)) }},
+		{"ReLUBackward", "len(dx)", func() { e.ReLUBackward(f(5), f(5), f(4)) }},
+		{"LRNForward", "Size", func() { s := ls; s.Size = 2; e.LRNForward(s, lx, f(ls.Len()), f(ls.Len()), ws) }},
+		{"LRNForward", "len(scale)", func() { e.LRNForward(ls, lx, f(ls.Len()), f(ls.Len()-1), ws) }},
+		{"LRNBackward", "len(dy)", func() { e.LRNBackward(ls, lx, lx, lx, lx[1:], f(ls.Len()), ws) }},
+		{"FCForward", "len(w)", func() { e.FCForward(2, 3, 4, f(6), f(11), nil, f(8)) }},
+		{"FCForward", "n = 0", func() { e.FCForward(0, 3, 4, f(6), f(12), nil, f(8)) }},
+		{"FCBackward", "len(dw)", func() { e.FCBackward(2, 3, 4, f(6), f(12), f(8), nil, f(11), nil) }},
+		{"SoftmaxCrossEntropy", "labels[1]", func() { e.SoftmaxCrossEntropy(2, 3, f(6), []int32{0, 3}, f(6), nil) }},
+		{"SoftmaxCrossEntropy", "len(prob)", func() { e.SoftmaxCrossEntropy(2, 3, f(6), []int32{0, 1}, f(5), nil) }},
+	}
+	for _, c := range cases {
+		mustPanic(t, c.op, c.want, c.call)
+	}
+}
+
+// testAllocs checks that, once a workspace has grown, no call allocates.
+// The reference engine is exempt: gonum's Sgemm allocates the goroutines it
+// splits large products over.
+func testAllocs(t *testing.T, e kernels.Engine) {
+	if e.Name() == "reference" {
+		t.Skip("gonum's parallel Sgemm allocates")
+	}
+	r := newRand(1000)
+	ws := &kernels.Workspace{}
+	cs := kernels.ConvShape{N: 4, C: 3, H: 12, W: 12, OC: 8, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1}
+	x, w, b, y := uniform(r, cs.InputLen()), uniform(r, cs.WeightLen()), uniform(r, cs.OC), make([]float32, cs.OutputLen())
+	dx, dw, db := make([]float32, cs.InputLen()), make([]float32, cs.WeightLen()), make([]float32, cs.OC)
+	ps := kernels.PoolShape{Mode: kernels.MaxPool, N: 4, C: 8, H: 12, W: 12, KH: 3, KW: 3, StrideH: 2, StrideW: 2}
+	py, pm, pdx := make([]float32, ps.OutputLen()), make([]int32, ps.OutputLen()), make([]float32, ps.InputLen())
+	ls := kernels.LRNShape{N: 4, C: 8, H: 12, W: 12, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
+	ly, lscale, ldx := make([]float32, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len())
+	labels := []int32{1, 2, 3, 4}
+	prob := make([]float32, 40)
+	step := func() {
+		e.ConvForward(cs, x, w, b, y, ws)
+		e.ConvBackward(cs, x, w, y, dx, dw, db, ws)
+		e.PoolForward(ps, y, py, pm)
+		e.PoolBackward(ps, py, pm, pdx)
+		e.LRNForward(ls, y, ly, lscale, ws)
+		e.LRNBackward(ls, y, ly, lscale, ly, ldx, ws)
+		e.ReLUForward(y, y)
+		e.ReLUBackward(y, ly, ly)
+		e.FCForward(4, 10, 8, x, w, b, y)
+		e.FCBackward(4, 10, 8, x, w, y, dx, dw, db)
+		e.SoftmaxCrossEntropy(4, 8, y, labels, prob, dx)
+	}
+	step()
+	if n := testing.AllocsPerRun(3, step); n != 0 {
+		t.Errorf("a steady-state step allocates %v times, want 0", n)
+	}
+}
+
+// testConcurrent runs forward and backward passes from two goroutines on
+// the same engine, each with its own workspace, and checks both results.
+func testConcurrent(t *testing.T, e kernels.Engine) {
+	s := kernels.ConvShape{N: 6, C: 4, H: 10, W: 10, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	type job struct {
+		x, w, dy, y, dw []float32
+	}
+	jobs := make([]job, 2)
+	for i := range jobs {
+		r := newRand(uint64(1100 + i))
+		jobs[i] = job{uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OutputLen()),
+			make([]float32, s.OutputLen()), make([]float32, s.WeightLen())}
+	}
+	done := make(chan struct{})
+	for i := range jobs {
+		go func(j *job) {
+			defer func() { done <- struct{}{} }()
+			ws := &kernels.Workspace{}
+			for range 5 {
+				e.ConvForward(s, j.x, j.w, nil, j.y, ws)
+				e.ConvBackward(s, j.x, j.w, j.dy, nil, j.dw, nil, ws)
+			}
+		}(&jobs[i])
+	}
+	for range jobs {
+		<-done
+	}
+	for _, j := range jobs {
+		want, mag := naiveConvForward(s, j.x, j.w, nil)
+		approx(t, "y", j.y, want, mag, sumTol(s.C*s.KH*s.KW))
+		g := naiveConvBackward(s, j.x, j.w, j.dy)
+		approx(t, "dw", j.dw, g.dw, g.dwMag, sumTol(s.N*s.OutH()*s.OutW()))
+	}
+}

@@ -1,0 +1,254 @@
+package kerneltest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/softsync/softsync/kernels"
+)
+
+func testReLU(t *testing.T, e kernels.Engine) {
+	r := newRand(5)
+	n := 1037
+	x := uniform(r, n)
+	x[0], x[1] = 0, float32(math.Copysign(0, -1))
+	y := output(n)
+	in := freeze("x", x)
+	e.ReLUForward(x, y)
+	in.check(t, "ReLUForward")
+	checkTail(t, "y", y, n)
+	want := make([]float64, n)
+	for i, v := range x {
+		want[i] = math.Max(float64(v), 0)
+	}
+	approx(t, "y", y, want, nil, 0)
+
+	dy := uniform(r, n)
+	dx := output(n)
+	in = freeze("y", y[:n], "dy", dy)
+	e.ReLUBackward(y[:n], dy, dx)
+	in.check(t, "ReLUBackward")
+	checkTail(t, "dx", dx, n)
+	for i := range want {
+		want[i] = 0
+		if x[i] > 0 {
+			want[i] = float64(dy[i])
+		}
+	}
+	approx(t, "dx", dx, want, nil, 0)
+
+	// In place: y may alias x, dx may alias dy.
+	xy := append([]float32(nil), x...)
+	e.ReLUForward(xy, xy)
+	approx(t, "y (in place)", xy, sliceTo64(y[:n]), nil, 0)
+	d := append([]float32(nil), dy...)
+	e.ReLUBackward(xy, d, d)
+	approx(t, "dx (in place)", d, want, nil, 0)
+
+	// Finite differences away from the kink at 0.
+	for i := range x {
+		if math.Abs(float64(x[i])) < 0.05 {
+			x[i] = 0.5
+		}
+	}
+	g := uniform(r, n)
+	yy := make([]float32, n)
+	loss := func() float64 { e.ReLUForward(x, yy); return dot64(g, yy) }
+	loss()
+	gx := make([]float32, n)
+	e.ReLUBackward(yy, g, gx)
+	gradCheck(t, "dx", r, x, gx, loss, 1e-2, 40, 1e-2, 0.1)
+}
+
+func sliceTo64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+var lrnShapes = []kernels.LRNShape{
+	{N: 2, C: 3, H: 5, W: 6, Size: 3, Alpha: 0.9, Beta: 0.75, K: 1},
+	{N: 1, C: 2, H: 7, W: 4, Size: 5, Alpha: 2, Beta: 0.5, K: 2},
+	{N: 2, C: 2, H: 8, W: 8, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}, // cifar10_full's norm layers
+	{N: 1, C: 1, H: 1, W: 3, Size: 3, Alpha: 1.5, Beta: 1.3, K: 1.2},
+	{N: 2, C: 2, H: 9, W: 11, Size: 1, Alpha: 0.7, Beta: 0.75, K: 1},
+}
+
+func testLRN(t *testing.T, e kernels.Engine) {
+	for i, s := range lrnShapes {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			r := newRand(uint64(500 + i))
+			n := s.Len()
+			x := uniform(r, n)
+			wantScale, wantY := naiveLRN(s, x)
+			y, scale := output(n), output(n)
+			ws := dirtyWorkspace()
+			in := freeze("x", x)
+			e.LRNForward(s, x, y, scale, ws)
+			in.check(t, "LRNForward")
+			checkTail(t, "y", y, n)
+			checkTail(t, "scale", scale, n)
+			// scale is a sum of Size² positive terms; y one power of it.
+			approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
+			approx(t, "y", y, wantY, nil, 1e-5)
+
+			// dx_q = dy_q·scale_q^(−β) − 2αβ/S²·x_q·Σ_{p ∋ q} dy_p·y_p/scale_p.
+			dy := uniform(r, n)
+			want, mag := make([]float64, n), make([]float64, n)
+			c := 2 * float64(s.Alpha) * float64(s.Beta) / float64(s.Size*s.Size)
+			rad := s.Size / 2
+			for q := 0; q < s.N*s.C; q++ {
+				for h := 0; h < s.H; h++ {
+					for w := 0; w < s.W; w++ {
+						k := (q*s.H+h)*s.W + w
+						var sum, sumMag float64
+						for a := max(h-rad, 0); a <= min(h+rad, s.H-1); a++ {
+							for b := max(w-rad, 0); b <= min(w+rad, s.W-1); b++ {
+								p := (q*s.H+a)*s.W + b
+								v := float64(dy[p]) * wantY[p] / wantScale[p]
+								sum += v
+								sumMag += math.Abs(v)
+							}
+						}
+						d := float64(dy[k]) * math.Pow(wantScale[k], -float64(s.Beta))
+						want[k] = d - c*float64(x[k])*sum
+						mag[k] = math.Abs(d) + c*math.Abs(float64(x[k]))*sumMag
+					}
+				}
+			}
+			dx := output(n)
+			in = freeze("x", x, "y", y[:n], "scale", scale[:n], "dy", dy)
+			e.LRNBackward(s, x, y[:n], scale[:n], dy, dx, ws)
+			in.check(t, "LRNBackward")
+			checkTail(t, "dx", dx, n)
+			approx(t, "dx", dx, want, mag, 1e-5)
+		})
+	}
+}
+
+func testLRNGradient(t *testing.T, e kernels.Engine) {
+	for i, s := range lrnShapes[:2] {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			r := newRand(uint64(600 + i))
+			n := s.Len()
+			x, g := uniform(r, n), uniform(r, n)
+			y, scale := make([]float32, n), make([]float32, n)
+			ws := &kernels.Workspace{}
+			loss := func() float64 { e.LRNForward(s, x, y, scale, ws); return dot64(g, y) }
+			loss()
+			dx := make([]float32, n)
+			e.LRNBackward(s, x, y, scale, g, dx, ws)
+			gradCheck(t, "dx", r, x, dx, loss, 1e-2, 40, 1e-2, 0.1)
+		})
+	}
+}
+
+var fcShapes = [][3]int{{1, 1, 1}, {3, 7, 5}, {8, 33, 10}, {16, 50, 20}, {5, 130, 3}}
+
+func testFC(t *testing.T, e kernels.Engine) {
+	for i, sh := range fcShapes {
+		n, in, out := sh[0], sh[1], sh[2]
+		t.Run(fmt.Sprintf("%dx%dx%d", n, in, out), func(t *testing.T) {
+			r := newRand(uint64(700 + i))
+			x, w, b := uniform(r, n*in), uniform(r, out*in), uniform(r, out)
+			for _, bias := range [][]float32{b, nil} {
+				want, mag := naiveGemm(false, true, n, out, in, 1, x, in, w, in, 0, nil, out)
+				if bias != nil {
+					for k := range want {
+						want[k] += float64(bias[k%out])
+						mag[k] += math.Abs(float64(bias[k%out]))
+					}
+				}
+				y := output(n * out)
+				fr := freeze("x", x, "w", w, "b", bias)
+				e.FCForward(n, in, out, x, w, bias, y)
+				fr.check(t, "FCForward")
+				checkTail(t, "y", y, n*out)
+				approx(t, "y", y, want, mag, sumTol(in))
+			}
+			dy := uniform(r, n*out)
+			dx, dw, db := output(n*in), output(out*in), output(out)
+			fr := freeze("x", x, "w", w, "dy", dy)
+			e.FCBackward(n, in, out, x, w, dy, dx, dw, db)
+			fr.check(t, "FCBackward")
+			checkTail(t, "dx", dx, n*in)
+			checkTail(t, "dw", dw, out*in)
+			checkTail(t, "db", db, out)
+			wdw, mdw := naiveGemm(true, false, out, in, n, 1, dy, out, x, in, 0, nil, in)
+			approx(t, "dw", dw, wdw, mdw, sumTol(n))
+			wdx, mdx := naiveGemm(false, false, n, in, out, 1, dy, out, w, in, 0, nil, in)
+			approx(t, "dx", dx, wdx, mdx, sumTol(out))
+			ones := make([]float32, n)
+			for k := range ones {
+				ones[k] = 1
+			}
+			wdb, mdb := naiveGemm(false, false, 1, out, n, 1, ones, n, dy, out, 0, nil, out)
+			approx(t, "db", db, wdb, mdb, sumTol(n))
+			dw2 := output(out * in)
+			e.FCBackward(n, in, out, x, w, dy, nil, dw2, nil)
+			approx(t, "dw (dx, db nil)", dw2, wdw, mdw, sumTol(n))
+		})
+	}
+}
+
+func testFCGradient(t *testing.T, e kernels.Engine) {
+	n, in, out := 4, 9, 6
+	r := newRand(800)
+	x, w, b, g := uniform(r, n*in), uniform(r, out*in), uniform(r, out), uniform(r, n*out)
+	y := make([]float32, n*out)
+	loss := func() float64 { e.FCForward(n, in, out, x, w, b, y); return dot64(g, y) }
+	dx, dw, db := make([]float32, n*in), make([]float32, out*in), make([]float32, out)
+	e.FCBackward(n, in, out, x, w, g, dx, dw, db)
+	gradCheck(t, "dx", r, x, dx, loss, 1e-2, 30, 1e-2, 0.1)
+	gradCheck(t, "dw", r, w, dw, loss, 1e-2, 30, 1e-2, 0.1)
+	gradCheck(t, "db", r, b, db, loss, 1e-2, 30, 1e-2, 0.1)
+}
+
+func testSoftmax(t *testing.T, e kernels.Engine) {
+	r := newRand(900)
+	n, k := 6, 10
+	logits := uniform(r, n*k)
+	for i := range logits {
+		logits[i] *= 4
+	}
+	// One row far from zero, one with a dominant logit: softmax must stay
+	// finite (shift by the row maximum).
+	for j := 0; j < k; j++ {
+		logits[k+j] += 1000
+	}
+	logits[2*k+3] = 80
+	labels := []int32{3, 0, 9, 3, 5, 7}
+	want, wantLoss := naiveSoftmax(n, k, logits, labels)
+	prob, dl := output(n*k), output(n*k)
+	in := freeze("logits", logits)
+	loss := e.SoftmaxCrossEntropy(n, k, logits, labels, prob, dl)
+	in.check(t, "SoftmaxCrossEntropy")
+	checkTail(t, "prob", prob, n*k)
+	checkTail(t, "dlogits", dl, n*k)
+	if math.Abs(float64(loss)-wantLoss) > 1e-5*math.Abs(wantLoss) {
+		t.Errorf("loss = %g, want %g", loss, wantLoss)
+	}
+	approx(t, "prob", prob, want, nil, 1e-5)
+	wantD, magD := make([]float64, n*k), make([]float64, n*k)
+	for i := range want {
+		wantD[i], magD[i] = want[i]/float64(n), want[i]/float64(n)
+		if i%k == int(labels[i/k]) {
+			wantD[i] -= 1 / float64(n)
+			magD[i] += 1 / float64(n)
+		}
+	}
+	approx(t, "dlogits", dl, wantD, magD, 1e-5)
+	if l2 := e.SoftmaxCrossEntropy(n, k, logits, labels, prob, nil); l2 != loss {
+		t.Errorf("loss with dlogits nil = %g, want %g", l2, loss)
+	}
+
+	// Finite differences of the returned loss on moderate logits.
+	z := uniform(r, n*k)
+	d := make([]float32, n*k)
+	e.SoftmaxCrossEntropy(n, k, z, labels, prob, d)
+	f := func() float64 { return float64(e.SoftmaxCrossEntropy(n, k, z, labels, prob, nil)) }
+	gradCheck(t, "dlogits", r, z, d, f, 1e-2, 40, 1e-2, 0.01)
+}
