@@ -318,13 +318,28 @@ func (d *Decoder) decodeZstd(dst, src []byte) error {
 }
 
 // shuffle writes the 4 byte planes of raw (every element's byte 0, then
-// every byte 1, ...) to dst, len(dst) == len(raw), and returns dst.
+// every byte 1, ...) to dst, len(dst) == len(raw), and returns dst. Eight
+// elements (four 8-byte loads) at a time become one 8-byte store per plane.
 func shuffle(dst, raw []byte) []byte {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n]
-	for i := range n {
-		w := raw[4*i : 4*i+4 : 4*i+4]
-		p0[i], p1[i], p2[i], p3[i] = w[0], w[1], w[2], w[3]
+	le := binary.LittleEndian
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		r := raw[4*i : 4*i+32 : 4*i+32]
+		w0, w1, w2, w3 := le.Uint64(r[0:8]), le.Uint64(r[8:16]), le.Uint64(r[16:24]), le.Uint64(r[24:32])
+		plane := func(k uint) uint64 { // byte k of elements i..i+7
+			lo, hi := 8*k, 32+8*k
+			return w0>>lo&0xff | (w0>>hi&0xff)<<8 | (w1>>lo&0xff)<<16 | (w1>>hi&0xff)<<24 |
+				(w2>>lo&0xff)<<32 | (w2>>hi&0xff)<<40 | (w3>>lo&0xff)<<48 | (w3>>hi&0xff)<<56
+		}
+		le.PutUint64(p0[i:i+8], plane(0))
+		le.PutUint64(p1[i:i+8], plane(1))
+		le.PutUint64(p2[i:i+8], plane(2))
+		le.PutUint64(p3[i:i+8], plane(3))
+	}
+	for ; i < n; i++ {
+		p0[i], p1[i], p2[i], p3[i] = raw[4*i], raw[4*i+1], raw[4*i+2], raw[4*i+3]
 	}
 	return dst
 }
@@ -333,9 +348,23 @@ func shuffle(dst, raw []byte) []byte {
 func unshuffle(raw, planes []byte) {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := planes[:n], planes[n:2*n], planes[2*n:3*n], planes[3*n:4*n]
-	for i := range n {
-		w := raw[4*i : 4*i+4 : 4*i+4]
-		w[0], w[1], w[2], w[3] = p0[i], p1[i], p2[i], p3[i]
+	le := binary.LittleEndian
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		b0, b1, b2, b3 := le.Uint64(p0[i:i+8]), le.Uint64(p1[i:i+8]), le.Uint64(p2[i:i+8]), le.Uint64(p3[i:i+8])
+		pair := func(m uint) uint64 { // elements i+2m and i+2m+1
+			lo, hi := 16*m, 16*m+8
+			return b0>>lo&0xff | (b1>>lo&0xff)<<8 | (b2>>lo&0xff)<<16 | (b3>>lo&0xff)<<24 |
+				(b0>>hi&0xff)<<32 | (b1>>hi&0xff)<<40 | (b2>>hi&0xff)<<48 | (b3>>hi&0xff)<<56
+		}
+		r := raw[4*i : 4*i+32 : 4*i+32]
+		le.PutUint64(r[0:8], pair(0))
+		le.PutUint64(r[8:16], pair(1))
+		le.PutUint64(r[16:24], pair(2))
+		le.PutUint64(r[24:32], pair(3))
+	}
+	for ; i < n; i++ {
+		raw[4*i], raw[4*i+1], raw[4*i+2], raw[4*i+3] = p0[i], p1[i], p2[i], p3[i]
 	}
 }
 

@@ -149,11 +149,17 @@ func (s CodecStats) Ratio() float64 {
 	return float64(s.WireBytes) / float64(s.RawBytes)
 }
 
-func (s *CodecStats) add(o CodecStats) {
+// Add accumulates o into s.
+func (s *CodecStats) Add(o CodecStats) {
 	s.Msgs += o.Msgs
 	s.RawBytes += o.RawBytes
 	s.WireBytes += o.WireBytes
 	s.Time += o.Time
+}
+
+// Sub returns s − o: the traffic between an earlier snapshot o and s.
+func (s CodecStats) Sub(o CodecStats) CodecStats {
+	return CodecStats{s.Msgs - o.Msgs, s.RawBytes - o.RawBytes, s.WireBytes - o.WireBytes, s.Time - o.Time}
 }
 
 // Stats counts a connection's traffic, per codec and direction. Frame
@@ -169,8 +175,8 @@ type Stats struct {
 // Add accumulates o into s.
 func (s *Stats) Add(o *Stats) {
 	for i := range s.Sent {
-		s.Sent[i].add(o.Sent[i])
-		s.Recv[i].add(o.Recv[i])
+		s.Sent[i].Add(o.Sent[i])
+		s.Recv[i].Add(o.Recv[i])
 	}
 	s.FrameBytesSent += o.FrameBytesSent
 	s.FrameBytesRecv += o.FrameBytesRecv
@@ -180,7 +186,7 @@ func (s *Stats) Add(o *Stats) {
 // TotalSent sums Sent over all codecs.
 func (s *Stats) TotalSent() (t CodecStats) {
 	for _, c := range s.Sent {
-		t.add(c)
+		t.Add(c)
 	}
 	return t
 }
@@ -188,7 +194,7 @@ func (s *Stats) TotalSent() (t CodecStats) {
 // TotalRecv sums Recv over all codecs.
 func (s *Stats) TotalRecv() (t CodecStats) {
 	for _, c := range s.Recv {
-		t.add(c)
+		t.Add(c)
 	}
 	return t
 }
