@@ -1,3 +1,5 @@
+//go:build noblas || !cgo
+
 package kernels
 
 // NativeBuilt reports whether this binary contains the native engine.
