@@ -90,9 +90,9 @@ func TestLearnMNIST(t *testing.T) {
 	spec, _ := Builtin("lenet")
 	e := fastest(t)
 	// The pure-Go engine is slow: fewer steps, a lower bar.
-	steps, want := 300, 0.95
+	steps, want := 300, 0.92
 	if e.Name() == "reference" {
-		steps, want = 150, 0.90
+		steps, want = 150, 0.88
 	}
 	net := mustNet(t, spec, e, 32, 1)
 	if err := trainSet.CheckShape(net.Input().C, net.Input().H, net.Input().W, net.Classes()); err != nil {
