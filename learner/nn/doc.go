@@ -1,0 +1,22 @@
+// Package nn builds convolutional networks from declarative specs and runs
+// their forward and backward passes on a kernels.Engine.
+//
+// A Spec (Parse, Load, Builtin) describes a network in a small
+// line-oriented text format, documented in docs/network-spec.md: an input
+// shape, then layers (conv, pool, relu, lrn, fc) ending with a softmax
+// cross-entropy loss. Built in are "lenet" (Caffe's MNIST LeNet, 431,080
+// parameters), "cifar10_full" (Caffe's CIFAR-10 network used by the
+// staleness-aware async-SGD paper, 89,578 parameters) and "mlp" (a small
+// fully connected net for fast tests).
+//
+// A Net (New) instantiates a Spec for one batch size. Its parameters and
+// gradients are each one contiguous []float32 in layer order (within a
+// layer the weights, [out][in][kh][kw] or [out][in], then the bias),
+// described by Layout as []sgd.Segment so that a parameter server can
+// shard the vector by range and apply per-layer multipliers. Forward
+// returns the mean loss of a batch, Backward the gradient of that mean.
+// All buffers are allocated when the Net is built; a training step
+// allocates nothing. Activations are NCHW; ReLU runs in place where the
+// layer before it does not need its own output, gradients of activations
+// use two shared buffers, and the first layer computes no input gradient.
+package nn

@@ -1,0 +1,346 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/kerneltest"
+)
+
+func mustParse(t testing.TB, src string) *Spec {
+	t.Helper()
+	s, err := Parse("test.net", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustNet(t testing.TB, s *Spec, e kernels.Engine, batch int, seed uint64) *Net {
+	t.Helper()
+	n, err := New(s, e, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Init(seed)
+	return n
+}
+
+// randomBatch returns batch inputs in [−1, 1) and labels for net n.
+func randomBatch(n *Net, seed uint64) ([]float32, []int32) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	x := make([]float32, n.Batch()*n.Input().Len())
+	for i := range x {
+		x[i] = float32(2*r.Float64() - 1)
+	}
+	labels := make([]int32, n.Batch())
+	for i := range labels {
+		labels[i] = int32(r.IntN(n.Classes()))
+	}
+	return x, labels
+}
+
+// oddSpec puts layers where in-place ReLU is and is not legal: first
+// (input owned by the caller), after an LRN (which reads its output), after
+// pooling and fully connected layers; and a pooling layer before the first
+// layer with parameters (no backward pass needed there).
+const oddSpec = `input channels=2 height=9 width=9
+relu r0
+pool p0 mode=avg kernel=2 stride=1 pad=1
+conv c1 out=3 kernel=3 pad=1 weight=gaussian:0.5 bias=gaussian:0.1
+lrn n1 size=3 alpha=5 beta=0.75
+relu r1
+pool p1 mode=max kernel=3 stride=2
+relu r2
+fc f1 out=6 weight=gaussian:0.5 bias=gaussian:0.1
+relu r3
+fc f2 out=4 weight=gaussian:0.5
+softmax
+`
+
+// TestGradientFiniteDifference compares Backward with central differences
+// of Forward's loss, for every parameter of a small net of every layer
+// kind.
+func TestGradientFiniteDifference(t *testing.T) {
+	spec := mustParse(t, oddSpec)
+	kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+		n := mustNet(t, spec, e, 3, 7)
+		x, labels := randomBatch(n, 3)
+		// Mostly positive inputs: with many zeros after the first ReLU,
+		// max pooling would see exact ties, where the loss has no
+		// derivative.
+		for i := range x {
+			x[i] = 0.6*x[i] + 0.4
+		}
+		x0 := slices.Clone(x)
+		n.Forward(x, labels)
+		if !slices.Equal(x, x0) {
+			t.Fatal("Forward modified its input")
+		}
+		n.Backward()
+		g := slices.Clone(n.Grads())
+		p := n.Params()
+		const eps = 1e-3
+		bad := 0
+		for i := range p {
+			v := p[i]
+			p[i] = v + eps
+			lp := float64(n.Forward(x, labels))
+			p[i] = v - eps
+			lm := float64(n.Forward(x, labels))
+			p[i] = v
+			fd := (lp - lm) / (2 * eps)
+			if math.Abs(fd-float64(g[i])) > 2e-3+2e-2*math.Abs(fd) {
+				if bad++; bad < 5 {
+					t.Errorf("parameter %d: backward %.6g, finite difference %.6g", i, g[i], fd)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("%d of %d gradients wrong", bad, len(p))
+		}
+	})
+}
+
+// TestReLUInPlace checks which ReLUs run in place.
+func TestReLUInPlace(t *testing.T) {
+	n := mustNet(t, mustParse(t, oddSpec), kernels.Reference(), 2, 1)
+	want := []bool{false, false, false, false, false, false, true, false, true, false}
+	if !slices.Equal(n.inPlace, want) {
+		t.Fatalf("in place %v, want %v", n.inPlace, want)
+	}
+	if n.firstParam != 2 {
+		t.Fatalf("first layer with parameters %d, want 2", n.firstParam)
+	}
+}
+
+func TestLayout(t *testing.T) {
+	spec, _ := Builtin("cifar10_full")
+	n := mustNet(t, spec, kernels.Reference(), 1, 1)
+	type seg struct {
+		name      string
+		len       int
+		lr, decay float32
+	}
+	want := []seg{
+		{"conv1.weight", 32 * 3 * 25, 1, 1}, {"conv1.bias", 32, 2, 1},
+		{"conv2.weight", 32 * 32 * 25, 1, 1}, {"conv2.bias", 32, 2, 1},
+		{"conv3.weight", 64 * 32 * 25, 1, 1}, {"conv3.bias", 64, 2, 1},
+		{"ip1.weight", 10 * 1024, 1, 250}, {"ip1.bias", 10, 2, 0},
+	}
+	off := 0
+	for i, s := range n.Layout() {
+		w := want[i]
+		if s.Name != w.name || s.Len != w.len || s.Offset != off || s.LRMult != w.lr || s.DecayMult != w.decay {
+			t.Errorf("segment %d = %+v, want %+v at offset %d", i, s, w, off)
+		}
+		off += s.Len
+	}
+	if off != len(n.Params()) || len(n.Grads()) != off || off != 89578 {
+		t.Fatalf("segments cover %d, params %d, grads %d", off, len(n.Params()), len(n.Grads()))
+	}
+}
+
+func TestInit(t *testing.T) {
+	lenet, _ := Builtin("lenet")
+	e := kernels.Reference()
+	n := mustNet(t, lenet, e, 1, 42)
+	for _, s := range n.Layout() {
+		v := n.Params()[s.Offset : s.Offset+s.Len]
+		if s.Name[len(s.Name)-4:] == "bias" {
+			for _, x := range v {
+				if x != 0 {
+					t.Fatalf("%s: bias %g, want 0", s.Name, x)
+				}
+			}
+			continue
+		}
+		// Xavier: uniform on ±sqrt(3/fan_in), so variance 1/fan_in.
+		fanIn := map[string]float64{"conv1.weight": 25, "conv2.weight": 500, "ip1.weight": 800, "ip2.weight": 500}[s.Name]
+		a := math.Sqrt(3 / fanIn)
+		var ss float64
+		for _, x := range v {
+			if math.Abs(float64(x)) > a {
+				t.Fatalf("%s: %g outside ±%g", s.Name, x, a)
+			}
+			ss += float64(x) * float64(x)
+		}
+		if got := ss / float64(len(v)) * fanIn; math.Abs(got-1) > 0.15 {
+			t.Errorf("%s: variance × fan_in = %.3f, want 1", s.Name, got)
+		}
+	}
+	cifar, _ := Builtin("cifar10_full")
+	c := mustNet(t, cifar, e, 1, 42)
+	for _, s := range c.Layout() {
+		std := map[string]float64{"conv1.weight": 1e-4, "conv2.weight": 0.01, "conv3.weight": 0.01, "ip1.weight": 0.01}[s.Name]
+		if std == 0 {
+			continue
+		}
+		var ss float64
+		for _, x := range c.Params()[s.Offset : s.Offset+s.Len] {
+			ss += float64(x) * float64(x)
+		}
+		if got := math.Sqrt(ss / float64(s.Len)); math.Abs(got/std-1) > 0.06 {
+			t.Errorf("%s: std %.3g, want %.3g", s.Name, got, std)
+		}
+	}
+	// Seeded: the same seed gives the same values, another seed others.
+	m := mustNet(t, lenet, e, 1, 42)
+	if !slices.Equal(m.Params(), n.Params()) {
+		t.Fatal("same seed, different parameters")
+	}
+	m.Init(43)
+	if slices.Equal(m.Params()[:500], n.Params()[:500]) {
+		t.Fatal("different seeds, same parameters")
+	}
+}
+
+// TestCorrect uses a net whose logits equal its input.
+func TestCorrect(t *testing.T) {
+	n := mustNet(t, mustParse(t, "input channels=3 height=1 width=1\nfc out=3\nsoftmax\n"), kernels.Reference(), 4, 1)
+	p := n.Params()
+	clear(p)
+	p[0], p[4], p[8] = 1, 1, 1 // identity weights, zero bias
+	x := []float32{
+		0.1, 0.9, 0.3, // → 1
+		2, -1, 0, // → 0
+		0, 0, 5, // → 2
+		1, 1, 0, // tie → 0
+	}
+	n.Forward(x, []int32{1, 1, 2, 0})
+	if got := n.Correct([]int32{1, 1, 2, 0}); got != 3 {
+		t.Fatalf("Correct = %d, want 3", got)
+	}
+	if got := n.Correct([]int32{1, 1}); got != 1 {
+		t.Fatalf("Correct on a prefix = %d, want 1", got)
+	}
+	// Mean cross-entropy of these logits, computed by hand.
+	want := 0.0
+	for i, l := range []int{1, 1, 2, 0} {
+		row := x[3*i : 3*i+3]
+		var z float64
+		for _, v := range row {
+			z += math.Exp(float64(v))
+		}
+		want += math.Log(z) - float64(row[l])
+	}
+	if want /= 4; math.Abs(float64(n.Loss())-want) > 1e-6 {
+		t.Fatalf("loss %g, want %g", n.Loss(), want)
+	}
+}
+
+// TestWithBatch evaluates with another batch size on the same parameters.
+func TestWithBatch(t *testing.T) {
+	spec, _ := Builtin("lenet")
+	kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+		n := mustNet(t, spec, e, 5, 3)
+		x, labels := randomBatch(n, 4)
+		n.Forward(x, labels)
+		m, err := n.WithBatch(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Forward(x[:2*784], labels[:2])
+		closeTo(t, "logits of the first 2 images", m.Logits(), n.Logits()[:20], 1e-5)
+		n.Params()[len(n.Params())-1] += 1 // a bias of ip2: shared
+		m.Forward(x[:2*784], labels[:2])
+		if d := m.Logits()[9] - n.Logits()[9]; math.Abs(float64(d)-1) > 1e-4 {
+			t.Fatalf("parameter change not seen by WithBatch net: logit moved by %g", d)
+		}
+		if _, err := n.WithBatch(0); err == nil {
+			t.Fatal("batch 0 accepted")
+		}
+	})
+}
+
+// TestNoAllocs: a training step allocates nothing in steady state, on
+// every engine that promises as much (gonum's parallel Sgemm, under the
+// reference engine, allocates), and the network's own code allocates
+// nothing on any engine (checked with the kernels' work left out).
+func TestNoAllocs(t *testing.T) {
+	for _, name := range []string{"lenet", "cifar10_full"} {
+		spec, _ := Builtin(name)
+		engines := append(kerneltest.Engines(t), idleEngine{kernels.Reference()})
+		for _, e := range engines {
+			if e.Name() == "reference" {
+				continue
+			}
+			n := mustNet(t, spec, e, 4, 1)
+			x, labels := randomBatch(n, 1)
+			n.Gradient(x, labels)
+			if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 {
+				t.Errorf("%s on %s: %v allocations per step", name, e.Name(), a)
+			}
+		}
+	}
+}
+
+// idleEngine does none of the kernels' work, so that allocation counts
+// measure the network's own code.
+type idleEngine struct{ kernels.Engine }
+
+func (idleEngine) Name() string { return "idle" }
+func (idleEngine) ConvForward(kernels.ConvShape, []float32, []float32, []float32, []float32, *kernels.Workspace) {
+}
+func (idleEngine) ConvBackward(kernels.ConvShape, []float32, []float32, []float32, []float32, []float32, []float32, *kernels.Workspace) {
+}
+func (idleEngine) FCForward(int, int, int, []float32, []float32, []float32, []float32) {}
+func (idleEngine) FCBackward(int, int, int, []float32, []float32, []float32, []float32, []float32, []float32) {
+}
+func (idleEngine) SoftmaxCrossEntropy(int, int, []float32, []int32, []float32, []float32) float32 {
+	return 0
+}
+
+// TestConcurrentNets runs several networks on one engine at once; each
+// must compute exactly what it computes alone.
+func TestConcurrentNets(t *testing.T) {
+	spec, _ := Builtin("cifar10_full")
+	kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+		const k = 4
+		var nets [k]*Net
+		var want [k][]float32
+		for i := range nets {
+			nets[i] = mustNet(t, spec, e, 2, uint64(i))
+			x, labels := randomBatch(nets[i], uint64(i))
+			nets[i].Gradient(x, labels)
+			want[i] = slices.Clone(nets[i].Grads())
+		}
+		var wg sync.WaitGroup
+		for i := range nets {
+			wg.Go(func() {
+				x, labels := randomBatch(nets[i], uint64(i))
+				for range 3 {
+					nets[i].Gradient(x, labels)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range nets {
+			if !slices.Equal(nets[i].Grads(), want[i]) {
+				t.Fatalf("net %d: concurrent gradients differ from sequential ones", i)
+			}
+		}
+	})
+}
+
+func TestForwardMisuse(t *testing.T) {
+	n := mustNet(t, mustParse(t, "input channels=1 height=2 width=2\nfc out=2\nsoftmax\n"), kernels.Reference(), 2, 1)
+	for name, f := range map[string]func(){
+		"short x":     func() { n.Forward(make([]float32, 7), []int32{0, 1}) },
+		"few labels":  func() { n.Forward(make([]float32, 8), []int32{0}) },
+		"label range": func() { n.Forward(make([]float32, 8), []int32{0, 2}) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
