@@ -21,12 +21,17 @@ var (
 )
 
 // Config selects how New builds the native engine. The zero value asks
-// for the defaults: BLAS threads = cores available to the process, the
+// for the defaults: threads = cores available to the process, the
 // OpenBLAS kernel chosen from the CPU's features, the library found by the
 // dynamic loader or in the directory recorded at build time.
+//
+// OpenBLAS reads its settings from the environment, once, when it is
+// loaded; New therefore sets OPENBLAS_CORETYPE and OPENBLAS_THREAD_TIMEOUT
+// in the process environment just before loading it. It reads none.
 type Config struct {
-	// Threads is the number of OpenBLAS threads; 0 means the number of
-	// cores available to the process (its CPU affinity set).
+	// Threads is the number of threads of OpenBLAS and of the C kernels;
+	// 0 means the number of cores available to the process (its CPU
+	// affinity set).
 	Threads int
 	// CoreType is an OpenBLAS core the user asked for (the value of
 	// OPENBLAS_CORETYPE, read by the caller). Empty means: choose from the

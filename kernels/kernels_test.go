@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -17,7 +18,9 @@ func TestNewReference(t *testing.T) {
 	if err != nil || e.Name() != "reference" || info.Engine != "reference" || info.Fallback {
 		t.Fatalf("New(Reference) = %v, %+v, %v", e.Name(), info, err)
 	}
-	if _, _, err := kernels.New(kernels.Config{Threads: -1}); err == nil {
-		t.Fatal("New accepted Threads = -1")
+	for _, cfg := range []kernels.Config{{Threads: -1}, {ThreadTimeout: 3}, {ThreadTimeout: 31}} {
+		if _, _, err := kernels.New(cfg); !errors.Is(err, kernels.ErrConfig) {
+			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)
+		}
 	}
 }

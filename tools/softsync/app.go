@@ -128,13 +128,11 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 	if retry != "" && !info.Fallback {
 		info.CoreReason = fmt.Sprintf("fallback: core %s failed the start-up GEMM check", retry)
 	}
-	if info.Fallback && errors.Is(info.FallbackErr, kernels.ErrVerify) && retry == "" && userCore() == "" {
-		if lower := kernels.LowerCore(info.CoreType); lower != "" {
-			a.Log.Warn("OpenBLAS kernel failed the start-up check; re-executing with a lower core",
-				"core", info.CoreType, "next", lower, "err", info.FallbackErr)
-			if err := reexec(lower, info.CoreType); err != nil {
-				a.Log.Error("re-exec failed", "err", err)
-			}
+	if lower := retryCore(info, retry, userCore()); lower != "" {
+		a.Log.Warn("OpenBLAS kernel failed the start-up check; re-executing with a lower core",
+			"core", info.CoreType, "next", lower, "err", info.FallbackErr)
+		if err := reexec(lower, info.CoreType); err != nil {
+			a.Log.Error("re-exec failed", "err", err)
 		}
 	}
 	if info.Fallback && a.Engine == "native" {
@@ -145,6 +143,17 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 	}
 	a.engine, a.info = e, info
 	return e, info, nil
+}
+
+// retryCore returns the core to re-execute with after New reported info:
+// one step below a core softsync chose itself that failed the start-up
+// check, on the first attempt only (retry empty), never when the user
+// chose the core (user non-empty); "" means no re-exec.
+func retryCore(info kernels.Info, retry, user string) string {
+	if !info.Fallback || !errors.Is(info.FallbackErr, kernels.ErrVerify) || retry != "" || user != "" {
+		return ""
+	}
+	return kernels.LowerCore(info.CoreType)
 }
 
 // reexec replaces the process with itself, OPENBLAS_CORETYPE set to core.

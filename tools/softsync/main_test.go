@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/softsync/softsync/kernels"
 )
 
 func run(t *testing.T, args ...string) string {
@@ -59,6 +62,31 @@ func TestBadFlags(t *testing.T) {
 		root.SetArgs(args)
 		if err := root.Execute(); err == nil {
 			t.Errorf("softsync %s: no error", strings.Join(args, " "))
+		}
+	}
+}
+
+func TestRetryCore(t *testing.T) {
+	failed := func(core string, err error) kernels.Info {
+		return kernels.Info{CoreType: core, Fallback: true, FallbackErr: fmt.Errorf("wrapped: %w", err)}
+	}
+	cases := []struct {
+		name        string
+		info        kernels.Info
+		retry, user string
+		want        string
+	}{
+		{"chosen core failed", failed("ZEN", kernels.ErrVerify), "", "", "HASWELL"},
+		{"AVX-512 core failed", failed("SKYLAKEX", kernels.ErrVerify), "", "", "HASWELL"},
+		{"second failure", failed("HASWELL", kernels.ErrVerify), "ZEN", "", ""},
+		{"user's core failed", failed("ZEN", kernels.ErrVerify), "", "ZEN", ""},
+		{"OpenBLAS's own choice failed", failed("", kernels.ErrVerify), "", "", ""},
+		{"no library", failed("ZEN", kernels.ErrNoLibrary), "", "", ""},
+		{"no failure", kernels.Info{CoreType: "ZEN"}, "", "", ""},
+	}
+	for _, c := range cases {
+		if got := retryCore(c.info, c.retry, c.user); got != c.want {
+			t.Errorf("%s: retryCore = %q, want %q", c.name, got, c.want)
 		}
 	}
 }
