@@ -158,11 +158,8 @@ static void db_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	const conv_job *j = ctx;
 	for (ptrdiff_t o = lo; o < hi; o++) {
 		float sum = 0.0f;
-		for (int n = 0; n < j->s->n; n++) {
-			const float *d = j->src + n * j->out + o * j->p;
-			for (ptrdiff_t i = 0; i < j->p; i++)
-				sum += d[i];
-		}
+		for (int n = 0; n < j->s->n; n++)
+			sum += ss_sum(j->src + n * j->out + o * j->p, j->p);
 		j->dst[o] = sum;
 	}
 }

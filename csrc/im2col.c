@@ -98,10 +98,11 @@ void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0
 }
 
 /* Tile edge of the blocked transpose: a 16 x 16 float tile is 1 KiB of
- * source and 1 KiB of destination, well inside L1. */
+ * source and 1 KiB of destination, well inside L1. The loop runs near
+ * memory bandwidth as scalar code; the AVX2 build is no faster, so it is
+ * not multiversioned. */
 enum { TILE = 16 };
 
-SS_MULTIVERSION
 void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_ld,
                   ptrdiff_t rows, ptrdiff_t cols, float add)
 {

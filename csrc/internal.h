@@ -37,6 +37,11 @@ ptrdiff_t ss_grain(ptrdiff_t item_floats);
 void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_ld,
                   ptrdiff_t rows, ptrdiff_t cols, float add);
 
+/* ss_sum returns the sum of x[0..n) accumulated in eight interleaved
+ * partial sums (lane l takes x[i] with i % 8 == l), a fixed order that
+ * vectorises without reassociation. */
+float ss_sum(const float *x, ptrdiff_t n);
+
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }
 

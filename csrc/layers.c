@@ -47,6 +47,19 @@ void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx)
 	ss_parallel_for(0, n, relu_grain(), relu_backward_part, &j);
 }
 
+SS_MULTIVERSION
+float ss_sum(const float *x, ptrdiff_t n)
+{
+	float acc[8] = {0};
+	ptrdiff_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += x[i + l];
+	for (; i < n; i++)
+		acc[i % 8] += x[i];
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 /* ---- LRN ---- */
 
 /* lrn_box_rows writes, for each pixel of the h x w plane in, the sum of

@@ -5,8 +5,10 @@ package kernels
 /*
 #cgo CFLAGS: -std=c99 -O3 -Wall -Wextra -I${SRCDIR}/../csrc
 #cgo LDFLAGS: -ldl -lm
-// The kernels neither keep pointers nor call back into Go: arguments may
-// stay on the Go stack (no allocation per call).
+// The kernels neither keep pointers past the call nor call back into Go,
+// so arguments may stay on the Go stack (no allocation per call); the C
+// threads that share a call's work finish before it returns, while the
+// calling goroutine's stack cannot move.
 #cgo noescape ss_sgemm
 #cgo nocallback ss_sgemm
 #cgo noescape ss_conv_group
@@ -53,8 +55,9 @@ func NativeBuilt() bool { return true }
 // native is the cgo engine: csrc kernels with OpenBLAS GEMM. It is stateless
 // apart from the process-wide OpenBLAS, so it is safe for concurrent use.
 type native struct {
-	// group is the column-matrix budget, in floats, that decides how many
-	// images one convolution GEMM covers (ss_conv_group).
+	// budget bounds, in floats, the column matrix of one convolution
+	// GEMM, which decides how many images it covers (ss_conv_group);
+	// 0 means defaultConvBudget.
 	budget int
 }
 
