@@ -15,6 +15,10 @@
 #define SS_MULTIVERSION
 #endif
 
+/* SS_MAX_THREADS bounds the thread pool, so that per-part results can
+ * live in fixed arrays. */
+#define SS_MAX_THREADS 256
+
 /* ss_range_fn processes items [lo, hi) of a job; ctx is the job's data
  * and part the index, below ss_threads(), of the range (for per-thread
  * scratch memory). */

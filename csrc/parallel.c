@@ -8,8 +8,6 @@
 
 #include "internal.h"
 
-#define SS_MAX_THREADS 256
-
 static struct {
 	pthread_mutex_t lock;    /* guards every field below */
 	pthread_cond_t wake;     /* a new job (generation) is posted */

@@ -31,6 +31,7 @@ typedef struct {
 	float *y, *dx;
 	int *mask;
 	const int *cmask;
+	ptrdiff_t bad[SS_MAX_THREADS]; /* backward: mask entries outside the plane, per part */
 } pool_job;
 
 /* Outputs per chunk of a row's interior, kept in registers or L1. */
@@ -355,7 +356,6 @@ static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 SS_MULTIVERSION
 static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	(void)part;
 	const pool_job *j = ctx;
 	const ss_pool_shape *s = j->s;
 	const int oh = j->oh, ow = j->ow;
@@ -367,8 +367,15 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		float *dxp = j->dx + q * plane;
 		if (s->mode == SS_POOL_MAX) {
 			const int *mp = j->cmask + q * oplane;
-			for (ptrdiff_t o = 0; o < oplane; o++)
-				dxp[mp[o]] += dyp[o];
+			ptrdiff_t bad = 0;
+			for (ptrdiff_t o = 0; o < oplane; o++) {
+				/* A corrupted mask must not write outside dx. */
+				if (mp[o] >= 0 && mp[o] < plane)
+					dxp[mp[o]] += dyp[o];
+				else
+					bad++;
+			}
+			((pool_job *)ctx)->bad[part] += bad;
 			continue;
 		}
 		if (flat) {
@@ -398,10 +405,14 @@ void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask
 	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part, &j);
 }
 
-void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+ptrdiff_t ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
 {
 	pool_job j = {.s = s, .dy = dy, .dx = dx, .cmask = mask,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
 	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part, &j);
+	ptrdiff_t bad = 0;
+	for (int i = 0; i < SS_MAX_THREADS; i++)
+		bad += j.bad[i];
+	return bad;
 }

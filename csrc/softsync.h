@@ -162,9 +162,10 @@ int ss_pool_out(int in, int k, int pad, int stride);
 void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask);
 
 /* ss_pool_backward overwrites dx with the gradient of the pooling from
- * dy: through mask for max pooling (entries must lie in [0, H*W)), spread
- * evenly over each window for average pooling. */
-void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
+ * dy: through mask for max pooling, spread evenly over each window for
+ * average pooling. Mask entries outside [0, H*W) are skipped and counted:
+ * the count is returned (0 for a mask written by ss_pool_forward). */
+ptrdiff_t ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
 
 /* ---- element-wise, LRN, FC, loss (layers.c) ---- */
 

@@ -178,13 +178,16 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 	ps := poolShape(s)
 	var m *C.int
 	if s.Mode == MaxPool {
+		m = iptr(mask)
+	}
+	// The C kernel skips and counts mask entries outside the input plane,
+	// so a corrupted mask never writes out of bounds; report the first.
+	if C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx)) != 0 {
 		plane := s.H * s.W
 		for _, v := range mask[:s.OutputLen()] {
 			checkMaskEntry(v, plane)
 		}
-		m = iptr(mask)
 	}
-	C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx))
 }
 
 func (native) ReLUForward(x, y []float32) {

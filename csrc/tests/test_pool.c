@@ -74,9 +74,16 @@ static void test_shape(ss_pool_shape s)
 	CHECK(mask[out] == -77, "mask written past its end");
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN;
-	ss_pool_backward(&s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx);
+	CHECK(ss_pool_backward(&s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx) == 0, "bad mask entries reported");
 	for (size_t i = 0; i < in; i++)
 		CHECK(fabs(dx[i] - want[i]) <= 1e-6 * (1.0 + fabs(want[i])), "dx[%zu] = %g, want %g", i, dx[i], want[i]);
+	if (s.mode == SS_POOL_MAX && out >= 2) {
+		/* A corrupted mask is skipped and counted, never followed. */
+		mask[0] = -5;
+		mask[out - 1] = s.h * s.w;
+		CHECK(ss_pool_backward(&s, dy, mask, dx) == 2, "corrupted mask entries not counted");
+		check_guards(dx, in, "dx after a corrupted mask");
+	}
 	check_guards(x, in, "x");
 	check_guards(y, out, "y");
 	check_guards(dy, out, "dy");
