@@ -1,5 +1,6 @@
-/* im2col and its adjoint col2im over a group of images stored batch
- * innermost (CHWN), and the transposes between NCHW and that layout.
+/* im2col and its adjoint col2im over g images stored batch innermost
+ * (CHWN; g = 1 is a plain CHW image), and the transposes between NCHW and
+ * that layout.
  *
  * With the batch innermost, the column entries of all g images for one
  * (kernel tap, output pixel) are contiguous in the input, so im2col copies
@@ -21,11 +22,12 @@ static void col_range(int ow, int w, int pad, int stride, int j, int *lo, int *h
 	*hi = ss_imax(*lo, ss_imin(b, ow));
 }
 
-void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t r0, ptrdiff_t r1)
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t ld,
+               ptrdiff_t r0, ptrdiff_t r1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
 	const int sh = s->stride_h, sw = s->stride_w, kk = s->kh * s->kw;
-	const ptrdiff_t ld = (ptrdiff_t)oh * ow * g, row = (ptrdiff_t)s->w * g;
+	const ptrdiff_t row = (ptrdiff_t)s->w * g;
 	const size_t run = sizeof(float) * (size_t)g;
 	for (ptrdiff_t r = r0; r < r1; r++) {
 		const int c = (int)(r / kk), i = (int)(r % kk) / s->kw, j = (int)(r % s->kw);
@@ -46,6 +48,9 @@ void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdif
 				if (hi > lo)
 					memcpy(dst + (ptrdiff_t)lo * g, src + (ptrdiff_t)(lo + off) * g,
 					       run * (size_t)(hi - lo));
+			} else if (g == 1) {
+				for (int o = lo; o < hi; o++)
+					dst[o] = src[o * sw + off];
 			} else {
 				for (int o = lo; o < hi; o++)
 					memcpy(dst + (ptrdiff_t)o * g, src + (ptrdiff_t)(o * sw + off) * g, run);
@@ -63,11 +68,11 @@ static void add_run(float *restrict dst, const float *restrict src, ptrdiff_t n)
 		dst[i] += src[i];
 }
 
-void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0, int c1)
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, int c0, int c1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
 	const int sh = s->stride_h, sw = s->stride_w;
-	const ptrdiff_t ld = (ptrdiff_t)oh * ow * g, row = (ptrdiff_t)s->w * g;
+	const ptrdiff_t row = (ptrdiff_t)s->w * g;
 	const ptrdiff_t plane_len = (ptrdiff_t)s->h * row;
 	memset(x + c0 * plane_len, 0, sizeof(float) * (size_t)((c1 - c0) * plane_len));
 	for (int c = c0; c < c1; c++) {
@@ -87,6 +92,9 @@ void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0
 					if (sw == 1) {
 						add_run(dst + (ptrdiff_t)(lo + off) * g, src + (ptrdiff_t)lo * g,
 						        (ptrdiff_t)(hi - lo) * g);
+					} else if (g == 1) {
+						for (int o = lo; o < hi; o++)
+							dst[o * sw + off] += src[o];
 					} else {
 						for (int o = lo; o < hi; o++)
 							add_run(dst + (ptrdiff_t)(o * sw + off) * g, src + (ptrdiff_t)o * g, g);

@@ -109,42 +109,56 @@ void ss_set_min_parallel_floats(ptrdiff_t floats);
 
 /* ---- im2col / col2im (im2col.c) ---- */
 
-/* ss_im2col writes rows [r0, r1) of the column matrix of a group of g
- * images. x holds the group batch innermost (CHWN): pixel (c, h, w) of
- * image n at ((c*H + h)*W + w)*g + n. Row r = (c*kh + i)*kw + j of col
- * starts at col + r*OH*OW*g and holds, at column (oh*OW + ow)*g + n, the
- * pixel (c, oh*stride_h - pad_h + i, ow*stride_w - pad_w + j) of image n,
- * or 0 outside the image. With g = 1 the layouts are plain CHW. */
-void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t r0, ptrdiff_t r1);
+/* ss_im2col writes rows [r0, r1) of the column matrix of g images. x
+ * holds them batch innermost (CHWN): pixel (c, h, w) of image n at
+ * ((c*H + h)*W + w)*g + n; with g = 1 that is one plain CHW image. Row
+ * r = (c*kh + i)*kw + j of col starts at col + r*ld and holds, at column
+ * (oh*OW + ow)*g + n, the pixel (c, oh*stride_h - pad_h + i,
+ * ow*stride_w - pad_w + j) of image n, or 0 outside the image. ld >=
+ * OH*OW*g; a larger ld leaves room for other images' columns beside
+ * these (the image-major layout of ss_conv_forward). */
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t ld,
+               ptrdiff_t r0, ptrdiff_t r1);
 
 /* ss_col2im is the adjoint of ss_im2col for channels [c0, c1): it
  * overwrites those channels of x (CHWN, g images) with, at each pixel, the
  * sum of the column entries ss_im2col would have copied from it. The rows
  * of a channel touch no other channel's pixels. */
-void ss_col2im(const ss_conv_shape *s, int g, const float *col, float *x, int c0, int c1);
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, int c0, int c1);
 
 /* ---- convolution (conv.c) ---- */
 
+/* Column layouts of a group's GEMM (see conv.c). */
+enum {
+	SS_CONV_CHWN = 0,  /* batch innermost: column p*g + n */
+	SS_CONV_NCHW = 1   /* image-major: column n*P + p */
+};
+
+/* ss_conv_layout returns the faster layout for the shape: image-major
+ * when output rows are long (OW >= 24: im2col copies them whole and no
+ * transposes are needed), batch-innermost otherwise. */
+int ss_conv_layout(const ss_conv_shape *s);
+
 /* ss_conv_group returns how many images one GEMM should cover so that the
  * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
- * budget floats, at least 1 and at most s->n. The images of a group are
- * transposed to batch-innermost order for ss_im2col and back. */
+ * budget floats, at least 1 and at most s->n. */
 int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 
 /* ss_conv_workspace returns the number of floats of scratch memory
  * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
- * for a given group. */
-ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int backward);
+ * for a group size and layout. */
+ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int layout, int backward);
 
 /* ss_conv_forward computes y = conv(x, w) + b for the batch, group images
- * per GEMM; b may be NULL. ws holds ss_conv_workspace(s, group, 0) floats. */
-void ss_conv_forward(const ss_conv_shape *s, int group, const float *x,
+ * per GEMM in the given layout; b may be NULL. ws holds
+ * ss_conv_workspace(s, group, layout, 0) floats. */
+void ss_conv_forward(const ss_conv_shape *s, int group, int layout, const float *x,
                      const float *w, const float *b, float *y, float *ws);
 
 /* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
  * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
- * ss_conv_workspace(s, group, 1) floats. */
-void ss_conv_backward(const ss_conv_shape *s, int group, const float *x,
+ * ss_conv_workspace(s, group, layout, 1) floats. */
+void ss_conv_backward(const ss_conv_shape *s, int group, int layout, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws);
 

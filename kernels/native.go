@@ -12,6 +12,8 @@ package kernels
 #cgo noescape ss_sgemm
 #cgo nocallback ss_sgemm
 #cgo noescape ss_conv_group
+#cgo noescape ss_conv_layout
+#cgo nocallback ss_conv_layout
 #cgo nocallback ss_conv_group
 #cgo noescape ss_conv_workspace
 #cgo nocallback ss_conv_workspace
@@ -59,7 +61,16 @@ type native struct {
 	// GEMM, which decides how many images it covers (ss_conv_group);
 	// 0 means defaultConvBudget.
 	budget int
+	// layout forces a convolution column layout (layoutCHWN or
+	// layoutNCHW); 0 lets ss_conv_layout choose per shape.
+	layout int
 }
+
+// Forced convolution layouts of native.layout (tests run both).
+const (
+	layoutCHWN = 1 + C.SS_CONV_CHWN
+	layoutNCHW = 1 + C.SS_CONV_NCHW
+)
 
 var _ Engine = native{}
 
@@ -130,30 +141,34 @@ func convShape(s ConvShape) C.ss_conv_shape {
 		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW)}
 }
 
-// convScratch returns the GEMM group size and a workspace slice large
-// enough for it.
-func (e native) convScratch(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, []float32) {
+// convPlan returns the GEMM group size, the column layout and a workspace
+// slice large enough for them.
+func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, C.int, []float32) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
+	layout := C.ss_conv_layout(cs)
+	if e.layout != 0 {
+		layout = C.int(e.layout - 1)
+	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(cs, g, cbool(backward))
-	return g, ws.Floats(int(need))
+	need := C.ss_conv_workspace(cs, g, layout, cbool(backward))
+	return g, layout, ws.Floats(int(need))
 }
 
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
-	g, buf := e.convScratch(&cs, false, ws)
-	C.ss_conv_forward(&cs, g, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf))
+	g, layout, buf := e.convPlan(&cs, false, ws)
+	C.ss_conv_forward(&cs, g, layout, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf))
 }
 
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
-	g, buf := e.convScratch(&cs, true, ws)
-	C.ss_conv_backward(&cs, g, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf))
+	g, layout, buf := e.convPlan(&cs, true, ws)
+	C.ss_conv_backward(&cs, g, layout, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf))
 }
 
 func poolShape(s PoolShape) C.ss_pool_shape {

@@ -3,6 +3,7 @@
 package kernels_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -24,4 +25,21 @@ func TestNativeParallel(t *testing.T) {
 		kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	}()
 	kerneltest.Run(t, e)
+}
+
+// TestNativeConvPlans runs the convolution tests with each column layout
+// forced, with one image per GEMM and with uneven groups, so that every
+// path of csrc/conv.c is checked whatever the shapes would choose.
+func TestNativeConvPlans(t *testing.T) {
+	if _, info, _ := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")}); info.Fallback {
+		t.Fatal(info.FallbackErr)
+	}
+	for _, layout := range []string{"chwn", "nchw"} {
+		for _, budget := range []int{1, 4000, 57601, 0} {
+			e := kernels.NativeWith(budget, layout)
+			t.Run(fmt.Sprintf("%s/budget=%d", layout, budget), func(t *testing.T) {
+				kerneltest.RunConv(t, e)
+			})
+		}
+	}
 }

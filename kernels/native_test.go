@@ -47,6 +47,10 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 // SetMinParallelFloats is exported to the external tests.
 var SetMinParallelFloats = setMinParallelFloats
 
-// NativeWithBudget returns the native engine with a given convolution
-// column-matrix budget (floats), for tuning benchmarks.
-func NativeWithBudget(floats int) Engine { return native{budget: floats} }
+// NativeWith returns the native engine with a given convolution
+// column-matrix budget (floats; 0 = default) and a forced column layout
+// ("chwn", "nchw", or "" to choose per shape), for tests and tuning.
+func NativeWith(floats int, layout string) Engine {
+	l := map[string]int{"chwn": layoutCHWN, "nchw": layoutNCHW}[layout]
+	return native{budget: floats, layout: l}
+}

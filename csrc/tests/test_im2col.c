@@ -44,8 +44,8 @@ static void test_shape(const ss_conv_shape *s, int g)
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
 	/* Two row ranges, as the threads of a convolution would. */
-	ss_im2col(s, g, x, col, 0, rows / 2);
-	ss_im2col(s, g, x, col, rows / 2, rows);
+	ss_im2col(s, g, x, col, (ptrdiff_t)p * g, 0, rows / 2);
+	ss_im2col(s, g, x, col, (ptrdiff_t)p * g, rows / 2, rows);
 	for (int r = 0; r < rows; r++)
 		for (int q = 0; q < p; q++)
 			for (int n = 0; n < g; n++) {
@@ -61,8 +61,8 @@ static void test_shape(const ss_conv_shape *s, int g)
 		c2[i] = uniform();
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN; /* must be overwritten */
-	ss_col2im(s, g, c2, dx, 0, s->c / 2);
-	ss_col2im(s, g, c2, dx, s->c / 2, s->c);
+	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, 0, s->c / 2);
+	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, s->c / 2, s->c);
 	double *want = zeros(in);
 	double lhs = 0.0, rhs = 0.0;
 	for (int r = 0; r < rows; r++)
@@ -90,8 +90,47 @@ static void test_shape(const ss_conv_shape *s, int g)
 	release(dx);
 }
 
+/* test_image_major checks one image written into block 1 of a matrix
+ * shared by three images side by side (ld = 3*P), as the image-major
+ * layout of a convolution does; the other blocks must stay untouched. */
+static void test_image_major(const ss_conv_shape *s)
+{
+	const int oh = out_h(s), ow = out_w(s), p = oh * ow;
+	const int rows = s->c * s->kh * s->kw;
+	const size_t in = (size_t)s->c * (size_t)s->h * (size_t)s->w;
+	const ptrdiff_t ld = 3 * (ptrdiff_t)p;
+	const size_t cols = (size_t)rows * (size_t)ld;
+	float *x = guarded(in), *col = guarded(cols), *dx = guarded(in);
+	for (size_t i = 0; i < in; i++)
+		x[i] = uniform();
+	ss_im2col(s, 1, x, col + p, ld, 0, rows);
+	for (int r = 0; r < rows; r++)
+		for (ptrdiff_t q = 0; q < ld; q++) {
+			float got = col[r * ld + q];
+			if (q < p || q >= 2 * p) {
+				CHECK(got == GUARD_VALUE, "image-major im2col wrote row %d column %td outside its block", r, q);
+				continue;
+			}
+			long k = pixel(s, 1, r, (int)(q - p) / ow, (int)(q - p) % ow, 0);
+			CHECK(got == (k < 0 ? 0.0f : x[k]), "image-major im2col row %d pixel %td", r, q - p);
+		}
+	/* col2im of that block must give the adjoint: <col, col> = <x, col2im(col)>. */
+	ss_col2im(s, 1, col + p, ld, dx, 0, s->c);
+	double lhs = 0.0, rhs = 0.0;
+	for (int r = 0; r < rows; r++)
+		for (int q = 0; q < p; q++)
+			lhs += (double)col[r * ld + p + q] * col[r * ld + p + q];
+	for (size_t i = 0; i < in; i++)
+		rhs += (double)x[i] * dx[i];
+	CHECK(fabs(lhs - rhs) <= 1e-4 * (1.0 + fabs(lhs)), "image-major adjoint: %g != %g", lhs, rhs);
+	check_guards(col, cols, "col"), check_guards(dx, in, "dx");
+	release(x), release(col), release(dx);
+}
+
 int main(void)
 {
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+		test_image_major(&shapes[i]);
 	for (int g = 1; g <= 3; g++)
 		for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
 			test_shape(&shapes[i], g);

@@ -8,13 +8,13 @@
 
 static int out_dim(int in, int k, int pad, int stride) { return (in + 2 * pad - k) / stride + 1; }
 
-static void test_conv(ss_conv_shape s, ptrdiff_t budget)
+static void test_conv(ss_conv_shape s, ptrdiff_t budget, int layout)
 {
 	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
 	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
 	const size_t out = (size_t)s.n * s.oc * oh * ow;
 	const int g = ss_conv_group(&s, budget);
-	const size_t wsf = (size_t)ss_conv_workspace(&s, g, 0), wsb = (size_t)ss_conv_workspace(&s, g, 1);
+	const size_t wsf = (size_t)ss_conv_workspace(&s, g, layout, 0), wsb = (size_t)ss_conv_workspace(&s, g, layout, 1);
 	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
 	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
 	float *ws = guarded(wsf > wsb ? wsf : wsb);
@@ -47,9 +47,9 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget)
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
-	ss_conv_forward(&s, g, x, w, b, y, ws);
+	ss_conv_forward(&s, g, layout, x, w, b, y, ws);
 	check_guards(ws, wsf > wsb ? wsf : wsb, "forward workspace");
-	ss_conv_backward(&s, g, x, w, dy, dx, dw, db, ws);
+	ss_conv_backward(&s, g, layout, x, w, dy, dx, dw, db, ws);
 	check_guards(ws, wsf > wsb ? wsf : wsb, "backward workspace");
 	for (size_t i = 0; i < out; i++)
 		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "g=%d y[%zu] = %g, want %g", g, i, y[i], wy[i]);
@@ -146,11 +146,12 @@ int main(void)
 	for (int threads = 1; threads <= 3; threads += 2) {
 		ss_threads_init(threads);
 		ss_set_min_parallel_floats(1);
-		for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
-			test_conv(convs[i], 1);        /* one image per GEMM */
-			test_conv(convs[i], 1 << 30);  /* the whole batch */
-			test_conv(convs[i], 3 * (ptrdiff_t)convs[i].c * convs[i].kh * convs[i].kw * 16); /* uneven groups */
-		}
+		for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+			for (int layout = SS_CONV_CHWN; layout <= SS_CONV_NCHW; layout++) {
+				test_conv(convs[i], 1, layout);        /* one image per GEMM */
+				test_conv(convs[i], 1 << 30, layout);  /* the whole batch */
+				test_conv(convs[i], 3 * (ptrdiff_t)convs[i].c * convs[i].kh * convs[i].kw * 16, layout); /* uneven groups */
+			}
 		for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
 			test_lrn(lrns[i]);
 	}

@@ -37,6 +37,13 @@ func ForEachEngine(t *testing.T, f func(t *testing.T, e kernels.Engine)) {
 	}
 }
 
+// RunConv runs only the convolution tests of the suite, for engines whose
+// convolution has configurations of its own to cover.
+func RunConv(t *testing.T, e kernels.Engine) {
+	t.Run("Conv", func(t *testing.T) { testConv(t, e) })
+	t.Run("ConvGradient", func(t *testing.T) { testConvGradient(t, e) })
+}
+
 // Run runs the whole conformance suite against e, one subtest per method.
 func Run(t *testing.T, e kernels.Engine) {
 	t.Run("Gemm", func(t *testing.T) { testGemm(t, e) })
