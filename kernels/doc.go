@@ -16,8 +16,10 @@
 // Threads: the native engine runs GEMMs on OpenBLAS's threads and splits
 // the rest (im2col, col2im, layout transposes, pooling, LRN, ReLU) over a
 // small pool of C threads that sleep between jobs; Config.Threads sets
-// both. Convolutions cover a group of images with one GEMM: the group is
-// transposed to batch-innermost order so that im2col copies long runs.
+// both. Convolutions cover a group of images with one GEMM, its column
+// matrix either batch-innermost (the group transposed to CHWN so that
+// im2col copies long runs; small images) or image-major (wide output
+// rows copied whole; first layers).
 //
 // Layouts: every tensor is a row-major float32 slice; activations are NCHW.
 // See Engine for the conventions every method follows, and the Shape types
