@@ -28,12 +28,18 @@ static void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const relu_job *j = ctx;
-	for (ptrdiff_t i = lo; i < hi; i++)
-		j->out[i] = j->y[i] > 0.0f ? j->dy[i] : 0.0f;
+	const float *y = j->y, *dy = j->dy;
+	float *dx = j->out;
+	for (ptrdiff_t i = lo; i < hi; i++) {
+		const float d = dy[i]; /* loaded unconditionally, so the loop vectorises */
+		dx[i] = y[i] > 0.0f ? d : 0.0f;
+	}
 }
 
-/* Element-wise jobs are memory bound: split only large ones. */
-static ptrdiff_t relu_grain(void) { return 8 * ss_grain(1); }
+/* Element-wise jobs are bound by memory bandwidth, which two cores share:
+ * split only very large ones (measured: 0.8 M elements take 0.65 ms on
+ * one thread, 0.73 ms on two). */
+static ptrdiff_t relu_grain(void) { return 256 * ss_grain(1); }
 
 void ss_relu_forward(ptrdiff_t n, const float *x, float *y)
 {
