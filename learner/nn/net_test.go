@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -22,10 +23,16 @@ func mustParse(t testing.TB, src string) *Spec {
 
 func mustNet(t testing.TB, s *Spec, e kernels.Engine, batch int, seed uint64) *Net {
 	t.Helper()
-	n, err := New(s, e, batch)
+	return mustNetW(t, s, e, Config{Batch: batch}, seed)
+}
+
+func mustNetW(t testing.TB, s *Spec, e kernels.Engine, cfg Config, seed uint64) *Net {
+	t.Helper()
+	n, err := New(s, e, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(n.Close)
 	n.Init(seed)
 	return n
 }
@@ -110,11 +117,8 @@ func TestGradientFiniteDifference(t *testing.T) {
 func TestReLUInPlace(t *testing.T) {
 	n := mustNet(t, mustParse(t, oddSpec), kernels.Reference(), 2, 1)
 	want := []bool{false, false, false, false, false, false, true, false, true, false}
-	if !slices.Equal(n.inPlace, want) {
-		t.Fatalf("in place %v, want %v", n.inPlace, want)
-	}
-	if n.firstParam != 2 {
-		t.Fatalf("first layer with parameters %d, want 2", n.firstParam)
+	if r := n.reps[0]; !slices.Equal(r.inPlace, want) || r.firstParam != 2 {
+		t.Fatalf("in place %v, want %v; first layer with parameters %d, want 2", r.inPlace, want, r.firstParam)
 	}
 }
 
@@ -269,11 +273,13 @@ func TestNoAllocs(t *testing.T) {
 			if e.Name() == "reference" {
 				continue
 			}
-			n := mustNet(t, spec, e, 4, 1)
-			x, labels := randomBatch(n, 1)
-			n.Gradient(x, labels)
-			if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 {
-				t.Errorf("%s on %s: %v allocations per step", name, e.Name(), a)
+			for _, w := range []int{1, 2} {
+				n := mustNetW(t, spec, e, Config{Batch: 4, Workers: w}, 1)
+				x, labels := randomBatch(n, 1)
+				n.Gradient(x, labels)
+				if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 {
+					t.Errorf("%s on %s with %d workers: %v allocations per step", name, e.Name(), w, a)
+				}
 			}
 		}
 	}
@@ -325,6 +331,41 @@ func TestConcurrentNets(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestWorkers: splitting the batch over workers gives the loss, logits
+// and gradients of one worker, up to float32 summation order.
+func TestWorkers(t *testing.T) {
+	for _, name := range []string{"lenet", "cifar10_full"} {
+		spec, _ := Builtin(name)
+		kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+			one := mustNet(t, spec, e, 7, 5)
+			x, labels := randomBatch(one, 2)
+			loss := one.Gradient(x, labels)
+			for _, w := range []int{2, 3, 9} {
+				n := mustNetW(t, spec, e, Config{Batch: 7, Workers: w}, 5)
+				if n.Workers() != min(w, 7) {
+					t.Fatalf("%d workers, want %d", n.Workers(), min(w, 7))
+				}
+				for range 2 { // nothing accumulates across steps
+					if l := n.Gradient(x, labels); math.Abs(float64(l-loss)) > 1e-6*float64(loss) {
+						t.Fatalf("%s, %d workers: loss %g, want %g", name, w, l, loss)
+					}
+					closeTo(t, fmt.Sprintf("%s, %d workers: logits", name, w), n.Logits(), one.Logits(), 1e-5)
+					closeTo(t, fmt.Sprintf("%s, %d workers: probabilities", name, w), n.Probs(), one.Probs(), 1e-5)
+					for _, s := range n.Layout() {
+						closeTo(t, fmt.Sprintf("%s, %d workers: %s gradient", name, w, s.Name),
+							n.Grads()[s.Offset:s.Offset+s.Len], one.Grads()[s.Offset:s.Offset+s.Len], 1e-5)
+					}
+				}
+				if c1, cw := one.Correct(labels), n.Correct(labels); c1 != cw {
+					t.Fatalf("Correct %d with %d workers, %d with one", cw, w, c1)
+				}
+				n.Close()
+				n.Close()
+			}
+		})
+	}
 }
 
 func TestForwardMisuse(t *testing.T) {

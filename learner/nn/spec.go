@@ -297,6 +297,9 @@ func Parse(file string, src []byte) (*Spec, error) {
 	if n := len(spec.Layers); n == 0 || spec.Layers[n-1].Kind != Softmax {
 		return nil, &specError{file: file, line: lineNo, msg: "the last layer must be softmax (the loss)"}
 	}
+	if !slices.ContainsFunc(spec.Layers, func(l LayerSpec) bool { return l.HasParams() }) {
+		return nil, &specError{file: file, line: lineNo, msg: "the network has no conv or fc layer: nothing to learn"}
+	}
 	spec.shapes = append(spec.shapes, cur)
 	return spec, nil
 }

@@ -155,17 +155,47 @@ func TestLearnCIFARFormat(t *testing.T) {
 	}
 }
 
+// benchSetup is an engine with its BLAS thread count and the network's
+// number of workers.
+type benchSetup struct {
+	name             string
+	threads, workers int
+}
+
+// benchSetups are the ways to use two cores for one network: BLAS
+// threads inside each kernel call, or workers splitting the batch.
+var benchSetups = []benchSetup{{"native", 2, 1}, {"native", 1, 1}, {"native", 1, 2}, {"reference", 0, 1}}
+
+// engineFor returns the engine of a setup, setting the process-wide BLAS
+// thread count, or skips the benchmark if the build lacks it.
+func engineFor(b *testing.B, s benchSetup) kernels.Engine {
+	if s.name == "reference" {
+		return kernels.Reference()
+	}
+	if !kernels.NativeBuilt() {
+		b.Skip("native engine not built")
+	}
+	e, info, err := kernels.New(kernels.Config{Threads: s.threads})
+	if err != nil || info.Fallback {
+		b.Fatalf("native engine: %v %v", err, info.FallbackErr)
+	}
+	return e
+}
+
+var benchNets = []struct {
+	net   string
+	batch int
+}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 4}}
+
 // BenchmarkTrainStep measures a full training step (forward, backward and
-// an SGD-momentum update) on fixed random data, per engine.
+// an SGD-momentum update) on fixed random data, per engine, BLAS threads
+// and workers.
 func BenchmarkTrainStep(b *testing.B) {
-	for _, c := range []struct {
-		net   string
-		batch int
-	}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 4}} {
-		for _, e := range kerneltest.Engines(b) {
-			b.Run(fmt.Sprintf("%s/batch=%d/%s", c.net, c.batch, e.Name()), func(b *testing.B) {
+	for _, c := range benchNets {
+		for _, s := range benchSetups {
+			b.Run(fmt.Sprintf("%s/batch=%d/%s/threads=%d/workers=%d", c.net, c.batch, s.name, s.threads, s.workers), func(b *testing.B) {
 				spec, _ := Builtin(c.net)
-				net := mustNet(b, spec, e, c.batch, 1)
+				net := mustNetW(b, spec, engineFor(b, s), Config{Batch: c.batch, Workers: s.workers}, 1)
 				x, labels := randomBatch(net, 1)
 				opt := &momentumSGD{lr: 1e-4, momentum: 0.9, decay: 5e-4}
 				step := func() {
@@ -179,6 +209,60 @@ func BenchmarkTrainStep(b *testing.B) {
 					step()
 				}
 				b.ReportMetric(float64(b.N*c.batch)/b.Elapsed().Seconds(), "images/s")
+			})
+		}
+	}
+}
+
+// timedLayer accumulates the time spent in a layer.
+type timedLayer struct {
+	layer
+	fwd, bwd time.Duration
+}
+
+func (t *timedLayer) forward(x, y []float32) {
+	t0 := time.Now()
+	t.layer.forward(x, y)
+	t.fwd += time.Since(t0)
+}
+
+func (t *timedLayer) backward(x, y, dy, dx []float32) {
+	t0 := time.Now()
+	t.layer.backward(x, y, dy, dx)
+	t.bwd += time.Since(t0)
+}
+
+// BenchmarkLayers times every layer's forward and backward pass of a
+// training step on one worker (metrics in µs per step), to show which
+// kernels dominate.
+func BenchmarkLayers(b *testing.B) {
+	for _, c := range benchNets {
+		for _, s := range benchSetups[:2] {
+			b.Run(fmt.Sprintf("%s/batch=%d/%s/threads=%d", c.net, c.batch, s.name, s.threads), func(b *testing.B) {
+				spec, _ := Builtin(c.net)
+				n := mustNet(b, spec, engineFor(b, s), c.batch, 1)
+				x, labels := randomBatch(n, 1)
+				r := n.reps[0]
+				timed := make([]*timedLayer, len(r.layers))
+				for i, l := range r.layers {
+					timed[i] = &timedLayer{layer: l}
+					r.layers[i] = timed[i]
+				}
+				opt := &momentumSGD{lr: 1e-4, momentum: 0.9, decay: 5e-4}
+				var update time.Duration
+				for b.Loop() {
+					n.Gradient(x, labels)
+					t0 := time.Now()
+					opt.step(n.Params(), n.Grads(), n.Layout())
+					update += time.Since(t0)
+				}
+				us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+				for i, t := range timed {
+					name := spec.Layers[i].Name
+					b.ReportMetric(us(t.fwd), name+".fwd-µs")
+					b.ReportMetric(us(t.bwd), name+".bwd-µs")
+				}
+				b.ReportMetric(us(update), "update-µs")
 			})
 		}
 	}
