@@ -29,6 +29,7 @@ func (o *momentumSGD) step(w, g []float32, layout []sgd.Segment) {
 	for _, s := range layout {
 		lr, d := o.lr*s.LRMult, o.decay*s.DecayMult
 		ws, gs, vs := w[s.Offset:s.Offset+s.Len], g[s.Offset:s.Offset+s.Len], o.v[s.Offset:s.Offset+s.Len]
+		gs, vs = gs[:len(ws)], vs[:len(ws)] // no bounds checks in the loop
 		for i := range ws {
 			vs[i] = o.momentum*vs[i] - lr*(gs[i]+d*ws[i])
 			ws[i] += vs[i]
