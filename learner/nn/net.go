@@ -392,11 +392,13 @@ func (n *Net) Logits() []float32 { return n.logits }
 // Probs are the softmax probabilities of the last Forward, Batch×Classes.
 func (n *Net) Probs() []float32 { return n.prob }
 
-// Correct counts the rows i < len(labels) of the last Forward whose
-// largest logit (the first, on ties) is at labels[i]. Pass a prefix of the
-// labels to count only the valid rows of a partial batch.
-func (n *Net) Correct(labels []int32) int {
-	k, c := n.Classes(), 0
+// Score returns, over the rows i < len(labels) of the last Forward, how
+// many are classified correctly (largest logit at labels[i], the first on
+// ties) and the sum of their cross-entropy losses −log prob[labels[i]].
+// Pass a prefix of the labels to score only the valid rows of a partial
+// batch.
+func (n *Net) Score(labels []int32) (correct int, loss float64) {
+	k := n.Classes()
 	for i, l := range labels[:min(len(labels), n.batch)] {
 		row := n.logits[i*k : (i+1)*k]
 		best := 0
@@ -406,8 +408,9 @@ func (n *Net) Correct(labels []int32) int {
 			}
 		}
 		if int32(best) == l {
-			c++
+			correct++
 		}
+		loss -= math.Log(max(float64(n.prob[i*k+int(l)]), math.SmallestNonzeroFloat32))
 	}
-	return c
+	return correct, loss
 }

@@ -203,8 +203,8 @@ func TestInit(t *testing.T) {
 	}
 }
 
-// TestCorrect uses a net whose logits equal its input.
-func TestCorrect(t *testing.T) {
+// TestScore uses a net whose logits equal its input.
+func TestScore(t *testing.T) {
 	n := mustNet(t, mustParse(t, "input channels=3 height=1 width=1\nfc out=3\nsoftmax\n"), kernels.Reference(), 4, 1)
 	p := n.Params()
 	clear(p)
@@ -216,11 +216,11 @@ func TestCorrect(t *testing.T) {
 		1, 1, 0, // tie → 0
 	}
 	n.Forward(x, []int32{1, 1, 2, 0})
-	if got := n.Correct([]int32{1, 1, 2, 0}); got != 3 {
-		t.Fatalf("Correct = %d, want 3", got)
+	if got, _ := n.Score([]int32{1, 1, 2, 0}); got != 3 {
+		t.Fatalf("Score counts %d correct, want 3", got)
 	}
-	if got := n.Correct([]int32{1, 1}); got != 1 {
-		t.Fatalf("Correct on a prefix = %d, want 1", got)
+	if got, _ := n.Score([]int32{1, 1}); got != 1 {
+		t.Fatalf("Score on a prefix counts %d correct, want 1", got)
 	}
 	// Mean cross-entropy of these logits, computed by hand.
 	want := 0.0
@@ -231,6 +231,9 @@ func TestCorrect(t *testing.T) {
 			z += math.Exp(float64(v))
 		}
 		want += math.Log(z) - float64(row[l])
+	}
+	if _, sum := n.Score([]int32{1, 1, 2, 0}); math.Abs(sum-want) > 1e-5 {
+		t.Fatalf("Score's loss sum %g, want %g", sum, want)
 	}
 	if want /= 4; math.Abs(float64(n.Loss())-want) > 1e-6 {
 		t.Fatalf("loss %g, want %g", n.Loss(), want)
@@ -358,8 +361,9 @@ func TestWorkers(t *testing.T) {
 							n.Grads()[s.Offset:s.Offset+s.Len], one.Grads()[s.Offset:s.Offset+s.Len], 1e-5)
 					}
 				}
-				if c1, cw := one.Correct(labels), n.Correct(labels); c1 != cw {
-					t.Fatalf("Correct %d with %d workers, %d with one", cw, w, c1)
+				c1, _ := one.Score(labels)
+				if cw, _ := n.Score(labels); c1 != cw {
+					t.Fatalf("%d correct with %d workers, %d with one", cw, w, c1)
 				}
 				n.Close()
 				n.Close()

@@ -71,7 +71,8 @@ func accuracy(t *testing.T, net *Net, ds *data.Dataset, z data.Normalizer) float
 	correct := 0
 	for n := range data.Batches(ds, z, x, labels) {
 		ev.Forward(x, labels)
-		correct += ev.Correct(labels[:n])
+		c, _ := ev.Score(labels[:n])
+		correct += c
 	}
 	return float64(correct) / float64(ds.N)
 }
