@@ -9,18 +9,42 @@
 
 #include "internal.h"
 
+typedef struct {
+	const float *x, *y, *dy;
+	float *out;
+} relu_job;
+
 SS_MULTIVERSION
-void ss_relu_forward(ptrdiff_t n, const float *x, float *y)
+static void relu_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	for (ptrdiff_t i = 0; i < n; i++)
-		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+	(void)part;
+	const relu_job *j = ctx;
+	for (ptrdiff_t i = lo; i < hi; i++)
+		j->out[i] = j->x[i] > 0.0f ? j->x[i] : 0.0f;
 }
 
 SS_MULTIVERSION
+static void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const relu_job *j = ctx;
+	for (ptrdiff_t i = lo; i < hi; i++)
+		j->out[i] = j->y[i] > 0.0f ? j->dy[i] : 0.0f;
+}
+
+/* Element-wise jobs are memory bound: split only large ones. */
+static ptrdiff_t relu_grain(void) { return 8 * ss_grain(1); }
+
+void ss_relu_forward(ptrdiff_t n, const float *x, float *y)
+{
+	relu_job j = {.x = x, .out = y};
+	ss_parallel_for(0, n, relu_grain(), relu_forward_part, &j);
+}
+
 void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx)
 {
-	for (ptrdiff_t i = 0; i < n; i++)
-		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+	relu_job j = {.y = y, .dy = dy, .out = dx};
+	ss_parallel_for(0, n, relu_grain(), relu_backward_part, &j);
 }
 
 /* ---- LRN ---- */
@@ -98,39 +122,76 @@ static void lrn_pow(ptrdiff_t n, const float *a, const float *s, float beta, flo
 	}
 }
 
-void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale, float *ws)
+typedef struct {
+	const ss_lrn_shape *s;
+	const float *x, *y, *scale_in, *dy;
+	float *out, *scale, *ws;
+} lrn_job;
+
+/* Each part uses 2*H*W floats of scratch at ws + part*2*H*W. */
+SS_MULTIVERSION
+static void lrn_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, planes = (ptrdiff_t)s->n * s->c;
+	const lrn_job *j = ctx;
+	const ss_lrn_shape *s = j->s;
+	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w;
 	const float coef = s->alpha / (float)(s->size * s->size);
-	float *sq = ws, *rows = ws + plane;
-	for (ptrdiff_t q = 0; q < planes; q++) {
-		const float *xp = x + q * plane;
-		float *sp = scale + q * plane;
+	float *sq = j->ws + 2 * plane * part, *rows = sq + plane;
+	for (ptrdiff_t q = lo; q < hi; q++) {
+		const float *xp = j->x + q * plane;
+		float *sp = j->scale + q * plane;
 		for (ptrdiff_t i = 0; i < plane; i++)
 			sq[i] = xp[i] * xp[i];
 		lrn_box_rows(sq, rows, s->h, s->w, s->size / 2);
 		lrn_box_cols(rows, sp, s->h, s->w, s->size / 2, s->k, coef);
-		lrn_pow(plane, xp, sp, s->beta, y + q * plane);
+		lrn_pow(plane, xp, sp, s->beta, j->out + q * plane);
 	}
 }
 
 SS_MULTIVERSION
-void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
-                     const float *scale, const float *dy, float *dx, float *ws)
+static void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, planes = (ptrdiff_t)s->n * s->c;
+	const lrn_job *j = ctx;
+	const ss_lrn_shape *s = j->s;
+	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w;
 	const float coef = 2.0f * s->alpha * s->beta / (float)(s->size * s->size);
-	float *t = ws, *rows = ws + plane;
-	for (ptrdiff_t q = 0; q < planes; q++) {
+	float *t = j->ws + 2 * plane * part, *rows = t + plane;
+	for (ptrdiff_t q = lo; q < hi; q++) {
 		const ptrdiff_t o = q * plane;
 		for (ptrdiff_t i = 0; i < plane; i++)
-			t[i] = dy[o + i] * y[o + i] / scale[o + i];
+			t[i] = j->dy[o + i] * j->y[o + i] / j->scale_in[o + i];
 		lrn_box_rows(t, rows, s->h, s->w, s->size / 2);
 		lrn_box_cols(rows, t, s->h, s->w, s->size / 2, 0.0f, 1.0f);
-		lrn_pow(plane, dy + o, scale + o, s->beta, dx + o);
+		lrn_pow(plane, j->dy + o, j->scale_in + o, s->beta, j->out + o);
 		for (ptrdiff_t i = 0; i < plane; i++)
-			dx[o + i] -= coef * x[o + i] * t[i];
+			j->out[o + i] -= coef * j->x[o + i] * t[i];
 	}
+}
+
+ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s)
+{
+	return 2 * (ptrdiff_t)s->h * s->w * ss_threads();
+}
+
+static int lrn_parts(const ss_lrn_shape *s, ptrdiff_t ws_len)
+{
+	ptrdiff_t per = 2 * (ptrdiff_t)s->h * s->w;
+	ptrdiff_t parts = ws_len / per;
+	return parts < 1 ? 1 : parts > 1 << 20 ? 1 << 20 : (int)parts;
+}
+
+void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale,
+                    float *ws, ptrdiff_t ws_len)
+{
+	lrn_job j = {.s = s, .x = x, .out = y, .scale = scale, .ws = ws};
+	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), lrn_forward_part, &j);
+}
+
+void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
+                     const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len)
+{
+	lrn_job j = {.s = s, .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
+	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), lrn_backward_part, &j);
 }
 
 /* ---- fully connected ---- */

@@ -1,4 +1,5 @@
-/* Max and average pooling with Caffe's window and rounding rules. */
+/* Max and average pooling with Caffe's window and rounding rules, split
+ * over planes (image, channel) across threads. */
 #include <string.h>
 
 #include "internal.h"
@@ -18,23 +19,32 @@ static int pool_window(int o, int in, int k, int pad, int stride, int *lo, int *
 {
 	int start = o * stride - pad;
 	int end = ss_imin(start + k, in + pad);
-	int extent = end - start;
 	*lo = ss_imax(start, 0);
 	*hi = ss_imin(end, in);
-	return extent;
+	return end - start;
 }
 
+typedef struct {
+	const ss_pool_shape *s;
+	int oh, ow;
+	const float *x, *dy;
+	float *y, *dx;
+	int *mask;
+	const int *cmask;
+} pool_job;
+
 SS_MULTIVERSION
-void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask)
+static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	const int oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h);
-	const int ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w);
+	(void)part;
+	const pool_job *j = ctx;
+	const ss_pool_shape *s = j->s;
+	const int oh = j->oh, ow = j->ow;
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
-	const ptrdiff_t planes = (ptrdiff_t)s->n * s->c;
-	for (ptrdiff_t q = 0; q < planes; q++) {
-		const float *xp = x + q * plane;
-		float *yp = y + q * oplane;
-		int *mp = mask ? mask + q * oplane : NULL;
+	for (ptrdiff_t q = lo; q < hi; q++) {
+		const float *xp = j->x + q * plane;
+		float *yp = j->y + q * oplane;
+		int *mp = j->mask ? j->mask + q * oplane : NULL;
 		for (int py = 0; py < oh; py++) {
 			int h0, h1;
 			const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
@@ -44,7 +54,7 @@ void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask
 				const ptrdiff_t o = (ptrdiff_t)py * ow + px;
 				if (s->mode == SS_POOL_MAX) {
 					/* The first largest in row-major order; windows
-					 * are never empty since pad < k. */
+					 * are never empty (validated by the caller). */
 					int arg = h0 * s->w + w0;
 					float best = xp[arg];
 					for (int h = h0; h < h1; h++)
@@ -53,7 +63,7 @@ void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask
 								best = xp[h * s->w + w];
 								arg = h * s->w + w;
 							}
-					yp[o] = xp[arg];
+					yp[o] = best;
 					mp[o] = arg;
 				} else {
 					float sum = 0.0f;
@@ -68,18 +78,19 @@ void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask
 }
 
 SS_MULTIVERSION
-void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	const int oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h);
-	const int ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w);
+	(void)part;
+	const pool_job *j = ctx;
+	const ss_pool_shape *s = j->s;
+	const int oh = j->oh, ow = j->ow;
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
-	const ptrdiff_t planes = (ptrdiff_t)s->n * s->c;
-	memset(dx, 0, sizeof(float) * (size_t)(planes * plane));
-	for (ptrdiff_t q = 0; q < planes; q++) {
-		const float *dyp = dy + q * oplane;
-		float *dxp = dx + q * plane;
+	memset(j->dx + lo * plane, 0, sizeof(float) * (size_t)((hi - lo) * plane));
+	for (ptrdiff_t q = lo; q < hi; q++) {
+		const float *dyp = j->dy + q * oplane;
+		float *dxp = j->dx + q * plane;
 		if (s->mode == SS_POOL_MAX) {
-			const int *mp = mask + q * oplane;
+			const int *mp = j->cmask + q * oplane;
 			for (ptrdiff_t o = 0; o < oplane; o++)
 				dxp[mp[o]] += dyp[o];
 			continue;
@@ -97,4 +108,20 @@ void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, 
 			}
 		}
 	}
+}
+
+void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask)
+{
+	pool_job j = {.s = s, .x = x, .y = y, .mask = s->mode == SS_POOL_MAX ? mask : NULL,
+	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
+	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part, &j);
+}
+
+void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+{
+	pool_job j = {.s = s, .dy = dy, .dx = dx, .cmask = mask,
+	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
+	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part, &j);
 }

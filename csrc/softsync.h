@@ -93,6 +93,20 @@ void ss_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
 double ss_sgemm_loop(int m, int n, int k, const float *a, const float *b,
                      float *c, int reps);
 
+/* ---- threads (parallel.c) ---- */
+
+/* ss_threads_init sets the number of threads (the caller included) that
+ * the non-GEMM kernels split their work over, starting worker threads as
+ * needed; n <= 1 makes them serial. Workers sleep between jobs. Returns 0,
+ * or -1 if a thread could not be started (fewer are then used). */
+int ss_threads_init(int n);
+/* ss_threads returns the number of threads set by ss_threads_init. */
+int ss_threads(void);
+/* ss_set_min_parallel_floats sets how much work (in floats touched) a
+ * range needs before it is given to another thread (default 4096);
+ * tests lower it to 1 to exercise the parallel paths on small shapes. */
+void ss_set_min_parallel_floats(ptrdiff_t floats);
+
 /* ---- im2col / col2im (im2col.c) ---- */
 
 /* ss_im2col writes the column matrix of one image x (C x H x W): row
@@ -157,15 +171,20 @@ void ss_relu_forward(ptrdiff_t n, const float *x, float *y);
 /* ss_relu_backward: dx = y > 0 ? dy : 0; dx may alias dy. */
 void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx);
 
-/* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds
- * 2*H*W floats. */
-void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale, float *ws);
+/* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
+ * use with the current thread count (2*H*W per thread); with less, they
+ * use fewer threads (at least 2*H*W floats are required). */
+ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s);
+/* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len
+ * floats (see ss_lrn_workspace). */
+void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale,
+                    float *ws, ptrdiff_t ws_len);
 /* ss_lrn_backward computes dx from x, y, scale and dy:
  * dx_q = dy_q*scale_q^(-beta)
  *        - 2*alpha*beta/size^2 * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
- * ws holds 2*H*W floats. */
+ * ws holds ws_len floats (see ss_lrn_workspace). */
 void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
-                     const float *scale, const float *dy, float *dx, float *ws);
+                     const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len);
 
 /* ss_fc_forward: y (n x out) = x (n x in) * w^T (w is out x in) + b; b may
  * be NULL. */

@@ -15,4 +15,5 @@
 #include "../csrc/conv.c"
 #include "../csrc/im2col.c"
 #include "../csrc/layers.c"
+#include "../csrc/parallel.c"
 #include "../csrc/pool.c"

@@ -47,6 +47,7 @@ func newNative(cfg Config) (Engine, Info, error) {
 		return nil, info, openblas.err
 	}
 	C.ss_blas_set_threads(C.int(cfg.Threads))
+	C.ss_threads_init(C.int(cfg.Threads))
 	info.Threads = int(C.ss_blas_threads())
 	return native{}, info, nil
 }

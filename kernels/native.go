@@ -35,6 +35,8 @@ package kernels
 #cgo nocallback ss_fc_backward
 #cgo noescape ss_softmax_xent
 #cgo nocallback ss_softmax_xent
+#cgo noescape ss_lrn_workspace
+#cgo nocallback ss_lrn_workspace
 #include <stdlib.h>
 #include "softsync.h"
 */
@@ -205,15 +207,15 @@ func lrnShape(s LRNShape) C.ss_lrn_shape {
 func (native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
 	ls := lrnShape(s)
-	buf := ws.Floats(2 * s.H * s.W)
-	C.ss_lrn_forward(&ls, fptr(x), fptr(y), fptr(scale), fptr(buf))
+	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	C.ss_lrn_forward(&ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
 	ls := lrnShape(s)
-	buf := ws.Floats(2 * s.H * s.W)
-	C.ss_lrn_backward(&ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf))
+	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	C.ss_lrn_backward(&ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (native) FCForward(n, in, out int, x, w, b, y []float32) {
@@ -233,3 +235,8 @@ func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, pr
 	fits32("SoftmaxCrossEntropy", n, k)
 	return float32(C.ss_softmax_xent(C.int(n), C.int(k), fptr(logits), iptr(labels), fptr(prob), fptr(dlogits)))
 }
+
+// setMinParallelFloats sets how much work a range of a C kernel needs
+// before it runs on another thread (tests lower it to reach the parallel
+// paths with small shapes).
+func setMinParallelFloats(n int) { C.ss_set_min_parallel_floats(C.ptrdiff_t(n)) }

@@ -43,3 +43,6 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 	w.Engine.Gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	c[ldc+1] += 1e-2
 }
+
+// SetMinParallelFloats is exported to the external tests.
+var SetMinParallelFloats = setMinParallelFloats

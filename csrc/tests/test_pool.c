@@ -102,11 +102,16 @@ int main(void)
 		{0, 2, 5, 24, 24, 2, 2, 0, 0, 2, 2},
 	};
 	test_sizes();
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-		ss_pool_shape s = shapes[i];
-		test_shape(s);
-		s.mode = SS_POOL_AVG;
-		test_shape(s);
+	/* Serially, then split over three threads down to single planes. */
+	for (int threads = 1; threads <= 3; threads += 2) {
+		CHECK(ss_threads_init(threads) == 0 && ss_threads() == threads, "ss_threads_init(%d)", threads);
+		ss_set_min_parallel_floats(1);
+		for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+			ss_pool_shape s = shapes[i];
+			test_shape(s);
+			s.mode = SS_POOL_AVG;
+			test_shape(s);
+		}
 	}
 	return report("pool");
 }

@@ -1,0 +1,112 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// BenchmarkShardPush measures one shard on one core: every op is one push
+// through Step (validation, finite check, accumulation, and the fused
+// update every c pushes), for LeNet's 431,080 parameters with momentum and
+// decay. Bytes are gradient bytes; the gbps metric is 1e9 bytes/s, the
+// unit of the 2 GB/s goal. memmove of the same bytes is the reference.
+func BenchmarkShardPush(b *testing.B) {
+	const n, learners = 431080, 8
+	init := make([]float32, n)
+	grad := make([]float32, n)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64())
+	}
+	for _, tc := range []struct {
+		proto Protocol
+		n     int
+	}{{Softsync, learners}, {Softsync, 2}, {Hardsync, 0}} {
+		name := fmt.Sprintf("%v/c=%d", tc.proto, max(1, learners/max(tc.n, 1)))
+		if tc.proto == Hardsync {
+			name = fmt.Sprintf("hardsync/c=%d", learners)
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := Config{Learners: learners, Protocol: tc.proto, N: tc.n, Shards: 1, Batch: 4,
+				Solver: sgd.Config{LR: 0.01, Momentum: 0.9, WeightDecay: 0.004, LRMode: sgd.LRStaleness}}
+			s, err := NewShard(cfg, 0, init)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m := Msg{Type: MsgPush, Grad: grad}
+			i := 0
+			for ; i < learners; i++ { // one round first: allocates the accumulator
+				m.Learner, m.Seq, m.Clock = uint32(i%learners), uint64(i), s.Clock()
+				s.Step(m)
+			}
+			b.SetBytes(4 * n)
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Learner, m.Seq, m.Clock = uint32(i%learners), uint64(i), s.Clock()
+				if r := s.Step(m); len(r.Replies) != 0 {
+					b.Fatal(r.Replies[0].Err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.N)*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+		})
+	}
+	b.Run("memmove", func(b *testing.B) {
+		dst := make([]float32, n)
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			copy(dst, grad)
+		}
+		b.ReportMetric(float64(b.N)*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+	})
+}
+
+// BenchmarkServerRoundTrip measures the runtime end to end: one learner
+// (client) does Pull then Push of LeNet's 431,080 parameters against
+// Shards servers over the transport, each op one push+pull round trip;
+// gbps counts gradient plus weights bytes (2·4·n per op), the unit of
+// `softsync bench transport`.
+func BenchmarkServerRoundTrip(b *testing.B) {
+	const n = 431080
+	for _, kind := range []string{"inmem", "tcp"} {
+		for _, shards := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/shards=%d", kind, shards), func(b *testing.B) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: shards, Batch: 1,
+					Solver: sgd.Config{LR: 0.01, Momentum: 0.9}}
+				net, addr := network(b, kind, 1)
+				grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := grp.Dial(ctx, net, 0, rdma.Codec{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, g := make([]float32, n), make([]float32, n)
+				b.SetBytes(2 * 4 * n)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.Pull(ctx, w); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Push(ctx, g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)*2*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+				c.Leave(ctx)
+				if err := grp.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			})
+		}
+	}
+}

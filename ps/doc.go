@@ -1,0 +1,161 @@
+// Package ps is the parameter server of softsync: the protocol core of one
+// shard (a deterministic state machine), the sharding of the flat weight
+// vector, the shard server that connects cores to a transport, and the
+// learner-side client. The solver update itself is package ps/sgd.
+//
+// # Shards
+//
+// The flat parameter vector of length T is split into Config.Shards
+// contiguous ranges by Ranges: shard k owns [k·T/S, (k+1)·T/S), each
+// boundary rounded down to a multiple of 16 floats (64 bytes, so shards
+// never share a cache line) when T ≥ 16·S. Each shard has its own clock,
+// momentum, accumulator, membership view and counters; shards never
+// synchronise with each other (as in Rudra). A learner pulls every shard,
+// remembers each shard's stamp, and pushes each shard its slice of the
+// gradient stamped with that shard's stamp.
+//
+// # The core
+//
+// Shard is the protocol of one shard as a state machine in the style of
+// etcd's raft: Step(Msg) consumes one message and returns a Ready batch of
+// outputs (replies to send, updates applied). It has no goroutines, no
+// clocks and no I/O; given the same messages it produces the same outputs
+// and the same weights, bit for bit. The runtime (Server) and the
+// simulator (ps/sim) drive the same core.
+//
+// Messages: MsgPush carries (learner, sequence, stamp j, gradient slice);
+// MsgPull asks for weights with stamp ≥ a minimum clock; MsgJoin and
+// MsgLeave change membership. Every message names its job and shard.
+//
+// # Clock, staleness and the update
+//
+// The shard clock i starts at 0 and increases by one per update. A
+// gradient computed on weights stamped j and accepted at clock i has
+// staleness τ = i − j. A gradient accepted at clock i is applied by the
+// update i → i+1 (the clock cannot advance without applying every pending
+// gradient), so τ at acceptance is τ at application. Accepted gradients
+// go straight into the solver's accumulator scaled by their learning-rate
+// factor (see package sgd for the order of operations); an update combines
+// the c pending gradients:
+//
+//   - Hardsync: c = the number of active learners; the update happens when
+//     every active learner has pushed one gradient stamped with the current
+//     clock. τ is always 0: a gradient stamped j < i is dropped (counted
+//     in Stats.Dropped), a second gradient from the same learner in one
+//     round is rejected (ErrAlreadyPushed). A learner's pull after its push
+//     is answered only once the update has happened, with the new weights,
+//     whatever minimum clock it asked for.
+//   - Softsync with n (1 ≤ n ≤ λ): c = max(1, ⌊λa/n⌋), where λa is the
+//     current number of active learners; the update happens as soon as c
+//     gradients are pending, from any learners, with no barrier. n = λ is
+//     fully asynchronous (c = 1).
+//
+// Membership: learner ids are 0 … Config.Learners−1 and all are active at
+// start. MsgLeave deactivates a learner; MsgJoin reactivates one (ids
+// outside the range are unknown). c is recomputed from λa at once; gradients
+// already accepted from a learner that leaves stay in the pending update;
+// if the pending gradients now satisfy the rule above (for hardsync: every
+// remaining active learner has pushed), the update is applied in that same
+// Step. With no active learner left, any pending gradients are applied.
+//
+// # Bounded staleness
+//
+// With Config.MaxStaleness = S ≥ 1 (softsync only):
+//
+//   - Drop rule (every shard): a gradient with τ > S is dropped: counted in
+//     Stats.Dropped, never applied.
+//   - Pull rule (shard 0 only, the gate): a learner is "computing" from
+//     the moment shard 0 answers a pull of its with weights stamped h until
+//     it pushes, pulls again or leaves; a learner blocked in a pull, or
+//     between push and pull, counts as caught up. Shard 0 answers a pull at
+//     clock i only if every computing learner has i − h ≤ S. Hence, among
+//     the learners computing at any moment, shard-0 stamps differ by at
+//     most S: no learner computes on weights more than S clocks behind the
+//     newest weights handed out. Since every learner pushes to every shard,
+//     the other shards' clocks advance with shard 0's, and a learner cannot
+//     start a step before shard 0 lets it.
+//   - No deadlock: shard 0's pulls wait only on learners it counts as
+//     computing, and those received all other shards' replies too (no
+//     other shard holds a softsync pull back), so they compute and
+//     eventually push, pull or leave; if no learner is computing, every
+//     pull whose minimum clock is reached is answered. The rule assumes that
+//     a computing learner eventually sends something or is made to leave
+//     (the runtime turns a lost connection into MsgLeave). Were every shard
+//     to gate its own pulls, two learners could each be answered by one
+//     shard and held by another, each counted as computing where the other
+//     waits: a cycle the simulator finds within a few hundred random runs
+//     once network jitter lets the shards' clocks diverge.
+//
+// The pull rule reduces drops; it does not remove them (learners already
+// computing may still push more than S updates' worth of gradients).
+//
+// # Pulls
+//
+// A pull is answered when the shard clock has reached its minimum clock
+// and the rules above allow; until then it waits inside the core and is
+// answered by a later Step. A learner has at most one waiting pull; a new
+// pull replaces it. Waiting pulls are re-examined in learner-id order
+// after every Step. The reply carries the weights and their stamp i.
+//
+// # Sequences, duplicates and rejections
+//
+// Each push carries a sequence number, strictly increasing per learner
+// (gaps allowed). The core remembers the next expected sequence of each
+// learner across leaves and joins; a push whose sequence is below it is a
+// duplicate (a resend after a reconnect): it is counted in
+// Stats.Duplicates and ignored, so that every push is applied at most once.
+// Dropped pushes consume their sequence; rejected ones do not.
+//
+// A message is rejected, counted in Stats.Rejected and answered with an
+// error reply, and never applied, when it names another job
+// (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
+// comes from a learner id outside the roster or, except for MsgJoin, not
+// active (ErrUnknownLearner), or is a push whose gradient has the wrong
+// length (ErrBadLength), a stamp ahead of the shard clock
+// (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
+// hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
+// the duplicate check after the stamp check and before the scan for NaN
+// and Inf.
+//
+// # Epochs and the schedule
+//
+// The step schedule (sgd.Config.LRSteps) needs the epoch. Each push stands
+// for Config.Batch samples (the learners' mini-batch μ; the paper's
+// learners all use the same μ). The shard counts the samples of applied
+// and dropped gradients (a dropped gradient still consumed its data); an
+// update uses epoch = ⌊samples before this update / Config.DataSize⌋, so
+// that λ = 1 matches a single learner that counts epochs in iterations
+// (Caffe). With DataSize = 0 the epoch stays 0 and the schedule must be
+// empty.
+//
+// # Statistics
+//
+// Stats counts, per shard: updates; accepted, dropped and duplicate
+// gradients; rejections per reason; the staleness of accepted gradients
+// as a histogram (index τ; the last bucket collects τ ≥ HistogramLen−1),
+// their sum (for the mean) and maximum. Each shard sees every gradient
+// (its slice), so the stats of one shard describe the run; shards may
+// differ slightly because they do not synchronise.
+//
+// # Runtime
+//
+// Server runs one shard core on its own goroutine behind an rdma.Listener
+// of learner connections; Client is the learner side over one rdma.Conn
+// per shard (Pull from all shards, Push each shard its slice). On the wire
+// the core's messages are rdma messages: MsgPush … MsgLeave are the rdma
+// types of learner → shard messages (Timestamp: the push's stamp j or the
+// pull's minimum clock; Payload: the gradient slice), TypeWeights answers a
+// pull (Timestamp: the stamp i; Seq: the pull's Seq; Payload: a copy of
+// the shard's weights taken in the Step that served it) and rejections
+// travel as rdma.TypeError with the rejected message's Seq. The job id is
+// stamped and checked by the transport and again by the core.
+//
+// # Checkpoints
+//
+// A shard's durable state is its weights, the solver state (momentum and
+// the pending accumulation), clock, sample count, membership, per-learner
+// next sequences and, for hardsync, who pushed in the current round, plus
+// its counters: Shard.Checkpoint copies it and Restore rebuilds a Shard
+// from it. Waiting pulls and the computing set are not saved: learners
+// reconnect and pull again.
+package ps

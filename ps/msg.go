@@ -1,0 +1,102 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// Rejection reasons, sent to the peer inside Reply.Err (wrapped with the
+// shard, learner and values) and counted in Stats.Rejected.
+var (
+	ErrWrongJob       = errors.New("message for another job")
+	ErrWrongShard     = errors.New("message for another shard")
+	ErrUnknownLearner = errors.New("learner is not an active member")
+	ErrBadType        = errors.New("unknown message type")
+	ErrBadLength      = errors.New("gradient has the wrong length")
+	ErrFutureClock    = errors.New("timestamp is ahead of the shard clock")
+	ErrNonFinite      = errors.New("gradient has a NaN or Inf element")
+	ErrAlreadyPushed  = errors.New("learner already pushed a gradient for this clock (hardsync)")
+)
+
+// ErrRejected is wrapped (with rdma.ErrRemote) by the client's errors for
+// error replies: a shard rejected one of the learner's messages.
+var ErrRejected = errors.New("rejected by the parameter server")
+
+// TypeWeights is the rdma message type of a shard's reply to a pull:
+// Timestamp is the weights' stamp i, Seq the pull's Seq, Payload the
+// shard's range. Learner → shard messages use the MsgType values as rdma
+// types (Timestamp: the push's stamp j or the pull's minimum clock);
+// rejections travel as rdma.TypeError with the text in Data and the
+// rejected message's Seq.
+const TypeWeights rdma.Type = 5
+
+// MsgType is the kind of a message to a shard.
+type MsgType uint8
+
+const (
+	// MsgPush delivers a gradient slice computed on weights stamped Clock.
+	MsgPush MsgType = iota + 1
+	// MsgPull asks for the weights once the shard clock is ≥ Clock.
+	MsgPull
+	// MsgJoin makes the learner an active member again.
+	MsgJoin
+	// MsgLeave removes the learner from the active members.
+	MsgLeave
+)
+
+var msgTypeNames = [...]string{MsgPush: "push", MsgPull: "pull", MsgJoin: "join", MsgLeave: "leave"}
+
+// String returns "push", "pull", "join" or "leave".
+func (t MsgType) String() string {
+	if t >= MsgPush && int(t) < len(msgTypeNames) {
+		return msgTypeNames[t]
+	}
+	return fmt.Sprintf("MsgType(%d)", uint8(t))
+}
+
+// Msg is one message from a learner to a shard.
+type Msg struct {
+	Type    MsgType
+	Job     uint32
+	Shard   int
+	Learner uint32
+	Seq     uint64    // push: sequence, strictly increasing per learner; pull: echoed in the reply
+	Clock   uint64    // push: stamp j of the weights the gradient was computed on; pull: minimum clock
+	Grad    []float32 // push: the gradient for the shard's range; read during Step only, never retained
+}
+
+// Reply is one message from a shard to a learner: either weights or an
+// error.
+type Reply struct {
+	To    uint32 // learner id (for an error: the id the rejected message claimed)
+	Seq   uint64 // the Seq of the pull or rejected message it answers
+	Clock uint64 // the stamp i of Weights; for an error, the shard clock
+	// Weights is a read-only view of the shard's weights, valid until the
+	// next Step: the caller must encode or copy it before stepping again.
+	// Nil for an error.
+	Weights []float32
+	// Err is the rejection, wrapping one of the Err* values; nil for
+	// weights. An error always answers the message of the same Step, so
+	// the caller sends it back where that message came from.
+	Err error
+}
+
+// Update describes one update applied by the core: the solver's report
+// (c, rate, mean rate, staleness of the combined gradients) and where it
+// happened.
+type Update struct {
+	Clock uint64 // the clock after the update (i+1)
+	Epoch int    // epoch used by the schedule
+	sgd.UpdateInfo
+}
+
+// Ready is the output of one Step: replies to send, in order, and the
+// updates applied (at most one per Step). Its slices are reused by the next
+// Step.
+type Ready struct {
+	Replies []Reply
+	Updates []Update
+}

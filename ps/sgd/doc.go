@@ -1,0 +1,65 @@
+// Package sgd is the solver update of softsync: mini-batch SGD with
+// momentum, weight decay, per-segment learning-rate and decay multipliers, a
+// step schedule, and the staleness-aware learning rate of Zhang et al.
+// (IJCAI 2016). The single learner and every parameter-server shard apply
+// updates through the same Solver; the single learner is the case λ = 1,
+// c = 1, τ = 0.
+//
+// # The update
+//
+// A Solver owns the range [lo, hi) of the flat parameter vector θ: the
+// momentum history v of that range, and an accumulator for the gradients of
+// the update being collected. An update i → i+1 combines c ≥ 1 gradients
+// Δθ_1 … Δθ_c (each already averaged over its mini-batch), where gradient l
+// was computed on weights stamped j_l and arrives at clock i, so that its
+// staleness is τ_l = i − j_l ≥ 0. With η the scheduled base rate (see
+// below), each gradient gets a factor s_l and the whole update a factor u:
+//
+//	LRStaleness  s_l = 1/max(τ_l, 1)   u = 1                     (α(τ) = η/τ, η when τ = 0)
+//	LRAverage    s_l = 1               u = 1/max(⟨τ⟩, 1)          (⟨τ⟩ = mean τ_l of the update)
+//	LRConstant   s_l = 1               u = 1
+//
+// and, for each element k of a segment with multipliers lr_mult and
+// decay_mult:
+//
+//	g_k = (u/c) · Σ_l s_l·Δθ_l[k]          the paper's (1/c)·Σ α(τ_l)·Δθ_l, divided by η
+//	ᾱ   = (u/c) · Σ_l s_l                  the mean α(τ_l)/η of the update
+//	v_k = momentum·v_k + η·lr_mult·(g_k + ᾱ·decay·decay_mult·θ_k)
+//	θ_k = θ_k − v_k
+//
+// Order of operations: each gradient is scaled by its s_l first, as it
+// arrives (Add accumulates Σ s_l·Δθ_l in one pass over the gradient, so a
+// gradient is read once and never kept); then, in the single fused pass of
+// Update, the division by c, the weight decay, the momentum and the step.
+// Weight decay is scaled by ᾱ, the mean learning-rate factor of the update,
+// so that it is damped like the gradients it accompanies; with τ = 0 for
+// every gradient (hardsync) ᾱ = 1 and the update is exactly Caffe's
+// SGDSolver on the averaged gradient:
+//
+//	diff = grad + decay·decay_mult·θ;  v = momentum·v + η·lr_mult·diff;  θ −= v
+//
+// so λ learners of batch μ under hardsync give the weights of one learner of
+// batch μλ on the same samples, up to float32 rounding. The factor for
+// 0 < ⟨τ⟩ < 1 in LRAverage is capped at 1 (the literal α0/⟨τ⟩ would raise the
+// rate above α0); per-gradient τ are integers, where the cap changes nothing.
+//
+// # The schedule
+//
+// η = LR·LRGamma^k, where k is the number of entries of LRSteps that are ≤
+// the epoch passed to Update. The epoch is the number of complete passes
+// over the data set before the update's own gradients (Caffe's iteration
+// count before the step): with steps {120, 130}, every update of epoch
+// index 120 (the 121st epoch) uses LR·LRGamma. The caller counts epochs; the
+// parameter-server shard derives them from the samples it has received.
+//
+// # Memory
+//
+// Parameters, gradients and momentum are float32. A Solver for [lo, hi)
+// holds hi−lo floats of momentum and, once an update collects a second
+// gradient, hi−lo floats of accumulator; nothing else is allocated after
+// NewSolver. Passes over memory per update of c gradients: c−1
+// accumulations (the first a scaled copy) and one fused pass that reads the
+// accumulator, the last gradient, θ and v and writes θ and v. On amd64 the
+// passes run in AVX2+FMA assembly when the CPU has both (decided at run
+// time), otherwise, and with the purego build tag, in plain Go loops.
+package sgd

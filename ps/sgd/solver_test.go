@@ -1,0 +1,291 @@
+package sgd
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// testLayout has three segments with distinct multipliers, like a layer's
+// weights and bias followed by another layer's weights.
+var testLayout = []Segment{
+	{Name: "fc1.weight", Offset: 0, Len: 37, LRMult: 1, DecayMult: 1},
+	{Name: "fc1.bias", Offset: 37, Len: 5, LRMult: 2, DecayMult: 0},
+	{Name: "fc2.weight", Offset: 42, Len: 29, LRMult: 1, DecayMult: 250},
+}
+
+const testTotal = 71
+
+// multipliers returns lr_mult and decay_mult of element k of testLayout.
+func multipliers(k int) (float64, float64) {
+	for _, s := range testLayout {
+		if k >= s.Offset && k < s.Offset+s.Len {
+			return float64(s.LRMult), float64(s.DecayMult)
+		}
+	}
+	panic("outside layout")
+}
+
+func testConfig(mode LRMode) Config {
+	return Config{LR: 0.05, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{2, 4}, LRGamma: 0.1, LRMode: mode}
+}
+
+// TestCaffeSingleLearner runs several single-gradient updates (λ = 1, τ = 0)
+// on a range that cuts through segments and compares them with Caffe's
+// SGDSolver written out in float64: diff = g + decay·decay_mult·w;
+// v = momentum·v + lr·lr_mult·diff; w −= v, with the step schedule.
+func TestCaffeSingleLearner(t *testing.T) {
+	for _, mode := range []LRMode{LRConstant, LRStaleness, LRAverage} {
+		cfg := testConfig(mode)
+		lo, hi := 30, 60
+		s, err := NewSolver(cfg, testLayout, lo, hi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(3, 4))
+		w := randVec(r, hi-lo)
+		ref := make([]float64, len(w))
+		vref := make([]float64, len(w))
+		for i, x := range w {
+			ref[i] = float64(x)
+		}
+		for epoch := range 6 {
+			g := randVec(r, hi-lo)
+			info := s.Update(w, g, 0, epoch)
+			lr := 0.05 * math.Pow(0.1, float64(min(epoch/2, 2)))
+			if info.Gradients != 1 || math.Abs(info.Rate-lr) > 1e-15 || math.Abs(info.Alpha-lr) > 1e-15 {
+				t.Fatalf("%v epoch %d: info %+v, want 1 gradient at rate %g", mode, epoch, info, lr)
+			}
+			for i := range ref {
+				lm, dm := multipliers(lo + i)
+				diff := float64(g[i]) + 0.004*dm*ref[i]
+				vref[i] = 0.9*vref[i] + lr*lm*diff
+				ref[i] -= vref[i]
+			}
+			for i := range w {
+				if !near(w[i], ref[i], 1e-5) {
+					t.Fatalf("%v epoch %d: w[%d] = %g, Caffe gives %g", mode, epoch, i, w[i], ref[i])
+				}
+			}
+		}
+	}
+}
+
+// TestStalenessModes applies one update of three gradients of staleness
+// 0, 2 and 5 from zero momentum and checks g = (1/c)·Σ α(τ_l)·Δθ_l and the
+// decay weight ᾱ against the paper's formulas written out here.
+func TestStalenessModes(t *testing.T) {
+	taus := []int{0, 2, 5}
+	const eta, decay, mom = 0.05, 0.004, 0.9
+	alphas := map[LRMode][]float64{
+		LRConstant:  {eta, eta, eta},
+		LRStaleness: {eta, eta / 2, eta / 5},
+		LRAverage:   {eta / (7.0 / 3), eta / (7.0 / 3), eta / (7.0 / 3)},
+	}
+	for mode, alpha := range alphas {
+		for _, fused := range []bool{false, true} {
+			s, err := NewSolver(testConfig(mode), testLayout, 0, testTotal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			w0 := randVec(r, testTotal)
+			grads := [][]float32{randVec(r, testTotal), randVec(r, testTotal), randVec(r, testTotal)}
+			// A first update gives the momentum a history, so that the
+			// momentum term is checked too.
+			w := clone(w0)
+			prev := randVec(r, testTotal)
+			s.Update(w, prev, 0, 0)
+			wMid := clone(w)
+			for l := range 2 {
+				s.Add(grads[l], taus[l])
+			}
+			var info UpdateInfo
+			if fused {
+				info = s.Update(w, grads[2], taus[2], 1)
+			} else {
+				s.Add(grads[2], taus[2])
+				info = s.Update(w, nil, 0, 1)
+			}
+			abar := (alpha[0] + alpha[1] + alpha[2]) / 3
+			if info.Gradients != 3 || math.Abs(info.Alpha-abar) > 1e-12 || info.MeanStaleness != 7.0/3 || info.MaxStaleness != 5 {
+				t.Fatalf("%v: info %+v, want 3 gradients, mean rate %g", mode, info, abar)
+			}
+			for i := range w {
+				lm, dm := multipliers(i)
+				v1 := eta * lm * (float64(prev[i]) + decay*dm*float64(w0[i]))
+				var g float64
+				for l := range 3 {
+					g += alpha[l] * float64(grads[l][i]) / 3
+				}
+				v2 := mom*v1 + lm*(g+abar*decay*dm*float64(wMid[i]))
+				if want := float64(wMid[i]) - v2; !near(w[i], want, 1e-5) {
+					t.Fatalf("%v fused=%v: w[%d] = %g, want %g", mode, fused, i, w[i], want)
+				}
+			}
+		}
+	}
+}
+
+// TestAverageModeCap checks that a mean staleness below 1 does not raise the
+// rate above α0: τ = {0, 1} gives ⟨τ⟩ = 0.5 and factor 1.
+func TestAverageModeCap(t *testing.T) {
+	s, err := NewSolver(Config{LR: 0.1, LRMode: LRAverage}, nil, 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := []float32{1, 1, 1, 1}
+	s.Add([]float32{1, 2, 3, 4}, 0)
+	info := s.Update(w, []float32{1, 2, 3, 4}, 1, 0)
+	if info.Alpha != 0.1 {
+		t.Fatalf("mean rate %g, want 0.1", info.Alpha)
+	}
+	for i, want := range []float32{0.9, 0.8, 0.7, 0.6} {
+		if !near(w[i], float64(want), 1e-6) {
+			t.Fatalf("w[%d] = %g, want %g", i, w[i], want)
+		}
+	}
+}
+
+func TestRateSchedule(t *testing.T) {
+	c := Config{LR: 0.001, LRSteps: []int{120, 130}, LRGamma: 0.1}
+	for _, tc := range []struct {
+		epoch int
+		want  float64
+	}{{0, 0.001}, {119, 0.001}, {120, 0.0001}, {129, 0.0001}, {130, 0.00001}, {139, 0.00001}} {
+		if got := c.Rate(tc.epoch); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("Rate(%d) = %g, want %g", tc.epoch, got, tc.want)
+		}
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	mk := func() *Solver {
+		s, err := NewSolver(testConfig(LRStaleness), testLayout, 10, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a := mk()
+	w := randVec(r, 40)
+	a.Update(w, randVec(r, 40), 0, 0)
+	g1, g2 := randVec(r, 40), randVec(r, 40)
+	a.Add(g1, 3)
+	st := a.State()
+	b := mk()
+	if err := b.SetState(st); err != nil {
+		t.Fatal(err)
+	}
+	wa, wb := clone(w), clone(w)
+	a.Update(wa, g2, 1, 1)
+	b.Update(wb, g2, 1, 1)
+	for i := range wa {
+		if wa[i] != wb[i] {
+			t.Fatalf("restored solver diverges at %d: %g vs %g", i, wb[i], wa[i])
+		}
+	}
+	st.Acc = st.Acc[:5]
+	if err := b.SetState(st); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("short accumulator: err %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	good := testConfig(LRStaleness)
+	for _, tc := range []struct {
+		field string
+		mut   func(*Config)
+	}{
+		{"LR", func(c *Config) { c.LR = 0 }},
+		{"LR", func(c *Config) { c.LR = math.NaN() }},
+		{"Momentum", func(c *Config) { c.Momentum = 1 }},
+		{"Momentum", func(c *Config) { c.Momentum = -0.1 }},
+		{"WeightDecay", func(c *Config) { c.WeightDecay = -1 }},
+		{"WeightDecay", func(c *Config) { c.WeightDecay = math.Inf(1) }},
+		{"LRMode", func(c *Config) { c.LRMode = 7 }},
+		{"LRSteps[1]", func(c *Config) { c.LRSteps = []int{5, 5} }},
+		{"LRSteps[0]", func(c *Config) { c.LRSteps = []int{0} }},
+		{"LRGamma", func(c *Config) { c.LRGamma = 0 }},
+	} {
+		c := good
+		tc.mut(&c)
+		err := c.Validate()
+		var fe *FieldError
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("want error on %s, got %v", tc.field, err)
+		}
+		if _, err := NewSolver(c, nil, 0, 4); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("NewSolver accepted bad %s: %v", tc.field, err)
+		}
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := good
+	c.LRSteps, c.LRGamma = nil, 0
+	if err := c.Validate(); err != nil {
+		t.Fatalf("no schedule needs no gamma: %v", err)
+	}
+	if m, err := ParseLRMode("average"); err != nil || m != LRAverage || m.String() != "average" {
+		t.Fatalf("ParseLRMode: %v %v", m, err)
+	}
+	if _, err := ParseLRMode("fast"); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), `"fast"`) {
+		t.Fatalf("ParseLRMode(fast): %v", err)
+	}
+}
+
+func TestLayoutErrors(t *testing.T) {
+	bad := func(mut func(l []Segment) []Segment) []Segment {
+		l := append([]Segment(nil), testLayout...)
+		return mut(l)
+	}
+	for _, tc := range []struct {
+		field  string
+		layout []Segment
+		total  int
+	}{
+		{"Layout[1].Offset", bad(func(l []Segment) []Segment { l[1].Offset++; return l }), testTotal},
+		{"Layout[2].Len", bad(func(l []Segment) []Segment { l[2].Len = 0; return l }), 42},
+		{"Layout[0].LRMult", bad(func(l []Segment) []Segment { l[0].LRMult = -1; return l }), testTotal},
+		{"Layout[1].DecayMult", bad(func(l []Segment) []Segment { l[1].DecayMult = float32(math.NaN()); return l }), testTotal},
+		{"Layout", testLayout, testTotal + 1},
+		{"total", nil, 0},
+	} {
+		err := ValidateLayout(tc.layout, tc.total)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("want error on %s, got %v", tc.field, err)
+		}
+	}
+	for _, r := range [][2]int{{-1, 5}, {5, 5}, {0, testTotal + 1}} {
+		if _, err := NewSolver(testConfig(LRConstant), testLayout, r[0], r[1]); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("range %v accepted: %v", r, err)
+		}
+	}
+}
+
+func TestMisusePanics(t *testing.T) {
+	s, err := NewSolver(testConfig(LRConstant), nil, 0, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(){
+		"short gradient": func() { s.Add(make([]float32, 7), 0) },
+		"negative tau":   func() { s.Add(make([]float32, 8), -1) },
+		"no gradient":    func() { s.Update(make([]float32, 8), nil, 0, 0) },
+		"short weights":  func() { s.Update(make([]float32, 4), make([]float32, 8), 0, 0) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}

@@ -1,0 +1,344 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/softsync/softsync/ps/sgd"
+)
+
+// Shard is the deterministic protocol core of one shard: it owns the
+// weights of its range, the solver (momentum and pending accumulation), the
+// clock, the membership view and the counters. Feed it messages with Step;
+// it is not safe for concurrent use (the Server runs each shard on one
+// goroutine).
+type Shard struct {
+	cfg     Config
+	index   int
+	total   int
+	rng     Range
+	w       []float32
+	solver  *sgd.Solver
+	clock   uint64
+	samples uint64
+	members []member // indexed by learner id
+	active  int      // active members, λa
+	pushed  int      // hardsync: active members whose gradient of this round is pending
+	stats   Stats
+	ready   Ready
+}
+
+// member is the shard's view of one learner.
+type member struct {
+	active      bool
+	roundPushed bool   // hardsync: its gradient of the current round is pending
+	pulling     bool   // a pull is waiting
+	computing   bool   // holds weights from an answered pull and has not pushed or pulled since
+	nextSeq     uint64 // pushes with a lower sequence are duplicates
+	pullMin     uint64 // minimum clock of the waiting pull
+	pullSeq     uint64 // sequence of the waiting pull
+	holds       uint64 // stamp of the weights last handed to it
+}
+
+// NewShard returns the core of shard index (0 ≤ index < cfg.Shards) of a
+// parameter server whose initial flat vector is init. It copies its range
+// of init. Errors are *sgd.FieldError values wrapping ErrInvalidConfig.
+func NewShard(cfg Config, index int, init []float32) (*Shard, error) {
+	s, err := newShard(cfg, index, len(init))
+	if err != nil {
+		return nil, err
+	}
+	copy(s.w, init[s.rng.Lo:s.rng.Hi])
+	return s, nil
+}
+
+func newShard(cfg Config, index, total int) (*Shard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := sgd.ValidateLayout(cfg.Layout, total); err != nil {
+		return nil, err
+	}
+	rs, err := Ranges(total, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= cfg.Shards {
+		return nil, sgd.Fieldf("index", "shard %d outside [0, %d)", index, cfg.Shards)
+	}
+	r := rs[index]
+	solver, err := sgd.NewSolver(cfg.Solver, cfg.Layout, r.Lo, r.Hi)
+	if err != nil {
+		return nil, err
+	}
+	s := &Shard{cfg: cfg, index: index, total: total, rng: r, w: make([]float32, r.Len()),
+		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners}
+	for i := range s.members {
+		s.members[i].active = true
+	}
+	s.stats.Shard = index
+	return s, nil
+}
+
+// Index returns the shard's index.
+func (s *Shard) Index() int { return s.index }
+
+// Range returns the part of the flat vector the shard owns.
+func (s *Shard) Range() Range { return s.rng }
+
+// Active returns the number of active learners, λa.
+func (s *Shard) Active() int { return s.active }
+
+// Clock returns the shard clock i.
+func (s *Shard) Clock() uint64 { return s.clock }
+
+// Weights returns a read-only view of the shard's weights, valid until the
+// next Step.
+func (s *Shard) Weights() []float32 { return s.w }
+
+// Stats returns a copy of the shard's counters.
+func (s *Shard) Stats() Stats {
+	st := s.stats.clone()
+	st.Clock, st.Samples, st.Epoch = s.clock, s.samples, s.epoch()
+	return st
+}
+
+// Step consumes one message and returns the resulting replies and updates
+// (see the package doc for the protocol). The Ready and the weights its
+// replies point to are valid until the next Step.
+func (s *Shard) Step(m Msg) Ready {
+	s.ready.Replies = s.ready.Replies[:0]
+	s.ready.Updates = s.ready.Updates[:0]
+	if err := s.step(m); err != nil {
+		s.stats.Rejected.count(err)
+		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock,
+			Err: fmt.Errorf("ps shard %d: %v from learner %d (seq %d): %w", s.index, m.Type, m.Learner, m.Seq, err)})
+	}
+	s.servePulls()
+	return s.ready
+}
+
+func (s *Shard) step(m Msg) error {
+	switch {
+	case m.Job != s.cfg.Job:
+		return fmt.Errorf("%w: job %d, this is job %d", ErrWrongJob, m.Job, s.cfg.Job)
+	case m.Shard != s.index:
+		return fmt.Errorf("%w: shard %d", ErrWrongShard, m.Shard)
+	case m.Type < MsgPush || m.Type > MsgLeave:
+		return fmt.Errorf("%w %d", ErrBadType, m.Type)
+	case int64(m.Learner) >= int64(len(s.members)):
+		return fmt.Errorf("%w: ids are 0…%d", ErrUnknownLearner, len(s.members)-1)
+	}
+	l := &s.members[m.Learner]
+	if m.Type == MsgJoin {
+		s.join(l)
+		return nil
+	}
+	if !l.active {
+		return fmt.Errorf("%w: it left", ErrUnknownLearner)
+	}
+	switch m.Type {
+	case MsgPull:
+		l.pulling, l.computing, l.pullMin, l.pullSeq = true, false, m.Clock, m.Seq
+	case MsgLeave:
+		s.leave(l)
+	case MsgPush:
+		return s.push(l, m)
+	}
+	return nil
+}
+
+func (s *Shard) push(l *member, m Msg) error {
+	if len(m.Grad) != s.rng.Len() {
+		return fmt.Errorf("%w: %d elements, shard range [%d, %d) has %d", ErrBadLength, len(m.Grad), s.rng.Lo, s.rng.Hi, s.rng.Len())
+	}
+	if m.Clock > s.clock {
+		return fmt.Errorf("%w: stamp %d, clock %d", ErrFutureClock, m.Clock, s.clock)
+	}
+	if m.Seq < l.nextSeq {
+		s.stats.Duplicates++
+		return nil
+	}
+	if k := sgd.FirstNonFinite(m.Grad); k >= 0 {
+		return fmt.Errorf("%w: element %d (flat index %d) is %g", ErrNonFinite, k, s.rng.Lo+k, m.Grad[k])
+	}
+	hard := s.cfg.Protocol == Hardsync
+	if hard && l.roundPushed && m.Clock == s.clock {
+		return fmt.Errorf("%w %d", ErrAlreadyPushed, s.clock)
+	}
+	l.nextSeq, l.computing = m.Seq+1, false
+	tau := int(s.clock - m.Clock)
+	if (hard && tau > 0) || (s.cfg.MaxStaleness > 0 && tau > s.cfg.MaxStaleness) {
+		s.stats.Dropped++
+		s.samples += uint64(s.cfg.Batch)
+		return nil
+	}
+	s.stats.record(tau)
+	if hard {
+		l.roundPushed = true
+		s.pushed++
+	}
+	if s.due(s.solver.Pending() + 1) {
+		s.update(m.Grad, tau)
+	} else {
+		s.solver.Add(m.Grad, tau)
+	}
+	return nil
+}
+
+// due reports whether an update with pending gradients is due now.
+func (s *Shard) due(pending int) bool {
+	switch {
+	case pending == 0:
+		return false
+	case s.cfg.Protocol == Hardsync:
+		return s.pushed >= s.active
+	default:
+		return pending >= max(1, s.active/s.cfg.N)
+	}
+}
+
+// update applies the pending gradients plus last (nil for none).
+func (s *Shard) update(last []float32, tau int) {
+	epoch := s.epoch()
+	info := s.solver.Update(s.w, last, tau, epoch)
+	s.clock++
+	s.samples += uint64(info.Gradients * s.cfg.Batch)
+	s.stats.Updates++
+	if s.cfg.Protocol == Hardsync {
+		for i := range s.members {
+			s.members[i].roundPushed = false
+		}
+		s.pushed = 0
+	}
+	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info})
+}
+
+func (s *Shard) epoch() int {
+	if s.cfg.DataSize == 0 {
+		return 0
+	}
+	return int(s.samples / uint64(s.cfg.DataSize))
+}
+
+func (s *Shard) join(l *member) {
+	if l.active {
+		return
+	}
+	l.active = true
+	s.active++
+	if l.roundPushed {
+		s.pushed++
+	}
+}
+
+func (s *Shard) leave(l *member) {
+	l.active, l.pulling, l.computing = false, false, false
+	s.active--
+	if l.roundPushed {
+		s.pushed-- // its gradient stays pending; the flag counts it again on a rejoin this round
+	}
+	if s.due(s.solver.Pending()) {
+		s.update(nil, 0)
+	}
+}
+
+// servePulls answers every waiting pull that the rules allow, in learner-id
+// order. Answering one pull never blocks another: the new holder's stamp is
+// the current clock. Only shard 0 applies the bounded-staleness pull rule
+// (see the package doc for why).
+func (s *Shard) servePulls() {
+	if S := s.cfg.MaxStaleness; S > 0 && s.index == 0 {
+		for i := range s.members {
+			if l := &s.members[i]; l.computing && s.clock-l.holds > uint64(S) {
+				return
+			}
+		}
+	}
+	hard := s.cfg.Protocol == Hardsync
+	for i := range s.members {
+		l := &s.members[i]
+		if !l.pulling || s.clock < l.pullMin || (hard && l.roundPushed) {
+			continue
+		}
+		l.pulling, l.computing, l.holds = false, true, s.clock
+		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Weights: s.w})
+	}
+}
+
+// count adds one rejection of the reason err wraps.
+func (r *Rejections) count(err error) {
+	for _, c := range []struct {
+		target error
+		n      *uint64
+	}{
+		{ErrWrongJob, &r.WrongJob}, {ErrWrongShard, &r.WrongShard}, {ErrUnknownLearner, &r.UnknownLearner},
+		{ErrBadType, &r.BadType}, {ErrBadLength, &r.BadLength}, {ErrFutureClock, &r.FutureClock},
+		{ErrNonFinite, &r.NonFinite}, {ErrAlreadyPushed, &r.AlreadyPush},
+	} {
+		if errors.Is(err, c.target) {
+			*c.n++
+			return
+		}
+	}
+}
+
+// Checkpoint is the durable state of a shard (see the package doc). Its
+// slices are copies; it holds exported fields only, for any encoder.
+type Checkpoint struct {
+	Shard       int
+	Total       int // length of the flat vector
+	Clock       uint64
+	Samples     uint64
+	Weights     []float32 // the shard's range
+	Solver      sgd.State
+	Active      []bool   // per learner id
+	NextSeq     []uint64 // per learner id
+	RoundPushed []bool   // per learner id, hardsync
+	Stats       Stats
+}
+
+// Checkpoint returns a copy of the shard's durable state.
+func (s *Shard) Checkpoint() *Checkpoint {
+	cp := &Checkpoint{Shard: s.index, Total: s.total, Clock: s.clock, Samples: s.samples,
+		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats()}
+	for _, l := range s.members {
+		cp.Active = append(cp.Active, l.active)
+		cp.NextSeq = append(cp.NextSeq, l.nextSeq)
+		cp.RoundPushed = append(cp.RoundPushed, l.roundPushed)
+	}
+	return cp
+}
+
+// Restore rebuilds a shard from a checkpoint taken under the same cfg. No
+// pull is waiting and no learner is computing afterwards.
+func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
+	s, err := newShard(cfg, cp.Shard, cp.Total)
+	if err != nil {
+		return nil, err
+	}
+	n := len(s.members)
+	switch {
+	case len(cp.Weights) != s.rng.Len():
+		return nil, sgd.Fieldf("Checkpoint.Weights", "has %d elements, shard %d owns %d", len(cp.Weights), cp.Shard, s.rng.Len())
+	case len(cp.Active) != n || len(cp.NextSeq) != n || len(cp.RoundPushed) != n:
+		return nil, sgd.Fieldf("Checkpoint.Active", "per-learner state for %d/%d/%d learners, config has %d", len(cp.Active), len(cp.NextSeq), len(cp.RoundPushed), n)
+	}
+	if err := s.solver.SetState(cp.Solver); err != nil {
+		return nil, err
+	}
+	copy(s.w, cp.Weights)
+	s.clock, s.samples, s.active, s.stats = cp.Clock, cp.Samples, 0, cp.Stats.clone()
+	for i := range s.members {
+		l := &s.members[i]
+		l.active, l.nextSeq, l.roundPushed = cp.Active[i], cp.NextSeq[i], cp.RoundPushed[i]
+		if l.active {
+			s.active++
+			if l.roundPushed {
+				s.pushed++
+			}
+		}
+	}
+	return s, nil
+}

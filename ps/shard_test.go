@@ -1,0 +1,453 @@
+package ps
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/softsync/softsync/ps/sgd"
+)
+
+// harness drives one shard with terse helpers; seq numbers are automatic.
+type harness struct {
+	t   *testing.T
+	s   *Shard
+	seq map[uint32]uint64
+}
+
+func newHarness(t *testing.T, cfg Config, init []float32) *harness {
+	t.Helper()
+	s, err := NewShard(cfg, 0, init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, s: s, seq: map[uint32]uint64{}}
+}
+
+func (h *harness) next(l uint32) uint64 { h.seq[l]++; return h.seq[l] }
+
+func (h *harness) push(l uint32, stamp uint64, g []float32) Ready {
+	return h.s.Step(Msg{Type: MsgPush, Job: h.s.cfg.Job, Learner: l, Seq: h.next(l), Clock: stamp, Grad: g})
+}
+
+func (h *harness) pull(l uint32, minClock uint64) Ready {
+	return h.s.Step(Msg{Type: MsgPull, Job: h.s.cfg.Job, Learner: l, Seq: h.next(l), Clock: minClock})
+}
+
+func (h *harness) member(t MsgType, l uint32) Ready {
+	return h.s.Step(Msg{Type: t, Job: h.s.cfg.Job, Learner: l, Seq: h.next(l)})
+}
+
+// served returns the learners answered with weights in r, and their stamps.
+func served(r Ready) (to []uint32, stamps []uint64) {
+	for _, rep := range r.Replies {
+		if rep.Err == nil {
+			to, stamps = append(to, rep.To), append(stamps, rep.Clock)
+		}
+	}
+	return to, stamps
+}
+
+func plainConfig(learners int, p Protocol, n int) Config {
+	return Config{Job: 7, Learners: learners, Protocol: p, N: n, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+}
+
+func TestHardsyncBarrier(t *testing.T) {
+	h := newHarness(t, plainConfig(3, Hardsync, 0), []float32{1, 1})
+	for l := range uint32(3) {
+		if to, _ := served(h.pull(l, 0)); !slices.Equal(to, []uint32{l}) {
+			t.Fatalf("initial pull of %d: served %v", l, to)
+		}
+	}
+	h.push(0, 0, []float32{1, 0})
+	// A pull after a push waits for the update, even asking for clock 0.
+	if to, _ := served(h.pull(0, 0)); len(to) != 0 {
+		t.Fatalf("pull after push answered before the update: %v", to)
+	}
+	r := h.push(1, 0, []float32{0, 1})
+	if len(r.Updates) != 0 || h.s.Clock() != 0 {
+		t.Fatal("update before every learner pushed")
+	}
+	r = h.push(2, 0, []float32{1, 1})
+	to, stamps := served(r)
+	if len(r.Updates) != 1 || r.Updates[0].Gradients != 3 || !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{1}) {
+		t.Fatalf("after the third push: updates %+v, served %v at %v", r.Updates, to, stamps)
+	}
+	// w = 1 − 0.5·mean(g): mean = (2/3, 2/3).
+	if w := h.s.Weights(); !sgdNear(w[0], 1-0.5*2.0/3) || !sgdNear(w[1], 1-0.5*2.0/3) {
+		t.Fatalf("weights %v", w)
+	}
+	// A stale push (stamp 0 at clock 1) is dropped; a second push in one
+	// round is rejected.
+	h.push(1, 0, []float32{5, 5})
+	h.push(1, 1, []float32{0, 0})
+	r = h.push(1, 1, []float32{0, 0})
+	if len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, ErrAlreadyPushed) {
+		t.Fatalf("second push in a round: %+v", r.Replies)
+	}
+	st := h.s.Stats()
+	if st.Dropped != 1 || st.Rejected.AlreadyPush != 1 || !slices.Equal(st.Histogram, []uint64{4}) {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func sgdNear(got float32, want float64) bool { return math.Abs(float64(got)-want) < 1e-6 }
+
+// TestMembership checks that c follows the active learners: leaving
+// completes a hardsync round or lowers softsync's c at once, and joining
+// extends the barrier.
+func TestMembership(t *testing.T) {
+	h := newHarness(t, plainConfig(3, Hardsync, 0), []float32{0})
+	h.push(0, 0, []float32{1})
+	h.push(1, 0, []float32{1})
+	r := h.member(MsgLeave, 2)
+	if len(r.Updates) != 1 || r.Updates[0].Gradients != 2 {
+		t.Fatalf("leave should complete the round with 2 gradients: %+v", r.Updates)
+	}
+	if r := h.push(2, 1, []float32{1}); len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, ErrUnknownLearner) {
+		t.Fatalf("push after leave: %+v", r.Replies)
+	}
+	h.member(MsgJoin, 2)
+	h.member(MsgJoin, 2) // idempotent
+	h.push(0, 1, []float32{1})
+	h.push(1, 1, []float32{1})
+	if h.s.Clock() != 1 {
+		t.Fatal("the rejoined learner must be waited for")
+	}
+	if r := h.push(2, 1, []float32{1}); len(r.Updates) != 1 || r.Updates[0].Gradients != 3 {
+		t.Fatalf("round with the rejoined learner: %+v", r.Updates)
+	}
+
+	// Softsync λ = 4, n = 2: c = 2, then 1 when two learners leave; the
+	// last leave applies what is pending.
+	h = newHarness(t, plainConfig(4, Softsync, 2), []float32{0})
+	h.push(0, 0, []float32{1})
+	if h.s.Clock() != 0 {
+		t.Fatal("c = 2 updated after one gradient")
+	}
+	if r := h.member(MsgLeave, 3); len(r.Updates) != 1 || r.Updates[0].Gradients != 1 {
+		t.Fatalf("c = ⌊3/2⌋ = 1 with one pending: the leave must update: %+v", r.Updates)
+	}
+	if r := h.member(MsgLeave, 2); len(r.Updates) != 0 {
+		t.Fatal("update with nothing pending")
+	}
+	if r := h.push(1, 1, []float32{1}); len(r.Updates) != 1 {
+		t.Fatal("c = 1 must update on every push")
+	}
+	// Hardsync: a learner pushes and leaves (the round still waits for
+	// learner 1); when learner 1 leaves too, the pending gradient is applied.
+	h = newHarness(t, plainConfig(2, Hardsync, 0), []float32{0})
+	h.push(0, 0, []float32{1})
+	if r := h.member(MsgLeave, 0); len(r.Updates) != 0 {
+		t.Fatal("round applied while learner 1 is active and has not pushed")
+	}
+	if r := h.member(MsgLeave, 1); len(r.Updates) != 1 || h.s.Clock() != 1 {
+		t.Fatal("pending gradients must be applied when the last learner leaves")
+	}
+}
+
+// TestStalenessRates drives τ = 4 and τ = 2 into one softsync update and
+// checks the weights for each learning-rate mode against the paper's
+// formula (momentum 0, no decay: w' = w − (1/c)·Σ α(τ_l)·Δθ_l).
+func TestStalenessRates(t *testing.T) {
+	for mode, want := range map[sgd.LRMode]float64{
+		sgd.LRStaleness: 0.1 * (3.0/4 + 5.0/2) / 2,
+		sgd.LRAverage:   0.1 / 3 * (3.0 + 5.0) / 2,
+		sgd.LRConstant:  0.1 * (3.0 + 5.0) / 2,
+	} {
+		cfg := plainConfig(4, Softsync, 2)
+		cfg.Solver = sgd.Config{LR: 0.1, LRMode: mode}
+		h := newHarness(t, cfg, []float32{0})
+		for c := range uint64(4) { // four updates of two fresh zero gradients
+			h.push(0, c, []float32{0})
+			h.push(1, c, []float32{0})
+		}
+		h.push(2, 0, []float32{3})
+		r := h.push(3, 2, []float32{5})
+		if len(r.Updates) != 1 {
+			t.Fatal("no update")
+		}
+		u := r.Updates[0]
+		if u.Gradients != 2 || u.MeanStaleness != 3 || u.MaxStaleness != 4 || !sgdNear(h.s.Weights()[0], -want) {
+			t.Errorf("%v: update %+v, w = %g, want −%g", mode, u, h.s.Weights()[0], want)
+		}
+	}
+}
+
+// TestBoundedPullRule walks the pull rule of the package doc with S = 1.
+func TestBoundedPullRule(t *testing.T) {
+	cfg := plainConfig(3, Softsync, 3)
+	cfg.MaxStaleness = 1
+	h := newHarness(t, cfg, []float32{0})
+	for l := range uint32(3) {
+		h.pull(l, 0)
+	}
+	h.push(0, 0, []float32{1}) // clock 1
+	if to, _ := served(h.pull(0, 0)); !slices.Equal(to, []uint32{0}) {
+		t.Fatal("learners 1 and 2 are 1 behind: learner 0 may pull")
+	}
+	h.push(0, 1, []float32{1}) // clock 2: learners 1, 2 are 2 behind
+	if to, _ := served(h.pull(0, 0)); len(to) != 0 {
+		t.Fatal("pull served while learners compute 2 clocks behind")
+	}
+	r := h.push(1, 0, []float32{1}) // τ = 2 > 1: dropped; learner 2 still computing
+	if to, _ := served(r); len(to) != 0 || h.s.Stats().Dropped != 1 || h.s.Clock() != 2 {
+		t.Fatalf("after the stale push: served %v, stats %+v", to, h.s.Stats())
+	}
+	r = h.member(MsgLeave, 2)
+	if to, stamps := served(r); !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{2}) {
+		t.Fatalf("with nobody computing the pull must be served: %v %v", to, stamps)
+	}
+}
+
+// TestBoundedPullRuleGate checks that shards other than 0 do not hold
+// pulls back (only their drop rule applies): the pull that shard 0 holds in
+// TestBoundedPullRule is answered at once by shard 1.
+func TestBoundedPullRuleGate(t *testing.T) {
+	cfg := plainConfig(3, Softsync, 3)
+	cfg.MaxStaleness, cfg.Shards = 1, 2
+	s, err := NewShard(cfg, 1, []float32{0, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(m Msg) Ready { m.Job, m.Shard = 7, 1; return s.Step(m) }
+	for l := range uint32(3) {
+		step(Msg{Type: MsgPull, Learner: l, Seq: 1})
+	}
+	step(Msg{Type: MsgPush, Learner: 0, Seq: 2, Clock: 0, Grad: []float32{1}})
+	step(Msg{Type: MsgPush, Learner: 0, Seq: 3, Clock: 1, Grad: []float32{1}})
+	if to, stamps := served(step(Msg{Type: MsgPull, Learner: 0, Seq: 4})); !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{2}) {
+		t.Fatalf("shard 1 must not gate pulls: served %v at %v", to, stamps)
+	}
+	step(Msg{Type: MsgPush, Learner: 1, Seq: 2, Clock: 0, Grad: []float32{1}})
+	if st := s.Stats(); st.Dropped != 1 {
+		t.Fatalf("shard 1 must still drop τ = 2 > 1: %+v", st)
+	}
+}
+
+func TestPullMinClock(t *testing.T) {
+	h := newHarness(t, plainConfig(2, Softsync, 2), []float32{0})
+	if to, _ := served(h.pull(0, 2)); len(to) != 0 {
+		t.Fatal("pull for clock 2 served at 0")
+	}
+	h.pull(0, 1) // replaces the waiting pull
+	r := h.push(1, 0, []float32{1})
+	if to, stamps := served(r); !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{1}) || r.Replies[0].Seq != 2 {
+		t.Fatalf("pull at clock 1: %+v", r.Replies)
+	}
+}
+
+// TestDuplicates resends a push, also after a leave and a join (a
+// reconnect): it is applied once.
+func TestDuplicates(t *testing.T) {
+	h := newHarness(t, plainConfig(2, Softsync, 2), []float32{0})
+	m := Msg{Type: MsgPush, Job: 7, Learner: 0, Seq: 10, Clock: 0, Grad: []float32{1}}
+	h.s.Step(m)
+	h.s.Step(m)
+	h.member(MsgLeave, 0)
+	h.member(MsgJoin, 0)
+	if r := h.s.Step(m); len(r.Replies) != 0 || len(r.Updates) != 0 {
+		t.Fatalf("duplicate produced output: %+v", r)
+	}
+	m.Seq = 9 // older than the last applied: a duplicate too
+	h.s.Step(m)
+	if st := h.s.Stats(); st.Updates != 1 || st.Duplicates != 3 || st.Gradients != 1 || !sgdNear(h.s.Weights()[0], -0.5) {
+		t.Fatalf("stats %+v, w %v", st, h.s.Weights())
+	}
+	m.Seq = 12
+	if r := h.s.Step(m); len(r.Updates) != 1 {
+		t.Fatal("a new sequence must be applied")
+	}
+}
+
+// TestRejections sends one bad message per reason: each is answered with
+// an error to that learner, counted under its reason, and changes nothing;
+// the shard keeps serving.
+func TestRejections(t *testing.T) {
+	good := func() Msg { return Msg{Type: MsgPush, Job: 7, Learner: 1, Seq: 5, Clock: 0, Grad: []float32{1, 2}} }
+	for _, tc := range []struct {
+		name  string
+		proto Protocol
+		mut   func(*Msg)
+		err   error
+		count func(Rejections) uint64
+	}{
+		{"job", Softsync, func(m *Msg) { m.Job = 8 }, ErrWrongJob, func(r Rejections) uint64 { return r.WrongJob }},
+		{"shard", Softsync, func(m *Msg) { m.Shard = 1 }, ErrWrongShard, func(r Rejections) uint64 { return r.WrongShard }},
+		{"learner", Softsync, func(m *Msg) { m.Learner = 2 }, ErrUnknownLearner, func(r Rejections) uint64 { return r.UnknownLearner }},
+		{"type", Softsync, func(m *Msg) { m.Type = 0 }, ErrBadType, func(r Rejections) uint64 { return r.BadType }},
+		{"length", Softsync, func(m *Msg) { m.Grad = m.Grad[:1] }, ErrBadLength, func(r Rejections) uint64 { return r.BadLength }},
+		{"future", Softsync, func(m *Msg) { m.Clock = 1 }, ErrFutureClock, func(r Rejections) uint64 { return r.FutureClock }},
+		{"nan", Softsync, func(m *Msg) { m.Grad[1] = float32(math.NaN()) }, ErrNonFinite, func(r Rejections) uint64 { return r.NonFinite }},
+		{"inf", Softsync, func(m *Msg) { m.Grad[0] = float32(math.Inf(-1)) }, ErrNonFinite, func(r Rejections) uint64 { return r.NonFinite }},
+		{"double", Hardsync, func(m *Msg) { m.Seq = 4 }, ErrAlreadyPushed, func(r Rejections) uint64 { return r.AlreadyPush }},
+	} {
+		// Softsync with c = 1; under hardsync learner 1 has pushed once
+		// this round.
+		h := newHarness(t, plainConfig(2, tc.proto, 2), []float32{3, 4})
+		if tc.proto == Hardsync {
+			h.s.Step(Msg{Type: MsgPush, Job: 7, Learner: 1, Seq: 3, Grad: []float32{0, 0}})
+		}
+		m := good()
+		tc.mut(&m)
+		r := h.s.Step(m)
+		if len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, tc.err) || r.Replies[0].To != m.Learner || r.Replies[0].Seq != m.Seq || len(r.Updates) != 0 {
+			t.Errorf("%s: outputs %+v", tc.name, r)
+			continue
+		}
+		st := h.s.Stats()
+		if tc.count(st.Rejected) != 1 || st.Rejected.Total() != 1 || h.s.Clock() != 0 || !slices.Equal(h.s.Weights(), []float32{3, 4}) {
+			t.Errorf("%s: stats %+v, weights %v", tc.name, st, h.s.Weights())
+		}
+		// The shard keeps serving: the same message, fixed, is applied.
+		fixed := good()
+		fixed.Learner = 0
+		if r := h.s.Step(fixed); len(r.Replies) != 0 || len(r.Updates) == 0 && tc.proto == Softsync {
+			t.Errorf("%s: valid push after a rejection: %+v", tc.name, r)
+		}
+	}
+	// A departed learner is unknown too, for pulls as well.
+	h := newHarness(t, plainConfig(2, Softsync, 1), []float32{0})
+	h.member(MsgLeave, 1)
+	if r := h.pull(1, 0); len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, ErrUnknownLearner) {
+		t.Fatalf("pull from a departed learner: %+v", r.Replies)
+	}
+}
+
+// TestCheckpointRestore checkpoints a shard with a pending gradient,
+// restores it, and feeds both the same messages: the weights stay
+// bit-identical.
+func TestCheckpointRestore(t *testing.T) {
+	cfg := plainConfig(3, Softsync, 1) // c = 3
+	cfg.Solver = sgd.Config{LR: 0.1, Momentum: 0.9, WeightDecay: 0.01, LRMode: sgd.LRStaleness}
+	a := newHarness(t, cfg, []float32{1, -1, 2})
+	for c := range uint64(2) {
+		for l := range uint32(3) {
+			a.push(l, c, []float32{float32(l), 1, -float32(c)})
+		}
+	}
+	a.push(0, 1, []float32{3, 3, 3}) // pending, τ = 1
+	cp := a.s.Checkpoint()
+	rs, err := Restore(cfg, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &harness{t: t, s: rs, seq: map[uint32]uint64{}}
+	for l, n := range a.seq {
+		b.seq[l] = n
+	}
+	for _, h := range []*harness{a, b} {
+		h.push(1, 2, []float32{1, 2, 3})
+		h.push(2, 0, []float32{-1, 0, 1})
+		h.push(0, 3, []float32{0.5, 0.5, 0.5})
+	}
+	if !slices.Equal(a.s.Weights(), b.s.Weights()) || a.s.Clock() != b.s.Clock() || a.s.Clock() != 3 {
+		t.Fatalf("restored shard diverged: %v@%d vs %v@%d", b.s.Weights(), b.s.Clock(), a.s.Weights(), a.s.Clock())
+	}
+	sa, sb := a.s.Stats(), b.s.Stats()
+	if !slices.Equal(sa.Histogram, sb.Histogram) || sa.Gradients != sb.Gradients {
+		t.Fatalf("stats diverged: %+v vs %+v", sb, sa)
+	}
+	cp.Weights = cp.Weights[:1]
+	if _, err := Restore(cfg, cp); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("short checkpoint accepted: %v", err)
+	}
+}
+
+// TestEpochSchedule checks that the shard counts samples (Batch per
+// gradient, dropped ones included) into epochs for the step schedule.
+func TestEpochSchedule(t *testing.T) {
+	cfg := plainConfig(2, Softsync, 2) // c = 1
+	cfg.Batch, cfg.DataSize = 3, 6     // 2 gradients per epoch
+	cfg.Solver = sgd.Config{LR: 1, LRSteps: []int{1, 2}, LRGamma: 0.5}
+	h := newHarness(t, cfg, []float32{0})
+	var rates []float64
+	var epochs []int
+	for i := range uint64(5) {
+		r := h.push(0, i, []float32{1})
+		rates, epochs = append(rates, r.Updates[0].Rate), append(epochs, r.Updates[0].Epoch)
+	}
+	if !slices.Equal(epochs, []int{0, 0, 1, 1, 2}) || !slices.Equal(rates, []float64{1, 1, 0.5, 0.5, 0.25}) {
+		t.Fatalf("epochs %v rates %v", epochs, rates)
+	}
+	if st := h.s.Stats(); st.Samples != 15 || st.Epoch != 2 {
+		t.Fatalf("samples %d epoch %d", st.Samples, st.Epoch)
+	}
+}
+
+func TestRanges(t *testing.T) {
+	for _, tc := range []struct {
+		total, shards int
+		want          []Range
+	}{
+		{18, 3, []Range{{0, 6}, {6, 12}, {12, 18}}},
+		{1000, 3, []Range{{0, 320}, {320, 656}, {656, 1000}}},
+		{5, 5, []Range{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}},
+		{7, 1, []Range{{0, 7}}},
+	} {
+		got, err := Ranges(tc.total, tc.shards)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Ranges(%d, %d) = %v, %v; want %v", tc.total, tc.shards, got, err, tc.want)
+		}
+	}
+	for total := 1; total < 300; total += 7 {
+		for shards := 1; shards <= min(total, 9); shards++ {
+			rs, err := Ranges(total, shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, r := range rs {
+				aligned := total < 16*shards || r.Lo%16 == 0
+				if r.Len() < 1 || (k > 0 && r.Lo != rs[k-1].Hi) || !aligned {
+					t.Fatalf("Ranges(%d, %d) = %v", total, shards, rs)
+				}
+			}
+			if rs[0].Lo != 0 || rs[shards-1].Hi != total {
+				t.Fatalf("Ranges(%d, %d) = %v does not cover", total, shards, rs)
+			}
+		}
+	}
+	for _, bad := range [][2]int{{3, 4}, {3, 0}} {
+		if _, err := Ranges(bad[0], bad[1]); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Ranges(%d, %d): %v", bad[0], bad[1], err)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for field, mut := range map[string]func(*Config){
+		"Learners":       func(c *Config) { c.Learners = 0 },
+		"Protocol":       func(c *Config) { c.Protocol = 9 },
+		"N":              func(c *Config) { c.N = 5 },
+		"MaxStaleness":   func(c *Config) { c.MaxStaleness = -1 },
+		"Shards":         func(c *Config) { c.Shards = 0 },
+		"Batch":          func(c *Config) { c.Batch = 0 },
+		"DataSize":       func(c *Config) { c.Solver.LRSteps, c.Solver.LRGamma = []int{3}, 0.1 },
+		"Solver.LR":      func(c *Config) { c.Solver.LR = 0 },
+		"Layout":         func(c *Config) { c.Layout = []sgd.Segment{{Name: "w", Len: 3, LRMult: 1}} },
+		"Solver.LRGamma": func(c *Config) { c.DataSize, c.Solver.LRSteps = 10, []int{3} },
+	} {
+		cfg := plainConfig(4, Softsync, 2)
+		mut(&cfg)
+		_, err := NewShard(cfg, 0, make([]float32, 4))
+		var fe *sgd.FieldError
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: got %v", field, err)
+		}
+	}
+	if _, err := NewShard(plainConfig(4, Softsync, 2), 1, make([]float32, 4)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("shard index outside [0, Shards): %v", err)
+	}
+	hard := plainConfig(4, Hardsync, 0)
+	hard.MaxStaleness = 2
+	if err := hard.Validate(); err == nil {
+		t.Error("hardsync with a staleness bound accepted")
+	}
+	if p, err := ParseProtocol("softsync"); err != nil || p != Softsync || p.String() != "softsync" {
+		t.Errorf("ParseProtocol: %v %v", p, err)
+	}
+	if _, err := ParseProtocol("async"); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("ParseProtocol(async): %v", err)
+	}
+}

@@ -1,0 +1,315 @@
+// Package sim is a deterministic discrete-event simulator of λ learners
+// training through the shards of a parameter server. It drives the real
+// protocol core (ps.Shard) with simulated time: learners draw compute times
+// from a seeded distribution, messages take a latency (optionally
+// jittered), shards answer instantly. Given a Config (including its Seed) a
+// run is exactly reproducible, so protocol properties (staleness
+// distributions, bounded staleness, no deadlock) are tested over many
+// seeds in milliseconds.
+//
+// # Model
+//
+// Each learner repeats Steps times: send a pull to every shard; when every
+// shard has answered, compute for a drawn time (the gradient itself, if
+// Config.Gradient is set, is computed from the pulled weights at that
+// moment); then push every shard its slice stamped with that shard's reply
+// stamp, and pull again at once. Pull minimum clocks are the learner's last
+// stamp under softsync and last stamp + 1 under hardsync (its own push must
+// be applied first). After its last push a learner sends MsgLeave to every
+// shard. A message takes Config.Latency plus a draw from [0, Jitter); each
+// link (learner → shard, shard → learner) stays in order. Events at equal
+// times run in the order they were scheduled.
+//
+// Randomness comes from PCG streams seeded with (Seed, learner id) for
+// compute times and (Seed, 2⁶⁴−1) for the network, so a run depends on
+// nothing but its Config. The package is meant to grow: heterogeneous
+// learners (Speed), latency models, shard service times and failures fit
+// the same loop.
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
+)
+
+// ErrDeadlock reports a run whose event queue emptied before every learner
+// finished its steps.
+var ErrDeadlock = errors.New("sim: no event left but learners are not done")
+
+// Dist is a distribution of positive durations.
+type Dist struct {
+	Kind   DistKind
+	Mean   float64 // > 0
+	Spread float64 // Uniform: half-width relative to Mean, in [0, 1); LogNormal: σ of the log, ≥ 0
+}
+
+// DistKind names a duration distribution.
+type DistKind uint8
+
+const (
+	// Uniform draws from [Mean·(1−Spread), Mean·(1+Spread)].
+	Uniform DistKind = iota
+	// LogNormal draws exp(N(ln Mean − σ²/2, σ²)), whose mean is Mean.
+	LogNormal
+)
+
+func (d Dist) draw(r *rand.Rand) float64 {
+	if d.Kind == LogNormal {
+		return math.Exp(math.Log(d.Mean) - d.Spread*d.Spread/2 + d.Spread*r.NormFloat64())
+	}
+	return d.Mean * (1 + d.Spread*(2*r.Float64()-1))
+}
+
+// Config describes one simulated run.
+type Config struct {
+	PS      ps.Config // protocol, learners, shards and solver
+	Init    []float32 // initial flat weights; its length is the vector length
+	Steps   int       // gradients each learner pushes, ≥ 1
+	Compute Dist      // compute time of one gradient
+	Speed   []float64 // optional per-learner multiplier of compute times (len = learners)
+	Latency float64   // one-way message latency, ≥ 0
+	// Jitter adds to each message's latency a uniform draw from
+	// [0, Jitter), keeping every link (learner → shard, shard → learner)
+	// in order, so that shards see messages in different orders and their
+	// clocks diverge. ≥ 0.
+	Jitter float64
+	Seed   uint64
+	// Gradient, if set, fills grad (the flat vector's length) from the
+	// weights w the learner pulled, for its step-th gradient. It must not
+	// keep w or grad. Without it gradients are zero.
+	Gradient func(learner, step int, w, grad []float32)
+	// Observe, if set, is called after every Step of every shard with the
+	// message and the outputs (valid only during the call).
+	Observe func(shard int, in ps.Msg, out ps.Ready)
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Shards  []ps.Stats // per shard
+	Weights []float32  // final flat weights
+	Time    float64    // simulated time of the last event
+}
+
+// Run simulates cfg to completion.
+func Run(cfg Config) (*Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &sim{cfg: cfg, net: rand.New(rand.NewPCG(cfg.Seed, math.MaxUint64)), links: map[link]float64{}}
+	rs, err := ps.Ranges(len(cfg.Init), cfg.PS.Shards)
+	if err != nil {
+		return nil, err
+	}
+	s.ranges = rs
+	for k := range rs {
+		sh, err := ps.NewShard(cfg.PS, k, cfg.Init)
+		if err != nil {
+			return nil, err
+		}
+		s.shards = append(s.shards, sh)
+	}
+	for i := range cfg.PS.Learners {
+		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
+			stamps: make([]uint64, len(rs)), speed: 1}
+		if cfg.Speed != nil {
+			l.speed = cfg.Speed[i]
+		}
+		if cfg.Gradient != nil {
+			l.w, l.grad = make([]float32, len(cfg.Init)), make([]float32, len(cfg.Init))
+		}
+		s.learners = append(s.learners, l)
+		s.pullAll(l)
+	}
+	for s.queue.Len() > 0 {
+		e := heap.Pop(&s.queue).(*event)
+		s.now = e.at
+		e.run()
+	}
+	res := &Result{Time: s.now, Weights: make([]float32, len(cfg.Init))}
+	for k, sh := range s.shards {
+		res.Shards = append(res.Shards, sh.Stats())
+		copy(res.Weights[rs[k].Lo:], sh.Weights())
+	}
+	for _, l := range s.learners {
+		if l.step < cfg.Steps {
+			return res, fmt.Errorf("%w: learner %d pushed %d of %d gradients at time %g", ErrDeadlock, l.id, l.step, cfg.Steps, s.now)
+		}
+	}
+	return res, nil
+}
+
+func (c *Config) validate() error {
+	if err := c.PS.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case len(c.Init) == 0:
+		return sgd.Fieldf("Init", "the initial vector is empty")
+	case c.Steps < 1:
+		return sgd.Fieldf("Steps", "must be ≥ 1, got %d", c.Steps)
+	case !(c.Compute.Mean > 0) || c.Compute.Spread < 0 || (c.Compute.Kind == Uniform && c.Compute.Spread >= 1):
+		return sgd.Fieldf("Compute", "needs Mean > 0 and Spread ≥ 0 (< 1 for Uniform), got %+v", c.Compute)
+	case c.Speed != nil && len(c.Speed) != c.PS.Learners:
+		return sgd.Fieldf("Speed", "has %d entries for %d learners", len(c.Speed), c.PS.Learners)
+	case !(c.Latency >= 0):
+		return sgd.Fieldf("Latency", "must be ≥ 0, got %g", c.Latency)
+	case !(c.Jitter >= 0):
+		return sgd.Fieldf("Jitter", "must be ≥ 0, got %g", c.Jitter)
+	}
+	for i, v := range c.Speed {
+		if !(v > 0) {
+			return sgd.Fieldf(fmt.Sprintf("Speed[%d]", i), "must be > 0, got %g", v)
+		}
+	}
+	return nil
+}
+
+type learner struct {
+	id      int
+	rng     *rand.Rand
+	speed   float64
+	step    int      // gradients pushed so far
+	stamps  []uint64 // per shard, stamp of the weights held
+	replies int      // shard replies received for the current pull
+	seq     uint64
+	w, grad []float32 // with Config.Gradient: pulled weights, computed gradient
+}
+
+type sim struct {
+	cfg      Config
+	ranges   []ps.Range
+	shards   []*ps.Shard
+	learners []*learner
+	queue    eventQueue
+	now      float64
+	nextID   uint64
+	net      *rand.Rand       // latency jitter, its own stream
+	links    map[link]float64 // last arrival time per link
+}
+
+type link struct {
+	learner, shard int
+	toShard        bool
+}
+
+// at schedules f after delay.
+func (s *sim) at(delay float64, f func()) {
+	s.nextID++
+	heap.Push(&s.queue, &event{at: s.now + delay, id: s.nextID, run: f})
+}
+
+// deliver schedules f at the arrival time of a message sent now on the
+// link (learner, shard, direction): latency plus jitter, never before the
+// link's previous message.
+func (s *sim) deliver(learner, shard int, toShard bool, f func()) {
+	at := s.now + s.cfg.Latency
+	if s.cfg.Jitter > 0 {
+		at += s.cfg.Jitter * s.net.Float64()
+	}
+	k := link{learner, shard, toShard}
+	at = max(at, s.links[k])
+	s.links[k] = at
+	s.at(at-s.now, f)
+}
+
+// send delivers m to its shard; replies come back to the learners the
+// same way.
+func (s *sim) send(m ps.Msg) {
+	s.deliver(int(m.Learner), m.Shard, true, func() {
+		out := s.shards[m.Shard].Step(m)
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(m.Shard, m, out)
+		}
+		for _, r := range out.Replies {
+			if r.Err != nil {
+				panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
+			}
+			l := s.learners[r.To]
+			var w []float32
+			if l.w != nil {
+				w = append(w, r.Weights...) // the view is only valid during this Step
+			}
+			shard, clock := m.Shard, r.Clock
+			s.deliver(l.id, shard, false, func() { s.receive(l, shard, clock, w) })
+		}
+	})
+}
+
+func (s *sim) msg(t ps.MsgType, l *learner, shard int) ps.Msg {
+	l.seq++
+	return ps.Msg{Type: t, Job: s.cfg.PS.Job, Shard: shard, Learner: uint32(l.id), Seq: l.seq}
+}
+
+func (s *sim) pullAll(l *learner) {
+	l.replies = 0
+	for k := range s.shards {
+		m := s.msg(ps.MsgPull, l, k)
+		m.Clock = l.stamps[k]
+		if s.cfg.PS.Protocol == ps.Hardsync && l.step > 0 {
+			m.Clock++
+		}
+		s.send(m)
+	}
+}
+
+func (s *sim) receive(l *learner, shard int, clock uint64, w []float32) {
+	l.stamps[shard] = clock
+	if l.w != nil {
+		copy(l.w[s.ranges[shard].Lo:], w)
+	}
+	if l.replies++; l.replies < len(s.shards) {
+		return
+	}
+	if s.cfg.Gradient != nil {
+		s.cfg.Gradient(l.id, l.step, l.w, l.grad)
+	}
+	s.at(s.cfg.Compute.draw(l.rng)*l.speed, func() { s.pushAll(l) })
+}
+
+func (s *sim) pushAll(l *learner) {
+	l.step++
+	for k, r := range s.ranges {
+		m := s.msg(ps.MsgPush, l, k)
+		m.Clock = l.stamps[k]
+		if l.grad != nil {
+			m.Grad = append([]float32(nil), l.grad[r.Lo:r.Hi]...)
+		} else {
+			m.Grad = make([]float32, r.Len())
+		}
+		s.send(m)
+	}
+	if l.step < s.cfg.Steps {
+		s.pullAll(l)
+		return
+	}
+	for k := range s.shards {
+		s.send(s.msg(ps.MsgLeave, l, k))
+	}
+}
+
+type event struct {
+	at  float64
+	id  uint64 // scheduling order, breaks ties
+	run func()
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	return q[i].at < q[j].at || (q[i].at == q[j].at && q[i].id < q[j].id)
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,65 @@
+package ps
+
+import "slices"
+
+// HistogramLen is the number of buckets of Stats.Histogram: bucket τ counts
+// gradients of staleness τ, the last bucket those of staleness ≥
+// HistogramLen−1 (so a peer cannot grow it without bound).
+const HistogramLen = 1024
+
+// Rejections counts rejected messages per reason (see the Err* values).
+type Rejections struct {
+	WrongJob, WrongShard, UnknownLearner, BadType  uint64
+	BadLength, FutureClock, NonFinite, AlreadyPush uint64
+}
+
+// Total returns the number of rejected messages.
+func (r Rejections) Total() uint64 {
+	return r.WrongJob + r.WrongShard + r.UnknownLearner + r.BadType +
+		r.BadLength + r.FutureClock + r.NonFinite + r.AlreadyPush
+}
+
+// Stats are the counters of one shard.
+type Stats struct {
+	Shard      int    // shard index
+	Clock      uint64 // current clock i
+	Updates    uint64 // updates applied (equals Clock unless restored)
+	Gradients  uint64 // accepted gradients (applied, or pending in the next update)
+	Dropped    uint64 // gradients dropped as too stale
+	Duplicates uint64 // pushes ignored as duplicates
+	Rejected   Rejections
+	Samples    uint64 // samples of applied and dropped gradients (Batch each)
+	Epoch      int    // ⌊Samples / DataSize⌋, 0 without DataSize
+	// Histogram[τ] counts accepted gradients of staleness τ; trailing
+	// zero buckets are trimmed, the last of HistogramLen buckets collects
+	// τ ≥ HistogramLen−1.
+	Histogram    []uint64
+	StalenessSum uint64 // Σ τ over accepted gradients
+	MaxStaleness int    // max τ over accepted gradients
+}
+
+// MeanStaleness returns the mean τ of accepted gradients (0 if none).
+func (s *Stats) MeanStaleness() float64 {
+	if s.Gradients == 0 {
+		return 0
+	}
+	return float64(s.StalenessSum) / float64(s.Gradients)
+}
+
+// record counts one accepted gradient of staleness tau.
+func (s *Stats) record(tau int) {
+	b := min(tau, HistogramLen-1)
+	if b >= len(s.Histogram) {
+		s.Histogram = append(s.Histogram, make([]uint64, b+1-len(s.Histogram))...)
+	}
+	s.Histogram[b]++
+	s.Gradients++
+	s.StalenessSum += uint64(tau)
+	s.MaxStaleness = max(s.MaxStaleness, tau)
+}
+
+// clone returns a deep copy.
+func (s Stats) clone() Stats {
+	s.Histogram = slices.Clone(s.Histogram)
+	return s
+}

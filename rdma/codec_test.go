@@ -1,0 +1,353 @@
+package rdma
+
+import (
+	"cmp"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/softsync/softsync/rdma/internal/synth"
+)
+
+// halfFormat describes a 16-bit float format by an independent decoder
+// of its positive codes; codes 0..inf are increasing in value, inf being
+// the code of +Inf.
+type halfFormat struct {
+	name   string
+	inf    uint16
+	decode func(h uint16) float64 // positive finite codes
+	round  func(float32) uint16   // implementation under test
+	widen  func(uint16) float32   // implementation under test
+}
+
+var halfFormats = []halfFormat{
+	{"fp16", 0x7c00, func(h uint16) float64 {
+		e, m := int(h>>10), float64(h&0x3ff)
+		if e == 0 {
+			return math.Ldexp(m, -24)
+		}
+		return math.Ldexp(1024+m, e-25)
+	}, f32ToF16, f16ToF32},
+	{"bf16", 0x7f80, func(h uint16) float64 {
+		e, m := int(h>>7), float64(h&0x7f)
+		if e == 0 {
+			return math.Ldexp(m, -133)
+		}
+		return math.Ldexp(128+m, e-134)
+	}, f32ToBF16, bf16ToF32},
+}
+
+// refRound rounds x to the nearest code, ties to the even code, values at
+// or beyond half-way to the next power past the largest finite to Inf.
+func (f *halfFormat) refRound(x float32, values []float64) uint16 {
+	var sign uint16
+	if math.Signbit(float64(x)) {
+		sign = 0x8000
+	}
+	a := math.Abs(float64(x))
+	i := sort.SearchFloat64s(values, a) // first value ≥ a
+	switch {
+	case i == len(values):
+		return sign | f.inf
+	case values[i] == a || i == 0:
+		return sign | uint16(i)
+	}
+	lo, hi := values[i-1], values[i]
+	if a-lo < hi-a || a-lo == hi-a && (i-1)%2 == 0 {
+		return sign | uint16(i-1)
+	}
+	return sign | uint16(i)
+}
+
+func TestHalfConversions(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, f := range halfFormats {
+		t.Run(f.name, func(t *testing.T) {
+			values := make([]float64, f.inf+1) // values[inf] is the virtual next power of two
+			for h := range f.inf {
+				values[h] = f.decode(h)
+			}
+			values[f.inf] = 2*values[f.inf-1] - values[f.inf-2]
+			// Widening is exact for every finite code, and Inf and NaN survive.
+			for h := range f.inf {
+				for _, s := range []uint16{0, 0x8000} {
+					got, want := f.widen(h|s), values[h]
+					if s != 0 {
+						want = -want
+					}
+					if float64(got) != want || math.Signbit(float64(got)) != (s != 0) {
+						t.Fatalf("widen(%#04x) = %v, want %v", h|s, got, want)
+					}
+					if back := f.round(got); back != h|s {
+						t.Fatalf("round(widen(%#04x)) = %#04x", h|s, back)
+					}
+				}
+			}
+			if !math.IsInf(float64(f.widen(f.inf)), 1) || !math.IsInf(float64(f.widen(f.inf|0x8000)), -1) {
+				t.Fatal("Inf does not widen to Inf")
+			}
+			// Rounding: every midpoint and its neighbours, then random bit patterns.
+			var xs []float32
+			for h := 1; h <= int(f.inf); h++ {
+				mid := float32((values[h-1] + values[h]) / 2)
+				xs = append(xs, mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, math.MaxFloat32), -mid)
+			}
+			for range 200_000 {
+				xs = append(xs, math.Float32frombits(r.Uint32()), float32(r.NormFloat64()*1e-3))
+			}
+			xs = append(xs, 0, float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32,
+				float32(math.Inf(1)), float32(math.Inf(-1)), math.SmallestNonzeroFloat32)
+			for _, x := range xs {
+				got := f.round(x)
+				if x != x {
+					if g := f.widen(got); g == g || math.Signbit(float64(g)) != math.Signbit(float64(x)) {
+						t.Fatalf("round(NaN %#08x) = %#04x, not a NaN of the same sign", math.Float32bits(x), got)
+					}
+					continue
+				}
+				if want := f.refRound(x, values); got != want {
+					t.Fatalf("round(%v = %#08x) = %#04x, want %#04x", x, math.Float32bits(x), got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseCodec(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Codec
+		err  error
+	}{
+		{"none", Codec{}, nil},
+		{"S2", Codec{ID: CodecS2}, nil},
+		{"zstd", Codec{ID: CodecZstd}, nil},
+		{"shuffle+s2", Codec{ID: CodecShuffleS2}, nil},
+		{"shuffle+zstd", Codec{ID: CodecShuffleZstd}, nil},
+		{"fp16", Codec{ID: CodecFP16}, nil},
+		{"bf16", Codec{ID: CodecBF16}, nil},
+		{"topk:0.01", Codec{ID: CodecTopK, Fraction: 0.01}, nil},
+		{"topk:1", Codec{ID: CodecTopK, Fraction: 1}, nil},
+		{"topk", Codec{}, ErrBadCodecParam},
+		{"topk:0", Codec{}, ErrBadCodecParam},
+		{"topk:1.5", Codec{}, ErrBadCodecParam},
+		{"topk:NaN", Codec{}, ErrBadCodecParam},
+		{"topk:x", Codec{}, ErrBadCodecParam},
+		{"zstd:3", Codec{}, ErrBadCodecParam},
+		{"gzip", Codec{}, ErrUnknownCodec},
+		{"", Codec{}, ErrUnknownCodec},
+	} {
+		got, err := ParseCodec(tc.in)
+		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("ParseCodec(%q) = %v, %v; want %v, %v", tc.in, got, err, tc.want, tc.err)
+		}
+		if err == nil {
+			if back, err := ParseCodec(got.String()); err != nil || back != got {
+				t.Errorf("ParseCodec(%q.String() = %q) = %v, %v", tc.in, got.String(), back, err)
+			}
+		}
+	}
+}
+
+// refTopK returns the indices of the k largest |a| (NaN largest; ties by
+// lower index), ascending.
+func refTopK(a []float32, k int) []int {
+	idx := make([]int, len(a))
+	for i := range idx {
+		idx[i] = i
+	}
+	mag := func(v float32) float64 {
+		if v != v {
+			return math.Inf(1) + 1 // NaN sorts first
+		}
+		return math.Abs(float64(v))
+	}
+	slices.SortStableFunc(idx, func(i, j int) int {
+		mi, mj := mag(a[i]), mag(a[j])
+		if a[i] != a[i] && a[j] != a[j] {
+			return 0
+		}
+		if a[i] != a[i] {
+			return -1
+		}
+		if a[j] != a[j] {
+			return 1
+		}
+		return cmp.Compare(mj, mi)
+	})
+	idx = idx[:k]
+	slices.Sort(idx)
+	return idx
+}
+
+func TestTopK(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	enc, dec := NewEncoder(), NewDecoder()
+	defer enc.Close()
+	defer dec.Close()
+	for trial := range 300 {
+		n := 1 + r.IntN(3000)
+		g := make([]float32, n)
+		for i := range g {
+			switch trial % 3 {
+			case 0:
+				g[i] = float32(r.NormFloat64())
+			case 1: // many ties
+				g[i] = float32(r.IntN(7) - 3)
+			default:
+				g[i] = float32(r.IntN(3)) * 0.5
+			}
+		}
+		if trial%10 == 9 {
+			g[r.IntN(n)] = float32(math.NaN())
+		}
+		c := Codec{ID: CodecTopK, Fraction: r.Float64()}
+		key := StreamKey{Type: 1, Shard: uint32(trial)}
+		wire, err := enc.Encode(nil, c, key, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := c.topK(n)
+		if len(wire) != 8*k {
+			t.Fatalf("n %d fraction %v: %d bytes, want %d", n, c.Fraction, len(wire), 8*k)
+		}
+		got := make([]float32, n)
+		if err := dec.Decode(got, CodecTopK, wire); err != nil {
+			t.Fatal(err)
+		}
+		res := enc.Residual(key)
+		isSent := make([]bool, n)
+		for j, i := range refTopK(g, k) {
+			isSent[i] = true
+			if gi, wi := math.Float32bits(got[i]), math.Float32bits(g[i]); gi != wi {
+				t.Fatalf("trial %d: selected #%d index %d = %v, want %v", trial, j, i, got[i], g[i])
+			}
+			if res[i] != 0 {
+				t.Fatalf("trial %d: residual of sent index %d is %v", trial, i, res[i])
+			}
+			got[i] = 0
+		}
+		for i, v := range got {
+			if v != 0 {
+				t.Fatalf("trial %d: index %d not among the top %d but sent %v", trial, i, k, v)
+			}
+			if !isSent[i] && res[i] != g[i] {
+				t.Fatalf("trial %d: residual[%d] = %v, want %v", trial, i, res[i], g[i])
+			}
+		}
+	}
+}
+
+// TestTopKConservation: over many rounds, what was sent plus what is held
+// back equals what was given (integer values keep float sums exact).
+func TestTopKConservation(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	enc, dec := NewEncoder(), NewDecoder()
+	const n, rounds = 500, 40
+	given, sent := make([]float64, n), make([]float64, n)
+	g, out := make([]float32, n), make([]float32, n)
+	var wire []byte
+	for range rounds {
+		for i := range g {
+			g[i] = float32(r.IntN(101) - 50)
+			given[i] += float64(g[i])
+		}
+		var err error
+		if wire, err = enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.05}, StreamKey{}, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := dec.Decode(out, CodecTopK, wire); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range out {
+			sent[i] += float64(v)
+		}
+	}
+	for i, v := range enc.Residual(StreamKey{}) {
+		if sent[i]+float64(v) != given[i] {
+			t.Fatalf("element %d: sent %v + held %v != given %v", i, sent[i], v, given[i])
+		}
+	}
+	// A different length starts the stream over.
+	if _, err := enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.5}, StreamKey{}, g[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if res := enc.Residual(StreamKey{}); len(res) != 10 {
+		t.Fatalf("residual has %d elements after a length change", len(res))
+	}
+}
+
+func TestLosslessRoundTrip(t *testing.T) {
+	enc, dec := NewEncoder(), NewDecoder()
+	defer enc.Close()
+	defer dec.Close()
+	for _, id := range []CodecID{CodecNone, CodecS2, CodecZstd, CodecShuffleS2, CodecShuffleZstd} {
+		for _, n := range []int{0, 1, 2, 255, 64 << 10, 300_001} {
+			src := synth.Gradient(make([]float32, n), 1e-3, uint64(n))
+			if n > 100 { // runs and special values
+				clear(src[10:60])
+				src[70], src[71], src[72] = float32(math.Inf(1)), float32(math.NaN()), -0.0
+			}
+			wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := checkWireLen(id, uint64(n), uint64(len(wire))); err != nil {
+				t.Fatalf("%s n=%d: encoder output fails the receiver's length check: %v", id, n, err)
+			}
+			got := make([]float32, n)
+			if err := dec.Decode(got, id, wire); err != nil {
+				t.Fatalf("%s n=%d: %v", id, n, err)
+			}
+			for i := range src {
+				if math.Float32bits(got[i]) != math.Float32bits(src[i]) {
+					t.Fatalf("%s n=%d: element %d = %v, want %v", id, n, i, got[i], src[i])
+				}
+			}
+			// Every decoder rejects a payload announcing one element more or less.
+			for _, m := range []int{n - 1, n + 1} {
+				if m < 0 || n == 0 {
+					continue
+				}
+				if err := dec.Decode(make([]float32, m), id, wire); err == nil {
+					t.Fatalf("%s: %d-element payload decoded as %d elements", id, n, m)
+				}
+			}
+		}
+	}
+}
+
+// TestDecompressionBomb: a small payload that would expand far beyond the
+// announced element count is rejected without growing the output.
+func TestDecompressionBomb(t *testing.T) {
+	enc, dec := NewEncoder(), NewDecoder()
+	big := make([]float32, 1<<20) // 4 MiB of zeros compresses to almost nothing
+	for _, id := range []CodecID{CodecS2, CodecZstd, CodecShuffleS2, CodecShuffleZstd} {
+		wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]float32, 1000)
+		err = dec.Decode(dst, id, wire)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: %d-byte bomb: %v", id, len(wire), err)
+		}
+	}
+}
+
+func TestCodecMetadata(t *testing.T) {
+	if len(CodecNames()) != NumCodecs {
+		t.Fatal("CodecNames incomplete")
+	}
+	for id := range CodecID(NumCodecs) {
+		if id.Lossless() != (id <= CodecShuffleZstd) || !id.Valid() {
+			t.Errorf("%s: lossless %v", id, id.Lossless())
+		}
+	}
+	if CodecID(NumCodecs).Valid() || CodecID(200).String() != "codec(200)" {
+		t.Error("invalid codec id accepted")
+	}
+}

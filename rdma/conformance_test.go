@@ -1,0 +1,28 @@
+package rdma_test
+
+import (
+	"testing"
+
+	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
+)
+
+func TestInmemConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		n, err := rdma.NewInmem(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, ""
+	})
+}
+
+func TestTCPConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		n, err := rdma.NewTCP(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, "127.0.0.1:0"
+	})
+}

@@ -1,0 +1,385 @@
+package rdma
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+)
+
+// StreamKey names one stream of messages on a connection for the TopK
+// codec's error feedback: messages of one Type for one Shard. The residual
+// of a stream is carried from one message to the next of the same key.
+type StreamKey struct {
+	Type  Type
+	Shard uint32
+}
+
+// Encoder encodes float32 payloads into their wire form (docs/wire.md). It
+// keeps everything that is reused from message to message: the zstd
+// encoder, shuffle scratch, and for TopK the error-feedback residual of
+// each StreamKey, so it is stateful and belongs to one sender: each
+// connection owns one for its send direction. After warm-up, encoding
+// allocates nothing when dst has room. Not safe for concurrent use.
+//
+// TopK with error feedback: for a stream with residual r (zeros at first),
+// encoding g computes a = r + g, sends the k = ⌈fraction·n⌉ elements of
+// largest |a| (NaN counts as larger than Inf; ties go to the lower index)
+// and keeps r = a with the sent elements zeroed. Nothing is lost, only
+// delayed: Σ sent = Σ g − r. A payload whose length differs from the
+// stream's previous one starts a fresh residual.
+type Encoder struct {
+	zstd     *zstd.Encoder
+	scratch  []byte
+	keys     []uint32
+	residual map[StreamKey][]float32
+}
+
+// NewEncoder returns an Encoder; the zstd state is created on first use.
+func NewEncoder() *Encoder { return &Encoder{residual: map[StreamKey][]float32{}} }
+
+// Close releases the compressor state. The Encoder must not be used after.
+func (e *Encoder) Close() {
+	if e.zstd != nil {
+		e.zstd.Close()
+		e.zstd = nil
+	}
+}
+
+// Residual returns the TopK residual kept for key (nil if none). The slice
+// is the Encoder's own; it changes with the next Encode.
+func (e *Encoder) Residual(key StreamKey) []float32 { return e.residual[key] }
+
+// Encode writes the wire form of src under codec c into dst's storage
+// (grown if too small) and returns it. src is not modified. key selects the
+// TopK residual; other codecs ignore it. An empty src encodes to nothing.
+func (e *Encoder) Encode(dst []byte, c Codec, key StreamKey, src []float32) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return dst[:0], err
+	}
+	n := len(src)
+	if n == 0 {
+		return dst[:0], nil
+	}
+	if uint64(n) > MaxElems {
+		return dst[:0], fmt.Errorf("%w: %d elements > %d", ErrFrameTooLarge, n, uint64(MaxElems))
+	}
+	raw := f32bytes(src)
+	limit, _ := maxWireLen(c.ID, uint64(n))
+	switch c.ID {
+	case CodecNone:
+		return append(dst[:0], raw...), nil
+	case CodecS2:
+		return s2.Encode(grow(dst, int(limit)), raw), nil
+	case CodecShuffleS2:
+		e.scratch = shuffle(grow(e.scratch, len(raw)), raw)
+		return s2.Encode(grow(dst, int(limit)), e.scratch), nil
+	case CodecZstd, CodecShuffleZstd:
+		if c.ID == CodecShuffleZstd {
+			e.scratch = shuffle(grow(e.scratch, len(raw)), raw)
+			raw = e.scratch
+		}
+		z, err := e.zstdEncoder()
+		if err != nil {
+			return dst[:0], err
+		}
+		return z.EncodeAll(raw, grow(dst, int(limit))[:0]), nil
+	case CodecFP16:
+		dst = grow(dst, 2*n)
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], f32ToF16(v))
+		}
+		return dst, nil
+	case CodecBF16:
+		dst = grow(dst, 2*n)
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], f32ToBF16(v))
+		}
+		return dst, nil
+	default: // CodecTopK
+		return e.topK(dst, c.topK(n), key, src), nil
+	}
+}
+
+func (e *Encoder) zstdEncoder() (*zstd.Encoder, error) {
+	if e.zstd == nil {
+		z, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+		if err != nil {
+			return nil, fmt.Errorf("rdma: zstd encoder: %w", err)
+		}
+		e.zstd = z
+	}
+	return e.zstd, nil
+}
+
+// topK adds src to the stream's residual, sends the k largest magnitudes
+// (indices ascending, then values) and zeroes them in the residual.
+func (e *Encoder) topK(dst []byte, k int, key StreamKey, src []float32) []byte {
+	n := len(src)
+	r := e.residual[key]
+	if len(r) != n {
+		r = make([]float32, n)
+		e.residual[key] = r
+	}
+	e.keys = grow32(e.keys, n)
+	for i, v := range src {
+		r[i] += v
+		e.keys[i] = math.Float32bits(r[i]) &^ (1 << 31)
+	}
+	// Order keys so that keys[n-k] is the k-th largest magnitude t: the
+	// elements sent are those above t plus, in index order, enough equal
+	// to t to make k.
+	t := selectKth(e.keys, n-k)
+	above := 0
+	for _, m := range e.keys[n-k+1:] {
+		if m > t {
+			above++
+		}
+	}
+	ties := k - above
+	dst = grow(dst, 8*k)
+	idx, val := dst[:4*k], dst[4*k:]
+	j := 0
+	for i, v := range r {
+		m := math.Float32bits(v) &^ (1 << 31)
+		if m < t || m == t && ties == 0 {
+			continue
+		}
+		if m == t {
+			ties--
+		}
+		binary.LittleEndian.PutUint32(idx[4*j:], uint32(i))
+		binary.LittleEndian.PutUint32(val[4*j:], math.Float32bits(v))
+		r[i] = 0
+		j++
+	}
+	return dst
+}
+
+// selectKth reorders a so that a[k] holds the value it would have if a
+// were sorted ascending, with smaller or equal values before it and larger
+// or equal after (quickselect, median-of-three pivots, falling back to a
+// sort on degenerate inputs), and returns a[k].
+func selectKth(a []uint32, k int) uint32 {
+	lo, hi := 0, len(a)-1
+	for budget := 64; lo < hi; budget-- {
+		if budget == 0 {
+			slices.Sort(a[lo : hi+1])
+			break
+		}
+		mid := lo + (hi-lo)/2
+		if a[mid] < a[lo] {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[mid] {
+			a[hi], a[mid] = a[mid], a[hi]
+		}
+		p := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < p {
+				i++
+			}
+			for a[j] > p {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return a[k]
+		}
+	}
+	return a[k]
+}
+
+// Decoder decodes wire payloads back into float32 values, validating them:
+// a payload that is malformed or would decode to anything but exactly the
+// announced element count fails with ErrCorrupt (or ErrBadLength) before
+// anything beyond dst is written, so decompression bombs cannot allocate.
+// It keeps the zstd decoder and scratch for reuse; it is stateless between
+// messages otherwise. Not safe for concurrent use.
+type Decoder struct {
+	zstd    *zstd.Decoder
+	scratch []byte
+}
+
+// NewDecoder returns a Decoder; the zstd state is created on first use.
+func NewDecoder() *Decoder { return &Decoder{} }
+
+// Close releases the decompressor state. The Decoder must not be used after.
+func (d *Decoder) Close() {
+	if d.zstd != nil {
+		d.zstd.Close()
+		d.zstd = nil
+	}
+}
+
+// Decode fills dst (its length is the element count from the frame
+// header) from src, the wire payload of codec id. For TopK, the elements
+// not sent are set to zero.
+func (d *Decoder) Decode(dst []float32, id CodecID, src []byte) error {
+	n := len(dst)
+	if err := checkWireLen(id, uint64(n), uint64(len(src))); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	raw := f32bytes(dst)
+	switch id {
+	case CodecNone:
+		copy(raw, src)
+	case CodecS2:
+		return decodeS2(raw, src)
+	case CodecShuffleS2, CodecShuffleZstd:
+		d.scratch = grow(d.scratch, len(raw))
+		var err error
+		if id == CodecShuffleS2 {
+			err = decodeS2(d.scratch, src)
+		} else {
+			err = d.decodeZstd(d.scratch, src)
+		}
+		if err != nil {
+			return err
+		}
+		unshuffle(raw, d.scratch)
+	case CodecZstd:
+		return d.decodeZstd(raw, src)
+	case CodecFP16:
+		for i := range dst {
+			dst[i] = f16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case CodecBF16:
+		for i := range dst {
+			dst[i] = bf16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case CodecTopK:
+		k := len(src) / 8
+		idx, val := src[:4*k], src[4*k:]
+		clear(dst)
+		next := uint32(0) // indices strictly ascending
+		for j := range k {
+			i := binary.LittleEndian.Uint32(idx[4*j:])
+			if i < next || uint64(i) >= uint64(n) {
+				return fmt.Errorf("%w: topk index %d at position %d (n %d)", ErrCorrupt, i, j, n)
+			}
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(val[4*j:]))
+			next = i + 1
+		}
+	}
+	return nil
+}
+
+func decodeS2(dst, src []byte) error {
+	if l, err := s2.DecodedLen(src); err != nil || l != len(dst) {
+		return fmt.Errorf("%w: s2 block does not decode to %d bytes", ErrCorrupt, len(dst))
+	}
+	if out, err := s2.Decode(dst, src); err != nil || len(out) != len(dst) {
+		return fmt.Errorf("%w: s2: %v", ErrCorrupt, err)
+	}
+	return nil
+}
+
+func (d *Decoder) decodeZstd(dst, src []byte) error {
+	var h zstd.Header
+	if err := h.Decode(src); err != nil || h.HasFCS && h.FrameContentSize != uint64(len(dst)) {
+		return fmt.Errorf("%w: zstd frame does not announce %d bytes", ErrCorrupt, len(dst))
+	}
+	if d.zstd == nil {
+		z, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(4*MaxElems),
+			zstd.WithDecodeAllCapLimit(true), zstd.IgnoreChecksum(true))
+		if err != nil {
+			return fmt.Errorf("rdma: zstd decoder: %w", err)
+		}
+		d.zstd = z
+	}
+	// The cap limit makes DecodeAll fail rather than grow past dst.
+	out, err := d.zstd.DecodeAll(src, dst[:0:len(dst)])
+	if err != nil || len(out) != len(dst) {
+		return fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// shuffle writes the 4 byte planes of raw (every element's byte 0, then
+// every byte 1, ...) to dst, len(dst) == len(raw), and returns dst. Eight
+// elements (four 8-byte loads) at a time become one 8-byte store per plane.
+func shuffle(dst, raw []byte) []byte {
+	n := len(raw) / 4
+	p0, p1, p2, p3 := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n]
+	le := binary.LittleEndian
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		r := raw[4*i : 4*i+32 : 4*i+32]
+		w0, w1, w2, w3 := le.Uint64(r[0:8]), le.Uint64(r[8:16]), le.Uint64(r[16:24]), le.Uint64(r[24:32])
+		plane := func(k uint) uint64 { // byte k of elements i..i+7
+			lo, hi := 8*k, 32+8*k
+			return w0>>lo&0xff | (w0>>hi&0xff)<<8 | (w1>>lo&0xff)<<16 | (w1>>hi&0xff)<<24 |
+				(w2>>lo&0xff)<<32 | (w2>>hi&0xff)<<40 | (w3>>lo&0xff)<<48 | (w3>>hi&0xff)<<56
+		}
+		le.PutUint64(p0[i:i+8], plane(0))
+		le.PutUint64(p1[i:i+8], plane(1))
+		le.PutUint64(p2[i:i+8], plane(2))
+		le.PutUint64(p3[i:i+8], plane(3))
+	}
+	for ; i < n; i++ {
+		p0[i], p1[i], p2[i], p3[i] = raw[4*i], raw[4*i+1], raw[4*i+2], raw[4*i+3]
+	}
+	return dst
+}
+
+// unshuffle inverts shuffle.
+func unshuffle(raw, planes []byte) {
+	n := len(raw) / 4
+	p0, p1, p2, p3 := planes[:n], planes[n:2*n], planes[2*n:3*n], planes[3*n:4*n]
+	le := binary.LittleEndian
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		b0, b1, b2, b3 := le.Uint64(p0[i:i+8]), le.Uint64(p1[i:i+8]), le.Uint64(p2[i:i+8]), le.Uint64(p3[i:i+8])
+		pair := func(m uint) uint64 { // elements i+2m and i+2m+1
+			lo, hi := 16*m, 16*m+8
+			return b0>>lo&0xff | (b1>>lo&0xff)<<8 | (b2>>lo&0xff)<<16 | (b3>>lo&0xff)<<24 |
+				(b0>>hi&0xff)<<32 | (b1>>hi&0xff)<<40 | (b2>>hi&0xff)<<48 | (b3>>hi&0xff)<<56
+		}
+		r := raw[4*i : 4*i+32 : 4*i+32]
+		le.PutUint64(r[0:8], pair(0))
+		le.PutUint64(r[8:16], pair(1))
+		le.PutUint64(r[16:24], pair(2))
+		le.PutUint64(r[24:32], pair(3))
+	}
+	for ; i < n; i++ {
+		raw[4*i], raw[4*i+1], raw[4*i+2], raw[4*i+3] = p0[i], p1[i], p2[i], p3[i]
+	}
+}
+
+// grow returns b resliced to length n, reallocated only if its capacity is
+// too small (the contents are not kept).
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+func grow32(b []uint32, n int) []uint32 {
+	if cap(b) < n {
+		return make([]uint32, n)
+	}
+	return b[:n]
+}

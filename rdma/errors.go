@@ -1,0 +1,117 @@
+package rdma
+
+import (
+	"errors"
+	"io"
+)
+
+// Sentinel errors. Every error returned by this package wraps one of them
+// (or a context error) so callers can test with errors.Is; errors about a
+// peer are *OpError values naming the peer's address.
+var (
+	// ErrClosed: the connection or listener was closed, locally or by the
+	// peer. A Recv that finds the peer gone at a frame boundary returns an
+	// error matching both ErrClosed and io.EOF.
+	ErrClosed = errors.New("rdma: closed")
+	// ErrRefused: nothing listens at the dialed address.
+	ErrRefused = errors.New("rdma: connection refused")
+	// ErrUnsupported: the transport is not available in this build or on
+	// this host (the verbs transport without libibverbs, for example).
+	ErrUnsupported = errors.New("rdma: unsupported")
+
+	// ErrBadMagic: the frame does not start with the softsync magic.
+	ErrBadMagic = errors.New("rdma: bad frame magic")
+	// ErrBadVersion: the frame's version or flags are not understood.
+	ErrBadVersion = errors.New("rdma: unsupported frame version or flags")
+	// ErrHeaderChecksum: the header's CRC32C does not match.
+	ErrHeaderChecksum = errors.New("rdma: header checksum mismatch")
+	// ErrFrameTooLarge: the element count or byte payload exceeds the
+	// configured limits (checked before anything is allocated).
+	ErrFrameTooLarge = errors.New("rdma: frame exceeds size limit")
+	// ErrTruncated: the stream ended in the middle of a frame, or a buffer
+	// holds less than the frame it starts.
+	ErrTruncated = errors.New("rdma: truncated frame")
+	// ErrChecksum: the payload's CRC32C does not match.
+	ErrChecksum = errors.New("rdma: payload checksum mismatch")
+	// ErrUnknownCodec: the codec id (on the wire) or name (in a flag) is
+	// not known.
+	ErrUnknownCodec = errors.New("rdma: unknown codec")
+	// ErrBadCodecParam: a codec parameter is out of range (topk fraction).
+	ErrBadCodecParam = errors.New("rdma: bad codec parameter")
+	// ErrBadLength: the encoded payload length is inconsistent with the
+	// codec and the element count.
+	ErrBadLength = errors.New("rdma: payload length inconsistent with codec")
+	// ErrCorrupt: an encoded payload does not decode to exactly the
+	// announced number of elements (malformed data or a decompression bomb).
+	ErrCorrupt = errors.New("rdma: corrupt encoded payload")
+	// ErrWrongJob: the frame belongs to another job.
+	ErrWrongJob = errors.New("rdma: message for another job")
+	// ErrRemote: the peer sent a TypeError message; see Msg.Err.
+	ErrRemote = errors.New("rdma: error reported by peer")
+)
+
+// OpError is the error type of connection operations: Op is "send",
+// "recv", "dial", "accept" or "listen", Peer the remote (or listening)
+// address, Err the cause (a sentinel above, a context error or a socket
+// error). Recoverable reports whether the connection is still usable in that
+// direction: a recoverable Recv error means one bad frame was consumed and
+// skipped, and the next Recv returns the next frame.
+type OpError struct {
+	Op          string
+	Peer        string
+	Err         error
+	Recoverable bool
+}
+
+func (e *OpError) Error() string {
+	s := "rdma: " + e.Op
+	if e.Peer != "" {
+		switch e.Op {
+		case "send", "dial":
+			s += " to "
+		case "recv":
+			s += " from "
+		default:
+			s += " "
+		}
+		s += e.Peer
+	}
+	return s + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Recoverable reports whether err (from Send or Recv) left the connection
+// usable: the failed message was skipped and the stream is still in frame
+// sync. Fatal errors (bad magic, a header checksum mismatch, an oversized
+// frame, a truncated stream, cancellation in the middle of a frame, closed
+// connections) return false, and every later call in the same direction
+// fails the same way. A caller serving many peers reports a recoverable
+// error to the peer (a TypeError message), counts it and goes on reading;
+// after a fatal one it may still Send an error message, then Closes.
+func Recoverable(err error) bool {
+	var oe *OpError
+	return errors.As(err, &oe) && oe.Recoverable
+}
+
+// peerGone is the error of a Recv that finds the peer closed at a frame
+// boundary: it matches ErrClosed and io.EOF.
+var peerGone = &joined{ErrClosed, io.EOF, "rdma: closed by peer"}
+
+type joined struct {
+	a, b error
+	msg  string
+}
+
+func (j *joined) Error() string   { return j.msg }
+func (j *joined) Unwrap() []error { return []error{j.a, j.b} }
+
+func isAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,112 @@
+package rdma
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/softsync/softsync/rdma/internal/synth"
+)
+
+// Fuzz targets: go test -fuzz=FuzzParseFrame -fuzztime=10s ./rdma (one
+// target per run). A plain go test runs the seeds below and those in
+// testdata/fuzz.
+
+func FuzzParseFrame(f *testing.F) {
+	lim := Limits{MaxElems: 1 << 16, MaxData: 1 << 10, Job: 1}
+	enc := NewEncoder()
+	for i, c := range []Codec{{}, {ID: CodecS2}, {ID: CodecZstd}, {ID: CodecFP16}, {ID: CodecTopK, Fraction: 0.1}} {
+		wire, _ := enc.Encode(nil, c, StreamKey{}, synth.Gradient(make([]float32, 50), 1e-3, uint64(i)))
+		f.Add(AppendFrame(nil, Header{Type: 1, Codec: c.ID, Job: 1, Elems: 50, Seq: uint64(i)}, []byte("d"), wire))
+	}
+	f.Add(AppendFrame(nil, Header{Job: 1}, nil, nil))
+	dec := NewDecoder()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, data, payload, n, err := ParseFrame(b, &lim)
+		if err != nil {
+			if skippable(err) && (n != h.FrameLen() || n > len(b)) {
+				t.Fatalf("skippable error %v with frame length %d of %d bytes", err, n, len(b))
+			}
+			return
+		}
+		// A frame that parses is canonical: rebuilding it gives its bytes.
+		if again := AppendFrame(nil, h, data, payload); !bytes.Equal(again, b[:n]) {
+			t.Fatalf("frame does not rebuild:\n% x\n% x", b[:n], again)
+		}
+		dst := make([]float32, h.Elems)
+		_ = dec.Decode(dst, h.Codec, payload)
+	})
+}
+
+// fuzzDecoder fuzzes the decoder of one codec: it must never panic,
+// never accept a payload that is not exactly n elements' worth, and for
+// lossless codecs a payload it accepts must decode the same way twice.
+func fuzzDecoder(f *testing.F, c Codec) {
+	enc := NewEncoder()
+	for i, n := range []int{0, 1, 7, 300, 5000} {
+		src := synth.Gradient(make([]float32, n), 1e-3, uint64(i))
+		if n > 10 {
+			src[3], src[4] = float32(math.NaN()), float32(math.Inf(-1))
+		}
+		wire, err := enc.Encode(nil, c, StreamKey{}, src)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint32(n), wire)
+		f.Add(uint32(n+1), wire)
+	}
+	dec := NewDecoder()
+	f.Fuzz(func(t *testing.T, n uint32, wire []byte) {
+		n %= 1 << 16
+		dst := make([]float32, n)
+		if err := dec.Decode(dst, c.ID, wire); err != nil {
+			return
+		}
+		if err := checkWireLen(c.ID, uint64(n), uint64(len(wire))); err != nil {
+			t.Fatalf("decoded a payload that fails the length check: %v", err)
+		}
+		again := make([]float32, n)
+		if err := dec.Decode(again, c.ID, wire); err != nil {
+			t.Fatalf("second decode failed: %v", err)
+		}
+		for i := range dst {
+			if math.Float32bits(dst[i]) != math.Float32bits(again[i]) {
+				t.Fatalf("element %d decodes to %v then %v", i, dst[i], again[i])
+			}
+		}
+	})
+}
+
+func FuzzDecodeNone(f *testing.F)        { fuzzDecoder(f, Codec{}) }
+func FuzzDecodeS2(f *testing.F)          { fuzzDecoder(f, Codec{ID: CodecS2}) }
+func FuzzDecodeZstd(f *testing.F)        { fuzzDecoder(f, Codec{ID: CodecZstd}) }
+func FuzzDecodeShuffleS2(f *testing.F)   { fuzzDecoder(f, Codec{ID: CodecShuffleS2}) }
+func FuzzDecodeShuffleZstd(f *testing.F) { fuzzDecoder(f, Codec{ID: CodecShuffleZstd}) }
+func FuzzDecodeFP16(f *testing.F)        { fuzzDecoder(f, Codec{ID: CodecFP16}) }
+func FuzzDecodeBF16(f *testing.F)        { fuzzDecoder(f, Codec{ID: CodecBF16}) }
+func FuzzDecodeTopK(f *testing.F)        { fuzzDecoder(f, Codec{ID: CodecTopK, Fraction: 0.2}) }
+
+// FuzzLosslessRoundTrip: any float32 data survives every lossless codec
+// bit for bit.
+func FuzzLosslessRoundTrip(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f, 1, 2, 3, 4, 0, 0, 0, 0})
+	f.Add(bytes.Repeat([]byte{0x12, 0x34, 0x56, 0x78}, 1000))
+	enc, dec := NewEncoder(), NewDecoder()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		src := make([]float32, len(b)/4)
+		copy(f32bytes(src), b)
+		for id := CodecNone; id <= CodecShuffleZstd; id++ {
+			wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, len(src))
+			if err := dec.Decode(got, id, wire); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			if !bytes.Equal(f32bytes(got), f32bytes(src)) {
+				t.Fatalf("%s: round trip differs", id)
+			}
+		}
+	})
+}

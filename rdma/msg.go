@@ -1,0 +1,124 @@
+package rdma
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+)
+
+// Type is a message's kind. The transport gives meaning only to the types
+// from TypeReserved up (TypeError); types below TypeReserved belong to the
+// application, which defines them (the parameter server's push, pull,
+// weights, ...). The transport never looks at them.
+type Type uint8
+
+const (
+	// TypeReserved is the first type reserved for the transport.
+	TypeReserved Type = 0xf0
+	// TypeError carries an error report for the receiver in Data (UTF-8
+	// text); see NewErrorMsg and Msg.Err.
+	TypeError Type = 0xff
+)
+
+// Msg is one message: a stamped header, a float32 payload (a gradient or
+// weights, possibly empty) and a small byte payload (Data: error text or
+// control data, possibly empty).
+//
+// Ownership. A Msg passed to Send belongs to the transport from that call
+// on, whether Send succeeds or not: the sender must not read or write the
+// Msg, its Payload or its Data afterwards. The in-memory transport hands
+// the very same Msg (same slices, no copy) to the receiver; TCP recycles it
+// once written. A Msg returned by Recv belongs to the receiver, who either
+// passes it on to Send (replying in place is allowed) or calls Release when
+// done. Payload and Data of a received Msg are never shared with anything
+// else.
+//
+// Recycling. NewMsg takes messages from a process-wide pool of size
+// classes (powers of two of the payload capacity) and Release returns
+// them, so a steady stream of messages allocates nothing. A Msg built as a
+// literal may be sent too; its slices then join the pool when released.
+type Msg struct {
+	Type    Type
+	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)
+	Job     uint32 // set by the transport: Send stamps the connection's job, Recv checks it
+	Learner uint32 // sender (learner or server) id, application-defined
+	Shard   uint32
+	// Timestamp is the parameter-server clock the message refers to (the
+	// weights' timestamp a gradient was computed on, for instance).
+	Timestamp uint64
+	// Seq is the sender's sequence number, application-defined (push ids
+	// for idempotence, for instance).
+	Seq     uint64
+	Payload []float32
+	Data    []byte
+
+	wire     []byte // in-memory transport: encoded payload between Send and Recv
+	released bool
+}
+
+// NewMsg returns a Msg from the pool with a zeroed header, len(Payload)
+// == n (contents undefined) and empty Data.
+func NewMsg(n int) *Msg {
+	c := sizeClass(n)
+	var m *Msg
+	if c < len(pools) {
+		m, _ = pools[c].Get().(*Msg)
+	}
+	if m == nil {
+		m = &Msg{Payload: make([]float32, 0, 1<<min(c, 62))}
+		if c >= len(pools) {
+			m.Payload = make([]float32, 0, n)
+		}
+	}
+	m.released = false
+	m.Payload = m.Payload[:n]
+	return m
+}
+
+// Release returns m to the pool. m must not be used afterwards; releasing
+// a Msg twice panics.
+func (m *Msg) Release() {
+	if m.released {
+		panic("rdma: Msg released twice")
+	}
+	wire, payload, data := m.wire[:0], m.Payload[:0], m.Data[:0]
+	*m = Msg{Payload: payload, Data: data, wire: wire, released: true}
+	if c := bits.Len(uint(cap(payload))) - 1; c >= 0 && c < len(pools) {
+		pools[c].Put(m) // every Msg in pools[c] holds at least 1<<c values
+	}
+}
+
+// header copies the fields of a received frame header into m.
+func (m *Msg) header(h *Header) {
+	m.Type, m.Codec, m.Job, m.Learner, m.Shard = h.Type, Codec{ID: h.Codec}, h.Job, h.Learner, h.Shard
+	m.Timestamp, m.Seq = h.Timestamp, h.Seq
+}
+
+// pools[c] holds messages whose payload capacity is in [1<<c, 1<<(c+1)).
+var pools [31]sync.Pool
+
+// sizeClass is the pool that can satisfy n elements: ⌈log2 n⌉.
+func sizeClass(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return bits.Len(uint(n - 1))
+}
+
+// NewErrorMsg returns a TypeError message carrying err's text, for
+// reporting a rejected message to the peer that sent it.
+func NewErrorMsg(err error) *Msg {
+	m := NewMsg(0)
+	m.Type = TypeError
+	m.Data = append(m.Data, err.Error()...)
+	return m
+}
+
+// Err returns, for a TypeError message, an error matching ErrRemote with
+// the peer's text; nil for any other type.
+func (m *Msg) Err() error {
+	if m.Type != TypeError {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrRemote, m.Data)
+}

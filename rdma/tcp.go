@@ -1,0 +1,424 @@
+package rdma
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// TCP is the stream transport: frames (docs/wire.md) over TCP sockets with
+// TCP_NODELAY. A message is written with vectored writes straight from its
+// payload (CodecNone) or from the connection's encode buffer, in chunks of
+// chunkSize so that the checksum is computed while the chunk is in cache;
+// it is read the same way, straight into the received Msg's payload. In
+// steady state neither direction allocates.
+type TCP struct {
+	opts   Options
+	dialer net.Dialer
+}
+
+var _ Network = (*TCP)(nil)
+
+// chunkSize is the unit in which payloads are checksummed and handed to
+// the socket.
+const chunkSize = 256 << 10
+
+// NewTCP returns the TCP transport.
+func NewTCP(opts Options) (*TCP, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &TCP{opts: o}, nil
+}
+
+// Name returns "tcp".
+func (t *TCP) Name() string { return "tcp" }
+
+// Listen listens on a TCP address ("127.0.0.1:0" picks a free port).
+func (t *TCP) Listen(addr string) (Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &OpError{Op: "listen", Peer: addr, Err: err}
+	}
+	return &tcpListener{ln: ln.(*net.TCPListener), opts: t.opts}, nil
+}
+
+// Dial connects to a TCP listener.
+func (t *TCP) Dial(ctx context.Context, addr string) (Conn, error) {
+	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			err = &joined{ErrRefused, err, err.Error()}
+		}
+		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
+	}
+	return newTCPConn(nc.(*net.TCPConn), t.opts)
+}
+
+type tcpListener struct {
+	ln   *net.TCPListener
+	opts Options
+	mu   sync.Mutex // serializes Accept (the deadline is shared)
+}
+
+func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
+func (l *tcpListener) Close() error { return l.ln.Close() }
+
+func (l *tcpListener) Accept(ctx context.Context) (Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(aLongTimeAgo) })
+		defer func() {
+			if !stop() {
+				l.ln.SetDeadline(time.Time{})
+			}
+		}()
+	}
+	nc, err := l.ln.AcceptTCP()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: ctx.Err(), Recoverable: true}
+		}
+		if errors.Is(err, net.ErrClosed) {
+			err = ErrClosed
+		}
+		return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: err}
+	}
+	return newTCPConn(nc, l.opts)
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+type tcpConn struct {
+	endpoint
+	nc     *net.TCPConn
+	closed atomic.Bool
+
+	// send side, guarded by sendMu
+	wbuf  []byte // header and data
+	swire []byte // encoded payload
+	vec   net.Buffers
+	iov   [3][]byte
+	trl   [TrailerSize]byte
+	werr  error // sticky fatal send error
+	wwait watch
+
+	// receive side, guarded by recvMu
+	br    *bufio.Reader
+	rwire []byte
+	rtrl  [TrailerSize]byte
+	rerr  error // sticky fatal receive error
+	rwait watch
+}
+
+func newTCPConn(nc *net.TCPConn, opts Options) (*tcpConn, error) {
+	if err := nc.SetNoDelay(true); err == nil && opts.SocketBuffer > 0 {
+		err = errors.Join(nc.SetReadBuffer(opts.SocketBuffer), nc.SetWriteBuffer(opts.SocketBuffer))
+		if err != nil {
+			nc.Close()
+			return nil, &OpError{Op: "dial", Peer: nc.RemoteAddr().String(), Err: err}
+		}
+	}
+	c := &tcpConn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), wbuf: make([]byte, 0, 64<<10)}
+	c.init(opts, nc.LocalAddr().String(), nc.RemoteAddr().String())
+	c.wwait.interrupt = func() { nc.SetWriteDeadline(aLongTimeAgo) }
+	c.wwait.reset = func() { nc.SetWriteDeadline(time.Time{}) }
+	c.rwait.interrupt = func() { nc.SetReadDeadline(aLongTimeAgo) }
+	c.rwait.reset = func() { nc.SetReadDeadline(time.Time{}) }
+	return c, nil
+}
+
+// watch makes a context's cancellation interrupt blocked socket calls by
+// moving the deadline into the past. The registration is kept while calls
+// use contexts with the same Done channel, so steady-state calls allocate
+// nothing. A deadline error while the context is still live (a leftover
+// interruption) is retried by the caller.
+type watch struct {
+	done      <-chan struct{}
+	stop      func() bool
+	interrupt func()
+	reset     func()
+}
+
+func (w *watch) use(ctx context.Context) {
+	done := ctx.Done()
+	if done == w.done {
+		return
+	}
+	w.release()
+	w.done = done
+	if done != nil {
+		w.stop = context.AfterFunc(ctx, w.interrupt)
+	}
+}
+
+func (w *watch) release() {
+	if w.stop != nil && !w.stop() {
+		w.reset()
+	}
+	w.stop, w.done = nil, nil
+}
+
+// interrupted sorts out a deadline error: retry (the context is live: reset
+// the deadline and go on) or return ctx's error.
+func (w *watch) interrupted(ctx context.Context, err error) (retry bool, cause error) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false, err
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	w.reset()
+	return true, nil
+}
+
+// streamErr maps socket errors to the package's sentinels.
+func streamErr(err error) error {
+	switch {
+	case errors.Is(err, net.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return &joined{ErrClosed, err, "rdma: closed by peer: " + err.Error()}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return truncated
+	}
+	return err
+}
+
+var truncated = &joined{ErrTruncated, io.ErrUnexpectedEOF, ErrTruncated.Error()}
+
+func (c *tcpConn) Send(ctx context.Context, m *Msg) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	err := c.send(ctx, m)
+	m.Release()
+	return err
+}
+
+func (c *tcpConn) send(ctx context.Context, m *Msg) error {
+	switch {
+	case c.werr != nil:
+		return c.werr
+	case c.closed.Load():
+		return c.opError("send", ErrClosed, false)
+	case ctx.Err() != nil:
+		return c.opError("send", ctx.Err(), true)
+	}
+	if err := c.checkSend(m); err != nil {
+		return err
+	}
+	payload, d := f32bytes(m.Payload), time.Duration(0)
+	if m.Codec.ID != CodecNone {
+		var err error
+		if c.swire, d, err = c.encode(c.swire, m); err != nil {
+			return err
+		}
+		payload = c.swire
+	}
+	h := Header{Type: m.Type, Codec: m.Codec.ID, Job: m.Job, Learner: m.Learner, Shard: m.Shard,
+		Elems: uint32(len(m.Payload)), Timestamp: m.Timestamp, Seq: m.Seq,
+		PayloadLen: uint32(len(payload)), DataLen: uint32(len(m.Data))}
+	c.wbuf = c.wbuf[:HeaderSize]
+	PutHeader(c.wbuf, &h)
+	c.wbuf = append(c.wbuf, m.Data...)
+	crc := crc32.Update(0, castagnoli, m.Data)
+	c.wwait.use(ctx)
+	// Each write carries what is pending (header, data) and one chunk; the
+	// last carries the trailer too.
+	for {
+		chunk := payload[:min(len(payload), chunkSize)]
+		payload = payload[len(chunk):]
+		crc = crc32.Update(crc, castagnoli, chunk)
+		bufs := append(c.iov[:0], c.wbuf, chunk)
+		if len(payload) == 0 {
+			binary.LittleEndian.PutUint32(c.trl[:], crc)
+			bufs = append(bufs, c.trl[:])
+		}
+		if err := c.writev(ctx, bufs); err != nil {
+			c.werr = c.opError("send", err, false)
+			return c.werr
+		}
+		c.wbuf = c.wbuf[:0]
+		if len(payload) == 0 {
+			break
+		}
+	}
+	c.countSent(h.Codec, len(m.Payload), len(m.Data), int(h.PayloadLen), d)
+	return nil
+}
+
+func (c *tcpConn) writev(ctx context.Context, bufs [][]byte) error {
+	c.vec = bufs
+	for len(c.vec) > 0 {
+		_, err := c.vec.WriteTo(c.nc)
+		if err == nil {
+			break
+		}
+		retry, cause := c.wwait.interrupted(ctx, err)
+		if !retry {
+			return streamErr(cause)
+		}
+	}
+	return nil
+}
+
+func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	switch {
+	case c.rerr != nil:
+		return nil, c.rerr
+	case c.closed.Load():
+		return nil, c.opError("recv", ErrClosed, false)
+	case ctx.Err() != nil:
+		return nil, c.opError("recv", ctx.Err(), true)
+	}
+	c.rwait.use(ctx)
+	// Wait for a whole header without consuming it: a cancellation here
+	// leaves the stream in frame sync.
+	var hb []byte
+	for {
+		var err error
+		if hb, err = c.br.Peek(HeaderSize); err == nil {
+			break
+		}
+		retry, cause := c.rwait.interrupted(ctx, err)
+		switch {
+		case retry:
+			continue
+		case cause != err: // cancelled
+			return nil, c.opError("recv", cause, true)
+		case errors.Is(err, io.EOF) && len(hb) == 0:
+			return nil, c.fatal(peerGone)
+		}
+		return nil, c.fatal(streamErr(err))
+	}
+	h, err := ParseHeader(hb, &c.lim)
+	if err != nil && !skippable(err) {
+		return nil, c.fatal(err)
+	}
+	c.br.Discard(HeaderSize)
+	if err != nil {
+		if serr := c.skip(ctx, h.FrameLen()-HeaderSize); serr != nil {
+			return nil, c.fatal(serr)
+		}
+		c.countDropped()
+		return nil, c.opError("recv", err, true)
+	}
+	m := NewMsg(int(h.Elems))
+	if err := c.readFrame(ctx, &h, m); err != nil {
+		m.Release()
+		if Recoverable(err) {
+			c.countDropped()
+		}
+		return nil, err
+	}
+	m.header(&h)
+	return m, nil
+}
+
+// readFrame reads the data, payload and trailer of the frame h into m.
+func (c *tcpConn) readFrame(ctx context.Context, h *Header, m *Msg) error {
+	if cap(m.Data) < int(h.DataLen) {
+		m.Data = make([]byte, h.DataLen)
+	}
+	m.Data = m.Data[:h.DataLen]
+	wire := f32bytes(m.Payload)
+	if h.Codec != CodecNone {
+		c.rwire = grow(c.rwire, int(h.PayloadLen))
+		wire = c.rwire
+	}
+	var crc uint32
+	for _, p := range [][]byte{m.Data, wire, c.rtrl[:]} {
+		if err := c.readFull(ctx, p, &crc); err != nil {
+			return c.fatal(err)
+		}
+	}
+	// The trailer went through the checksum too: CRC32C over data, payload
+	// and the stored CRC (little-endian) yields a constant residue.
+	if crc != crcResidue {
+		return c.opError("recv", ErrChecksum, true)
+	}
+	if h.Codec == CodecNone {
+		c.countRecv(m, CodecNone, len(wire), 0)
+		return nil
+	}
+	if err := c.decode(m, h.Codec, wire); err != nil {
+		return c.opError("recv", err, true)
+	}
+	return nil
+}
+
+// crcResidue is CRC32C(x ‖ le32(CRC32C(x))) for any x.
+var crcResidue = crc32.Update(0, castagnoli, []byte{0, 0, 0, 0})
+
+// readFull fills p in chunks, updating crc as each chunk arrives.
+func (c *tcpConn) readFull(ctx context.Context, p []byte, crc *uint32) error {
+	for len(p) > 0 {
+		chunk := p[:min(len(p), chunkSize)]
+		n, err := io.ReadFull(c.br, chunk)
+		*crc = crc32.Update(*crc, castagnoli, chunk[:n])
+		p = p[n:]
+		if err != nil {
+			retry, cause := c.rwait.interrupted(ctx, err)
+			if !retry {
+				return streamErr(cause)
+			}
+		}
+	}
+	return nil
+}
+
+// skip discards n bytes of a rejected frame.
+func (c *tcpConn) skip(ctx context.Context, n int) error {
+	for n > 0 {
+		d, err := c.br.Discard(n)
+		n -= d
+		if err != nil {
+			retry, cause := c.rwait.interrupted(ctx, err)
+			if !retry {
+				return streamErr(cause)
+			}
+		}
+	}
+	return nil
+}
+
+// fatal records a receive error that cost the stream its frame sync.
+func (c *tcpConn) fatal(err error) error {
+	var oe *OpError
+	if !errors.As(err, &oe) {
+		err = c.opError("recv", err, false)
+	}
+	c.rerr = err
+	return err
+}
+
+func (c *tcpConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.nc.Close()
+	c.sendMu.Lock()
+	c.wwait.release()
+	c.sendMu.Unlock()
+	c.recvMu.Lock()
+	c.rwait.release()
+	c.recvMu.Unlock()
+	c.closeCodecs()
+	if err != nil {
+		return &OpError{Op: "close", Peer: c.remote, Err: err}
+	}
+	return nil
+}

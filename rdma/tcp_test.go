@@ -1,0 +1,202 @@
+package rdma_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/rdma"
+)
+
+// rawPeer connects a plain socket to a TCP listener and returns it with
+// the accepted rdma connection.
+func rawPeer(t *testing.T, opts rdma.Options) (net.Conn, rdma.Conn) {
+	t.Helper()
+	n, err := rdma.NewTCP(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := n.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ln.Accept(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close(); c.Close() })
+	return raw, c
+}
+
+func frame(h rdma.Header, payload []byte) []byte {
+	return rdma.AppendFrame(nil, h, nil, payload)
+}
+
+func f32le(v ...float32) []byte {
+	var b []byte
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+func recvCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestTCPRecoverable: frames that are well framed but bad are skipped with
+// a recoverable error, counted, and the next frame arrives intact.
+func TestTCPRecoverable(t *testing.T) {
+	raw, c := rawPeer(t, rdma.Options{Job: 4})
+	good := frame(rdma.Header{Job: 4, Elems: 2, Seq: 77}, f32le(1.5, -2))
+	badCRC := frame(rdma.Header{Job: 4, Elems: 2}, f32le(1, 2))
+	badCRC[len(badCRC)-6] ^= 1
+	enc := rdma.NewEncoder()
+	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, rdma.StreamKey{}, make([]float32, 1<<20))
+	topkBad := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 5), 5), f32le(1, 2)...)
+	cases := []struct {
+		name  string
+		frame []byte
+		err   error
+	}{
+		{"checksum", badCRC, rdma.ErrChecksum},
+		{"unknown codec", frame(rdma.Header{Job: 4, Elems: 2, Codec: 42}, f32le(1, 2)), rdma.ErrUnknownCodec},
+		{"wrong job", frame(rdma.Header{Job: 5, Elems: 2}, f32le(1, 2)), rdma.ErrWrongJob},
+		{"length", frame(rdma.Header{Job: 4, Elems: 3}, f32le(1, 2)), rdma.ErrBadLength},
+		{"zstd bomb", frame(rdma.Header{Job: 4, Elems: 1000, Codec: rdma.CodecZstd}, bomb), rdma.ErrCorrupt},
+		{"topk indices", frame(rdma.Header{Job: 4, Elems: 10, Codec: rdma.CodecTopK}, topkBad), rdma.ErrCorrupt},
+	}
+	for i, tc := range cases {
+		if _, err := raw.Write(append(tc.frame, good...)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Recv(recvCtx(t))
+		if !errors.Is(err, tc.err) || !rdma.Recoverable(err) {
+			t.Fatalf("%s: %v, want recoverable %v", tc.name, err, tc.err)
+		}
+		m, err := c.Recv(recvCtx(t))
+		if err != nil || m.Seq != 77 || m.Payload[0] != 1.5 || m.Payload[1] != -2 {
+			t.Fatalf("%s: next frame: %v %+v", tc.name, err, m)
+		}
+		m.Release()
+		if d := c.Stats().Dropped; d != uint64(i+1) {
+			t.Fatalf("%s: %d frames counted as dropped, want %d", tc.name, d, i+1)
+		}
+	}
+}
+
+// TestTCPFatal: frames whose extent cannot be trusted end the receive
+// side of that connection; the server can still report the error.
+func TestTCPFatal(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bytes func() []byte
+		err   error
+	}{
+		{"magic", func() []byte { b := frame(rdma.Header{}, nil); b[0] = 'X'; return b }, rdma.ErrBadMagic},
+		{"version", func() []byte { b := frame(rdma.Header{}, nil); b[4] = 2; return b }, rdma.ErrBadVersion},
+		{"header checksum", func() []byte { b := frame(rdma.Header{}, nil); b[9] ^= 1; return b }, rdma.ErrHeaderChecksum},
+		{"too large", func() []byte { return frame(rdma.Header{Elems: 1 << 27, PayloadLen: 1 << 29}, nil)[:rdma.HeaderSize] }, rdma.ErrFrameTooLarge},
+		{"truncated", func() []byte { return frame(rdma.Header{Elems: 100}, make([]byte, 400))[:300] }, rdma.ErrTruncated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, c := rawPeer(t, rdma.Options{MaxElems: 1 << 20})
+			raw.Write(tc.bytes())
+			if tc.err == rdma.ErrTruncated {
+				raw.(*net.TCPConn).CloseWrite()
+			}
+			for range 2 { // sticky
+				_, err := c.Recv(recvCtx(t))
+				if !errors.Is(err, tc.err) || rdma.Recoverable(err) {
+					t.Fatalf("%v, want fatal %v", err, tc.err)
+				}
+				if tc.err == rdma.ErrTruncated && !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Fatalf("%v does not match io.ErrUnexpectedEOF", err)
+				}
+			}
+			// The send side still works: report the error to the peer,
+			// which can parse what the transport wrote.
+			_, err := c.Recv(recvCtx(t))
+			if err := c.Send(recvCtx(t), rdma.NewErrorMsg(err)); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4096)
+			raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, err := io.ReadAtLeast(raw, buf, rdma.HeaderSize+rdma.TrailerSize)
+			for err == nil {
+				lim := rdma.DefaultLimits
+				h, data, _, _, perr := rdma.ParseFrame(buf[:n], &lim)
+				if errors.Is(perr, rdma.ErrTruncated) {
+					var k int
+					k, err = raw.Read(buf[n:])
+					n += k
+					continue
+				}
+				if perr != nil || h.Type != rdma.TypeError || !strings.Contains(string(data), tc.err.Error()) {
+					t.Fatalf("error report: %+v %q %v", h, data, perr)
+				}
+				return
+			}
+			t.Fatal(err)
+		})
+	}
+}
+
+// TestTCPCancelMidFrame: a receive cancelled in the middle of a frame is
+// fatal for that direction (the stream lost sync), unlike one cancelled
+// between frames.
+func TestTCPCancelMidFrame(t *testing.T) {
+	raw, c := rawPeer(t, rdma.Options{})
+	b := frame(rdma.Header{Elems: 1000}, make([]byte, 4000))
+	raw.Write(b[:2000])
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Recv(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || rdma.Recoverable(err) {
+		t.Fatalf("mid-frame cancel: %v", err)
+	}
+	if _, err := c.Recv(recvCtx(t)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("after a mid-frame cancel: %v", err)
+	}
+}
+
+func TestDialRefused(t *testing.T) {
+	n, _ := rdma.NewTCP(rdma.Options{})
+	ln, _ := n.Listen("127.0.0.1:0")
+	addr := ln.Addr()
+	ln.Close()
+	if _, err := n.Dial(context.Background(), addr); !errors.Is(err, rdma.ErrRefused) {
+		t.Fatalf("dial to a closed port: %v", err)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	for kind, want := range map[string]string{"inmem": "inmem", "tcp": "tcp", "auto": "tcp"} {
+		n, err := rdma.Open(kind, rdma.Options{})
+		if err != nil || n.Name() != want {
+			t.Errorf("Open(%q) = %v, %v", kind, n, err)
+		}
+	}
+	if _, err := rdma.Open("verbs", rdma.Options{}); !errors.Is(err, rdma.ErrUnsupported) {
+		t.Errorf("Open(verbs): %v", err)
+	}
+	if _, err := rdma.Open("udp", rdma.Options{}); err == nil {
+		t.Error("Open(udp) succeeded")
+	}
+	if _, err := rdma.Open("tcp", rdma.Options{MaxElems: rdma.MaxElems + 1}); err == nil {
+		t.Error("MaxElems above the ceiling accepted")
+	}
+}

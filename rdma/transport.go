@@ -1,0 +1,310 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Conn is one bidirectional, ordered, message-preserving connection.
+//
+// Contract:
+//   - Messages arrive in the order they were sent, each exactly once, with
+//     every header field, Data and the payload as encoded by its codec
+//     (lossless codecs bit for bit).
+//   - Send takes ownership of m (see Msg), also when it fails. It returns
+//     once the transport has taken the message over: TCP when it is written
+//     to the socket, in-memory when it is queued for the receiver. A nil
+//     error does not mean the peer has processed it.
+//   - Send and Recv may each be called from several goroutines; calls of
+//     one kind are serialized (the order of concurrent Sends is the order
+//     they take the connection). Sending and receiving proceed
+//     concurrently, and a peer that sends must keep receiving, or both
+//     ends can block on full buffers.
+//   - Errors are *OpError values naming the peer; Recoverable tells whether
+//     the connection is still usable in that direction.
+//   - Cancelling ctx makes a blocked call return an error wrapping
+//     ctx.Err(). Cancellation while waiting for a message (or before
+//     anything was written) leaves the connection usable; cancellation in
+//     the middle of a frame is fatal for that direction.
+//   - Recv after the peer closed returns, once the messages sent before
+//     are delivered, an error matching ErrClosed and io.EOF. Close may be
+//     called at any time, from any goroutine, more than once; it unblocks
+//     pending calls, which return ErrClosed.
+//   - Stats may be called at any time.
+type Conn interface {
+	Send(ctx context.Context, m *Msg) error
+	Recv(ctx context.Context) (*Msg, error)
+	Close() error
+	LocalAddr() string
+	RemoteAddr() string
+	Stats() Stats
+}
+
+// Listener accepts connections at one address.
+type Listener interface {
+	// Accept waits for the next connection; after Close it returns
+	// ErrClosed.
+	Accept(ctx context.Context) (Conn, error)
+	// Addr is the address peers dial (with the port chosen, for ":0").
+	Addr() string
+	Close() error
+}
+
+// Network creates listeners and connections of one transport. Its methods
+// are safe for concurrent use.
+type Network interface {
+	// Name is the transport's name ("inmem", "tcp").
+	Name() string
+	Listen(addr string) (Listener, error)
+	// Dial connects to a listener; if nothing listens there the error
+	// matches ErrRefused.
+	Dial(ctx context.Context, addr string) (Conn, error)
+}
+
+// Options configures a Network. The zero value is usable: zero fields
+// take the defaults listed.
+type Options struct {
+	// Job is stamped on every frame sent; frames of any other job are
+	// rejected on receipt with ErrWrongJob.
+	Job uint32
+	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
+	// at most MaxElems); MaxData its byte payload (default
+	// DefaultLimits.MaxData). Larger messages fail on Send and are
+	// rejected on receipt with ErrFrameTooLarge.
+	MaxElems uint32
+	MaxData  uint32
+	// QueueLen is how many messages an in-memory connection buffers per
+	// direction before Send blocks (default 16).
+	QueueLen int
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of TCP sockets, in bytes.
+	// The default 0 keeps the kernel's autotuning, which usually does
+	// better than a fixed size on Linux.
+	SocketBuffer int
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxElems == 0 {
+		o.MaxElems = DefaultLimits.MaxElems
+	}
+	if o.MaxData == 0 {
+		o.MaxData = DefaultLimits.MaxData
+	}
+	if o.QueueLen == 0 {
+		o.QueueLen = 16
+	}
+	switch {
+	case o.MaxElems > MaxElems:
+		return o, fmt.Errorf("rdma: Options.MaxElems %d exceeds %d", o.MaxElems, MaxElems)
+	case o.QueueLen < 0:
+		return o, fmt.Errorf("rdma: Options.QueueLen %d is negative", o.QueueLen)
+	case o.SocketBuffer < 0:
+		return o, fmt.Errorf("rdma: Options.SocketBuffer %d is negative", o.SocketBuffer)
+	}
+	return o, nil
+}
+
+func (o *Options) limits() Limits {
+	return Limits{MaxElems: o.MaxElems, MaxData: o.MaxData, Job: o.Job}
+}
+
+// Open returns the Network named kind: "inmem", "tcp", "verbs" (ErrUnsupported
+// in this build) or "auto" (verbs where available, else TCP).
+func Open(kind string, opts Options) (Network, error) {
+	switch kind {
+	case "inmem":
+		return NewInmem(opts)
+	case "tcp":
+		return NewTCP(opts)
+	case "verbs":
+		return NewVerbs(opts)
+	case "auto":
+		n, err := NewVerbs(opts)
+		if errors.Is(err, ErrUnsupported) {
+			return NewTCP(opts)
+		}
+		return n, err
+	}
+	return nil, fmt.Errorf("rdma: unknown transport %q (inmem, tcp, verbs, auto)", kind)
+}
+
+// NumCodecs is the number of codec ids (the length of Stats' arrays).
+const NumCodecs = int(numCodecs)
+
+// CodecStats counts the messages of one codec in one direction.
+type CodecStats struct {
+	Msgs      uint64
+	RawBytes  uint64        // payload bytes before encoding (4 per element)
+	WireBytes uint64        // encoded payload bytes
+	Time      time.Duration // time spent encoding (sent) or decoding (received)
+}
+
+// Ratio is WireBytes/RawBytes (1 when nothing was counted).
+func (s CodecStats) Ratio() float64 {
+	if s.RawBytes == 0 {
+		return 1
+	}
+	return float64(s.WireBytes) / float64(s.RawBytes)
+}
+
+// Add accumulates o into s.
+func (s *CodecStats) Add(o CodecStats) {
+	s.Msgs += o.Msgs
+	s.RawBytes += o.RawBytes
+	s.WireBytes += o.WireBytes
+	s.Time += o.Time
+}
+
+// Sub returns s − o: the traffic between an earlier snapshot o and s.
+func (s CodecStats) Sub(o CodecStats) CodecStats {
+	return CodecStats{s.Msgs - o.Msgs, s.RawBytes - o.RawBytes, s.WireBytes - o.WireBytes, s.Time - o.Time}
+}
+
+// Stats counts a connection's traffic, per codec and direction. Frame
+// overhead is HeaderSize+TrailerSize bytes per message plus Data, counted
+// in FrameBytes (in-memory connections count what TCP would send).
+type Stats struct {
+	Sent, Recv     [NumCodecs]CodecStats // indexed by CodecID
+	FrameBytesSent uint64
+	FrameBytesRecv uint64
+	Dropped        uint64 // received frames rejected with a recoverable error
+}
+
+// Add accumulates o into s.
+func (s *Stats) Add(o *Stats) {
+	for i := range s.Sent {
+		s.Sent[i].Add(o.Sent[i])
+		s.Recv[i].Add(o.Recv[i])
+	}
+	s.FrameBytesSent += o.FrameBytesSent
+	s.FrameBytesRecv += o.FrameBytesRecv
+	s.Dropped += o.Dropped
+}
+
+// TotalSent sums Sent over all codecs.
+func (s *Stats) TotalSent() (t CodecStats) {
+	for _, c := range s.Sent {
+		t.Add(c)
+	}
+	return t
+}
+
+// TotalRecv sums Recv over all codecs.
+func (s *Stats) TotalRecv() (t CodecStats) {
+	for _, c := range s.Recv {
+		t.Add(c)
+	}
+	return t
+}
+
+// endpoint is what both transports share: options, the codec state of each
+// direction and the counters.
+type endpoint struct {
+	opts   Options
+	lim    Limits
+	local  string
+	remote string
+
+	sendMu sync.Mutex // serializes Send; guards enc
+	enc    *Encoder
+	recvMu sync.Mutex // serializes Recv; guards dec
+	dec    *Decoder
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+func (e *endpoint) init(opts Options, local, remote string) {
+	e.opts, e.lim, e.local, e.remote = opts, opts.limits(), local, remote
+	e.enc, e.dec = NewEncoder(), NewDecoder()
+}
+
+func (e *endpoint) LocalAddr() string  { return e.local }
+func (e *endpoint) RemoteAddr() string { return e.remote }
+
+func (e *endpoint) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return e.stats
+}
+
+func (e *endpoint) opError(op string, err error, recoverable bool) error {
+	return &OpError{Op: op, Peer: e.remote, Err: err, Recoverable: recoverable}
+}
+
+// checkSend validates m against the limits and stamps the job; it runs
+// under sendMu.
+func (e *endpoint) checkSend(m *Msg) error {
+	if err := m.Codec.Validate(); err != nil {
+		return e.opError("send", err, true)
+	}
+	if uint64(len(m.Payload)) > uint64(e.lim.MaxElems) || uint64(len(m.Data)) > uint64(e.lim.MaxData) {
+		return e.opError("send", fmt.Errorf("%w: %d elements (limit %d), %d data bytes (limit %d)",
+			ErrFrameTooLarge, len(m.Payload), e.lim.MaxElems, len(m.Data), e.lim.MaxData), true)
+	}
+	m.Job = e.opts.Job
+	return nil
+}
+
+// encode encodes m's payload into dst for sending (not called for
+// CodecNone) and returns the time taken; it runs under sendMu.
+func (e *endpoint) encode(dst []byte, m *Msg) ([]byte, time.Duration, error) {
+	t := time.Now()
+	wire, err := e.enc.Encode(dst, m.Codec, StreamKey{m.Type, m.Shard}, m.Payload)
+	if err != nil {
+		return wire, 0, e.opError("send", err, true)
+	}
+	return wire, time.Since(t), nil
+}
+
+// countSent counts one message sent: id its codec, elems its element
+// count, data its byte payload length, wire its encoded payload length.
+func (e *endpoint) countSent(id CodecID, elems, data, wire int, d time.Duration) {
+	e.statsMu.Lock()
+	count(&e.stats.Sent[id], elems, wire, d)
+	e.stats.FrameBytesSent += uint64(HeaderSize + TrailerSize + data + wire)
+	e.statsMu.Unlock()
+}
+
+func count(s *CodecStats, elems, wire int, d time.Duration) {
+	s.Msgs++
+	s.RawBytes += 4 * uint64(elems)
+	s.WireBytes += uint64(wire)
+	s.Time += d
+}
+
+// decode fills m.Payload from wire under codec id and counts it; it runs
+// under recvMu.
+func (e *endpoint) decode(m *Msg, id CodecID, wire []byte) error {
+	t := time.Now()
+	if err := e.dec.Decode(m.Payload, id, wire); err != nil {
+		return err
+	}
+	e.countRecv(m, id, len(wire), time.Since(t))
+	return nil
+}
+
+func (e *endpoint) countRecv(m *Msg, id CodecID, wire int, d time.Duration) {
+	e.statsMu.Lock()
+	count(&e.stats.Recv[id], len(m.Payload), wire, d)
+	e.stats.FrameBytesRecv += uint64(HeaderSize + TrailerSize + len(m.Data) + wire)
+	e.statsMu.Unlock()
+}
+
+func (e *endpoint) countDropped() {
+	e.statsMu.Lock()
+	e.stats.Dropped++
+	e.statsMu.Unlock()
+}
+
+// closeCodecs releases the codec state once both directions are idle.
+func (e *endpoint) closeCodecs() {
+	e.sendMu.Lock()
+	e.enc.Close()
+	e.sendMu.Unlock()
+	e.recvMu.Lock()
+	e.dec.Close()
+	e.recvMu.Unlock()
+}

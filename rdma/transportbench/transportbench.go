@@ -1,0 +1,322 @@
+package transportbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/internal/synth"
+)
+
+// Config selects what Run measures. Zero fields take the defaults noted.
+type Config struct {
+	Transports []string     // default {"inmem", "tcp"}
+	Codecs     []rdma.Codec // default: every codec, topk at 0.01
+	Sizes      []int        // gradient bytes, multiples of 4; default 1, 4 and 16 MiB
+	// MinTime is the timed duration per row (default 1 s); at least
+	// MinRounds rounds are timed (default 3), after Warmup untimed ones
+	// (default 2).
+	MinTime   time.Duration
+	MinRounds int
+	Warmup    int
+	Seed      uint64
+	Baseline  bool // add a "tcp-raw" row per size
+}
+
+// Row is one measurement.
+type Row struct {
+	Transport string  `json:"transport"`
+	Codec     string  `json:"codec"`
+	Bytes     int     `json:"bytes"`
+	Rounds    int     `json:"rounds"`
+	RoundSec  float64 `json:"round_s"` // mean time of one push+pull
+	GBps      float64 `json:"gbps"`    // 2·Bytes/RoundSec/1e9
+	Ratio     float64 `json:"ratio"`   // wire bytes / raw bytes, both directions
+	WireBytes float64 `json:"wire_bytes"`
+	// EncodeSec and DecodeSec are the codec time per round, both
+	// directions summed (zero for none).
+	EncodeSec float64 `json:"encode_s"`
+	DecodeSec float64 `json:"decode_s"`
+}
+
+func (c *Config) defaults() error {
+	if len(c.Transports) == 0 {
+		c.Transports = []string{"inmem", "tcp"}
+	}
+	if len(c.Codecs) == 0 {
+		for _, name := range []string{"none", "s2", "zstd", "shuffle+s2", "shuffle+zstd", "fp16", "bf16", "topk:0.01"} {
+			codec, _ := rdma.ParseCodec(name)
+			c.Codecs = append(c.Codecs, codec)
+		}
+	}
+	if len(c.Sizes) == 0 {
+		c.Sizes = []int{1 << 20, 4 << 20, 16 << 20}
+	}
+	if c.MinTime == 0 {
+		c.MinTime = time.Second
+	}
+	if c.MinRounds == 0 {
+		c.MinRounds = 3
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 2
+	}
+	for _, s := range c.Sizes {
+		if s <= 0 || s%4 != 0 {
+			return fmt.Errorf("transportbench: size %d is not a positive multiple of 4", s)
+		}
+	}
+	for _, codec := range c.Codecs {
+		if err := codec.Validate(); err != nil {
+			return fmt.Errorf("transportbench: %w", err)
+		}
+	}
+	if c.MinTime < 0 || c.MinRounds < 0 || c.Warmup < 0 {
+		return errors.New("transportbench: negative MinTime, MinRounds or Warmup")
+	}
+	return nil
+}
+
+// Run measures every transport × codec × size (and the baseline) and
+// returns the rows in that order; progress, if not nil, sees each row as
+// it is done.
+func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	var rows []Row
+	emit := func(r Row) {
+		rows = append(rows, r)
+		if progress != nil {
+			progress(r)
+		}
+	}
+	for _, size := range cfg.Sizes {
+		if cfg.Baseline {
+			r, err := rawTCP(ctx, &cfg, size)
+			if err != nil {
+				return rows, err
+			}
+			emit(r)
+		}
+		for _, tr := range cfg.Transports {
+			for _, codec := range cfg.Codecs {
+				r, err := measure(ctx, &cfg, tr, codec, size)
+				if err != nil {
+					return rows, err
+				}
+				emit(r)
+			}
+		}
+	}
+	return rows, nil
+}
+
+func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Codec, size int) (Row, error) {
+	s, err := Open(ctx, transport, codec, size, cfg.Seed)
+	if err != nil {
+		return Row{}, err
+	}
+	defer s.Close()
+	for range cfg.Warmup {
+		if _, err := s.Round(ctx); err != nil {
+			return Row{}, err
+		}
+	}
+	c0, s0 := s.client.Stats(), s.server.Stats()
+	var total time.Duration
+	rounds := 0
+	for rounds < cfg.MinRounds || total < cfg.MinTime {
+		d, err := s.Round(ctx)
+		if err != nil {
+			return Row{}, err
+		}
+		total += d
+		rounds++
+	}
+	c1, s1 := s.client.Stats(), s.server.Stats()
+	sent := c1.Sent[codec.ID].Sub(c0.Sent[codec.ID])
+	sent.Add(s1.Sent[codec.ID].Sub(s0.Sent[codec.ID]))
+	recvd := c1.Recv[codec.ID].Sub(c0.Recv[codec.ID])
+	recvd.Add(s1.Recv[codec.ID].Sub(s0.Recv[codec.ID]))
+	per := total.Seconds() / float64(rounds)
+	return Row{
+		Transport: transport, Codec: codec.String(), Bytes: size, Rounds: rounds,
+		RoundSec: per, GBps: 2 * float64(size) / per / 1e9, Ratio: sent.Ratio(),
+		WireBytes: float64(sent.WireBytes) / float64(rounds),
+		EncodeSec: sent.Time.Seconds() / float64(rounds), DecodeSec: recvd.Time.Seconds() / float64(rounds),
+	}, nil
+}
+
+// Session is one client connection to an echo server, ready for rounds.
+type Session struct {
+	client, server rdma.Conn
+	codec          rdma.Codec
+	grad           []float32 // refill source for lossy codecs
+	msg            *rdma.Msg
+	done           chan error
+}
+
+// Open starts an echo server on transport ("inmem" or "tcp", on
+// loopback) and connects a client that pushes size bytes per round with
+// codec.
+func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
+	n, err := rdma.Open(transport, rdma.Options{MaxElems: uint32(max(size/4, 1))})
+	if err != nil {
+		return nil, err
+	}
+	addr := ""
+	if transport != "inmem" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := n.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	accepted := make(chan rdma.Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	client, err := n.Dial(ctx, ln.Addr())
+	if err != nil {
+		return nil, err
+	}
+	server := <-accepted
+	if server == nil {
+		client.Close()
+		return nil, fmt.Errorf("transportbench: accept on %s failed", transport)
+	}
+	s := &Session{client: client, server: server, codec: codec, done: make(chan error, 1)}
+	s.grad = synth.Gradient(make([]float32, size/4), 1e-3, seed)
+	s.msg = rdma.NewMsg(size / 4)
+	copy(s.msg.Payload, s.grad)
+	go func() { s.done <- echo(server, codec) }()
+	return s, nil
+}
+
+// echo replies to every message with itself until the connection ends.
+func echo(c rdma.Conn, codec rdma.Codec) error {
+	for {
+		m, err := c.Recv(context.Background())
+		if err != nil {
+			if errors.Is(err, rdma.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		m.Codec = codec
+		if err := c.Send(context.Background(), m); err != nil {
+			return err
+		}
+	}
+}
+
+// Round pushes the payload and waits for the reply, returning the time
+// taken (the refill of a lossy codec's payload is not timed).
+func (s *Session) Round(ctx context.Context) (time.Duration, error) {
+	m := s.msg
+	s.msg = nil
+	if m == nil {
+		return 0, errors.New("transportbench: session broken by an earlier error")
+	}
+	if !s.codec.ID.Lossless() {
+		copy(m.Payload, s.grad)
+	}
+	m.Codec = s.codec
+	start := time.Now()
+	if err := s.client.Send(ctx, m); err != nil {
+		return 0, err
+	}
+	r, err := s.client.Recv(ctx)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	s.msg = r
+	return d, nil
+}
+
+// Stats returns the client's and the server's connection counters.
+func (s *Session) Stats() (client, server rdma.Stats) { return s.client.Stats(), s.server.Stats() }
+
+// Close ends the session and its server.
+func (s *Session) Close() error {
+	s.client.Close()
+	err := <-s.done
+	s.server.Close()
+	if s.msg != nil {
+		s.msg.Release()
+		s.msg = nil
+	}
+	return err
+}
+
+// rawTCP measures the same round trip over a plain loopback socket: no
+// framing, checksum or codec.
+func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Row{}, err
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				done <- nil
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		return Row{}, err
+	}
+	buf := make([]byte, size)
+	round := func() (time.Duration, error) {
+		start := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return 0, err
+		}
+		_, err := io.ReadFull(c, buf)
+		return time.Since(start), err
+	}
+	var total time.Duration
+	rounds := -cfg.Warmup
+	for rounds < cfg.MinRounds || total < cfg.MinTime {
+		dt, err := round()
+		if err != nil {
+			c.Close()
+			return Row{}, err
+		}
+		if rounds >= 0 {
+			total += dt
+		}
+		rounds++
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		return Row{}, err
+	}
+	per := total.Seconds() / float64(rounds)
+	return Row{Transport: "tcp-raw", Codec: "-", Bytes: size, Rounds: rounds, RoundSec: per,
+		GBps: 2 * float64(size) / per / 1e9, Ratio: 1, WireBytes: float64(2 * size)}, nil
+}

@@ -1,0 +1,688 @@
+package transporttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/internal/synth"
+)
+
+// Factory returns a fresh Network built with opts and an address to
+// listen on ("127.0.0.1:0" for TCP, "" for in-memory).
+type Factory func(t *testing.T, opts rdma.Options) (n rdma.Network, listenAddr string)
+
+// Run runs the suite as subtests of t. Subtests run one after another; the
+// last checks that no goroutine started by the suite is left.
+func Run(t *testing.T, f Factory) {
+	before := runtime.NumGoroutine()
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Factory)
+	}{
+		{"OrderAndFields", testOrderAndFields},
+		{"ConcurrentConns", testConcurrentConns},
+		{"ConcurrentSenders", testConcurrentSenders},
+		{"FullDuplex", testFullDuplex},
+		{"Large", testLarge},
+		{"Codecs", testCodecs},
+		{"TopKErrorFeedback", testTopKErrorFeedback},
+		{"ErrorMsg", testErrorMsg},
+		{"Limits", testLimits},
+		{"PeerClose", testPeerClose},
+		{"LocalClose", testLocalClose},
+		{"ListenerClose", testListenerClose},
+		{"Cancel", testCancel},
+		{"SteadyStateAllocs", testAllocs},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
+	}
+	t.Run("NoGoroutineLeak", func(t *testing.T) {
+		deadline := time.Now().Add(5 * time.Second)
+		before++ // this subtest's own goroutine
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines left (started with %d):\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+// pair returns two connected ends of a fresh network, closed at cleanup.
+func pair(t *testing.T, f Factory, opts rdma.Options) (client, server rdma.Conn) {
+	t.Helper()
+	n, addr := f(t, opts)
+	ln, err := n.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		c   rdma.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		ch <- res{c, err}
+	}()
+	client, err = n.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		client.Close()
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { client.Close(); r.c.Close() })
+	return client, r.c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// msg builds a message with every header field derived from i and a
+// payload of n seeded values.
+func msg(i, n int, codec rdma.Codec) *rdma.Msg {
+	m := rdma.NewMsg(n)
+	synth.Gradient(m.Payload, 1e-3, uint64(i))
+	m.Type, m.Codec = rdma.Type(i%200), codec
+	m.Learner, m.Shard = uint32(i*7+1), uint32(i%5)
+	m.Timestamp, m.Seq = uint64(i)*1e9+3, uint64(i)
+	if i%3 == 0 {
+		m.Data = append(m.Data, fmt.Sprintf("control %d", i)...)
+	}
+	return m
+}
+
+// check compares a received message with msg(i, n, codec) sent with a
+// lossless codec.
+func check(t *testing.T, got *rdma.Msg, i, n int, codec rdma.Codec) {
+	t.Helper()
+	want := msg(i, n, codec)
+	defer want.Release()
+	if got.Type != want.Type || got.Codec.ID != codec.ID || got.Learner != want.Learner ||
+		got.Shard != want.Shard || got.Timestamp != want.Timestamp || got.Seq != want.Seq ||
+		string(got.Data) != string(want.Data) {
+		t.Fatalf("message %d: header %+v, want %+v", i, hdr(got), hdr(want))
+	}
+	if len(got.Payload) != n {
+		t.Fatalf("message %d: %d elements, want %d", i, len(got.Payload), n)
+	}
+	for j := range n {
+		if math.Float32bits(got.Payload[j]) != math.Float32bits(want.Payload[j]) {
+			t.Fatalf("message %d: element %d = %v, want %v", i, j, got.Payload[j], want.Payload[j])
+		}
+	}
+}
+
+func hdr(m *rdma.Msg) string {
+	return fmt.Sprintf("type %d codec %s job %d learner %d shard %d ts %d seq %d data %q",
+		m.Type, m.Codec, m.Job, m.Learner, m.Shard, m.Timestamp, m.Seq, m.Data)
+}
+
+func send(t *testing.T, c rdma.Conn, m *rdma.Msg) {
+	t.Helper()
+	if err := c.Send(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recv(t *testing.T, c rdma.Conn) *rdma.Msg {
+	t.Helper()
+	m, err := c.Recv(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// sizes cycles through empty, tiny, odd and chunk-crossing payloads.
+var sizes = []int{0, 1, 3, 1000, 65536/4 + 1, 300_000}
+
+func testOrderAndFields(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{Job: 7})
+	const count = 60
+	errc := make(chan error, 1)
+	go func() {
+		for i := range count {
+			if err := c.Send(context.Background(), msg(i, sizes[i%len(sizes)], rdma.Codec{})); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := range count {
+		m := recv(t, s)
+		check(t, m, i, sizes[i%len(sizes)], rdma.Codec{})
+		if m.Job != 7 {
+			t.Fatalf("job %d, want 7", m.Job)
+		}
+		m.Release()
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats().Recv[rdma.CodecNone]
+	if st.Msgs != count || st.RawBytes != st.WireBytes {
+		t.Fatalf("receiver stats %+v", st)
+	}
+}
+
+// echo serves a connection by sending every message back until it fails.
+func echo(c rdma.Conn) {
+	for {
+		m, err := c.Recv(context.Background())
+		if err != nil {
+			if rdma.Recoverable(err) {
+				continue
+			}
+			return
+		}
+		if m.Codec.ID == rdma.CodecTopK { // a reply needs its own fraction
+			m.Codec = rdma.Codec{}
+		}
+		if c.Send(context.Background(), m) != nil {
+			return
+		}
+	}
+}
+
+func testConcurrentConns(t *testing.T, f Factory) {
+	n, addr := f(t, rdma.Options{})
+	ln, err := n.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			wg.Go(func() { echo(c); c.Close() })
+		}
+	})
+	const conns, count = 6, 20
+	errs := make(chan error, conns)
+	var clients sync.WaitGroup
+	for k := range conns {
+		clients.Go(func() {
+			c, err := n.Dial(ctx(t), ln.Addr())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			for i := k * 1000; i < k*1000+count; i++ {
+				size := sizes[i%len(sizes)]
+				if err := c.Send(context.Background(), msg(i, size, rdma.Codec{})); err != nil {
+					errs <- err
+					return
+				}
+				m, err := c.Recv(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if m.Seq != uint64(i) || len(m.Payload) != size {
+					errs <- fmt.Errorf("conn %d: got seq %d with %d elements, want %d with %d", k, m.Seq, len(m.Payload), i, size)
+					return
+				}
+				m.Release()
+			}
+		})
+	}
+	clients.Wait()
+	ln.Close()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func testConcurrentSenders(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	const senders, count = 4, 50
+	for k := range senders {
+		go func() {
+			for i := range count {
+				m := rdma.NewMsg(k * 100)
+				m.Learner, m.Seq = uint32(k), uint64(i)
+				for j := range m.Payload {
+					m.Payload[j] = float32(k)
+				}
+				if c.Send(context.Background(), m) != nil {
+					return
+				}
+			}
+		}()
+	}
+	next := make([]uint64, senders)
+	for range senders * count {
+		m := recv(t, s)
+		k := m.Learner
+		if m.Seq != next[k] || len(m.Payload) != int(k)*100 || slices.ContainsFunc(m.Payload, func(v float32) bool { return v != float32(k) }) {
+			t.Fatalf("sender %d: got seq %d (%d elements), want seq %d", k, m.Seq, len(m.Payload), next[k])
+		}
+		next[k]++
+		m.Release()
+	}
+}
+
+func testFullDuplex(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	const count, size = 6, 1 << 18
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, end := range []rdma.Conn{c, s} {
+		wg.Go(func() {
+			for i := range count {
+				if err := end.Send(context.Background(), msg(i, size, rdma.Codec{})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for i := range count {
+				m, err := end.Recv(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if m.Seq != uint64(i) || len(m.Payload) != size {
+					errs <- fmt.Errorf("got seq %d, want %d", m.Seq, i)
+				}
+				m.Release()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func testLarge(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	const n = 4<<20 + 3 // 16 MiB + 12 bytes
+	go echo(s)
+	for i := range 2 {
+		send(t, c, msg(i, n, rdma.Codec{}))
+		m := recv(t, c)
+		check(t, m, i, n, rdma.Codec{})
+		m.Release()
+	}
+}
+
+// codecs covers every codec id.
+var codecs = []string{"none", "s2", "zstd", "shuffle+s2", "shuffle+zstd", "fp16", "bf16", "topk:0.1"}
+
+func testCodecs(t *testing.T, f Factory) {
+	for _, name := range codecs {
+		t.Run(name, func(t *testing.T) {
+			codec, err := rdma.ParseCodec(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, s := pair(t, f, rdma.Options{})
+			for i, n := range []int{0, 1, 1000, 70_001} {
+				send(t, c, msg(i, n, codec))
+				m := recv(t, s)
+				want := msg(i, n, codec)
+				checkCodec(t, codec, m.Payload, want.Payload)
+				m.Payload, want.Payload = want.Payload, m.Payload // header check only
+				check(t, m, i, n, codec)
+				m.Release()
+				want.Release()
+			}
+			sent, got := c.Stats().Sent[codec.ID], s.Stats().Recv[codec.ID]
+			if sent != (rdma.CodecStats{Msgs: sent.Msgs, RawBytes: got.RawBytes, WireBytes: got.WireBytes, Time: sent.Time}) ||
+				sent.Msgs != 4 || sent.RawBytes != 4*(1+1000+70_001) {
+				t.Fatalf("stats: sent %+v, received %+v", sent, got)
+			}
+			var wantRatio float64
+			switch codec.ID {
+			case rdma.CodecNone:
+				wantRatio = 1
+			case rdma.CodecFP16, rdma.CodecBF16:
+				wantRatio = 0.5
+			case rdma.CodecTopK: // ⌈0.1·n⌉ index+value pairs
+				wantRatio = float64(8*(1+100+7001)) / float64(sent.RawBytes)
+			default: // lossless compressors on float noise: some gain, never much
+				if r := sent.Ratio(); r <= 0.5 || r >= 1.01 {
+					t.Fatalf("%s ratio %v", name, r)
+				}
+				return
+			}
+			if r := sent.Ratio(); r != wantRatio {
+				t.Fatalf("%s ratio %v, want %v", name, r, wantRatio)
+			}
+		})
+	}
+}
+
+// checkCodec checks a decoded payload against the original within what
+// the codec promises.
+func checkCodec(t *testing.T, codec rdma.Codec, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d elements, want %d", len(got), len(want))
+	}
+	switch codec.ID {
+	case rdma.CodecFP16, rdma.CodecBF16:
+		rel, abs := math.Ldexp(1, -11), math.Ldexp(1, -25) // half an ulp; fp16 subnormal spacing 2⁻²⁴
+		if codec.ID == rdma.CodecBF16 {
+			rel, abs = math.Ldexp(1, -8), 0
+		}
+		for i := range got {
+			if d := math.Abs(float64(got[i] - want[i])); d > max(rel*math.Abs(float64(want[i])), abs) {
+				t.Fatalf("element %d: %v, want %v within %v relative", i, got[i], want[i], rel)
+			}
+		}
+	case rdma.CodecTopK:
+		k := int(math.Ceil(codec.Fraction * float64(len(want))))
+		sent, minSent, maxHeld := 0, math.Inf(1), 0.0
+		for i := range got {
+			if got[i] != 0 {
+				sent++
+				if got[i] != want[i] {
+					t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+				}
+				minSent = min(minSent, math.Abs(float64(got[i])))
+			} else {
+				maxHeld = max(maxHeld, math.Abs(float64(want[i])))
+			}
+		}
+		if sent != k || len(got) > 0 && minSent < maxHeld {
+			t.Fatalf("topk sent %d (want %d); smallest sent %v < largest held %v", sent, k, minSent, maxHeld)
+		}
+	default:
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// testTopKErrorFeedback sends the same vector twice with topk:0.5: the
+// second message carries each unsent element with its residual added (2g)
+// and the elements sent the first time once (g), so that nothing is lost.
+func testTopKErrorFeedback(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	codec := rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.5}
+	const n = 5000
+	g := msg(1, n, codec)
+	defer g.Release()
+	var first []float32
+	for round := range 2 {
+		send(t, c, msg(1, n, codec))
+		m := recv(t, s)
+		if round == 0 {
+			first = slices.Clone(m.Payload)
+			m.Release()
+			continue
+		}
+		sent := 0
+		for i, v := range m.Payload {
+			if v == 0 {
+				continue
+			}
+			sent++
+			want := 2 * g.Payload[i]
+			if first[i] != 0 {
+				want = g.Payload[i]
+			}
+			if v != want {
+				t.Fatalf("element %d: second message %v, want %v (first message %v)", i, v, want, first[i])
+			}
+		}
+		if sent != n/2 {
+			t.Fatalf("second message sent %d elements, want %d", sent, n/2)
+		}
+		m.Release()
+	}
+}
+
+func testErrorMsg(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	send(t, c, rdma.NewErrorMsg(errors.New("gradient has 3 elements, want 5")))
+	m := recv(t, s)
+	defer m.Release()
+	err := m.Err()
+	if m.Type != rdma.TypeError || !errors.Is(err, rdma.ErrRemote) || !strings.Contains(err.Error(), "3 elements, want 5") {
+		t.Fatalf("type %d, error %v", m.Type, err)
+	}
+	ok := rdma.NewMsg(1)
+	defer ok.Release()
+	if ok.Err() != nil {
+		t.Fatal("non-error message reports an error")
+	}
+}
+
+func testLimits(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{MaxElems: 1000, MaxData: 10})
+	for _, m := range []*rdma.Msg{rdma.NewMsg(1001), msg(0, 10, rdma.Codec{})} {
+		if len(m.Payload) == 10 {
+			m.Data = append(m.Data[:0], "eleven byte"...)
+		}
+		err := c.Send(ctx(t), m)
+		if !errors.Is(err, rdma.ErrFrameTooLarge) || !rdma.Recoverable(err) {
+			t.Fatalf("oversized send: %v", err)
+		}
+	}
+	bad := rdma.NewMsg(1)
+	bad.Codec = rdma.Codec{ID: 200}
+	if err := c.Send(ctx(t), bad); !errors.Is(err, rdma.ErrUnknownCodec) {
+		t.Fatalf("unknown codec: %v", err)
+	}
+	send(t, c, msg(1, 1000, rdma.Codec{})) // the connection still works
+	m := recv(t, s)
+	check(t, m, 1, 1000, rdma.Codec{})
+	m.Release()
+}
+
+func testPeerClose(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	for i := range 3 {
+		send(t, c, msg(i, 5000, rdma.Codec{}))
+	}
+	c.Close()
+	for i := range 3 {
+		m := recv(t, s)
+		check(t, m, i, 5000, rdma.Codec{})
+		m.Release()
+	}
+	for range 2 {
+		_, err := s.Recv(ctx(t))
+		if !errors.Is(err, rdma.ErrClosed) || !errors.Is(err, io.EOF) || rdma.Recoverable(err) {
+			t.Fatalf("recv after peer close: %v", err)
+		}
+	}
+	// Sending to a closed peer fails, at the latest once the peer's close
+	// has reached the sender.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := s.Send(ctx(t), rdma.NewMsg(10))
+		if err != nil {
+			if !errors.Is(err, rdma.ErrClosed) {
+				t.Fatalf("send to closed peer: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("send to a closed peer keeps succeeding")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func testLocalClose(t *testing.T, f Factory) {
+	c, _ := pair(t, f, rdma.Options{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Recv(context.Background())
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, rdma.ErrClosed) {
+			t.Fatalf("blocked recv after close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Recv")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := c.Recv(ctx(t)); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("recv after close: %v", err)
+	}
+	if err := c.Send(ctx(t), rdma.NewMsg(1)); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+}
+
+func testListenerClose(t *testing.T, f Factory) {
+	n, addr := f(t, rdma.Options{})
+	ln, err := n.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept(context.Background())
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	ln.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, rdma.ErrClosed) {
+			t.Fatalf("accept after close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Accept")
+	}
+	if c, err := n.Dial(ctx(t), ln.Addr()); !errors.Is(err, rdma.ErrRefused) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial to closed listener: %v", err)
+	}
+	// Cancelling Accept leaves the listener usable.
+	ln, err = n.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := ln.Accept(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("accept with deadline: %v", err)
+	}
+	go func() {
+		if c, err := n.Dial(context.Background(), ln.Addr()); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := ln.Accept(ctx(t))
+	if err != nil {
+		t.Fatalf("accept after a cancelled accept: %v", err)
+	}
+	c.Close()
+}
+
+func testCancel(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	cctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := s.Recv(cctx)
+	if !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
+		t.Fatalf("cancelled recv: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("cancelled recv returned after %v", d)
+	}
+	if _, err := s.Recv(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("recv with a cancelled context: %v", err)
+	}
+	if err := c.Send(cctx, rdma.NewMsg(1)); !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
+		t.Fatalf("send with a cancelled context: %v", err)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer dcancel()
+	if _, err := s.Recv(dctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("recv past deadline: %v", err)
+	}
+	// Both directions still work, with a fresh context.
+	for i := range 3 {
+		send(t, c, msg(i, 1000, rdma.Codec{}))
+		m := recv(t, s)
+		check(t, m, i, 1000, rdma.Codec{})
+		m.Release()
+	}
+}
+
+// testAllocs checks that a round trip (send, echo, receive) allocates
+// nothing once warm, for the codecs that promise it.
+func testAllocs(t *testing.T, f Factory) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	for _, name := range []string{"none", "s2", "zstd", "shuffle+zstd", "bf16", "topk:0.01"} {
+		t.Run(name, func(t *testing.T) {
+			codec, _ := rdma.ParseCodec(name)
+			c, s := pair(t, f, rdma.Options{})
+			go echo(s)
+			cctx := ctx(t)
+			m := msg(1, 100_000, codec)
+			round := func() {
+				if err := c.Send(cctx, m); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if m, err = c.Recv(cctx); err != nil {
+					t.Fatal(err)
+				}
+				m.Codec = codec
+			}
+			for range 5 {
+				round()
+			}
+			if a := testing.AllocsPerRun(50, round); a > 0 {
+				t.Errorf("%v allocations per round trip", a)
+			}
+			m.Release()
+		})
+	}
+}
