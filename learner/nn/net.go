@@ -47,6 +47,7 @@ type Net struct {
 	spec    *Spec
 	e       kernels.Engine
 	batch   int
+	workers int // as configured; len(reps) may be fewer
 	params  []float32
 	grads   []float32
 	layout  []sgd.Segment
@@ -90,7 +91,7 @@ func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
 // batch size (for example to evaluate with a larger batch) that shares
 // this Net's parameter vector; it has its own gradients and buffers.
 func (n *Net) WithBatch(batch int) (*Net, error) {
-	return build(n.spec, n.e, Config{Batch: batch, Workers: len(n.reps)}, n.params)
+	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers}, n.params)
 }
 
 func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, error) {
@@ -109,7 +110,7 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 	}
 	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: cfg.Batch, params: params, grads: make([]float32, np),
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, params: params, grads: make([]float32, np),
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
 	n.layout = spec.layout()
