@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -14,7 +15,7 @@ import (
 
 // Config selects what Run measures. Zero fields take the defaults noted.
 type Config struct {
-	Transports []string     // default {"inmem", "tcp"}
+	Transports []string     // "inmem", "tcp", "tcp-nocrc"; default {"inmem", "tcp"}
 	Codecs     []rdma.Codec // default: every codec, topk at 0.01
 	Sizes      []int        // gradient bytes, multiples of 4; default 1, 4 and 16 MiB
 	// MinTime is the timed duration per row (default 1 s); at least
@@ -161,16 +162,25 @@ type Session struct {
 	done           chan error
 }
 
-// Open starts an echo server on transport ("inmem" or "tcp", on
-// loopback) and connects a client that pushes size bytes per round with
-// codec.
+// Open starts an echo server on transport ("inmem", "tcp" on loopback, or
+// "tcp-nocrc": TCP with Options.NoPayloadChecksum) and connects a client
+// that pushes size bytes per round with codec.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
-	n, err := rdma.Open(transport, rdma.Options{MaxElems: uint32(max(size/4, 1))})
+	opts := rdma.Options{MaxElems: uint32(max(size/4, 1))}
+	kind, variant, _ := strings.Cut(transport, "-")
+	switch variant {
+	case "":
+	case "nocrc":
+		opts.NoPayloadChecksum = true
+	default:
+		return nil, fmt.Errorf("transportbench: unknown transport %q", transport)
+	}
+	n, err := rdma.Open(kind, opts)
 	if err != nil {
 		return nil, err
 	}
 	addr := ""
-	if transport != "inmem" {
+	if kind != "inmem" {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := n.Listen(addr)
