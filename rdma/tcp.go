@@ -16,11 +16,12 @@ import (
 )
 
 // TCP is the stream transport: frames (docs/wire.md) over TCP sockets with
-// TCP_NODELAY. A message is written with vectored writes straight from its
-// payload (CodecNone) or from the connection's encode buffer, in chunks of
-// chunkSize so that the checksum is computed while the chunk is in cache;
-// it is read the same way, straight into the received Msg's payload. In
-// steady state neither direction allocates.
+// TCP_NODELAY. A message is written with vectored writes (header and data,
+// payload, trailer) straight from its payload (CodecNone) or from the
+// connection's encode buffer, and read straight into the received Msg's
+// payload; the payload checksum is computed piece by piece while each piece
+// is in cache (see sendChunk). In steady state neither direction
+// allocates.
 type TCP struct {
 	opts   Options
 	dialer net.Dialer
@@ -28,11 +29,15 @@ type TCP struct {
 
 var _ Network = (*TCP)(nil)
 
-// chunkSize is the unit in which payloads are checksummed and handed to
-// or taken from the socket: small enough that a chunk is still in the
-// core's L2 cache when the socket copy (sending) or the checksum
-// (receiving) reads it again.
-const chunkSize = 256 << 10
+// With payload checksums, a payload is checksummed and written in pieces
+// of sendChunk bytes, small enough that a piece is still in the core's L2
+// cache when the socket copy reads it, and each read asks for at most
+// recvChunk bytes, checksummed right after the socket copy wrote them.
+// Without checksums, the payload goes to the socket in one vectored write.
+const (
+	sendChunk = 256 << 10
+	recvChunk = 1 << 20
+)
 
 // NewTCP returns the TCP transport.
 func NewTCP(opts Options) (*TCP, error) {
@@ -246,8 +251,12 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 	c.wwait.use(ctx)
 	// Each write carries what is pending (header, data) and one chunk; the
 	// last carries the trailer too.
+	step := len(payload)
+	if sum {
+		step = sendChunk
+	}
 	for {
-		chunk := payload[:min(len(payload), chunkSize)]
+		chunk := payload[:min(len(payload), step)]
 		payload = payload[len(chunk):]
 		if sum {
 			crc = crc32.Update(crc, castagnoli, chunk)
@@ -381,16 +390,19 @@ func (c *tcpConn) readFrame(ctx context.Context, h *Header, m *Msg) error {
 // crcResidue is CRC32C(x ‖ le32(CRC32C(x))) for any x.
 var crcResidue = crc32.Update(0, castagnoli, []byte{0, 0, 0, 0})
 
-// readFull fills p in chunks, updating crc (if sum) as each chunk arrives.
+// readFull fills p, updating crc (if sum) over each piece as it arrives,
+// while it is still in cache. Each read asks for at most recvChunk bytes.
 func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc *uint32) error {
 	for len(p) > 0 {
-		chunk := p[:min(len(p), chunkSize)]
-		n, err := io.ReadFull(c.br, chunk)
+		n, err := c.br.Read(p[:min(len(p), recvChunk)])
 		if sum {
-			*crc = crc32.Update(*crc, castagnoli, chunk[:n])
+			*crc = crc32.Update(*crc, castagnoli, p[:n])
 		}
 		p = p[n:]
 		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			retry, cause := c.rwait.interrupted(ctx, err)
 			if !retry {
 				return streamErr(cause)
