@@ -120,6 +120,14 @@ func (s PoolShape) check(op string) {
 	if s.KW > s.W+2*s.PadW {
 		fail(op, "PoolShape.KW = %d exceeds padded width %d", s.KW, s.W+2*s.PadW)
 	}
+	// With a stride larger than the kernel, ceil rounding can add a last
+	// window that lies wholly outside the input; Caffe would emit -FLT_MAX.
+	if start := (s.OutH()-1)*s.StrideH - s.PadH; start >= s.H {
+		fail(op, "PoolShape.StrideH = %d leaves the last window outside the input (starts at row %d of %d)", s.StrideH, start, s.H)
+	}
+	if start := (s.OutW()-1)*s.StrideW - s.PadW; start >= s.W {
+		fail(op, "PoolShape.StrideW = %d leaves the last window outside the input (starts at column %d of %d)", s.StrideW, start, s.W)
+	}
 }
 
 func (s LRNShape) check(op string) {

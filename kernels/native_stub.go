@@ -1,6 +1,15 @@
+//go:build noblas || !cgo
+
 package kernels
+
+import "time"
 
 // NativeBuilt reports whether this binary contains the native engine.
 func NativeBuilt() bool { return false }
 
 func newNative(Config) (Engine, Info, error) { return nil, Info{}, ErrNotBuilt }
+
+// RawGemmLoop needs the native engine, which this build lacks.
+func RawGemmLoop(m, n, k int, a, b, c []float32, reps int) (time.Duration, error) {
+	return 0, ErrNotBuilt
+}

@@ -1,11 +1,13 @@
 package ps
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // BenchmarkShardPush measures one shard on one core: every op is one push
@@ -62,4 +64,49 @@ func BenchmarkShardPush(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)*4*n/b.Elapsed().Seconds()/1e9, "gbps")
 	})
+}
+
+// BenchmarkServerRoundTrip measures the runtime end to end: one learner
+// (client) does Pull then Push of LeNet's 431,080 parameters against
+// Shards servers over the transport, each op one push+pull round trip;
+// gbps counts gradient plus weights bytes (2·4·n per op), the unit of
+// `softsync bench transport`.
+func BenchmarkServerRoundTrip(b *testing.B) {
+	const n = 431080
+	for _, kind := range []string{"inmem", "tcp"} {
+		for _, shards := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/shards=%d", kind, shards), func(b *testing.B) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: shards, Batch: 1,
+					Solver: sgd.Config{LR: 0.01, Momentum: 0.9}}
+				net, addr := network(b, kind, 1)
+				grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := grp.Dial(ctx, net, 0, rdma.Codec{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, g := make([]float32, n), make([]float32, n)
+				b.SetBytes(2 * 4 * n)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.Pull(ctx, w); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Push(ctx, g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)*2*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+				c.Leave(ctx)
+				if err := grp.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			})
+		}
+	}
 }

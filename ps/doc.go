@@ -62,21 +62,29 @@
 //
 // With Config.MaxStaleness = S ≥ 1 (softsync only):
 //
-//   - Drop rule: a gradient with τ > S is dropped: counted in
+//   - Drop rule (every shard): a gradient with τ > S is dropped: counted in
 //     Stats.Dropped, never applied.
-//   - Pull rule: a learner is "computing" from the moment a pull of its is
-//     answered with weights stamped h until it pushes, pulls again or
-//     leaves; a learner blocked in a pull, or between push and pull, counts
-//     as caught up. A pull is answered at clock i only if every computing
-//     learner has i − h ≤ S. Hence, among the learners computing at any
-//     moment, stamps differ by at most S: no learner computes on weights
-//     more than S clocks behind the newest weights handed out.
-//   - No deadlock: a pull waits only on computing learners, and a computing
-//     learner stops computing when it pushes, pulls or leaves; if no
-//     learner is computing, every pull whose minimum clock is reached is
-//     answered. The rule assumes that a computing learner eventually sends
-//     something or is made to leave (the runtime turns a lost connection
-//     into MsgLeave).
+//   - Pull rule (shard 0 only, the gate): a learner is "computing" from
+//     the moment shard 0 answers a pull of its with weights stamped h until
+//     it pushes, pulls again or leaves; a learner blocked in a pull, or
+//     between push and pull, counts as caught up. Shard 0 answers a pull at
+//     clock i only if every computing learner has i − h ≤ S. Hence, among
+//     the learners computing at any moment, shard-0 stamps differ by at
+//     most S: no learner computes on weights more than S clocks behind the
+//     newest weights handed out. Since every learner pushes to every shard,
+//     the other shards' clocks advance with shard 0's, and a learner cannot
+//     start a step before shard 0 lets it.
+//   - No deadlock: shard 0's pulls wait only on learners it counts as
+//     computing, and those received all other shards' replies too (no
+//     other shard holds a softsync pull back), so they compute and
+//     eventually push, pull or leave; if no learner is computing, every
+//     pull whose minimum clock is reached is answered. The rule assumes that
+//     a computing learner eventually sends something or is made to leave
+//     (the runtime turns a lost connection into MsgLeave). Were every shard
+//     to gate its own pulls, two learners could each be answered by one
+//     shard and held by another, each counted as computing where the other
+//     waits: a cycle the simulator finds within a few hundred random runs
+//     once network jitter lets the shards' clocks diverge.
 //
 // The pull rule reduces drops; it does not remove them (learners already
 // computing may still push more than S updates' worth of gradients).
@@ -100,13 +108,14 @@
 //
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
-// (ErrWrongJob) or shard (ErrWrongShard), comes from a learner id that is
-// not active (ErrUnknownLearner), has an unknown type (ErrBadType), or is a
-// push whose gradient has the wrong length (ErrBadLength), a stamp ahead of
-// the shard clock (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite),
-// or is a second hardsync push in one round (ErrAlreadyPushed). Checks run
-// in that order, the duplicate check after the stamp check and before the
-// scan for NaN and Inf.
+// (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
+// comes from a learner id outside the roster or, except for MsgJoin, not
+// active (ErrUnknownLearner), or is a push whose gradient has the wrong
+// length (ErrBadLength), a stamp ahead of the shard clock
+// (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
+// hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
+// the duplicate check after the stamp check and before the scan for NaN
+// and Inf.
 //
 // # Epochs and the schedule
 //
@@ -127,6 +136,19 @@
 // their sum (for the mean) and maximum. Each shard sees every gradient
 // (its slice), so the stats of one shard describe the run; shards may
 // differ slightly because they do not synchronise.
+//
+// # Runtime
+//
+// Server runs one shard core on its own goroutine behind an rdma.Listener
+// of learner connections; Client is the learner side over one rdma.Conn
+// per shard (Pull from all shards, Push each shard its slice). On the wire
+// the core's messages are rdma messages: MsgPush … MsgLeave are the rdma
+// types of learner → shard messages (Timestamp: the push's stamp j or the
+// pull's minimum clock; Payload: the gradient slice), TypeWeights answers a
+// pull (Timestamp: the stamp i; Seq: the pull's Seq; Payload: a copy of
+// the shard's weights taken in the Step that served it) and rejections
+// travel as rdma.TypeError with the rejected message's Seq. The job id is
+// stamped and checked by the transport and again by the core.
 //
 // # Checkpoints
 //

@@ -87,6 +87,9 @@ func (s *Shard) Index() int { return s.index }
 // Range returns the part of the flat vector the shard owns.
 func (s *Shard) Range() Range { return s.rng }
 
+// Active returns the number of active learners, λa.
+func (s *Shard) Active() int { return s.active }
+
 // Clock returns the shard clock i.
 func (s *Shard) Clock() uint64 { return s.clock }
 
@@ -243,9 +246,10 @@ func (s *Shard) leave(l *member) {
 
 // servePulls answers every waiting pull that the rules allow, in learner-id
 // order. Answering one pull never blocks another: the new holder's stamp is
-// the current clock.
+// the current clock. Only shard 0 applies the bounded-staleness pull rule
+// (see the package doc for why).
 func (s *Shard) servePulls() {
-	if S := s.cfg.MaxStaleness; S > 0 {
+	if S := s.cfg.MaxStaleness; S > 0 && s.index == 0 {
 		for i := range s.members {
 			if l := &s.members[i]; l.computing && s.clock-l.holds > uint64(S) {
 				return

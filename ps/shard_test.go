@@ -201,6 +201,31 @@ func TestBoundedPullRule(t *testing.T) {
 	}
 }
 
+// TestBoundedPullRuleGate checks that shards other than 0 do not hold
+// pulls back (only their drop rule applies): the pull that shard 0 holds in
+// TestBoundedPullRule is answered at once by shard 1.
+func TestBoundedPullRuleGate(t *testing.T) {
+	cfg := plainConfig(3, Softsync, 3)
+	cfg.MaxStaleness, cfg.Shards = 1, 2
+	s, err := NewShard(cfg, 1, []float32{0, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(m Msg) Ready { m.Job, m.Shard = 7, 1; return s.Step(m) }
+	for l := range uint32(3) {
+		step(Msg{Type: MsgPull, Learner: l, Seq: 1})
+	}
+	step(Msg{Type: MsgPush, Learner: 0, Seq: 2, Clock: 0, Grad: []float32{1}})
+	step(Msg{Type: MsgPush, Learner: 0, Seq: 3, Clock: 1, Grad: []float32{1}})
+	if to, stamps := served(step(Msg{Type: MsgPull, Learner: 0, Seq: 4})); !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{2}) {
+		t.Fatalf("shard 1 must not gate pulls: served %v at %v", to, stamps)
+	}
+	step(Msg{Type: MsgPush, Learner: 1, Seq: 2, Clock: 0, Grad: []float32{1}})
+	if st := s.Stats(); st.Dropped != 1 {
+		t.Fatalf("shard 1 must still drop τ = 2 > 1: %+v", st)
+	}
+}
+
 func TestPullMinClock(t *testing.T) {
 	h := newHarness(t, plainConfig(2, Softsync, 2), []float32{0})
 	if to, _ := served(h.pull(0, 2)); len(to) != 0 {

@@ -1,6 +1,7 @@
 package kerneltest
 
 import (
+	"os"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -10,14 +11,15 @@ import (
 // and the native one when it is built in. A native engine that is built in
 // but cannot be loaded or fails its start-up check fails the test (t.Fatal)
 // rather than being skipped silently: install OpenBLAS (make deps) or build
-// with -tags noblas.
+// with -tags noblas. As a test helper it honours OPENBLAS_CORETYPE from
+// the environment, as the softsync command does.
 func Engines(t testing.TB) []kernels.Engine {
 	t.Helper()
 	engines := []kernels.Engine{kernels.Reference()}
 	if !kernels.NativeBuilt() {
 		return engines
 	}
-	e, info, err := kernels.New(kernels.Config{})
+	e, info, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	if err != nil {
 		t.Fatalf("kernels.New: %v", err)
 	}

@@ -42,6 +42,11 @@ func testMisuse(t *testing.T, e kernels.Engine) {
 		{"PoolForward", "len(mask)", func() { e.PoolForward(ps, px, py, pm[1:]) }},
 		{"PoolForward", "len(y)", func() { e.PoolForward(ps, px, py[1:], pm) }},
 		{"PoolForward", "PadH", func() { s := ps; s.PadH = 2; e.PoolForward(s, px, py, pm) }},
+		{"PoolForward", "StrideW", func() {
+			s := ps
+			s.W, s.KW, s.StrideW = 8, 1, 3
+			e.PoolForward(s, f(s.InputLen()), f(s.OutputLen()), make([]int32, s.OutputLen()))
+		}},
 		{"PoolForward", "Mode", func() { s := ps; s.Mode = 7; e.PoolForward(s, px, py, pm) }},
 		{"PoolBackward", "len(dx)", func() { e.PoolBackward(ps, py, pm, px[1:]) }},
 		{"PoolBackward", "mask entry", func() {

@@ -1,10 +1,11 @@
 // Package sim is a deterministic discrete-event simulator of λ learners
 // training through the shards of a parameter server. It drives the real
 // protocol core (ps.Shard) with simulated time: learners draw compute times
-// from a seeded distribution, messages take a fixed latency, shards answer
-// instantly. Given a Config (including its Seed) a run is exactly
-// reproducible, so protocol properties (staleness distributions, bounded
-// staleness, no deadlock) are tested over many seeds in milliseconds.
+// from a seeded distribution, messages take a latency (optionally
+// jittered), shards answer instantly. Given a Config (including its Seed) a
+// run is exactly reproducible, so protocol properties (staleness
+// distributions, bounded staleness, no deadlock) are tested over many
+// seeds in milliseconds.
 //
 // # Model
 //
@@ -15,14 +16,15 @@
 // stamp, and pull again at once. Pull minimum clocks are the learner's last
 // stamp under softsync and last stamp + 1 under hardsync (its own push must
 // be applied first). After its last push a learner sends MsgLeave to every
-// shard. Messages between a learner and a shard arrive in order after
-// Config.Latency. Events at equal times run in the order they were
-// scheduled.
+// shard. A message takes Config.Latency plus a draw from [0, Jitter); each
+// link (learner → shard, shard → learner) stays in order. Events at equal
+// times run in the order they were scheduled.
 //
-// The event queue and per-learner random streams (PCG seeded with
-// (Seed, learner id)) make the result independent of anything but the
-// Config. The package is meant to grow: heterogeneous learners (Speed),
-// latency models, shard service times and failures fit the same loop.
+// Randomness comes from PCG streams seeded with (Seed, learner id) for
+// compute times and (Seed, 2⁶⁴−1) for the network, so a run depends on
+// nothing but its Config. The package is meant to grow: heterogeneous
+// learners (Speed), latency models, shard service times and failures fit
+// the same loop.
 package sim
 
 import (
@@ -72,7 +74,12 @@ type Config struct {
 	Compute Dist      // compute time of one gradient
 	Speed   []float64 // optional per-learner multiplier of compute times (len = learners)
 	Latency float64   // one-way message latency, ≥ 0
-	Seed    uint64
+	// Jitter adds to each message's latency a uniform draw from
+	// [0, Jitter), keeping every link (learner → shard, shard → learner)
+	// in order, so that shards see messages in different orders and their
+	// clocks diverge. ≥ 0.
+	Jitter float64
+	Seed   uint64
 	// Gradient, if set, fills grad (the flat vector's length) from the
 	// weights w the learner pulled, for its step-th gradient. It must not
 	// keep w or grad. Without it gradients are zero.
@@ -94,7 +101,7 @@ func Run(cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &sim{cfg: cfg}
+	s := &sim{cfg: cfg, net: rand.New(rand.NewPCG(cfg.Seed, math.MaxUint64)), links: map[link]float64{}}
 	rs, err := ps.Ranges(len(cfg.Init), cfg.PS.Shards)
 	if err != nil {
 		return nil, err
@@ -152,6 +159,8 @@ func (c *Config) validate() error {
 		return sgd.Fieldf("Speed", "has %d entries for %d learners", len(c.Speed), c.PS.Learners)
 	case !(c.Latency >= 0):
 		return sgd.Fieldf("Latency", "must be ≥ 0, got %g", c.Latency)
+	case !(c.Jitter >= 0):
+		return sgd.Fieldf("Jitter", "must be ≥ 0, got %g", c.Jitter)
 	}
 	for i, v := range c.Speed {
 		if !(v > 0) {
@@ -180,6 +189,13 @@ type sim struct {
 	queue    eventQueue
 	now      float64
 	nextID   uint64
+	net      *rand.Rand       // latency jitter, its own stream
+	links    map[link]float64 // last arrival time per link
+}
+
+type link struct {
+	learner, shard int
+	toShard        bool
 }
 
 // at schedules f after delay.
@@ -188,10 +204,24 @@ func (s *sim) at(delay float64, f func()) {
 	heap.Push(&s.queue, &event{at: s.now + delay, id: s.nextID, run: f})
 }
 
-// send delivers m to its shard after the latency; replies come back to
-// the learners after the latency too.
+// deliver schedules f at the arrival time of a message sent now on the
+// link (learner, shard, direction): latency plus jitter, never before the
+// link's previous message.
+func (s *sim) deliver(learner, shard int, toShard bool, f func()) {
+	at := s.now + s.cfg.Latency
+	if s.cfg.Jitter > 0 {
+		at += s.cfg.Jitter * s.net.Float64()
+	}
+	k := link{learner, shard, toShard}
+	at = max(at, s.links[k])
+	s.links[k] = at
+	s.at(at-s.now, f)
+}
+
+// send delivers m to its shard; replies come back to the learners the
+// same way.
 func (s *sim) send(m ps.Msg) {
-	s.at(s.cfg.Latency, func() {
+	s.deliver(int(m.Learner), m.Shard, true, func() {
 		out := s.shards[m.Shard].Step(m)
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(m.Shard, m, out)
@@ -206,7 +236,7 @@ func (s *sim) send(m ps.Msg) {
 				w = append(w, r.Weights...) // the view is only valid during this Step
 			}
 			shard, clock := m.Shard, r.Clock
-			s.at(s.cfg.Latency, func() { s.receive(l, shard, clock, w) })
+			s.deliver(l.id, shard, false, func() { s.receive(l, shard, clock, w) })
 		}
 	})
 }

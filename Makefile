@@ -1,0 +1,84 @@
+# softsync: build, test, benchmark.
+#
+#   make              build bin/softsync
+#   make run          install missing system packages, then softsync doctor + a short bench gemm
+#   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
+#                     and a pure-Go pass (CGO_ENABLED=0)
+#   make bench        kernel benchmarks (go test -bench) and softsync bench gemm
+#   make deps         apt-get install what is missing (as root; prints the command otherwise)
+#   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
+#   make fuzz         native-vs-reference differential fuzzing (FUZZTIME, default 10s)
+#   make csrc-hash    refresh kernels/csrc_hash.go after editing csrc/
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+# Debian packages the build and the tests need.
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev ca-certificates git
+# Packages whose tests run under the race detector, and those also tested
+# without cgo (the pure-Go reference engine).
+RACE_PKGS ?= ./...
+NOBLAS_PKGS ?= ./...
+FUZZTIME ?= 10s
+BENCHTIME ?= 1s
+
+# OpenBLAS's libdir, recorded in the binary as the fallback dlopen path.
+# Recursive (=) so that it is read after `make deps` has installed pkg-config.
+OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
+LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
+CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
+
+.PHONY: build run test bench deps check-memory test-c fuzz csrc-hash clean
+
+build: csrc-hash
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
+
+run: deps build
+	bin/softsync doctor
+	bin/softsync bench gemm --min-time 100ms --rounds 2
+
+test: deps csrc-hash test-c check-memory
+	$(GO) vet ./...
+	$(GO) test -race -ldflags '$(LDFLAGS)' $(RACE_PKGS)
+	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
+	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
+
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/
+	bin/softsync bench gemm
+
+fuzz: csrc-hash
+	$(GO) test -run '^$$' -fuzz FuzzNativeVsReference -fuzztime $(FUZZTIME) -ldflags '$(LDFLAGS)' ./kernels/
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
+	done | xargs); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	cmd="apt-get update && apt-get install -y --no-install-recommends $$missing"; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "softsync needs: $$missing. Install them as root:" >&2; \
+		echo "  sudo sh -c '$$cmd'" >&2; exit 1; \
+	fi; \
+	echo "installing: $$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"
+
+test-c:
+	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/release -j2
+	ctest --test-dir build/release --output-on-failure
+
+check-memory:
+	cmake -S . -B build/asan -DSOFTSYNC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build build/asan -j2
+	ctest --test-dir build/asan --output-on-failure
+
+# kernels/csrc.c compiles csrc/ from outside the package, which the go
+# command's cache does not track; kernels/csrc_hash.go does (a test checks it).
+csrc-hash:
+	@h=$$(cat $(CSRC) | sha256sum | cut -c1-64); \
+	grep -q "$$h" kernels/csrc_hash.go || sed -i "s/^const csrcHash = .*/const csrcHash = \"$$h\"/" kernels/csrc_hash.go
+
+clean:
+	rm -rf bin build

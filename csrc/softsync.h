@@ -1,0 +1,209 @@
+/*
+ * softsync compute kernels (C99).
+ *
+ * Layouts. Every tensor is a row-major float array. Activations are NCHW:
+ * element (n, c, h, w) of a tensor with C channels of H x W pixels is at
+ * ((n*C + c)*H + h)*W + w. Convolution weights are [OC][C][KH][KW], fully
+ * connected weights [out][in], biases one value per output channel.
+ *
+ * Outputs are overwritten, never accumulated into, and must not alias
+ * inputs unless a function says otherwise. Inputs are never modified.
+ * Shapes are trusted: the caller (the Go package kernels) validates every
+ * shape and length before calling, so these functions do no checking.
+ *
+ * GEMM goes through OpenBLAS's cblas_sgemm, loaded at run time with
+ * ss_blas_load (dlopen): OpenBLAS chooses its kernel from the
+ * OPENBLAS_CORETYPE environment variable once, when it is loaded, so the
+ * caller sets that variable first. Nothing in this library links against
+ * OpenBLAS.
+ *
+ * Indices are ptrdiff_t wherever a product of sizes can exceed INT_MAX.
+ */
+#ifndef SOFTSYNC_H
+#define SOFTSYNC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ss_conv_shape describes a batched 2-D convolution. Output size (Caffe):
+ * OH = (H + 2*pad_h - kh)/stride_h + 1, likewise OW. */
+typedef struct {
+	int n, c, h, w;          /* batch, input channels, height, width */
+	int oc, kh, kw;          /* output channels, kernel height, width */
+	int pad_h, pad_w;        /* zero padding on each side */
+	int stride_h, stride_w;  /* >= 1 */
+} ss_conv_shape;
+
+/* Pooling modes of ss_pool_shape. */
+enum { SS_POOL_MAX = 0, SS_POOL_AVG = 1 };
+
+/* ss_pool_shape describes batched 2-D pooling with Caffe's ceil rounding:
+ * OH = ceil((H + 2*pad_h - kh)/stride_h) + 1, minus one if the last window
+ * would start inside the bottom padding; likewise OW. */
+typedef struct {
+	int mode;                /* SS_POOL_MAX or SS_POOL_AVG */
+	int n, c, h, w;
+	int kh, kw;
+	int pad_h, pad_w;        /* < kh, kw */
+	int stride_h, stride_w;
+} ss_pool_shape;
+
+/* ss_lrn_shape describes Caffe's LRN in WITHIN_CHANNEL mode: over a
+ * size x size window centred on each pixel (zero padded, size odd),
+ * scale = k + alpha/size^2 * sum(x^2), y = x * scale^(-beta). */
+typedef struct {
+	int n, c, h, w;
+	int size;
+	float alpha, beta, k;
+} ss_lrn_shape;
+
+/* ---- OpenBLAS (blas.c) ---- */
+
+/* ss_blas_load dlopens the OpenBLAS library at path and resolves the
+ * symbols used here. It returns 0 on success; otherwise it writes a
+ * message to err (errlen bytes, NUL terminated) and returns -1. Loading is
+ * once per process: after a success, later calls return 0 at once. Not
+ * safe to call concurrently. */
+int ss_blas_load(const char *path, char *err, size_t errlen);
+/* ss_blas_loaded reports whether ss_blas_load succeeded. */
+int ss_blas_loaded(void);
+/* ss_blas_path returns the file of the library ss_blas_load opened. */
+const char *ss_blas_path(void);
+/* openblas_get_config() and openblas_get_corename(). */
+const char *ss_blas_config(void);
+const char *ss_blas_corename(void);
+/* openblas_set_num_threads / openblas_get_num_threads. */
+void ss_blas_set_threads(int n);
+int ss_blas_threads(void);
+
+/* ss_sgemm computes C = alpha*op(A)*op(B) + beta*C, row-major, where
+ * op(A) is m x k, op(B) is k x n, op(X) = X^T when trans_x is nonzero.
+ * lda, ldb, ldc are the row strides of A, B, C as stored. Requires
+ * ss_blas_load. */
+void ss_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
+              const float *a, int lda, const float *b, int ldb,
+              float beta, float *c, int ldc);
+
+/* ss_sgemm_loop calls cblas_sgemm reps times (no transposes, packed
+ * operands) and returns the elapsed seconds: the raw C baseline that the
+ * Go API's overhead is measured against. */
+double ss_sgemm_loop(int m, int n, int k, const float *a, const float *b,
+                     float *c, int reps);
+
+/* ---- threads (parallel.c) ---- */
+
+/* ss_threads_init sets the number of threads (the caller included) that
+ * the non-GEMM kernels split their work over, starting worker threads as
+ * needed; n <= 1 makes them serial. Workers sleep between jobs. Returns 0,
+ * or -1 if a thread could not be started (fewer are then used). */
+int ss_threads_init(int n);
+/* ss_threads returns the number of threads set by ss_threads_init. */
+int ss_threads(void);
+/* ss_set_min_parallel_floats sets how much work (in floats touched) a
+ * range needs before it is given to another thread (default 4096);
+ * tests lower it to 1 to exercise the parallel paths on small shapes. */
+void ss_set_min_parallel_floats(ptrdiff_t floats);
+
+/* ---- im2col / col2im (im2col.c) ---- */
+
+/* ss_im2col writes the column matrix of one image x (C x H x W): row
+ * r = (c*kh + i)*kw + j holds, at column oh*OW + ow, the pixel
+ * x[c][oh*stride_h - pad_h + i][ow*stride_w - pad_w + j], or 0 outside the
+ * image. Row r starts at col + r*ldcol; ldcol >= OH*OW lets several images
+ * share one matrix side by side (image g at column offset g*OH*OW), so
+ * that a single GEMM covers them all. */
+void ss_im2col(const ss_conv_shape *s, const float *x, float *col, ptrdiff_t ldcol);
+
+/* ss_col2im is the adjoint of ss_im2col: it overwrites the image x with,
+ * at each pixel, the sum of the column entries ss_im2col would have copied
+ * from it. */
+void ss_col2im(const ss_conv_shape *s, const float *col, ptrdiff_t ldcol, float *x);
+
+/* ---- convolution (conv.c) ---- */
+
+/* ss_conv_group returns how many images one GEMM should cover so that the
+ * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
+ * budget floats, at least 1 and at most s->n. */
+int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
+
+/* ss_conv_workspace returns the number of floats of scratch memory
+ * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
+ * for a given group. */
+ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int backward);
+
+/* ss_conv_forward computes y = conv(x, w) + b for the batch, group images
+ * per GEMM; b may be NULL. ws holds ss_conv_workspace(s, group, 0) floats. */
+void ss_conv_forward(const ss_conv_shape *s, int group, const float *x,
+                     const float *w, const float *b, float *y, float *ws);
+
+/* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
+ * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
+ * ss_conv_workspace(s, group, 1) floats. */
+void ss_conv_backward(const ss_conv_shape *s, int group, const float *x,
+                      const float *w, const float *dy, float *dx, float *dw,
+                      float *db, float *ws);
+
+/* ---- pooling (pool.c) ---- */
+
+/* ss_pool_out is Caffe's output size along one axis. */
+int ss_pool_out(int in, int k, int pad, int stride);
+
+/* ss_pool_forward pools x into y. For max pooling, mask receives for each
+ * output the index h*W + w within its input plane of the first largest
+ * input of the window (row-major order); for average pooling mask is
+ * unused and may be NULL, and each output is the sum of the window's
+ * pixels inside the image divided by the window's size clipped to the
+ * padded image. */
+void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask);
+
+/* ss_pool_backward overwrites dx with the gradient of the pooling from
+ * dy: through mask for max pooling (entries must lie in [0, H*W)), spread
+ * evenly over each window for average pooling. */
+void ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
+
+/* ---- element-wise, LRN, FC, loss (layers.c) ---- */
+
+/* ss_relu_forward: y = max(x, 0); y may alias x. */
+void ss_relu_forward(ptrdiff_t n, const float *x, float *y);
+/* ss_relu_backward: dx = y > 0 ? dy : 0; dx may alias dy. */
+void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx);
+
+/* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
+ * use with the current thread count (2*H*W per thread); with less, they
+ * use fewer threads (at least 2*H*W floats are required). */
+ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s);
+/* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len
+ * floats (see ss_lrn_workspace). */
+void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale,
+                    float *ws, ptrdiff_t ws_len);
+/* ss_lrn_backward computes dx from x, y, scale and dy:
+ * dx_q = dy_q*scale_q^(-beta)
+ *        - 2*alpha*beta/size^2 * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
+ * ws holds ws_len floats (see ss_lrn_workspace). */
+void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
+                     const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len);
+
+/* ss_fc_forward: y (n x out) = x (n x in) * w^T (w is out x in) + b; b may
+ * be NULL. */
+void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
+                   const float *b, float *y);
+/* ss_fc_backward: dw = dy^T x, db = column sums of dy (NULL to skip),
+ * dx = dy w (NULL to skip), all overwritten. */
+void ss_fc_backward(int n, int in, int out, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, float *db);
+
+/* ss_softmax_xent computes prob = softmax of each of the n rows of k
+ * logits, returns the mean over rows of -log prob[label], and, unless
+ * dlogits is NULL, dlogits = (prob - onehot(label))/n. Labels must lie in
+ * [0, k). */
+float ss_softmax_xent(int n, int k, const float *logits, const int *labels,
+                      float *prob, float *dlogits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SOFTSYNC_H */

@@ -1,0 +1,191 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/kerneltest"
+)
+
+// Benchmarks report GFLOP/s (b.ReportMetric) and allocations; names are
+// benchstat-friendly: Benchmark<Op>/<engine>/<shape>[/<pass>].
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 2*r.Float32() - 1
+	}
+	return x
+}
+
+func reportGFlops(b *testing.B, flopPerOp float64) {
+	b.ReportMetric(flopPerOp*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// gemmSizes are the GEMMs of the paper's networks batched over the
+// mini-batch, and a square one.
+var gemmSizes = [][3]int{
+	{1024, 1024, 1024}, {32, 25600, 800}, {50, 4096, 500}, {64, 6400, 800}, {500, 64, 800}, {128, 576, 1024},
+}
+
+func BenchmarkGemm(b *testing.B) {
+	for _, e := range kerneltest.Engines(b) {
+		for _, s := range gemmSizes {
+			m, n, k := s[0], s[1], s[2]
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", e.Name(), m, n, k), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				a, bb, c := randSlice(r, m*k), randSlice(r, k*n), make([]float32, m*n)
+				b.ReportAllocs()
+				for b.Loop() {
+					e.Gemm(false, false, m, n, k, 1, a, k, bb, n, 0, c, n)
+				}
+				reportGFlops(b, 2*float64(m)*float64(n)*float64(k))
+			})
+		}
+	}
+}
+
+// convLayers are the convolutions of Caffe's LeNet (batch 64) and
+// cifar10_full (batch 100). first marks a network's first layer, whose
+// backward pass computes no input gradient.
+var convLayers = []struct {
+	name  string
+	s     kernels.ConvShape
+	first bool
+}{
+	{"lenet-conv1", kernels.ConvShape{N: 64, C: 1, H: 28, W: 28, OC: 20, KH: 5, KW: 5, StrideH: 1, StrideW: 1}, true},
+	{"lenet-conv2", kernels.ConvShape{N: 64, C: 20, H: 12, W: 12, OC: 50, KH: 5, KW: 5, StrideH: 1, StrideW: 1}, false},
+	{"cifar-conv1", kernels.ConvShape{N: 100, C: 3, H: 32, W: 32, OC: 32, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1}, true},
+	{"cifar-conv2", kernels.ConvShape{N: 100, C: 32, H: 16, W: 16, OC: 32, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1}, false},
+	{"cifar-conv3", kernels.ConvShape{N: 100, C: 32, H: 8, W: 8, OC: 64, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1}, false},
+}
+
+// BenchmarkConv measures each layer's forward pass, backward pass, and the
+// bare GEMMs of both (same shapes, same transposes, no im2col): conv's
+// GFLOP/s over gemm's is the efficiency of everything around the GEMMs.
+func BenchmarkConv(b *testing.B) {
+	engines := kerneltest.Engines(b)
+	for _, e := range engines[len(engines)-1:] { // the fastest engine of the build
+		for _, l := range convLayers {
+			s := l.s
+			r := rand.New(rand.NewPCG(3, 4))
+			x, w, bias := randSlice(r, s.InputLen()), randSlice(r, s.WeightLen()), randSlice(r, s.OC)
+			y, dy := make([]float32, s.OutputLen()), randSlice(r, s.OutputLen())
+			dw, db := make([]float32, s.WeightLen()), make([]float32, s.OC)
+			var dx []float32
+			if !l.first {
+				dx = make([]float32, s.InputLen())
+			}
+			k, np := s.C*s.KH*s.KW, s.N*s.OutH()*s.OutW()
+			fwdFlop := 2 * float64(s.OC) * float64(np) * float64(k)
+			bwdFlop := fwdFlop // dW
+			if dx != nil {
+				bwdFlop += fwdFlop // dX
+			}
+			ws := &kernels.Workspace{}
+			prefix := e.Name() + "/" + l.name
+			b.Run(prefix+"/fwd", func(b *testing.B) {
+				b.ReportAllocs()
+				e.ConvForward(s, x, w, bias, y, ws)
+				for b.Loop() {
+					e.ConvForward(s, x, w, bias, y, ws)
+				}
+				reportGFlops(b, fwdFlop)
+			})
+			b.Run(prefix+"/bwd", func(b *testing.B) {
+				b.ReportAllocs()
+				e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+				for b.Loop() {
+					e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+				}
+				reportGFlops(b, bwdFlop)
+			})
+			b.Run(prefix+"/fwd+bwd", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					e.ConvForward(s, x, w, bias, y, ws)
+					e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+				}
+				reportGFlops(b, fwdFlop+bwdFlop)
+			})
+			b.Run(prefix+"/gemm", func(b *testing.B) {
+				col, out := randSlice(r, k*np), make([]float32, s.OC*np)
+				dcol := make([]float32, k*np)
+				b.ReportAllocs()
+				for b.Loop() {
+					e.Gemm(false, false, s.OC, np, k, 1, w, k, col, np, 0, out, np)
+					e.Gemm(false, true, s.OC, k, np, 1, out, np, col, np, 0, dw, k)
+					if dx != nil {
+						e.Gemm(true, false, k, np, s.OC, 1, w, k, out, np, 0, dcol, np)
+					}
+				}
+				reportGFlops(b, fwdFlop+bwdFlop)
+			})
+		}
+	}
+}
+
+// BenchmarkLayers measures the non-GEMM layers of the two networks, in
+// input elements per second (Melem/s).
+func BenchmarkLayers(b *testing.B) {
+	engines := kerneltest.Engines(b)
+	e := engines[len(engines)-1]
+	r := rand.New(rand.NewPCG(5, 6))
+	rate := func(b *testing.B, n int) {
+		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
+	}
+	pools := []struct {
+		name string
+		s    kernels.PoolShape
+	}{
+		{"lenet-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 64, C: 20, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2}},
+		{"cifar-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 100, C: 32, H: 32, W: 32, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+		{"cifar-pool2", kernels.PoolShape{Mode: kernels.AvgPool, N: 100, C: 32, H: 16, W: 16, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+	}
+	for _, p := range pools {
+		s := p.s
+		x, y, mask := randSlice(r, s.InputLen()), make([]float32, s.OutputLen()), make([]int32, s.OutputLen())
+		dx := make([]float32, s.InputLen())
+		b.Run(e.Name()+"/"+p.name+"/fwd", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				e.PoolForward(s, x, y, mask)
+			}
+			rate(b, s.InputLen())
+		})
+		b.Run(e.Name()+"/"+p.name+"/bwd", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				e.PoolBackward(s, y, mask, dx)
+			}
+			rate(b, s.InputLen())
+		})
+	}
+	ls := kernels.LRNShape{N: 100, C: 32, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
+	x, y, scale, dx := randSlice(r, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len())
+	ws := &kernels.Workspace{}
+	b.Run(e.Name()+"/cifar-norm1/fwd", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e.LRNForward(ls, x, y, scale, ws)
+		}
+		rate(b, ls.Len())
+	})
+	b.Run(e.Name()+"/cifar-norm1/bwd", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e.LRNBackward(ls, x, y, scale, y, dx, ws)
+		}
+		rate(b, ls.Len())
+	})
+	b.Run(e.Name()+"/cifar-relu1/fwd+bwd", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e.ReLUForward(x, y)
+			e.ReLUBackward(y, x, dx)
+		}
+		rate(b, ls.Len())
+	})
+}

@@ -1,0 +1,242 @@
+//go:build cgo && !noblas
+
+package kernels
+
+/*
+#cgo CFLAGS: -std=c99 -O3 -Wall -Wextra -I${SRCDIR}/../csrc
+#cgo LDFLAGS: -ldl -lm
+// The kernels neither keep pointers nor call back into Go: arguments may
+// stay on the Go stack (no allocation per call).
+#cgo noescape ss_sgemm
+#cgo nocallback ss_sgemm
+#cgo noescape ss_conv_group
+#cgo nocallback ss_conv_group
+#cgo noescape ss_conv_workspace
+#cgo nocallback ss_conv_workspace
+#cgo noescape ss_conv_forward
+#cgo nocallback ss_conv_forward
+#cgo noescape ss_conv_backward
+#cgo nocallback ss_conv_backward
+#cgo noescape ss_pool_forward
+#cgo nocallback ss_pool_forward
+#cgo noescape ss_pool_backward
+#cgo nocallback ss_pool_backward
+#cgo noescape ss_relu_forward
+#cgo nocallback ss_relu_forward
+#cgo noescape ss_relu_backward
+#cgo nocallback ss_relu_backward
+#cgo noescape ss_lrn_forward
+#cgo nocallback ss_lrn_forward
+#cgo noescape ss_lrn_backward
+#cgo nocallback ss_lrn_backward
+#cgo noescape ss_fc_forward
+#cgo nocallback ss_fc_forward
+#cgo noescape ss_fc_backward
+#cgo nocallback ss_fc_backward
+#cgo noescape ss_softmax_xent
+#cgo nocallback ss_softmax_xent
+#cgo noescape ss_lrn_workspace
+#cgo nocallback ss_lrn_workspace
+#include <stdlib.h>
+#include "softsync.h"
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
+
+// NativeBuilt reports whether this binary contains the native engine.
+func NativeBuilt() bool { return true }
+
+// native is the cgo engine: csrc kernels with OpenBLAS GEMM. It is stateless
+// apart from the process-wide OpenBLAS, so it is safe for concurrent use.
+type native struct {
+	// group is the column-matrix budget, in floats, that decides how many
+	// images one convolution GEMM covers (ss_conv_group).
+	budget int
+}
+
+var _ Engine = native{}
+
+// defaultConvBudget bounds the column matrix of one convolution GEMM.
+const defaultConvBudget = 1 << 21
+
+func (native) Name() string { return "native" }
+
+func fptr(x []float32) *C.float {
+	if len(x) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&x[0]))
+}
+
+func iptr(x []int32) *C.int {
+	if len(x) == 0 {
+		return nil
+	}
+	return (*C.int)(unsafe.Pointer(&x[0]))
+}
+
+// fits32 panics unless every value fits the C int the kernels take.
+func fits32(op string, vals ...int) {
+	for _, v := range vals {
+		if v > math.MaxInt32 {
+			fail(op, "size %d exceeds the 32-bit range of the C kernels", v)
+		}
+	}
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
+	b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	fits32("Gemm", m, n, k, lda, ldb, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		// C = beta·C; beta = 0 clears C without reading it.
+		for i := 0; i < m; i++ {
+			row := c[i*ldc : i*ldc+n]
+			if beta == 0 {
+				clear(row)
+				continue
+			}
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+		return
+	}
+	C.ss_sgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+		fptr(a), C.int(lda), fptr(b), C.int(ldb), C.float(beta), fptr(c), C.int(ldc))
+}
+
+func convShape(s ConvShape) C.ss_conv_shape {
+	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW())
+	return C.ss_conv_shape{n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
+		oc: C.int(s.OC), kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
+		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW)}
+}
+
+// convScratch returns the GEMM group size and a workspace slice large
+// enough for it.
+func (e native) convScratch(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, []float32) {
+	budget := e.budget
+	if budget == 0 {
+		budget = defaultConvBudget
+	}
+	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
+	need := C.ss_conv_workspace(cs, g, cbool(backward))
+	return g, ws.Floats(int(need))
+}
+
+func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
+	checkConvForward(s, x, w, b, y)
+	cs := convShape(s)
+	g, buf := e.convScratch(&cs, false, ws)
+	C.ss_conv_forward(&cs, g, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf))
+}
+
+func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
+	checkConvBackward(s, x, w, dy, dx, dw, db)
+	cs := convShape(s)
+	g, buf := e.convScratch(&cs, true, ws)
+	C.ss_conv_backward(&cs, g, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf))
+}
+
+func poolShape(s PoolShape) C.ss_pool_shape {
+	fits32("pool", s.N*s.C, s.H*s.W)
+	return C.ss_pool_shape{mode: C.int(s.Mode), n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
+		kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
+		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW)}
+}
+
+func (native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
+	checkPoolForward(s, x, y, mask)
+	ps := poolShape(s)
+	var m *C.int
+	if s.Mode == MaxPool {
+		m = iptr(mask)
+	}
+	C.ss_pool_forward(&ps, fptr(x), fptr(y), m)
+}
+
+func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32) {
+	checkPoolBackward(s, dy, mask, dx)
+	ps := poolShape(s)
+	var m *C.int
+	if s.Mode == MaxPool {
+		plane := s.H * s.W
+		for _, v := range mask[:s.OutputLen()] {
+			checkMaskEntry(v, plane)
+		}
+		m = iptr(mask)
+	}
+	C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx))
+}
+
+func (native) ReLUForward(x, y []float32) {
+	checkReLUForward(x, y)
+	if len(x) > 0 {
+		C.ss_relu_forward(C.ptrdiff_t(len(x)), fptr(x), fptr(y))
+	}
+}
+
+func (native) ReLUBackward(y, dy, dx []float32) {
+	checkReLUBackward(y, dy, dx)
+	if len(y) > 0 {
+		C.ss_relu_backward(C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
+	}
+}
+
+func lrnShape(s LRNShape) C.ss_lrn_shape {
+	fits32("LRN", s.N*s.C, s.H*s.W)
+	return C.ss_lrn_shape{n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
+		size: C.int(s.Size), alpha: C.float(s.Alpha), beta: C.float(s.Beta), k: C.float(s.K)}
+}
+
+func (native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
+	checkLRNForward(s, x, y, scale)
+	ls := lrnShape(s)
+	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	C.ss_lrn_forward(&ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
+}
+
+func (native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
+	checkLRNBackward(s, x, y, scale, dy, dx)
+	ls := lrnShape(s)
+	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	C.ss_lrn_backward(&ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
+}
+
+func (native) FCForward(n, in, out int, x, w, b, y []float32) {
+	checkFCForward(n, in, out, x, w, b, y)
+	fits32("FCForward", n, in, out)
+	C.ss_fc_forward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
+}
+
+func (native) FCBackward(n, in, out int, x, w, dy, dx, dw, db []float32) {
+	checkFCBackward(n, in, out, x, w, dy, dx, dw, db)
+	fits32("FCBackward", n, in, out)
+	C.ss_fc_backward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
+}
+
+func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, prob, dlogits []float32) float32 {
+	checkSoftmax(n, k, logits, labels, prob, dlogits)
+	fits32("SoftmaxCrossEntropy", n, k)
+	return float32(C.ss_softmax_xent(C.int(n), C.int(k), fptr(logits), iptr(labels), fptr(prob), fptr(dlogits)))
+}
+
+// setMinParallelFloats sets how much work a range of a C kernel needs
+// before it runs on another thread (tests lower it to reach the parallel
+// paths with small shapes).
+func setMinParallelFloats(n int) { C.ss_set_min_parallel_floats(C.ptrdiff_t(n)) }

@@ -1,0 +1,48 @@
+//go:build cgo && !noblas
+
+package kernels
+
+import (
+	"os"
+	"slices"
+	"testing"
+)
+
+func TestNativeInfo(t *testing.T) {
+	e, info, err := New(Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	if err != nil || info.Fallback {
+		t.Fatalf("New: %v, fallback %v", err, info.FallbackErr)
+	}
+	if e.Name() != "native" || info.Library == "" || info.CoreName == "" || info.BLASConfig == "" || info.Threads != 1 {
+		t.Errorf("info %+v", info)
+	}
+	if cores, err := LibraryCores(info.Library); err != nil || !slices.Contains(cores, "HASWELL") {
+		t.Errorf("LibraryCores(%s) = %v, %v; want a DYNAMIC_ARCH list with HASWELL", info.Library, cores, err)
+	}
+	// A second New reuses the loaded library and only changes threads.
+	_, info2, _ := New(Config{Threads: 2})
+	if info2.Library != info.Library || info2.CoreName != info.CoreName || info2.Threads != 2 {
+		t.Errorf("second New: %+v", info2)
+	}
+}
+
+func TestVerifyGemmCatchesWrongKernel(t *testing.T) {
+	if err := verifyGemm(wrongGemm{Reference()}); err == nil {
+		t.Fatal("verifyGemm accepted a GEMM that is off by 1e-2")
+	}
+	if err := verifyGemm(Reference()); err != nil {
+		t.Fatalf("verifyGemm rejected the reference: %v", err)
+	}
+}
+
+// wrongGemm perturbs one element of every product, as a miscompiled
+// kernel might.
+type wrongGemm struct{ Engine }
+
+func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	w.Engine.Gemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	c[ldc+1] += 1e-2
+}
+
+// SetMinParallelFloats is exported to the external tests.
+var SetMinParallelFloats = setMinParallelFloats

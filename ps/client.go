@@ -1,0 +1,170 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// ClientConfig configures the learner side of the parameter server.
+type ClientConfig struct {
+	Learner  uint32     // this learner's id, < the server's Learners
+	Protocol Protocol   // decides the minimum clock of pulls
+	Total    int        // length of the flat vector
+	Shards   int        // number of shards (one connection each)
+	Codec    rdma.Codec // encoding of the gradients it pushes (zero value: none)
+}
+
+// Client is a learner's connection to every shard: Pull fills the whole
+// flat vector from all shards, Push sends each shard its slice of the
+// gradient stamped with that shard's last pulled stamp. A Client is used
+// by one goroutine.
+//
+// Pull minimum clocks: under softsync the learner's last stamp (weights
+// never go backwards); under hardsync, after a push, the last stamp + 1 (the
+// round must complete). Replies are matched to pulls by sequence; replies
+// to older pulls are discarded.
+type Client struct {
+	cfg    ClientConfig
+	conns  []rdma.Conn
+	ranges []Range
+	stamps []uint64
+	pulls  []uint64 // per shard, sequence of the pull in flight
+	pushed bool     // a push was sent since the last pull
+	seq    uint64
+}
+
+// NewClient returns a client over conns, where conns[k] is connected to
+// shard k's server. The client owns the connections (Close closes them).
+func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
+	if len(conns) != cfg.Shards {
+		return nil, sgd.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
+	}
+	if err := cfg.Codec.Validate(); err != nil {
+		return nil, err
+	}
+	rs, err := Ranges(cfg.Total, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards)}, nil
+}
+
+// Stamps returns, per shard, the stamp of the weights last pulled.
+func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
+
+// msg returns a pooled message of type t for shard with n payload floats
+// and the next sequence number.
+func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
+	c.seq++
+	m := rdma.NewMsg(n)
+	m.Type, m.Learner, m.Shard, m.Seq = rdma.Type(t), c.cfg.Learner, uint32(shard), c.seq
+	return m
+}
+
+func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
+	t, shard := MsgType(m.Type), m.Shard
+	if err := c.conns[shard].Send(ctx, m); err != nil {
+		return fmt.Errorf("ps client %d: %v to shard %d: %w", c.cfg.Learner, t, shard, err)
+	}
+	return nil
+}
+
+// Pull asks every shard for its weights and writes them into w (the flat
+// vector, Total floats). Rejections of earlier messages that arrive
+// meanwhile are returned, joined and wrapping ErrRejected, after w is
+// filled; transport errors are returned at once.
+func (c *Client) Pull(ctx context.Context, w []float32) error {
+	if len(w) != c.cfg.Total {
+		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
+	}
+	for k := range c.conns {
+		m := c.msg(MsgPull, k, 0)
+		m.Timestamp = c.stamps[k]
+		if c.pushed && c.cfg.Protocol == Hardsync {
+			m.Timestamp++
+		}
+		c.pulls[k] = m.Seq
+		if err := c.send(ctx, m); err != nil {
+			return err
+		}
+	}
+	c.pushed = false
+	var rejections []error
+	for k, r := range c.ranges {
+		for done := false; !done; {
+			m, err := c.conns[k].Recv(ctx)
+			if err != nil {
+				return fmt.Errorf("ps client %d: pull from shard %d: %w", c.cfg.Learner, k, err)
+			}
+			switch {
+			case m.Type == rdma.TypeError:
+				err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
+				if m.Seq == c.pulls[k] { // the pull itself: no weights will come
+					m.Release()
+					return errors.Join(append(rejections, err)...)
+				}
+				rejections = append(rejections, err)
+			case m.Type != TypeWeights || m.Seq != c.pulls[k]:
+				// a reply to an older pull
+			case len(m.Payload) != r.Len():
+				n := len(m.Payload)
+				m.Release()
+				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, r.Len(), ErrBadLength)
+			default:
+				copy(w[r.Lo:r.Hi], m.Payload)
+				c.stamps[k], done = m.Timestamp, true
+			}
+			m.Release()
+		}
+	}
+	return errors.Join(rejections...)
+}
+
+// Push sends every shard its slice of grad (Total floats, averaged over
+// the mini-batch) stamped with the shard's last pulled stamp. It does not
+// wait for the shards; rejections arrive with the next Pull.
+func (c *Client) Push(ctx context.Context, grad []float32) error {
+	if len(grad) != c.cfg.Total {
+		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
+	}
+	for k, r := range c.ranges {
+		m := c.msg(MsgPush, k, r.Len())
+		copy(m.Payload, grad[r.Lo:r.Hi])
+		m.Timestamp, m.Codec = c.stamps[k], c.cfg.Codec
+		if err := c.send(ctx, m); err != nil {
+			return err
+		}
+	}
+	c.pushed = true
+	return nil
+}
+
+// Join announces the learner to every shard again (after a Leave or a
+// reconnect).
+func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
+
+// Leave tells every shard that the learner is done.
+func (c *Client) Leave(ctx context.Context) error { return c.all(ctx, MsgLeave) }
+
+func (c *Client) all(ctx context.Context, t MsgType) error {
+	for k := range c.conns {
+		if err := c.send(ctx, c.msg(t, k, 0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}

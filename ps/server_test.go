@@ -1,0 +1,272 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// leastSquares is the objective of the runtime tests: mean over samples of
+// ½(a·w − b)², with w split into two segments of different multipliers.
+type leastSquares struct {
+	a [][]float64
+	b []float64
+}
+
+const lsDim = 12
+
+var lsLayout = []sgd.Segment{
+	{Name: "w", Offset: 0, Len: 8, LRMult: 1, DecayMult: 1},
+	{Name: "v", Offset: 8, Len: 4, LRMult: 2, DecayMult: 0},
+}
+
+func newLeastSquares(n int) *leastSquares {
+	r := rand.New(rand.NewPCG(21, 22))
+	p := &leastSquares{}
+	for range n {
+		a := make([]float64, lsDim)
+		for d := range a {
+			a[d] = r.NormFloat64()
+		}
+		p.a, p.b = append(p.a, a), append(p.b, r.NormFloat64())
+	}
+	return p
+}
+
+// gradient writes the mean gradient over samples first … first+count−1
+// (modulo the data-set size).
+func (p *leastSquares) gradient(w, g []float32, first, count int) {
+	var acc [lsDim]float64
+	for s := first; s < first+count; s++ {
+		i := s % len(p.a)
+		res := -p.b[i]
+		for d := range lsDim {
+			res += float64(w[d]) * p.a[i][d]
+		}
+		for d := range lsDim {
+			acc[d] += res * p.a[i][d] / float64(count)
+		}
+	}
+	for d := range g {
+		g[d] = float32(acc[d])
+	}
+}
+
+// network opens the transport kind ("inmem" or "tcp") for job and returns
+// the listen address to use (loopback for TCP).
+func network(t testing.TB, kind string, job uint32) (rdma.Network, string) {
+	t.Helper()
+	n, err := rdma.Open(kind, rdma.Options{Job: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind == "tcp" {
+		return n, "127.0.0.1:0"
+	}
+	return n, ""
+}
+
+// cluster runs a Group over the transport kind and λ learner goroutines,
+// each running steps of pull → gradient → push, then leave.
+func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []ServerStats) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	net, addr := network(t, kind, cfg.Job)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for l := range cfg.Learners {
+		wg.Go(func() {
+			c, err := g.Dial(ctx, net, uint32(l), rdma.Codec{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			w, grd := make([]float32, len(init)), make([]float32, len(init))
+			for s := range steps {
+				if err := c.Pull(ctx, w); err != nil {
+					t.Errorf("learner %d step %d: %v", l, s, err)
+					return
+				}
+				grad(l, s, w, grd)
+				if err := c.Push(ctx, grd); err != nil {
+					t.Errorf("learner %d step %d: %v", l, s, err)
+					return
+				}
+			}
+			if err := c.Leave(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return g.Weights(), g.Stats()
+}
+
+// TestServerHardsyncExact runs hardsync through the runtime (2 shard
+// servers, 4 learner goroutines, in-memory and loopback TCP connections)
+// and compares the weights with the single-learner solver at batch μλ.
+func TestServerHardsyncExact(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp"} {
+		t.Run(kind, func(t *testing.T) { testHardsyncExact(t, kind) })
+	}
+}
+
+func testHardsyncExact(t *testing.T, kind string) {
+	const learners, mu, n, epochs = 4, 3, 48, 3
+	prob := newLeastSquares(n)
+	solver := sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 0.01, LRSteps: []int{2}, LRGamma: 0.1, LRMode: sgd.LRStaleness}
+	cfg := Config{Job: 3, Learners: learners, Protocol: Hardsync, Shards: 2, Batch: mu, DataSize: n, Layout: lsLayout, Solver: solver}
+	init := make([]float32, lsDim)
+	steps := epochs * n / (mu * learners)
+
+	single, err := sgd.NewSolver(solver, lsLayout, 0, lsDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, g := slices.Clone(init), make([]float32, lsDim)
+	for s := range steps {
+		prob.gradient(ref, g, s*mu*learners, mu*learners)
+		single.Update(ref, g, 0, s*mu*learners/n)
+	}
+
+	got, stats := cluster(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
+		prob.gradient(w, g, s*mu*learners+l*mu, mu)
+	})
+	for i := range got {
+		if math.Abs(float64(got[i])-float64(ref[i])) > 1e-6 {
+			t.Fatalf("w[%d] = %g, single learner %g", i, got[i], ref[i])
+		}
+	}
+	if slices.Equal(ref, init) {
+		t.Fatal("training did not move the weights")
+	}
+	for k, st := range stats {
+		if st.Updates != uint64(steps) || st.MaxStaleness != 0 || st.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %+v", k, st)
+		}
+	}
+}
+
+// TestServerSoftsync runs asynchronous training through the runtime and
+// checks the accounting: every push accepted once, one update per push.
+func TestServerSoftsync(t *testing.T) {
+	cfg := Config{Job: 1, Learners: 4, Protocol: Softsync, N: 4, Shards: 3, Batch: 1,
+		Solver: sgd.Config{LR: 0.01, LRMode: sgd.LRStaleness}}
+	prob := newLeastSquares(40)
+	_, stats := cluster(t, "inmem", cfg, make([]float32, lsDim), 30, func(l, s int, w, g []float32) {
+		prob.gradient(w, g, s*4+l, 1)
+	})
+	for k, st := range stats {
+		if st.Gradients != 120 || st.Updates != 120 || st.Dropped != 0 || st.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %+v", k, st)
+		}
+	}
+}
+
+// TestServerRejectsAndLoss sends a NaN gradient and a pull from an unknown
+// learner over raw connections (both answered with errors, the server keeps
+// serving), then drops a hardsync learner's connection without a leave:
+// the server treats it as a leave and the other learner's round completes.
+func TestServerRejectsAndLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 9, Learners: 2, Protocol: Hardsync, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	srv, err := NewServer(ServerConfig{PS: cfg, Init: make([]float32, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, addr := network(t, "inmem", 9)
+	ln, err := net.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+
+	client := func(l uint32, conn rdma.Conn) *Client {
+		c, err := NewClient(ClientConfig{Learner: l, Protocol: Hardsync, Total: 4, Shards: 1}, []rdma.Conn{conn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dial := func() rdma.Conn {
+		c, err := net.Dial(ctx, ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c0, raw1 := client(0, dial()), dial()
+	send := func(t MsgType, seq uint64, payload []float32) {
+		m := rdma.NewMsg(len(payload))
+		copy(m.Payload, payload)
+		m.Type, m.Learner, m.Seq = rdma.Type(t), 1, seq
+		if err := raw1.Send(ctx, m); err != nil {
+			panic(err)
+		}
+	}
+	w := make([]float32, 4)
+	if err := c0.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// Learner 1 pulls, then pushes a NaN: rejected, reported on its
+	// connection.
+	send(MsgPull, 1, nil)
+	if m, err := raw1.Recv(ctx); err != nil || m.Type != TypeWeights || m.Seq != 1 || len(m.Payload) != 4 {
+		t.Fatalf("pull: reply %+v, %v", m, err)
+	}
+	send(MsgPush, 2, []float32{0, float32(math.NaN()), 0, 0})
+	if m, err := raw1.Recv(ctx); err != nil || m.Type != rdma.TypeError || m.Seq != 2 || !errors.Is(m.Err(), rdma.ErrRemote) {
+		t.Fatalf("NaN push: reply %+v, %v", m, err)
+	}
+	// An unknown learner's pull fails at once instead of waiting.
+	if err := client(5, dial()).Pull(ctx, w); !errors.Is(err, ErrRejected) || !errors.Is(err, rdma.ErrRemote) {
+		t.Fatalf("pull of learner 5: %v", err)
+	}
+	// Learner 0 pushes; the round waits for learner 1, whose connection
+	// then drops: the round completes and learner 0 gets clock 1.
+	if err := c0.Push(ctx, []float32{1, 1, 1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	raw1.Close()
+	if err := c0.Pull(ctx, w); err != nil || c0.Stamps()[0] != 1 || !slices.Equal(w, []float32{-0.1, -0.1, -0.1, -0.1}) {
+		t.Fatalf("after the loss: %v, stamp %v, w %v", err, c0.Stamps(), w)
+	}
+	c0.Leave(ctx)
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	st := srv.Stats()
+	if st.Rejected.NonFinite != 1 || st.Rejected.UnknownLearner != 1 || st.Updates != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestGroupErrors(t *testing.T) {
+	ctx := context.Background()
+	net, _ := network(t, "inmem", 1)
+	bad := Config{Job: 1, Learners: 2, Protocol: Softsync, N: 3, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	if _, err := StartGroup(ctx, GroupConfig{PS: bad, Init: make([]float32, 4), Network: net}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad config: %v", err)
+	}
+	if _, err := Dial(ctx, net, []string{"nowhere"}, ClientConfig{Total: 4, Shards: 1}); !errors.Is(err, rdma.ErrRefused) {
+		t.Fatalf("dial to nothing: %v", err)
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/softsync/softsync/kernels"
+)
+
+// App is the state every subcommand shares: global flags, the logger and
+// the compute engine, created on first use.
+type App struct {
+	Out     io.Writer
+	Log     *slog.Logger
+	Threads int    // --threads; 0 = cores available to the process
+	Level   string // --log-level
+	BLASLib string // --blas-lib
+	Engine  string // --engine: auto, native or reference
+
+	engine kernels.Engine
+	info   kernels.Info
+}
+
+var (
+	commands      []func(*App) *cobra.Command
+	benchCommands []func(*App) *cobra.Command
+)
+
+// addCommand registers a top-level subcommand; call it from init.
+func addCommand(f func(*App) *cobra.Command) { commands = append(commands, f) }
+
+// addBenchCommand registers a subcommand of "softsync bench"; call it from init.
+func addBenchCommand(f func(*App) *cobra.Command) { benchCommands = append(benchCommands, f) }
+
+func newRootCmd(out io.Writer) *cobra.Command {
+	app := &App{Out: out}
+	root := &cobra.Command{
+		Use:           "softsync",
+		Short:         "Staleness-aware asynchronous SGD for CNNs on CPU clusters",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return app.setup()
+		},
+	}
+	f := root.PersistentFlags()
+	f.IntVar(&app.Threads, "threads", 0, "compute threads (OpenBLAS); 0 = the cores available to the process")
+	f.StringVar(&app.Level, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
+	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")
+	for _, c := range commands {
+		root.AddCommand(c(app))
+	}
+	return root
+}
+
+func (a *App) setup() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(a.Level)); err != nil {
+		return fmt.Errorf("--log-level %q: %w", a.Level, err)
+	}
+	a.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if a.Threads < 0 {
+		return fmt.Errorf("--threads %d: must be ≥ 0", a.Threads)
+	}
+	switch a.Engine {
+	case "auto", "native", "reference":
+	default:
+		return fmt.Errorf("--engine %q: must be auto, native or reference", a.Engine)
+	}
+	return nil
+}
+
+// retryEnv marks a process that softsync re-executed after the OpenBLAS
+// core it chose failed the start-up check; its value is that core.
+const retryEnv = "SOFTSYNC_BLAS_RETRY"
+
+// userCore returns the OPENBLAS_CORETYPE the user set (not one softsync
+// set for a retry).
+func userCore() string {
+	if os.Getenv(retryEnv) != "" {
+		return ""
+	}
+	return os.Getenv("OPENBLAS_CORETYPE")
+}
+
+// EngineInfo returns the compute engine, creating it on first use.
+//
+// Fallback: OpenBLAS picks its kernel once, when it is loaded, so a kernel
+// that fails the start-up GEMM check cannot be swapped in this process.
+// If softsync chose that kernel itself, it re-executes itself once with
+// OPENBLAS_CORETYPE set one core lower (kernels.LowerCore) and
+// SOFTSYNC_BLAS_RETRY naming the failed core; if that fails too, or the
+// failed core was the user's own OPENBLAS_CORETYPE, it runs on the pure-Go
+// reference engine and says so.
+func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
+	if a.engine != nil {
+		return a.engine, a.info, nil
+	}
+	retry := os.Getenv(retryEnv)
+	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference"}
+	cfg.CoreType = os.Getenv("OPENBLAS_CORETYPE")
+	if user := userCore(); user != "" {
+		if m := kernels.MissingFeatures(kernels.DetectCPU(), user); len(m) > 0 {
+			a.Log.Warn("OPENBLAS_CORETYPE names a core this CPU cannot run; OpenBLAS may die with SIGILL",
+				"core", user, "missing", strings.Join(m, ","))
+		}
+	}
+	e, info, err := kernels.New(cfg)
+	if err != nil {
+		return nil, info, err
+	}
+	if retry != "" && !info.Fallback {
+		info.CoreReason = fmt.Sprintf("fallback: core %s failed the start-up GEMM check", retry)
+	}
+	if info.Fallback && errors.Is(info.FallbackErr, kernels.ErrVerify) && retry == "" && userCore() == "" {
+		if lower := kernels.LowerCore(info.CoreType); lower != "" {
+			a.Log.Warn("OpenBLAS kernel failed the start-up check; re-executing with a lower core",
+				"core", info.CoreType, "next", lower, "err", info.FallbackErr)
+			if err := reexec(lower, info.CoreType); err != nil {
+				a.Log.Error("re-exec failed", "err", err)
+			}
+		}
+	}
+	if info.Fallback && a.Engine == "native" {
+		return nil, info, fmt.Errorf("--engine native: %w", info.FallbackErr)
+	}
+	if info.Fallback && !errors.Is(info.FallbackErr, kernels.ErrNotBuilt) {
+		a.Log.Warn("using the pure-Go reference engine", "reason", info.FallbackErr)
+	}
+	a.engine, a.info = e, info
+	return e, info, nil
+}
+
+// reexec replaces the process with itself, OPENBLAS_CORETYPE set to core.
+func reexec(core, failed string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	os.Setenv("OPENBLAS_CORETYPE", core)
+	os.Setenv(retryEnv, failed)
+	return syscall.Exec(exe, os.Args, os.Environ())
+}

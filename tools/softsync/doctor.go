@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/softsync/softsync/kernels"
+)
+
+func init() { addCommand(newDoctorCmd) }
+
+// cpuFeatures are the features that decide the OpenBLAS core.
+var cpuFeatures = []string{"AVX", "AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512DQ", "AVX512VL", "AVX512BF16", "AMXTILE", "AMXBF16"}
+
+func newDoctorCmd(app *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Describe the CPU, the BLAS library and kernel in use, threads and engine",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', 0)
+			cpu := kernels.DetectCPU()
+			fmt.Fprintf(w, "CPU\t%s (%s), %d cores available, GOARCH %s\n", cpu.Brand, cpu.Vendor, runtime.NumCPU(), runtime.GOARCH)
+			var have []string
+			for _, f := range cpuFeatures {
+				mark := "-"
+				if cpu.Has(f) {
+					mark = "+"
+				}
+				have = append(have, mark+f)
+			}
+			fmt.Fprintf(w, "CPU features\t%s\n", strings.Join(have, " "))
+			if user := userCore(); user != "" {
+				fmt.Fprintf(w, "OPENBLAS_CORETYPE\t%s (set by the user)\n", user)
+				if m := kernels.MissingFeatures(cpu, user); len(m) > 0 {
+					fmt.Fprintf(w, "WARNING\tthis CPU lacks %s, which core %s needs: OpenBLAS would die with SIGILL\n", strings.Join(m, ", "), user)
+					fmt.Fprintf(w, "BLAS\tnot loaded; unset OPENBLAS_CORETYPE to let softsync choose from the CPU's features\n")
+					return w.Flush()
+				}
+			}
+			w.Flush() // before loading OpenBLAS, in case its kernel crashes
+
+			_, info, err := app.EngineInfo()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "Engine\t%s\n", info.Engine)
+			fallback := "no"
+			if info.Fallback {
+				fallback = "yes: " + info.FallbackErr.Error()
+			}
+			fmt.Fprintf(w, "Pure-Go fallback\t%s\n", fallback)
+			if info.Library != "" {
+				lib := info.Library
+				if real, err := filepath.EvalSymlinks(lib); err == nil && real != lib {
+					lib += " → " + real
+				}
+				fmt.Fprintf(w, "BLAS library\t%s\n", lib)
+				fmt.Fprintf(w, "BLAS config\t%s\n", info.BLASConfig)
+				if cores, err := kernels.LibraryCores(info.Library); err == nil {
+					slices.Sort(cores)
+					fmt.Fprintf(w, "BLAS cores\t%s\n", strings.Join(cores, " "))
+				}
+			}
+			core := info.CoreType
+			if core == "" {
+				core = "(OpenBLAS's own detection)"
+			}
+			if info.CoreName != "" {
+				fmt.Fprintf(w, "Core in use\t%s; OPENBLAS_CORETYPE=%s: %s\n", info.CoreName, core, info.CoreReason)
+				if info.CoreType != "" && !strings.EqualFold(info.CoreName, info.CoreType) {
+					fmt.Fprintf(w, "WARNING\tOpenBLAS runs %s, not the requested %s (unknown to this library?)\n", info.CoreName, info.CoreType)
+				}
+			}
+			fmt.Fprintf(w, "Threads\t%d (--threads; cores available %d)\n", info.Threads, kernels.DefaultThreads())
+			if _, ok := os.LookupEnv("OPENBLAS_NUM_THREADS"); ok {
+				fmt.Fprintf(w, "Note\tOPENBLAS_NUM_THREADS is set; --threads overrides it\n")
+			}
+			return w.Flush()
+		},
+	}
+}
