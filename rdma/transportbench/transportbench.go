@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -69,6 +68,11 @@ func (c *Config) defaults() error {
 	for _, s := range c.Sizes {
 		if s <= 0 || s%4 != 0 {
 			return fmt.Errorf("transportbench: size %d is not a positive multiple of 4", s)
+		}
+	}
+	for _, t := range c.Transports {
+		if _, _, err := parseTransport(t); err != nil {
+			return err
 		}
 	}
 	for _, codec := range c.Codecs {
@@ -169,15 +173,11 @@ type Session struct {
 // "tcp-nocrc": TCP with Options.NoPayloadChecksum) and connects a client
 // that pushes size bytes per round with codec.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
-	opts := rdma.Options{MaxElems: uint32(max(size/4, 1))}
-	kind, variant, _ := strings.Cut(transport, "-")
-	switch variant {
-	case "":
-	case "nocrc":
-		opts.NoPayloadChecksum = true
-	default:
-		return nil, fmt.Errorf("transportbench: unknown transport %q", transport)
+	kind, opts, err := parseTransport(transport)
+	if err != nil {
+		return nil, err
 	}
+	opts.MaxElems = uint32(max(size/4, 1))
 	n, err := rdma.Open(kind, opts)
 	if err != nil {
 		return nil, err
@@ -211,6 +211,18 @@ func Open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 	copy(s.msg.Payload, s.grad)
 	go func() { s.done <- echo(server, codec) }()
 	return s, nil
+}
+
+// parseTransport splits "tcp-nocrc" into the network kind and options.
+func parseTransport(name string) (kind string, opts rdma.Options, err error) {
+	switch name {
+	case "inmem", "tcp":
+		return name, opts, nil
+	case "tcp-nocrc":
+		opts.NoPayloadChecksum = true
+		return "tcp", opts, nil
+	}
+	return "", opts, fmt.Errorf("transportbench: unknown transport %q (inmem, tcp, tcp-nocrc)", name)
 }
 
 // echo replies to every message with itself until the connection ends.
