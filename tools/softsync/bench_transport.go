@@ -94,4 +94,3 @@ func parseByteSize(s string) (int, error) {
 	}
 	return n * mult, nil
 }
-
