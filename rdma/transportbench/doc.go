@@ -8,7 +8,9 @@
 // server receives it and sends it back in place (same codec, so a lossy
 // codec's cost is paid in both directions), the client receives the reply.
 // GBps counts gradient bytes pushed and pulled per second: 2·Bytes / round
-// time / 1e9, the figure ps-lite and iperf3 comparisons use. Before each
+// time / 1e9, the figure ps-lite and iperf3 comparisons use, taken from
+// the median round (robust to other processes on a shared host); GBpsMean
+// from the mean. Before each
 // push of a lossy codec the client refills the payload with fresh
 // gradient-like values (seeded Gaussian, σ = 1e-3) outside the timed
 // region, as a learner computes its gradient into the message. The

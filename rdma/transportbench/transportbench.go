@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -33,9 +34,11 @@ type Row struct {
 	Codec     string  `json:"codec"`
 	Bytes     int     `json:"bytes"`
 	Rounds    int     `json:"rounds"`
-	RoundSec  float64 `json:"round_s"` // mean time of one push+pull
-	GBps      float64 `json:"gbps"`    // 2·Bytes/RoundSec/1e9
-	Ratio     float64 `json:"ratio"`   // wire bytes / raw bytes, both directions
+	RoundSec  float64 `json:"round_s"`   // median time of one push+pull
+	MeanSec   float64 `json:"mean_s"`    // mean time of one push+pull
+	GBps      float64 `json:"gbps"`      // 2·Bytes/RoundSec/1e9, from the median round
+	GBpsMean  float64 `json:"gbps_mean"` // 2·Bytes/MeanSec/1e9
+	Ratio     float64 `json:"ratio"`     // wire bytes / raw bytes, both directions
 	WireBytes float64 `json:"wire_bytes"`
 	// EncodeSec and DecodeSec are the codec time per round, both
 	// directions summed (zero for none).
@@ -133,15 +136,9 @@ func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Code
 		}
 	}
 	c0, s0 := s.client.Stats(), s.server.Stats()
-	var total time.Duration
-	rounds := 0
-	for rounds < cfg.MinRounds || total < cfg.MinTime {
-		d, err := s.Round(ctx)
-		if err != nil {
-			return Row{}, err
-		}
-		total += d
-		rounds++
+	row, err := timeRounds(cfg, func() (time.Duration, error) { return s.Round(ctx) })
+	if err != nil {
+		return Row{}, err
 	}
 	c1, s1 := s.client.Stats(), s.server.Stats()
 	// Bytes come from the client alone (what it sent and what it received
@@ -151,13 +148,31 @@ func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Code
 	wire.Add(c1.Recv[codec.ID].Sub(c0.Recv[codec.ID]))
 	enc := c1.Sent[codec.ID].Time - c0.Sent[codec.ID].Time + s1.Sent[codec.ID].Time - s0.Sent[codec.ID].Time
 	dec := c1.Recv[codec.ID].Time - c0.Recv[codec.ID].Time + s1.Recv[codec.ID].Time - s0.Recv[codec.ID].Time
-	per := total.Seconds() / float64(rounds)
-	return Row{
-		Transport: transport, Codec: codec.String(), Bytes: size, Rounds: rounds,
-		RoundSec: per, GBps: 2 * float64(size) / per / 1e9, Ratio: wire.Ratio(),
-		WireBytes: float64(wire.WireBytes) / float64(rounds),
-		EncodeSec: enc.Seconds() / float64(rounds), DecodeSec: dec.Seconds() / float64(rounds),
-	}, nil
+	n := float64(row.Rounds)
+	row.Transport, row.Codec, row.Bytes = transport, codec.String(), size
+	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
+	row.Ratio, row.WireBytes = wire.Ratio(), float64(wire.WireBytes)/n
+	row.EncodeSec, row.DecodeSec = enc.Seconds()/n, dec.Seconds()/n
+	return row, nil
+}
+
+// timeRounds times rounds until MinTime has passed and MinRounds are done
+// and returns their count, median and mean time.
+func timeRounds(cfg *Config, round func() (time.Duration, error)) (Row, error) {
+	var times []time.Duration
+	var total time.Duration
+	for len(times) < cfg.MinRounds || total < cfg.MinTime {
+		d, err := round()
+		if err != nil {
+			return Row{}, err
+		}
+		times = append(times, d)
+		total += d
+	}
+	slices.Sort(times)
+	n := len(times)
+	median := (times[(n-1)/2] + times[n/2]) / 2
+	return Row{Rounds: n, RoundSec: median.Seconds(), MeanSec: total.Seconds() / float64(n)}, nil
 }
 
 // Session is one client connection to an echo server, ready for rounds.
@@ -324,24 +339,22 @@ func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
 		_, err := io.ReadFull(c, buf)
 		return time.Since(start), err
 	}
-	var total time.Duration
-	rounds := -cfg.Warmup
-	for rounds < cfg.MinRounds || total < cfg.MinTime {
-		dt, err := round()
-		if err != nil {
+	for range cfg.Warmup {
+		if _, err := round(); err != nil {
 			c.Close()
 			return Row{}, err
 		}
-		if rounds >= 0 {
-			total += dt
-		}
-		rounds++
 	}
+	row, err := timeRounds(cfg, round)
 	c.Close()
-	if err := <-done; err != nil {
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	if err != nil {
 		return Row{}, err
 	}
-	per := total.Seconds() / float64(rounds)
-	return Row{Transport: "tcp-raw", Codec: "-", Bytes: size, Rounds: rounds, RoundSec: per,
-		GBps: 2 * float64(size) / per / 1e9, Ratio: 1, WireBytes: float64(2 * size)}, nil
+	row.Transport, row.Codec, row.Bytes = "tcp-raw", "-", size
+	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
+	row.Ratio, row.WireBytes = 1, float64(2*size)
+	return row, nil
 }

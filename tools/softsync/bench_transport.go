@@ -25,7 +25,8 @@ func newBenchTransportCmd(app *App) *cobra.Command {
 		Short: "Push+pull round trips per transport, codec and gradient size",
 		Long: `Each round pushes a gradient of the given size to an echo server, which
 sends it back as the pulled weights; gbps counts gradient bytes pushed
-and pulled per second (2·size / round time / 1e9). ratio is wire bytes /
+and pulled per second (2·size / median round time / 1e9; gbps_mean uses
+the mean). ratio is wire bytes /
 raw bytes, encode_s and decode_s the codec time per round (both
 directions). The tcp-raw row (--baseline) moves the same bytes over a
 plain loopback socket, with no framing, checksum or codec, in the same
@@ -60,10 +61,10 @@ run. tcp-nocrc is TCP without payload checksums.`,
 				return enc.Encode(rows)
 			}
 			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(w, "transport\tcodec\tbytes\tGB/s\tratio\twire MB/round\tencode ms\tdecode ms\trounds\t\n")
+			fmt.Fprintf(w, "transport\tcodec\tbytes\tGB/s\tGB/s mean\tratio\twire MB/round\tencode ms\tdecode ms\trounds\t\n")
 			for _, r := range rows {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Transport, r.Codec, r.Bytes,
-					r.GBps, r.Ratio, r.WireBytes/1e6, 1e3*r.EncodeSec, 1e3*r.DecodeSec, r.Rounds)
+				fmt.Fprintf(w, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Transport, r.Codec, r.Bytes,
+					r.GBps, r.GBpsMean, r.Ratio, r.WireBytes/1e6, 1e3*r.EncodeSec, 1e3*r.DecodeSec, r.Rounds)
 			}
 			return w.Flush()
 		},
