@@ -28,9 +28,12 @@ import (
 //	52+d  w  payload
 //	52+d+w 4 CRC32C of data and payload
 const (
-	HeaderSize  = 52
+	// HeaderSize is the length of a frame header.
+	HeaderSize = 52
+	// TrailerSize is the length of the trailer checksum.
 	TrailerSize = 4
-	Version     = 1
+	// Version is the frame format version this package reads and writes.
+	Version = 1
 	// MaxElems is the hard ceiling on a frame's element count (1 GiB of
 	// float32), so every payload length fits the 32-bit field.
 	MaxElems = 1 << 28
