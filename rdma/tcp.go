@@ -251,6 +251,7 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 	c.wwait.use(ctx)
 	// Each write carries what is pending (header, data) and one chunk; the
 	// last carries the trailer too.
+	first := true
 	step := len(payload)
 	if sum {
 		step = sendChunk
@@ -266,10 +267,14 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 			binary.LittleEndian.PutUint32(c.trl[:], crc)
 			bufs = append(bufs, c.trl[:])
 		}
-		if err := c.writev(ctx, bufs); err != nil {
+		if n, err := c.writev(ctx, bufs); err != nil {
+			if n == 0 && first && ctx.Err() != nil { // cancelled before any byte left
+				return c.opError("send", err, true)
+			}
 			c.werr = c.opError("send", err, false)
 			return c.werr
 		}
+		first = false
 		c.wbuf = c.wbuf[:0]
 		if len(payload) == 0 {
 			break
@@ -279,19 +284,23 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 	return nil
 }
 
-func (c *tcpConn) writev(ctx context.Context, bufs [][]byte) error {
+// writev writes bufs whole, retrying after leftover interruptions, and
+// returns how many bytes went out.
+func (c *tcpConn) writev(ctx context.Context, bufs [][]byte) (int64, error) {
 	c.vec = bufs
+	var total int64
 	for len(c.vec) > 0 {
-		_, err := c.vec.WriteTo(c.nc)
+		n, err := c.vec.WriteTo(c.nc)
+		total += n
 		if err == nil {
 			break
 		}
 		retry, cause := c.wwait.interrupted(ctx, err)
 		if !retry {
-			return streamErr(cause)
+			return total, streamErr(cause)
 		}
 	}
-	return nil
+	return total, nil
 }
 
 func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {

@@ -203,3 +203,18 @@ func TestOpen(t *testing.T) {
 		t.Error("MaxElems above the ceiling accepted")
 	}
 }
+
+// TestTCPSendCancelMidFrame: a send cancelled after part of its frame
+// went out is fatal for the send side (the peer would see a torn frame).
+func TestTCPSendCancelMidFrame(t *testing.T) {
+	_, c := rawPeer(t, rdma.Options{MaxElems: 1 << 24})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := c.Send(ctx, rdma.NewMsg(1<<24)) // 64 MiB: more than the socket buffers hold
+	if !errors.Is(err, context.DeadlineExceeded) || rdma.Recoverable(err) {
+		t.Fatalf("send cancelled mid-frame: %v", err)
+	}
+	if err := c.Send(recvCtx(t), rdma.NewMsg(1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send after a torn frame: %v", err)
+	}
+}
