@@ -93,6 +93,11 @@ func (l *tcpListener) Accept(ctx context.Context) (Conn, error) {
 		}()
 	}
 	nc, err := l.ln.AcceptTCP()
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+		// A previous call's cancellation landed late: clear it, go on.
+		l.ln.SetDeadline(time.Time{})
+		nc, err = l.ln.AcceptTCP()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: ctx.Err(), Recoverable: true}
