@@ -188,7 +188,7 @@ func TestTopK(t *testing.T) {
 	enc, dec := NewEncoder(), NewDecoder()
 	defer enc.Close()
 	defer dec.Close()
-	for trial := range 340 {
+	for trial := range 316 {
 		n := 1 + r.IntN(3000)
 		if trial >= 300 { // large enough for the sampled threshold
 			n = 16384 + r.IntN(40000)
