@@ -11,14 +11,15 @@ import "math"
 // (no overflow except values within half an ulp of MaxFloat32) and 8
 // significant bits.
 
-// f32ToBF16 rounds f to bfloat16.
+// f32ToBF16 rounds f to bfloat16, without branches: the rounded value,
+// or for NaN (which rounding could turn into Inf) the truncated one made
+// quiet, selected by a mask.
 func f32ToBF16(f float32) uint16 {
 	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN: truncating could make it Inf
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
+	rounded := uint16((b + 0x7fff + (b>>16)&1) >> 16)
+	quiet := uint16(b>>16) | 0x40
+	nan := -uint16((0x7f800000 - b&0x7fffffff) >> 31) // all ones iff |b| > Inf
+	return rounded&^nan | quiet&nan
 }
 
 // bf16ToF32 widens a bfloat16 exactly.
