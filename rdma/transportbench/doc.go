@@ -12,7 +12,8 @@
 // the median round (robust to other processes on a shared host); GBpsMean
 // from the mean. Before each
 // push of a lossy codec the client refills the payload with fresh
-// gradient-like values (seeded Gaussian, σ = 1e-3) outside the timed
+// gradient-like values (internal/synth: seeded Gaussian, σ = 1e-3, about
+// one 500-value row in six all zero) outside the timed
 // region, as a learner computes its gradient into the message. The
 // optional baseline row ("tcp-raw") moves the same bytes over a plain
 // loopback socket with no framing, checksum or codec, measured in the same
