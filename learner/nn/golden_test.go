@@ -13,23 +13,10 @@ import (
 	"github.com/softsync/softsync/kernels/kerneltest"
 )
 
-// goldenDir finds shared/golden, which sits beside the repository
-// (../shared from its root), from the package folder upwards.
-func goldenDir(t *testing.T) string {
-	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		p := filepath.Join(dir, "shared", "golden")
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/golden not found beside the repository")
-		}
-		dir = parent
-	}
-}
+// goldenDir is the folder of the golden results: weights, a batch, logits,
+// loss and every parameter gradient of lenet and cifar10_full computed by
+// PyTorch with Caffe's layer semantics (see its README.md).
+const goldenDir = "testdata/golden"
 
 type goldenManifest struct {
 	Net    string  `json:"net"`
@@ -84,7 +71,7 @@ func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 // Caffe's layer semantics and matches logits, loss and every parameter
 // gradient, through every engine.
 func TestGolden(t *testing.T) {
-	root := goldenDir(t)
+	root := goldenDir
 	for _, name := range []string{"lenet", "cifar10_full"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(root, name)
