@@ -25,7 +25,7 @@ func newDoctorCmd(app *App) *cobra.Command {
 		Short: "Describe the CPU, the BLAS library and kernel in use, threads and engine",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', 0)
+			w := tabwriter.NewWriter(app.Out, 18, 0, 2, ' ', 0) // fixed width: flushed in two parts
 			cpu := kernels.DetectCPU()
 			fmt.Fprintf(w, "CPU\t%s (%s), %d cores available, GOARCH %s\n", cpu.Brand, cpu.Vendor, runtime.NumCPU(), runtime.GOARCH)
 			var have []string
