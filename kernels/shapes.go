@@ -28,7 +28,11 @@ func (s ConvShape) OutputLen() int { return s.N * s.OC * s.OutH() * s.OutW() }
 type PoolMode int
 
 const (
+	// MaxPool takes each window's largest input (the first in row-major
+	// order on ties) and records its position for the backward pass.
 	MaxPool PoolMode = iota
+	// AvgPool averages each window over its size clipped to the padded
+	// input, as Caffe does.
 	AvgPool
 )
 
