@@ -112,6 +112,16 @@ func (c *JobConfig) Validate() error {
 		return sgd.Fieldf("Engine", "no compute engine")
 	case c.Train == nil || c.Train.N == 0:
 		return sgd.Fieldf("Train", "no training data")
+	}
+	return c.ValidateSettings()
+}
+
+// ValidateSettings checks the fields that are plain settings (everything
+// but Engine, Train, Test and NewSource; Spec may be nil, which skips the
+// checks that need it), so that a command line can be checked before
+// data is loaded or anything is started.
+func (c *JobConfig) ValidateSettings() error {
+	switch {
 	case c.Epochs < 0:
 		return sgd.Fieldf("Epochs", "must be ≥ 0, got %d", c.Epochs)
 	case c.MaxSteps < 0:
@@ -120,8 +130,6 @@ func (c *JobConfig) Validate() error {
 		return sgd.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
 	case c.EvalBatch < 0:
 		return sgd.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
-	case c.Init != nil && len(c.Init) != c.Spec.NumParams():
-		return sgd.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
 	}
 	if err := c.Codec.Validate(); err != nil {
 		return sgd.Fieldf("Codec", "%v", err)
@@ -129,6 +137,12 @@ func (c *JobConfig) Validate() error {
 	pc := c.psConfig(nil, 0)
 	if err := pc.Validate(); err != nil {
 		return err
+	}
+	if c.Spec == nil {
+		return nil
+	}
+	if c.Init != nil && len(c.Init) != c.Spec.NumParams() {
+		return sgd.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
 	}
 	if c.Shards > c.Spec.NumParams() {
 		return sgd.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.NumParams())
@@ -279,6 +293,9 @@ func (j *Job) build() error {
 			return err
 		}
 		j.loaders = append(j.loaders, ld)
+		if ld.BatchesPerEpoch() < 1 {
+			return sgd.Fieldf("NewSource", "learner %d's source has %d batches per epoch", r, ld.BatchesPerEpoch())
+		}
 		j.P += ld.BatchesPerEpoch()
 		steps := c.Epochs * ld.BatchesPerEpoch()
 		if c.MaxSteps > 0 {

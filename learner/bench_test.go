@@ -1,0 +1,44 @@
+package learner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
+)
+
+// BenchmarkJob measures whole training jobs on random data through the
+// runner: every op is one learner step (pull, forward, backward, push,
+// the server's update); images/s counts all learners. Compare λ = 1 and
+// λ = 2 at the same μ (learners > 1 run softsync with n = λ).
+func BenchmarkJob(b *testing.B) {
+	for _, c := range []struct {
+		net             string
+		batch, learners int
+		overlap         bool
+	}{{"lenet", 8, 1, false}, {"lenet", 8, 2, false}, {"lenet", 8, 2, true}, {"lenet", 64, 1, false}, {"lenet", 64, 2, false}} {
+		b.Run(fmt.Sprintf("%s/batch=%d/learners=%d/overlap=%v", c.net, c.batch, c.learners, c.overlap), func(b *testing.B) {
+			s := spec(b, c.net)
+			ds := data.Synthetic(512, s.Input.C, s.Input.H, s.Input.W, s.Classes(), 1)
+			ds.Scale = 1.0 / 256
+			proto := ps.Hardsync
+			if c.learners > 1 {
+				proto = ps.Softsync
+			}
+			steps := max(1, b.N/c.learners)
+			cfg := JobConfig{Spec: s, Engine: engine(b), Train: ds, Learners: c.learners, Batch: c.batch,
+				Epochs: steps, MaxSteps: steps, Protocol: proto, N: c.learners, Shards: 1, Overlap: c.overlap,
+				Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, LRMode: sgd.LRStaleness}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(res.Images)/b.Elapsed().Seconds(), "images/s")
+		})
+	}
+}
