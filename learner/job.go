@@ -51,7 +51,10 @@ type JobConfig struct {
 	Overlap   bool       // learners prefetch the next weights while computing
 	Seed      uint64     // weight initialisation and data shuffling
 	Init      []float32  // initial weights; nil: the spec's fillers drawn from Seed
-	EvalBatch int        // images per evaluation forward pass (0: 100)
+	// Normalizer maps pixels to inputs; nil: the per-pixel mean of Train
+	// (data.MeanNormalizer). Pass the one saved with loaded weights.
+	Normalizer *data.Normalizer
+	EvalBatch  int // images per evaluation forward pass (0: 100)
 	// NewSource, if set, makes learner r's mini-batch stream instead of
 	// the default, a data.Loader over the learner's shard of Train (z is
 	// the normalizer computed from Train). Each batch must hold Batch
@@ -76,12 +79,13 @@ type Epoch struct {
 // Result is what a finished job reports.
 type Result struct {
 	History      []Epoch
-	TestError    float64   // on the final weights (NaN without a test set)
-	Weights      []float32 // the final weights
-	Steps        int64     // gradients pushed, all learners
-	Images       int64     // Steps·Batch
-	Seconds      float64   // training wall time (first step to last push)
-	ImagesPerSec float64   // Images/Seconds
+	TestError    float64         // on the final weights (NaN without a test set)
+	Weights      []float32       // the final weights
+	Normalizer   data.Normalizer // the input normalisation used
+	Steps        int64           // gradients pushed, all learners
+	Images       int64           // Steps·Batch
+	Seconds      float64         // training wall time (first step to last push)
+	ImagesPerSec float64         // Images/Seconds
 	// BatchesPerEpoch is P, the mini-batches of one epoch over all
 	// learners (Σ over learners of ⌊shard size/μ⌋).
 	BatchesPerEpoch int
@@ -134,7 +138,7 @@ func (c *JobConfig) ValidateSettings() error {
 	if err := c.Codec.Validate(); err != nil {
 		return sgd.Fieldf("Codec", "%v", err)
 	}
-	pc := c.psConfig(nil, 0)
+	pc := c.psConfig(nil, 1) // the data-set size is known once the data streams are made
 	if err := pc.Validate(); err != nil {
 		return err
 	}
@@ -244,7 +248,12 @@ func StartJob(ctx context.Context, cfg JobConfig) (*Job, error) {
 			}
 		}
 	}
-	j := &Job{cfg: cfg, norm: data.MeanNormalizer(cfg.Train), snaps: map[int]*snapshot{}}
+	j := &Job{cfg: cfg, snaps: map[int]*snapshot{}}
+	if cfg.Normalizer != nil {
+		j.norm = *cfg.Normalizer
+	} else {
+		j.norm = data.MeanNormalizer(cfg.Train)
+	}
 	j.ctx, j.cancel = context.WithCancel(ctx)
 	ok := false
 	defer func() {
@@ -525,7 +534,7 @@ func (j *Job) Progress() Progress {
 // weights, their test error, the history and the server's counters.
 func (j *Job) Wait() (*Result, error) {
 	j.wg.Wait()
-	res := &Result{Steps: j.pushed, Images: j.pushed * int64(j.cfg.Batch), BatchesPerEpoch: j.P}
+	res := &Result{Steps: j.pushed, Images: j.pushed * int64(j.cfg.Batch), BatchesPerEpoch: j.P, Normalizer: j.norm}
 	var gerr error
 	if j.group != nil {
 		gerr = j.group.Wait()

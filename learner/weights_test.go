@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 )
 
@@ -25,23 +26,31 @@ func randomParams(s *nn.Spec, seed uint64) []float32 {
 func TestWeightsRoundTrip(t *testing.T) {
 	s := spec(t, "lenet")
 	w := randomParams(s, 1)
+	mean := randomParams(s, 2)[:s.Input.Len()]
 	path := filepath.Join(t.TempDir(), "lenet.weights")
-	if err := SaveWeights(path, s, w); err != nil {
+	if err := SaveWeights(path, s, Weights{Params: w, Normalizer: data.Normalizer{Scale: 1.0 / 256, Mean: mean}}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 8 + 4 + 4 + len("lenet") + 32 + 8 + 4*len(w) + 4; len(b) != want || string(b[:8]) != "SSWEIGHT" {
+	if want := 8 + 4 + 4 + len("lenet") + 32 + 8 + 4*len(w) + 8 + 4*len(mean) + 4; len(b) != want || string(b[:8]) != "SSWEIGHT" {
 		t.Fatalf("file of %d bytes starting %q, want %d bytes starting SSWEIGHT", len(b), b[:8], want)
 	}
 	got, err := LoadWeights(path, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got, w) {
+	if !slices.Equal(got.Params, w) || !slices.Equal(got.Normalizer.Mean, mean) || got.Normalizer.Scale != 1.0/256 {
 		t.Fatal("weights changed in a round trip")
+	}
+	// Without a mean image.
+	if err := SaveWeights(path, s, Weights{Params: w, Normalizer: data.Normalizer{Scale: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := LoadWeights(path, s); err != nil || got.Normalizer.Mean != nil || got.Normalizer.Scale != 1 || !slices.Equal(got.Params, w) {
+		t.Fatalf("no mean: %v, %+v", err, got.Normalizer)
 	}
 	// Multipliers and fillers do not change what the parameters mean.
 	alt, err := nn.Parse("alt.net", []byte(strings.ReplaceAll(string(s.Format()), "lr_mult=1", "lr_mult=3")))
@@ -60,7 +69,7 @@ func TestWeightsErrors(t *testing.T) {
 	lenet, mlp := spec(t, "lenet"), spec(t, "mlp")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.bin")
-	if err := SaveWeights(path, mlp, randomParams(mlp, 2)); err != nil {
+	if err := SaveWeights(path, mlp, Weights{Params: randomParams(mlp, 2), Normalizer: data.Normalizer{Scale: 1, Mean: make([]float32, 784)}}); err != nil {
 		t.Fatal(err)
 	}
 	good, _ := os.ReadFile(path)
@@ -96,6 +105,7 @@ func TestWeightsErrors(t *testing.T) {
 		{"version 2", write("v2.bin", flip(9)), mlp, ErrWeightsFormat},
 		{"huge name", write("name.bin", flip(15)), mlp, ErrWeightsFormat},
 		{"empty", write("empty.bin", nil), mlp, ErrWeightsFormat},
+		{"mean count", write("mean.bin", flip(len(good)-4-4*784-3)), mlp, ErrWeightsFormat},
 		{"missing", filepath.Join(dir, "nope.bin"), mlp, fs.ErrNotExist},
 	} {
 		_, err := LoadWeights(tc.path, tc.spec)
@@ -103,10 +113,13 @@ func TestWeightsErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %v naming %s", tc.name, err, tc.want, tc.path)
 		}
 	}
-	if err := SaveWeights(filepath.Join(dir, "x"), mlp, make([]float32, 3)); !errors.Is(err, ErrWeightsMismatch) {
+	if err := SaveWeights(filepath.Join(dir, "x"), mlp, Weights{Params: make([]float32, 3)}); !errors.Is(err, ErrWeightsMismatch) {
 		t.Errorf("saving 3 values for the mlp: %v", err)
 	}
-	if err := SaveWeights(filepath.Join(dir, "no", "such", "dir"), mlp, randomParams(mlp, 1)); err == nil {
+	if err := SaveWeights(filepath.Join(dir, "x"), mlp, Weights{Params: randomParams(mlp, 1), Normalizer: data.Normalizer{Mean: make([]float32, 3)}}); !errors.Is(err, ErrWeightsMismatch) {
+		t.Errorf("saving a mean of 3 values for the mlp: %v", err)
+	}
+	if err := SaveWeights(filepath.Join(dir, "no", "such", "dir"), mlp, Weights{Params: randomParams(mlp, 1)}); err == nil {
 		t.Error("saving into a missing folder succeeded")
 	}
 }

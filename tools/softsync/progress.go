@@ -127,7 +127,8 @@ func renderBar(s learner.Progress, rate float64, eta time.Duration, width int) s
 	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s  ETA %s", s.Batch, s.Batches, s.Loss, thousands(int64(rate)), eta)
 	n := width - 1 - len([]rune(head)) - len([]rune(tail)) - 2
 	if n < 5 {
-		return strings.TrimSpace(head + tail)
+		line := []rune(strings.TrimSpace(head + tail))
+		return string(line[:min(len(line), max(width-1, 0))])
 	}
 	n = min(n, 40)
 	fill := 0

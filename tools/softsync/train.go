@@ -58,6 +58,7 @@ type trainFlags struct {
 	overlap, quiet                    bool
 	jsonOut, plotOut, save, load      string
 	maxSteps, trainSubset, testSubset int
+	expectError                       float64
 }
 
 func newTrainCmd(app *App) *cobra.Command {
@@ -126,6 +127,7 @@ final weights (docs/weights.md).`,
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop every learner after this many steps (quick runs); 0 = no limit")
 	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
+	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar or progress log lines (the final summary is still printed)")
 	return c
 }
@@ -242,6 +244,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if err := cfg.ValidateSettings(); err != nil {
 		return nil, flagError(err)
 	}
+	if f.expectError < 0 || f.expectError >= 1 {
+		return nil, fmt.Errorf("--expect-error: a fraction in [0, 1) (0.01 for 1%%), got %g", f.expectError)
+	}
 	if f.plotOut != "" && !strings.EqualFold(filepath.Ext(f.plotOut), ".png") {
 		return nil, fmt.Errorf("--plot %s: the file name must end in .png", f.plotOut)
 	}
@@ -254,9 +259,11 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 		}
 	}
 	if f.load != "" {
-		if cfg.Init, err = learner.LoadWeights(f.load, spec); err != nil {
+		w, err := learner.LoadWeights(f.load, spec)
+		if err != nil {
 			return nil, fmt.Errorf("--load: %w", err)
 		}
+		cfg.Init, cfg.Normalizer = w.Params, &w.Normalizer
 	}
 	name, trainSet, testSet, err := loadData(ctx, f.data)
 	if err != nil {
@@ -379,7 +386,7 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	rep := newReport(st, f, res)
 	rep.writeText(app.Out)
 	if f.save != "" {
-		if err := learner.SaveWeights(f.save, cfg.Spec, res.Weights); err != nil {
+		if err := learner.SaveWeights(f.save, cfg.Spec, learner.Weights{Params: res.Weights, Normalizer: res.Normalizer}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
 	}
@@ -392,6 +399,9 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 		if err := writePlot(f.plotOut, rep); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
+	}
+	if f.expectError > 0 && !(res.TestError <= f.expectError) {
+		return fmt.Errorf("--expect-error: test error %.4f is above %.4f", res.TestError, f.expectError)
 	}
 	return nil
 }
