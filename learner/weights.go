@@ -110,6 +110,9 @@ func SaveWeights(path string, spec *nn.Spec, w Weights) error {
 		return err
 	}
 	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644) // CreateTemp makes it private
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

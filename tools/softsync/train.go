@@ -38,7 +38,7 @@ type modelDefaults struct {
 }
 
 var defaults = map[string]modelDefaults{
-	"lenet":        {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, data: "mnist"},
+	"lenet":        {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: "8", data: "mnist"},
 	"mlp":          {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, data: "mnist"},
 	"cifar10_full": {batch: 128, epochs: 140, lr: 0.001, momentum: 0.9, decay: 0.004, steps: "120,130", data: "cifar10"},
 }
@@ -73,7 +73,8 @@ this process under --protocol hardsync or softsync (--n), over --transport
 inmem or tcp (loopback). The single learner is the same code path with λ = 1.
 
 Solver defaults come from the model (flags left unset take them):
-  lenet         batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4, no lr steps (MNIST)
+  lenet         batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4,
+                lr ×0.1 after epoch 8 (MNIST)
   mlp           batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4, no lr steps (MNIST)
   cifar10_full  batch 128, 140 epochs, lr 0.001, momentum 0.9, weight decay 0.004,
                 lr ×0.1 after epochs 120 and 130 (CIFAR-10)
