@@ -28,8 +28,8 @@ func init() { addCommand(newTrainCmd) }
 
 // modelDefaults are the solver settings a model trains with unless flags
 // say otherwise: Caffe's solvers for its networks (lenet_solver.prototxt
-// with a constant rate instead of its "inv" decay; the paper's
-// cifar10_full settings).
+// with one step of the rate after epoch 8 instead of its "inv" decay; the
+// paper's cifar10_full settings).
 type modelDefaults struct {
 	batch, epochs       int
 	lr, momentum, decay float64
