@@ -188,8 +188,11 @@ func TestTopK(t *testing.T) {
 	enc, dec := NewEncoder(), NewDecoder()
 	defer enc.Close()
 	defer dec.Close()
-	for trial := range 300 {
+	for trial := range 316 {
 		n := 1 + r.IntN(3000)
+		if trial >= 300 { // large enough for the sampled threshold
+			n = 16384 + r.IntN(40000)
+		}
 		g := make([]float32, n)
 		for i := range g {
 			switch trial % 3 {
@@ -205,6 +208,9 @@ func TestTopK(t *testing.T) {
 			g[r.IntN(n)] = float32(math.NaN())
 		}
 		c := Codec{ID: CodecTopK, Fraction: r.Float64()}
+		if trial >= 300 {
+			c.Fraction = []float64{0.001, 0.01, 0.1, 0.3}[trial%4]
+		}
 		key := StreamKey{Type: 1, Shard: uint32(trial)}
 		wire, err := enc.Encode(nil, c, key, g)
 		if err != nil {
@@ -238,6 +244,37 @@ func TestTopK(t *testing.T) {
 				t.Fatalf("trial %d: residual[%d] = %v, want %v", trial, i, res[i], g[i])
 			}
 		}
+	}
+}
+
+// TestTopKSampleMisjudged: values that are large exactly where the
+// threshold sample looks make the sampled threshold admit too few
+// candidates; the result must still be exact.
+func TestTopKSampleMisjudged(t *testing.T) {
+	const n = 1 << 16
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = float32(i%7) * 1e-3
+	}
+	for j := range 4096 {
+		g[j*(n/4096)] = 1 + float32(j)
+	}
+	enc, dec := NewEncoder(), NewDecoder()
+	c := Codec{ID: CodecTopK, Fraction: 0.2}
+	wire, err := enc.Encode(nil, c, StreamKey{}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, n)
+	if err := dec.Decode(got, CodecTopK, wire); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	for _, i := range refTopK(g, c.topK(n)) {
+		want[i] = g[i]
+	}
+	if !slices.Equal(got, want) {
+		t.Fatal("top-k differs from the reference")
 	}
 }
 

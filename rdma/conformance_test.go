@@ -26,3 +26,14 @@ func TestTCPConformance(t *testing.T) {
 		return n, "127.0.0.1:0"
 	})
 }
+
+func TestTCPNoPayloadChecksumConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		opts.NoPayloadChecksum = true
+		n, err := rdma.NewTCP(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, "127.0.0.1:0"
+	})
+}

@@ -38,8 +38,17 @@
 // checks every size against Limits before anything is allocated. The TCP
 // transport only adds sockets: it writes header, data and payload chunks
 // with vectored writes straight from the message, and reads payloads
-// straight into the received message, checksumming each chunk while it is
-// in cache.
+// straight into the received message, checksumming each piece while it is
+// in cache. Options.NoPayloadChecksum drops the payload checksum (flag bit
+// 0) for links whose own checksums are trusted: on a 2-core loopback the
+// CRC32C passes cost a quarter to a third of the throughput.
+//
+// # Verbs
+//
+// An RDMA verbs transport implements Network and Conn directly rather than
+// a byte stream: pooled Msg payloads can be registered memory regions, the
+// header travels as is, and the codecs apply unchanged. NewVerbs reports
+// ErrUnsupported in this build, and Open("auto") then falls back to TCP.
 //
 // # Codecs
 //

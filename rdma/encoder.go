@@ -35,6 +35,7 @@ type Encoder struct {
 	zstd     *zstd.Encoder
 	scratch  []byte
 	keys     []uint32
+	cand     []uint32
 	residual map[StreamKey][]float32
 }
 
@@ -89,14 +90,16 @@ func (e *Encoder) Encode(dst []byte, c Codec, key StreamKey, src []float32) ([]b
 		return z.EncodeAll(raw, grow(dst, int(limit))[:0]), nil
 	case CodecFP16:
 		dst = grow(dst, 2*n)
+		h := u16s(dst)[:n]
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], f32ToF16(v))
+			h[i] = f32ToF16(v)
 		}
 		return dst, nil
 	case CodecBF16:
 		dst = grow(dst, 2*n)
+		h := u16s(dst)[:n]
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], f32ToBF16(v))
+			h[i] = f32ToBF16(v)
 		}
 		return dst, nil
 	default: // CodecTopK
@@ -118,6 +121,13 @@ func (e *Encoder) zstdEncoder() (*zstd.Encoder, error) {
 
 // topK adds src to the stream's residual, sends the k largest magnitudes
 // (indices ascending, then values) and zeroes them in the residual.
+//
+// The k-th largest magnitude t is found among candidates: a strided
+// sample of the accumulator gives a threshold t0 that about 2k elements
+// reach, one pass collects the indices of those (in index order), and a
+// selection among them finds t exactly, since every element at least as
+// large as t is a candidate. When the sample misjudges (fewer than k or
+// more than 4k+1024 candidates) the selection runs over all elements.
 func (e *Encoder) topK(dst []byte, k int, key StreamKey, src []float32) []byte {
 	n := len(src)
 	r := e.residual[key]
@@ -125,39 +135,89 @@ func (e *Encoder) topK(dst []byte, k int, key StreamKey, src []float32) []byte {
 		r = make([]float32, n)
 		e.residual[key] = r
 	}
-	e.keys = grow32(e.keys, n)
 	for i, v := range src {
 		r[i] += v
-		e.keys[i] = math.Float32bits(r[i]) &^ (1 << 31)
 	}
-	// Order keys so that keys[n-k] is the k-th largest magnitude t: the
-	// elements sent are those above t plus, in index order, enough equal
-	// to t to make k.
-	t := selectKth(e.keys, n-k)
+	cand := e.candidates(r, k)
+	if cand == nil { // fall back to every index
+		e.cand = grow32(e.cand, n)
+		for i := range e.cand {
+			e.cand[i] = uint32(i)
+		}
+		cand = e.cand
+	}
+	e.keys = grow32(e.keys, len(cand))
+	for j, i := range cand {
+		e.keys[j] = mag(r[i])
+	}
+	// keys[m-k] becomes the k-th largest t: send everything above t plus,
+	// in index order, enough equal to t to make k.
+	m := len(cand)
+	t := selectKth(e.keys, m-k)
 	above := 0
-	for _, m := range e.keys[n-k+1:] {
-		if m > t {
+	for _, x := range e.keys[m-k+1:] {
+		if x > t {
 			above++
 		}
 	}
 	ties := k - above
 	dst = grow(dst, 8*k)
-	idx, val := dst[:4*k], dst[4*k:]
+	idx, val := u32s(dst[:4*k]), u32s(dst[4*k:])
 	j := 0
-	for i, v := range r {
-		m := math.Float32bits(v) &^ (1 << 31)
-		if m < t || m == t && ties == 0 {
+	for _, i := range cand {
+		v := r[i]
+		x := mag(v)
+		if x < t || x == t && ties == 0 {
 			continue
 		}
-		if m == t {
+		if x == t {
 			ties--
 		}
-		binary.LittleEndian.PutUint32(idx[4*j:], uint32(i))
-		binary.LittleEndian.PutUint32(val[4*j:], math.Float32bits(v))
+		idx[j], val[j] = i, math.Float32bits(v)
 		r[i] = 0
 		j++
 	}
 	return dst
+}
+
+// mag orders magnitudes: the bits of |v|, so NaN is above Inf.
+func mag(v float32) uint32 { return math.Float32bits(v) &^ (1 << 31) }
+
+// candidates returns, in index order, the indices of a whose magnitude
+// reaches a threshold estimated from a sample to admit about 2k of them,
+// or nil if that estimate admits fewer than k or too many.
+func (e *Encoder) candidates(a []float32, k int) []uint32 {
+	const samples = 4096
+	n := len(a)
+	if n < 4*samples || 4*k > n {
+		return nil
+	}
+	stride := n / samples
+	e.keys = grow32(e.keys, samples)
+	for j := range e.keys {
+		e.keys[j] = mag(a[j*stride])
+	}
+	// The sample element that about 2k/n of the sample exceed.
+	rank := samples - 1 - min(samples-1, 2*k*samples/n)
+	t0 := selectKth(e.keys, rank)
+	limit := 4*k + 1024
+	c := e.cand[:0]
+	if cap(c) < limit {
+		c = make([]uint32, 0, limit)
+	}
+	for i, v := range a {
+		if mag(v) >= t0 {
+			if len(c) == limit {
+				return nil
+			}
+			c = append(c, uint32(i))
+		}
+	}
+	e.cand = c
+	if len(c) < k {
+		return nil
+	}
+	return c
 }
 
 // selectKth reorders a so that a[k] holds the value it would have if a
@@ -262,12 +322,14 @@ func (d *Decoder) Decode(dst []float32, id CodecID, src []byte) error {
 	case CodecZstd:
 		return d.decodeZstd(raw, src)
 	case CodecFP16:
-		for i := range dst {
-			dst[i] = f16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		h := u16s(src)[:n]
+		for i, v := range h {
+			dst[i] = f16ToF32(v)
 		}
 	case CodecBF16:
-		for i := range dst {
-			dst[i] = bf16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		h := u16s(src)[:n]
+		for i, v := range h {
+			dst[i] = bf16ToF32(v)
 		}
 	case CodecTopK:
 		k := len(src) / 8

@@ -14,3 +14,20 @@ func f32bytes(f []float32) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
+
+// u16s views an even-length byte slice as little-endian uint16 values.
+func u16s(b []byte) []uint16 {
+	if len(b) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+}
+
+// u32s views a byte slice whose length is a multiple of 4 as
+// little-endian uint32 values.
+func u32s(b []byte) []uint32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}

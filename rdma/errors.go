@@ -63,6 +63,7 @@ type OpError struct {
 	Recoverable bool
 }
 
+// Error names the operation, the peer and the cause.
 func (e *OpError) Error() string {
 	s := "rdma: " + e.Op
 	if e.Peer != "" {

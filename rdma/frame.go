@@ -14,7 +14,7 @@ import (
 //	  4   1  version (1)
 //	  5   1  type
 //	  6   1  codec id
-//	  7   1  flags (0; reserved)
+//	  7   1  flags (bit 0: payload not checksummed; others 0)
 //	  8   4  job id
 //	 12   4  learner id
 //	 16   4  shard
@@ -28,13 +28,21 @@ import (
 //	52+d  w  payload
 //	52+d+w 4 CRC32C of data and payload
 const (
-	HeaderSize  = 52
+	// HeaderSize is the length of a frame header.
+	HeaderSize = 52
+	// TrailerSize is the length of the trailer checksum.
 	TrailerSize = 4
-	Version     = 1
+	// Version is the frame format version this package reads and writes.
+	Version = 1
 	// MaxElems is the hard ceiling on a frame's element count (1 GiB of
 	// float32), so every payload length fits the 32-bit field.
 	MaxElems = 1 << 28
 )
+
+// FlagNoPayloadCRC marks a frame whose trailer is zero instead of the
+// CRC32C of data and payload (Options.NoPayloadChecksum). The header is
+// always checksummed.
+const FlagNoPayloadCRC = 0x01
 
 // Magic is the first four bytes of every frame.
 var Magic = [4]byte{'S', 'S', 'Y', 'F'}
@@ -45,6 +53,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Header struct {
 	Type       Type
 	Codec      CodecID
+	Flags      uint8 // FlagNoPayloadCRC or 0
 	Job        uint32
 	Learner    uint32
 	Shard      uint32
@@ -76,7 +85,7 @@ var DefaultLimits = Limits{MaxElems: 1 << 26, MaxData: 1 << 20}
 func PutHeader(b []byte, h *Header) {
 	_ = b[HeaderSize-1]
 	copy(b, Magic[:])
-	b[4], b[5], b[6], b[7] = Version, byte(h.Type), byte(h.Codec), 0
+	b[4], b[5], b[6], b[7] = Version, byte(h.Type), byte(h.Codec), h.Flags
 	le := binary.LittleEndian
 	le.PutUint32(b[8:], h.Job)
 	le.PutUint32(b[12:], h.Learner)
@@ -105,7 +114,7 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 	if [4]byte(b[:4]) != Magic {
 		return Header{}, fmt.Errorf("%w: % x", ErrBadMagic, b[:4])
 	}
-	if b[4] != Version || b[7] != 0 {
+	if b[4] != Version || b[7]&^FlagNoPayloadCRC != 0 {
 		return Header{}, fmt.Errorf("%w: version %d, flags %#x", ErrBadVersion, b[4], b[7])
 	}
 	le := binary.LittleEndian
@@ -113,7 +122,7 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 		return Header{}, fmt.Errorf("%w: %08x, header says %08x", ErrHeaderChecksum, got, want)
 	}
 	h := Header{
-		Type: Type(b[5]), Codec: CodecID(b[6]),
+		Type: Type(b[5]), Codec: CodecID(b[6]), Flags: b[7],
 		Job: le.Uint32(b[8:]), Learner: le.Uint32(b[12:]), Shard: le.Uint32(b[16:]),
 		Elems: le.Uint32(b[20:]), Timestamp: le.Uint64(b[24:]), Seq: le.Uint64(b[32:]),
 		PayloadLen: le.Uint32(b[40:]), DataLen: le.Uint32(b[44:]),
@@ -148,14 +157,17 @@ func skippable(err error) bool {
 
 // AppendFrame appends a whole frame to dst: the header h (its PayloadLen
 // and DataLen are set from the slices), data, the encoded payload and the
-// trailer checksum.
+// trailer checksum (zero if h.Flags has FlagNoPayloadCRC).
 func AppendFrame(dst []byte, h Header, data, payload []byte) []byte {
 	h.DataLen, h.PayloadLen = uint32(len(data)), uint32(len(payload))
 	start := len(dst)
 	dst = append(dst, make([]byte, HeaderSize)...)
 	PutHeader(dst[start:], &h)
 	dst = append(append(dst, data...), payload...)
-	crc := crc32.Update(crc32.Update(0, castagnoli, data), castagnoli, payload)
+	var crc uint32
+	if h.Flags&FlagNoPayloadCRC == 0 {
+		crc = crc32.Update(crc32.Update(0, castagnoli, data), castagnoli, payload)
+	}
 	return binary.LittleEndian.AppendUint32(dst, crc)
 }
 
@@ -178,7 +190,11 @@ func ParseFrame(b []byte, lim *Limits) (h Header, data, payload []byte, n int, e
 	}
 	data = b[HeaderSize : HeaderSize+int(h.DataLen)]
 	payload = b[HeaderSize+int(h.DataLen) : n-TrailerSize]
-	if got, want := crc32.Checksum(b[HeaderSize:n-TrailerSize], castagnoli), binary.LittleEndian.Uint32(b[n-TrailerSize:]); got != want {
+	var got uint32
+	if h.Flags&FlagNoPayloadCRC == 0 {
+		got = crc32.Checksum(b[HeaderSize:n-TrailerSize], castagnoli)
+	}
+	if want := binary.LittleEndian.Uint32(b[n-TrailerSize:]); got != want {
 		return h, nil, nil, n, fmt.Errorf("%w: %08x, trailer says %08x", ErrChecksum, got, want)
 	}
 	return h, data, payload, n, nil

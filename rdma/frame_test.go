@@ -71,7 +71,7 @@ func TestFrameCorruption(t *testing.T) {
 			switch {
 			case i < 4:
 				want = ErrBadMagic
-			case i == 4 || i == 7:
+			case i == 4 || i == 7 && bit != FlagNoPayloadCRC:
 				want = ErrBadVersion
 			case i < HeaderSize:
 				want = ErrHeaderChecksum
@@ -90,6 +90,22 @@ func TestFrameCorruption(t *testing.T) {
 		if _, _, _, _, err := ParseFrame(frame[:l], &lim); !errors.Is(err, ErrTruncated) {
 			t.Fatalf("frame cut at %d bytes: %v", l, err)
 		}
+	}
+}
+
+func TestFrameNoPayloadCRC(t *testing.T) {
+	h := Header{Flags: FlagNoPayloadCRC, Elems: 1}
+	frame := AppendFrame(nil, h, nil, []byte{1, 2, 3, 4})
+	lim := Limits{MaxElems: 1}
+	if got := frame[len(frame)-4:]; string(got) != "\x00\x00\x00\x00" {
+		t.Fatalf("trailer % x, want zeros", got)
+	}
+	if _, _, p, _, err := ParseFrame(frame, &lim); err != nil || p[0] != 1 {
+		t.Fatalf("ParseFrame: %v", err)
+	}
+	frame[len(frame)-1] = 1
+	if _, _, _, _, err := ParseFrame(frame, &lim); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("non-zero trailer without checksum: %v", err)
 	}
 }
 

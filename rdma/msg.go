@@ -65,10 +65,11 @@ func NewMsg(n int) *Msg {
 		m, _ = pools[c].Get().(*Msg)
 	}
 	if m == nil {
-		m = &Msg{Payload: make([]float32, 0, 1<<min(c, 62))}
-		if c >= len(pools) {
-			m.Payload = make([]float32, 0, n)
+		capacity := n // beyond the pools' classes: exactly n, never pooled
+		if c < len(pools) {
+			capacity = 1 << c
 		}
+		m = &Msg{Payload: make([]float32, 0, capacity)}
 	}
 	m.released = false
 	m.Payload = m.Payload[:n]

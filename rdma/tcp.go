@@ -16,11 +16,12 @@ import (
 )
 
 // TCP is the stream transport: frames (docs/wire.md) over TCP sockets with
-// TCP_NODELAY. A message is written with vectored writes straight from its
-// payload (CodecNone) or from the connection's encode buffer, in chunks of
-// chunkSize so that the checksum is computed while the chunk is in cache;
-// it is read the same way, straight into the received Msg's payload. In
-// steady state neither direction allocates.
+// TCP_NODELAY. A message is written with vectored writes (header and data,
+// payload, trailer) straight from its payload (CodecNone) or from the
+// connection's encode buffer, and read straight into the received Msg's
+// payload; the payload checksum is computed piece by piece while each piece
+// is in cache (see sendChunk). In steady state neither direction
+// allocates.
 type TCP struct {
 	opts   Options
 	dialer net.Dialer
@@ -28,9 +29,15 @@ type TCP struct {
 
 var _ Network = (*TCP)(nil)
 
-// chunkSize is the unit in which payloads are checksummed and handed to
-// the socket.
-const chunkSize = 256 << 10
+// With payload checksums, a payload is checksummed and written in pieces
+// of sendChunk bytes, small enough that a piece is still in the core's L2
+// cache when the socket copy reads it, and each read asks for at most
+// recvChunk bytes, checksummed right after the socket copy wrote them.
+// Without checksums, the payload goes to the socket in one vectored write.
+const (
+	sendChunk = 256 << 10
+	recvChunk = 1 << 20
+)
 
 // NewTCP returns the TCP transport.
 func NewTCP(opts Options) (*TCP, error) {
@@ -86,6 +93,11 @@ func (l *tcpListener) Accept(ctx context.Context) (Conn, error) {
 		}()
 	}
 	nc, err := l.ln.AcceptTCP()
+	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+		// A previous call's cancellation landed late: clear it, go on.
+		l.ln.SetDeadline(time.Time{})
+		nc, err = l.ln.AcceptTCP()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: ctx.Err(), Recoverable: true}
@@ -226,29 +238,48 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 		}
 		payload = c.swire
 	}
-	h := Header{Type: m.Type, Codec: m.Codec.ID, Job: m.Job, Learner: m.Learner, Shard: m.Shard,
+	sum := !c.opts.NoPayloadChecksum
+	var flags uint8
+	if !sum {
+		flags = FlagNoPayloadCRC
+	}
+	h := Header{Type: m.Type, Codec: m.Codec.ID, Flags: flags, Job: m.Job, Learner: m.Learner, Shard: m.Shard,
 		Elems: uint32(len(m.Payload)), Timestamp: m.Timestamp, Seq: m.Seq,
 		PayloadLen: uint32(len(payload)), DataLen: uint32(len(m.Data))}
 	c.wbuf = c.wbuf[:HeaderSize]
 	PutHeader(c.wbuf, &h)
 	c.wbuf = append(c.wbuf, m.Data...)
-	crc := crc32.Update(0, castagnoli, m.Data)
+	var crc uint32
+	if sum {
+		crc = crc32.Update(0, castagnoli, m.Data)
+	}
 	c.wwait.use(ctx)
 	// Each write carries what is pending (header, data) and one chunk; the
 	// last carries the trailer too.
+	first := true
+	step := len(payload)
+	if sum {
+		step = sendChunk
+	}
 	for {
-		chunk := payload[:min(len(payload), chunkSize)]
+		chunk := payload[:min(len(payload), step)]
 		payload = payload[len(chunk):]
-		crc = crc32.Update(crc, castagnoli, chunk)
+		if sum {
+			crc = crc32.Update(crc, castagnoli, chunk)
+		}
 		bufs := append(c.iov[:0], c.wbuf, chunk)
 		if len(payload) == 0 {
 			binary.LittleEndian.PutUint32(c.trl[:], crc)
 			bufs = append(bufs, c.trl[:])
 		}
-		if err := c.writev(ctx, bufs); err != nil {
+		if n, err := c.writev(ctx, bufs); err != nil {
+			if n == 0 && first && ctx.Err() != nil { // cancelled before any byte left
+				return c.opError("send", err, true)
+			}
 			c.werr = c.opError("send", err, false)
 			return c.werr
 		}
+		first = false
 		c.wbuf = c.wbuf[:0]
 		if len(payload) == 0 {
 			break
@@ -258,19 +289,23 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 	return nil
 }
 
-func (c *tcpConn) writev(ctx context.Context, bufs [][]byte) error {
+// writev writes bufs whole, retrying after leftover interruptions, and
+// returns how many bytes went out.
+func (c *tcpConn) writev(ctx context.Context, bufs [][]byte) (int64, error) {
 	c.vec = bufs
+	var total int64
 	for len(c.vec) > 0 {
-		_, err := c.vec.WriteTo(c.nc)
+		n, err := c.vec.WriteTo(c.nc)
+		total += n
 		if err == nil {
 			break
 		}
 		retry, cause := c.wwait.interrupted(ctx, err)
 		if !retry {
-			return streamErr(cause)
+			return total, streamErr(cause)
 		}
 	}
-	return nil
+	return total, nil
 }
 
 func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {
@@ -340,13 +375,19 @@ func (c *tcpConn) readFrame(ctx context.Context, h *Header, m *Msg) error {
 		wire = c.rwire
 	}
 	var crc uint32
-	for _, p := range [][]byte{m.Data, wire, c.rtrl[:]} {
-		if err := c.readFull(ctx, p, &crc); err != nil {
+	sum := h.Flags&FlagNoPayloadCRC == 0
+	for _, p := range [][]byte{m.Data, wire} {
+		if err := c.readFull(ctx, p, sum, &crc); err != nil {
 			return c.fatal(err)
 		}
 	}
+	if err := c.readFull(ctx, c.rtrl[:], true, &crc); err != nil {
+		return c.fatal(err)
+	}
 	// The trailer went through the checksum too: CRC32C over data, payload
-	// and the stored CRC (little-endian) yields a constant residue.
+	// and the stored CRC (little-endian) yields a constant residue. Without
+	// a payload checksum only the trailer, which must be zero, was summed,
+	// and CRC32C(00 00 00 00) is that same residue.
 	if crc != crcResidue {
 		return c.opError("recv", ErrChecksum, true)
 	}
@@ -363,14 +404,19 @@ func (c *tcpConn) readFrame(ctx context.Context, h *Header, m *Msg) error {
 // crcResidue is CRC32C(x ‖ le32(CRC32C(x))) for any x.
 var crcResidue = crc32.Update(0, castagnoli, []byte{0, 0, 0, 0})
 
-// readFull fills p in chunks, updating crc as each chunk arrives.
-func (c *tcpConn) readFull(ctx context.Context, p []byte, crc *uint32) error {
+// readFull fills p, updating crc (if sum) over each piece as it arrives,
+// while it is still in cache. Each read asks for at most recvChunk bytes.
+func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc *uint32) error {
 	for len(p) > 0 {
-		chunk := p[:min(len(p), chunkSize)]
-		n, err := io.ReadFull(c.br, chunk)
-		*crc = crc32.Update(*crc, castagnoli, chunk[:n])
+		n, err := c.br.Read(p[:min(len(p), recvChunk)])
+		if sum {
+			*crc = crc32.Update(*crc, castagnoli, p[:n])
+		}
 		p = p[n:]
 		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 			retry, cause := c.rwait.interrupted(ctx, err)
 			if !retry {
 				return streamErr(cause)

@@ -64,6 +64,8 @@ func TestTCPRecoverable(t *testing.T) {
 	good := frame(rdma.Header{Job: 4, Elems: 2, Seq: 77}, f32le(1.5, -2))
 	badCRC := frame(rdma.Header{Job: 4, Elems: 2}, f32le(1, 2))
 	badCRC[len(badCRC)-6] ^= 1
+	noCRC := frame(rdma.Header{Job: 4, Elems: 2, Flags: rdma.FlagNoPayloadCRC}, f32le(1, 2))
+	noCRC[len(noCRC)-1] = 1 // a frame without checksum must have a zero trailer
 	enc := rdma.NewEncoder()
 	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, rdma.StreamKey{}, make([]float32, 1<<20))
 	topkBad := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 5), 5), f32le(1, 2)...)
@@ -73,6 +75,7 @@ func TestTCPRecoverable(t *testing.T) {
 		err   error
 	}{
 		{"checksum", badCRC, rdma.ErrChecksum},
+		{"trailer without checksum", noCRC, rdma.ErrChecksum},
 		{"unknown codec", frame(rdma.Header{Job: 4, Elems: 2, Codec: 42}, f32le(1, 2)), rdma.ErrUnknownCodec},
 		{"wrong job", frame(rdma.Header{Job: 5, Elems: 2}, f32le(1, 2)), rdma.ErrWrongJob},
 		{"length", frame(rdma.Header{Job: 4, Elems: 3}, f32le(1, 2)), rdma.ErrBadLength},
@@ -198,5 +201,20 @@ func TestOpen(t *testing.T) {
 	}
 	if _, err := rdma.Open("tcp", rdma.Options{MaxElems: rdma.MaxElems + 1}); err == nil {
 		t.Error("MaxElems above the ceiling accepted")
+	}
+}
+
+// TestTCPSendCancelMidFrame: a send cancelled after part of its frame
+// went out is fatal for the send side (the peer would see a torn frame).
+func TestTCPSendCancelMidFrame(t *testing.T) {
+	_, c := rawPeer(t, rdma.Options{MaxElems: 1 << 24})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := c.Send(ctx, rdma.NewMsg(1<<24)) // 64 MiB: more than the socket buffers hold
+	if !errors.Is(err, context.DeadlineExceeded) || rdma.Recoverable(err) {
+		t.Fatalf("send cancelled mid-frame: %v", err)
+	}
+	if err := c.Send(recvCtx(t), rdma.NewMsg(1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send after a torn frame: %v", err)
 	}
 }

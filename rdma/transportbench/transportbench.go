@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -14,7 +15,7 @@ import (
 
 // Config selects what Run measures. Zero fields take the defaults noted.
 type Config struct {
-	Transports []string     // default {"inmem", "tcp"}
+	Transports []string     // "inmem", "tcp", "tcp-nocrc"; default {"inmem", "tcp"}
 	Codecs     []rdma.Codec // default: every codec, topk at 0.01
 	Sizes      []int        // gradient bytes, multiples of 4; default 1, 4 and 16 MiB
 	// MinTime is the timed duration per row (default 1 s); at least
@@ -33,9 +34,11 @@ type Row struct {
 	Codec     string  `json:"codec"`
 	Bytes     int     `json:"bytes"`
 	Rounds    int     `json:"rounds"`
-	RoundSec  float64 `json:"round_s"` // mean time of one push+pull
-	GBps      float64 `json:"gbps"`    // 2·Bytes/RoundSec/1e9
-	Ratio     float64 `json:"ratio"`   // wire bytes / raw bytes, both directions
+	RoundSec  float64 `json:"round_s"`   // median time of one push+pull
+	MeanSec   float64 `json:"mean_s"`    // mean time of one push+pull
+	GBps      float64 `json:"gbps"`      // 2·Bytes/RoundSec/1e9, from the median round
+	GBpsMean  float64 `json:"gbps_mean"` // 2·Bytes/MeanSec/1e9
+	Ratio     float64 `json:"ratio"`     // wire bytes / raw bytes, both directions
 	WireBytes float64 `json:"wire_bytes"`
 	// EncodeSec and DecodeSec are the codec time per round, both
 	// directions summed (zero for none).
@@ -68,6 +71,11 @@ func (c *Config) defaults() error {
 	for _, s := range c.Sizes {
 		if s <= 0 || s%4 != 0 {
 			return fmt.Errorf("transportbench: size %d is not a positive multiple of 4", s)
+		}
+	}
+	for _, t := range c.Transports {
+		if _, _, err := parseTransport(t); err != nil {
+			return err
 		}
 	}
 	for _, codec := range c.Codecs {
@@ -128,28 +136,43 @@ func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Code
 		}
 	}
 	c0, s0 := s.client.Stats(), s.server.Stats()
+	row, err := timeRounds(cfg, func() (time.Duration, error) { return s.Round(ctx) })
+	if err != nil {
+		return Row{}, err
+	}
+	c1, s1 := s.client.Stats(), s.server.Stats()
+	// Bytes come from the client alone (what it sent and what it received
+	// before each round ended), so they are exact; the server's codec time
+	// may lag by the message it is just finishing.
+	wire := c1.Sent[codec.ID].Sub(c0.Sent[codec.ID])
+	wire.Add(c1.Recv[codec.ID].Sub(c0.Recv[codec.ID]))
+	enc := c1.Sent[codec.ID].Time - c0.Sent[codec.ID].Time + s1.Sent[codec.ID].Time - s0.Sent[codec.ID].Time
+	dec := c1.Recv[codec.ID].Time - c0.Recv[codec.ID].Time + s1.Recv[codec.ID].Time - s0.Recv[codec.ID].Time
+	n := float64(row.Rounds)
+	row.Transport, row.Codec, row.Bytes = transport, codec.String(), size
+	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
+	row.Ratio, row.WireBytes = wire.Ratio(), float64(wire.WireBytes)/n
+	row.EncodeSec, row.DecodeSec = enc.Seconds()/n, dec.Seconds()/n
+	return row, nil
+}
+
+// timeRounds times rounds until MinTime has passed and MinRounds are done
+// and returns their count, median and mean time.
+func timeRounds(cfg *Config, round func() (time.Duration, error)) (Row, error) {
+	var times []time.Duration
 	var total time.Duration
-	rounds := 0
-	for rounds < cfg.MinRounds || total < cfg.MinTime {
-		d, err := s.Round(ctx)
+	for len(times) < cfg.MinRounds || total < cfg.MinTime {
+		d, err := round()
 		if err != nil {
 			return Row{}, err
 		}
+		times = append(times, d)
 		total += d
-		rounds++
 	}
-	c1, s1 := s.client.Stats(), s.server.Stats()
-	sent := c1.Sent[codec.ID].Sub(c0.Sent[codec.ID])
-	sent.Add(s1.Sent[codec.ID].Sub(s0.Sent[codec.ID]))
-	recvd := c1.Recv[codec.ID].Sub(c0.Recv[codec.ID])
-	recvd.Add(s1.Recv[codec.ID].Sub(s0.Recv[codec.ID]))
-	per := total.Seconds() / float64(rounds)
-	return Row{
-		Transport: transport, Codec: codec.String(), Bytes: size, Rounds: rounds,
-		RoundSec: per, GBps: 2 * float64(size) / per / 1e9, Ratio: sent.Ratio(),
-		WireBytes: float64(sent.WireBytes) / float64(rounds),
-		EncodeSec: sent.Time.Seconds() / float64(rounds), DecodeSec: recvd.Time.Seconds() / float64(rounds),
-	}, nil
+	slices.Sort(times)
+	n := len(times)
+	median := (times[(n-1)/2] + times[n/2]) / 2
+	return Row{Rounds: n, RoundSec: median.Seconds(), MeanSec: total.Seconds() / float64(n)}, nil
 }
 
 // Session is one client connection to an echo server, ready for rounds.
@@ -161,16 +184,21 @@ type Session struct {
 	done           chan error
 }
 
-// Open starts an echo server on transport ("inmem" or "tcp", on
-// loopback) and connects a client that pushes size bytes per round with
-// codec.
+// Open starts an echo server on transport ("inmem", "tcp" on loopback, or
+// "tcp-nocrc": TCP with Options.NoPayloadChecksum) and connects a client
+// that pushes size bytes per round with codec.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
-	n, err := rdma.Open(transport, rdma.Options{MaxElems: uint32(max(size/4, 1))})
+	kind, opts, err := parseTransport(transport)
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxElems = uint32(max(size/4, 1))
+	n, err := rdma.Open(kind, opts)
 	if err != nil {
 		return nil, err
 	}
 	addr := ""
-	if transport != "inmem" {
+	if kind != "inmem" {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := n.Listen(addr)
@@ -198,6 +226,18 @@ func Open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 	copy(s.msg.Payload, s.grad)
 	go func() { s.done <- echo(server, codec) }()
 	return s, nil
+}
+
+// parseTransport splits "tcp-nocrc" into the network kind and options.
+func parseTransport(name string) (kind string, opts rdma.Options, err error) {
+	switch name {
+	case "inmem", "tcp":
+		return name, opts, nil
+	case "tcp-nocrc":
+		opts.NoPayloadChecksum = true
+		return "tcp", opts, nil
+	}
+	return "", opts, fmt.Errorf("transportbench: unknown transport %q (inmem, tcp, tcp-nocrc)", name)
 }
 
 // echo replies to every message with itself until the connection ends.
@@ -299,24 +339,22 @@ func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
 		_, err := io.ReadFull(c, buf)
 		return time.Since(start), err
 	}
-	var total time.Duration
-	rounds := -cfg.Warmup
-	for rounds < cfg.MinRounds || total < cfg.MinTime {
-		dt, err := round()
-		if err != nil {
+	for range cfg.Warmup {
+		if _, err := round(); err != nil {
 			c.Close()
 			return Row{}, err
 		}
-		if rounds >= 0 {
-			total += dt
-		}
-		rounds++
 	}
+	row, err := timeRounds(cfg, round)
 	c.Close()
-	if err := <-done; err != nil {
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	if err != nil {
 		return Row{}, err
 	}
-	per := total.Seconds() / float64(rounds)
-	return Row{Transport: "tcp-raw", Codec: "-", Bytes: size, Rounds: rounds, RoundSec: per,
-		GBps: 2 * float64(size) / per / 1e9, Ratio: 1, WireBytes: float64(2 * size)}, nil
+	row.Transport, row.Codec, row.Bytes = "tcp-raw", "-", size
+	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
+	row.Ratio, row.WireBytes = 1, float64(2*size)
+	return row, nil
 }
