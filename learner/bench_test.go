@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
@@ -13,7 +14,8 @@ import (
 // BenchmarkJob measures whole training jobs on random data through the
 // runner: every op is one learner step (pull, forward, backward, push,
 // the server's update); images/s counts all learners. Compare λ = 1 and
-// λ = 2 at the same μ (learners > 1 run softsync with n = λ).
+// λ = 2 at the same μ (learners > 1 run softsync with n = λ). Threads per
+// learner follow ThreadsPerLearner.
 func BenchmarkJob(b *testing.B) {
 	for _, c := range []struct {
 		net             string
@@ -29,7 +31,11 @@ func BenchmarkJob(b *testing.B) {
 				proto = ps.Softsync
 			}
 			steps := max(1, b.N/c.learners)
-			cfg := JobConfig{Spec: s, Engine: engine(b), Train: ds, Learners: c.learners, Batch: c.batch,
+			e, _, err := kernels.New(kernels.Config{Threads: ThreadsPerLearner(kernels.DefaultThreads(), c.learners)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := JobConfig{Spec: s, Engine: e, Train: ds, Learners: c.learners, Batch: c.batch,
 				Epochs: steps, MaxSteps: steps, Protocol: proto, N: c.learners, Shards: 1, Overlap: c.overlap,
 				Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 			b.ReportAllocs()
