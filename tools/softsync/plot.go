@@ -63,7 +63,7 @@ func seriesPlot(title, ylabel string, xy plotter.XYs, c color.Color) *plot.Plot 
 	p.Y.Label.Text = ylabel
 	p.Add(plotter.NewGrid())
 	if len(xy) == 0 {
-		p.Title.Text += " (no data)"
+		p.Title.Text += " (no complete epoch)"
 		return p
 	}
 	line, points, err := plotter.NewLinePoints(xy)
@@ -85,9 +85,9 @@ func histPlot(r *trainReport) (*plot.Plot, error) {
 	p.Title.Text = fmt.Sprintf("Staleness, %s (mean %.2f, max %d)", protocolText(r), r.Staleness.Mean, r.Staleness.Max)
 	p.X.Label.Text = "staleness τ (updates)"
 	p.Y.Label.Text = "gradients"
-	h := r.Staleness.Histogram
-	if len(h) == 0 {
-		h = []uint64{0}
+	h, hidden := clipTail(r.Staleness.Histogram, 0.999)
+	if hidden > 0 {
+		p.X.Label.Text += fmt.Sprintf("; %d gradients with τ > %d not shown", hidden, len(h)-1)
 	}
 	vals := make(plotter.Values, len(h))
 	for i, n := range h {
@@ -126,4 +126,26 @@ func (integerTicks) Ticks(min, max float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+// clipTail returns the shortest prefix of the histogram h holding at
+// least the fraction q of its counts (at least one bucket), and how many
+// counts it leaves out, so that a few very stale gradients do not squash
+// the bulk of the distribution into one corner.
+func clipTail(h []uint64, q float64) ([]uint64, uint64) {
+	var total uint64
+	for _, n := range h {
+		total += n
+	}
+	var sum uint64
+	for i, n := range h {
+		sum += n
+		if float64(sum) >= q*float64(total) {
+			return h[:i+1], total - sum
+		}
+	}
+	if len(h) == 0 {
+		return []uint64{0}, 0
+	}
+	return h, 0
 }
