@@ -19,4 +19,12 @@
 // allocates nothing. Activations are NCHW; ReLU runs in place where the
 // layer before it does not need its own output, gradients of activations
 // use two shared buffers, and the first layer computes no input gradient.
+//
+// Using several cores for one network: Config.Workers splits every batch
+// into contiguous parts run by that many goroutines, each with its own
+// activations and kernels.Workspace, and sums their parameter gradients
+// (in parallel, by range). With the engine's BLAS on one thread this
+// parallelises every kernel, not only GEMM, and is the fastest way to run
+// a single learner on a multi-core machine; with one learner per core,
+// keep Workers = 1.
 package nn

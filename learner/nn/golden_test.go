@@ -3,6 +3,7 @@ package nn
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,23 +13,10 @@ import (
 	"github.com/softsync/softsync/kernels/kerneltest"
 )
 
-// goldenDir finds shared/golden, which sits beside the repository
-// (../shared from its root), from the package folder upwards.
-func goldenDir(t *testing.T) string {
-	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		p := filepath.Join(dir, "shared", "golden")
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/golden not found beside the repository")
-		}
-		dir = parent
-	}
-}
+// goldenDir is the folder of the golden results: weights, a batch, logits,
+// loss and every parameter gradient of lenet and cifar10_full computed by
+// PyTorch with Caffe's layer semantics (see its README.md).
+const goldenDir = "testdata/golden"
 
 type goldenManifest struct {
 	Net    string  `json:"net"`
@@ -83,7 +71,7 @@ func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 // Caffe's layer semantics and matches logits, loss and every parameter
 // gradient, through every engine.
 func TestGolden(t *testing.T) {
-	root := goldenDir(t)
+	root := goldenDir
 	for _, name := range []string{"lenet", "cifar10_full"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(root, name)
@@ -107,40 +95,49 @@ func TestGolden(t *testing.T) {
 			}
 			logits := readF32(t, filepath.Join(dir, m.Logits))
 			kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
-				net, err := New(spec, e, m.Batch)
-				if err != nil {
-					t.Fatal(err)
+				for _, w := range []int{1, 3} {
+					t.Run(fmt.Sprintf("workers=%d", w), func(t *testing.T) { checkGolden(t, dir, &m, spec, e, w, x, labels, logits) })
 				}
-				layout := net.Layout()
-				if len(layout) != len(m.Params) {
-					t.Fatalf("%d segments, golden has %d parameters", len(layout), len(m.Params))
-				}
-				for i, p := range m.Params {
-					v := readF32(t, filepath.Join(dir, p.File))
-					if len(v) != layout[i].Len {
-						t.Fatalf("%s (%s): %d values, segment %s has %d", p.Name, p.File, len(v), layout[i].Name, layout[i].Len)
-					}
-					copy(net.Params()[layout[i].Offset:], v)
-				}
-				for i := range net.Grads() {
-					net.Grads()[i] = float32(math.NaN()) // Backward must overwrite every gradient
-				}
-				loss := net.Forward(x, labels)
-				closeTo(t, "logits", net.Logits(), logits, 1e-5)
-				if math.Abs(float64(loss)-m.Loss) > 1e-5*m.Loss {
-					t.Errorf("loss %.7g, want %.7g", loss, m.Loss)
-				}
-				net.Backward()
-				for i, p := range m.Params {
-					s := layout[i]
-					closeTo(t, s.Name+" gradient", net.Grads()[s.Offset:s.Offset+s.Len], readF32(t, filepath.Join(dir, p.Grad)), 1e-4)
-				}
-				// A second pass gives the same gradients (nothing accumulates).
-				g1 := append([]float32(nil), net.Grads()...)
-				net.Forward(x, labels)
-				net.Backward()
-				closeTo(t, "second backward", net.Grads(), g1, 0)
 			})
 		})
 	}
+}
+
+// checkGolden loads the golden weights into a network with the given
+// workers and matches its forward and backward results.
+func checkGolden(t *testing.T, dir string, m *goldenManifest, spec *Spec, e kernels.Engine, workers int, x []float32, labels []int32, logits []float32) {
+	net, err := New(spec, e, Config{Batch: m.Batch, Workers: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	layout := net.Layout()
+	if len(layout) != len(m.Params) {
+		t.Fatalf("%d segments, golden has %d parameters", len(layout), len(m.Params))
+	}
+	for i, p := range m.Params {
+		v := readF32(t, filepath.Join(dir, p.File))
+		if len(v) != layout[i].Len {
+			t.Fatalf("%s (%s): %d values, segment %s has %d", p.Name, p.File, len(v), layout[i].Name, layout[i].Len)
+		}
+		copy(net.Params()[layout[i].Offset:], v)
+	}
+	for i := range net.Grads() {
+		net.Grads()[i] = float32(math.NaN()) // Backward must overwrite every gradient
+	}
+	loss := net.Forward(x, labels)
+	closeTo(t, "logits", net.Logits(), logits, 1e-5)
+	if math.Abs(float64(loss)-m.Loss) > 1e-5*m.Loss {
+		t.Errorf("loss %.7g, want %.7g", loss, m.Loss)
+	}
+	net.Backward()
+	for i, p := range m.Params {
+		s := layout[i]
+		closeTo(t, s.Name+" gradient", net.Grads()[s.Offset:s.Offset+s.Len], readF32(t, filepath.Join(dir, p.Grad)), 1e-4)
+	}
+	// A second pass gives the same gradients (nothing accumulates).
+	g1 := append([]float32(nil), net.Grads()...)
+	net.Forward(x, labels)
+	net.Backward()
+	closeTo(t, "second backward", net.Grads(), g1, 0)
 }

@@ -4,10 +4,26 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/ps/sgd"
 )
+
+// Config sizes a Net.
+type Config struct {
+	// Batch is the number of images per Forward, ≥ 1.
+	Batch int
+	// Workers is the number of goroutines that share each step: the batch
+	// is split into Workers contiguous parts that run concurrently, each
+	// with its own activations and Workspace, and their parameter
+	// gradients are summed. 0 means 1 (the caller's goroutine alone).
+	// At most Batch workers are used. Splitting pays off when one network
+	// should use several cores and the engine's own BLAS runs one thread
+	// (kernels.Config.Threads = 1); with several learners per process,
+	// keep 1.
+	Workers int
+}
 
 // Net is a network from a Spec, instantiated for a fixed batch size on one
 // kernels.Engine, with every buffer allocated up front: in steady state
@@ -21,128 +37,198 @@ import (
 // weight or bias, named "<layer>.weight" and "<layer>.bias", carrying the
 // layer's lr_mult and decay_mult.
 //
-// Concurrency: a Net is used by one goroutine at a time. Any number of
+// Concurrency: a Net is used by one goroutine at a time (with Workers > 1
+// it starts its own helper goroutines, stopped by Close). Any number of
 // Nets may run concurrently on one Engine: each owns its
-// kernels.Workspace and buffers. Nets made with WithBatch share the
+// kernels.Workspaces and buffers. Nets made with WithBatch share the
 // parameter vector, so they must not run while another one's parameters
 // are being written.
 type Net struct {
 	spec    *Spec
 	e       kernels.Engine
 	batch   int
-	ws      kernels.Workspace
+	workers int // as configured; len(reps) may be fewer
 	params  []float32
 	grads   []float32
 	layout  []sgd.Segment
-	layers  []layer     // spec.Layers without the final softmax
-	acts    [][]float32 // acts[i] is the input of layer i (acts[0] the caller's batch), acts[len(layers)] the logits
-	inPlace []bool      // layer i writes its output over its input
-	gbuf    [2][]float32
+	logits  []float32 // batch × classes, written by the replicas
 	prob    []float32
 	dlogits []float32
-	// firstParam is the first layer with parameters (len(layers) if none):
-	// layers before it need no backward pass, and it needs no dx.
+	loss    float32
+	reps    []*replica // one per worker; reps[0] writes grads directly
+	pool    *pool      // nil with one worker
+}
+
+// replica runs the layers on a contiguous part of the batch.
+type replica struct {
+	e       kernels.Engine
+	n       int         // images
+	off     int         // first image within the Net's batch
+	il, k   int         // values per image, classes
+	scale   float32     // n / batch: weight of this part's mean loss
+	layers  []layer     // the spec's layers without the final softmax
+	acts    [][]float32 // acts[i] is the input of layer i (acts[0] the caller's images), acts[len(layers)] the logits
+	inPlace []bool      // layer i writes its output over its input
+	gbuf    [2][]float32
+	prob    []float32 // this part's rows of the Net's buffers
+	dlogits []float32
+	grads   []float32
+	ws      kernels.Workspace
+	// firstParam is the first layer with parameters: layers before it
+	// need no backward pass, and it needs no input gradient.
 	firstParam int
 	loss       float32
 }
 
-// New builds spec for batch images per step on engine e. Its parameters
-// are zero: call Init, or copy trained values into Params.
-func New(spec *Spec, e kernels.Engine, batch int) (*Net, error) {
-	return build(spec, e, batch, nil)
+// New builds spec on engine e for cfg. Its parameters are zero: call
+// Init, or copy trained values into Params. Call Close when done if
+// cfg.Workers > 1.
+func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
+	return build(spec, e, cfg, nil)
 }
 
-// WithBatch returns a Net of the same spec and engine for another batch
-// size (for example to evaluate with a larger batch) that shares this
-// Net's parameter vector; it has its own gradients and buffers.
+// WithBatch returns a Net of the same spec, engine and workers for another
+// batch size (for example to evaluate with a larger batch) that shares
+// this Net's parameter vector; it has its own gradients and buffers.
 func (n *Net) WithBatch(batch int) (*Net, error) {
-	return build(n.spec, n.e, batch, n.params)
+	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers}, n.params)
 }
 
-func build(spec *Spec, e kernels.Engine, batch int, params []float32) (*Net, error) {
+func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, error) {
 	if e == nil {
 		panic("nn.New: nil engine")
 	}
-	if batch < 1 {
-		return nil, fmt.Errorf("%s: batch size must be ≥ 1, got %d", spec.Name, batch)
+	if cfg.Batch < 1 {
+		return nil, fmt.Errorf("%s: batch size must be ≥ 1, got %d", spec.Name, cfg.Batch)
+	}
+	if cfg.Workers < 0 {
+		return nil, fmt.Errorf("%s: workers must be ≥ 0, got %d", spec.Name, cfg.Workers)
 	}
 	np := spec.NumParams()
 	if params == nil {
 		params = make([]float32, np)
 	}
-	L := len(spec.Layers) - 1
+	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: batch, params: params, grads: make([]float32, np),
-		layers: make([]layer, L), acts: make([][]float32, L+1), inPlace: make([]bool, L),
-		firstParam: L,
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, params: params, grads: make([]float32, np),
+		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
-	off, maxGrad := 0, 0
+	n.layout = spec.layout()
+	w := min(max(cfg.Workers, 1), cfg.Batch)
+	for i := range w {
+		lo, hi := i*cfg.Batch/w, (i+1)*cfg.Batch/w
+		grads := n.grads
+		if i > 0 {
+			grads = make([]float32, np)
+		}
+		n.reps = append(n.reps, n.newReplica(lo, hi, grads))
+	}
+	if w > 1 {
+		n.pool = startPool(n.reps)
+		runtime.AddCleanup(n, (*pool).stop, n.pool)
+	}
+	return n, nil
+}
+
+// layout lists the parameter segments in order.
+func (s *Spec) layout() []sgd.Segment {
+	var segs []sgd.Segment
+	off := 0
+	for i := range s.Layers {
+		ls := &s.Layers[i]
+		if !ls.HasParams() {
+			continue
+		}
+		wl, bl := s.paramLens(i)
+		segs = append(segs,
+			sgd.Segment{Name: ls.Name + ".weight", Offset: off, Len: wl, LRMult: ls.LRMult, DecayMult: ls.DecayMult},
+			sgd.Segment{Name: ls.Name + ".bias", Offset: off + wl, Len: bl, LRMult: ls.BiasLRMult, DecayMult: ls.BiasDecayMult})
+		off += wl + bl
+	}
+	return segs
+}
+
+// newReplica builds the layers for images lo…hi−1 of the batch, writing
+// parameter gradients into grads.
+func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
+	spec, batch, k := n.spec, hi-lo, n.spec.Classes()
+	L := len(spec.Layers) - 1
+	r := &replica{
+		e: n.e, n: batch, off: lo, il: spec.Input.Len(), k: k, scale: float32(batch) / float32(n.batch),
+		layers: make([]layer, L), acts: make([][]float32, L+1), inPlace: make([]bool, L),
+		prob: n.prob[lo*k : hi*k], dlogits: n.dlogits[lo*k : hi*k], grads: grads, firstParam: L,
+	}
+	off, maxGrad, seg := 0, 0, 0
 	for i := range L {
 		ls := &spec.Layers[i]
 		in := spec.shapes[i]
-		outLen := batch * spec.shapes[i+1].Len()
-		if ls.HasParams() && n.firstParam == L {
-			n.firstParam = i
+		if ls.HasParams() && r.firstParam == L {
+			r.firstParam = i
 		}
-		// ReLU runs in place unless its input is the caller's batch or the
-		// layer before reads its own output in its backward pass.
-		if ls.Kind == ReLU && i > 0 && !readsOutput(spec.Layers[i-1].Kind) {
-			n.inPlace[i] = true
-			n.acts[i+1] = n.acts[i]
-		} else {
-			n.acts[i+1] = make([]float32, outLen)
+		switch {
+		case i == L-1:
+			// The logits go to this part's rows of the Net's logits.
+			r.acts[i+1] = n.logits[lo*k : hi*k]
+		case ls.Kind == ReLU && i > 0 && !readsOutput(spec.Layers[i-1].Kind):
+			// ReLU runs in place unless its input is the caller's batch
+			// or the layer before reads its own output when going back.
+			r.inPlace[i] = true
+			r.acts[i+1] = r.acts[i]
+		default:
+			r.acts[i+1] = make([]float32, batch*spec.shapes[i+1].Len())
 		}
 		if i > 0 {
 			maxGrad = max(maxGrad, batch*in.Len())
 		}
 		var w, b, dw, db []float32
 		if ls.HasParams() {
-			wl, bl := spec.paramLens(i)
-			w, dw = params[off:off+wl:off+wl], n.grads[off:off+wl:off+wl]
-			n.layout = append(n.layout, sgd.Segment{Name: ls.Name + ".weight", Offset: off, Len: wl,
-				LRMult: ls.LRMult, DecayMult: ls.DecayMult})
+			wl, bl := n.layout[seg].Len, n.layout[seg+1].Len
+			w, dw = n.params[off:off+wl:off+wl], grads[off:off+wl:off+wl]
 			off += wl
-			b, db = params[off:off+bl:off+bl], n.grads[off:off+bl:off+bl]
-			n.layout = append(n.layout, sgd.Segment{Name: ls.Name + ".bias", Offset: off, Len: bl,
-				LRMult: ls.BiasLRMult, DecayMult: ls.BiasDecayMult})
+			b, db = n.params[off:off+bl:off+bl], grads[off:off+bl:off+bl]
 			off += bl
+			seg += 2
 		}
 		switch ls.Kind {
 		case Conv:
-			n.layers[i] = &convLayer{e: e, ws: &n.ws, s: convShape(ls, in, batch), w: w, b: b, dw: dw, db: db}
+			r.layers[i] = &convLayer{e: n.e, ws: &r.ws, s: convShape(ls, in, batch), w: w, b: b, dw: dw, db: db}
 		case FC:
-			n.layers[i] = &fcLayer{e: e, n: batch, in: in.Len(), out: ls.Out, w: w, b: b, dw: dw, db: db}
+			r.layers[i] = &fcLayer{e: n.e, n: batch, in: in.Len(), out: ls.Out, w: w, b: b, dw: dw, db: db}
 		case Pool:
 			s := poolShape(ls, in, batch)
 			var mask []int32
 			if ls.Mode == kernels.MaxPool {
 				mask = make([]int32, s.OutputLen())
 			}
-			n.layers[i] = &poolLayer{e: e, s: s, mask: mask}
+			r.layers[i] = &poolLayer{e: n.e, s: s, mask: mask}
 		case ReLU:
-			n.layers[i] = &reluLayer{e: e}
+			r.layers[i] = &reluLayer{e: n.e}
 		case LRN:
 			s := kernels.LRNShape{N: batch, C: in.C, H: in.H, W: in.W, Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K}
-			n.layers[i] = &lrnLayer{e: e, ws: &n.ws, s: s, scale: make([]float32, s.Len())}
+			r.layers[i] = &lrnLayer{e: n.e, ws: &r.ws, s: s, scale: make([]float32, s.Len())}
 		default:
 			panic(fmt.Sprintf("nn: layer %s of kind %v inside the network", ls.Name, ls.Kind))
 		}
 	}
-	if off != np {
-		panic(fmt.Sprintf("nn: layout covers %d of %d parameters", off, np))
+	for j := range r.gbuf {
+		r.gbuf[j] = make([]float32, maxGrad)
 	}
-	for k := range n.gbuf {
-		n.gbuf[k] = make([]float32, maxGrad)
-	}
-	k := spec.Classes()
-	n.prob = make([]float32, batch*k)
-	n.dlogits = make([]float32, batch*k)
-	return n, nil
+	return r
 }
 
 // readsOutput reports whether a layer kind's backward pass reads its own
 // forward output (which an in-place layer after it would overwrite).
 func readsOutput(k Kind) bool { return k == LRN || k == ReLU }
+
+// Close stops the helper goroutines of a Net with several workers; the
+// Net must not be used afterwards. It is idempotent and a no-op with one
+// worker. (An unreachable Net's goroutines are also stopped by the
+// garbage collector, eventually.)
+func (n *Net) Close() {
+	if n.pool != nil {
+		n.pool.stop()
+	}
+}
 
 // Spec is the network's spec.
 func (n *Net) Spec() *Spec { return n.spec }
@@ -152,6 +238,9 @@ func (n *Net) Engine() kernels.Engine { return n.e }
 
 // Batch is the number of images per Forward.
 func (n *Net) Batch() int { return n.batch }
+
+// Workers is the number of parts each batch is split into.
+func (n *Net) Workers() int { return len(n.reps) }
 
 // Input is the shape of one input image.
 func (n *Net) Input() Shape { return n.spec.Input }
@@ -175,7 +264,7 @@ func (n *Net) Layout() []sgd.Segment { return n.layout }
 // so a layer's initial values do not depend on the layers before it.
 func (n *Net) Init(seed uint64) {
 	k := 0
-	for i := range n.layers {
+	for i := range n.spec.Layers {
 		ls := &n.spec.Layers[i]
 		if !ls.HasParams() {
 			continue
@@ -222,14 +311,22 @@ func (n *Net) Forward(x []float32, labels []int32) float32 {
 	if len(labels) != n.batch {
 		panic(fmt.Sprintf("nn.Forward: %d labels, want %d", len(labels), n.batch))
 	}
-	n.acts[0] = x
-	if len(n.layers) > 0 && n.inPlace[0] {
-		panic("nn: the first layer cannot run in place")
+	k := int32(n.Classes())
+	for i, l := range labels {
+		if l < 0 || l >= k {
+			panic(fmt.Sprintf("nn.Forward: label %d of image %d outside [0, %d)", l, i, k))
+		}
 	}
-	for i, l := range n.layers {
-		l.forward(n.acts[i], n.acts[i+1])
+	if n.pool == nil {
+		n.loss = n.reps[0].forward(x, labels)
+		return n.loss
 	}
-	n.loss = n.e.SoftmaxCrossEntropy(n.batch, n.Classes(), n.acts[len(n.layers)], labels, n.prob, n.dlogits)
+	n.pool.x, n.pool.labels = x, labels
+	n.pool.run(phaseForward)
+	n.loss = 0
+	for _, r := range n.reps {
+		n.loss += r.scale * r.loss
+	}
 	return n.loss
 }
 
@@ -237,20 +334,12 @@ func (n *Net) Forward(x []float32, labels []int32) float32 {
 // Forward with respect to every parameter (so averaged over the batch),
 // overwriting the previous gradients.
 func (n *Net) Backward() {
-	g, cur := n.dlogits, -1
-	for i := len(n.layers) - 1; i >= n.firstParam; i-- {
-		var dx []float32
-		if i > n.firstParam {
-			if n.inPlace[i] && cur >= 0 { // never over dlogits: Backward may run again
-				dx = g
-			} else {
-				cur = 1 - max(cur, 0)
-				dx = n.gbuf[cur][:len(n.acts[i])]
-			}
-		}
-		n.layers[i].backward(n.acts[i], n.acts[i+1], g, dx)
-		g = dx
+	if n.pool == nil {
+		n.reps[0].backward()
+		return
 	}
+	n.pool.run(phaseBackward)
+	n.pool.run(phaseReduce)
 }
 
 // Gradient runs Forward and Backward and returns the loss.
@@ -260,22 +349,59 @@ func (n *Net) Gradient(x []float32, labels []int32) float32 {
 	return loss
 }
 
+// forward runs this part's images (its rows of the Net's batch) and
+// returns their mean loss. dlogits is scaled so that the parts' gradients
+// add up to the gradient of the whole batch's mean loss.
+func (r *replica) forward(x []float32, labels []int32) float32 {
+	r.acts[0] = x[r.off*r.il : (r.off+r.n)*r.il]
+	labels = labels[r.off : r.off+r.n]
+	for i, l := range r.layers {
+		l.forward(r.acts[i], r.acts[i+1])
+	}
+	r.loss = r.e.SoftmaxCrossEntropy(r.n, r.k, r.acts[len(r.layers)], labels, r.prob, r.dlogits)
+	if r.scale != 1 {
+		for i := range r.dlogits {
+			r.dlogits[i] *= r.scale
+		}
+	}
+	return r.loss
+}
+
+func (r *replica) backward() {
+	g, cur := r.dlogits, -1
+	for i := len(r.layers) - 1; i >= r.firstParam; i-- {
+		var dx []float32
+		if i > r.firstParam {
+			if r.inPlace[i] && cur >= 0 { // never over dlogits: Backward may run again
+				dx = g
+			} else {
+				cur = 1 - max(cur, 0)
+				dx = r.gbuf[cur][:len(r.acts[i])]
+			}
+		}
+		r.layers[i].backward(r.acts[i], r.acts[i+1], g, dx)
+		g = dx
+	}
+}
+
 // Loss is the loss of the last Forward.
 func (n *Net) Loss() float32 { return n.loss }
 
 // Logits are the network's outputs of the last Forward, Batch×Classes.
-func (n *Net) Logits() []float32 { return n.acts[len(n.layers)] }
+func (n *Net) Logits() []float32 { return n.logits }
 
 // Probs are the softmax probabilities of the last Forward, Batch×Classes.
 func (n *Net) Probs() []float32 { return n.prob }
 
-// Correct counts the rows i < len(labels) of the last Forward whose
-// largest logit (the first, on ties) is at labels[i]. Pass a prefix of the
-// labels to count only the valid rows of a partial batch.
-func (n *Net) Correct(labels []int32) int {
-	k, logits, c := n.Classes(), n.Logits(), 0
+// Score returns, over the rows i < len(labels) of the last Forward, how
+// many are classified correctly (largest logit at labels[i], the first on
+// ties) and the sum of their cross-entropy losses −log prob[labels[i]].
+// Pass a prefix of the labels to score only the valid rows of a partial
+// batch.
+func (n *Net) Score(labels []int32) (correct int, loss float64) {
+	k := n.Classes()
 	for i, l := range labels[:min(len(labels), n.batch)] {
-		row := logits[i*k : (i+1)*k]
+		row := n.logits[i*k : (i+1)*k]
 		best := 0
 		for j, v := range row {
 			if v > row[best] {
@@ -283,8 +409,9 @@ func (n *Net) Correct(labels []int32) int {
 			}
 		}
 		if int32(best) == l {
-			c++
+			correct++
 		}
+		loss -= math.Log(max(float64(n.prob[i*k+int(l)]), math.SmallestNonzeroFloat32))
 	}
-	return c
+	return correct, loss
 }

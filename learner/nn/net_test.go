@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -22,10 +23,16 @@ func mustParse(t testing.TB, src string) *Spec {
 
 func mustNet(t testing.TB, s *Spec, e kernels.Engine, batch int, seed uint64) *Net {
 	t.Helper()
-	n, err := New(s, e, batch)
+	return mustNetW(t, s, e, Config{Batch: batch}, seed)
+}
+
+func mustNetW(t testing.TB, s *Spec, e kernels.Engine, cfg Config, seed uint64) *Net {
+	t.Helper()
+	n, err := New(s, e, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(n.Close)
 	n.Init(seed)
 	return n
 }
@@ -110,11 +117,8 @@ func TestGradientFiniteDifference(t *testing.T) {
 func TestReLUInPlace(t *testing.T) {
 	n := mustNet(t, mustParse(t, oddSpec), kernels.Reference(), 2, 1)
 	want := []bool{false, false, false, false, false, false, true, false, true, false}
-	if !slices.Equal(n.inPlace, want) {
-		t.Fatalf("in place %v, want %v", n.inPlace, want)
-	}
-	if n.firstParam != 2 {
-		t.Fatalf("first layer with parameters %d, want 2", n.firstParam)
+	if r := n.reps[0]; !slices.Equal(r.inPlace, want) || r.firstParam != 2 {
+		t.Fatalf("in place %v, want %v; first layer with parameters %d, want 2", r.inPlace, want, r.firstParam)
 	}
 }
 
@@ -199,8 +203,8 @@ func TestInit(t *testing.T) {
 	}
 }
 
-// TestCorrect uses a net whose logits equal its input.
-func TestCorrect(t *testing.T) {
+// TestScore uses a net whose logits equal its input.
+func TestScore(t *testing.T) {
 	n := mustNet(t, mustParse(t, "input channels=3 height=1 width=1\nfc out=3\nsoftmax\n"), kernels.Reference(), 4, 1)
 	p := n.Params()
 	clear(p)
@@ -212,11 +216,11 @@ func TestCorrect(t *testing.T) {
 		1, 1, 0, // tie → 0
 	}
 	n.Forward(x, []int32{1, 1, 2, 0})
-	if got := n.Correct([]int32{1, 1, 2, 0}); got != 3 {
-		t.Fatalf("Correct = %d, want 3", got)
+	if got, _ := n.Score([]int32{1, 1, 2, 0}); got != 3 {
+		t.Fatalf("Score counts %d correct, want 3", got)
 	}
-	if got := n.Correct([]int32{1, 1}); got != 1 {
-		t.Fatalf("Correct on a prefix = %d, want 1", got)
+	if got, _ := n.Score([]int32{1, 1}); got != 1 {
+		t.Fatalf("Score on a prefix counts %d correct, want 1", got)
 	}
 	// Mean cross-entropy of these logits, computed by hand.
 	want := 0.0
@@ -227,6 +231,9 @@ func TestCorrect(t *testing.T) {
 			z += math.Exp(float64(v))
 		}
 		want += math.Log(z) - float64(row[l])
+	}
+	if _, sum := n.Score([]int32{1, 1, 2, 0}); math.Abs(sum-want) > 1e-5 {
+		t.Fatalf("Score's loss sum %g, want %g", sum, want)
 	}
 	if want /= 4; math.Abs(float64(n.Loss())-want) > 1e-6 {
 		t.Fatalf("loss %g, want %g", n.Loss(), want)
@@ -269,11 +276,13 @@ func TestNoAllocs(t *testing.T) {
 			if e.Name() == "reference" {
 				continue
 			}
-			n := mustNet(t, spec, e, 4, 1)
-			x, labels := randomBatch(n, 1)
-			n.Gradient(x, labels)
-			if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 {
-				t.Errorf("%s on %s: %v allocations per step", name, e.Name(), a)
+			for _, w := range []int{1, 2} {
+				n := mustNetW(t, spec, e, Config{Batch: 4, Workers: w}, 1)
+				x, labels := randomBatch(n, 1)
+				n.Gradient(x, labels)
+				if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 {
+					t.Errorf("%s on %s with %d workers: %v allocations per step", name, e.Name(), w, a)
+				}
 			}
 		}
 	}
@@ -325,6 +334,42 @@ func TestConcurrentNets(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestWorkers: splitting the batch over workers gives the loss, logits
+// and gradients of one worker, up to float32 summation order.
+func TestWorkers(t *testing.T) {
+	for name, batch := range map[string]int{"lenet": 7, "cifar10_full": 5} {
+		spec, _ := Builtin(name)
+		kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+			one := mustNet(t, spec, e, batch, 5)
+			x, labels := randomBatch(one, 2)
+			loss := one.Gradient(x, labels)
+			for _, w := range []int{2, 9} {
+				n := mustNetW(t, spec, e, Config{Batch: batch, Workers: w}, 5)
+				if n.Workers() != min(w, batch) {
+					t.Fatalf("%d workers, want %d", n.Workers(), min(w, batch))
+				}
+				for range 2 { // nothing accumulates across steps
+					if l := n.Gradient(x, labels); math.Abs(float64(l-loss)) > 1e-6*float64(loss) {
+						t.Fatalf("%s, %d workers: loss %g, want %g", name, w, l, loss)
+					}
+					closeTo(t, fmt.Sprintf("%s, %d workers: logits", name, w), n.Logits(), one.Logits(), 1e-5)
+					closeTo(t, fmt.Sprintf("%s, %d workers: probabilities", name, w), n.Probs(), one.Probs(), 1e-5)
+					for _, s := range n.Layout() {
+						closeTo(t, fmt.Sprintf("%s, %d workers: %s gradient", name, w, s.Name),
+							n.Grads()[s.Offset:s.Offset+s.Len], one.Grads()[s.Offset:s.Offset+s.Len], 1e-5)
+					}
+				}
+				c1, _ := one.Score(labels)
+				if cw, _ := n.Score(labels); c1 != cw {
+					t.Fatalf("%d correct with %d workers, %d with one", cw, w, c1)
+				}
+				n.Close()
+				n.Close()
+			}
+		})
+	}
 }
 
 func TestForwardMisuse(t *testing.T) {

@@ -39,6 +39,7 @@ const (
 
 var kindNames = map[Kind]string{Conv: "conv", Pool: "pool", ReLU: "relu", LRN: "lrn", FC: "fc", Softmax: "softmax"}
 
+// String is the kind's keyword in the spec format.
 func (k Kind) String() string {
 	if s, ok := kindNames[k]; ok {
 		return s
@@ -64,6 +65,7 @@ type Filler struct {
 	Value float32 // the constant, or the Gaussian's standard deviation
 }
 
+// String is the filler as written in the spec format.
 func (f Filler) String() string {
 	switch f.Type {
 	case Gaussian:
@@ -104,6 +106,7 @@ type Shape struct{ C, H, W int }
 // Len is C·H·W.
 func (s Shape) Len() int { return s.C * s.H * s.W }
 
+// String writes the shape as C×H×W.
 func (s Shape) String() string { return fmt.Sprintf("%d×%d×%d", s.C, s.H, s.W) }
 
 // Spec is a parsed, validated network description: an input shape and a
@@ -296,6 +299,9 @@ func Parse(file string, src []byte) (*Spec, error) {
 	}
 	if n := len(spec.Layers); n == 0 || spec.Layers[n-1].Kind != Softmax {
 		return nil, &specError{file: file, line: lineNo, msg: "the last layer must be softmax (the loss)"}
+	}
+	if !slices.ContainsFunc(spec.Layers, func(l LayerSpec) bool { return l.HasParams() }) {
+		return nil, &specError{file: file, line: lineNo, msg: "the network has no conv or fc layer: nothing to learn"}
 	}
 	spec.shapes = append(spec.shapes, cur)
 	return spec, nil

@@ -121,6 +121,7 @@ func TestSpecErrors(t *testing.T) {
 		{"input channels=0 height=28 width=28\nsoftmax\n", "x.net:1: input: channels must be ≥ 1, got 0"},
 		{"input channels=1 height=28\nsoftmax\n", "x.net:1: input: missing width="},
 		{"# nothing\n", "x.net: no input line"},
+		{head + "relu\nsoftmax\n", "x.net:3: the network has no conv or fc layer"},
 	} {
 		_, err := Parse("x.net", []byte(c.src))
 		if err == nil {
