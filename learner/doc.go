@@ -19,8 +19,10 @@
 // is the job with Learners = 1: the same code path, the same solver on
 // the server side.
 //
-// Threads: ThreadsPerLearner splits the cores among in-process learners
-// so that they do not oversubscribe the machine.
+// Threads: PlanThreads splits the cores among in-process learners so that
+// they do not oversubscribe the machine: each learner's network splits its
+// mini-batch over workers of its own (nn.Config.Workers) on a
+// single-threaded engine.
 //
 // Weights files (SaveWeights, LoadWeights) hold a network's flat parameter
 // vector with a header naming the network and a CRC32C checksum; the

@@ -55,6 +55,12 @@ type JobConfig struct {
 	// (data.MeanNormalizer). Pass the one saved with loaded weights.
 	Normalizer *data.Normalizer
 	EvalBatch  int // images per evaluation forward pass (0: 100)
+	// Workers is the number of goroutines each learner's network splits
+	// its mini-batch over (nn.Config.Workers; 0 means 1). With the
+	// engine's BLAS on one thread, this is how one learner uses several
+	// cores (see ThreadsPerLearner). The evaluation network uses
+	// Workers·Learners goroutines.
+	Workers int
 	// NewSource, if set, makes learner r's mini-batch stream instead of
 	// the default, a data.Loader over the learner's shard of Train (z is
 	// the normalizer computed from Train). Each batch must hold Batch
@@ -134,6 +140,8 @@ func (c *JobConfig) ValidateSettings() error {
 		return sgd.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
 	case c.EvalBatch < 0:
 		return sgd.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
+	case c.Workers < 0:
+		return sgd.Fieldf("Workers", "must be ≥ 0, got %d", c.Workers)
 	}
 	if err := c.Codec.Validate(); err != nil {
 		return sgd.Fieldf("Codec", "%v", err)
@@ -313,7 +321,7 @@ func (j *Job) build() error {
 		j.steps = append(j.steps, steps)
 		j.total += int64(steps)
 		for range perNet {
-			net, err := newNet(c.Spec, c.Engine, c.Batch)
+			net, err := newNet(c.Spec, c.Engine, c.Batch, c.Workers)
 			if err != nil {
 				return err
 			}
@@ -326,7 +334,7 @@ func (j *Job) build() error {
 		j.init = slices.Clone(j.nets[0].Params())
 	}
 	if c.Test != nil && c.Test.N > 0 {
-		net, err := newNet(c.Spec, c.Engine, c.EvalBatch)
+		net, err := newNet(c.Spec, c.Engine, c.EvalBatch, max(c.Workers, 1)*c.Learners)
 		if err != nil {
 			return err
 		}
@@ -346,8 +354,8 @@ func (j *Job) build() error {
 }
 
 // newNet is the one place networks are made.
-func newNet(spec *nn.Spec, e kernels.Engine, batch int) (*nn.Net, error) {
-	return nn.New(spec, e, batch)
+func newNet(spec *nn.Spec, e kernels.Engine, batch, workers int) (*nn.Net, error) {
+	return nn.New(spec, e, nn.Config{Batch: batch, Workers: workers})
 }
 
 // startPS starts the parameter server group and connects every learner.
@@ -389,8 +397,19 @@ func (j *Job) cleanup() {
 	if j.group != nil {
 		j.group.Wait()
 	}
+	j.closeNets()
+	if j.eval != nil {
+		j.eval.Close()
+	}
+}
+
+// closeNets stops the data streams and the networks' worker goroutines.
+func (j *Job) closeNets() {
 	for _, ld := range j.loaders {
 		ld.Close()
+	}
+	for _, n := range j.nets {
+		n.Close()
 	}
 }
 
@@ -548,9 +567,7 @@ func (j *Job) Wait() (*Result, error) {
 	} else {
 		res.Weights = slices.Clone(j.init)
 	}
-	for _, ld := range j.loaders {
-		ld.Close()
-	}
+	j.closeNets()
 	j.errMu.Lock()
 	err := j.err
 	j.errMu.Unlock()
@@ -560,6 +577,7 @@ func (j *Job) Wait() (*Result, error) {
 	if j.eval != nil {
 		close(j.evalCh)
 		j.evalWG.Wait()
+		defer j.eval.Close()
 	}
 	j.cancel()
 	if err != nil {
@@ -604,7 +622,8 @@ func Evaluate(net *nn.Net, w []float32, ds *data.Dataset, z data.Normalizer) flo
 	correct := 0
 	for n := range data.Batches(ds, z, x, labels) {
 		net.Forward(x, labels)
-		correct += net.Correct(labels[:n])
+		c, _ := net.Score(labels[:n])
+		correct += c
 	}
 	return 1 - float64(correct)/float64(ds.N)
 }

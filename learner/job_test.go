@@ -374,10 +374,23 @@ func TestJobDiverges(t *testing.T) {
 	}
 }
 
-func TestThreadsPerLearner(t *testing.T) {
-	for _, c := range [][3]int{{2, 1, 2}, {2, 2, 1}, {2, 8, 1}, {8, 3, 2}, {16, 4, 4}, {1, 0, 1}} {
-		if got := ThreadsPerLearner(c[0], c[1]); got != c[2] {
-			t.Errorf("ThreadsPerLearner(%d cores, %d learners) = %d, want %d", c[0], c[1], got, c[2])
+func TestPlanThreads(t *testing.T) {
+	for _, c := range []struct {
+		cores, learners, batch, threads int
+		want                            Parallelism
+	}{
+		{2, 1, 64, 0, Parallelism{1, 2}},
+		{2, 1, 8, 0, Parallelism{1, 1}},  // small batches: one worker
+		{2, 2, 64, 0, Parallelism{1, 1}}, // one core each
+		{2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
+		{16, 4, 128, 0, Parallelism{1, 4}},
+		{16, 4, 32, 0, Parallelism{1, 2}}, // at most one worker per 16 images
+		{2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
+		{2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
+	} {
+		if got := PlanThreads(c.cores, c.learners, c.batch, c.threads); got != c.want {
+			t.Errorf("PlanThreads(%d cores, %d learners, batch %d, threads %d) = %+v, want %+v",
+				c.cores, c.learners, c.batch, c.threads, got, c.want)
 		}
 	}
 }

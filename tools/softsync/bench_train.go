@@ -25,7 +25,7 @@ type benchTrainResult struct {
 	Model        string  `json:"model"`
 	Batch        int     `json:"batch"`
 	Learners     int     `json:"learners"`
-	Threads      int     `json:"threads"` // per learner
+	Threads      int     `json:"threads"` // per learner: network workers over a single-threaded engine
 	Protocol     string  `json:"protocol"`
 	Transport    string  `json:"transport"`
 	Overlap      bool    `json:"overlap"`
@@ -77,16 +77,14 @@ otherwise) and images/s is their total.`,
 					return fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", protocol)
 				}
 			}
-			threads := app.Threads
-			if threads == 0 {
-				threads = learner.ThreadsPerLearner(kernels.DefaultThreads(), learners)
-				app.Threads = threads
-			}
+			par := learner.PlanThreads(kernels.DefaultThreads(), learners, batch, app.Threads)
+			app.Threads = par.BLAS
 			e, _, err := app.EngineInfo()
 			if err != nil {
 				return err
 			}
-			res, err := benchTrain(cmd.Context(), e, spec, batch, learners, images, proto, transport, overlap)
+			threads := par.Workers
+			res, err := benchTrain(cmd.Context(), e, spec, batch, learners, threads, images, proto, transport, overlap)
 			if err != nil {
 				return err
 			}
@@ -116,14 +114,14 @@ otherwise) and images/s is their total.`,
 
 // benchTrain runs a job on synthetic data and times its steps after a
 // warm-up tenth.
-func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, learners, images int,
+func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, learners, workers, images int,
 	proto ps.Protocol, transport string, overlap bool) (*benchTrainResult, error) {
 	in := spec.Input
 	ds := data.Synthetic(max(4*batch*learners, 512), in.C, in.H, in.W, spec.Classes(), 1)
 	ds.Scale = 1.0 / 256 // inputs in MNIST's range: a stable loss for any of the networks
 	steps := max(10, images/(batch*learners))
 	warm := int64(max(1, steps/10) * learners)
-	cfg := learner.JobConfig{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch,
+	cfg := learner.JobConfig{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
 		Epochs: steps, MaxSteps: steps, Protocol: proto, N: learners, Shards: 1, Transport: transport,
 		Codec: rdma.Codec{}, Overlap: overlap, Seed: 1,
 		Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}

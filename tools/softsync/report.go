@@ -51,7 +51,7 @@ type trainReport struct {
 
 	Solver  solver `json:"solver"`
 	Seed    uint64 `json:"seed"`
-	Threads int    `json:"threads"`
+	Threads int    `json:"threads"` // per learner
 	Engine  string `json:"engine"`
 }
 

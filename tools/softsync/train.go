@@ -81,8 +81,9 @@ Solver defaults come from the model (flags left unset take them):
   a spec file   as lenet
 The batch is per learner (μ); λ learners together process λ·μ images per round.
 
-Threads: each learner uses --threads compute threads (BLAS and kernels); the
-default, 0, divides the cores available among the learners (at least 1 each).
+Threads: each learner splits its mini-batch over --threads goroutines (at most
+one per 16 images) running single-threaded kernels; the default, 0, divides
+the cores available among the learners (at least 1 each).
 
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
 at the end the test error, training time and images/s (and, with a parameter
@@ -285,18 +286,15 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			per, trainSet.N, f.learners, f.batch)
 	}
 	cfg.Train, cfg.Test = trainSet, testSet
-	threads := app.Threads
-	if threads == 0 {
-		threads = learner.ThreadsPerLearner(kernels.DefaultThreads(), f.learners)
-		app.Threads = threads
-	}
+	par := learner.PlanThreads(kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
+	app.Threads, cfg.Workers = par.BLAS, par.Workers
 	e, info, err := app.EngineInfo()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
-	return &trainSetup{cfg: cfg, threads: threads, dataName: name, modelLabel: f.model}, nil
+	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name, modelLabel: f.model}, nil
 }
 
 // parseSteps parses --lr-steps.
