@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 )
 
@@ -239,5 +240,46 @@ func TestClipTail(t *testing.T) {
 		if len(got) != c.n || hidden != c.hidden {
 			t.Errorf("clipTail(%v) = %v, %d hidden; want %d buckets, %d hidden", c.h, got, hidden, c.n, c.hidden)
 		}
+	}
+}
+
+// TestTrainDataFolders trains from folders of one's own: CIFAR-10 binary
+// files (recognised by their names) and MNIST idx files, both written in
+// the real formats by the test.
+func TestTrainDataFolders(t *testing.T) {
+	cifar := t.TempDir()
+	for i, name := range data.CIFAR10TrainFiles {
+		if err := data.WriteCIFAR10(filepath.Join(cifar, name), data.Synthetic(40, 3, 32, 32, 10, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := data.WriteCIFAR10(filepath.Join(cifar, data.CIFAR10TestFile), data.Synthetic(30, 3, 32, 32, 10, 9)); err != nil {
+		t.Fatal(err)
+	}
+	mnist := t.TempDir()
+	for _, f := range []struct {
+		images, labels string
+		n              int
+	}{{data.MNISTTrainImages, data.MNISTTrainLabels, 200}, {data.MNISTTestImages, data.MNISTTestLabels, 50}} {
+		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
+		if err := data.WriteIDX(filepath.Join(mnist, f.images), filepath.Join(mnist, f.labels), ds, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		model, dir, want string
+		train, test      float64
+	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, "MNIST", 200, 50}} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		run(t, "train", "--model", c.model, "--data", c.dir, "--epochs", "1", "--batch", "8", "--json", js, "--quiet")
+		r := readReport(t, js)
+		if !strings.HasPrefix(r["data"].(string), c.want) || r["train_images"] != c.train || r["test_images"] != c.test || r["steps"] != c.train/8 {
+			t.Errorf("--data %s: report %v", c.dir, r)
+		}
+	}
+	// LeNet cannot take CIFAR-10 images: an error naming both flags.
+	if _, err := runErr("train", "--model", "lenet", "--data", cifar); err == nil ||
+		!strings.Contains(err.Error(), "--data") || !strings.Contains(err.Error(), "--model") {
+		t.Errorf("lenet on CIFAR-10: %v", err)
 	}
 }
