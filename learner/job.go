@@ -3,7 +3,6 @@ package learner
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -71,7 +70,6 @@ type JobConfig struct {
 	// complete, in order; it is called from a job goroutine and must not
 	// block for long.
 	OnEpoch func(Epoch)
-	Logger  *slog.Logger // optional: debug events
 }
 
 // Epoch is one entry of a job's history.

@@ -161,10 +161,9 @@ func flagError(err error) error {
 
 // trainSetup is everything runTrain decides before training starts.
 type trainSetup struct {
-	cfg        learner.JobConfig
-	threads    int
-	dataName   string
-	modelLabel string
+	cfg      learner.JobConfig
+	threads  int
+	dataName string
 }
 
 func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
@@ -294,7 +293,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	}
 	cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
-	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name, modelLabel: f.model}, nil
+	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name}, nil
 }
 
 // parseSteps parses --lr-steps.
