@@ -176,19 +176,19 @@ type Source interface {
 
 // Job is a running training job (StartJob).
 type Job struct {
-	cfg     JobConfig
-	ctx     context.Context
-	cancel  context.CancelFunc
-	norm    data.Normalizer
-	eval    *nn.Net // nil without a test set
-	nets    []*nn.Net
-	loaders []Source
-	clients []*ps.Client
-	group   *ps.Group
-	steps   []int // per learner
-	total   int64
-	P       int
-	init    []float32
+	cfg      JobConfig
+	ctx      context.Context
+	cancel   context.CancelFunc
+	norm     data.Normalizer
+	eval     *nn.Net // nil without a test set
+	nets     []*nn.Net
+	loaders  []Source
+	clients  []*ps.Client
+	group    *ps.Group
+	steps    []int // per learner
+	total    int64
+	perEpoch int // P, mini-batches per epoch, all learners
+	init     []float32
 
 	start time.Time
 	wg    sync.WaitGroup // learners
@@ -311,7 +311,7 @@ func (j *Job) build() error {
 		if ld.BatchesPerEpoch() < 1 {
 			return sgd.Fieldf("NewSource", "learner %d's source has %d batches per epoch", r, ld.BatchesPerEpoch())
 		}
-		j.P += ld.BatchesPerEpoch()
+		j.perEpoch += ld.BatchesPerEpoch()
 		steps := c.Epochs * ld.BatchesPerEpoch()
 		if c.MaxSteps > 0 {
 			steps = min(steps, c.MaxSteps)
@@ -371,7 +371,7 @@ func (j *Job) startPS() error {
 	if c.Codec.ID.Lossless() {
 		wcodec = c.Codec
 	}
-	pc := c.psConfig(j.nets[0].Layout(), j.P*c.Batch)
+	pc := c.psConfig(j.nets[0].Layout(), j.perEpoch*c.Batch)
 	gc := ps.GroupConfig{PS: pc, Init: j.init, Network: net, Addr: addr, Codec: wcodec, OnPush: j.onPush}
 	if j.group, err = ps.StartGroup(j.ctx, gc); err != nil {
 		return err
@@ -470,10 +470,10 @@ func (j *Job) onStep(b *data.Batch, loss float32) {
 // every epoch end but the last it notes the time and, with a test set,
 // copies the shard's weights for the evaluator.
 func (j *Job) onPush(shard int, consumed uint64, w []float32) {
-	if consumed%uint64(j.P) != 0 {
+	if consumed%uint64(j.perEpoch) != 0 {
 		return
 	}
-	e := int(consumed / uint64(j.P)) // 1-based epoch that just ended
+	e := int(consumed / uint64(j.perEpoch)) // 1-based epoch that just ended
 	if e >= j.cfg.Epochs {
 		return
 	}
@@ -520,7 +520,7 @@ func (j *Job) evaluator() {
 // order; j.mu is held.
 func (j *Job) emit() {
 	for e := len(j.history); e < len(j.lossSum); e++ {
-		if j.lossCnt[e] < j.P || !j.done[e] {
+		if j.lossCnt[e] < j.perEpoch || !j.done[e] {
 			return
 		}
 		ep := Epoch{Epoch: e + 1, TrainLoss: j.lossSum[e] / float64(j.lossCnt[e]), TestError: j.testErr[e], Seconds: j.secs[e]}
@@ -536,12 +536,12 @@ func (j *Job) emit() {
 func (j *Job) Progress() Progress {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	p := Progress{Epochs: j.cfg.Epochs, Batches: j.P, Steps: j.pushed, TotalSteps: j.total, Loss: j.ema,
+	p := Progress{Epochs: j.cfg.Epochs, Batches: j.perEpoch, Steps: j.pushed, TotalSteps: j.total, Loss: j.ema,
 		Images: j.pushed * int64(j.cfg.Batch), Elapsed: time.Since(j.start)}
-	if j.P > 0 {
-		p.Epoch, p.Batch = int(j.pushed/int64(j.P))+1, int(j.pushed%int64(j.P))
+	if j.perEpoch > 0 {
+		p.Epoch, p.Batch = int(j.pushed/int64(j.perEpoch))+1, int(j.pushed%int64(j.perEpoch))
 		if p.Epoch > j.cfg.Epochs && j.cfg.Epochs > 0 {
-			p.Epoch, p.Batch = j.cfg.Epochs, j.P
+			p.Epoch, p.Batch = j.cfg.Epochs, j.perEpoch
 		}
 	}
 	return p
@@ -551,7 +551,7 @@ func (j *Job) Progress() Progress {
 // weights, their test error, the history and the server's counters.
 func (j *Job) Wait() (*Result, error) {
 	j.wg.Wait()
-	res := &Result{Steps: j.pushed, Images: j.pushed * int64(j.cfg.Batch), BatchesPerEpoch: j.P, Normalizer: j.norm}
+	res := &Result{Steps: j.pushed, Images: j.pushed * int64(j.cfg.Batch), BatchesPerEpoch: j.perEpoch, Normalizer: j.norm}
 	var gerr error
 	if j.group != nil {
 		gerr = j.group.Wait()
@@ -594,7 +594,7 @@ func (j *Job) Wait() (*Result, error) {
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Images) / res.Seconds
 	}
-	if E := j.cfg.Epochs; E > 0 && int64(E)*int64(j.P) == j.total {
+	if E := j.cfg.Epochs; E > 0 && int64(E)*int64(j.perEpoch) == j.total {
 		j.ended[E-1], j.done[E-1], j.testErr[E-1], j.secs[E-1] = true, true, res.TestError, res.Seconds
 		j.emit()
 	}
