@@ -48,7 +48,10 @@ type Config struct {
 // travel while the gradient is computed, at the price of one step of
 // extra staleness, which the stamps show: under softsync a lone learner
 // measures τ = 1. Nothing is copied to switch buffers: the replies are
-// received straight into the spare network's parameters.
+// received straight into the spare network's parameters. Under bounded
+// staleness the server's pull gate sees the prefetch, sent while the
+// learner still computes on older weights; gradients beyond the bound are
+// still dropped by the shards.
 //
 // A Learner allocates nothing per step beyond what its Client and Batches
 // do; it is used by one goroutine.
