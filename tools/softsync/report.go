@@ -26,6 +26,7 @@ type trainReport struct {
 	Learners     int            `json:"learners"`
 	Batch        int            `json:"batch"`
 	Epochs       int            `json:"epochs"`
+	EpochsDone   float64        `json:"epochs_done"`
 	Steps        int64          `json:"steps"`
 	Images       int64          `json:"images"`
 	TestError    *float64       `json:"test_error"`
@@ -120,6 +121,9 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 		Solver: solver{LR: c.Solver.LR, Momentum: c.Solver.Momentum, WeightDecay: c.Solver.WeightDecay,
 			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
 	}
+	if res.BatchesPerEpoch > 0 {
+		r.EpochsDone = float64(res.Steps) / float64(res.BatchesPerEpoch)
+	}
 	if r.Transport == "" {
 		r.Transport = "inmem"
 	}
@@ -160,7 +164,11 @@ func (r *trainReport) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "model\t%s (%s parameters), %s, %d learner(s) × batch %d\n", r.Model, thousands(int64(r.Params)), r.Data, r.Learners, r.Batch)
 	fmt.Fprintf(tw, "test error\t%s\n", te)
-	fmt.Fprintf(tw, "training time\t%s (%d epochs, %s steps, %s images)\n", fmtDuration(r.Seconds), r.Epochs, thousands(r.Steps), thousands(r.Images))
+	epochs := fmt.Sprintf("%d epochs", r.Epochs)
+	if r.EpochsDone < float64(r.Epochs) {
+		epochs = fmt.Sprintf("%.2f of %d epochs", r.EpochsDone, r.Epochs)
+	}
+	fmt.Fprintf(tw, "training time\t%s (%s, %s steps, %s images)\n", fmtDuration(r.Seconds), epochs, thousands(r.Steps), thousands(r.Images))
 	fmt.Fprintf(tw, "images/s\t%s\n", thousands(int64(math.Round(r.ImagesPerSec))))
 	if r.distributed() {
 		proto := r.Protocol

@@ -52,7 +52,7 @@ func TestTrainSingle(t *testing.T) {
 	}
 	r := readReport(t, js)
 	te, _ := r["test_error"].(float64)
-	if r["model"] != "mlp" || r["learners"] != 1.0 || r["batch"] != 32.0 || r["epochs"] != 2.0 ||
+	if r["model"] != "mlp" || r["learners"] != 1.0 || r["batch"] != 32.0 || r["epochs"] != 2.0 || r["epochs_done"] != 2.0 ||
 		r["protocol"] != "hardsync" || r["transport"] != "inmem" || r["compress"] != "none" ||
 		!(te > 0 && te < 0.25) || !(r["images_per_sec"].(float64) > 0) {
 		t.Errorf("report %v", r)
@@ -114,7 +114,7 @@ func TestTrainDistributed(t *testing.T) {
 		r["transport"] != "tcp" || r["compress"] != "shuffle+s2" || r["lr_mode"] != "staleness" || r["overlap"] != true {
 		t.Errorf("report %v", r)
 	}
-	if r["steps"] != 120.0 || r["images"] != 960.0 {
+	if r["steps"] != 120.0 || r["images"] != 960.0 || r["epochs_done"] != 120.0/375 {
 		t.Errorf("steps %v, images %v; want 120, 960", r["steps"], r["images"])
 	}
 	st := r["staleness"].(map[string]any)
