@@ -1,10 +1,14 @@
 # softsync: build, test, benchmark.
 #
 #   make              build bin/softsync
-#   make run          install missing system packages, then softsync doctor + a short bench gemm
+#   make run          install missing system packages, softsync doctor, then a short LeNet
+#                     training on MNIST (2 epochs, progress bar and end report)
+#   make train-mnist  LeNet on MNIST, one learner, 10 epochs; fails above 1.0% test error
+#   make train-mnist-dist  LeNet on MNIST, 8 learners × batch 8, 8-softsync, lr-mode
+#                     staleness, 10 epochs; fails above 1.2% test error
 #   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
-#   make bench        kernel benchmarks (go test -bench) and softsync bench gemm
+#   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make fuzz         native-vs-reference differential fuzzing (FUZZTIME, default 10s)
@@ -29,14 +33,28 @@ OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 
-.PHONY: build run test bench deps check-memory test-c fuzz csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
 
 run: deps build
 	bin/softsync doctor
-	bin/softsync bench gemm --min-time 100ms --rounds 2
+	bin/softsync train --model lenet --data mnist --epochs 2
+
+# Reports and plots of the accuracy runs go to build/.
+train-mnist: deps build
+	@mkdir -p build
+	bin/softsync train --model lenet --data mnist --epochs 10 \
+		--json build/train-mnist.json --plot build/train-mnist.png --save build/lenet-mnist.weights \
+		--expect-error 0.010
+
+train-mnist-dist: deps build
+	@mkdir -p build
+	bin/softsync train --model lenet --data mnist --epochs 10 --learners 8 --batch 8 \
+		--protocol softsync --n 8 --lr-mode staleness \
+		--json build/train-mnist-dist.json --plot build/train-mnist-dist.png \
+		--expect-error 0.012
 
 test: deps csrc-hash test-c check-memory
 	$(GO) vet ./...
@@ -47,6 +65,10 @@ test: deps csrc-hash test-c check-memory
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/
 	bin/softsync bench gemm
+	bin/softsync bench train --model lenet --batch 64
+	bin/softsync bench train --model lenet --batch 8
+	bin/softsync bench train --model lenet --batch 8 --learners 2
+	bin/softsync bench train --model cifar10_full --batch 100
 
 fuzz: csrc-hash
 	$(GO) test -run '^$$' -fuzz FuzzNativeVsReference -fuzztime $(FUZZTIME) -ldflags '$(LDFLAGS)' ./kernels/

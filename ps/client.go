@@ -22,7 +22,7 @@ type ClientConfig struct {
 // Client is a learner's connection to every shard: Pull fills the whole
 // flat vector from all shards, Push sends each shard its slice of the
 // gradient stamped with that shard's last pulled stamp. A Client is used
-// by one goroutine.
+// by one goroutine (PullAsync receives on a goroutine of its own).
 //
 // Pull minimum clocks: under softsync the learner's last stamp (weights
 // never go backwards); under hardsync, after a push, the last stamp + 1 (the
@@ -36,6 +36,21 @@ type Client struct {
 	pulls  []uint64 // per shard, sequence of the pull in flight
 	pushed bool     // a push was sent since the last pull
 	seq    uint64
+	pf     *prefetcher // started by the first PullAsync
+}
+
+// prefetcher receives the replies of an asynchronous pull on its own
+// goroutine: one request at a time, no allocation per pull.
+type prefetcher struct {
+	req    chan pfReq
+	done   chan error
+	stamps []uint64 // stamps of the weights being received
+	busy   bool     // a pull is in flight (owner goroutine only)
+}
+
+type pfReq struct {
+	ctx context.Context
+	w   []float32
 }
 
 // NewClient returns a client over conns, where conns[k] is connected to
@@ -79,13 +94,74 @@ func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
 // meanwhile are returned, joined and wrapping ErrRejected, after w is
 // filled; transport errors are returned at once.
 func (c *Client) Pull(ctx context.Context, w []float32) error {
+	if err := c.startPull(ctx, w, false); err != nil {
+		return err
+	}
+	return c.recvWeights(ctx, w, c.stamps)
+}
+
+// PullAsync starts a pull like Pull and returns once the requests are
+// sent; the replies are received into w on another goroutine while the
+// caller goes on (a learner computes its gradient meanwhile: --overlap).
+// WaitPull waits for them. Until WaitPull returns, the caller must not
+// touch w nor call Pull or PullAsync; it may Push, and Push stamps the
+// gradient with the stamps of the last pull that completed, which are the
+// stamps of the weights the gradient was computed on. WaitPull then makes
+// the new weights' stamps current.
+//
+// Under hardsync the asynchronous pull asks for the next round's weights
+// (minimum clock: last stamp + 1), which the shards send once the current
+// round, including this learner's own push, is applied: the learner must
+// push before WaitPull can return.
+func (c *Client) PullAsync(ctx context.Context, w []float32) error {
+	if c.pf == nil {
+		c.pf = &prefetcher{req: make(chan pfReq), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards)}
+		go c.prefetch()
+	}
+	if c.pf.busy {
+		return fmt.Errorf("ps client %d: PullAsync while a pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
+	}
+	if err := c.startPull(ctx, w, true); err != nil {
+		return err
+	}
+	c.pf.busy = true
+	c.pf.req <- pfReq{ctx, w}
+	return nil
+}
+
+// WaitPull waits for the pull started by PullAsync and returns its error
+// (as Pull would). It returns nil at once if no pull is in flight.
+func (c *Client) WaitPull() error {
+	if c.pf == nil || !c.pf.busy {
+		return nil
+	}
+	err := <-c.pf.done
+	c.pf.busy = false
+	copy(c.stamps, c.pf.stamps)
+	return err
+}
+
+// prefetch is the receiving goroutine of PullAsync; it ends when req is
+// closed (Close).
+func (c *Client) prefetch() {
+	for r := range c.pf.req {
+		c.pf.done <- c.recvWeights(r.ctx, r.w, c.pf.stamps)
+	}
+}
+
+// startPull checks w and sends a pull to every shard. next asks, under
+// hardsync, for the next round's weights whether or not a push was sent.
+func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	if len(w) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
+	}
+	if c.pf != nil && c.pf.busy {
+		return fmt.Errorf("ps client %d: Pull while an asynchronous pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
 	}
 	for k := range c.conns {
 		m := c.msg(MsgPull, k, 0)
 		m.Timestamp = c.stamps[k]
-		if c.pushed && c.cfg.Protocol == Hardsync {
+		if (c.pushed || next) && c.cfg.Protocol == Hardsync {
 			m.Timestamp++
 		}
 		c.pulls[k] = m.Seq
@@ -94,6 +170,12 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 		}
 	}
 	c.pushed = false
+	return nil
+}
+
+// recvWeights receives every shard's reply to the pulls in c.pulls into w
+// and their stamps into stamps.
+func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64) error {
 	var rejections []error
 	for k, r := range c.ranges {
 		for done := false; !done; {
@@ -117,7 +199,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, r.Len(), ErrBadLength)
 			default:
 				copy(w[r.Lo:r.Hi], m.Payload)
-				c.stamps[k], done = m.Timestamp, true
+				stamps[k], done = m.Timestamp, true
 			}
 			m.Release()
 		}
@@ -160,8 +242,23 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	return nil
 }
 
-// Close closes every connection.
+// Stats returns the traffic of the client's connections, summed.
+func (c *Client) Stats() rdma.Stats {
+	var st rdma.Stats
+	for _, conn := range c.conns {
+		cs := conn.Stats()
+		st.Add(&cs)
+	}
+	return st
+}
+
+// Close closes every connection (which ends a pull in flight with an
+// error) and stops the PullAsync goroutine.
 func (c *Client) Close() error {
+	if c.pf != nil && c.pf.req != nil {
+		defer close(c.pf.req)
+		c.pf.req = nil
+	}
 	var errs []error
 	for _, conn := range c.conns {
 		errs = append(errs, conn.Close())

@@ -141,7 +141,13 @@
 //
 // Server runs one shard core on its own goroutine behind an rdma.Listener
 // of learner connections; Client is the learner side over one rdma.Conn
-// per shard (Pull from all shards, Push each shard its slice). On the wire
+// per shard (Pull from all shards, Push each shard its slice; PullAsync
+// receives the next weights on a goroutine while the learner computes, and
+// Push keeps stamping with the stamps of the weights the gradient was
+// computed on until WaitPull makes the new ones current). Server's OnPush
+// hook shows the shard's weights after each consumed gradient, which lets
+// a job runner snapshot them at a given count of mini-batches (an epoch
+// end) without stopping the learners. On the wire
 // the core's messages are rdma messages: MsgPush … MsgLeave are the rdma
 // types of learner → shard messages (Timestamp: the push's stamp j or the
 // pull's minimum clock; Payload: the gradient slice), TypeWeights answers a

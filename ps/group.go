@@ -33,6 +33,9 @@ type GroupConfig struct {
 	Addr     string
 	Codec    rdma.Codec   // encoding of weights replies
 	OnUpdate func(Update) // see ServerConfig; called from each shard's goroutine
+	// OnPush is ServerConfig.OnPush for every shard, called from each
+	// shard's goroutine with the shard's index.
+	OnPush func(shard int, consumed uint64, w []float32)
 }
 
 // StartGroup starts one Server per shard and returns once all listen. The
@@ -42,7 +45,11 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 	g := &Group{cfg: cfg.PS, total: len(cfg.Init)}
 	var lns []rdma.Listener
 	for k := range cfg.PS.Shards {
-		s, err := NewServer(ServerConfig{PS: cfg.PS, Shard: k, Init: cfg.Init, Codec: cfg.Codec, OnUpdate: cfg.OnUpdate})
+		scfg := ServerConfig{PS: cfg.PS, Shard: k, Init: cfg.Init, Codec: cfg.Codec, OnUpdate: cfg.OnUpdate}
+		if cfg.OnPush != nil {
+			scfg.OnPush = func(n uint64, w []float32) { cfg.OnPush(k, n, w) }
+		}
+		s, err := NewServer(scfg)
 		if err == nil {
 			var ln rdma.Listener
 			if ln, err = cfg.Network.Listen(cfg.Addr); err == nil {

@@ -24,6 +24,15 @@ type ServerConfig struct {
 	// OnUpdate, if set, is called on the shard goroutine after every
 	// update; it must return quickly.
 	OnUpdate func(Update)
+	// OnPush, if set, is called on the shard goroutine after every Step
+	// that accepted or dropped a gradient, with the number of gradients
+	// the shard has consumed so far (accepted plus dropped, each standing
+	// for one mini-batch of data; duplicates and rejected pushes do not
+	// count) and a read-only view of the shard's weights after that Step,
+	// valid during the call only. Accepted gradients still pending in the
+	// next update (softsync with c > 1) are not in those weights. It must
+	// return quickly: copy what it needs.
+	OnPush func(consumed uint64, w []float32)
 	// Logger, if set, receives connection events at debug level.
 	Logger *slog.Logger
 }
@@ -55,12 +64,13 @@ type Server struct {
 	done  chan struct{} // closed when the shard loop ends
 	stats chan chan ServerStats
 
-	mu    sync.Mutex // guards conns and final
-	conns map[rdma.Conn]bool
-	final ServerStats
-	finW  []float32
-	extra ServerStats     // runtime counters; shard goroutine only
-	ctx   context.Context // of the running Serve; shard goroutine only
+	mu       sync.Mutex // guards conns and final
+	conns    map[rdma.Conn]bool
+	final    ServerStats
+	finW     []float32
+	extra    ServerStats     // runtime counters; shard goroutine only
+	consumed uint64          // gradients accepted or dropped, as last reported to OnPush; shard goroutine only
+	ctx      context.Context // of the running Serve; shard goroutine only
 }
 
 // inbound is a message from a connection, a recoverable receive error
@@ -239,6 +249,12 @@ func (s *Server) step(rm *rdma.Msg, from *peer, route []*peer) {
 		route[m.Learner] = nil
 	}
 	s.deliver(r, from, route)
+	if s.cfg.OnPush != nil {
+		if n := s.core.stats.Gradients + s.core.stats.Dropped; n != s.consumed {
+			s.consumed = n
+			s.cfg.OnPush(n, s.core.Weights())
+		}
+	}
 }
 
 func (s *Server) snapshot() ServerStats {

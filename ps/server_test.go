@@ -77,11 +77,23 @@ func network(t testing.TB, kind string, job uint32) (rdma.Network, string) {
 // cluster runs a Group over the transport kind and λ learner goroutines,
 // each running steps of pull → gradient → push, then leave.
 func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []ServerStats) {
+	return clusterOpts(t, kind, cfg, init, steps, grad, clusterOptions{})
+}
+
+// clusterOptions vary cluster: overlap makes each learner prefetch its
+// next weights with PullAsync while it computes (two weight buffers);
+// onPush is passed to the group.
+type clusterOptions struct {
+	overlap bool
+	onPush  func(shard int, consumed uint64, w []float32)
+}
+
+func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32), o clusterOptions) ([]float32, []ServerStats) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	net, addr := network(t, kind, cfg.Job)
-	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr})
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr, OnPush: o.onPush})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +106,22 @@ func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, g
 				return
 			}
 			defer c.Close()
-			w, grd := make([]float32, len(init)), make([]float32, len(init))
-			for s := range steps {
+			w, next, grd := make([]float32, len(init)), make([]float32, len(init)), make([]float32, len(init))
+			if o.overlap {
 				if err := c.Pull(ctx, w); err != nil {
+					t.Errorf("learner %d: %v", l, err)
+					return
+				}
+			}
+			for s := range steps {
+				var err error
+				switch {
+				case !o.overlap:
+					err = c.Pull(ctx, w)
+				case s < steps-1:
+					err = c.PullAsync(ctx, next)
+				}
+				if err != nil {
 					t.Errorf("learner %d step %d: %v", l, s, err)
 					return
 				}
@@ -104,6 +129,13 @@ func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, g
 				if err := c.Push(ctx, grd); err != nil {
 					t.Errorf("learner %d step %d: %v", l, s, err)
 					return
+				}
+				if o.overlap {
+					if err := c.WaitPull(); err != nil {
+						t.Errorf("learner %d step %d: %v", l, s, err)
+						return
+					}
+					w, next = next, w
 				}
 			}
 			if err := c.Leave(ctx); err != nil {
@@ -127,7 +159,15 @@ func TestServerHardsyncExact(t *testing.T) {
 	}
 }
 
-func testHardsyncExact(t *testing.T, kind string) {
+// TestServerHardsyncOverlap: under hardsync a prefetch asks for the next
+// round, so overlapped learners compute exactly what synchronous ones do.
+func TestServerHardsyncOverlap(t *testing.T) {
+	testHardsyncExactOpts(t, "inmem", clusterOptions{overlap: true})
+}
+
+func testHardsyncExact(t *testing.T, kind string) { testHardsyncExactOpts(t, kind, clusterOptions{}) }
+
+func testHardsyncExactOpts(t *testing.T, kind string, o clusterOptions) {
 	const learners, mu, n, epochs = 4, 3, 48, 3
 	prob := newLeastSquares(n)
 	solver := sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 0.01, LRSteps: []int{2}, LRGamma: 0.1, LRMode: sgd.LRStaleness}
@@ -145,9 +185,9 @@ func testHardsyncExact(t *testing.T, kind string) {
 		single.Update(ref, g, 0, s*mu*learners/n)
 	}
 
-	got, stats := cluster(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
+	got, stats := clusterOpts(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
 		prob.gradient(w, g, s*mu*learners+l*mu, mu)
-	})
+	}, o)
 	for i := range got {
 		if math.Abs(float64(got[i])-float64(ref[i])) > 1e-6 {
 			t.Fatalf("w[%d] = %g, single learner %g", i, got[i], ref[i])
@@ -269,4 +309,136 @@ func TestGroupErrors(t *testing.T) {
 	if _, err := Dial(ctx, net, []string{"nowhere"}, ClientConfig{Total: 4, Shards: 1}); !errors.Is(err, rdma.ErrRefused) {
 		t.Fatalf("dial to nothing: %v", err)
 	}
+}
+
+// TestClientPullAsyncStamps runs one softsync learner that prefetches its
+// next weights while it computes. Each prefetch is answered before the
+// push of the gradient being computed, so step s ≥ 1 computes on the
+// weights of clock s−1 and its gradient must arrive with staleness 1: the
+// run must equal SGD whose step s uses the gradient at w_{s−1}, and the
+// histogram must be {τ=0: 1, τ=1: steps−1}. A client that stamped
+// gradients with the prefetched weights' stamps would show τ = 0.
+func TestClientPullAsyncStamps(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			const n, steps = 20, 15
+			prob := newLeastSquares(n)
+			solver := sgd.Config{LR: 0.05, Momentum: 0.5, LRMode: sgd.LRStaleness}
+			cfg := Config{Job: 4, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 2, Layout: lsLayout, Solver: solver}
+			init := make([]float32, lsDim)
+			for i := range init {
+				init[i] = 0.1 * float32(i)
+			}
+			single, err := sgd.NewSolver(solver, lsLayout, 0, lsDim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, prev, g := slices.Clone(init), slices.Clone(init), make([]float32, lsDim)
+			for s := range steps {
+				prob.gradient(prev, g, 2*s, 2) // computed on w_{s−1} (w_0 for s = 0)
+				copy(prev, ref)
+				single.Update(ref, g, min(s, 1), 0)
+			}
+			var pushes []uint64
+			got, stats := clusterOpts(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
+				prob.gradient(w, g, 2*s, 2)
+			}, clusterOptions{overlap: true, onPush: func(shard int, consumed uint64, w []float32) {
+				if shard == 0 {
+					pushes = append(pushes, consumed)
+				}
+			}})
+			for i := range got {
+				if math.Abs(float64(got[i])-float64(ref[i])) > 1e-6 {
+					t.Fatalf("w[%d] = %g, want %g (SGD with gradients one step stale)", i, got[i], ref[i])
+				}
+			}
+			for k, st := range stats {
+				if !slices.Equal(st.Histogram, []uint64{1, steps - 1}) || st.Updates != steps {
+					t.Errorf("shard %d: histogram %v, %d updates; want [1 %d], %d", k, st.Histogram, st.Updates, steps-1, steps)
+				}
+			}
+			if len(pushes) != steps || pushes[0] != 1 || pushes[steps-1] != steps {
+				t.Errorf("OnPush saw consumed counts %v, want 1…%d", pushes, steps)
+			}
+		})
+	}
+}
+
+// TestGroupOnPush checks that OnPush hands out the weights as they are
+// after each consumed gradient: with c = 1 the view after the last push
+// is the final weights.
+func TestGroupOnPush(t *testing.T) {
+	cfg := Config{Job: 1, Learners: 3, Protocol: Softsync, N: 3, Shards: 2, Batch: 1,
+		Solver: sgd.Config{LR: 0.01, LRMode: sgd.LRStaleness}}
+	prob := newLeastSquares(40)
+	var mu sync.Mutex
+	last := make([]float32, lsDim)
+	counts := make([][]uint64, 2)
+	rs, _ := Ranges(lsDim, 2)
+	got, _ := clusterOpts(t, "inmem", cfg, make([]float32, lsDim), 10, func(l, s int, w, g []float32) {
+		prob.gradient(w, g, s*3+l, 1)
+	}, clusterOptions{onPush: func(shard int, consumed uint64, w []float32) {
+		mu.Lock()
+		defer mu.Unlock()
+		counts[shard] = append(counts[shard], consumed)
+		copy(last[rs[shard].Lo:rs[shard].Hi], w)
+	}})
+	for k, c := range counts {
+		for i, n := range c {
+			if n != uint64(i+1) {
+				t.Fatalf("shard %d: consumed counts %v, want 1…30", k, c)
+			}
+		}
+		if len(c) != 30 {
+			t.Errorf("shard %d: %d calls, want 30", k, len(c))
+		}
+	}
+	if !slices.Equal(last, got) {
+		t.Errorf("weights after the last push %v, final weights %v", last, got)
+	}
+}
+
+// TestClientPullAsyncMisuse: a second PullAsync, or a Pull, while one is in
+// flight is an error, not a race.
+func TestClientPullAsyncMisuse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := Config{Job: 1, Learners: 1, Protocol: Hardsync, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.01}}
+	net, addr := network(t, "inmem", 1)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 4), Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, w2 := make([]float32, 4), make([]float32, 4)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PullAsync(ctx, w2); err != nil { // hardsync: waits for this learner's push
+		t.Fatal(err)
+	}
+	if err := c.PullAsync(ctx, w2); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("second PullAsync: %v", err)
+	}
+	if err := c.Pull(ctx, w); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Pull during PullAsync: %v", err)
+	}
+	if err := c.Push(ctx, []float32{1, 1, 1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitPull(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stamps(); st[0] != 1 || w2[0] != -0.01 {
+		t.Errorf("after the round: stamps %v, weights %v", st, w2)
+	}
+	c.Leave(ctx)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
 }

@@ -52,7 +52,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 		},
 	}
 	f := root.PersistentFlags()
-	f.IntVar(&app.Threads, "threads", 0, "compute threads (OpenBLAS); 0 = the cores available to the process")
+	f.IntVar(&app.Threads, "threads", 0, "compute threads (OpenBLAS and kernels); for train and bench train: goroutines per learner over single-threaded kernels; 0 = the cores available to the process (for train: divided among the learners)")
 	f.StringVar(&app.Level, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
 	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")

@@ -1,0 +1,5 @@
+//go:build race
+
+package learner
+
+func init() { raceDetector = true }

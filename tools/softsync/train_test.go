@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/learner/nn"
+)
+
+// runErr runs softsync with args and returns its output and error.
+func runErr(args ...string) (string, error) {
+	var out bytes.Buffer
+	root := newRootCmd(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func readReport(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return r
+}
+
+// TestTrainSingle trains the mlp on an MNIST subset with every output,
+// then reloads the saved weights and evaluates them: the same test error.
+func TestTrainSingle(t *testing.T) {
+	dir := t.TempDir()
+	js, plot, w := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.png"), filepath.Join(dir, "w.bin")
+	out := run(t, "train", "--model", "mlp", "--epochs", "2", "--train-subset", "2000", "--test-subset", "500",
+		"--batch", "32", "--lr", "0.05", "--json", js, "--plot", plot, "--save", w, "--quiet")
+	for _, want := range []string{"test error", "training time", "images/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	r := readReport(t, js)
+	te, _ := r["test_error"].(float64)
+	if r["model"] != "mlp" || r["learners"] != 1.0 || r["batch"] != 32.0 || r["epochs"] != 2.0 || r["epochs_done"] != 2.0 ||
+		r["protocol"] != "hardsync" || r["transport"] != "inmem" || r["compress"] != "none" ||
+		!(te > 0 && te < 0.25) || !(r["images_per_sec"].(float64) > 0) {
+		t.Errorf("report %v", r)
+	}
+	hist, _ := r["history"].([]any)
+	if len(hist) != 2 {
+		t.Fatalf("history %v", r["history"])
+	}
+	h0, h1 := hist[0].(map[string]any), hist[1].(map[string]any)
+	if h0["epoch"] != 1.0 || h1["epoch"] != 2.0 || h1["train_loss"].(float64) >= h0["train_loss"].(float64) ||
+		h1["test_error"] != te || !(h1["seconds"].(float64) >= h0["seconds"].(float64)) {
+		t.Errorf("history %v", hist)
+	}
+	if st := r["staleness"].(map[string]any); st["max"] != 0.0 || len(st["histogram"].([]any)) != 1 {
+		t.Errorf("single learner staleness %v", st)
+	}
+	f, err := os.Open(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil || img.Bounds().Dx() < 500 || img.Bounds().Dy() < 300 {
+		t.Errorf("plot: %v, %v", err, img.Bounds())
+	}
+	spec, _ := nn.Builtin("mlp")
+	if _, err := learner.LoadWeights(w, spec); err != nil {
+		t.Fatal(err)
+	}
+	js2 := filepath.Join(dir, "eval.json")
+	run(t, "train", "--model", "mlp", "--load", w, "--epochs", "0", "--test-subset", "500", "--json", js2, "--quiet")
+	if r2 := readReport(t, js2); r2["test_error"] != te || r2["steps"] != 0.0 {
+		t.Errorf("reloaded weights: test error %v after %v steps, trained %v", r2["test_error"], r2["steps"], te)
+	}
+	if _, err := runErr("train", "--model", "lenet", "--load", w, "--epochs", "0"); err == nil ||
+		!strings.Contains(err.Error(), "--load") || !strings.Contains(err.Error(), w) {
+		t.Errorf("mlp weights into lenet: %v", err)
+	}
+	_, err = runErr("train", "--model", "mlp", "--load", w, "--epochs", "0", "--test-subset", "500", "--expect-error", "0.001", "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "--expect-error") {
+		t.Errorf("--expect-error 0.001 with test error %v: %v", te, err)
+	}
+}
+
+// TestTrainDistributed runs asynchronous learners over loopback TCP with
+// two shards and a codec; the report must add up.
+func TestTrainDistributed(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "r.json")
+	out := run(t, "train", "--model", "mlp", "--epochs", "1", "--max-steps", "40", "--train-subset", "3000",
+		"--test-subset", "300", "--batch", "8", "--learners", "3", "--protocol", "softsync", "--n", "3",
+		"--shards", "2", "--transport", "tcp", "--compress", "shuffle+s2", "--overlap", "--json", js, "--quiet")
+	for _, want := range []string{"staleness", "updates", "bytes sent", "3-softsync"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	r := readReport(t, js)
+	if r["learners"] != 3.0 || r["protocol"] != "softsync" || r["n"] != 3.0 || r["shards"] != 2.0 ||
+		r["transport"] != "tcp" || r["compress"] != "shuffle+s2" || r["lr_mode"] != "staleness" || r["overlap"] != true {
+		t.Errorf("report %v", r)
+	}
+	if r["steps"] != 120.0 || r["images"] != 960.0 || r["epochs_done"] != 120.0/375 {
+		t.Errorf("steps %v, images %v; want 120, 960", r["steps"], r["images"])
+	}
+	st := r["staleness"].(map[string]any)
+	var sum, weighted float64
+	for tau, c := range st["histogram"].([]any) {
+		sum += c.(float64)
+		weighted += float64(tau) * c.(float64)
+	}
+	if sum != r["gradients"].(float64) || sum+r["gradients_dropped"].(float64) != 120 ||
+		math.Abs(weighted/sum-st["mean"].(float64)) > 1e-9 || !(st["mean"].(float64) > 0) {
+		t.Errorf("staleness %v, gradients %v, dropped %v", st, r["gradients"], r["gradients_dropped"])
+	}
+	tr := r["traffic"].(map[string]any)
+	if !(r["bytes_sent"].(float64) > 0) || !(tr["push_wire_bytes"].(float64) < tr["push_raw_bytes"].(float64)) {
+		t.Errorf("bytes sent %v, traffic %v", r["bytes_sent"], tr)
+	}
+	if len(r["shard_stats"].([]any)) != 2 || len(r["history"].([]any)) != 0 {
+		t.Errorf("shard_stats %v, history %v (a partial epoch has none)", r["shard_stats"], r["history"])
+	}
+}
+
+// TestTrainBadFlags: every bad flag is an error naming it, before any
+// data is read or anything starts.
+func TestTrainBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--learners", "0"}, "--learners"},
+		{[]string{"--batch", "-1"}, "--batch"},
+		{[]string{"--epochs", "-2"}, "--epochs"},
+		{[]string{"--lr", "0"}, "--lr"},
+		{[]string{"--lr", "NaN"}, "--lr"},
+		{[]string{"--momentum", "1.5"}, "--momentum"},
+		{[]string{"--weight-decay", "-1"}, "--weight-decay"},
+		{[]string{"--lr-steps", "5,3"}, "--lr-steps"},
+		{[]string{"--lr-steps", "x"}, "--lr-steps"},
+		{[]string{"--lr-steps", "3", "--lr-gamma", "0"}, "--lr-gamma"},
+		{[]string{"--protocol", "async"}, "--protocol"},
+		{[]string{"--n", "2"}, "--n"}, // hardsync
+		{[]string{"--protocol", "softsync", "--learners", "4", "--n", "5"}, "--n"},
+		{[]string{"--protocol", "softsync", "--n", "0"}, "--n"},
+		{[]string{"--max-staleness", "2"}, "--max-staleness"}, // hardsync
+		{[]string{"--protocol", "softsync", "--max-staleness", "-1"}, "--max-staleness"},
+		{[]string{"--lr-mode", "fast"}, "--lr-mode"},
+		{[]string{"--shards", "0"}, "--shards"},
+		{[]string{"--shards", "100000000"}, "--shards"},
+		{[]string{"--transport", "udp"}, "--transport"},
+		{[]string{"--compress", "lz4"}, "--compress"},
+		{[]string{"--compress", "topk:2"}, "--compress"},
+		{[]string{"--model", "nosuchnet"}, "--model"},
+		{[]string{"--plot", "out.jpg"}, "--plot"},
+		{[]string{"--json", "/no/such/dir/r.json"}, "--json"},
+		{[]string{"--save", "/no/such/dir/w"}, "--save"},
+		{[]string{"--load", "/no/such/file"}, "--load"},
+		{[]string{"--max-steps", "-1"}, "--max-steps"},
+		{[]string{"--train-subset", "-5"}, "--train-subset"},
+		{[]string{"--expect-error", "2"}, "--expect-error"},
+		{[]string{"--data", "/no/such/dir"}, "--data"},
+		{[]string{"--threads", "-1"}, "--threads"},
+	} {
+		start := time.Now()
+		_, err := runErr(append([]string{"train"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("train %s: %v, want an error naming %s", strings.Join(c.args, " "), err, c.flag)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("train %s: the error took %v", strings.Join(c.args, " "), d)
+		}
+	}
+	// Shapes: CIFAR-10 files into LeNet, batch larger than a learner's share.
+	if _, err := runErr("train", "--train-subset", "100", "--learners", "4", "--batch", "32"); err == nil || !strings.Contains(err.Error(), "--batch") {
+		t.Errorf("batch 32 with 25 images per learner: %v", err)
+	}
+}
+
+func TestBenchTrainJSON(t *testing.T) {
+	for _, learners := range []string{"1", "2"} {
+		out := run(t, "bench", "train", "--model", "mlp", "--batch", "8", "--images", "800", "--learners", learners, "--json")
+		var r map[string]any
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if r["model"] != "mlp" || r["batch"] != 8.0 || r["learners"].(float64) != map[string]float64{"1": 1, "2": 2}[learners] ||
+			!(r["images_per_sec"].(float64) > 0) || !(r["steps"].(float64) > 0) {
+			t.Errorf("bench train --learners %s: %v", learners, r)
+		}
+	}
+}
+
+func TestRenderBar(t *testing.T) {
+	p := learner.Progress{Epoch: 3, Epochs: 10, Batch: 450, Batches: 900, Loss: 0.0412, Steps: 2250, TotalSteps: 9000}
+	for _, width := range []int{40, 80, 200} {
+		s := renderBar(p, 5120, 83*time.Second, width)
+		if n := len([]rune(s)); n > width {
+			t.Errorf("width %d: %d columns: %q", width, n, s)
+		}
+		for _, want := range []string{"epoch 3/10", "450/900", "loss 0.0412", "5,120 img/s", "ETA 1m23s"} {
+			if width >= 80 && !strings.Contains(s, want) {
+				t.Errorf("width %d: %q lacks %q", width, s, want)
+			}
+		}
+	}
+	s := renderBar(p, 1, time.Second, 80)
+	bar := s[strings.Index(s, "[")+1 : strings.Index(s, "]")]
+	if fill := strings.Count(bar, "="); fill != len(bar)/2 || !strings.HasPrefix(bar, strings.Repeat("=", fill)+">") {
+		t.Errorf("half-way bar: %q", s)
+	}
+}
+
+func TestClipTail(t *testing.T) {
+	for _, c := range []struct {
+		h      []uint64
+		n      int
+		hidden uint64
+	}{
+		{nil, 1, 0},
+		{[]uint64{5}, 1, 0},
+		{[]uint64{500, 400, 99, 0, 1}, 3, 1},
+		{[]uint64{500, 400, 98, 0, 2}, 5, 0},
+	} {
+		got, hidden := clipTail(c.h, 0.999)
+		if len(got) != c.n || hidden != c.hidden {
+			t.Errorf("clipTail(%v) = %v, %d hidden; want %d buckets, %d hidden", c.h, got, hidden, c.n, c.hidden)
+		}
+	}
+}
+
+// TestTrainDataFolders trains from folders of one's own: CIFAR-10 binary
+// files (recognised by their names) and MNIST idx files, both written in
+// the real formats by the test.
+func TestTrainDataFolders(t *testing.T) {
+	cifar := t.TempDir()
+	for i, name := range data.CIFAR10TrainFiles {
+		if err := data.WriteCIFAR10(filepath.Join(cifar, name), data.Synthetic(40, 3, 32, 32, 10, uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := data.WriteCIFAR10(filepath.Join(cifar, data.CIFAR10TestFile), data.Synthetic(30, 3, 32, 32, 10, 9)); err != nil {
+		t.Fatal(err)
+	}
+	mnist := t.TempDir()
+	for _, f := range []struct {
+		images, labels string
+		n              int
+	}{{data.MNISTTrainImages, data.MNISTTrainLabels, 200}, {data.MNISTTestImages, data.MNISTTestLabels, 50}} {
+		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
+		if err := data.WriteIDX(filepath.Join(mnist, f.images), filepath.Join(mnist, f.labels), ds, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		model, dir, want string
+		train, test      float64
+	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, "MNIST", 200, 50}} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		run(t, "train", "--model", c.model, "--data", c.dir, "--epochs", "1", "--batch", "8", "--json", js, "--quiet")
+		r := readReport(t, js)
+		if !strings.HasPrefix(r["data"].(string), c.want) || r["train_images"] != c.train || r["test_images"] != c.test || r["steps"] != c.train/8 {
+			t.Errorf("--data %s: report %v", c.dir, r)
+		}
+	}
+	// LeNet cannot take CIFAR-10 images: an error naming both flags.
+	if _, err := runErr("train", "--model", "lenet", "--data", cifar); err == nil ||
+		!strings.Contains(err.Error(), "--data") || !strings.Contains(err.Error(), "--model") {
+		t.Errorf("lenet on CIFAR-10: %v", err)
+	}
+}
