@@ -22,7 +22,7 @@ static void col_range(int ow, int w, int pad, int stride, int j, int *lo, int *h
 	*hi = ss_imax(*lo, ss_imin(b, ow));
 }
 
-void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t ld,
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, ptrdiff_t cs, float *col, ptrdiff_t ld,
                ptrdiff_t r0, ptrdiff_t r1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
@@ -31,7 +31,7 @@ void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdif
 	const size_t run = sizeof(float) * (size_t)g;
 	for (ptrdiff_t r = r0; r < r1; r++) {
 		const int c = (int)(r / kk), i = (int)(r % kk) / s->kw, j = (int)(r % s->kw);
-		const float *plane = x + (ptrdiff_t)c * s->h * row;
+		const float *plane = x + c * cs;
 		float *dst = col + r * ld;
 		int lo, hi;
 		col_range(ow, s->w, s->pad_w, sw, j, &lo, &hi);
@@ -68,15 +68,16 @@ static void add_run(float *restrict dst, const float *restrict src, ptrdiff_t n)
 		dst[i] += src[i];
 }
 
-void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, int c0, int c1)
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, ptrdiff_t cs,
+               int c0, int c1)
 {
 	const int oh = ss_conv_out_h(s), ow = ss_conv_out_w(s);
 	const int sh = s->stride_h, sw = s->stride_w;
 	const ptrdiff_t row = (ptrdiff_t)s->w * g;
 	const ptrdiff_t plane_len = (ptrdiff_t)s->h * row;
-	memset(x + c0 * plane_len, 0, sizeof(float) * (size_t)((c1 - c0) * plane_len));
 	for (int c = c0; c < c1; c++) {
-		float *plane = x + c * plane_len;
+		float *plane = x + c * cs;
+		memset(plane, 0, sizeof(float) * (size_t)plane_len);
 		ptrdiff_t r = (ptrdiff_t)c * s->kh * s->kw;
 		for (int i = 0; i < s->kh; i++) {
 			for (int j = 0; j < s->kw; j++, r++) {

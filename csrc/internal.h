@@ -59,4 +59,19 @@ static inline int ss_conv_out_w(const ss_conv_shape *s)
 	return (s->w + 2 * s->pad_w - s->kw) / s->stride_w + 1;
 }
 
+/* ss_conv_planes returns the strides between the planes of consecutive
+ * images (xn, yn) and channels (xc, yc) of x and y in the shape's layout:
+ * plane (n, c) of x is at x + n*xn + c*xc. */
+static inline void ss_conv_planes(const ss_conv_shape *s, ptrdiff_t *xn, ptrdiff_t *xc, ptrdiff_t *yn,
+                                  ptrdiff_t *yc)
+{
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w;
+	const ptrdiff_t p = (ptrdiff_t)ss_conv_out_h(s) * ss_conv_out_w(s);
+	if (s->layout == SS_CNHW) {
+		*xn = hw, *xc = s->n * hw, *yn = p, *yc = s->n * p;
+	} else {
+		*xn = s->c * hw, *xc = hw, *yn = s->oc * p, *yc = p;
+	}
+}
+
 #endif /* SOFTSYNC_INTERNAL_H */

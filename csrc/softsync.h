@@ -3,8 +3,10 @@
  *
  * Layouts. Every tensor is a row-major float array. Activations are NCHW:
  * element (n, c, h, w) of a tensor with C channels of H x W pixels is at
- * ((n*C + c)*H + h)*W + w. Convolution weights are [OC][C][KH][KW], fully
- * connected weights [out][in], biases one value per output channel.
+ * ((n*C + c)*H + h)*W + w; convolutions also take them channel-major
+ * (CNHW: ((c*N + n)*H + h)*W + w, see ss_conv_shape). Convolution weights
+ * are [OC][C][KH][KW], fully connected weights [out][in], biases one value
+ * per output channel.
  *
  * Outputs are overwritten, never accumulated into, and must not alias
  * inputs unless a function says otherwise. Inputs are never modified.
@@ -28,13 +30,21 @@
 extern "C" {
 #endif
 
+/* Activation layouts of a convolution (ss_conv_shape.layout). */
+enum {
+	SS_NCHW = 0,  /* image-major: plane (n, c) at (n*C + c)*H*W */
+	SS_CNHW = 1   /* channel-major: plane (n, c) at (c*N + n)*H*W */
+};
+
 /* ss_conv_shape describes a batched 2-D convolution. Output size (Caffe):
- * OH = (H + 2*pad_h - kh)/stride_h + 1, likewise OW. */
+ * OH = (H + 2*pad_h - kh)/stride_h + 1, likewise OW. layout orders x and
+ * dx (C channels) and y and dy (OC channels) alike. */
 typedef struct {
 	int n, c, h, w;          /* batch, input channels, height, width */
 	int oc, kh, kw;          /* output channels, kernel height, width */
 	int pad_h, pad_w;        /* zero padding on each side */
 	int stride_h, stride_w;  /* >= 1 */
+	int layout;              /* SS_NCHW or SS_CNHW */
 } ss_conv_shape;
 
 /* Pooling modes of ss_pool_shape. */
@@ -111,56 +121,79 @@ void ss_set_min_parallel_floats(ptrdiff_t floats);
 
 /* ss_im2col writes rows [r0, r1) of the column matrix of g images. x
  * holds them batch innermost (CHWN): pixel (c, h, w) of image n at
- * ((c*H + h)*W + w)*g + n; with g = 1 that is one plain CHW image. Row
+ * c*cs + (h*W + w)*g + n, cs >= H*W*g; with g = 1 that is one image whose
+ * planes lie cs floats apart (cs = H*W for a plain CHW image). Row
  * r = (c*kh + i)*kw + j of col starts at col + r*ld and holds, at column
  * (oh*OW + ow)*g + n, the pixel (c, oh*stride_h - pad_h + i,
  * ow*stride_w - pad_w + j) of image n, or 0 outside the image. ld >=
  * OH*OW*g; a larger ld leaves room for other images' columns beside
  * these (the image-major layout of ss_conv_forward). */
-void ss_im2col(const ss_conv_shape *s, int g, const float *x, float *col, ptrdiff_t ld,
+void ss_im2col(const ss_conv_shape *s, int g, const float *x, ptrdiff_t cs, float *col, ptrdiff_t ld,
                ptrdiff_t r0, ptrdiff_t r1);
 
 /* ss_col2im is the adjoint of ss_im2col for channels [c0, c1): it
- * overwrites those channels of x (CHWN, g images) with, at each pixel, the
- * sum of the column entries ss_im2col would have copied from it. The rows
- * of a channel touch no other channel's pixels. */
-void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, int c0, int c1);
+ * overwrites those channels of x (CHWN, g images, planes cs floats apart)
+ * with, at each pixel, the sum of the column entries ss_im2col would have
+ * copied from it. The rows of a channel touch no other channel's pixels. */
+void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, float *x, ptrdiff_t cs,
+               int c0, int c1);
 
 /* ---- convolution (conv.c) ---- */
 
-/* Column layouts of a group's GEMM (see conv.c). */
+/* Convolution methods. */
 enum {
-	SS_CONV_CHWN = 0,  /* batch innermost: column p*g + n */
-	SS_CONV_NCHW = 1   /* image-major: column n*P + p */
+	SS_CONV_CHWN = 0,   /* GEMM per group, batch-innermost columns: column p*g + n */
+	SS_CONV_IMAGE = 1,  /* GEMM per group, image-major columns: column n*P + p */
+	SS_CONV_DIRECT = 2  /* direct AVX2 kernels (direct.c); stride 1 */
 };
 
-/* ss_conv_layout returns the faster layout for the shape: image-major
- * when output rows are long (OW >= 24: im2col copies them whole and no
- * transposes are needed), batch-innermost otherwise. */
-int ss_conv_layout(const ss_conv_shape *s);
+/* ss_conv_direct_supported reports whether SS_CONV_DIRECT runs the shape
+ * on this CPU: stride 1 and a CPU with AVX2 and FMA. */
+int ss_conv_direct_supported(const ss_conv_shape *s);
+
+/* ss_conv_method returns the fastest method for the shape: direct where
+ * supported, else image-major GEMMs when output rows are long (OW >= 24:
+ * im2col copies them whole and no transposes are needed), batch-innermost
+ * GEMMs otherwise. */
+int ss_conv_method(const ss_conv_shape *s);
 
 /* ss_conv_group returns how many images one GEMM should cover so that the
  * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
- * budget floats, at least 1 and at most s->n. */
+ * budget floats, at least 1 and at most s->n. The direct method ignores
+ * it. */
 int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 
 /* ss_conv_workspace returns the number of floats of scratch memory
  * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
- * for a group size and layout. */
-ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int layout, int backward);
+ * for a group size and method; for the direct method it depends on the
+ * thread count (ss_threads_init). */
+ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int method, int backward);
 
-/* ss_conv_forward computes y = conv(x, w) + b for the batch, group images
- * per GEMM in the given layout; b may be NULL. ws holds
- * ss_conv_workspace(s, group, layout, 0) floats. */
-void ss_conv_forward(const ss_conv_shape *s, int group, int layout, const float *x,
-                     const float *w, const float *b, float *y, float *ws);
+/* ss_conv_forward computes y = conv(x, w) + b for the batch with a method
+ * (group images per GEMM for the GEMM methods); b may be NULL. ws holds
+ * ws_len >= ss_conv_workspace(s, group, method, 0) floats (taken when the
+ * thread count was what it is now; with less, fewer threads are used). */
+void ss_conv_forward(const ss_conv_shape *s, int group, int method, const float *x,
+                     const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len);
 
 /* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
  * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
- * ss_conv_workspace(s, group, layout, 1) floats. */
-void ss_conv_backward(const ss_conv_shape *s, int group, int layout, const float *x,
+ * ws_len >= ss_conv_workspace(s, group, method, 1) floats. */
+void ss_conv_backward(const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
-                      float *db, float *ws);
+                      float *db, float *ws, ptrdiff_t ws_len);
+
+/* ---- direct convolution (direct.c) ---- */
+
+/* ss_conv_direct_workspace is ss_conv_workspace for SS_CONV_DIRECT. */
+ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward);
+/* ss_conv_direct_forward and ss_conv_direct_backward are ss_conv_forward
+ * and the dx, dw part of ss_conv_backward for SS_CONV_DIRECT; they
+ * require ss_conv_direct_supported(s). */
+void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                            float *y, float *ws, ptrdiff_t ws_len);
+void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *ws, ptrdiff_t ws_len);
 
 /* ---- pooling (pool.c) ---- */
 

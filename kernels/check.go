@@ -73,6 +73,9 @@ func checkMatrix(op, name, ldName string, x []float32, rows, cols, ld int) {
 }
 
 func (s ConvShape) check(op string) {
+	if s.Layout != NCHW && s.Layout != CNHW {
+		fail(op, "ConvShape.Layout = %d, must be NCHW or CNHW", s.Layout)
+	}
 	positive(op, "ConvShape.N", s.N)
 	positive(op, "ConvShape.C", s.C)
 	positive(op, "ConvShape.H", s.H)

@@ -13,6 +13,7 @@
 
 #include "../csrc/blas.c"
 #include "../csrc/conv.c"
+#include "../csrc/direct.c"
 #include "../csrc/im2col.c"
 #include "../csrc/layers.c"
 #include "../csrc/parallel.c"

@@ -12,8 +12,10 @@ package kernels
 #cgo noescape ss_sgemm
 #cgo nocallback ss_sgemm
 #cgo noescape ss_conv_group
-#cgo noescape ss_conv_layout
-#cgo nocallback ss_conv_layout
+#cgo noescape ss_conv_method
+#cgo nocallback ss_conv_method
+#cgo noescape ss_conv_direct_supported
+#cgo nocallback ss_conv_direct_supported
 #cgo nocallback ss_conv_group
 #cgo noescape ss_conv_workspace
 #cgo nocallback ss_conv_workspace
@@ -61,15 +63,17 @@ type native struct {
 	// GEMM, which decides how many images it covers (ss_conv_group);
 	// 0 means defaultConvBudget.
 	budget int
-	// layout forces a convolution column layout (layoutCHWN or
-	// layoutNCHW); 0 lets ss_conv_layout choose per shape.
-	layout int
+	// method forces a convolution method (methodCHWN, methodImage or
+	// methodDirect, the last only where ss_conv_direct_supported); 0
+	// lets ss_conv_method choose per shape.
+	method int
 }
 
-// Forced convolution layouts of native.layout (tests run both).
+// Forced convolution methods of native.method (tests run each).
 const (
-	layoutCHWN = 1 + C.SS_CONV_CHWN
-	layoutNCHW = 1 + C.SS_CONV_NCHW
+	methodCHWN   = 1 + C.SS_CONV_CHWN
+	methodImage  = 1 + C.SS_CONV_IMAGE
+	methodDirect = 1 + C.SS_CONV_DIRECT
 )
 
 var _ Engine = native{}
@@ -138,37 +142,37 @@ func convShape(s ConvShape) C.ss_conv_shape {
 	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW())
 	return C.ss_conv_shape{n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
 		oc: C.int(s.OC), kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
-		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW)}
+		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW), layout: C.int(s.Layout)}
 }
 
-// convPlan returns the GEMM group size, the column layout and a workspace
-// slice large enough for them.
+// convPlan returns the GEMM group size, the method and a workspace slice
+// large enough for them.
 func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, C.int, []float32) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
-	layout := C.ss_conv_layout(cs)
-	if e.layout != 0 {
-		layout = C.int(e.layout - 1)
+	method := C.ss_conv_method(cs)
+	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(cs) != 0) {
+		method = C.int(e.method - 1)
 	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(cs, g, layout, cbool(backward))
-	return g, layout, ws.Floats(int(need))
+	need := C.ss_conv_workspace(cs, g, method, cbool(backward))
+	return g, method, ws.Floats(int(need))
 }
 
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
-	g, layout, buf := e.convPlan(&cs, false, ws)
-	C.ss_conv_forward(&cs, g, layout, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf))
+	g, method, buf := e.convPlan(&cs, false, ws)
+	C.ss_conv_forward(&cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
-	g, layout, buf := e.convPlan(&cs, true, ws)
-	C.ss_conv_backward(&cs, g, layout, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf))
+	g, method, buf := e.convPlan(&cs, true, ws)
+	C.ss_conv_backward(&cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func poolShape(s PoolShape) C.ss_pool_shape {

@@ -27,17 +27,21 @@ func TestNativeParallel(t *testing.T) {
 	kerneltest.Run(t, e)
 }
 
-// TestNativeConvPlans runs the convolution tests with each column layout
-// forced, with one image per GEMM and with uneven groups, so that every
-// path of csrc/conv.c is checked whatever the shapes would choose.
+// TestNativeConvPlans runs the convolution tests with each method forced,
+// the GEMM methods with one image per GEMM and with uneven groups, so that
+// every path of csrc/conv.c and csrc/direct.c is checked whatever the
+// shapes would choose.
 func TestNativeConvPlans(t *testing.T) {
 	if _, info, _ := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")}); info.Fallback {
 		t.Fatal(info.FallbackErr)
 	}
-	for _, layout := range []string{"chwn", "nchw"} {
+	for _, method := range []string{"chwn", "image", "direct"} {
 		for _, budget := range []int{1, 4000, 57601, 0} {
-			e := kernels.NativeWith(budget, layout)
-			t.Run(fmt.Sprintf("%s/budget=%d", layout, budget), func(t *testing.T) {
+			if method == "direct" && budget != 0 {
+				continue // the direct method has no GEMM groups
+			}
+			e := kernels.NativeWith(budget, method)
+			t.Run(fmt.Sprintf("%s/budget=%d", method, budget), func(t *testing.T) {
 				kerneltest.RunConv(t, e)
 			})
 		}

@@ -48,9 +48,10 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 var SetMinParallelFloats = setMinParallelFloats
 
 // NativeWith returns the native engine with a given convolution
-// column-matrix budget (floats; 0 = default) and a forced column layout
-// ("chwn", "nchw", or "" to choose per shape), for tests and tuning.
-func NativeWith(floats int, layout string) Engine {
-	l := map[string]int{"chwn": layoutCHWN, "nchw": layoutNCHW}[layout]
-	return native{budget: floats, layout: l}
+// column-matrix budget (floats; 0 = default) and a forced convolution
+// method ("chwn", "image", "direct" where the shape and CPU allow it, or
+// "" to choose per shape), for tests and tuning.
+func NativeWith(floats int, method string) Engine {
+	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
+	return native{budget: floats, method: m}
 }

@@ -35,14 +35,15 @@ func (reference) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float
 	gonum.Implementation{}.Sgemm(trans(transA), trans(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// im2col writes the column matrix of one image x (C×H×W): row
-// (c*KH+i)*KW+j, column oh*OW+ow holds x[c][oh*SH−PH+i][ow*SW−PW+j], zero
-// outside the image. col has C·KH·KW rows of OH·OW entries.
-func im2col(s ConvShape, x, col []float32) {
+// im2col writes the column matrix of one image whose H×W planes start cs
+// floats apart in x: row (c*KH+i)*KW+j, column oh*OW+ow holds pixel
+// (oh*SH−PH+i, ow*SW−PW+j) of plane c, zero outside the image. col has
+// C·KH·KW rows of OH·OW entries.
+func im2col(s ConvShape, x []float32, cs int, col []float32) {
 	oh, ow := s.OutH(), s.OutW()
 	r := 0
 	for c := 0; c < s.C; c++ {
-		plane := x[c*s.H*s.W : (c+1)*s.H*s.W]
+		plane := x[c*cs : c*cs+s.H*s.W]
 		for i := 0; i < s.KH; i++ {
 			for j := 0; j < s.KW; j++ {
 				row := col[r*oh*ow : (r+1)*oh*ow]
@@ -63,14 +64,15 @@ func im2col(s ConvShape, x, col []float32) {
 	}
 }
 
-// col2im is the adjoint of im2col: it overwrites x (C×H×W) with the sum of
-// the column entries that im2col would have read from each pixel.
-func col2im(s ConvShape, col, x []float32) {
-	clear(x[:s.C*s.H*s.W])
+// col2im is the adjoint of im2col: it overwrites the C planes of one image
+// (cs floats apart in x) with the sum of the column entries that im2col
+// would have read from each pixel.
+func col2im(s ConvShape, col, x []float32, cs int) {
 	oh, ow := s.OutH(), s.OutW()
 	r := 0
 	for c := 0; c < s.C; c++ {
-		plane := x[c*s.H*s.W : (c+1)*s.H*s.W]
+		plane := x[c*cs : c*cs+s.H*s.W]
+		clear(plane)
 		for i := 0; i < s.KH; i++ {
 			for j := 0; j < s.KW; j++ {
 				row := col[r*oh*ow : (r+1)*oh*ow]
@@ -92,19 +94,23 @@ func col2im(s ConvShape, col, x []float32) {
 	}
 }
 
+// The convolutions run image by image: plane (n, c) of x is at n·xn +
+// c·xc and row oc of image n's output (OC×P) at n·yn + oc·yc, a matrix of
+// row stride yc, in either layout.
+
 func (e reference) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	p := s.OutH() * s.OutW()
 	ckk := s.C * s.KH * s.KW
-	in := s.C * s.H * s.W
+	xn, xc, yn, yc := s.planes()
 	col := ws.Floats(ckk * p)
 	for n := 0; n < s.N; n++ {
-		im2col(s, x[n*in:], col)
-		yn := y[n*s.OC*p : (n+1)*s.OC*p]
-		e.Gemm(false, false, s.OC, p, ckk, 1, w, ckk, col, p, 0, yn, p)
+		im2col(s, x[n*xn:], xc, col)
+		out := y[n*yn:]
+		e.Gemm(false, false, s.OC, p, ckk, 1, w, ckk, col, p, 0, out, yc)
 		if b != nil {
 			for oc := 0; oc < s.OC; oc++ {
-				row := yn[oc*p : (oc+1)*p]
+				row := out[oc*yc : oc*yc+p]
 				for i := range row {
 					row[i] += b[oc]
 				}
@@ -117,29 +123,29 @@ func (e reference) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws 
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	p := s.OutH() * s.OutW()
 	ckk := s.C * s.KH * s.KW
-	in := s.C * s.H * s.W
+	xn, xc, yn, yc := s.planes()
 	buf := ws.Floats(2 * ckk * p)
 	col, dcol := buf[:ckk*p], buf[ckk*p:]
 	for n := 0; n < s.N; n++ {
-		dyn := dy[n*s.OC*p : (n+1)*s.OC*p]
-		im2col(s, x[n*in:], col)
+		dyn := dy[n*yn:]
+		im2col(s, x[n*xn:], xc, col)
 		beta := float32(1)
 		if n == 0 {
 			beta = 0
 		}
 		// dw (OC×CKK) += dy_n (OC×P) · col_nᵀ (P×CKK)
-		e.Gemm(false, true, s.OC, ckk, p, 1, dyn, p, col, p, beta, dw, ckk)
+		e.Gemm(false, true, s.OC, ckk, p, 1, dyn, yc, col, p, beta, dw, ckk)
 		if dx != nil {
 			// dcol (CKK×P) = wᵀ (CKK×OC) · dy_n (OC×P)
-			e.Gemm(true, false, ckk, p, s.OC, 1, w, ckk, dyn, p, 0, dcol, p)
-			col2im(s, dcol, dx[n*in:])
+			e.Gemm(true, false, ckk, p, s.OC, 1, w, ckk, dyn, yc, 0, dcol, p)
+			col2im(s, dcol, dx[n*xn:], xc)
 		}
 	}
 	if db != nil {
 		for oc := 0; oc < s.OC; oc++ {
 			var sum float32
 			for n := 0; n < s.N; n++ {
-				for _, v := range dy[(n*s.OC+oc)*p : (n*s.OC+oc+1)*p] {
+				for _, v := range dy[n*yn+oc*yc : n*yn+oc*yc+p] {
 					sum += v
 				}
 			}

@@ -1,12 +1,42 @@
 package kernels
 
+// Layout is the memory order of a convolution's activations (x, dx, y
+// and dy alike).
+type Layout int
+
+const (
+	// NCHW is image-major: element (n, c, h, w) of a tensor with N images
+	// of C channels of H×W pixels is at ((n·C+c)·H+h)·W+w. The zero value.
+	NCHW Layout = iota
+	// CNHW is channel-major: element (n, c, h, w) is at ((c·N+n)·H+h)·W+w.
+	// Each H×W plane is still contiguous and a CNHW tensor is laid out as
+	// an NCHW one with N and C swapped, so per-plane kernels (pooling,
+	// ReLU, within-channel LRN) run on it with their shape's N and C
+	// swapped. A stack of convolutions in CNHW passes each layer's output
+	// to the next with no reordering. With C = 1 or N = 1 both layouts are
+	// the same memory.
+	CNHW
+)
+
 // ConvShape describes a batched 2-D convolution. Output size follows Caffe:
 // OH = (H + 2·PadH − KH)/StrideH + 1 (floor), likewise OW.
 type ConvShape struct {
-	N, C, H, W       int // batch, input channels, input height and width
-	OC, KH, KW       int // output channels, kernel height and width
-	PadH, PadW       int // zero padding on each side
-	StrideH, StrideW int // strides, ≥ 1
+	N, C, H, W       int    // batch, input channels, input height and width
+	OC, KH, KW       int    // output channels, kernel height and width
+	PadH, PadW       int    // zero padding on each side
+	StrideH, StrideW int    // strides, ≥ 1
+	Layout           Layout // order of x, dx, y and dy (NCHW by default)
+}
+
+// planes returns the strides, in floats, between the H×W planes of
+// consecutive images and of consecutive channels, of x (C channels) and
+// of y (OC channels) in the shape's layout.
+func (s ConvShape) planes() (xn, xc, yn, yc int) {
+	hw, p := s.H*s.W, s.OutH()*s.OutW()
+	if s.Layout == CNHW {
+		return hw, s.N * hw, p, s.N * p
+	}
+	return s.C * hw, hw, s.OC * p, p
 }
 
 // OutH is the output height.
@@ -15,7 +45,7 @@ func (s ConvShape) OutH() int { return (s.H+2*s.PadH-s.KH)/s.StrideH + 1 }
 // OutW is the output width.
 func (s ConvShape) OutW() int { return (s.W+2*s.PadW-s.KW)/s.StrideW + 1 }
 
-// InputLen is the number of elements of x (N×C×H×W).
+// InputLen is the number of elements of x (N×C×H×W, either layout).
 func (s ConvShape) InputLen() int { return s.N * s.C * s.H * s.W }
 
 // WeightLen is the number of elements of w (OC×C×KH×KW).

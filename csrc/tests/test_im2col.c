@@ -6,17 +6,17 @@
 #include "softsync.h"
 
 static const ss_conv_shape shapes[] = {
-	/* n  c  h   w   oc kh kw ph pw sh sw */
-	{1, 1, 5, 5, 1, 3, 3, 0, 0, 1, 1},
-	{1, 3, 7, 6, 1, 3, 2, 1, 0, 2, 1},
-	{1, 2, 8, 8, 1, 5, 5, 2, 2, 1, 1},
-	{1, 4, 9, 9, 1, 3, 3, 1, 1, 3, 3},
-	{1, 1, 3, 3, 1, 3, 3, 1, 1, 1, 1},
-	{1, 2, 6, 5, 1, 1, 1, 0, 0, 1, 1},
-	{1, 3, 4, 4, 1, 4, 4, 2, 2, 2, 2},
-	{1, 1, 28, 28, 1, 5, 5, 0, 0, 1, 1},  /* LeNet conv1 */
-	{1, 3, 32, 32, 1, 5, 5, 2, 2, 1, 1},  /* cifar10_full conv1 */
-	{1, 2, 5, 9, 1, 2, 4, 1, 3, 2, 3},
+	/* n  c  h   w   oc kh kw ph pw sh sw layout */
+	{1, 1, 5, 5, 1, 3, 3, 0, 0, 1, 1, SS_NCHW},
+	{1, 3, 7, 6, 1, 3, 2, 1, 0, 2, 1, SS_NCHW},
+	{1, 2, 8, 8, 1, 5, 5, 2, 2, 1, 1, SS_NCHW},
+	{1, 4, 9, 9, 1, 3, 3, 1, 1, 3, 3, SS_NCHW},
+	{1, 1, 3, 3, 1, 3, 3, 1, 1, 1, 1, SS_NCHW},
+	{1, 2, 6, 5, 1, 1, 1, 0, 0, 1, 1, SS_NCHW},
+	{1, 3, 4, 4, 1, 4, 4, 2, 2, 2, 2, SS_NCHW},
+	{1, 1, 28, 28, 1, 5, 5, 0, 0, 1, 1, SS_NCHW},  /* LeNet conv1 */
+	{1, 3, 32, 32, 1, 5, 5, 2, 2, 1, 1, SS_NCHW},  /* cifar10_full conv1 */
+	{1, 2, 5, 9, 1, 2, 4, 1, 3, 2, 3, SS_NCHW},
 };
 
 static int out_h(const ss_conv_shape *s) { return (s->h + 2 * s->pad_h - s->kh) / s->stride_h + 1; }
@@ -44,8 +44,8 @@ static void test_shape(const ss_conv_shape *s, int g)
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
 	/* Two row ranges, as the threads of a convolution would. */
-	ss_im2col(s, g, x, col, (ptrdiff_t)p * g, 0, rows / 2);
-	ss_im2col(s, g, x, col, (ptrdiff_t)p * g, rows / 2, rows);
+	ss_im2col(s, g, x, (ptrdiff_t)s->h * s->w * g, col, (ptrdiff_t)p * g, 0, rows / 2);
+	ss_im2col(s, g, x, (ptrdiff_t)s->h * s->w * g, col, (ptrdiff_t)p * g, rows / 2, rows);
 	for (int r = 0; r < rows; r++)
 		for (int q = 0; q < p; q++)
 			for (int n = 0; n < g; n++) {
@@ -61,8 +61,8 @@ static void test_shape(const ss_conv_shape *s, int g)
 		c2[i] = uniform();
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN; /* must be overwritten */
-	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, 0, s->c / 2);
-	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, s->c / 2, s->c);
+	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, (ptrdiff_t)s->h * s->w * g, 0, s->c / 2);
+	ss_col2im(s, g, c2, (ptrdiff_t)p * g, dx, (ptrdiff_t)s->h * s->w * g, s->c / 2, s->c);
 	double *want = zeros(in);
 	double lhs = 0.0, rhs = 0.0;
 	for (int r = 0; r < rows; r++)
@@ -103,7 +103,7 @@ static void test_image_major(const ss_conv_shape *s)
 	float *x = guarded(in), *col = guarded(cols), *dx = guarded(in);
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
-	ss_im2col(s, 1, x, col + p, ld, 0, rows);
+	ss_im2col(s, 1, x, (ptrdiff_t)s->h * s->w, col + p, ld, 0, rows);
 	for (int r = 0; r < rows; r++)
 		for (ptrdiff_t q = 0; q < ld; q++) {
 			float got = col[r * ld + q];
@@ -115,7 +115,7 @@ static void test_image_major(const ss_conv_shape *s)
 			CHECK(got == (k < 0 ? 0.0f : x[k]), "image-major im2col row %d pixel %td", r, q - p);
 		}
 	/* col2im of that block must give the adjoint: <col, col> = <x, col2im(col)>. */
-	ss_col2im(s, 1, col + p, ld, dx, 0, s->c);
+	ss_col2im(s, 1, col + p, ld, dx, (ptrdiff_t)s->h * s->w, 0, s->c);
 	double lhs = 0.0, rhs = 0.0;
 	for (int r = 0; r < rows; r++)
 		for (int q = 0; q < p; q++)

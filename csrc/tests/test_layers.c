@@ -8,16 +8,25 @@
 
 static int out_dim(int in, int k, int pad, int stride) { return (in + 2 * pad - k) / stride + 1; }
 
-static void test_conv(ss_conv_shape s, ptrdiff_t budget, int layout)
+/* act returns the index of element (n, c, h, w) of an activation with cs
+ * channels of hs x ws pixels in the shape's layout. */
+static size_t act(const ss_conv_shape *s, int cs, int hs, int ws, int n, int c, int h, int w)
+{
+	size_t plane = s->layout == SS_CNHW ? (size_t)c * s->n + n : (size_t)n * cs + c;
+	return (plane * hs + h) * ws + w;
+}
+
+static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 {
 	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
 	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
 	const size_t out = (size_t)s.n * s.oc * oh * ow;
 	const int g = ss_conv_group(&s, budget);
-	const size_t wsf = (size_t)ss_conv_workspace(&s, g, layout, 0), wsb = (size_t)ss_conv_workspace(&s, g, layout, 1);
+	const size_t wsf = (size_t)ss_conv_workspace(&s, g, method, 0), wsb = (size_t)ss_conv_workspace(&s, g, method, 1);
+	const size_t wsl = wsf > wsb ? wsf : wsb;
 	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
 	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
-	float *ws = guarded(wsf > wsb ? wsf : wsb);
+	float *ws = guarded(wsl);
 	double *wy = zeros(out), *wdx = zeros(in), *wdw = zeros(wl), *wdb = zeros((size_t)s.oc);
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
@@ -31,7 +40,7 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int layout)
 		for (int o = 0; o < s.oc; o++)
 			for (int py = 0; py < oh; py++)
 				for (int px = 0; px < ow; px++) {
-					size_t yi = (((size_t)n * s.oc + o) * oh + py) * ow + px;
+					size_t yi = act(&s, s.oc, oh, ow, n, o, py, px);
 					wy[yi] += b[o];
 					wdb[o] += dy[yi];
 					for (int c = 0; c < s.c; c++)
@@ -40,25 +49,25 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int layout)
 								int h = py * s.stride_h - s.pad_h + i, ww = px * s.stride_w - s.pad_w + j;
 								if (h < 0 || h >= s.h || ww < 0 || ww >= s.w)
 									continue;
-								size_t xi = (((size_t)n * s.c + c) * s.h + h) * s.w + ww;
+								size_t xi = act(&s, s.c, s.h, s.w, n, c, h, ww);
 								size_t wi = (((size_t)o * s.c + c) * s.kh + i) * s.kw + j;
 								wy[yi] += (double)x[xi] * w[wi];
 								wdx[xi] += (double)w[wi] * dy[yi];
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
-	ss_conv_forward(&s, g, layout, x, w, b, y, ws);
-	check_guards(ws, wsf > wsb ? wsf : wsb, "forward workspace");
-	ss_conv_backward(&s, g, layout, x, w, dy, dx, dw, db, ws);
-	check_guards(ws, wsf > wsb ? wsf : wsb, "backward workspace");
+	ss_conv_forward(&s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
+	check_guards(ws, wsl, "forward workspace");
+	ss_conv_backward(&s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
+	check_guards(ws, wsl, "backward workspace");
 	for (size_t i = 0; i < out; i++)
-		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "g=%d y[%zu] = %g, want %g", g, i, y[i], wy[i]);
+		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "method %d layout %d g=%d y[%zu] = %g, want %g", method, s.layout, g, i, y[i], wy[i]);
 	for (size_t i = 0; i < in; i++)
-		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "g=%d dx[%zu] = %g, want %g", g, i, dx[i], wdx[i]);
+		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "method %d layout %d g=%d dx[%zu] = %g, want %g", method, s.layout, g, i, dx[i], wdx[i]);
 	for (size_t i = 0; i < wl; i++)
-		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "g=%d dw[%zu] = %g, want %g", g, i, dw[i], wdw[i]);
+		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "method %d layout %d g=%d dw[%zu] = %g, want %g", method, s.layout, g, i, dw[i], wdw[i]);
 	for (int i = 0; i < s.oc; i++)
-		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "g=%d db[%d] = %g, want %g", g, i, db[i], wdb[i]);
+		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "method %d layout %d g=%d db[%d] = %g, want %g", method, s.layout, g, i, db[i], wdb[i]);
 	check_guards(y, out, "y");
 	check_guards(dx, in, "dx");
 	check_guards(dw, wl, "dw");
@@ -130,11 +139,14 @@ int main(void)
 		return 77;
 	}
 	static const ss_conv_shape convs[] = {
-		/* n  c  h   w   oc kh kw ph pw sh sw */
-		{5, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},
-		{4, 2, 11, 10, 3, 5, 5, 2, 2, 1, 1},
-		{3, 3, 9, 9, 2, 3, 2, 0, 1, 2, 3},
-		{2, 1, 6, 6, 2, 1, 1, 0, 0, 1, 1},
+		/* n  c  h   w   oc kh kw ph pw sh sw layout */
+		{5, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1, SS_NCHW},
+		{4, 2, 11, 10, 3, 5, 5, 2, 2, 1, 1, SS_NCHW},
+		{3, 3, 9, 9, 2, 3, 2, 0, 1, 2, 3, SS_NCHW},
+		{2, 1, 6, 6, 2, 1, 1, 0, 0, 1, 1, SS_NCHW},
+		{3, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},   /* rows of 2 units and a partial one */
+		{2, 3, 7, 30, 6, 2, 4, 3, 0, 1, 1, SS_NCHW},    /* padding beyond the kernel: dx crops */
+		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW}, /* LeNet conv2 */
 	};
 	static const ss_lrn_shape lrns[] = {
 		{2, 3, 5, 6, 3, 0.9f, 0.75f, 1.0f},
@@ -147,10 +159,16 @@ int main(void)
 		ss_threads_init(threads);
 		ss_set_min_parallel_floats(1);
 		for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-			for (int layout = SS_CONV_CHWN; layout <= SS_CONV_NCHW; layout++) {
-				test_conv(convs[i], 1, layout);        /* one image per GEMM */
-				test_conv(convs[i], 1 << 30, layout);  /* the whole batch */
-				test_conv(convs[i], 3 * (ptrdiff_t)convs[i].c * convs[i].kh * convs[i].kw * 16, layout); /* uneven groups */
+			for (int layout = SS_NCHW; layout <= SS_CNHW; layout++) {
+				ss_conv_shape s = convs[i];
+				s.layout = layout;
+				for (int method = SS_CONV_CHWN; method <= SS_CONV_IMAGE; method++) {
+					test_conv(s, 1, method);        /* one image per GEMM */
+					test_conv(s, 1 << 30, method);  /* the whole batch */
+					test_conv(s, 3 * (ptrdiff_t)s.c * s.kh * s.kw * 16, method); /* uneven groups */
+				}
+				if (ss_conv_direct_supported(&s))
+					test_conv(s, 1, SS_CONV_DIRECT);
 			}
 		for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
 			test_lrn(lrns[i]);

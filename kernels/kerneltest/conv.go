@@ -8,8 +8,10 @@ import (
 	"github.com/softsync/softsync/kernels"
 )
 
-// convShapes covers stride, padding, non-square kernels and images, 1×1
-// kernels, and batches large enough for an engine to split into chunks.
+// convShapes covers stride, padding (also wider than the kernel),
+// non-square kernels and images, 1×1 kernels, output rows of whole and
+// partial 8-pixel vectors, and batches large enough for an engine to split
+// into chunks.
 var convShapes = []kernels.ConvShape{
 	{N: 2, C: 3, H: 7, W: 6, OC: 4, KH: 3, KW: 2, PadH: 1, PadW: 0, StrideH: 2, StrideW: 1},
 	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
@@ -19,44 +21,82 @@ var convShapes = []kernels.ConvShape{
 	{N: 1, C: 1, H: 3, W: 3, OC: 1, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 9, C: 8, H: 12, W: 12, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
 	{N: 17, C: 3, H: 10, W: 10, OC: 7, KH: 3, KW: 3, StrideH: 1, StrideW: 1},
+	{N: 3, C: 5, H: 10, W: 16, OC: 9, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
 }
 
 func testConv(t *testing.T, e kernels.Engine) {
-	for i, s := range convShapes {
-		t.Run(fmt.Sprintf("%d:%+v", i, s), func(t *testing.T) {
-			r := newRand(uint64(100 + i))
-			x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
-			ws := dirtyWorkspace()
-			for _, bias := range [][]float32{b, nil} {
-				want, mag := naiveConvForward(s, x, w, bias)
-				y := output(s.OutputLen())
-				in := freeze("x", x, "w", w, "b", bias)
-				e.ConvForward(s, x, w, bias, y, ws)
-				in.check(t, "ConvForward")
-				checkTail(t, "y", y, s.OutputLen())
-				approx(t, fmt.Sprintf("y (bias %v)", bias != nil), y, want, mag, sumTol(s.C*s.KH*s.KW))
-			}
-
-			dy := uniform(r, s.OutputLen())
-			g := naiveConvBackward(s, x, w, dy)
-			dx, dw, db := output(s.InputLen()), output(s.WeightLen()), output(s.OC)
-			in := freeze("x", x, "w", w, "dy", dy)
-			e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
-			in.check(t, "ConvBackward")
-			checkTail(t, "dx", dx, s.InputLen())
-			checkTail(t, "dw", dw, s.WeightLen())
-			checkTail(t, "db", db, s.OC)
-			p := s.OutH() * s.OutW()
-			approx(t, "dx", dx, g.dx, g.dxMag, sumTol(s.OC*s.KH*s.KW))
-			approx(t, "dw", dw, g.dw, g.dwMag, sumTol(s.N*p))
-			approx(t, "db", db, g.db, g.dbMag, sumTol(s.N*p))
-
-			// dx and db are optional: dw alone must still be right.
-			dw2 := output(s.WeightLen())
-			e.ConvBackward(s, x, w, dy, nil, dw2, nil, ws)
-			approx(t, "dw (dx, db nil)", dw2, g.dw, g.dwMag, sumTol(s.N*p))
-		})
+	for _, layout := range []kernels.Layout{kernels.NCHW, kernels.CNHW} {
+		for i, s := range convShapes {
+			s.Layout = layout
+			t.Run(fmt.Sprintf("%d:%+v", i, s), func(t *testing.T) { testConvShape(t, e, s, uint64(100+i)) })
+		}
 	}
+}
+
+// testConvShape checks one shape against the naive loops, which work in
+// NCHW: inputs are drawn in NCHW, converted to the shape's layout for the
+// engine, and its outputs converted back.
+func testConvShape(t *testing.T, e kernels.Engine, s kernels.ConvShape, seed uint64) {
+	r := newRand(seed)
+	x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
+	oh, ow := s.OutH(), s.OutW()
+	in := func(v []float32) []float32 { return toLayout(s.Layout, s.N, s.C, s.H*s.W, v) }
+	out := func(v []float32) []float32 { return toLayout(s.Layout, s.N, s.OC, oh*ow, v) }
+	xl := in(x)
+	ws := dirtyWorkspace()
+	for _, bias := range [][]float32{b, nil} {
+		want, mag := naiveConvForward(s, x, w, bias)
+		y := output(s.OutputLen())
+		frz := freeze("x", xl, "w", w, "b", bias)
+		e.ConvForward(s, xl, w, bias, y, ws)
+		frz.check(t, "ConvForward")
+		checkTail(t, "y", y, s.OutputLen())
+		approx(t, fmt.Sprintf("y (bias %v)", bias != nil), fromLayout(s.Layout, s.N, s.OC, oh*ow, y), want, mag, sumTol(s.C*s.KH*s.KW))
+	}
+
+	dy := uniform(r, s.OutputLen())
+	g := naiveConvBackward(s, x, w, dy)
+	dyl := out(dy)
+	dx, dw, db := output(s.InputLen()), output(s.WeightLen()), output(s.OC)
+	frz := freeze("x", xl, "w", w, "dy", dyl)
+	e.ConvBackward(s, xl, w, dyl, dx, dw, db, ws)
+	frz.check(t, "ConvBackward")
+	checkTail(t, "dx", dx, s.InputLen())
+	checkTail(t, "dw", dw, s.WeightLen())
+	checkTail(t, "db", db, s.OC)
+	p := oh * ow
+	approx(t, "dx", fromLayout(s.Layout, s.N, s.C, s.H*s.W, dx), g.dx, g.dxMag, sumTol(s.OC*s.KH*s.KW))
+	approx(t, "dw", dw, g.dw, g.dwMag, sumTol(s.N*p))
+	approx(t, "db", db, g.db, g.dbMag, sumTol(s.N*p))
+
+	// dx and db are optional: dw alone must still be right.
+	dw2 := output(s.WeightLen())
+	e.ConvBackward(s, xl, w, dyl, nil, dw2, nil, ws)
+	approx(t, "dw (dx, db nil)", dw2, g.dw, g.dwMag, sumTol(s.N*p))
+}
+
+// toLayout returns a copy of v, n images of c planes of hw floats in NCHW
+// order, in layout l.
+func toLayout(l kernels.Layout, n, c, hw int, v []float32) []float32 {
+	if l == kernels.NCHW {
+		return append([]float32(nil), v[:n*c*hw]...)
+	}
+	d := make([]float32, n*c*hw)
+	for i := range n {
+		for j := range c {
+			copy(d[(j*n+i)*hw:(j*n+i+1)*hw], v[(i*c+j)*hw:])
+		}
+	}
+	return d
+}
+
+// fromLayout is the inverse of toLayout.
+func fromLayout(l kernels.Layout, n, c, hw int, v []float32) []float32 {
+	if l == kernels.NCHW {
+		return v[:n*c*hw]
+	}
+	return toLayout(kernels.CNHW, c, n, hw, v) // swapping the outer axes twice is the identity
 }
 
 // dirtyWorkspace returns a workspace whose memory is full of NaNs, so that
@@ -74,6 +114,7 @@ func testConvGradient(t *testing.T, e kernels.Engine) {
 	for i, s := range []kernels.ConvShape{
 		{N: 2, C: 2, H: 5, W: 6, OC: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 1},
 		{N: 3, C: 3, H: 6, W: 6, OC: 2, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+		{N: 3, C: 2, H: 6, W: 9, OC: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1, Layout: kernels.CNHW},
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			r := newRand(uint64(200 + i))

@@ -20,6 +20,7 @@ func Differential(t *testing.T, want, got kernels.Engine, op uint8, seed uint64)
 		s := kernels.ConvShape{N: dim(1, 5), C: dim(1, 6), H: dim(1, 14), W: dim(1, 14), OC: dim(1, 7),
 			KH: dim(1, 5), KW: dim(1, 5), PadH: dim(0, 2), PadW: dim(0, 2), StrideH: dim(1, 3), StrideW: dim(1, 3)}
 		s.KH, s.KW = min(s.KH, s.H+2*s.PadH), min(s.KW, s.W+2*s.PadW)
+		s.Layout = kernels.Layout(r.IntN(2))
 		x, w, b, dy := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC), uniform(r, s.OutputLen())
 		run := func(e kernels.Engine, x, w, b, dy []float32) (y, dx, dw, db []float32) {
 			ws := &kernels.Workspace{}

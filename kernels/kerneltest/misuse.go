@@ -35,6 +35,7 @@ func testMisuse(t *testing.T, e kernels.Engine) {
 		{"ConvForward", "StrideH", func() { s := cs; s.StrideH = 0; e.ConvForward(s, x, w, nil, y, ws) }},
 		{"ConvForward", "KW", func() { s := cs; s.KW = 7; e.ConvForward(s, x, w, nil, y, ws) }},
 		{"ConvForward", "PadW", func() { s := cs; s.PadW = -1; e.ConvForward(s, x, w, nil, y, ws) }},
+		{"ConvForward", "Layout", func() { s := cs; s.Layout = 2; e.ConvForward(s, x, w, nil, y, ws) }},
 		{"ConvBackward", "len(dy)", func() { e.ConvBackward(cs, x, w, y[1:], x, w, nil, ws) }},
 		{"ConvBackward", "len(dx)", func() { e.ConvBackward(cs, x, w, y, x[1:], f(cs.WeightLen()), nil, ws) }},
 		{"ConvBackward", "len(dw)", func() { e.ConvBackward(cs, x, w, y, nil, w[1:], nil, ws) }},

@@ -12,29 +12,106 @@ type layer interface {
 	backward(x, y, dy, dx []float32)
 }
 
-// convLayer: kernels.Engine ConvForward/ConvBackward.
+// convLayer: kernels.Engine ConvForward/ConvBackward on channel-major
+// (CNHW) activations, so that a stack of convolutions, pooling, ReLU and
+// LRN passes each output on as the next input. swap is set when the input
+// arrives image-major (NCHW), as the caller's images do.
 type convLayer struct {
 	e            kernels.Engine
 	ws           *kernels.Workspace
 	s            kernels.ConvShape
 	w, b, dw, db []float32
+	swap         *swap
 }
 
-func (l *convLayer) forward(x, y []float32) { l.e.ConvForward(l.s, x, l.w, l.b, y, l.ws) }
+func (l *convLayer) forward(x, y []float32) {
+	if l.swap != nil {
+		x = l.swap.in(x)
+	}
+	l.e.ConvForward(l.s, x, l.w, l.b, y, l.ws)
+}
+
 func (l *convLayer) backward(x, _, dy, dx []float32) {
-	l.e.ConvBackward(l.s, x, l.w, dy, dx, l.dw, l.db, l.ws)
+	if l.swap == nil {
+		l.e.ConvBackward(l.s, x, l.w, dy, dx, l.dw, l.db, l.ws)
+		return
+	}
+	l.e.ConvBackward(l.s, l.swap.x, l.w, dy, l.swap.grad(dx), l.dw, l.db, l.ws)
+	l.swap.back(dx)
 }
 
-// fcLayer: a fully connected layer over the flattened C×H×W input.
+// fcLayer: a fully connected layer over the flattened C×H×W input, which
+// it needs image-major; swap is set when the input arrives channel-major.
 type fcLayer struct {
 	e            kernels.Engine
 	n, in, out   int
 	w, b, dw, db []float32
+	swap         *swap
 }
 
-func (l *fcLayer) forward(x, y []float32) { l.e.FCForward(l.n, l.in, l.out, x, l.w, l.b, y) }
+func (l *fcLayer) forward(x, y []float32) {
+	if l.swap != nil {
+		x = l.swap.in(x)
+	}
+	l.e.FCForward(l.n, l.in, l.out, x, l.w, l.b, y)
+}
+
 func (l *fcLayer) backward(x, _, dy, dx []float32) {
-	l.e.FCBackward(l.n, l.in, l.out, x, l.w, dy, dx, l.dw, l.db)
+	if l.swap == nil {
+		l.e.FCBackward(l.n, l.in, l.out, x, l.w, dy, dx, l.dw, l.db)
+		return
+	}
+	l.e.FCBackward(l.n, l.in, l.out, l.swap.x, l.w, dy, l.swap.grad(dx), l.dw, l.db)
+	l.swap.back(dx)
+}
+
+// swap converts a layer's input between NCHW and CNHW: in copies the
+// input, a×b planes of p floats, into x as b×a planes, where the layer
+// reads it in both passes; the layer writes its input gradient into dx
+// (in x's order), and back copies it into the caller's order.
+type swap struct {
+	a, b, p int
+	x, dx   []float32
+}
+
+// newSwap makes a swap for a input, shape a×in.C planes of in.H×in.W; with
+// grad false the layer computes no input gradient.
+func newSwap(a int, in Shape, grad bool) *swap {
+	s := &swap{a: a, b: in.C, p: in.H * in.W, x: make([]float32, a*in.Len())}
+	if grad {
+		s.dx = make([]float32, len(s.x))
+	}
+	return s
+}
+
+func (s *swap) in(x []float32) []float32 {
+	swapPlanes(s.x, x, s.a, s.b, s.p)
+	return s.x
+}
+
+// grad is where the layer writes its input gradient: nil when the caller
+// wants none.
+func (s *swap) grad(dx []float32) []float32 {
+	if dx == nil {
+		return nil
+	}
+	return s.dx
+}
+
+func (s *swap) back(dx []float32) {
+	if dx != nil {
+		swapPlanes(dx, s.dx, s.b, s.a, s.p)
+	}
+}
+
+// swapPlanes writes src, a×b planes of p floats, into dst as b×a planes:
+// plane (i, j) of src becomes plane (j, i) of dst.
+func swapPlanes(dst, src []float32, a, b, p int) {
+	for i := range a {
+		for j := range b {
+			copy(dst[(j*a+i)*p:(j*a+i+1)*p], src[(i*b+j)*p:(i*b+j+1)*p])
+		}
+	}
 }
 
 // poolLayer keeps the arg-max mask of max pooling for the backward pass.

@@ -159,6 +159,7 @@ func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
 		prob: n.prob[lo*k : hi*k], dlogits: n.dlogits[lo*k : hi*k], grads: grads, firstParam: L,
 	}
 	off, maxGrad, seg := 0, 0, 0
+	cnhw := false // the layout of layer i's input: NCHW for the caller's images
 	for i := range L {
 		ls := &spec.Layers[i]
 		in := spec.shapes[i]
@@ -189,13 +190,34 @@ func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
 			off += bl
 			seg += 2
 		}
+		// planes is the (images, channels) order of the H×W planes of
+		// this layer's input: channel-major after a convolution.
+		planes := [2]int{batch, in.C}
+		if cnhw {
+			planes = [2]int{in.C, batch}
+		}
+		// The layouts differ in memory only with several images and channels.
+		differ := batch > 1 && in.C > 1
 		switch ls.Kind {
 		case Conv:
-			r.layers[i] = &convLayer{e: n.e, ws: &r.ws, s: convShape(ls, in, batch), w: w, b: b, dw: dw, db: db}
+			s := convShape(ls, in, batch)
+			s.Layout = kernels.CNHW
+			l := &convLayer{e: n.e, ws: &r.ws, s: s, w: w, b: b, dw: dw, db: db}
+			if !cnhw && differ {
+				l.swap = newSwap(batch, in, i > r.firstParam)
+			}
+			r.layers[i] = l
+			cnhw = true
 		case FC:
-			r.layers[i] = &fcLayer{e: n.e, n: batch, in: in.Len(), out: ls.Out, w: w, b: b, dw: dw, db: db}
+			l := &fcLayer{e: n.e, n: batch, in: in.Len(), out: ls.Out, w: w, b: b, dw: dw, db: db}
+			if cnhw && differ {
+				l.swap = newSwap(in.C, Shape{C: batch, H: in.H, W: in.W}, i > r.firstParam)
+			}
+			r.layers[i] = l
+			cnhw = false
 		case Pool:
 			s := poolShape(ls, in, batch)
+			s.N, s.C = planes[0], planes[1]
 			var mask []int32
 			if ls.Mode == kernels.MaxPool {
 				mask = make([]int32, s.OutputLen())
@@ -204,7 +226,7 @@ func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
 		case ReLU:
 			r.layers[i] = &reluLayer{e: n.e}
 		case LRN:
-			s := kernels.LRNShape{N: batch, C: in.C, H: in.H, W: in.W, Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K}
+			s := kernels.LRNShape{N: planes[0], C: planes[1], H: in.H, W: in.W, Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K}
 			r.layers[i] = &lrnLayer{e: n.e, ws: &r.ws, s: s, scale: make([]float32, s.Len())}
 		default:
 			panic(fmt.Sprintf("nn: layer %s of kind %v inside the network", ls.Name, ls.Kind))

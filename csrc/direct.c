@@ -1,0 +1,452 @@
+/* Direct convolution for stride 1 on x86-64 with AVX2 and FMA: no column
+ * matrix, no GEMM library.
+ *
+ * A unit is 8 consecutive output pixels of one output row (the last unit
+ * of a row may be partial). Each image's input planes are first copied
+ * into a zero-bordered buffer (padded planes of hp x wp floats, wp covering
+ * the units' full width), so that the input window of tap (c, i, j) for
+ * a unit is 8 consecutive floats at
+ *   buffer + koff[tap] + oh*wp + ow0,   koff[tap] = c*plane + i*wp + j.
+ * The forward micro-kernel keeps a 4 x 3 tile of output vectors (4 output
+ * channels x 3 units) in 12 AVX registers and runs over all C*kh*kw taps,
+ * loading 3 input vectors and broadcasting 4 weights per tap (12 FMAs);
+ * the weights are packed 4 output channels interleaved. The input
+ * gradient is the same correlation run on the output gradient, padded by
+ * kh-1-pad_h and kw-1-pad_w, with the kernel rotated by 180 degrees and
+ * its channel axes swapped. The weight gradient keeps a 4 x 3 tile of
+ * (output channel, tap) dot products over the units of a chunk of images,
+ * vectorised along the 8 pixels of a unit.
+ *
+ * Activations are addressed through plane strides, so NCHW and CNHW cost
+ * the same. */
+#include <string.h>
+
+#include "internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SS_NO_DIRECT)
+#define SS_HAVE_DIRECT 1
+#include <immintrin.h>
+#define SS_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+/* dgeom is the geometry of one stride-1 correlation: input planes, output
+ * planes, kernel and padding (negative padding crops), and the padded
+ * input plane the kernels read. */
+typedef struct {
+	int ci, hi, wi;   /* input channels, plane height and width */
+	int co, ho, wo;   /* output channels, plane height and width */
+	int kh, kw, ph, pw;
+	int ur;           /* units per output row */
+	int hp, wp;       /* padded input plane */
+	ptrdiff_t plane;  /* floats per padded plane */
+	ptrdiff_t k;      /* taps: ci*kh*kw */
+} dgeom;
+
+static dgeom dgeom_make(int ci, int hi, int wi, int co, int ho, int wo, int kh, int kw, int ph, int pw)
+{
+	dgeom g = {.ci = ci, .hi = hi, .wi = wi, .co = co, .ho = ho, .wo = wo, .kh = kh, .kw = kw, .ph = ph, .pw = pw};
+	g.ur = (wo + 7) / 8;
+	g.hp = ho + kh - 1;
+	g.wp = g.ur * 8 + kw - 1;
+	g.plane = (ptrdiff_t)g.hp * g.wp;
+	g.k = (ptrdiff_t)ci * kh * kw;
+	return g;
+}
+
+/* The forward correlation and the input gradient of a convolution. */
+static dgeom dgeom_forward(const ss_conv_shape *s)
+{
+	return dgeom_make(s->c, s->h, s->w, s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->kh, s->kw,
+	                  s->pad_h, s->pad_w);
+}
+
+static dgeom dgeom_data(const ss_conv_shape *s)
+{
+	return dgeom_make(s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->c, s->h, s->w, s->kh, s->kw,
+	                  s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w);
+}
+
+static ptrdiff_t round4(ptrdiff_t n) { return (n + 3) / 4 * 4; }
+
+/* Images of a weight-gradient chunk: about 64 Ki floats of padded input,
+ * which stays in the L2 cache while every tile reads it. */
+static int dw_chunk(const dgeom *g, int n)
+{
+	ptrdiff_t per = g->ci * g->plane;
+	ptrdiff_t c = (ptrdiff_t)(1 << 16) / (per > 0 ? per : 1);
+	return (int)(c < 1 ? 1 : c > n ? n : c);
+}
+
+/* Floats of the forward pass: packed weights, packed bias, tap offsets
+ * (ints), then a padded image per part. */
+static ptrdiff_t fwd_fixed(const dgeom *g) { return round4(g->co) * g->k + round4(g->co) + g->k; }
+static ptrdiff_t fwd_part(const dgeom *g) { return g->ci * g->plane; }
+
+/* Floats of the weight gradient: tap offsets, unit offsets (ints), the
+ * padded chunk, and the row-padded output gradient of a chunk when its
+ * rows are not whole units. */
+static ptrdiff_t dw_floats(const ss_conv_shape *s, const dgeom *g)
+{
+	const int nc = dw_chunk(g, s->n);
+	ptrdiff_t need = g->k + (ptrdiff_t)g->ho * g->ur + nc * g->ci * g->plane;
+	if (g->wo % 8 != 0)
+		need += (ptrdiff_t)s->oc * nc * g->ho * g->ur * 8;
+	return need;
+}
+
+int ss_conv_direct_supported(const ss_conv_shape *s)
+{
+#ifdef SS_HAVE_DIRECT
+	static int cpu = -1; /* computed once; a racing first call computes the same */
+	if (cpu < 0) {
+		__builtin_cpu_init();
+		cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	}
+	return cpu && s->stride_h == 1 && s->stride_w == 1;
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
+{
+	const ptrdiff_t t = ss_threads();
+	dgeom f = dgeom_forward(s);
+	if (!backward)
+		return fwd_fixed(&f) + t * fwd_part(&f);
+	dgeom d = dgeom_data(s);
+	ptrdiff_t a = dw_floats(s, &f), b = fwd_fixed(&d) + t * fwd_part(&d);
+	return a > b ? a : b;
+}
+
+#ifdef SS_HAVE_DIRECT
+
+/* taps writes koff[(c*kh + i)*kw + j] = c*plane + i*wp + j. */
+static void taps(const dgeom *g, int *koff)
+{
+	ptrdiff_t t = 0;
+	for (int c = 0; c < g->ci; c++)
+		for (int i = 0; i < g->kh; i++)
+			for (int j = 0; j < g->kw; j++)
+				koff[t++] = (int)(c * g->plane + (ptrdiff_t)i * g->wp + j);
+}
+
+/* pad_rows copies the input planes of one image (plane c at src + c*cs,
+ * rows of wi floats) into the interior of the padded planes at dst,
+ * whose borders are already zero. */
+static void pad_rows(const dgeom *g, const float *src, ptrdiff_t cs, float *dst)
+{
+	const int lo = ss_imax(0, g->pw), hi = ss_imin(g->wp, g->wi + g->pw);
+	const int r0 = ss_imax(0, g->ph), r1 = ss_imin(g->hp, g->hi + g->ph);
+	if (hi <= lo)
+		return;
+	for (int c = 0; c < g->ci; c++) {
+		const float *sp = src + c * cs + (lo - g->pw);
+		float *dp = dst + c * g->plane + lo;
+		for (int r = r0; r < r1; r++) {
+			const float *s = sp + (ptrdiff_t)(r - g->ph) * g->wi;
+			float *d = dp + (ptrdiff_t)r * g->wp;
+			for (int q = 0; q < hi - lo; q++)
+				d[q] = s[q];
+		}
+	}
+}
+
+/* fwd_kernel computes a 4 x 3 tile: output channel m of unit u is
+ * bias[m] + sum over taps t of w[4t + m] * x_u[koff[t] + 0..7], stored at
+ * y[u] + m*ys (rows m < mr, units u < nu, the first cnt[u] pixels). */
+SS_AVX2 static void fwd_kernel(ptrdiff_t k, const int *koff, const float *w, const float *bias,
+                               const float *const x[3], float *const y[3], ptrdiff_t ys, int mr, int nu,
+                               const int cnt[3])
+{
+	__m256 c00 = _mm256_broadcast_ss(bias), c01 = c00, c02 = c00;
+	__m256 c10 = _mm256_broadcast_ss(bias + 1), c11 = c10, c12 = c10;
+	__m256 c20 = _mm256_broadcast_ss(bias + 2), c21 = c20, c22 = c20;
+	__m256 c30 = _mm256_broadcast_ss(bias + 3), c31 = c30, c32 = c30;
+	const float *x0 = x[0], *x1 = x[1], *x2 = x[2];
+	for (ptrdiff_t t = 0; t < k; t++, w += 4) {
+		const int o = koff[t];
+		const __m256 b0 = _mm256_loadu_ps(x0 + o), b1 = _mm256_loadu_ps(x1 + o), b2 = _mm256_loadu_ps(x2 + o);
+		__m256 a = _mm256_broadcast_ss(w);
+		c00 = _mm256_fmadd_ps(a, b0, c00), c01 = _mm256_fmadd_ps(a, b1, c01), c02 = _mm256_fmadd_ps(a, b2, c02);
+		a = _mm256_broadcast_ss(w + 1);
+		c10 = _mm256_fmadd_ps(a, b0, c10), c11 = _mm256_fmadd_ps(a, b1, c11), c12 = _mm256_fmadd_ps(a, b2, c12);
+		a = _mm256_broadcast_ss(w + 2);
+		c20 = _mm256_fmadd_ps(a, b0, c20), c21 = _mm256_fmadd_ps(a, b1, c21), c22 = _mm256_fmadd_ps(a, b2, c22);
+		a = _mm256_broadcast_ss(w + 3);
+		c30 = _mm256_fmadd_ps(a, b0, c30), c31 = _mm256_fmadd_ps(a, b1, c31), c32 = _mm256_fmadd_ps(a, b2, c32);
+	}
+	float *y0 = y[0], *y1 = y[1], *y2 = y[2];
+	if (mr == 4 && nu == 3 && (cnt[0] & cnt[1] & cnt[2]) == 8) {
+		_mm256_storeu_ps(y0, c00), _mm256_storeu_ps(y1, c01), _mm256_storeu_ps(y2, c02);
+		_mm256_storeu_ps(y0 + ys, c10), _mm256_storeu_ps(y1 + ys, c11), _mm256_storeu_ps(y2 + ys, c12);
+		_mm256_storeu_ps(y0 + 2 * ys, c20), _mm256_storeu_ps(y1 + 2 * ys, c21), _mm256_storeu_ps(y2 + 2 * ys, c22);
+		_mm256_storeu_ps(y0 + 3 * ys, c30), _mm256_storeu_ps(y1 + 3 * ys, c31), _mm256_storeu_ps(y2 + 3 * ys, c32);
+		return;
+	}
+	float tile[4][3][8];
+	_mm256_storeu_ps(tile[0][0], c00), _mm256_storeu_ps(tile[0][1], c01), _mm256_storeu_ps(tile[0][2], c02);
+	_mm256_storeu_ps(tile[1][0], c10), _mm256_storeu_ps(tile[1][1], c11), _mm256_storeu_ps(tile[1][2], c12);
+	_mm256_storeu_ps(tile[2][0], c20), _mm256_storeu_ps(tile[2][1], c21), _mm256_storeu_ps(tile[2][2], c22);
+	_mm256_storeu_ps(tile[3][0], c30), _mm256_storeu_ps(tile[3][1], c31), _mm256_storeu_ps(tile[3][2], c32);
+	for (int m = 0; m < mr; m++)
+		for (int u = 0; u < nu; u++)
+			memcpy(y[u] + m * ys, tile[m][u], sizeof(float) * (size_t)cnt[u]);
+}
+
+typedef struct {
+	const dgeom *g;
+	const float *in;
+	ptrdiff_t in_n, in_c;    /* input plane (n, c) at in + n*in_n + c*in_c */
+	float *out;
+	ptrdiff_t out_n, out_c;  /* output plane (n, c) at out + n*out_n + c*out_c */
+	const float *w, *bias;   /* packed: [block][tap][4], [block][4] */
+	const int *koff;
+	float *buf;              /* a padded image per part */
+} corr_job;
+
+/* corr_part runs the correlation for images [lo, hi). */
+SS_AVX2 static void corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	const corr_job *j = ctx;
+	const dgeom *g = j->g;
+	float *buf = j->buf + part * fwd_part(g);
+	memset(buf, 0, sizeof(float) * (size_t)fwd_part(g));
+	const ptrdiff_t units = (ptrdiff_t)g->ho * g->ur;
+	const int blocks = (g->co + 3) / 4;
+	for (ptrdiff_t n = lo; n < hi; n++) {
+		pad_rows(g, j->in + n * j->in_n, j->in_c, buf);
+		for (int ob = 0; ob < blocks; ob++) {
+			const int mr = ss_imin(4, g->co - 4 * ob);
+			const float *w = j->w + ob * 4 * g->k;
+			float *yb = j->out + n * j->out_n + 4 * ob * j->out_c;
+			for (ptrdiff_t u0 = 0; u0 < units; u0 += 3) {
+				const int nu = (int)(units - u0 < 3 ? units - u0 : 3);
+				const float *x[3];
+				float *y[3];
+				int cnt[3];
+				for (int u = 0; u < 3; u++) {
+					const ptrdiff_t uu = u0 + ss_imin(u, nu - 1);
+					const int oh = (int)(uu / g->ur), ow = (int)(uu % g->ur) * 8;
+					x[u] = buf + (ptrdiff_t)oh * g->wp + ow;
+					y[u] = yb + (ptrdiff_t)oh * g->wo + ow;
+					cnt[u] = ss_imin(8, g->wo - ow);
+				}
+				fwd_kernel(g->k, j->koff, w, j->bias + 4 * ob, x, y, j->out_c, mr, nu, cnt);
+			}
+		}
+	}
+}
+
+/* corr runs the correlation over n images with weights already packed,
+ * koff and the padded images in ws. */
+static void corr(const dgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
+                 ptrdiff_t out_n, ptrdiff_t out_c, const float *wpk, const float *bias, int *koff,
+                 float *bufs, ptrdiff_t buf_len)
+{
+	taps(g, koff);
+	corr_job j = {.g = g, .in = in, .in_n = in_n, .in_c = in_c, .out = out, .out_n = out_n, .out_c = out_c,
+	              .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
+	ptrdiff_t parts = buf_len / fwd_part(g);
+	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), n, 1, corr_part, &j);
+}
+
+/* corr_ws splits the workspace of a correlation (see fwd_fixed): packed
+ * weights, packed bias, tap offsets, padded images. */
+static void corr_ws(const dgeom *g, float *ws, float **wpk, float **bias, int **koff, float **bufs)
+{
+	*wpk = ws;
+	*bias = ws + round4(g->co) * g->k;
+	*koff = (int *)(*bias + round4(g->co));
+	*bufs = (float *)(*koff + g->k);
+}
+
+void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                            float *y, float *ws, ptrdiff_t ws_len)
+{
+	const dgeom g = dgeom_forward(s);
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	/* Weights packed [block of 4 output channels][tap][4], zero rows past
+	 * oc, and the bias likewise. */
+	float *wpk, *bias, *bufs;
+	int *koff;
+	corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
+	for (int o = 0; o < round4(g.co); o++) {
+		float *d = wpk + (o / 4) * 4 * g.k + o % 4;
+		for (ptrdiff_t t = 0; t < g.k; t++)
+			d[4 * t] = o < g.co ? w[o * g.k + t] : 0.0f;
+		bias[o] = o < g.co && b ? b[o] : 0.0f;
+	}
+	corr(&g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
+}
+
+/* ---- weight gradient ---- */
+
+SS_AVX2 static inline float hsum(__m256 v)
+{
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+/* dw_kernel accumulates into out[m*3 + t] the dot products, over the units
+ * of nc images, of output-gradient rows d[m] (unit u of image n at
+ * d[m] + n*dn + 8u) with the inputs of taps x[t] (at x[t] + n*xn +
+ * uoff[u]). */
+SS_AVX2 static void dw_kernel(int nc, ptrdiff_t units, const int *uoff, const float *const d[4], ptrdiff_t dn,
+                              const float *const x[3], ptrdiff_t xn, float out[12])
+{
+	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+	__m256 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+	for (int n = 0; n < nc; n++) {
+		const float *d0 = d[0] + n * dn, *d1 = d[1] + n * dn, *d2 = d[2] + n * dn, *d3 = d[3] + n * dn;
+		const float *x0 = x[0] + n * xn, *x1 = x[1] + n * xn, *x2 = x[2] + n * xn;
+		for (ptrdiff_t u = 0; u < units; u++) {
+			const int o = uoff[u];
+			const __m256 b0 = _mm256_loadu_ps(x0 + o), b1 = _mm256_loadu_ps(x1 + o), b2 = _mm256_loadu_ps(x2 + o);
+			__m256 a = _mm256_loadu_ps(d0 + 8 * u);
+			c00 = _mm256_fmadd_ps(a, b0, c00), c01 = _mm256_fmadd_ps(a, b1, c01), c02 = _mm256_fmadd_ps(a, b2, c02);
+			a = _mm256_loadu_ps(d1 + 8 * u);
+			c10 = _mm256_fmadd_ps(a, b0, c10), c11 = _mm256_fmadd_ps(a, b1, c11), c12 = _mm256_fmadd_ps(a, b2, c12);
+			a = _mm256_loadu_ps(d2 + 8 * u);
+			c20 = _mm256_fmadd_ps(a, b0, c20), c21 = _mm256_fmadd_ps(a, b1, c21), c22 = _mm256_fmadd_ps(a, b2, c22);
+			a = _mm256_loadu_ps(d3 + 8 * u);
+			c30 = _mm256_fmadd_ps(a, b0, c30), c31 = _mm256_fmadd_ps(a, b1, c31), c32 = _mm256_fmadd_ps(a, b2, c32);
+		}
+	}
+	out[0] = hsum(c00), out[1] = hsum(c01), out[2] = hsum(c02);
+	out[3] = hsum(c10), out[4] = hsum(c11), out[5] = hsum(c12);
+	out[6] = hsum(c20), out[7] = hsum(c21), out[8] = hsum(c22);
+	out[9] = hsum(c30), out[10] = hsum(c31), out[11] = hsum(c32);
+}
+
+typedef struct {
+	const dgeom *g;
+	const float *x;
+	ptrdiff_t x_n, x_c;
+	const float *dy;         /* the chunk's output gradient */
+	ptrdiff_t dy_n, dy_c;    /* plane (n, oc) of the chunk at dy + n*dy_n + oc*dy_c; units contiguous */
+	float *buf;              /* the chunk's padded images */
+	int n0, nc;
+	const int *koff, *uoff;
+	float *dw;
+} dw_job;
+
+/* dw_pad_part pads images [lo, hi) of the chunk. */
+SS_AVX2 static void dw_pad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const dw_job *j = ctx;
+	const ptrdiff_t per = fwd_part(j->g);
+	for (ptrdiff_t n = lo; n < hi; n++)
+		pad_rows(j->g, j->x + (j->n0 + n) * j->x_n, j->x_c, j->buf + n * per);
+}
+
+/* dw_tile_part adds the chunk's share of tiles [lo, hi) to dw: tile
+ * ob*triples + t3 covers output channels 4ob.. and taps 3t3... */
+SS_AVX2 static void dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const dw_job *j = ctx;
+	const dgeom *g = j->g;
+	const ptrdiff_t triples = (g->k + 2) / 3, units = (ptrdiff_t)g->ho * g->ur;
+	for (ptrdiff_t t = lo; t < hi; t++) {
+		const int ob = (int)(t / triples);
+		const ptrdiff_t k0 = t % triples * 3;
+		const int mr = ss_imin(4, g->co - 4 * ob), nt = (int)(g->k - k0 < 3 ? g->k - k0 : 3);
+		const float *d[4], *x[3];
+		for (int m = 0; m < 4; m++)
+			d[m] = j->dy + (4 * ob + ss_imin(m, mr - 1)) * j->dy_c;
+		for (int u = 0; u < 3; u++)
+			x[u] = j->buf + j->koff[k0 + ss_imin(u, nt - 1)];
+		float out[12];
+		dw_kernel(j->nc, units, j->uoff, d, j->dy_n, x, fwd_part(g), out);
+		for (int m = 0; m < mr; m++)
+			for (int u = 0; u < nt; u++)
+				j->dw[(4 * ob + m) * g->k + k0 + u] += out[m * 3 + u];
+	}
+}
+
+static void weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
+{
+	const dgeom g = dgeom_forward(s);
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	const int nc = dw_chunk(&g, s->n);
+	const ptrdiff_t units = (ptrdiff_t)g.ho * g.ur, rowu = (ptrdiff_t)g.ur * 8;
+	int *koff = (int *)ws, *uoff = koff + g.k;
+	float *buf = (float *)(uoff + units);
+	float *rows = buf + nc * fwd_part(&g); /* used when rows are not whole units */
+	taps(&g, koff);
+	for (ptrdiff_t u = 0; u < units; u++)
+		uoff[u] = (int)((u / g.ur) * g.wp + (u % g.ur) * 8);
+	memset(dw, 0, sizeof(float) * (size_t)(s->oc * g.k));
+	memset(buf, 0, sizeof(float) * (size_t)(nc * fwd_part(&g)));
+	const ptrdiff_t tiles = (ptrdiff_t)((g.co + 3) / 4) * ((g.k + 2) / 3);
+	for (int n0 = 0; n0 < s->n; n0 += nc) {
+		const int cn = ss_imin(nc, s->n - n0);
+		dw_job j = {.g = &g, .x = x, .x_n = xn, .x_c = xc, .buf = buf, .n0 = n0, .nc = cn,
+		            .koff = koff, .uoff = uoff, .dw = dw};
+		if (g.wo % 8 == 0) {
+			j.dy = dy + n0 * yn, j.dy_n = yn, j.dy_c = yc;
+		} else {
+			/* Rows of whole units, zero beyond wo: [oc][n][ho][ur*8]. */
+			for (int o = 0; o < s->oc; o++)
+				for (int n = 0; n < cn; n++) {
+					const float *sp = dy + (n0 + n) * yn + o * yc;
+					float *dp = rows + ((ptrdiff_t)o * nc + n) * g.ho * rowu;
+					for (int r = 0; r < g.ho; r++) {
+						memcpy(dp + r * rowu, sp + (ptrdiff_t)r * g.wo, sizeof(float) * (size_t)g.wo);
+						memset(dp + r * rowu + g.wo, 0, sizeof(float) * (size_t)(rowu - g.wo));
+					}
+				}
+			j.dy = rows, j.dy_n = g.ho * rowu, j.dy_c = nc * g.ho * rowu;
+		}
+		ss_parallel_for(0, cn, 1, dw_pad_part, &j);
+		ss_parallel_for(0, tiles, 1, dw_tile_part, &j);
+	}
+}
+
+void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+{
+	weight_grad(s, x, dy, dw, ws);
+	if (dx == NULL)
+		return;
+	const dgeom g = dgeom_data(s);
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	/* Rotated kernel with swapped channel axes, packed [block of 4 input
+	 * channels][tap (oc, i, j)][4]. */
+	float *wpk, *bias, *bufs;
+	int *koff;
+	corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
+	const int kk = s->kh * s->kw;
+	for (int c = 0; c < round4(g.co); c++) {
+		float *d = wpk + (c / 4) * 4 * g.k + c % 4;
+		for (int o = 0; o < s->oc; o++)
+			for (int t = 0; t < kk; t++)
+				d[4 * (o * kk + t)] = c < g.co ? w[((ptrdiff_t)o * s->c + c) * kk + kk - 1 - t] : 0.0f;
+		bias[c] = 0.0f;
+	}
+	corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
+}
+
+#else /* !SS_HAVE_DIRECT */
+
+void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                            float *y, float *ws, ptrdiff_t ws_len)
+{
+	(void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
+}
+
+void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+{
+	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)ws_len;
+}
+
+#endif
