@@ -109,6 +109,29 @@ int ss_conv_direct_supported(const ss_conv_shape *s)
 #endif
 }
 
+/* The input gradient either runs the correlation on the padded output
+ * gradient (dgeom_data), which computes every input pixel from all its
+ * taps, or scatters: each output-gradient unit adds its contribution
+ * through every tap into a padded input-gradient buffer. Both do the same
+ * FLOPs per computed vector; the correlation computes H*ur(W) vectors per
+ * plane, the scatter OH*ur(OW) and a read-modify-write per tap. The
+ * scatter wins when the padding is narrower than the kernel (a "valid"
+ * convolution, whose full correlation is mostly zero padding). */
+static int dx_scatter(const ss_conv_shape *s, const dgeom *f, const dgeom *d)
+{
+	(void)s;
+	return (ptrdiff_t)d->ho * d->ur > (ptrdiff_t)f->ho * f->ur * 5 / 4;
+}
+
+/* Floats of the scatter: packed weights, then per part the padded input
+ * gradient of an image (f->hp x f->wp planes, C of them) and its output
+ * gradient in rows of whole units. */
+static ptrdiff_t scatter_fixed(const ss_conv_shape *s) { return round4(s->c) * s->kh * s->kw * s->oc; }
+static ptrdiff_t scatter_part(const ss_conv_shape *s, const dgeom *f)
+{
+	return s->c * f->plane + (ptrdiff_t)s->oc * f->ho * f->ur * 8;
+}
+
 ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 {
 	const ptrdiff_t t = ss_threads();
@@ -116,7 +139,9 @@ ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 	if (!backward)
 		return fwd_fixed(&f) + t * fwd_part(&f);
 	dgeom d = dgeom_data(s);
-	ptrdiff_t a = dw_floats(s, &f), b = fwd_fixed(&d) + t * fwd_part(&d);
+	ptrdiff_t a = dw_floats(s, &f);
+	ptrdiff_t b = dx_scatter(s, &f, &d) ? scatter_fixed(s) + t * scatter_part(s, &f)
+	                                    : fwd_fixed(&d) + t * fwd_part(&d);
 	return a > b ? a : b;
 }
 
@@ -410,13 +435,130 @@ static void weight_grad(const ss_conv_shape *s, const float *x, const float *dy,
 	}
 }
 
+/* ---- input gradient by scattering ---- */
+
+/* scatter_kernel adds to the 4 x 3 tile of input-gradient vectors o[u] +
+ * m*os (rows m < mr, units u < nu) the sums over oc < noc of w[4oc + m]
+ * times the output-gradient vector d[u] + oc*dc. */
+SS_AVX2 static void scatter_kernel(int noc, const float *w, const float *const d[3], ptrdiff_t dc,
+                                   float *const o[3], ptrdiff_t os, int mr, int nu)
+{
+	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+	__m256 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+	const float *d0 = d[0], *d1 = d[1], *d2 = d[2];
+	for (int oc = 0; oc < noc; oc++, w += 4, d0 += dc, d1 += dc, d2 += dc) {
+		const __m256 b0 = _mm256_loadu_ps(d0), b1 = _mm256_loadu_ps(d1), b2 = _mm256_loadu_ps(d2);
+		__m256 a = _mm256_broadcast_ss(w);
+		c00 = _mm256_fmadd_ps(a, b0, c00), c01 = _mm256_fmadd_ps(a, b1, c01), c02 = _mm256_fmadd_ps(a, b2, c02);
+		a = _mm256_broadcast_ss(w + 1);
+		c10 = _mm256_fmadd_ps(a, b0, c10), c11 = _mm256_fmadd_ps(a, b1, c11), c12 = _mm256_fmadd_ps(a, b2, c12);
+		a = _mm256_broadcast_ss(w + 2);
+		c20 = _mm256_fmadd_ps(a, b0, c20), c21 = _mm256_fmadd_ps(a, b1, c21), c22 = _mm256_fmadd_ps(a, b2, c22);
+		a = _mm256_broadcast_ss(w + 3);
+		c30 = _mm256_fmadd_ps(a, b0, c30), c31 = _mm256_fmadd_ps(a, b1, c31), c32 = _mm256_fmadd_ps(a, b2, c32);
+	}
+	const __m256 acc[4][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32}};
+	for (int m = 0; m < mr; m++)
+		for (int u = 0; u < nu; u++) {
+			float *p = o[u] + m * os;
+			_mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), acc[m][u]));
+		}
+}
+
+typedef struct {
+	const ss_conv_shape *s;
+	const dgeom *f;          /* the forward geometry: its padded planes hold the input gradient */
+	const float *dy;
+	ptrdiff_t yn, yc;
+	float *dx;
+	ptrdiff_t xn, xc;
+	const float *w;          /* packed [block of 4 input channels][tap][oc][4] */
+	float *bufs;
+} scatter_job;
+
+SS_AVX2 static void scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	const scatter_job *j = ctx;
+	const ss_conv_shape *s = j->s;
+	const dgeom *f = j->f;
+	const int kk = s->kh * s->kw, blocks = (s->c + 3) / 4;
+	const ptrdiff_t row = (ptrdiff_t)f->ur * 8, dplane = f->ho * row, units = (ptrdiff_t)f->ho * f->ur;
+	float *gx = j->bufs + part * scatter_part(s, f), *gy = gx + s->c * f->plane;
+	for (ptrdiff_t n = lo; n < hi; n++) {
+		/* The image's output gradient in rows of whole units, zero
+		 * beyond OW, and a zeroed padded input gradient. */
+		for (int o = 0; o < s->oc; o++) {
+			const float *sp = j->dy + n * j->yn + o * j->yc;
+			float *dp = gy + o * dplane;
+			for (int r = 0; r < f->ho; r++, dp += row, sp += f->wo) {
+				for (int q = 0; q < f->wo; q++)
+					dp[q] = sp[q];
+				for (ptrdiff_t q = f->wo; q < row; q++)
+					dp[q] = 0.0f;
+			}
+		}
+		memset(gx, 0, sizeof(float) * (size_t)(s->c * f->plane));
+		for (int cb = 0; cb < blocks; cb++) {
+			const int mr = ss_imin(4, s->c - 4 * cb);
+			float *ob = gx + 4 * cb * f->plane;
+			for (ptrdiff_t u0 = 0; u0 < units; u0 += 3) {
+				const int nu = (int)(units - u0 < 3 ? units - u0 : 3);
+				const float *d[3];
+				float *o[3];
+				for (int u = 0; u < 3; u++) {
+					const ptrdiff_t uu = u0 + ss_imin(u, nu - 1);
+					const int oh = (int)(uu / f->ur), ow = (int)(uu % f->ur) * 8;
+					d[u] = gy + oh * row + ow;
+					o[u] = ob + (ptrdiff_t)oh * f->wp + ow;
+				}
+				const float *w = j->w + (ptrdiff_t)cb * kk * s->oc * 4;
+				for (int i = 0; i < s->kh; i++)
+					for (int jj = 0; jj < s->kw; jj++, w += 4 * s->oc) {
+						float *ot[3] = {o[0] + i * f->wp + jj, o[1] + i * f->wp + jj, o[2] + i * f->wp + jj};
+						scatter_kernel(s->oc, w, d, dplane, ot, f->plane, mr, nu);
+					}
+			}
+		}
+		/* Crop the padding. */
+		for (int c = 0; c < s->c; c++) {
+			const float *sp = gx + c * f->plane + (ptrdiff_t)f->ph * f->wp + f->pw;
+			float *dp = j->dx + n * j->xn + c * j->xc;
+			for (int r = 0; r < s->h; r++, sp += f->wp, dp += s->w)
+				for (int q = 0; q < s->w; q++)
+					dp[q] = sp[q];
+		}
+	}
+}
+
+static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, const float *dy, float *dx,
+                    float *ws, ptrdiff_t ws_len)
+{
+	const int kk = s->kh * s->kw;
+	float *wpk = ws;
+	/* wpk[cb][t][oc][m] = w[oc][4cb + m][t], zero past C. */
+	for (int c = 0; c < round4(s->c); c++)
+		for (int t = 0; t < kk; t++)
+			for (int o = 0; o < s->oc; o++)
+				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
+				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
+	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed(s)};
+	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
+	ptrdiff_t parts = (ws_len - scatter_fixed(s)) / scatter_part(s, f);
+	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,
+	                scatter_image_part, &j);
+}
+
 void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
                              float *dx, float *dw, float *ws, ptrdiff_t ws_len)
 {
 	weight_grad(s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
-	const dgeom g = dgeom_data(s);
+	const dgeom f = dgeom_forward(s), g = dgeom_data(s);
+	if (dx_scatter(s, &f, &g)) {
+		scatter(s, &f, w, dy, dx, ws, ws_len);
+		return;
+	}
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
 	/* Rotated kernel with swapped channel axes, packed [block of 4 input

@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "c11e740586cf3cd9d0aad673c3faa00f12a002de57a4eb6849c76787e5a8fe46"
+const csrcHash = "0cc8407f50978b9a5f9131cee583aba58475522361d0d5b8673f81ab40eef9c1"
