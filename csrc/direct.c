@@ -126,8 +126,8 @@ static int dx_scatter(const ss_conv_shape *s, const dgeom *f, const dgeom *d)
 /* Floats of the scatter: packed weights, then per part the padded input
  * gradient of an image (f->hp x f->wp planes, C of them) and its output
  * gradient in rows of whole units. */
-static ptrdiff_t scatter_fixed(const ss_conv_shape *s) { return round4(s->c) * s->kh * s->kw * s->oc; }
-static ptrdiff_t scatter_part(const ss_conv_shape *s, const dgeom *f)
+static ptrdiff_t scatter_fixed_floats(const ss_conv_shape *s) { return round4(s->c) * s->kh * s->kw * s->oc; }
+static ptrdiff_t scatter_floats(const ss_conv_shape *s, const dgeom *f)
 {
 	return s->c * f->plane + (ptrdiff_t)s->oc * f->ho * f->ur * 8;
 }
@@ -140,7 +140,7 @@ ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 		return fwd_fixed(&f) + t * fwd_part(&f);
 	dgeom d = dgeom_data(s);
 	ptrdiff_t a = dw_floats(s, &f);
-	ptrdiff_t b = dx_scatter(s, &f, &d) ? scatter_fixed(s) + t * scatter_part(s, &f)
+	ptrdiff_t b = dx_scatter(s, &f, &d) ? scatter_fixed_floats(s) + t * scatter_floats(s, &f)
 	                                    : fwd_fixed(&d) + t * fwd_part(&d);
 	return a > b ? a : b;
 }
@@ -483,7 +483,7 @@ SS_AVX2 static void scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 	const dgeom *f = j->f;
 	const int kk = s->kh * s->kw, blocks = (s->c + 3) / 4;
 	const ptrdiff_t row = (ptrdiff_t)f->ur * 8, dplane = f->ho * row, units = (ptrdiff_t)f->ho * f->ur;
-	float *gx = j->bufs + part * scatter_part(s, f), *gy = gx + s->c * f->plane;
+	float *gx = j->bufs + part * scatter_floats(s, f), *gy = gx + s->c * f->plane;
 	for (ptrdiff_t n = lo; n < hi; n++) {
 		/* The image's output gradient in rows of whole units, zero
 		 * beyond OW, and a zeroed padded input gradient. */
@@ -541,9 +541,9 @@ static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, cons
 			for (int o = 0; o < s->oc; o++)
 				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
 				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
-	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed(s)};
+	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed_floats(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
-	ptrdiff_t parts = (ws_len - scatter_fixed(s)) / scatter_part(s, f);
+	ptrdiff_t parts = (ws_len - scatter_fixed_floats(s)) / scatter_floats(s, f);
 	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,
 	                scatter_image_part, &j);
 }
