@@ -68,19 +68,31 @@ static dgeom dgeom_data(const ss_conv_shape *s)
 
 static ptrdiff_t round4(ptrdiff_t n) { return (n + 3) / 4 * 4; }
 
+/* image_floats is the size of one image's padded planes. */
+static ptrdiff_t image_floats(const dgeom *g) { return g->ci * g->plane; }
+
 /* Images of a weight-gradient chunk: about 64 Ki floats of padded input,
  * which stays in the L2 cache while every tile reads it. */
 static int dw_chunk(const dgeom *g, int n)
 {
-	ptrdiff_t per = g->ci * g->plane;
-	ptrdiff_t c = (ptrdiff_t)(1 << 16) / (per > 0 ? per : 1);
+	ptrdiff_t c = (ptrdiff_t)(1 << 17) / image_floats(g);
 	return (int)(c < 1 ? 1 : c > n ? n : c);
 }
 
 /* Floats of the forward pass: packed weights, packed bias, tap offsets
  * (ints), then a padded image per part. */
 static ptrdiff_t fwd_fixed(const dgeom *g) { return round4(g->co) * g->k + round4(g->co) + g->k; }
-static ptrdiff_t fwd_part(const dgeom *g) { return g->ci * g->plane; }
+
+/* corr_chunk is the number of images a part pads at once (at most n), so
+ * that a tile of 3 units may span images: about 32 Ki floats, which stay
+ * in the L2 cache while every block of output channels reads them. */
+static int corr_chunk(const dgeom *g, int n)
+{
+	ptrdiff_t c = (ptrdiff_t)(1 << 15) / image_floats(g);
+	return (int)(c < 1 ? 1 : c > n ? n : c);
+}
+
+static ptrdiff_t fwd_part(const dgeom *g, int n) { return corr_chunk(g, n) * image_floats(g); }
 
 /* Floats of the weight gradient: tap offsets, unit offsets (ints), the
  * padded chunk, and the row-padded output gradient of a chunk when its
@@ -137,11 +149,11 @@ ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 	const ptrdiff_t t = ss_threads();
 	dgeom f = dgeom_forward(s);
 	if (!backward)
-		return fwd_fixed(&f) + t * fwd_part(&f);
+		return fwd_fixed(&f) + t * fwd_part(&f, s->n);
 	dgeom d = dgeom_data(s);
 	ptrdiff_t a = dw_floats(s, &f);
 	ptrdiff_t b = dx_scatter(s, &f, &d) ? scatter_fixed_floats(s) + t * scatter_floats(s, &f)
-	                                    : fwd_fixed(&d) + t * fwd_part(&d);
+	                                    : fwd_fixed(&d) + t * fwd_part(&d, s->n);
 	return a > b ? a : b;
 }
 
@@ -222,40 +234,47 @@ SS_AVX2 static void fwd_kernel(ptrdiff_t k, const int *koff, const float *w, con
 
 typedef struct {
 	const dgeom *g;
+	int nc;                  /* images padded at once */
 	const float *in;
 	ptrdiff_t in_n, in_c;    /* input plane (n, c) at in + n*in_n + c*in_c */
 	float *out;
 	ptrdiff_t out_n, out_c;  /* output plane (n, c) at out + n*out_n + c*out_c */
 	const float *w, *bias;   /* packed: [block][tap][4], [block][4] */
 	const int *koff;
-	float *buf;              /* a padded image per part */
+	float *buf;              /* nc padded images per part */
 } corr_job;
 
-/* corr_part runs the correlation for images [lo, hi). */
+/* corr_part runs the correlation for images [lo, hi), nc at a time: for
+ * each block of 4 output channels, tiles of 3 units over the chunk's
+ * units (image-major), so that only the chunk's last tile may be short. */
 SS_AVX2 static void corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	const corr_job *j = ctx;
 	const dgeom *g = j->g;
-	float *buf = j->buf + part * fwd_part(g);
-	memset(buf, 0, sizeof(float) * (size_t)fwd_part(g));
+	const ptrdiff_t img = image_floats(g);
+	float *buf = j->buf + part * j->nc * img;
+	memset(buf, 0, sizeof(float) * (size_t)(j->nc * img));
 	const ptrdiff_t units = (ptrdiff_t)g->ho * g->ur;
 	const int blocks = (g->co + 3) / 4;
-	for (ptrdiff_t n = lo; n < hi; n++) {
-		pad_rows(g, j->in + n * j->in_n, j->in_c, buf);
+	for (ptrdiff_t n0 = lo; n0 < hi; n0 += j->nc) {
+		const int nc = (int)(hi - n0 < j->nc ? hi - n0 : j->nc);
+		for (int n = 0; n < nc; n++)
+			pad_rows(g, j->in + (n0 + n) * j->in_n, j->in_c, buf + n * img);
+		const ptrdiff_t all = nc * units;
 		for (int ob = 0; ob < blocks; ob++) {
 			const int mr = ss_imin(4, g->co - 4 * ob);
 			const float *w = j->w + ob * 4 * g->k;
-			float *yb = j->out + n * j->out_n + 4 * ob * j->out_c;
-			for (ptrdiff_t u0 = 0; u0 < units; u0 += 3) {
-				const int nu = (int)(units - u0 < 3 ? units - u0 : 3);
+			float *yb = j->out + n0 * j->out_n + 4 * ob * j->out_c;
+			for (ptrdiff_t u0 = 0; u0 < all; u0 += 3) {
+				const int nu = (int)(all - u0 < 3 ? all - u0 : 3);
 				const float *x[3];
 				float *y[3];
 				int cnt[3];
 				for (int u = 0; u < 3; u++) {
-					const ptrdiff_t uu = u0 + ss_imin(u, nu - 1);
-					const int oh = (int)(uu / g->ur), ow = (int)(uu % g->ur) * 8;
-					x[u] = buf + (ptrdiff_t)oh * g->wp + ow;
-					y[u] = yb + (ptrdiff_t)oh * g->wo + ow;
+					const ptrdiff_t uu = u0 + ss_imin(u, nu - 1), n = uu / units, un = uu % units;
+					const int oh = (int)(un / g->ur), ow = (int)(un % g->ur) * 8;
+					x[u] = buf + n * img + (ptrdiff_t)oh * g->wp + ow;
+					y[u] = yb + n * j->out_n + (ptrdiff_t)oh * g->wo + ow;
 					cnt[u] = ss_imin(8, g->wo - ow);
 				}
 				fwd_kernel(g->k, j->koff, w, j->bias + 4 * ob, x, y, j->out_c, mr, nu, cnt);
@@ -271,9 +290,9 @@ static void corr(const dgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff
                  float *bufs, ptrdiff_t buf_len)
 {
 	taps(g, koff);
-	corr_job j = {.g = g, .in = in, .in_n = in_n, .in_c = in_c, .out = out, .out_n = out_n, .out_c = out_c,
-	              .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
-	ptrdiff_t parts = buf_len / fwd_part(g);
+	corr_job j = {.g = g, .nc = corr_chunk(g, n), .in = in, .in_n = in_n, .in_c = in_c, .out = out,
+	              .out_n = out_n, .out_c = out_c, .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
+	ptrdiff_t parts = buf_len / fwd_part(g, n);
 	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), n, 1, corr_part, &j);
 }
 
@@ -365,7 +384,7 @@ SS_AVX2 static void dw_pad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const dw_job *j = ctx;
-	const ptrdiff_t per = fwd_part(j->g);
+	const ptrdiff_t per = image_floats(j->g);
 	for (ptrdiff_t n = lo; n < hi; n++)
 		pad_rows(j->g, j->x + (j->n0 + n) * j->x_n, j->x_c, j->buf + n * per);
 }
@@ -388,7 +407,7 @@ SS_AVX2 static void dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 		for (int u = 0; u < 3; u++)
 			x[u] = j->buf + j->koff[k0 + ss_imin(u, nt - 1)];
 		float out[12];
-		dw_kernel(j->nc, units, j->uoff, d, j->dy_n, x, fwd_part(g), out);
+		dw_kernel(j->nc, units, j->uoff, d, j->dy_n, x, image_floats(g), out);
 		for (int m = 0; m < mr; m++)
 			for (int u = 0; u < nt; u++)
 				j->dw[(4 * ob + m) * g->k + k0 + u] += out[m * 3 + u];
@@ -404,12 +423,12 @@ static void weight_grad(const ss_conv_shape *s, const float *x, const float *dy,
 	const ptrdiff_t units = (ptrdiff_t)g.ho * g.ur, rowu = (ptrdiff_t)g.ur * 8;
 	int *koff = (int *)ws, *uoff = koff + g.k;
 	float *buf = (float *)(uoff + units);
-	float *rows = buf + nc * fwd_part(&g); /* used when rows are not whole units */
+	float *rows = buf + nc * image_floats(&g); /* used when rows are not whole units */
 	taps(&g, koff);
 	for (ptrdiff_t u = 0; u < units; u++)
 		uoff[u] = (int)((u / g.ur) * g.wp + (u % g.ur) * 8);
 	memset(dw, 0, sizeof(float) * (size_t)(s->oc * g.k));
-	memset(buf, 0, sizeof(float) * (size_t)(nc * fwd_part(&g)));
+	memset(buf, 0, sizeof(float) * (size_t)(nc * image_floats(&g)));
 	const ptrdiff_t tiles = (ptrdiff_t)((g.co + 3) / 4) * ((g.k + 2) / 3);
 	for (int n0 = 0; n0 < s->n; n0 += nc) {
 		const int cn = ss_imin(nc, s->n - n0);
