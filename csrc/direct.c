@@ -23,11 +23,6 @@
 
 #include "internal.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SS_NO_DIRECT)
-#define SS_HAVE_DIRECT 1
-#include <immintrin.h>
-#define SS_AVX2 __attribute__((target("avx2,fma")))
-#endif
 
 /* dgeom is the geometry of one stride-1 correlation: input planes, output
  * planes, kernel and padding (negative padding crops), and the padded
@@ -108,17 +103,7 @@ static ptrdiff_t dw_floats(const ss_conv_shape *s, const dgeom *g)
 
 int ss_conv_direct_supported(const ss_conv_shape *s)
 {
-#ifdef SS_HAVE_DIRECT
-	static int cpu = -1; /* computed once; a racing first call computes the same */
-	if (cpu < 0) {
-		__builtin_cpu_init();
-		cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	}
-	return cpu && s->stride_h == 1 && s->stride_w == 1;
-#else
-	(void)s;
-	return 0;
-#endif
+	return ss_avx2() && s->stride_h == 1 && s->stride_w == 1;
 }
 
 /* The input gradient either runs the correlation on the padded output
@@ -157,7 +142,7 @@ ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 	return a > b ? a : b;
 }
 
-#ifdef SS_HAVE_DIRECT
+#ifdef SS_HAVE_AVX2
 
 /* taps writes koff[(c*kh + i)*kw + j] = c*plane + i*wp + j. */
 static void taps(const dgeom *g, int *koff)
@@ -328,14 +313,6 @@ void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float 
 
 /* ---- weight gradient ---- */
 
-SS_AVX2 static inline float hsum(__m256 v)
-{
-	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-	a = _mm_add_ss(a, _mm_movehdup_ps(a));
-	return _mm_cvtss_f32(a);
-}
-
 /* dw_kernel accumulates into out[m*3 + t] the dot products, over the units
  * of nc images, of output-gradient rows d[m] (unit u of image n at
  * d[m] + n*dn + 8u) with the inputs of taps x[t] (at x[t] + n*xn +
@@ -361,10 +338,10 @@ SS_AVX2 static void dw_kernel(int nc, ptrdiff_t units, const int *uoff, const fl
 			c30 = _mm256_fmadd_ps(a, b0, c30), c31 = _mm256_fmadd_ps(a, b1, c31), c32 = _mm256_fmadd_ps(a, b2, c32);
 		}
 	}
-	out[0] = hsum(c00), out[1] = hsum(c01), out[2] = hsum(c02);
-	out[3] = hsum(c10), out[4] = hsum(c11), out[5] = hsum(c12);
-	out[6] = hsum(c20), out[7] = hsum(c21), out[8] = hsum(c22);
-	out[9] = hsum(c30), out[10] = hsum(c31), out[11] = hsum(c32);
+	out[0] = ss_hsum(c00), out[1] = ss_hsum(c01), out[2] = ss_hsum(c02);
+	out[3] = ss_hsum(c10), out[4] = ss_hsum(c11), out[5] = ss_hsum(c12);
+	out[6] = ss_hsum(c20), out[7] = ss_hsum(c21), out[8] = ss_hsum(c22);
+	out[9] = ss_hsum(c30), out[10] = ss_hsum(c31), out[11] = ss_hsum(c32);
 }
 
 typedef struct {
@@ -596,7 +573,7 @@ void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float
 	corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
 }
 
-#else /* !SS_HAVE_DIRECT */
+#else /* !SS_HAVE_AVX2 */
 
 void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y, float *ws, ptrdiff_t ws_len)

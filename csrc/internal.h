@@ -15,6 +15,38 @@
 #define SS_MULTIVERSION
 #endif
 
+/* SS_HAVE_AVX2 marks builds (x86-64, GCC or Clang) that contain
+ * hand-written AVX2 + FMA kernels: functions marked SS_AVX2, compiled for
+ * those instructions whatever the build's target, and called only when
+ * ss_avx2() reports that the CPU has them. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SS_NO_AVX2)
+#define SS_HAVE_AVX2 1
+#define SS_AVX2 __attribute__((target("avx2,fma")))
+#include <immintrin.h>
+
+/* ss_avx2 reports whether the CPU (and the OS) supports AVX2 and FMA. */
+static inline int ss_avx2(void)
+{
+	static int v = -1; /* a racing first call computes the same value */
+	if (v < 0) {
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	}
+	return v;
+}
+
+/* ss_hsum returns the sum of the 8 lanes of v. */
+SS_AVX2 static inline float ss_hsum(__m256 v)
+{
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+#else
+static inline int ss_avx2(void) { return 0; }
+#endif
+
 /* SS_MAX_THREADS bounds the thread pool, so that per-part results can
  * live in fixed arrays. */
 #define SS_MAX_THREADS 256

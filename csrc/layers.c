@@ -230,9 +230,146 @@ void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
 
 /* ---- fully connected ---- */
 
+/* Batches of at most FC_SMALL rows skip the GEMM library on AVX2 CPUs:
+ * with so few rows a GEMM is bound by reading the weights, which
+ * OpenBLAS also packs (a copy as large as the weights) on every call.
+ * The kernels below read the weights once per up to 6 rows forward and
+ * once backward, where the weight gradient and the input gradient come
+ * from the same pass. */
+enum { FC_SMALL = 8 };
+
+#ifdef SS_HAVE_AVX2
+
+/* tail_mask enables the first r lanes (0 < r < 8). */
+SS_AVX2 static __m256i tail_mask(int r)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* fc_dots computes the dot products of weight rows w0, w1 with input rows
+ * x[0..5] (in floats each) into out[0..5] and out[6..11]. */
+SS_AVX2 static void fc_dots(int in, const float *w0, const float *w1, const float *const x[6], float out[12])
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0;
+	const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
+	int i = 0;
+	for (; i + 8 <= in; i += 8) {
+		const __m256 v = _mm256_loadu_ps(w0 + i), u = _mm256_loadu_ps(w1 + i);
+		__m256 t = _mm256_loadu_ps(x0 + i);
+		a0 = _mm256_fmadd_ps(v, t, a0), b0 = _mm256_fmadd_ps(u, t, b0);
+		t = _mm256_loadu_ps(x1 + i);
+		a1 = _mm256_fmadd_ps(v, t, a1), b1 = _mm256_fmadd_ps(u, t, b1);
+		t = _mm256_loadu_ps(x2 + i);
+		a2 = _mm256_fmadd_ps(v, t, a2), b2 = _mm256_fmadd_ps(u, t, b2);
+		t = _mm256_loadu_ps(x3 + i);
+		a3 = _mm256_fmadd_ps(v, t, a3), b3 = _mm256_fmadd_ps(u, t, b3);
+		t = _mm256_loadu_ps(x4 + i);
+		a4 = _mm256_fmadd_ps(v, t, a4), b4 = _mm256_fmadd_ps(u, t, b4);
+		t = _mm256_loadu_ps(x5 + i);
+		a5 = _mm256_fmadd_ps(v, t, a5), b5 = _mm256_fmadd_ps(u, t, b5);
+	}
+	if (i < in) {
+		const __m256i m = tail_mask(in - i);
+		const __m256 v = _mm256_maskload_ps(w0 + i, m), u = _mm256_maskload_ps(w1 + i, m);
+		__m256 t = _mm256_maskload_ps(x0 + i, m);
+		a0 = _mm256_fmadd_ps(v, t, a0), b0 = _mm256_fmadd_ps(u, t, b0);
+		t = _mm256_maskload_ps(x1 + i, m);
+		a1 = _mm256_fmadd_ps(v, t, a1), b1 = _mm256_fmadd_ps(u, t, b1);
+		t = _mm256_maskload_ps(x2 + i, m);
+		a2 = _mm256_fmadd_ps(v, t, a2), b2 = _mm256_fmadd_ps(u, t, b2);
+		t = _mm256_maskload_ps(x3 + i, m);
+		a3 = _mm256_fmadd_ps(v, t, a3), b3 = _mm256_fmadd_ps(u, t, b3);
+		t = _mm256_maskload_ps(x4 + i, m);
+		a4 = _mm256_fmadd_ps(v, t, a4), b4 = _mm256_fmadd_ps(u, t, b4);
+		t = _mm256_maskload_ps(x5 + i, m);
+		a5 = _mm256_fmadd_ps(v, t, a5), b5 = _mm256_fmadd_ps(u, t, b5);
+	}
+	out[0] = ss_hsum(a0), out[1] = ss_hsum(a1), out[2] = ss_hsum(a2);
+	out[3] = ss_hsum(a3), out[4] = ss_hsum(a4), out[5] = ss_hsum(a5);
+	out[6] = ss_hsum(b0), out[7] = ss_hsum(b1), out[8] = ss_hsum(b2);
+	out[9] = ss_hsum(b3), out[10] = ss_hsum(b4), out[11] = ss_hsum(b5);
+}
+
+SS_AVX2 static void fc_forward_small(int n, int in, int out, const float *x, const float *w,
+                                     const float *b, float *y)
+{
+	for (int r0 = 0; r0 < n; r0 += 6) {
+		const int nr = ss_imin(6, n - r0);
+		const float *xs[6];
+		for (int r = 0; r < 6; r++)
+			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
+		for (int o = 0; o < out; o += 2) {
+			const int no = ss_imin(2, out - o);
+			float d[12];
+			fc_dots(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
+			for (int k = 0; k < no; k++)
+				for (int r = 0; r < nr; r++)
+					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
+		}
+	}
+}
+
+/* fc_backward_small computes dw (and dx, zeroed first, unless NULL) two
+ * weight rows at a time: dw[o] = sum_r dy[r][o] x[r], dx[r] += dy[r][o]
+ * w[o]. */
+SS_AVX2 static void fc_backward_small(int n, int in, int out, const float *x, const float *w,
+                                      const float *dy, float *dx, float *dw)
+{
+	if (dx)
+		memset(dx, 0, sizeof(float) * (size_t)n * (size_t)in);
+	const int full = in / 8 * 8;
+	const __m256i m = tail_mask(in - full > 0 ? in - full : 1);
+	for (int o = 0; o < out; o += 2) {
+		const int no = ss_imin(2, out - o);
+		__m256 g0[FC_SMALL], g1[FC_SMALL];
+		for (int r = 0; r < n; r++) {
+			g0[r] = _mm256_set1_ps(dy[(ptrdiff_t)r * out + o]);
+			g1[r] = _mm256_set1_ps(no > 1 ? dy[(ptrdiff_t)r * out + o + 1] : 0.0f);
+		}
+		const float *w0 = w + (ptrdiff_t)o * in, *w1 = w + (ptrdiff_t)(o + no - 1) * in;
+		float *d0 = dw + (ptrdiff_t)o * in, *d1 = dw + (ptrdiff_t)(o + no - 1) * in;
+		for (int i = 0; i < in; i += 8) {
+			const int tail = i + 8 > in;
+			__m256 s0 = _mm256_setzero_ps(), s1 = s0;
+			for (int r = 0; r < n; r++) {
+				const float *xr = x + (ptrdiff_t)r * in + i;
+				const __m256 t = tail ? _mm256_maskload_ps(xr, m) : _mm256_loadu_ps(xr);
+				s0 = _mm256_fmadd_ps(g0[r], t, s0), s1 = _mm256_fmadd_ps(g1[r], t, s1);
+			}
+			if (tail) {
+				_mm256_maskstore_ps(d1 + i, m, s1), _mm256_maskstore_ps(d0 + i, m, s0);
+			} else {
+				_mm256_storeu_ps(d1 + i, s1), _mm256_storeu_ps(d0 + i, s0);
+			}
+			if (dx == NULL)
+				continue;
+			const __m256 v = tail ? _mm256_maskload_ps(w0 + i, m) : _mm256_loadu_ps(w0 + i);
+			const __m256 u = tail ? _mm256_maskload_ps(w1 + i, m) : _mm256_loadu_ps(w1 + i);
+			for (int r = 0; r < n; r++) {
+				float *p = dx + (ptrdiff_t)r * in + i;
+				__m256 a = tail ? _mm256_maskload_ps(p, m) : _mm256_loadu_ps(p);
+				a = _mm256_fmadd_ps(g0[r], v, _mm256_fmadd_ps(g1[r], u, a));
+				if (tail)
+					_mm256_maskstore_ps(p, m, a);
+				else
+					_mm256_storeu_ps(p, a);
+			}
+		}
+	}
+}
+
+#endif /* SS_HAVE_AVX2 */
+
 void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y)
 {
+#ifdef SS_HAVE_AVX2
+	if (n <= FC_SMALL && ss_avx2()) {
+		fc_forward_small(n, in, out, x, w, b, y);
+		return;
+	}
+#endif
 	ss_sgemm(0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 	if (b == NULL)
 		return;
@@ -246,9 +383,16 @@ void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
 void ss_fc_backward(int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db)
 {
-	ss_sgemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
-	if (dx)
-		ss_sgemm(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+#ifdef SS_HAVE_AVX2
+	if (n <= FC_SMALL && ss_avx2()) {
+		fc_backward_small(n, in, out, x, w, dy, dx, dw);
+	} else
+#endif
+	{
+		ss_sgemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
+		if (dx)
+			ss_sgemm(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+	}
 	if (db == NULL)
 		return;
 	memset(db, 0, sizeof(float) * (size_t)out);

@@ -76,6 +76,56 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 	free(wy), free(wdx), free(wdw), free(wdb);
 }
 
+/* test_fc checks ss_fc_forward and ss_fc_backward (both the GEMM and the
+ * small-batch paths) with guarded buffers. */
+static void test_fc(int n, int in, int out)
+{
+	float *x = guarded((size_t)n * in), *w = guarded((size_t)out * in), *b = guarded((size_t)out);
+	float *y = guarded((size_t)n * out), *dy = guarded((size_t)n * out), *dx = guarded((size_t)n * in);
+	float *dw = guarded((size_t)out * in), *db = guarded((size_t)out);
+	for (int i = 0; i < n * in; i++)
+		x[i] = uniform();
+	for (int i = 0; i < out * in; i++)
+		w[i] = uniform();
+	for (int i = 0; i < out; i++)
+		b[i] = uniform();
+	for (int i = 0; i < n * out; i++)
+		dy[i] = uniform();
+	ss_fc_forward(n, in, out, x, w, b, y);
+	ss_fc_backward(n, in, out, x, w, dy, dx, dw, db);
+	for (int r = 0; r < n; r++)
+		for (int o = 0; o < out; o++) {
+			double want = b[o];
+			for (int i = 0; i < in; i++)
+				want += (double)x[r * in + i] * w[o * in + i];
+			CHECK(fabs(y[r * out + o] - want) <= 1e-4 * (1 + fabs(want)), "fc %dx%dx%d y[%d][%d] = %g, want %g",
+			      n, in, out, r, o, y[r * out + o], want);
+		}
+	for (int o = 0; o < out; o++) {
+		double wdb = 0;
+		for (int r = 0; r < n; r++)
+			wdb += dy[r * out + o];
+		CHECK(fabs(db[o] - wdb) <= 1e-4 * (1 + fabs(wdb)), "fc db[%d]", o);
+		for (int i = 0; i < in; i++) {
+			double want = 0;
+			for (int r = 0; r < n; r++)
+				want += (double)dy[r * out + o] * x[r * in + i];
+			CHECK(fabs(dw[o * in + i] - want) <= 1e-4 * (1 + fabs(want)), "fc %dx%dx%d dw[%d][%d]", n, in, out, o, i);
+		}
+	}
+	for (int r = 0; r < n; r++)
+		for (int i = 0; i < in; i++) {
+			double want = 0;
+			for (int o = 0; o < out; o++)
+				want += (double)dy[r * out + o] * w[o * in + i];
+			CHECK(fabs(dx[r * in + i] - want) <= 1e-4 * (1 + fabs(want)), "fc %dx%dx%d dx[%d][%d]", n, in, out, r, i);
+		}
+	ss_fc_backward(n, in, out, x, w, dy, NULL, dw, NULL);
+	check_guards(y, (size_t)n * out, "fc y"), check_guards(dx, (size_t)n * in, "fc dx");
+	check_guards(dw, (size_t)out * in, "fc dw"), check_guards(db, (size_t)out, "fc db");
+	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db);
+}
+
 static void test_lrn(ss_lrn_shape s)
 {
 	const size_t n = (size_t)s.n * s.c * s.h * s.w;
@@ -172,6 +222,9 @@ int main(void)
 			}
 		for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
 			test_lrn(lrns[i]);
+		for (int n = 1; n <= 9; n += 2)
+			for (int in = 1; in <= 33; in += 8)
+				test_fc(n, in, n % 3 + 2);
 	}
 	return report("layers");
 }

@@ -146,7 +146,7 @@ func testLRNGradient(t *testing.T, e kernels.Engine) {
 	}
 }
 
-var fcShapes = [][3]int{{1, 1, 1}, {3, 7, 5}, {8, 33, 10}, {16, 50, 20}, {5, 130, 3}}
+var fcShapes = [][3]int{{1, 1, 1}, {3, 7, 5}, {8, 33, 10}, {16, 50, 20}, {5, 130, 3}, {6, 16, 4}, {7, 64, 9}}
 
 func testFC(t *testing.T, e kernels.Engine) {
 	for i, sh := range fcShapes {
