@@ -14,16 +14,27 @@
 //     noblas tag or CGO_ENABLED=0.
 //
 // Threads: the native engine runs GEMMs on OpenBLAS's threads and splits
-// the rest (im2col, col2im, layout transposes, pooling, LRN, ReLU) over a
-// small pool of C threads that sleep between jobs; Config.Threads sets
-// both. Convolutions cover a group of images with one GEMM, its column
-// matrix either batch-innermost (the group transposed to CHWN so that
-// im2col copies long runs; small images) or image-major (wide output
-// rows copied whole; first layers).
+// the rest (convolutions, pooling, LRN, ReLU) over a small pool of C
+// threads that sleep between jobs; Config.Threads sets both.
 //
-// Layouts: every tensor is a row-major float32 slice; activations are NCHW.
-// See Engine for the conventions every method follows, and the Shape types
-// (ConvShape, PoolShape, LRNShape) for the sizes each argument must have.
+// Convolutions: on CPUs with AVX2 and FMA, stride-1 convolutions run on
+// direct kernels (csrc/direct.c) with no column matrix: a register tile of
+// 4 output channels × 24 output pixels accumulates over every tap of a
+// zero-bordered copy of the input, and the gradients use the same tiles
+// (the input gradient as the correlation of the padded output gradient
+// with the rotated kernel, or by scattering when the forward padding is
+// narrower than the kernel). Other convolutions cover a group of images
+// with one OpenBLAS GEMM, the column matrix either batch-innermost (the
+// group transposed to CHWN so that im2col copies long runs; small images)
+// or image-major (wide output rows copied whole). Fully connected layers
+// of at most 8 rows use a direct AVX2 kernel too, larger ones OpenBLAS.
+//
+// Layouts: every tensor is a row-major float32 slice. Activations are
+// NCHW, except that a convolution can take and give them channel-major
+// (ConvShape.Layout = CNHW), which lets a stack of convolutions, pooling,
+// ReLU and LRN pass each output on as the next input. See Engine for the
+// conventions every method follows, and the Shape types (ConvShape,
+// PoolShape, LRNShape) for the sizes each argument must have.
 //
 // Misuse (inconsistent shapes, slices shorter than a shape requires, bad
 // strides) panics with a message that names the argument, as gonum does:

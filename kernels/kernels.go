@@ -8,8 +8,11 @@ package kernels
 // Conventions shared by every method:
 //   - Tensors are float32 slices in row-major order. Activations are NCHW:
 //     element (n, c, h, w) of a tensor with C channels and H×W pixels is at
-//     ((n*C+c)*H+h)*W+w. Convolution weights are [OC][C][KH][KW], fully
-//     connected weights [Out][In], biases one value per output channel.
+//     ((n*C+c)*H+h)*W+w; convolutions also take them channel-major (CNHW,
+//     see Layout). Per-plane methods (pooling, LRN, ReLU) see a CNHW
+//     tensor as an NCHW one with N and C swapped. Convolution weights are
+//     [OC][C][KH][KW], fully connected weights [Out][In], biases one value
+//     per output channel.
 //   - Outputs are overwritten, never accumulated into, unless a method says
 //     otherwise. Inputs are never modified. Outputs must not alias inputs
 //     unless a method allows it.
@@ -30,11 +33,13 @@ type Engine interface {
 		b []float32, ldb int, beta float32, c []float32, ldc int)
 
 	// ConvForward computes y = conv(x, w) + b for a whole batch; b may be
-	// nil (no bias). x is s.InputLen(), w s.WeightLen(), y s.OutputLen().
+	// nil (no bias). x is s.InputLen(), w s.WeightLen(), y s.OutputLen(),
+	// x and y both in s.Layout.
 	ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace)
 	// ConvBackward computes, from the forward input x, the weights w and the
 	// output gradient dy: dw (overwritten), db (overwritten; nil to skip)
-	// and dx (overwritten; nil to skip, as for a network's first layer).
+	// and dx (overwritten; nil to skip, as for a network's first layer);
+	// x, dy and dx in s.Layout.
 	ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace)
 
 	// PoolForward computes max or average pooling (s.Mode). For max

@@ -16,9 +16,14 @@
 // shard the vector by range and apply per-layer multipliers. Forward
 // returns the mean loss of a batch, Backward the gradient of that mean.
 // All buffers are allocated when the Net is built; a training step
-// allocates nothing. Activations are NCHW; ReLU runs in place where the
-// layer before it does not need its own output, gradients of activations
-// use two shared buffers, and the first layer computes no input gradient.
+// allocates nothing. Inside, activations from the first convolution on
+// are channel-major (kernels.CNHW: each channel's planes of every image
+// together), so that convolutions, pooling, ReLU and LRN hand each output
+// to the next layer as is; the images (NCHW) are reordered into the first
+// convolution when they have several channels, and the planes back into
+// NCHW before a fully connected layer. ReLU runs in place where the layer
+// before it does not need its own output, gradients of activations use
+// two shared buffers, and the first layer computes no input gradient.
 //
 // Using several cores for one network: Config.Workers splits every batch
 // into contiguous parts run by that many goroutines, each with its own
