@@ -37,7 +37,7 @@ func BenchmarkJob(b *testing.B) {
 				proto = ps.Softsync
 			}
 			steps := max(1, b.N/c.learners)
-			par := PlanThreads(kernels.DefaultThreads(), c.learners, c.batch, c.threads)
+			par := PlanThreads(s, kernels.DefaultThreads(), c.learners, c.batch, c.threads)
 			e, _, err := kernels.New(kernels.Config{Threads: par.BLAS})
 			if err != nil {
 				b.Fatal(err)

@@ -375,22 +375,26 @@ func TestJobDiverges(t *testing.T) {
 }
 
 func TestPlanThreads(t *testing.T) {
+	lenet, cifar := spec(t, "lenet"), spec(t, "cifar10_full")
 	for _, c := range []struct {
+		spec                            *nn.Spec
 		cores, learners, batch, threads int
 		want                            Parallelism
 	}{
-		{2, 1, 64, 0, Parallelism{1, 2}},
-		{2, 1, 8, 0, Parallelism{1, 1}},  // small batches: one worker
-		{2, 2, 64, 0, Parallelism{1, 1}}, // one core each
-		{2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
-		{16, 4, 128, 0, Parallelism{1, 4}},
-		{16, 4, 32, 0, Parallelism{1, 2}}, // at most one worker per 16 images
-		{2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
-		{2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
+		{lenet, 2, 1, 64, 0, Parallelism{1, 2}},
+		{lenet, 2, 1, 4, 0, Parallelism{1, 1}},  // small LeNet batches: one worker
+		{lenet, 2, 1, 8, 0, Parallelism{1, 2}},  // 4 images per worker
+		{cifar, 2, 1, 2, 0, Parallelism{1, 2}},  // cifar10_full: one image is work enough
+		{lenet, 2, 2, 64, 0, Parallelism{1, 1}}, // one core each
+		{lenet, 2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
+		{lenet, 16, 4, 128, 0, Parallelism{1, 4}},
+		{lenet, 16, 4, 8, 0, Parallelism{1, 2}},  // at most one worker per 4 LeNet images
+		{lenet, 2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
+		{lenet, 2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
 	} {
-		if got := PlanThreads(c.cores, c.learners, c.batch, c.threads); got != c.want {
-			t.Errorf("PlanThreads(%d cores, %d learners, batch %d, threads %d) = %+v, want %+v",
-				c.cores, c.learners, c.batch, c.threads, got, c.want)
+		if got := PlanThreads(c.spec, c.cores, c.learners, c.batch, c.threads); got != c.want {
+			t.Errorf("PlanThreads(%s, %d cores, %d learners, batch %d, threads %d) = %+v, want %+v",
+				c.spec.Name, c.cores, c.learners, c.batch, c.threads, got, c.want)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package learner
 
+import "github.com/softsync/softsync/learner/nn"
+
 // Parallelism is how in-process learners use the cores: the threads of
 // the shared engine's BLAS and kernels (kernels.Config.Threads) and the
 // goroutines each learner's network splits its mini-batch over
@@ -9,11 +11,6 @@ type Parallelism struct {
 	Workers int // network workers per learner
 }
 
-// minWorkerBatch is the smallest share of a mini-batch worth a worker of
-// its own: below it the split costs more than it gains (measured on LeNet
-// at μ = 4 and 8, where one thread beats two however they are used).
-const minWorkerBatch = 16
-
 // PlanThreads decides the parallelism of learners in-process learners of
 // mini-batch batch on a machine with cores cores. Each learner gets
 // threads compute threads (0: the cores divided evenly among the
@@ -21,10 +18,11 @@ const minWorkerBatch = 16
 // engine: concurrent calls into a multi-threaded OpenBLAS contend for its
 // thread pool (two learners, or a learner and the evaluator, slow each
 // other down several times), while workers of their own share nothing.
-// A learner uses at most one worker per minWorkerBatch images.
-func PlanThreads(cores, learners, batch, threads int) Parallelism {
+// A learner uses at most one worker per spec.WorkerBatch() images: below
+// that share a worker costs more than it gains.
+func PlanThreads(spec *nn.Spec, cores, learners, batch, threads int) Parallelism {
 	if threads <= 0 {
 		threads = max(1, cores/max(learners, 1))
 	}
-	return Parallelism{BLAS: 1, Workers: max(1, min(threads, batch/minWorkerBatch))}
+	return Parallelism{BLAS: 1, Workers: max(1, min(threads, batch/spec.WorkerBatch()))}
 }

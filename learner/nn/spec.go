@@ -133,6 +133,48 @@ func (s *Spec) NumParams() int {
 	return n
 }
 
+// TrainFLOPs is the number of floating-point operations (a multiply-add
+// counts two) of one image's training step in the convolution and fully
+// connected layers: the forward pass, the weight gradients and the input
+// gradients of every layer but the first with parameters. Pooling, ReLU,
+// LRN, the loss and the biases are left out.
+func (s *Spec) TrainFLOPs() int {
+	flops, first := 0, true
+	for i := range s.Layers {
+		if !s.Layers[i].HasParams() {
+			continue
+		}
+		w, _ := s.paramLens(i)
+		out := s.shapes[i+1]
+		macs := w * out.H * out.W // every weight meets every output pixel once
+		passes := 3
+		if first {
+			passes = 2
+		}
+		flops += 2 * passes * macs
+		first = false
+	}
+	return flops
+}
+
+// workerFLOPsPerParam is the work, per parameter, that a network worker's
+// share of a mini-batch must bring (measured on LeNet and cifar10_full
+// with the native engine on two cores): each worker keeps a gradient
+// vector of its own that the step sums, and reads every weight, so below
+// it a second worker slows the step down.
+const workerFLOPsPerParam = 120
+
+// WorkerBatch is the smallest share of a mini-batch worth a network worker
+// of its own (Config.Workers): 4 images for LeNet, whose weights are
+// large for its work, 1 for cifar10_full.
+func (s *Spec) WorkerBatch() int {
+	f := s.TrainFLOPs()
+	if f == 0 {
+		return 1
+	}
+	return max(1, (workerFLOPsPerParam*s.NumParams()+f-1)/f)
+}
+
 // paramLens returns the weight and bias lengths of layer i.
 func (s *Spec) paramLens(i int) (w, b int) {
 	l := &s.Layers[i]

@@ -173,3 +173,26 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+func TestTrainFLOPs(t *testing.T) {
+	// Counted by hand from the layer shapes: multiply-adds per image of
+	// each layer with parameters, times 3 (forward, weight and input
+	// gradients) or 2 for the first, times 2 FLOPs.
+	lenet := 2*2*(20*25*24*24) + 2*3*(50*500*8*8+500*800+10*500)
+	cifar := 2*2*(32*75*32*32) + 2*3*(32*800*16*16+64*800*8*8+10*1024)
+	for _, c := range []struct {
+		name         string
+		flops, share int
+	}{{"lenet", lenet, 4}, {"cifar10_full", cifar, 1}} {
+		s, err := Builtin(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.TrainFLOPs(); got != c.flops {
+			t.Errorf("%s: TrainFLOPs = %d, want %d", c.name, got, c.flops)
+		}
+		if got := s.WorkerBatch(); got != c.share {
+			t.Errorf("%s: WorkerBatch = %d, want %d", c.name, got, c.share)
+		}
+	}
+}

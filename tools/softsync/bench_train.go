@@ -77,7 +77,7 @@ otherwise) and images/s is their total.`,
 					return fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", protocol)
 				}
 			}
-			par := learner.PlanThreads(kernels.DefaultThreads(), learners, batch, app.Threads)
+			par := learner.PlanThreads(spec, kernels.DefaultThreads(), learners, batch, app.Threads)
 			app.Threads = par.BLAS
 			e, _, err := app.EngineInfo()
 			if err != nil {

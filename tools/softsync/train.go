@@ -81,9 +81,11 @@ Solver defaults come from the model (flags left unset take them):
   a spec file   as lenet
 The batch is per learner (μ); λ learners together process λ·μ images per round.
 
-Threads: each learner splits its mini-batch over --threads goroutines (at most
-one per 16 images) running single-threaded kernels; the default, 0, divides
-the cores available among the learners (at least 1 each).
+Threads: each learner splits its mini-batch over --threads goroutines running
+single-threaded kernels, at most one per share of the batch whose work pays
+for a gradient vector of its own (4 images for LeNet, 1 for cifar10_full);
+the default, 0, divides the cores available among the learners (at least 1
+each).
 
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
 at the end the test error, training time and images/s (and, with a parameter
@@ -285,7 +287,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			per, trainSet.N, f.learners, f.batch)
 	}
 	cfg.Train, cfg.Test = trainSet, testSet
-	par := learner.PlanThreads(kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
+	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
 	app.Threads, cfg.Workers = par.BLAS, par.Workers
 	e, info, err := app.EngineInfo()
 	if err != nil {
