@@ -380,11 +380,12 @@ func TestPlanThreads(t *testing.T) {
 		want                            Parallelism
 	}{
 		{2, 1, 64, 0, Parallelism{1, 2}},
-		{2, 1, 8, 0, Parallelism{1, 1}},  // small batches: one worker
+		{2, 1, 8, 0, Parallelism{1, 1}}, // small batches: one worker
+		{2, 1, 16, 0, Parallelism{1, 2}},
 		{2, 2, 64, 0, Parallelism{1, 1}}, // one core each
 		{2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
 		{16, 4, 128, 0, Parallelism{1, 4}},
-		{16, 4, 32, 0, Parallelism{1, 2}}, // at most one worker per 16 images
+		{16, 4, 16, 0, Parallelism{1, 2}}, // at most one worker per 8 images
 		{2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
 		{2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
 	} {

@@ -82,7 +82,7 @@ Solver defaults come from the model (flags left unset take them):
 The batch is per learner (μ); λ learners together process λ·μ images per round.
 
 Threads: each learner splits its mini-batch over --threads goroutines (at most
-one per 16 images) running single-threaded kernels; the default, 0, divides
+one per 8 images) running single-threaded kernels; the default, 0, divides
 the cores available among the learners (at least 1 each).
 
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
