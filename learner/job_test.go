@@ -383,12 +383,12 @@ func TestPlanThreads(t *testing.T) {
 	}{
 		{lenet, 2, 1, 64, 0, Parallelism{1, 2}},
 		{lenet, 2, 1, 4, 0, Parallelism{1, 1}},  // small LeNet batches: one worker
-		{lenet, 2, 1, 8, 0, Parallelism{1, 2}},  // 4 images per worker
+		{lenet, 2, 1, 16, 0, Parallelism{1, 2}}, // 8 images per worker
 		{cifar, 2, 1, 2, 0, Parallelism{1, 2}},  // cifar10_full: one image is work enough
 		{lenet, 2, 2, 64, 0, Parallelism{1, 1}}, // one core each
 		{lenet, 2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
 		{lenet, 16, 4, 128, 0, Parallelism{1, 4}},
-		{lenet, 16, 4, 8, 0, Parallelism{1, 2}},  // at most one worker per 4 LeNet images
+		{lenet, 16, 4, 16, 0, Parallelism{1, 2}}, // at most one worker per 8 LeNet images
 		{lenet, 2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
 		{lenet, 2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
 	} {

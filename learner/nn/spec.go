@@ -159,13 +159,14 @@ func (s *Spec) TrainFLOPs() int {
 
 // workerFLOPsPerParam is the work, per parameter, that a network worker's
 // share of a mini-batch must bring (measured on LeNet and cifar10_full
-// with the native engine on two cores): each worker keeps a gradient
-// vector of its own that the step sums, and reads every weight, so below
-// it a second worker slows the step down.
-const workerFLOPsPerParam = 120
+// with the native engine on two cores, one worker against two: LeNet
+// batch 4 loses a quarter, batch 8 is even, batch 16 gains 13-26%;
+// cifar10_full gains from batch 2 on): each worker keeps a gradient vector
+// of its own that the step sums, and reads every weight.
+const workerFLOPsPerParam = 240
 
 // WorkerBatch is the smallest share of a mini-batch worth a network worker
-// of its own (Config.Workers): 4 images for LeNet, whose weights are
+// of its own (Config.Workers): 8 images for LeNet, whose weights are
 // large for its work, 1 for cifar10_full.
 func (s *Spec) WorkerBatch() int {
 	f := s.TrainFLOPs()

@@ -183,7 +183,7 @@ func TestTrainFLOPs(t *testing.T) {
 	for _, c := range []struct {
 		name         string
 		flops, share int
-	}{{"lenet", lenet, 4}, {"cifar10_full", cifar, 1}} {
+	}{{"lenet", lenet, 8}, {"cifar10_full", cifar, 1}} {
 		s, err := Builtin(c.name)
 		if err != nil {
 			t.Fatal(err)

@@ -72,7 +72,7 @@ otherwise) and images/s is their total.`,
 			if learners > 1 {
 				proto = ps.Softsync
 			}
-			if cmd.Flags().Changed("protocol") {
+			if protocol != "" {
 				if proto, err = ps.ParseProtocol(protocol); err != nil {
 					return fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", protocol)
 				}
@@ -105,7 +105,7 @@ otherwise) and images/s is their total.`,
 	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner")
 	f.IntVar(&learners, "learners", 1, "learners in this process")
 	f.IntVar(&images, "images", 20000, "images to process, all learners together (a tenth of them warm up)")
-	f.StringVar(&protocol, "protocol", "hardsync", "hardsync or softsync (n = λ); default: hardsync for one learner, softsync for more")
+	f.StringVar(&protocol, "protocol", "", "hardsync or softsync (n = λ) (default: hardsync for one learner, softsync for more)")
 	f.StringVar(&transport, "transport", "inmem", "inmem or tcp (loopback)")
 	f.BoolVar(&overlap, "overlap", false, "learners prefetch the next weights while computing")
 	f.BoolVar(&asJSON, "json", false, "print a JSON object {model, batch, learners, threads, images_per_sec, ...}")

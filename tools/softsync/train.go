@@ -83,7 +83,7 @@ The batch is per learner (μ); λ learners together process λ·μ images per ro
 
 Threads: each learner splits its mini-batch over --threads goroutines running
 single-threaded kernels, at most one per share of the batch whose work pays
-for a gradient vector of its own (4 images for LeNet, 1 for cifar10_full);
+for a gradient vector of its own (8 images for LeNet, 1 for cifar10_full);
 the default, 0, divides the cores available among the learners (at least 1
 each).
 
