@@ -139,6 +139,17 @@ static int flat_cols(const ss_pool_shape *s, int ow)
 	return s->w >= s->kw ? ss_imin((s->w - s->kw) / s->stride_w + 1, ow) : 0;
 }
 
+/* flat_widths writes cw[px], the width of output column px's window
+ * clipped to the input (the flat path has no horizontal padding): the
+ * average's divisor is the window's height times it. */
+static void flat_widths(const ss_pool_shape *s, int ow, float *cw)
+{
+	for (int px = 0; px < ow; px++) {
+		int w0, w1;
+		cw[px] = (float)pool_window(px, s->w, s->kw, 0, s->stride_w, &w0, &w1);
+	}
+}
+
 /* flat_forward_s is flat_forward for stride S, inlined with S constant
  * so that the strided loads of the horizontal pass vectorise. The max
  * passes write each tap's result to the other of two buffers: updating
@@ -219,7 +230,8 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 		}
 		return;
 	}
-	float *hs = hbuf[0];
+	float *hs = hbuf[0], cw[FLAT_MAX];
+	flat_widths(s, ow, cw);
 	for (int e = 0; e < n; e++)
 		hs[e] = xp[e * S];
 	for (int j = 1; j < s->kw; j++)
@@ -243,11 +255,9 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 			for (int px = 0; px < ow; px++)
 				y[px] += r[px];
 		}
-		for (int px = 0; px < ow; px++) {
-			int w0, w1;
-			const int ew = pool_window(px, s->w, s->kw, 0, S, &w0, &w1);
-			y[px] /= (float)(eh * ew);
-		}
+		const float feh = (float)eh;
+		for (int px = 0; px < ow; px++)
+			y[px] /= feh * cw[px];
 	}
 }
 
@@ -275,8 +285,9 @@ SS_MULTIVERSION
 static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
                               float *restrict dxp)
 {
-	float t[FLAT_MAX];
+	float t[FLAT_MAX], cw[FLAT_MAX];
 	const int S = s->stride_w, w = s->w;
+	flat_widths(s, ow, cw);
 	const ptrdiff_t n = (ptrdiff_t)s->h * ow;
 	for (ptrdiff_t e = 0; e < n; e++)
 		t[e] = 0.0f;
@@ -285,11 +296,9 @@ static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const floa
 		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
 		const float *dy = dyp + (ptrdiff_t)py * ow;
 		float g[FLAT_MAX];
-		for (int px = 0; px < ow; px++) {
-			int w0, w1;
-			const int ew = pool_window(px, s->w, s->kw, 0, S, &w0, &w1);
-			g[px] = dy[px] / (float)(eh * ew);
-		}
+		const float feh = (float)eh;
+		for (int px = 0; px < ow; px++)
+			g[px] = dy[px] / (feh * cw[px]);
 		for (int h = h0; h < h1; h++) {
 			float *r = t + (ptrdiff_t)h * ow;
 			for (int px = 0; px < ow; px++)

@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "9a67fcfa296879dc773bc5b520e1bb5b750b577188d10ee0404e5df0364b5dcf"
+const csrcHash = "0fba6c2cd27d81d5fcc866c8644a117e0111522a16a4bab4c37f1e4ed5aef034"
