@@ -19,6 +19,7 @@
  *
  * Activations are addressed through plane strides, so NCHW and CNHW cost
  * the same. */
+#include <limits.h>
 #include <string.h>
 
 #include "internal.h"
@@ -103,7 +104,11 @@ static ptrdiff_t dw_floats(const ss_conv_shape *s, const dgeom *g)
 
 int ss_conv_direct_supported(const ss_conv_shape *s)
 {
-	return ss_avx2() && s->stride_h == 1 && s->stride_w == 1;
+	if (!ss_avx2() || s->stride_h != 1 || s->stride_w != 1)
+		return 0;
+	/* Tap offsets are ints: an image's padded planes must be indexable. */
+	const dgeom f = dgeom_forward(s), d = dgeom_data(s);
+	return image_floats(&f) < INT_MAX / 2 && image_floats(&d) < INT_MAX / 2;
 }
 
 /* The input gradient either runs the correlation on the padded output
