@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -64,71 +65,87 @@ var convLayers = []struct {
 }
 
 // BenchmarkConv measures each layer's forward pass, backward pass, and
-// both together against the bare GEMMs they contain.
+// both together against the bare GEMMs they contain, on the fastest engine
+// of the build with all cores and, for the native engine, with one thread
+// (as each network worker runs it: native-1thread).
 func BenchmarkConv(b *testing.B) {
 	engines := kerneltest.Engines(b)
-	for _, e := range engines[len(engines)-1:] { // the fastest engine of the build
-		for _, l := range convLayers {
-			s := l.s
-			r := rand.New(rand.NewPCG(3, 4))
-			x, w, bias := randSlice(r, s.InputLen()), randSlice(r, s.WeightLen()), randSlice(r, s.OC)
-			y, dy := make([]float32, s.OutputLen()), randSlice(r, s.OutputLen())
-			dw, db := make([]float32, s.WeightLen()), make([]float32, s.OC)
-			var dx []float32
-			if !l.first {
-				dx = make([]float32, s.InputLen())
-			}
-			k, np := s.C*s.KH*s.KW, s.N*s.OutH()*s.OutW()
-			fwdFlop := 2 * float64(s.OC) * float64(np) * float64(k)
-			bwdFlop := fwdFlop // dW
-			if dx != nil {
-				bwdFlop += fwdFlop // dX
-			}
-			ws := &kernels.Workspace{}
-			prefix := e.Name() + "/" + l.name
-			b.Run(prefix+"/fwd", func(b *testing.B) {
-				b.ReportAllocs()
-				e.ConvForward(s, x, w, bias, y, ws)
-				for b.Loop() {
-					e.ConvForward(s, x, w, bias, y, ws)
-				}
-				reportGFlops(b, fwdFlop)
-			})
-			b.Run(prefix+"/bwd", func(b *testing.B) {
-				b.ReportAllocs()
-				e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
-				for b.Loop() {
-					e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
-				}
-				reportGFlops(b, bwdFlop)
-			})
-			// fwd+bwd alternates the layer's passes with its bare GEMMs
-			// (same shapes and transposes, no im2col), so that both see
-			// the same machine load: gemm-GFLOP/s is the rate of the
-			// GEMMs alone and %gemm the layer's rate relative to it.
-			col, out, dcol := randSlice(r, k*np), make([]float32, s.OC*np), make([]float32, k*np)
-			b.Run(prefix+"/fwd+bwd", func(b *testing.B) {
-				b.ReportAllocs()
-				var layer, gemm time.Duration
-				for b.Loop() {
-					t0 := time.Now()
-					e.ConvForward(s, x, w, bias, y, ws)
-					e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
-					t1 := time.Now()
-					e.Gemm(false, false, s.OC, np, k, 1, w, k, col, np, 0, out, np)
-					e.Gemm(false, true, s.OC, k, np, 1, out, np, col, np, 0, dw, k)
-					if dx != nil {
-						e.Gemm(true, false, k, np, s.OC, 1, w, k, out, np, 0, dcol, np)
-					}
-					layer += t1.Sub(t0)
-					gemm += time.Since(t1)
-				}
-				flop := (fwdFlop + bwdFlop) * float64(b.N)
-				b.ReportMetric(flop/layer.Seconds()/1e9, "GFLOP/s")
-				b.ReportMetric(flop/gemm.Seconds()/1e9, "gemm-GFLOP/s")
-				b.ReportMetric(100*gemm.Seconds()/layer.Seconds(), "%gemm")
-			})
+	e := engines[len(engines)-1]
+	benchConv(b, e, e.Name())
+	if e.Name() != "native" {
+		return
+	}
+	// kernels.New sets the process-wide thread count; restore it after.
+	one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	benchConv(b, one, "native-1thread")
+}
+
+// benchConv runs BenchmarkConv's layers on e, named name/<layer>/<pass>.
+func benchConv(b *testing.B, e kernels.Engine, name string) {
+	for _, l := range convLayers {
+		s := l.s
+		r := rand.New(rand.NewPCG(3, 4))
+		x, w, bias := randSlice(r, s.InputLen()), randSlice(r, s.WeightLen()), randSlice(r, s.OC)
+		y, dy := make([]float32, s.OutputLen()), randSlice(r, s.OutputLen())
+		dw, db := make([]float32, s.WeightLen()), make([]float32, s.OC)
+		var dx []float32
+		if !l.first {
+			dx = make([]float32, s.InputLen())
 		}
+		k, np := s.C*s.KH*s.KW, s.N*s.OutH()*s.OutW()
+		fwdFlop := 2 * float64(s.OC) * float64(np) * float64(k)
+		bwdFlop := fwdFlop // dW
+		if dx != nil {
+			bwdFlop += fwdFlop // dX
+		}
+		ws := &kernels.Workspace{}
+		prefix := name + "/" + l.name
+		b.Run(prefix+"/fwd", func(b *testing.B) {
+			b.ReportAllocs()
+			e.ConvForward(s, x, w, bias, y, ws)
+			for b.Loop() {
+				e.ConvForward(s, x, w, bias, y, ws)
+			}
+			reportGFlops(b, fwdFlop)
+		})
+		b.Run(prefix+"/bwd", func(b *testing.B) {
+			b.ReportAllocs()
+			e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+			for b.Loop() {
+				e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+			}
+			reportGFlops(b, bwdFlop)
+		})
+		// fwd+bwd alternates the layer's passes with its bare GEMMs
+		// (same shapes and transposes, no im2col), so that both see
+		// the same machine load: gemm-GFLOP/s is the rate of the
+		// GEMMs alone and %gemm the layer's rate relative to it.
+		col, out, dcol := randSlice(r, k*np), make([]float32, s.OC*np), make([]float32, k*np)
+		b.Run(prefix+"/fwd+bwd", func(b *testing.B) {
+			b.ReportAllocs()
+			var layer, gemm time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				e.ConvForward(s, x, w, bias, y, ws)
+				e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+				t1 := time.Now()
+				e.Gemm(false, false, s.OC, np, k, 1, w, k, col, np, 0, out, np)
+				e.Gemm(false, true, s.OC, k, np, 1, out, np, col, np, 0, dw, k)
+				if dx != nil {
+					e.Gemm(true, false, k, np, s.OC, 1, w, k, out, np, 0, dcol, np)
+				}
+				layer += t1.Sub(t0)
+				gemm += time.Since(t1)
+			}
+			flop := (fwdFlop + bwdFlop) * float64(b.N)
+			b.ReportMetric(flop/layer.Seconds()/1e9, "GFLOP/s")
+			b.ReportMetric(flop/gemm.Seconds()/1e9, "gemm-GFLOP/s")
+			b.ReportMetric(100*gemm.Seconds()/layer.Seconds(), "%gemm")
+		})
 	}
 }
 
