@@ -7,6 +7,7 @@
 #   make train-mnist-dist  LeNet on MNIST, 8 learners × batch 8, 8-softsync, lr-mode
 #                     staleness, 10 epochs; fails above 1.2% test error
 #   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
+#                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
 #   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
@@ -59,6 +60,8 @@ train-mnist-dist: deps build
 test: deps csrc-hash test-c check-memory
 	$(GO) vet ./...
 	$(GO) test -race -ldflags '$(LDFLAGS)' $(RACE_PKGS)
+	# the learning tests skip under the race detector: run them on the native engine too
+	$(GO) test -run 'TestLearn' -ldflags '$(LDFLAGS)' ./learner/nn/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
