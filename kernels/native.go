@@ -134,6 +134,7 @@ func (native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		}
 		return
 	}
+	yieldSlice()
 	C.ss_sgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		fptr(a), C.int(lda), fptr(b), C.int(ldb), C.float(beta), fptr(c), C.int(ldc))
 }
@@ -165,6 +166,7 @@ func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, false, ws)
+	yieldSlice()
 	C.ss_conv_forward(&cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
@@ -172,6 +174,7 @@ func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Wo
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, true, ws)
+	yieldSlice()
 	C.ss_conv_backward(&cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
@@ -189,6 +192,7 @@ func (native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
 	if s.Mode == MaxPool {
 		m = iptr(mask)
 	}
+	yieldSlice()
 	C.ss_pool_forward(&ps, fptr(x), fptr(y), m)
 }
 
@@ -201,6 +205,7 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 	}
 	// The C kernel skips and counts mask entries outside the input plane,
 	// so a corrupted mask never writes out of bounds; report the first.
+	yieldSlice()
 	if C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx)) != 0 {
 		plane := s.H * s.W
 		for _, v := range mask[:s.OutputLen()] {
@@ -212,6 +217,7 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 func (native) ReLUForward(x, y []float32) {
 	checkReLUForward(x, y)
 	if len(x) > 0 {
+		yieldSlice()
 		C.ss_relu_forward(C.ptrdiff_t(len(x)), fptr(x), fptr(y))
 	}
 }
@@ -219,6 +225,7 @@ func (native) ReLUForward(x, y []float32) {
 func (native) ReLUBackward(y, dy, dx []float32) {
 	checkReLUBackward(y, dy, dx)
 	if len(y) > 0 {
+		yieldSlice()
 		C.ss_relu_backward(C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
 	}
 }
@@ -233,6 +240,7 @@ func (native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	yieldSlice()
 	C.ss_lrn_forward(&ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
@@ -240,24 +248,28 @@ func (native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspa
 	checkLRNBackward(s, x, y, scale, dy, dx)
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	yieldSlice()
 	C.ss_lrn_backward(&ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (native) FCForward(n, in, out int, x, w, b, y []float32) {
 	checkFCForward(n, in, out, x, w, b, y)
 	fits32("FCForward", n, in, out)
+	yieldSlice()
 	C.ss_fc_forward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
 }
 
 func (native) FCBackward(n, in, out int, x, w, dy, dx, dw, db []float32) {
 	checkFCBackward(n, in, out, x, w, dy, dx, dw, db)
 	fits32("FCBackward", n, in, out)
+	yieldSlice()
 	C.ss_fc_backward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
 }
 
 func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, prob, dlogits []float32) float32 {
 	checkSoftmax(n, k, logits, labels, prob, dlogits)
 	fits32("SoftmaxCrossEntropy", n, k)
+	yieldSlice()
 	return float32(C.ss_softmax_xent(C.int(n), C.int(k), fptr(logits), iptr(labels), fptr(prob), fptr(dlogits)))
 }
 

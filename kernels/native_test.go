@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestNativeInfo(t *testing.T) {
@@ -54,4 +55,18 @@ var SetMinParallelFloats = setMinParallelFloats
 func NativeWith(floats int, method string) Engine {
 	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
 	return native{budget: floats, method: m}
+}
+
+func TestYieldSlice(t *testing.T) {
+	now := int64(time.Since(clockBase))
+	lastYield.Store(now - 2*int64(yieldPeriod))
+	yieldSlice()
+	first := lastYield.Load()
+	if first < now {
+		t.Fatalf("after %v without a yield, yieldSlice left lastYield at %d (< %d)", 2*yieldPeriod, first, now)
+	}
+	yieldSlice()
+	if got := lastYield.Load(); got != first && time.Since(clockBase) < time.Duration(first)+yieldPeriod {
+		t.Errorf("yieldSlice yielded again %v after the last yield", time.Duration(got-first))
+	}
 }

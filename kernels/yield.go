@@ -1,0 +1,41 @@
+//go:build cgo && !noblas
+
+package kernels
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// The Go scheduler gives a goroutine 10 ms per scheduling slice. A
+// goroutine that spends its slice in back-to-back cgo calls, as a
+// training step or a GEMM loop does, is then due for preemption, which a
+// goroutine inside C cannot honour: the runtime's monitor thread instead
+// takes its P at every tick (20 µs) it finds it in a call, wakes another
+// thread for the P, and keeps ticking at that rate; on return the
+// goroutine must win a P back. On cores that OpenBLAS keeps busy that is
+// several context switches per C call: about six per 500×64×800 GEMM
+// here, ten percent of its rate. yieldSlice starts a fresh slice, with
+// runtime.Gosched, once the process has gone yieldPeriod without one, so
+// that no goroutine reaches the 10 ms mark while it keeps calling C.
+
+// yieldPeriod is the time between yields, well under the scheduler's
+// 10 ms slice even when several goroutines share the yields.
+const yieldPeriod = time.Millisecond
+
+var (
+	clockBase = time.Now()
+	lastYield atomic.Int64 // nanoseconds since clockBase of the last yield
+)
+
+// yieldSlice yields the processor if no goroutine did for yieldPeriod.
+// It costs a monotonic clock read otherwise.
+func yieldSlice() {
+	now := int64(time.Since(clockBase))
+	last := lastYield.Load()
+	if now-last < int64(yieldPeriod) || !lastYield.CompareAndSwap(last, now) {
+		return
+	}
+	runtime.Gosched()
+}
