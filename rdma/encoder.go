@@ -90,17 +90,11 @@ func (e *Encoder) Encode(dst []byte, c Codec, key StreamKey, src []float32) ([]b
 		return z.EncodeAll(raw, grow(dst, int(limit))[:0]), nil
 	case CodecFP16:
 		dst = grow(dst, 2*n)
-		h := u16s(dst)[:n]
-		for i, v := range src {
-			h[i] = f32ToF16(v)
-		}
+		f32sToF16(u16s(dst)[:n], src)
 		return dst, nil
 	case CodecBF16:
 		dst = grow(dst, 2*n)
-		h := u16s(dst)[:n]
-		for i, v := range src {
-			h[i] = f32ToBF16(v)
-		}
+		f32sToBF16(u16s(dst)[:n], src)
 		return dst, nil
 	default: // CodecTopK
 		return e.topK(dst, c.topK(n), key, src), nil
@@ -322,15 +316,9 @@ func (d *Decoder) Decode(dst []float32, id CodecID, src []byte) error {
 	case CodecZstd:
 		return d.decodeZstd(raw, src)
 	case CodecFP16:
-		h := u16s(src)[:n]
-		for i, v := range h {
-			dst[i] = f16ToF32(v)
-		}
+		f16sToF32(dst, u16s(src))
 	case CodecBF16:
-		h := u16s(src)[:n]
-		for i, v := range h {
-			dst[i] = bf16ToF32(v)
-		}
+		bf16sToF32(dst, u16s(src))
 	case CodecTopK:
 		k := len(src) / 8
 		idx, val := src[:4*k], src[4*k:]
@@ -380,13 +368,18 @@ func (d *Decoder) decodeZstd(dst, src []byte) error {
 }
 
 // shuffle writes the 4 byte planes of raw (every element's byte 0, then
-// every byte 1, ...) to dst, len(dst) == len(raw), and returns dst. Eight
-// elements (four 8-byte loads) at a time become one 8-byte store per plane.
+// every byte 1, ...) to dst, len(dst) == len(raw), and returns dst. The
+// assembly takes a multiple of 32 elements where it runs (kernels_amd64.s);
+// in Go, eight elements (four 8-byte loads) at a time become one 8-byte
+// store per plane.
 func shuffle(dst, raw []byte) []byte {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n]
 	le := binary.LittleEndian
-	i := 0
+	i := bulk(n, 32)
+	if i > 0 {
+		shuffleAVX2(&dst[0], &raw[0], n, i)
+	}
 	for ; i+8 <= n; i += 8 {
 		r := raw[4*i : 4*i+32 : 4*i+32]
 		w0, w1, w2, w3 := le.Uint64(r[0:8]), le.Uint64(r[8:16]), le.Uint64(r[16:24]), le.Uint64(r[24:32])
@@ -411,7 +404,10 @@ func unshuffle(raw, planes []byte) {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := planes[:n], planes[n:2*n], planes[2*n:3*n], planes[3*n:4*n]
 	le := binary.LittleEndian
-	i := 0
+	i := bulk(n, 32)
+	if i > 0 {
+		unshuffleAVX2(&raw[0], &planes[0], n, i)
+	}
 	for ; i+8 <= n; i += 8 {
 		b0, b1, b2, b3 := le.Uint64(p0[i:i+8]), le.Uint64(p1[i:i+8]), le.Uint64(p2[i:i+8]), le.Uint64(p3[i:i+8])
 		pair := func(m uint) uint64 { // elements i+2m and i+2m+1

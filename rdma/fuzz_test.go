@@ -110,3 +110,30 @@ func FuzzLosslessRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHalfKernels: the slice conversions (assembly where available) agree
+// bit for bit with the scalar functions on any float32 and 16-bit data.
+func FuzzHalfKernels(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f, 1, 0, 0x80, 0x7f, 0, 0xf0, 0x7f, 0x47, 0, 0x80, 0x7f, 0x7f})
+	f.Add(bytes.Repeat([]byte{0x01, 0x7c, 0xff, 0xff}, 40))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		src := make([]float32, len(b)/4)
+		copy(f32bytes(src), b)
+		codes := u16s(b[:len(b)&^1])
+		half, wide := make([]uint16, len(src)), make([]float32, len(codes))
+		for _, k := range halfKernels {
+			k.round(half, src)
+			for i, x := range src {
+				if want := k.round1(x); half[i] != want {
+					t.Fatalf("%s: round(%#08x) = %#04x, want %#04x", k.name, math.Float32bits(x), half[i], want)
+				}
+			}
+			k.widen(wide, codes)
+			for i, h := range codes {
+				if got, want := math.Float32bits(wide[i]), math.Float32bits(k.widen1(h)); got != want {
+					t.Fatalf("%s: widen(%#04x) = %#08x, want %#08x", k.name, h, got, want)
+				}
+			}
+		}
+	})
+}

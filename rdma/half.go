@@ -62,3 +62,60 @@ func f16ToF32(h uint16) float32 {
 	}
 	return math.Float32frombits(b | uint32(h&0x8000)<<16)
 }
+
+// The codecs convert whole payloads with the functions below. On amd64
+// with AVX2 and F16C the bulk of each (a multiple of 16 elements) runs in
+// assembly (kernels_amd64.s) and the tail in the Go functions above;
+// elsewhere, or built with the purego tag, the Go functions do everything.
+// Both paths give the same bits for every input.
+
+// bulk returns the prefix of n elements handled by the assembly: n rounded
+// down to a multiple of block (a power of two), or 0 without it.
+func bulk(n, block int) int {
+	if !useAsm {
+		return 0
+	}
+	return n &^ (block - 1)
+}
+
+// head runs the kernel asm on the first bulk(len(dst), 16) elements and
+// returns their number; the caller converts the rest in Go.
+func head[D, S any](dst []D, src []S, asm func(*D, *S, int)) int {
+	k := bulk(len(dst), 16)
+	if k > 0 {
+		asm(&dst[0], &src[:k][0], k)
+	}
+	return k
+}
+
+// f32sToF16 sets dst[i] = f32ToF16(src[i]) for i < len(dst).
+func f32sToF16(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i := head(dst, src, f32ToF16AVX2); i < len(dst); i++ {
+		dst[i] = f32ToF16(src[i])
+	}
+}
+
+// f16sToF32 sets dst[i] = f16ToF32(src[i]) for i < len(dst).
+func f16sToF32(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i := head(dst, src, f16ToF32AVX2); i < len(dst); i++ {
+		dst[i] = f16ToF32(src[i])
+	}
+}
+
+// f32sToBF16 sets dst[i] = f32ToBF16(src[i]) for i < len(dst).
+func f32sToBF16(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i := head(dst, src, f32ToBF16AVX2); i < len(dst); i++ {
+		dst[i] = f32ToBF16(src[i])
+	}
+}
+
+// bf16sToF32 sets dst[i] = bf16ToF32(src[i]) for i < len(dst).
+func bf16sToF32(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i := head(dst, src, bf16ToF32AVX2); i < len(dst); i++ {
+		dst[i] = bf16ToF32(src[i])
+	}
+}
