@@ -30,12 +30,16 @@ type TCP struct {
 var _ Network = (*TCP)(nil)
 
 // With payload checksums, a payload is checksummed and written in pieces
-// of sendChunk bytes, small enough that a piece is still in the core's L2
-// cache when the socket copy reads it, and each read asks for at most
-// recvChunk bytes, checksummed right after the socket copy wrote them.
-// Without checksums, the payload goes to the socket in one vectored write.
+// of sendChunk bytes, small enough that a piece is still in the cache when
+// the socket copy reads it, and each read asks for at most recvChunk
+// bytes, checksummed right after the socket copy wrote them. Without
+// checksums, the payload goes to the socket in one vectored write. Pieces
+// of 256 KiB, which fit a core's L2 cache, made round trips of 4 and 16
+// MiB up to a fifth slower than 1 MiB pieces in side-by-side runs: each
+// write that fills the socket buffer parks the writer until the reader
+// has drained part of it.
 const (
-	sendChunk = 256 << 10
+	sendChunk = 1 << 20
 	recvChunk = 1 << 20
 )
 
