@@ -3,10 +3,10 @@
 #include "textflag.h"
 
 // AVX2 (+F16C for fp16) kernels of the codecs' element-wise passes; see
-// kernels.go for what each computes. Conversions process n elements, n a
-// positive multiple of 16; the byte-plane kernels n elements, n a positive
-// multiple of 32. Loads and stores are unaligned. Every kernel gives the
-// same bits as the Go loop it replaces.
+// kernels_amd64.go for what each computes. Conversions process n
+// elements, n a positive multiple of 16; the byte-plane kernels n
+// elements, n a positive multiple of 32. Loads and stores are unaligned.
+// Every kernel gives the same bits as the Go loop it replaces.
 
 // Within each 128-bit lane, bytes 0,4,8,12, 1,5,9,13, 2,6,10,14, 3,7,11,15:
 // four elements' bytes grouped by plane (a 4×4 byte transpose, its own

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,14 @@ func addCommand(f func(*App) *cobra.Command) { commands = append(commands, f) }
 
 // addBenchCommand registers a subcommand of "softsync bench"; call it from init.
 func addBenchCommand(f func(*App) *cobra.Command) { benchCommands = append(benchCommands, f) }
+
+// printJSON writes v to the command output as indented JSON (the --json
+// output of the bench commands).
+func (app *App) printJSON(v any) error {
+	enc := json.NewEncoder(app.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
 
 func newRootCmd(out io.Writer) *cobra.Command {
 	app := &App{Out: out}

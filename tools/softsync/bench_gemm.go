@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -68,9 +67,7 @@ the best of --rounds runs of at least --min-time.`,
 				app.Log.Debug("gemm", "m", r.M, "n", r.N, "k", r.K, "gflops", r.GFlops, "gflops_c", r.GFlopsC)
 			}
 			if asJSON {
-				enc := json.NewEncoder(app.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return app.printJSON(res)
 			}
 			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(w, "M\tN\tK\tGo API GFLOP/s\traw C GFLOP/s\tGo/C\tpure Go GFLOP/s\t\n")

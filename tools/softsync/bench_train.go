@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -90,9 +89,7 @@ otherwise) and images/s is their total.`,
 			}
 			res.Model, res.Threads, res.Engine = spec.Name, threads, e.Name()
 			if asJSON {
-				enc := json.NewEncoder(app.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return app.printJSON(res)
 			}
 			fmt.Fprintf(app.Out, "%s, batch %d, %d learner(s) × %d thread(s), %s, %s engine: %s images/s (%d timed steps in %s)\n",
 				res.Model, res.Batch, res.Learners, res.Threads, res.Protocol, res.Engine,

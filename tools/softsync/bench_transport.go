@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,9 +55,7 @@ run. tcp-nocrc is TCP without payload checksums.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(app.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return app.printJSON(rows)
 			}
 			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(w, "transport\tcodec\tbytes\tGB/s\tGB/s mean\tratio\twire MB/round\tencode ms\tdecode ms\trounds\t\n")
