@@ -203,9 +203,9 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 	if s.Mode == MaxPool {
 		m = iptr(mask)
 	}
+	yieldSlice()
 	// The C kernel skips and counts mask entries outside the input plane,
 	// so a corrupted mask never writes out of bounds; report the first.
-	yieldSlice()
 	if C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx)) != 0 {
 		plane := s.H * s.W
 		for _, v := range mask[:s.OutputLen()] {
