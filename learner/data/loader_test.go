@@ -262,7 +262,7 @@ func TestLoaderConfigErrors(t *testing.T) {
 	for _, c := range []LoaderConfig{
 		{Plan: Plan{Batch: 0, Chunk: 1}, Source: Local{D: disp}},
 		{Plan: Plan{Batch: 11, Chunk: 1}, Source: Local{D: disp}}, // fewer images than a batch
-		{Plan: Plan{Batch: 1, Chunk: 1}},                           // no source
+		{Plan: Plan{Batch: 1, Chunk: 1}},                          // no source
 		{Plan: Plan{Batch: 1, Chunk: 1}, Source: Local{D: disp}, Normalizer: Normalizer{Scale: 1, Mean: make([]float32, 2)}},
 	} {
 		l, err := NewLoader(d, c)
