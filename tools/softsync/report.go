@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/ps"
 )
 
@@ -113,7 +113,7 @@ func staleOf(st *ps.Stats) staleness {
 	return staleness{Mean: st.MeanStaleness(), Max: st.MaxStaleness, Histogram: h}
 }
 
-func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport {
+func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport {
 	c := &st.cfg
 	r := &trainReport{
 		Model: c.Spec.Name, Params: c.Spec.NumParams(), Data: st.dataName, TrainImages: c.Train.N,
@@ -142,9 +142,9 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 	}
 	r.Staleness = staleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
-		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s.Stats)})
+		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)})
 		if k == 0 {
-			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s.Stats), s.Updates, s.Partial, s.Gradients, s.Dropped
+			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s), s.Updates, s.Partial, s.Gradients, s.Dropped
 		}
 	}
 	t := &res.Traffic

@@ -17,6 +17,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -130,7 +131,7 @@ final weights (docs/weights.md).`,
 	fl.StringVar(&f.save, "save", "", "write the final weights to this file (docs/weights.md)")
 	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
-	fl.IntVar(&f.chunk, "chunk", learner.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
+	fl.IntVar(&f.chunk, "chunk", cluster.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
 	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
 	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
@@ -165,7 +166,7 @@ func flagError(err error) error {
 
 // trainSetup is everything runTrain decides before training starts.
 type trainSetup struct {
-	cfg      learner.JobConfig
+	cfg      cluster.Config
 	threads  int
 	dataName string
 }
@@ -214,7 +215,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			f.data = "mnist"
 		}
 	}
-	cfg := learner.JobConfig{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
+	cfg := cluster.Config{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
 		MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale, Shards: f.shards, Transport: f.transport,
 		Overlap: f.overlap, Seed: f.seed,
 		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma}}
@@ -302,7 +303,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 
 // hardsyncRound returns the mini-batches of one hardsync round (λ), 1
 // under softsync.
-func hardsyncRound(cfg learner.JobConfig) int {
+func hardsyncRound(cfg cluster.Config) int {
 	if cfg.Protocol == ps.Hardsync {
 		return cfg.Learners
 	}
@@ -380,7 +381,7 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	cfg := st.cfg
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch
-	job, err := learner.StartJob(ctx, cfg)
+	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return flagError(err)
 	}

@@ -1,4 +1,4 @@
-package learner
+package cluster
 
 // raceDetector is set when the tests run under the race detector, which
 // slows Go code down several times: the learning tests then train less.

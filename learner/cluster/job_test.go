@@ -1,4 +1,4 @@
-package learner
+package cluster
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/kerneltest"
+	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -58,7 +59,7 @@ func spec(t testing.TB, name string) *nn.Spec {
 }
 
 // checkResult checks the accounting every finished job must satisfy.
-func checkResult(t *testing.T, cfg JobConfig, res *Result) {
+func checkResult(t *testing.T, cfg Config, res *Result) {
 	t.Helper()
 	if res.Images != res.Steps*int64(cfg.Batch) {
 		t.Errorf("images %d ≠ steps %d × batch %d", res.Images, res.Steps, cfg.Batch)
@@ -104,20 +105,20 @@ func TestJobLearnsMNIST(t *testing.T) {
 	train, test := mnistSubset(t, 4000, 1000)
 	for _, tc := range []struct {
 		name string
-		cfg  JobConfig
+		cfg  Config
 	}{
-		{"single/inmem", JobConfig{Learners: 1, Protocol: ps.Hardsync, Shards: 1, Transport: "inmem", Batch: 32}},
+		{"single/inmem", Config{Learners: 1, Protocol: ps.Hardsync, Shards: 1, Transport: "inmem", Batch: 32}},
 		// Asynchronous updates add an implicit momentum that grows with
 		// staleness, and τ here depends on how the machine schedules the
 		// four learners (on a loaded one it spreads past 20): with the
 		// others' momentum 0.9 the final test error ranged from 0.11 to
 		// 0.22; with 0.5 and α0 = 0.1 it stays within 0.10 to 0.12.
-		{"softsync4/tcp", JobConfig{Learners: 4, Protocol: ps.Softsync, N: 4, Shards: 2, Transport: "tcp", Batch: 8,
+		{"softsync4/tcp", Config{Learners: 4, Protocol: ps.Softsync, N: 4, Shards: 2, Transport: "tcp", Batch: 8,
 			Solver: sgd.Config{LRMode: sgd.LRStaleness, LR: 0.1, Momentum: 0.5}}},
-		{"hardsync2/tcp/overlap", JobConfig{Learners: 2, Protocol: ps.Hardsync, Shards: 2, Transport: "tcp", Batch: 16, Overlap: true}},
-		{"softsync2/inmem/s2", JobConfig{Learners: 2, Protocol: ps.Softsync, N: 1, Shards: 1, Batch: 16, Overlap: true,
+		{"hardsync2/tcp/overlap", Config{Learners: 2, Protocol: ps.Hardsync, Shards: 2, Transport: "tcp", Batch: 16, Overlap: true}},
+		{"softsync2/inmem/s2", Config{Learners: 2, Protocol: ps.Softsync, N: 1, Shards: 1, Batch: 16, Overlap: true,
 			Codec: rdma.Codec{ID: rdma.CodecShuffleS2}, Solver: sgd.Config{LRMode: sgd.LRAverage}}},
-		{"softsync2/tcp/fp16", JobConfig{Learners: 2, Protocol: ps.Softsync, N: 2, Shards: 1, Batch: 16, Transport: "tcp",
+		{"softsync2/tcp/fp16", Config{Learners: 2, Protocol: ps.Softsync, N: 2, Shards: 1, Batch: 16, Transport: "tcp",
 			Codec: rdma.Codec{ID: rdma.CodecFP16}, Solver: sgd.Config{LRMode: sgd.LRConstant}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +169,7 @@ func TestJobLearnsMNIST(t *testing.T) {
 func TestJobHardsyncExact(t *testing.T) {
 	train, _ := mnistSubset(t, 640, 0)
 	const lambda, mu, rounds = 4, 4, 12
-	base := JobConfig{Spec: spec(t, "lenet"), Engine: engine(t), Train: train, Protocol: ps.Hardsync,
+	base := Config{Spec: spec(t, "lenet"), Engine: engine(t), Train: train, Protocol: ps.Hardsync,
 		Epochs: 1, Seed: 3, Shards: 3, Chunk: 5,
 		Solver: sgd.Config{LR: 0.02, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
 	run := func(learners, batch int, transport string) *Result {
@@ -236,7 +237,7 @@ func TestJobSoftsyncEnd(t *testing.T) {
 		t.Skip("race detector: a learning test (make test runs it natively)")
 	}
 	train, test := mnistSubset(t, 12000, 2000)
-	cfg := JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test,
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test,
 		Learners: 30, Batch: 4, Protocol: ps.Softsync, N: 1, Shards: 1, Epochs: 2, Seed: 5,
 		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
 	res, err := Run(context.Background(), cfg)
@@ -260,7 +261,7 @@ func TestJobSoftsyncEnd(t *testing.T) {
 func TestJobOverlapStaleness(t *testing.T) {
 	train, _ := mnistSubset(t, 512, 0)
 	for _, overlap := range []bool{false, true} {
-		cfg := JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 1, Batch: 8,
+		cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 1, Batch: 8,
 			Protocol: ps.Softsync, N: 1, Shards: 2, Epochs: 1, MaxSteps: 40, Seed: 1, Overlap: overlap,
 			Solver: sgd.Config{LR: 0.01, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 		res, err := Run(context.Background(), cfg)
@@ -285,7 +286,7 @@ func TestJobOverlapStaleness(t *testing.T) {
 // bound.
 func TestJobBoundedStaleness(t *testing.T) {
 	train, test := mnistSubset(t, 1024, 200)
-	cfg := JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 4, Batch: 4,
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 4, Batch: 4,
 		Protocol: ps.Softsync, N: 4, MaxStaleness: 2, Shards: 2, Epochs: 1, MaxSteps: 50, Seed: 1, Overlap: true,
 		Solver: sgd.Config{LR: 0.01, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 	res, err := Run(context.Background(), cfg)
@@ -308,7 +309,7 @@ func TestJobEvaluateOnly(t *testing.T) {
 	train, test := mnistSubset(t, 100, 300)
 	s := spec(t, "mlp")
 	init := make([]float32, s.NumParams()) // all zero: every logit equal, class 0 predicted
-	res, err := Run(context.Background(), JobConfig{Spec: s, Engine: engine(t), Train: train, Test: test,
+	res, err := Run(context.Background(), Config{Spec: s, Engine: engine(t), Train: train, Test: test,
 		Learners: 1, Batch: 10, Protocol: ps.Hardsync, Shards: 1, Init: init, Solver: sgd.Config{LR: 0.1}})
 	if err != nil {
 		t.Fatal(err)
@@ -324,11 +325,11 @@ func TestJobEvaluateOnly(t *testing.T) {
 	}
 }
 
-// TestJobConfigErrors: bad configurations fail before anything starts,
+// TestConfigErrors: bad configurations fail before anything starts,
 // naming the field.
-func TestJobConfigErrors(t *testing.T) {
+func TestConfigErrors(t *testing.T) {
 	train, _ := mnistSubset(t, 100, 0)
-	good := JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 2, Batch: 10,
+	good := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 2, Batch: 10,
 		Protocol: ps.Softsync, N: 2, Shards: 1, Epochs: 1, Solver: sgd.Config{LR: 0.1}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
@@ -336,27 +337,27 @@ func TestJobConfigErrors(t *testing.T) {
 	cifar := data.Synthetic(20, 3, 32, 32, 10, 1)
 	for _, tc := range []struct {
 		field string
-		edit  func(*JobConfig)
+		edit  func(*Config)
 	}{
-		{"Learners", func(c *JobConfig) { c.Learners = 0 }},
-		{"Batch", func(c *JobConfig) { c.Batch = 0 }},
-		{"Batch", func(c *JobConfig) { c.Batch = 101 }},                         // 100 images
-		{"Batch", func(c *JobConfig) { c.Protocol, c.Batch = ps.Hardsync, 60 }}, // a round of 2×60 images
-		{"Chunk", func(c *JobConfig) { c.Chunk = -1 }},
-		{"N", func(c *JobConfig) { c.N = 3 }},
-		{"MaxStaleness", func(c *JobConfig) { c.Protocol, c.MaxStaleness = ps.Hardsync, 2 }},
-		{"Shards", func(c *JobConfig) { c.Shards = 0 }},
-		{"Shards", func(c *JobConfig) { c.Shards = 1 << 20 }},
-		{"Epochs", func(c *JobConfig) { c.Epochs = -1 }},
-		{"Transport", func(c *JobConfig) { c.Transport = "udp" }},
-		{"Solver.LR", func(c *JobConfig) { c.Solver.LR = 0 }},
-		{"Solver.Momentum", func(c *JobConfig) { c.Solver.Momentum = 1 }},
-		{"Init", func(c *JobConfig) { c.Init = make([]float32, 3) }},
-		{"", func(c *JobConfig) { c.Train = cifar }},
+		{"Learners", func(c *Config) { c.Learners = 0 }},
+		{"Batch", func(c *Config) { c.Batch = 0 }},
+		{"Batch", func(c *Config) { c.Batch = 101 }},                         // 100 images
+		{"Batch", func(c *Config) { c.Protocol, c.Batch = ps.Hardsync, 60 }}, // a round of 2×60 images
+		{"Chunk", func(c *Config) { c.Chunk = -1 }},
+		{"N", func(c *Config) { c.N = 3 }},
+		{"MaxStaleness", func(c *Config) { c.Protocol, c.MaxStaleness = ps.Hardsync, 2 }},
+		{"Shards", func(c *Config) { c.Shards = 0 }},
+		{"Shards", func(c *Config) { c.Shards = 1 << 20 }},
+		{"Epochs", func(c *Config) { c.Epochs = -1 }},
+		{"Transport", func(c *Config) { c.Transport = "udp" }},
+		{"Solver.LR", func(c *Config) { c.Solver.LR = 0 }},
+		{"Solver.Momentum", func(c *Config) { c.Solver.Momentum = 1 }},
+		{"Init", func(c *Config) { c.Init = make([]float32, 3) }},
+		{"", func(c *Config) { c.Train = cifar }},
 	} {
 		cfg := good
 		tc.edit(&cfg)
-		_, err := StartJob(context.Background(), cfg)
+		_, err := Start(context.Background(), cfg)
 		var fe *sgd.FieldError
 		switch {
 		case tc.field == "":
@@ -373,35 +374,11 @@ func TestJobConfigErrors(t *testing.T) {
 // with ErrDiverged rather than pushing NaN.
 func TestJobDiverges(t *testing.T) {
 	train, _ := mnistSubset(t, 2000, 0)
-	_, err := Run(context.Background(), JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train,
+	_, err := Run(context.Background(), Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train,
 		Learners: 2, Batch: 10, Protocol: ps.Softsync, N: 2, Shards: 1, Epochs: 1, Seed: 1,
 		Solver: sgd.Config{LR: 1e9}})
-	if !errors.Is(err, ErrDiverged) {
+	if !errors.Is(err, learner.ErrDiverged) {
 		t.Errorf("LR 1e9: %v, want ErrDiverged", err)
 	}
 }
 
-func TestPlanThreads(t *testing.T) {
-	lenet, cifar := spec(t, "lenet"), spec(t, "cifar10_full")
-	for _, c := range []struct {
-		spec                            *nn.Spec
-		cores, learners, batch, threads int
-		want                            Parallelism
-	}{
-		{lenet, 2, 1, 64, 0, Parallelism{1, 2}},
-		{lenet, 2, 1, 4, 0, Parallelism{1, 1}},  // small LeNet batches: one worker
-		{lenet, 2, 1, 16, 0, Parallelism{1, 2}}, // 8 images per worker
-		{cifar, 2, 1, 2, 0, Parallelism{1, 2}},  // cifar10_full: one image is work enough
-		{lenet, 2, 2, 64, 0, Parallelism{1, 1}}, // one core each
-		{lenet, 2, 8, 8, 0, Parallelism{1, 1}},  // more learners than cores
-		{lenet, 16, 4, 128, 0, Parallelism{1, 4}},
-		{lenet, 16, 4, 16, 0, Parallelism{1, 2}}, // at most one worker per 8 LeNet images
-		{lenet, 2, 1, 64, 1, Parallelism{1, 1}},  // --threads 1
-		{lenet, 2, 2, 256, 8, Parallelism{1, 8}}, // --threads wins over the cores
-	} {
-		if got := PlanThreads(c.spec, c.cores, c.learners, c.batch, c.threads); got != c.want {
-			t.Errorf("PlanThreads(%s, %d cores, %d learners, batch %d, threads %d) = %+v, want %+v",
-				c.spec.Name, c.cores, c.learners, c.batch, c.threads, got, c.want)
-		}
-	}
-}

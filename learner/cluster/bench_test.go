@@ -1,4 +1,4 @@
-package learner
+package cluster
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
@@ -37,13 +38,13 @@ func BenchmarkJob(b *testing.B) {
 				proto = ps.Softsync
 			}
 			steps := max(1, b.N/c.learners)
-			par := PlanThreads(s, kernels.DefaultThreads(), c.learners, c.batch, c.threads)
+			par := learner.PlanThreads(s, kernels.DefaultThreads(), c.learners, c.batch, c.threads)
 			e, _, err := kernels.New(kernels.Config{Threads: par.BLAS})
 			if err != nil {
 				b.Fatal(err)
 			}
-			cfg := JobConfig{Spec: s, Engine: e, Train: ds, Learners: c.learners, Batch: c.batch, Workers: par.Workers,
-				Epochs: steps, MaxSteps: steps, Protocol: proto, N: c.learners, Shards: 1, Overlap: c.overlap,
+			cfg := Config{Spec: s, Engine: e, Train: ds, Learners: c.learners, Batch: c.batch, Workers: par.Workers,
+				Epochs: steps, MaxSteps: steps * c.learners, Protocol: proto, N: c.learners, Shards: 1, Overlap: c.overlap,
 				Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 			b.ReportAllocs()
 			b.ResetTimer()

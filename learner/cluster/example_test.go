@@ -1,11 +1,11 @@
-package learner_test
+package cluster_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/softsync/softsync/kernels"
-	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -23,7 +23,7 @@ func ExampleRun() {
 	all.Scale = data.MNISTScale
 	train, test := all.Subset(640), *all
 	test.N, test.Pixels, test.Labels = 200, all.Pixels[640*784:], all.Labels[640:]
-	res, err := learner.Run(context.Background(), learner.JobConfig{
+	res, err := cluster.Run(context.Background(), cluster.Config{
 		Spec: spec, Engine: engine, Train: train, Test: &test,
 		Learners: 4, Batch: 16, Epochs: 2, Seed: 1,
 		Protocol: ps.Softsync, N: 4, Shards: 2,

@@ -1,5 +1,5 @@
 //go:build race
 
-package learner
+package cluster
 
 func init() { raceDetector = true }
