@@ -44,36 +44,36 @@ type CoordinatorConfig struct {
 // Coordinator runs a job's membership, data, progress and end (see the
 // package doc). Create it with NewCoordinator and run it with Serve.
 type Coordinator struct {
-	cfg   CoordinatorConfig
-	disp  *data.Dispatcher
-	total int64
-	per   int
+	cfg    CoordinatorConfig
+	disp   *data.Dispatcher
+	total  int64
+	per    int
 	epochs int // complete epochs the job trains (evaluated at their ends)
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced when the job's state changes
-	started  bool
-	start    time.Time
-	trained  time.Duration // start → last chunk completed
-	finishing bool         // the data is done: shard servers told to finish
-	err      error         // the job failed
-	servers  []*serverState
-	learners []*learnerState
-	eval     *evalState
-	procs    []Process
+	mu             sync.Mutex
+	changed        chan struct{} // closed and replaced when the job's state changes
+	started        bool
+	start          time.Time
+	trained        time.Duration // start → last chunk completed
+	finishing      bool          // the data is done: shard servers told to finish
+	err            error         // the job failed
+	servers        []*serverState
+	learners       []*learnerState
+	eval           *evalState
+	procs          []Process
 	lost, restarts int
 
 	// progress
-	steps   int64
-	ema     float64
-	lossSum []float64 // per epoch, 0-based
-	lossCnt []int64
-	testErr []float64 // per epoch, NaN until measured (or without a test set)
-	secs    []float64
+	steps    int64
+	ema      float64
+	lossSum  []float64 // per epoch, 0-based
+	lossCnt  []int64
+	testErr  []float64 // per epoch, NaN until measured (or without a test set)
+	secs     []float64
 	known    []bool // the evaluator reported the epoch
 	history  []Epoch
 	finalErr float64 // test error of the final weights (NaN: none)
-	traffic rdma.Stats
+	traffic  rdma.Stats
 }
 
 type serverState struct {
@@ -88,9 +88,9 @@ type learnerState struct {
 	c     *ctrl
 	proc  Process
 	inc   uint32
-	lives int    // incarnations so far
-	live  bool   // registered and not lost
-	done  bool   // sent its last progress
+	lives int  // incarnations so far
+	live  bool // registered and not lost
+	done  bool // sent its last progress
 	last  time.Time
 	steps int64
 }

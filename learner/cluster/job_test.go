@@ -381,4 +381,3 @@ func TestJobDiverges(t *testing.T) {
 		t.Errorf("LR 1e9: %v, want ErrDiverged", err)
 	}
 }
-
