@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // imageIndex recovers the index of an image of an indexed data set from
@@ -178,13 +180,34 @@ func TestLoaderNoAllocs(t *testing.T) {
 
 func TestLoaderCloseStopsProducer(t *testing.T) {
 	d := indexed(20, 1, 1, 2)
-	before := runtime.NumGoroutine()
+	before := producers()
 	l, _ := NewLoader(d, LoaderConfig{Batch: 2, Normalizer: Normalizer{Scale: 1}})
 	l.Next()
+	if n := producers(); n != before+1 {
+		t.Fatalf("%d producer goroutines running with one loader open, want %d", n, before+1)
+	}
 	l.Close()
 	l.Close()
-	if after := runtime.NumGoroutine(); after > before {
-		t.Fatalf("%d goroutines after Close, %d before", after, before)
+	// Close returns once the producer has signalled its exit; the goroutine
+	// itself may still be returning, so wait for it to be gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for producers() > before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := producers(); n > before {
+		t.Fatalf("%d producer goroutines after Close, %d before", n, before)
+	}
+}
+
+// producers counts the goroutines running a Loader's producer.
+func producers() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "data.(*producer).run(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
