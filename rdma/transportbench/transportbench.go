@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -228,6 +229,9 @@ func Open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 	return s, nil
 }
 
+// TransportNames lists the transports Open accepts.
+func TransportNames() []string { return []string{"inmem", "tcp", "tcp-nocrc"} }
+
 // parseTransport splits "tcp-nocrc" into the network kind and options.
 func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 	switch name {
@@ -237,7 +241,7 @@ func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 		opts.NoPayloadChecksum = true
 		return "tcp", opts, nil
 	}
-	return "", opts, fmt.Errorf("transportbench: unknown transport %q (inmem, tcp, tcp-nocrc)", name)
+	return "", opts, fmt.Errorf("transportbench: unknown transport %q (%s)", name, strings.Join(TransportNames(), ", "))
 }
 
 // echo replies to every message with itself until the connection ends.
