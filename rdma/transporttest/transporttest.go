@@ -574,12 +574,10 @@ func testPeerClose(t *testing.T, f Factory) {
 
 func testLocalClose(t *testing.T, f Factory) {
 	c, _ := pair(t, f, rdma.Options{})
-	done := make(chan error, 1)
-	go func() {
+	done := whenBlocked(t, "Recv", func() error {
 		_, err := c.Recv(context.Background())
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
+		return err
+	})
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +586,7 @@ func testLocalClose(t *testing.T, f Factory) {
 		if !errors.Is(err, rdma.ErrClosed) {
 			t.Fatalf("blocked recv after close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not unblock Recv")
 	}
 	if err := c.Close(); err != nil {
@@ -600,6 +598,25 @@ func testLocalClose(t *testing.T, f Factory) {
 	if err := c.Send(ctx(t), rdma.NewMsg(1)); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("send after close: %v", err)
 	}
+
+	// A Send blocked because the peer does not read is unblocked too.
+	c, _ = pair(t, f, rdma.Options{QueueLen: 1})
+	done = whenBlocked(t, "Send", func() error {
+		for {
+			if err := c.Send(context.Background(), rdma.NewMsg(1<<18)); err != nil {
+				return err
+			}
+		}
+	})
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, rdma.ErrClosed) {
+			t.Fatalf("blocked send after close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not unblock Send")
+	}
 }
 
 func testListenerClose(t *testing.T, f Factory) {
@@ -608,19 +625,17 @@ func testListenerClose(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
+	done := whenBlocked(t, "Accept", func() error {
 		_, err := ln.Accept(context.Background())
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
+		return err
+	})
 	ln.Close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, rdma.ErrClosed) {
 			t.Fatalf("accept after close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not unblock Accept")
 	}
 	if c, err := n.Dial(ctx(t), ln.Addr()); !errors.Is(err, rdma.ErrRefused) {
@@ -629,15 +644,24 @@ func testListenerClose(t *testing.T, f Factory) {
 		}
 		t.Fatalf("dial to closed listener: %v", err)
 	}
-	// Cancelling Accept leaves the listener usable.
+	// Cancelling a blocked Accept leaves the listener usable.
 	ln, err = n.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := ln.Accept(cctx); !errors.Is(err, context.DeadlineExceeded) {
+	cctx, cancel := context.WithCancel(context.Background())
+	done = whenBlocked(t, "Accept", func() error {
+		_, err := ln.Accept(cctx)
+		return err
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
+		t.Fatalf("cancelled accept: %v", err)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer dcancel()
+	if _, err := ln.Accept(dctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("accept with deadline: %v", err)
 	}
 	go func() {
@@ -655,14 +679,18 @@ func testListenerClose(t *testing.T, f Factory) {
 func testCancel(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
 	cctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	start := time.Now()
-	_, err := s.Recv(cctx)
-	if !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
-		t.Fatalf("cancelled recv: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("cancelled recv returned after %v", d)
+	done := whenBlocked(t, "Recv", func() error {
+		_, err := s.Recv(cctx)
+		return err
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
+			t.Fatalf("cancelled recv: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelling did not unblock Recv")
 	}
 	if _, err := s.Recv(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("recv with a cancelled context: %v", err)
@@ -682,6 +710,81 @@ func testCancel(t *testing.T, f Factory) {
 		check(t, m, i, 1000, rdma.Codec{})
 		m.Release()
 	}
+}
+
+// whenBlocked runs call on a new goroutine and returns, with the channel
+// that will carry call's result, once that goroutine is parked inside a
+// method named method (Recv, Send, Accept): waiting on a channel, a lock
+// or the network poller, as a blocked call of any transport does. It
+// fails the test if call returns first or the goroutine is not seen
+// blocked within 10 s.
+func whenBlocked(t *testing.T, method string, call func() error) <-chan error {
+	t.Helper()
+	id := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		id <- goroutineID()
+		done <- call()
+	}()
+	g := <-id
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state, stack := goroutineState(g)
+		if parkedStates[state] && strings.Contains(stack, ")."+method+"(") {
+			return done
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s returned before blocking: %v", method, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutine %s not seen blocked in %s within 10s; last seen [%s]:\n%s", g, method, state, stack)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// parkedStates are the goroutine states (as runtime.Stack prints them) of
+// a goroutine that waits for another to wake it.
+var parkedStates = map[string]bool{
+	"IO wait": true, "select": true, "chan receive": true, "chan send": true,
+	"sync.Mutex.Lock": true, "sync.RWMutex.Lock": true, "sync.RWMutex.RLock": true,
+	"sync.Cond.Wait": true, "semacquire": true,
+}
+
+// goroutineID returns the calling goroutine's id as runtime.Stack prints
+// it.
+func goroutineID() string {
+	var buf [64]byte
+	s := string(buf[:runtime.Stack(buf[:], false)])
+	s = strings.TrimPrefix(s, "goroutine ")
+	id, _, _ := strings.Cut(s, " ")
+	return id
+}
+
+// goroutineState returns the state of goroutine id ("IO wait", "select",
+// "running", ...; "" if it is gone) and its stack.
+func goroutineState(id string) (state, stack string) {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		rest, ok := strings.CutPrefix(g, "goroutine "+id+" [")
+		if !ok {
+			continue
+		}
+		state, _, _ = strings.Cut(rest, "]")
+		state, _, _ = strings.Cut(state, ",") // "IO wait, 2 minutes"
+		return state, g
+	}
+	return "", ""
 }
 
 // testAllocs checks that a round trip (send, echo, receive) allocates
