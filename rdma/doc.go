@@ -56,9 +56,10 @@
 // reads the --compress forms: none, s2, zstd, shuffle+s2, shuffle+zstd,
 // fp16, bf16, topk:FRACTION). Lossless codecs restore the payload bit for
 // bit; fp16 and bf16 round to nearest even (see half.go for NaN, Inf and
-// range); topk sends the largest magnitudes with error feedback, the
-// residual kept by the sending connection's Encoder per (Type, Shard)
-// stream. Decoding knows the element count from the header and fails on
+// range); topk sends the largest magnitudes, with error feedback when the
+// message carries a Feedback: the residual of its stream, which the sender
+// owns, so that it survives a change of connection (without one, topk
+// sends the largest magnitudes of the payload alone). Decoding knows the element count from the header and fails on
 // anything that would decode to more or less (no decompression bombs).
 // On amd64 with AVX2 and F16C the element-wise passes (fp16 and bf16
 // conversions, byte planes) run in assembly, bit for bit the same as the

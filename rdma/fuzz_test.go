@@ -16,7 +16,7 @@ func FuzzParseFrame(f *testing.F) {
 	lim := Limits{MaxElems: 1 << 16, MaxData: 1 << 10, Job: 1}
 	enc := NewEncoder()
 	for i, c := range []Codec{{}, {ID: CodecS2}, {ID: CodecZstd}, {ID: CodecFP16}, {ID: CodecTopK, Fraction: 0.1}} {
-		wire, _ := enc.Encode(nil, c, StreamKey{}, synth.Gradient(make([]float32, 50), 1e-3, uint64(i)))
+		wire, _ := enc.Encode(nil, c, nil, synth.Gradient(make([]float32, 50), 1e-3, uint64(i)))
 		f.Add(AppendFrame(nil, Header{Type: 1, Codec: c.ID, Job: 1, Elems: 50, Seq: uint64(i)}, []byte("d"), wire))
 	}
 	f.Add(AppendFrame(nil, Header{Job: 1}, nil, nil))
@@ -48,7 +48,7 @@ func fuzzDecoder(f *testing.F, c Codec) {
 		if n > 10 {
 			src[3], src[4] = float32(math.NaN()), float32(math.Inf(-1))
 		}
-		wire, err := enc.Encode(nil, c, StreamKey{}, src)
+		wire, err := enc.Encode(nil, c, nil, src)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func FuzzLosslessRoundTrip(f *testing.F) {
 		src := make([]float32, len(b)/4)
 		copy(f32bytes(src), b)
 		for id := CodecNone; id <= CodecShuffleZstd; id++ {
-			wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, src)
+			wire, err := enc.Encode(nil, Codec{ID: id}, nil, src)
 			if err != nil {
 				t.Fatal(err)
 			}

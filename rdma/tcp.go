@@ -277,6 +277,7 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 			bufs = append(bufs, c.trl[:])
 		}
 		if n, err := c.writev(ctx, bufs); err != nil {
+			unsent(m, c.swire)
 			if n == 0 && first && ctx.Err() != nil { // cancelled before any byte left
 				return c.opError("send", err, true)
 			}

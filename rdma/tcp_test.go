@@ -67,7 +67,7 @@ func TestTCPRecoverable(t *testing.T) {
 	noCRC := frame(rdma.Header{Job: 4, Elems: 2, Flags: rdma.FlagNoPayloadCRC}, f32le(1, 2))
 	noCRC[len(noCRC)-1] = 1 // a frame without checksum must have a zero trailer
 	enc := rdma.NewEncoder()
-	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, rdma.StreamKey{}, make([]float32, 1<<20))
+	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, nil, make([]float32, 1<<20))
 	topkBad := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 5), 5), f32le(1, 2)...)
 	cases := []struct {
 		name  string

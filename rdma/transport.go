@@ -258,11 +258,19 @@ func (e *endpoint) checkSend(m *Msg) error {
 // CodecNone) and returns the time taken; it runs under sendMu.
 func (e *endpoint) encode(dst []byte, m *Msg) ([]byte, time.Duration, error) {
 	t := time.Now()
-	wire, err := e.enc.Encode(dst, m.Codec, StreamKey{m.Type, m.Shard}, m.Payload)
+	wire, err := e.enc.Encode(dst, m.Codec, m.Feedback, m.Payload)
 	if err != nil {
 		return wire, 0, e.opError("send", err, true)
 	}
 	return wire, time.Since(t), nil
+}
+
+// unsent hands what a failed Send of m took from its Feedback back (wire is
+// m's encoded payload); it runs under sendMu.
+func unsent(m *Msg, wire []byte) {
+	if m.Codec.ID == CodecTopK && m.Feedback != nil {
+		m.Feedback.giveBack(wire, len(m.Payload))
+	}
 }
 
 // countSent counts one message sent: id its codec, elems its element

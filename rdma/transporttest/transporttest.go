@@ -38,6 +38,7 @@ func Run(t *testing.T, f Factory) {
 		{"Large", testLarge},
 		{"Codecs", testCodecs},
 		{"TopKErrorFeedback", testTopKErrorFeedback},
+		{"TopKFailedSend", testTopKFailedSend},
 		{"ErrorMsg", testErrorMsg},
 		{"Limits", testLimits},
 		{"PeerClose", testPeerClose},
@@ -460,42 +461,83 @@ func checkCodec(t *testing.T, codec rdma.Codec, got, want []float32) {
 	}
 }
 
-// testTopKErrorFeedback sends the same vector twice with topk:0.5: the
-// second message carries each unsent element with its residual added (2g)
-// and the elements sent the first time once (g), so that nothing is lost.
+// testTopKErrorFeedback sends the same vector twice with topk:0.5 and one
+// Feedback, the second time on a new connection: the second message
+// carries each unsent element with its residual added (2g) and the
+// elements sent the first time once (g), so that nothing is lost when a
+// sender replaces its connection. Without a Feedback, both messages are
+// the top half of g alone.
 func testTopKErrorFeedback(t *testing.T, f Factory) {
-	c, s := pair(t, f, rdma.Options{})
 	codec := rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.5}
 	const n = 5000
 	g := msg(1, n, codec)
 	defer g.Release()
-	var first []float32
-	for round := range 2 {
-		send(t, c, msg(1, n, codec))
-		m := recv(t, s)
-		if round == 0 {
-			first = slices.Clone(m.Payload)
-			m.Release()
-			continue
+	for _, withFeedback := range []bool{true, false} {
+		var fb *rdma.Feedback
+		if withFeedback {
+			fb = new(rdma.Feedback)
 		}
-		sent := 0
-		for i, v := range m.Payload {
-			if v == 0 {
+		var first []float32
+		for round := range 2 {
+			c, s := pair(t, f, rdma.Options{})
+			m := msg(1, n, codec)
+			m.Feedback = fb
+			send(t, c, m)
+			m = recv(t, s)
+			if m.Feedback != nil {
+				t.Fatal("a received message carries a Feedback")
+			}
+			c.Close()
+			if round == 0 {
+				first = slices.Clone(m.Payload)
+				m.Release()
 				continue
 			}
-			sent++
-			want := 2 * g.Payload[i]
-			if first[i] != 0 {
-				want = g.Payload[i]
+			sent := 0
+			for i, v := range m.Payload {
+				if v == 0 {
+					continue
+				}
+				sent++
+				want := g.Payload[i]
+				if withFeedback && first[i] == 0 {
+					want = 2 * g.Payload[i]
+				}
+				if v != want {
+					t.Fatalf("feedback %v: element %d: second message %v, want %v (first message %v)", withFeedback, i, v, want, first[i])
+				}
 			}
-			if v != want {
-				t.Fatalf("element %d: second message %v, want %v (first message %v)", i, v, want, first[i])
+			if sent != n/2 {
+				t.Fatalf("feedback %v: second message sent %d elements, want %d", withFeedback, sent, n/2)
 			}
+			if !withFeedback && !slices.Equal(m.Payload, first) {
+				t.Fatal("without feedback, the second message differs from the first")
+			}
+			m.Release()
 		}
-		if sent != n/2 {
-			t.Fatalf("second message sent %d elements, want %d", sent, n/2)
-		}
-		m.Release()
+	}
+}
+
+// testTopKFailedSend: a TopK Send that fails (here: cancelled while
+// blocked on a peer that does not read) hands what it took back to its
+// Feedback, which then holds the whole payload again.
+func testTopKFailedSend(t *testing.T, f Factory) {
+	c, _ := pair(t, f, rdma.Options{QueueLen: 1})
+	send(t, c, rdma.NewMsg(1000)) // fills an in-memory queue
+	const n = 1 << 22             // 32 MiB of indices and values: more than socket buffers hold
+	m := msg(2, n, rdma.Codec{ID: rdma.CodecTopK, Fraction: 1})
+	g := slices.Clone(m.Payload)
+	fb := new(rdma.Feedback)
+	m.Feedback = fb
+	cctx, cancel := context.WithCancel(context.Background())
+	done := whenBlocked(t, "Send", func() error { return c.Send(cctx, m) })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled send: %v", err)
+	}
+	if res := fb.Residual(); firstDiff(res, g) >= 0 || len(res) != n {
+		j := firstDiff(res, g)
+		t.Fatalf("residual after a failed send: element %d = %v, want %v", j, res[j], g[j])
 	}
 }
 
@@ -800,6 +842,8 @@ func testAllocs(t *testing.T, f Factory) {
 			go echo(s)
 			cctx := ctx(t)
 			m := msg(1, 100_000, codec)
+			var fb rdma.Feedback // used by topk only
+			m.Feedback = &fb
 			round := func() {
 				if err := c.Send(cctx, m); err != nil {
 					t.Fatal(err)
@@ -808,7 +852,7 @@ func testAllocs(t *testing.T, f Factory) {
 				if m, err = c.Recv(cctx); err != nil {
 					t.Fatal(err)
 				}
-				m.Codec = codec
+				m.Codec, m.Feedback = codec, &fb
 			}
 			for range 5 {
 				round()
