@@ -37,3 +37,16 @@ func TestTCPNoPayloadChecksumConformance(t *testing.T) {
 		return n, "127.0.0.1:0"
 	})
 }
+
+// TestTCPAuthConformance: the suite over connections that authenticate
+// (Options.Secret), with the job ids each test sets.
+func TestTCPAuthConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		opts.Secret = secret
+		n, err := rdma.NewTCP(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, "127.0.0.1:0"
+	})
+}

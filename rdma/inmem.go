@@ -79,14 +79,17 @@ func (n *Inmem) Dial(ctx context.Context, addr string) (Conn, error) {
 }
 
 type inmemListener struct {
-	net   *Inmem
-	addr  string
-	conns chan *inmemConn
-	done  chan struct{}
-	once  sync.Once
+	net      *Inmem
+	addr     string
+	conns    chan *inmemConn
+	done     chan struct{}
+	once     sync.Once
+	accepted atomic.Uint64
 }
 
 func (l *inmemListener) Addr() string { return l.addr }
+
+func (l *inmemListener) Stats() ListenerStats { return ListenerStats{Accepted: l.accepted.Load()} }
 
 func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	select {
@@ -96,6 +99,7 @@ func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	}
 	select {
 	case c := <-l.conns:
+		l.accepted.Add(1)
 		return c, nil
 	case <-l.done:
 		return nil, &OpError{Op: "accept", Peer: l.addr, Err: ErrClosed}
