@@ -530,7 +530,7 @@ func testTopKFailedSend(t *testing.T, f Factory) {
 	fb := new(rdma.Feedback)
 	m.Feedback = fb
 	cctx, cancel := context.WithCancel(context.Background())
-	done := whenBlocked(t, "Send", func() error { return c.Send(cctx, m) })
+	done := WhenBlocked(t, "Send", func() error { return c.Send(cctx, m) })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled send: %v", err)
@@ -616,7 +616,7 @@ func testPeerClose(t *testing.T, f Factory) {
 
 func testLocalClose(t *testing.T, f Factory) {
 	c, _ := pair(t, f, rdma.Options{})
-	done := whenBlocked(t, "Recv", func() error {
+	done := WhenBlocked(t, "Recv", func() error {
 		_, err := c.Recv(context.Background())
 		return err
 	})
@@ -643,7 +643,7 @@ func testLocalClose(t *testing.T, f Factory) {
 
 	// A Send blocked because the peer does not read is unblocked too.
 	c, _ = pair(t, f, rdma.Options{QueueLen: 1})
-	done = whenBlocked(t, "Send", func() error {
+	done = WhenBlocked(t, "Send", func() error {
 		for {
 			if err := c.Send(context.Background(), rdma.NewMsg(1<<18)); err != nil {
 				return err
@@ -667,7 +667,7 @@ func testListenerClose(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := whenBlocked(t, "Accept", func() error {
+	done := WhenBlocked(t, "Accept", func() error {
 		_, err := ln.Accept(context.Background())
 		return err
 	})
@@ -693,7 +693,7 @@ func testListenerClose(t *testing.T, f Factory) {
 	}
 	defer ln.Close()
 	cctx, cancel := context.WithCancel(context.Background())
-	done = whenBlocked(t, "Accept", func() error {
+	done = WhenBlocked(t, "Accept", func() error {
 		_, err := ln.Accept(cctx)
 		return err
 	})
@@ -721,7 +721,7 @@ func testListenerClose(t *testing.T, f Factory) {
 func testCancel(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
 	cctx, cancel := context.WithCancel(context.Background())
-	done := whenBlocked(t, "Recv", func() error {
+	done := WhenBlocked(t, "Recv", func() error {
 		_, err := s.Recv(cctx)
 		return err
 	})
@@ -754,13 +754,13 @@ func testCancel(t *testing.T, f Factory) {
 	}
 }
 
-// whenBlocked runs call on a new goroutine and returns, with the channel
+// WhenBlocked runs call on a new goroutine and returns, with the channel
 // that will carry call's result, once that goroutine is parked inside a
 // method named method (Recv, Send, Accept): waiting on a channel, a lock
 // or the network poller, as a blocked call of any transport does. It
 // fails the test if call returns first or the goroutine is not seen
 // blocked within 10 s.
-func whenBlocked(t *testing.T, method string, call func() error) <-chan error {
+func WhenBlocked(t *testing.T, method string, call func() error) <-chan error {
 	t.Helper()
 	id := make(chan string, 1)
 	done := make(chan error, 1)
