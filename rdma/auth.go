@@ -116,7 +116,7 @@ func serverHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 		return err
 	}
 	s := hello{role: roleServer, job: job}
-	rand.Read(s.nonce[:])
+	rand.Read(s.nonce[:]) // never fails: the runtime aborts if the system's source does
 	putHello(sh, &s)
 	authMAC(smac, secret, labelServer, t[:2*helloSize])
 	if _, err := rw.Write(t[helloSize : 2*helloSize+macSize]); err != nil {

@@ -229,6 +229,14 @@ func TestAuth(t *testing.T) {
 		s.nextReport(t, "role 2")
 		failures++
 	})
+	t.Run("ServerWithoutSecret", func(t *testing.T) {
+		raw, c := rawPeer(t, rdma.Options{})
+		raw.Write(clientHello(1, 1, 0)) // shorter than a frame header
+		raw.(*net.TCPConn).CloseWrite() // as the client does when its handshake times out
+		if _, err := c.Recv(recvCtx(t)); !errors.Is(err, rdma.ErrBadMagic) || !strings.Contains(err.Error(), "no Options.Secret") {
+			t.Fatalf("a server without a secret receiving a handshake: %v", err)
+		}
+	})
 	t.Run("Replay", func(t *testing.T) {
 		recorded := recordHandshake(t, s, good)
 		if len(recorded) != 44+32 {

@@ -75,7 +75,8 @@ type Network interface {
 // take the defaults listed.
 type Options struct {
 	// Job is stamped on every frame sent; frames of any other job are
-	// rejected on receipt with ErrWrongJob.
+	// rejected on receipt with ErrWrongJob. With a Secret, the handshake
+	// binds it too: peers of another job fail to connect.
 	Job uint32
 	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
 	// at most MaxElems); MaxData its byte payload (default
