@@ -532,9 +532,7 @@ func testTopKFailedSend(t *testing.T, f Factory) {
 	cctx, cancel := context.WithCancel(context.Background())
 	done := WhenBlocked(t, "Send", func() error { return c.Send(cctx, m) })
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled send: %v", err)
-	}
+	unblocked(t, done, context.Canceled, false, "cancelled send")
 	if res := fb.Residual(); firstDiff(res, g) >= 0 || len(res) != n {
 		j := firstDiff(res, g)
 		t.Fatalf("residual after a failed send: element %d = %v, want %v", j, res[j], g[j])
@@ -623,14 +621,7 @@ func testLocalClose(t *testing.T, f Factory) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, rdma.ErrClosed) {
-			t.Fatalf("blocked recv after close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not unblock Recv")
-	}
+	unblocked(t, done, rdma.ErrClosed, false, "blocked recv after close")
 	if err := c.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
@@ -651,14 +642,7 @@ func testLocalClose(t *testing.T, f Factory) {
 		}
 	})
 	c.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, rdma.ErrClosed) {
-			t.Fatalf("blocked send after close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not unblock Send")
-	}
+	unblocked(t, done, rdma.ErrClosed, false, "blocked send after close")
 }
 
 func testListenerClose(t *testing.T, f Factory) {
@@ -672,14 +656,7 @@ func testListenerClose(t *testing.T, f Factory) {
 		return err
 	})
 	ln.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, rdma.ErrClosed) {
-			t.Fatalf("accept after close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not unblock Accept")
-	}
+	unblocked(t, done, rdma.ErrClosed, false, "accept after close")
 	if c, err := n.Dial(ctx(t), ln.Addr()); !errors.Is(err, rdma.ErrRefused) {
 		if c != nil {
 			c.Close()
@@ -698,9 +675,7 @@ func testListenerClose(t *testing.T, f Factory) {
 		return err
 	})
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
-		t.Fatalf("cancelled accept: %v", err)
-	}
+	unblocked(t, done, context.Canceled, true, "cancelled accept")
 	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer dcancel()
 	if _, err := ln.Accept(dctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -726,14 +701,7 @@ func testCancel(t *testing.T, f Factory) {
 		return err
 	})
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
-			t.Fatalf("cancelled recv: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("cancelling did not unblock Recv")
-	}
+	unblocked(t, done, context.Canceled, true, "cancelled recv")
 	if _, err := s.Recv(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("recv with a cancelled context: %v", err)
 	}
@@ -784,6 +752,21 @@ func WhenBlocked(t *testing.T, method string, call func() error) <-chan error {
 			t.Fatalf("goroutine %s not seen blocked in %s within 10s; last seen [%s]:\n%s", g, method, state, stack)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// unblocked waits for the result of a call started with WhenBlocked, which
+// an action of the test must have ended: the error must match want (and
+// be recoverable, if recoverable).
+func unblocked(t *testing.T, done <-chan error, want error, recoverable bool, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) || recoverable && !rdma.Recoverable(err) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still blocked after 10s", what)
 	}
 }
 
