@@ -110,7 +110,7 @@ func serverHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	ch, sh := t[:helloSize], t[helloSize:2*helloSize]
 	smac, cmac := t[2*helloSize:2*helloSize+macSize], t[2*helloSize+macSize:]
 	if _, err := io.ReadFull(rw, ch); err != nil {
-		return handshakeIOError("reading the client's hello", err)
+		return handshakeIOError("reading the client's hello", "", err)
 	}
 	if _, err := parseHello(ch, roleClient, job); err != nil {
 		return err
@@ -120,10 +120,10 @@ func serverHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	putHello(sh, &s)
 	authMAC(smac, secret, labelServer, t[:2*helloSize])
 	if _, err := rw.Write(t[helloSize : 2*helloSize+macSize]); err != nil {
-		return handshakeIOError("sending the server's hello", err)
+		return handshakeIOError("sending the server's hello", "", err)
 	}
 	if _, err := io.ReadFull(rw, cmac); err != nil {
-		return handshakeIOError("reading the client's proof", err)
+		return handshakeIOError("reading the client's proof", "the client has another secret, or gave up", err)
 	}
 	var want [macSize]byte
 	if !hmac.Equal(cmac, authMAC(want[:], secret, labelClient, t[:2*helloSize+macSize])) {
@@ -143,10 +143,11 @@ func clientHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	rand.Read(c.nonce[:])
 	putHello(ch, &c)
 	if _, err := rw.Write(ch); err != nil {
-		return handshakeIOError("sending the client's hello", err)
+		return handshakeIOError("sending the client's hello", "", err)
 	}
 	if _, err := io.ReadFull(rw, t[helloSize:2*helloSize+macSize]); err != nil {
-		return handshakeIOError("reading the server's hello", err)
+		return handshakeIOError("reading the server's hello",
+			"the server is in another job, does not authenticate, or has reached its limit of handshakes in progress", err)
 	}
 	if _, err := parseHello(sh, roleServer, job); err != nil {
 		return err
@@ -157,19 +158,22 @@ func clientHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	}
 	authMAC(cmac, secret, labelClient, t[:2*helloSize+macSize])
 	if _, err := rw.Write(cmac); err != nil {
-		return handshakeIOError("sending the client's proof", err)
+		return handshakeIOError("sending the client's proof", "", err)
 	}
 	return nil
 }
 
-// handshakeIOError describes a socket error during a handshake step. A
-// peer that closes is the usual answer to a handshake it rejects.
-func handshakeIOError(step string, err error) error {
+// handshakeIOError describes a socket error during a handshake step; hint
+// says why a peer may close at that step, as peers answer a handshake they
+// reject by closing.
+func handshakeIOError(step, hint string, err error) error {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return fmt.Errorf("%w: the peer closed the connection while %s (it has another secret or job id, "+
-			"does not authenticate, or is at its limit of handshakes in progress)", ErrAuth, step)
+		if hint != "" {
+			hint = " (" + hint + ")"
+		}
+		return fmt.Errorf("%w: the peer closed the connection while %s%s", ErrAuth, step, hint)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w: timed out %s: %w", ErrAuth, step, err)
 	}

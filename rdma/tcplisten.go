@@ -25,11 +25,11 @@ func (t *TCP) Listen(addr string) (Listener, error) {
 	}
 	tl := ln.(*net.TCPListener)
 	if len(t.opts.Secret) == 0 && !t.opts.Insecure {
-		if ip := tl.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		if !tl.Addr().(*net.TCPAddr).IP.IsLoopback() { // what was bound, whatever names resolve to
 			tl.Close()
 			return nil, &OpError{Op: "listen", Peer: addr, Err: fmt.Errorf(
-				"%w: %s binds to %s, not a loopback address, and Options.Secret is empty: give the job a secret "+
-					"(or set Options.Insecure to accept unauthenticated peers)", ErrInsecure, addr, ip)}
+				"%w: %s is not a loopback address and Options.Secret is empty: give the job a secret "+
+					"(or set Options.Insecure to accept unauthenticated peers)", ErrInsecure, addr)}
 		}
 	}
 	if len(t.opts.Secret) == 0 {
