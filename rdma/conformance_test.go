@@ -17,23 +17,29 @@ func TestInmemConformance(t *testing.T) {
 	})
 }
 
-func TestTCPConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+// tcpFactory makes loopback TCP networks with the options each test sets,
+// changed by with.
+func tcpFactory(with func(*rdma.Options)) transporttest.Factory {
+	return func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		with(&opts)
 		n, err := rdma.NewTCP(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n, "127.0.0.1:0"
-	})
+	}
+}
+
+func TestTCPConformance(t *testing.T) {
+	transporttest.Run(t, tcpFactory(func(*rdma.Options) {}))
 }
 
 func TestTCPNoPayloadChecksumConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
-		opts.NoPayloadChecksum = true
-		n, err := rdma.NewTCP(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n, "127.0.0.1:0"
-	})
+	transporttest.Run(t, tcpFactory(func(o *rdma.Options) { o.NoPayloadChecksum = true }))
+}
+
+// TestTCPAuthConformance: the suite over connections that authenticate
+// (Options.Secret), with the job ids each test sets.
+func TestTCPAuthConformance(t *testing.T) {
+	transporttest.Run(t, tcpFactory(func(o *rdma.Options) { o.Secret = secret }))
 }

@@ -29,6 +29,24 @@
 // truncated stream) ends that connection's receive side, while its send
 // side can still report the error to the peer.
 //
+// # Authentication
+//
+// With Options.Secret (per job, shared by its processes), every TCP
+// connection runs a mutual HMAC-SHA256 challenge–response over the
+// secret, the job id and fresh nonces from both ends before any frame is
+// read (docs/wire.md, "Handshake"): Dial returns an error matching
+// ErrAuth when the server fails to prove itself or closes, and a
+// listener hands Accept only authenticated connections. It closes the
+// others without a word, counts them (ListenerStats) and reports them to
+// Options.OnAuthFailure, so that an accept loop never sees them.
+// Handshakes run on the listener's goroutines, each bounded by
+// Options.HandshakeTimeout and at most Options.MaxHandshakes at once, so
+// that stalled or numerous unauthenticated connections cannot hold up
+// other peers or exhaust goroutines and memory. Without a secret, TCP
+// listens only on loopback addresses unless Options.Insecure is set
+// (ErrInsecure). Transports built on TCP's Dial and Listen inherit the
+// handshake.
+//
 // # Wire format
 //
 // Frames are described byte by byte in docs/wire.md: a 52-byte header
@@ -56,9 +74,10 @@
 // reads the --compress forms: none, s2, zstd, shuffle+s2, shuffle+zstd,
 // fp16, bf16, topk:FRACTION). Lossless codecs restore the payload bit for
 // bit; fp16 and bf16 round to nearest even (see half.go for NaN, Inf and
-// range); topk sends the largest magnitudes with error feedback, the
-// residual kept by the sending connection's Encoder per (Type, Shard)
-// stream. Decoding knows the element count from the header and fails on
+// range); topk sends the largest magnitudes, with error feedback when the
+// message carries a Feedback: the residual of its stream, which the sender
+// owns, so that it survives a change of connection (without one, topk
+// sends the largest magnitudes of the payload alone). Decoding knows the element count from the header and fails on
 // anything that would decode to more or less (no decompression bombs).
 // On amd64 with AVX2 and F16C the element-wise passes (fp16 and bf16
 // conversions, byte planes) run in assembly, bit for bit the same as the

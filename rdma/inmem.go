@@ -79,14 +79,17 @@ func (n *Inmem) Dial(ctx context.Context, addr string) (Conn, error) {
 }
 
 type inmemListener struct {
-	net   *Inmem
-	addr  string
-	conns chan *inmemConn
-	done  chan struct{}
-	once  sync.Once
+	net      *Inmem
+	addr     string
+	conns    chan *inmemConn
+	done     chan struct{}
+	once     sync.Once
+	accepted atomic.Uint64
 }
 
 func (l *inmemListener) Addr() string { return l.addr }
+
+func (l *inmemListener) Stats() ListenerStats { return ListenerStats{Accepted: l.accepted.Load()} }
 
 func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	select {
@@ -96,6 +99,7 @@ func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	}
 	select {
 	case c := <-l.conns:
+		l.accepted.Add(1)
 		return c, nil
 	case <-l.done:
 		return nil, &OpError{Op: "accept", Peer: l.addr, Err: ErrClosed}
@@ -166,17 +170,20 @@ func (c *inmemConn) send(ctx context.Context, m *Msg) error {
 		wire = len(m.wire)
 	}
 	id, elems, data := m.Codec.ID, len(m.Payload), len(m.Data) // m is the receiver's once queued
+	var err error
 	select {
 	case c.peer.in <- m:
 		c.countSent(id, elems, data, wire, d)
 		return nil
 	case <-c.done:
-		return c.opError("send", ErrClosed, false)
+		err = c.opError("send", ErrClosed, false)
 	case <-c.peer.done:
-		return c.opError("send", peerGone, false)
+		err = c.opError("send", peerGone, false)
 	case <-ctx.Done():
-		return c.opError("send", ctx.Err(), true)
+		err = c.opError("send", ctx.Err(), true)
 	}
+	unsent(m, m.wire)
+	return err
 }
 
 func (c *inmemConn) Recv(ctx context.Context) (*Msg, error) {
@@ -208,7 +215,7 @@ func (c *inmemConn) Recv(ctx context.Context) (*Msg, error) {
 // deliver decodes an encoded payload in place, as a TCP receiver would.
 func (c *inmemConn) deliver(m *Msg) (*Msg, error) {
 	id := m.Codec.ID
-	m.Codec = Codec{ID: id}
+	m.Codec, m.Feedback = Codec{ID: id}, nil
 	if id == CodecNone {
 		c.countRecv(m, id, 4*len(m.Payload), 0)
 		return m, nil

@@ -51,6 +51,11 @@ type Msg struct {
 	Seq     uint64
 	Payload []float32
 	Data    []byte
+	// Feedback, on Send, is the error-feedback residual of the stream the
+	// message belongs to, for codec TopK (see Feedback); nil sends TopK
+	// without error feedback. Other codecs ignore it. The sender keeps
+	// ownership of the Feedback itself. A received Msg has none.
+	Feedback *Feedback
 
 	wire     []byte // in-memory transport: encoded payload between Send and Recv
 	released bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -46,11 +47,17 @@ type Conn interface {
 // Listener accepts connections at one address.
 type Listener interface {
 	// Accept waits for the next connection; after Close it returns
-	// ErrClosed.
+	// ErrClosed, and when ctx ends a recoverable error wrapping ctx.Err().
+	// Connections that fail to authenticate never reach Accept (see
+	// Options.Secret).
 	Accept(ctx context.Context) (Conn, error)
 	// Addr is the address peers dial (with the port chosen, for ":0").
 	Addr() string
+	// Close stops accepting and unblocks Accept; connections already
+	// accepted stay open.
 	Close() error
+	// Stats may be called at any time.
+	Stats() ListenerStats
 }
 
 // Network creates listeners and connections of one transport. Its methods
@@ -68,7 +75,8 @@ type Network interface {
 // take the defaults listed.
 type Options struct {
 	// Job is stamped on every frame sent; frames of any other job are
-	// rejected on receipt with ErrWrongJob.
+	// rejected on receipt with ErrWrongJob. With a Secret, the handshake
+	// binds it too: peers of another job fail to connect.
 	Job uint32
 	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
 	// at most MaxElems); MaxData its byte payload (default
@@ -89,6 +97,38 @@ type Options struct {
 	// throughput. Headers stay checksummed, and frames from peers are
 	// verified whenever they carry a checksum.
 	NoPayloadChecksum bool
+
+	// Secret, when not empty, makes every TCP connection authenticate
+	// both ways before any frame is read: a challenge–response handshake
+	// with fresh nonces from both sides and HMAC-SHA256 under Secret over
+	// the job id (docs/wire.md, "Handshake"), so that only processes that
+	// hold the job's secret can connect, and recorded handshakes cannot be
+	// replayed. Both ends need the same Secret and Job. It must have at
+	// least 16 bytes; 32 random bytes per job are the usual choice. The
+	// handshake authenticates the peers once; it neither encrypts nor
+	// signs the frames that follow. The in-memory transport, whose peers
+	// are in one process, ignores it.
+	Secret []byte
+	// Insecure lets a TCP listener without a Secret bind to an address
+	// that is not loopback; without it such a Listen fails with
+	// ErrInsecure, as anyone who reaches the port could end or poison the
+	// job. Loopback addresses (127.0.0.0/8, ::1, localhost) need neither.
+	Insecure bool
+	// HandshakeTimeout bounds a handshake, on either side (default 5 s);
+	// a listener closes a peer that has not finished by then.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds how many connections a listener authenticates
+	// at once, counting authenticated ones not yet accepted (default 64):
+	// a connection beyond that is closed at once, unread, so that
+	// connections that never finish their handshake cost at most this
+	// many goroutines and sockets.
+	MaxHandshakes int
+	// OnAuthFailure, if not nil, is called with the peer's address and the
+	// reason (matching ErrAuth) for every connection a listener closes
+	// without accepting it. It is called from the listener's goroutines,
+	// possibly concurrently, must return promptly and must not close the
+	// listener. The peer itself is told nothing: its connection is reset.
+	OnAuthFailure func(peer string, err error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -101,7 +141,20 @@ func (o Options) withDefaults() (Options, error) {
 	if o.QueueLen == 0 {
 		o.QueueLen = 16
 	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.MaxHandshakes == 0 {
+		o.MaxHandshakes = 64
+	}
+	o.Secret = slices.Clone(o.Secret) // the caller may reuse its slice
 	switch {
+	case len(o.Secret) > 0 && len(o.Secret) < minSecret:
+		return o, fmt.Errorf("rdma: Options.Secret has %d bytes, want at least %d", len(o.Secret), minSecret)
+	case o.HandshakeTimeout < 0:
+		return o, fmt.Errorf("rdma: Options.HandshakeTimeout %v is negative", o.HandshakeTimeout)
+	case o.MaxHandshakes < 0:
+		return o, fmt.Errorf("rdma: Options.MaxHandshakes %d is negative", o.MaxHandshakes)
 	case o.MaxElems > MaxElems:
 		return o, fmt.Errorf("rdma: Options.MaxElems %d exceeds %d", o.MaxElems, MaxElems)
 	case o.QueueLen < 0:
@@ -258,11 +311,19 @@ func (e *endpoint) checkSend(m *Msg) error {
 // CodecNone) and returns the time taken; it runs under sendMu.
 func (e *endpoint) encode(dst []byte, m *Msg) ([]byte, time.Duration, error) {
 	t := time.Now()
-	wire, err := e.enc.Encode(dst, m.Codec, StreamKey{m.Type, m.Shard}, m.Payload)
+	wire, err := e.enc.Encode(dst, m.Codec, m.Feedback, m.Payload)
 	if err != nil {
 		return wire, 0, e.opError("send", err, true)
 	}
 	return wire, time.Since(t), nil
+}
+
+// unsent hands what a failed Send of m took from its Feedback back (wire is
+// m's encoded payload); it runs under sendMu.
+func unsent(m *Msg, wire []byte) {
+	if m.Codec.ID == CodecTopK && m.Feedback != nil {
+		m.Feedback.giveBack(wire, len(m.Payload))
+	}
 }
 
 // countSent counts one message sent: id its codec, elems its element

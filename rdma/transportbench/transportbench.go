@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -181,6 +182,7 @@ type Session struct {
 	codec          rdma.Codec
 	grad           []float32 // refill source for lossy codecs
 	msg            *rdma.Msg
+	fb             rdma.Feedback // the pushed stream's topk residual
 	done           chan error
 }
 
@@ -228,6 +230,9 @@ func Open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 	return s, nil
 }
 
+// TransportNames lists the transports Open accepts.
+func TransportNames() []string { return []string{"inmem", "tcp", "tcp-nocrc"} }
+
 // parseTransport splits "tcp-nocrc" into the network kind and options.
 func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 	switch name {
@@ -237,11 +242,13 @@ func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 		opts.NoPayloadChecksum = true
 		return "tcp", opts, nil
 	}
-	return "", opts, fmt.Errorf("transportbench: unknown transport %q (inmem, tcp, tcp-nocrc)", name)
+	return "", opts, fmt.Errorf("transportbench: unknown transport %q (%s)", name, strings.Join(TransportNames(), ", "))
 }
 
-// echo replies to every message with itself until the connection ends.
+// echo replies to every message with itself until the connection ends;
+// a topk reply stream has its own error feedback.
 func echo(c rdma.Conn, codec rdma.Codec) error {
+	var fb rdma.Feedback
 	for {
 		m, err := c.Recv(context.Background())
 		if err != nil {
@@ -250,7 +257,7 @@ func echo(c rdma.Conn, codec rdma.Codec) error {
 			}
 			return err
 		}
-		m.Codec = codec
+		m.Codec, m.Feedback = codec, &fb
 		if err := c.Send(context.Background(), m); err != nil {
 			return err
 		}
@@ -268,7 +275,7 @@ func (s *Session) Round(ctx context.Context) (time.Duration, error) {
 	if !s.codec.ID.Lossless() {
 		copy(m.Payload, s.grad)
 	}
-	m.Codec = s.codec
+	m.Codec, m.Feedback = s.codec, &s.fb
 	start := time.Now()
 	if err := s.client.Send(ctx, m); err != nil {
 		return 0, err

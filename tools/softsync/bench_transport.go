@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,6 +36,11 @@ run. tcp-nocrc is TCP without payload checksums.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1}
 			cfg.Transports = strings.Split(transports, ",")
+			for _, name := range cfg.Transports {
+				if !slices.Contains(transportbench.TransportNames(), name) {
+					return fmt.Errorf("--transports: unknown transport %q (%s)", name, strings.Join(transportbench.TransportNames(), ", "))
+				}
+			}
 			for _, name := range strings.Split(codecs, ",") {
 				codec, err := rdma.ParseCodec(name)
 				if err != nil {
@@ -43,6 +50,9 @@ run. tcp-nocrc is TCP without payload checksums.`,
 			}
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := parseByteSize(s)
+				if err == nil && n%4 != 0 {
+					err = fmt.Errorf("size %q is not a whole number of float32 values (a multiple of 4 bytes)", s)
+				}
 				if err != nil {
 					return fmt.Errorf("--sizes: %w", err)
 				}
@@ -79,16 +89,16 @@ run. tcp-nocrc is TCP without payload checksums.`,
 // parseByteSize reads "4096", "64K" or "16M" (binary multiples).
 func parseByteSize(s string) (int, error) {
 	s = strings.TrimSpace(s)
-	mult := 1
+	num, mult := s, 1
 	switch {
 	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+		num, mult = strings.TrimSuffix(s, "K"), 1<<10
 	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+		num, mult = strings.TrimSuffix(s, "M"), 1<<20
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q is not a positive number of bytes", s)
+	n, err := strconv.Atoi(num)
+	if err != nil || n <= 0 || n > math.MaxInt32/mult {
+		return 0, fmt.Errorf("size %q is not a positive number of bytes below 2 GiB", s)
 	}
 	return n * mult, nil
 }

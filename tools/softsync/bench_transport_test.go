@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -32,17 +32,21 @@ func TestBenchTransportJSON(t *testing.T) {
 }
 
 func TestBenchTransportBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"bench", "transport", "--codecs", "gzip"},
-		{"bench", "transport", "--codecs", "topk:2"},
-		{"bench", "transport", "--sizes", "10"},
-		{"bench", "transport", "--sizes", "-1M"},
-		{"bench", "transport", "--transports", "udp", "--sizes", "4K"},
+	for _, c := range []struct {
+		args        []string
+		flag, value string
+	}{
+		{[]string{"--codecs", "gzip"}, "--codecs", "gzip"},
+		{[]string{"--codecs", "none,topk:2"}, "--codecs", "topk fraction 2"},
+		{[]string{"--sizes", "10"}, "--sizes", `"10"`},
+		{[]string{"--sizes", "4K,-1M"}, "--sizes", `"-1M"`},
+		{[]string{"--sizes", "4096M"}, "--sizes", `"4096M"`},
+		{[]string{"--transports", "tcp,udp", "--sizes", "4K"}, "--transports", `"udp"`},
 	} {
-		root := newRootCmd(&bytes.Buffer{})
-		root.SetArgs(args)
-		if err := root.Execute(); err == nil {
-			t.Errorf("%v: no error", args)
+		args := append([]string{"bench", "transport", "--min-time", "1ms"}, c.args...)
+		_, err := runErr(args...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
+			t.Errorf("softsync %s: %v, want an error naming %s and %s", strings.Join(args, " "), err, c.flag, c.value)
 		}
 	}
 }
