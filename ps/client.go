@@ -41,6 +41,10 @@ type Client struct {
 	pulls  []uint64 // per shard, sequence of the request in flight
 	pushed bool     // a push was sent since the last pull
 	n      uint32   // messages sent in this incarnation
+	// feedback is, per shard, the error-feedback residual of the pushes
+	// (lossy codecs that keep one, TopK): optimizer state of the learner,
+	// kept across reconnections.
+	feedback []rdma.Feedback
 	pf     *prefetcher // started by the first PullAsync
 }
 
@@ -78,7 +82,8 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards)}
+	c := &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards),
+		feedback: make([]rdma.Feedback, cfg.Shards)}
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l link) bool { return l.conn == conn })
 		if i < 0 {
@@ -265,7 +270,7 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 	for k, r := range c.ranges {
 		m := c.msg(MsgPush, k, r.Len())
 		copy(m.Payload, grad[r.Lo:r.Hi])
-		m.Timestamp, m.Codec = c.stamps[k], c.cfg.Codec
+		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
 		if err := c.send(ctx, m); err != nil {
 			return err
 		}

@@ -606,3 +606,56 @@ func TestServerIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClientTopKFeedback pushes the same gradient five times with TopK
+// (a quarter of the elements each time) through a plain SGD server (rate
+// 1, no momentum): with the error feedback the client keeps per shard,
+// what the server applied plus the residual the client still holds is
+// exactly the five gradients.
+func TestClientTopKFeedback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n, pushes = 64, 5
+	cfg := Config{Job: 5, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 1}}
+	net, addr := network(t, "tcp", 5)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Finish()
+	c, err := g.Dial(ctx, net, 0, rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grad, w := make([]float32, n), make([]float32, n)
+	for i := range grad {
+		grad[i] = float32(i%7) - 3
+	}
+	for range pushes {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Push(ctx, grad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Leave(ctx)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	final := g.Weights()
+	rs, _ := Ranges(n, 2)
+	for k, r := range rs {
+		res := c.feedback[k].Residual()
+		if len(res) != r.Len() {
+			t.Fatalf("shard %d: residual of %d elements, want %d", k, len(res), r.Len())
+		}
+		for i := r.Lo; i < r.Hi; i++ {
+			// w = −Σ sent; Σ sent = 5·g − residual.
+			if got, want := -final[i]+res[i-r.Lo], pushes*grad[i]; math.Abs(float64(got-want)) > 1e-4 {
+				t.Fatalf("element %d: applied %g + residual %g ≠ %d × %g", i, -final[i], res[i-r.Lo], pushes, grad[i])
+			}
+		}
+	}
+	c.Close()
+}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -288,7 +289,12 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 // openNetwork opens the transport of an in-process job: TCP listens on
 // loopback only and authenticates with a random secret of the job's own.
 func openNetwork(kind string) (rdma.Network, error) {
-	return rdma.Open(kind, rdma.Options{Job: 1})
+	opts := rdma.Options{Job: 1}
+	if kind == "tcp" {
+		opts.Secret = make([]byte, 32)
+		rand.Read(opts.Secret)
+	}
+	return rdma.Open(kind, opts)
 }
 
 // fail records a role's failure and stops the others.
