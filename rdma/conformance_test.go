@@ -37,3 +37,16 @@ func TestTCPNoPayloadChecksumConformance(t *testing.T) {
 		return n, "127.0.0.1:0"
 	})
 }
+
+// The verbs transport over the in-process emulation of the verbs
+// operations: everything but the device.
+func TestVerbsEmulatedConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
+		opts.Verbs.Emulation = rdma.NewEmulation()
+		n, err := rdma.NewVerbs(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, "127.0.0.1:0"
+	})
+}

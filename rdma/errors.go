@@ -18,6 +18,14 @@ var (
 	// ErrUnsupported: the transport is not available in this build or on
 	// this host (the verbs transport without libibverbs, for example).
 	ErrUnsupported = errors.New("rdma: unsupported")
+	// ErrVerbs: a verbs operation failed: opening the device, registering
+	// memory, creating or connecting a queue pair, or a work completion
+	// with an error status. The connection concerned is closed (or, when
+	// setting up an auto connection, replaced by TCP).
+	ErrVerbs = errors.New("rdma: verbs error")
+	// ErrMemlock: registering RDMA buffers would exceed the process's
+	// locked-memory limit (RLIMIT_MEMLOCK, ulimit -l).
+	ErrMemlock = errors.New("rdma: locked-memory limit too low for RDMA buffers")
 
 	// ErrBadMagic: the frame does not start with the softsync magic.
 	ErrBadMagic = errors.New("rdma: bad frame magic")

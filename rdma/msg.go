@@ -54,6 +54,8 @@ type Msg struct {
 
 	wire     []byte // in-memory transport: encoded payload between Send and Recv
 	released bool
+	pool     *regPool // non-nil: Payload lies in blk, registered memory of pool
+	blk      block
 }
 
 // NewMsg returns a Msg from the pool with a zeroed header, len(Payload)
@@ -76,11 +78,16 @@ func NewMsg(n int) *Msg {
 	return m
 }
 
-// Release returns m to the pool. m must not be used afterwards; releasing
-// a Msg twice panics.
+// Release returns m to the allocator it came from (NewMsg's pool or a
+// Network's NewMsg). m must not be used afterwards; releasing a Msg twice
+// panics.
 func (m *Msg) Release() {
 	if m.released {
 		panic("rdma: Msg released twice")
+	}
+	if m.pool != nil {
+		m.pool.releaseMsg(m)
+		return
 	}
 	wire, payload, data := m.wire[:0], m.Payload[:0], m.Data[:0]
 	*m = Msg{Payload: payload, Data: data, wire: wire, released: true}

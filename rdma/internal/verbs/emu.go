@@ -121,7 +121,8 @@ func (e *Emu) BreakQP(qpn uint32) {
 	}
 }
 
-// Pinned is the number of bytes registered on this fabric.
+// Pinned is the number of bytes registered on this fabric (one process
+// in the emulation).
 func (e *Emu) Pinned() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -42,6 +42,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -72,6 +73,10 @@ func Host() (Provider, error) {
 
 type hostProvider struct{}
 
+// pinned counts the bytes registered through the host provider.
+var pinned atomic.Uint64
+
+func (hostProvider) Pinned() uint64   { return pinned.Load() }
 func (hostProvider) Name() string     { return "libibverbs.so.1" }
 func (hostProvider) Fabric() uint64   { return 0 }
 func (hostProvider) Memlock() Memlock { return HostMemlock() }
@@ -175,7 +180,8 @@ func (pd *hostPD) RegMR(mem []byte, access Access) (MR, error) {
 	if mr == nil {
 		return nil, errnoErr("ibv_reg_mr", e)
 	}
-	return &hostMR{mr: mr}, nil
+	pinned.Add(uint64(len(mem)))
+	return &hostMR{mr: mr, size: uint64(len(mem))}, nil
 }
 
 func (pd *hostPD) CreateCQ(depth int) (CQ, error) {
@@ -203,11 +209,20 @@ func (pd *hostPD) CreateQP(cq CQ, caps QPCaps) (QP, error) {
 
 func (pd *hostPD) Close() error { return errnoErr("ibv_dealloc_pd", C.ssv_dealloc_pd(pd.pd)) }
 
-type hostMR struct{ mr *C.struct_ibv_mr }
+type hostMR struct {
+	mr   *C.struct_ibv_mr
+	size uint64
+}
 
 func (m *hostMR) LKey() uint32 { return uint32(m.mr.lkey) }
 func (m *hostMR) RKey() uint32 { return uint32(m.mr.rkey) }
-func (m *hostMR) Close() error { return errnoErr("ibv_dereg_mr", C.ssv_dereg_mr(m.mr)) }
+func (m *hostMR) Close() error {
+	if err := errnoErr("ibv_dereg_mr", C.ssv_dereg_mr(m.mr)); err != nil {
+		return err
+	}
+	pinned.Add(-m.size)
+	return nil
+}
 
 type hostCQ struct{ cq *C.struct_ssv_cq }
 

@@ -22,8 +22,10 @@ type Provider interface {
 	// Open opens the named device.
 	Open(name string) (Context, error)
 	// Memlock reports the locked-memory limit that registrations count
-	// against.
+	// against, and Pinned how many bytes this process has registered
+	// through the provider.
 	Memlock() Memlock
+	Pinned() uint64
 }
 
 // Device names one RDMA device.
