@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // Type is a message's kind. The transport gives meaning only to the types
@@ -37,6 +38,14 @@ const (
 // classes (powers of two of the payload capacity) and Release returns
 // them, so a steady stream of messages allocates nothing. A Msg built as a
 // literal may be sent too; its slices then join the pool when released.
+// A Network's NewMsg may hand out messages whose payload lies in memory
+// of that transport (registered memory, for verbs), and so may its Recv;
+// Release returns such a message's memory to that transport. The memory
+// belongs to the Msg it came with, not to the slice: Payload may be
+// replaced by another slice (the registered memory is then released with
+// the Msg all the same), but a registered payload moved into another Msg
+// is not that Msg's to keep, and must not be used after either is
+// released.
 type Msg struct {
 	Type    Type
 	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)
@@ -90,6 +99,9 @@ func (m *Msg) Release() {
 		return
 	}
 	wire, payload, data := m.wire[:0], m.Payload[:0], m.Data[:0]
+	if cap(payload) > 0 && spans.contains(unsafe.Pointer(unsafe.SliceData(payload))) {
+		payload = nil // registered memory moved here from another Msg: not ours to keep
+	}
 	*m = Msg{Payload: payload, Data: data, wire: wire, released: true}
 	if c := bits.Len(uint(cap(payload))) - 1; c >= 0 && c < len(pools) {
 		pools[c].Put(m) // every Msg in pools[c] holds at least 1<<c values

@@ -278,8 +278,14 @@ func (e *endpoint) init(opts Options, local, remote string) {
 	e.enc, e.dec = NewEncoder(), NewDecoder()
 }
 
-// setLimits replaces the limits, before the connection is in use.
-func (e *endpoint) setLimits(l Limits) { e.lim = l }
+// handOver replaces the limits and clears the counters of a connection
+// that carried a handshake, before it is handed to the application.
+func (e *endpoint) handOver(l Limits) {
+	e.lim = l
+	e.statsMu.Lock()
+	e.stats = Stats{}
+	e.statsMu.Unlock()
+}
 
 func (e *endpoint) LocalAddr() string  { return e.local }
 func (e *endpoint) RemoteAddr() string { return e.remote }

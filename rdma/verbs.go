@@ -202,6 +202,16 @@ func (v *Verbs) usable() error {
 		return err
 	}
 	ctx.Close()
+	return v.memlockCheck()
+}
+
+// memlockCheck fails if the locked-memory limit leaves no room for one
+// region.
+func (v *Verbs) memlockCheck() error {
+	lim, pinned, size := v.prov.Memlock(), v.prov.Pinned(), uint64(v.opts.Verbs.RegionSize)
+	if !lim.Allows(pinned, size) {
+		return memlockError(lim, pinned, size)
+	}
 	return nil
 }
 
@@ -282,6 +292,9 @@ func (v *Verbs) acquire() (*session, error) {
 			ErrUnsupported, dev, attr.MaxSGE, attr.MaxQPWR, attr.MaxCQE, verbs.MaxSGE, sq, sq+v.opts.Verbs.RecvDepth))
 	}
 	if s.gid, err = chooseGID(ctx, port, pattr, v.opts.Verbs.GID); err != nil {
+		return fail(err)
+	}
+	if err := v.memlockCheck(); err != nil {
 		return fail(err)
 	}
 	if s.pd, err = ctx.AllocPD(); err != nil {

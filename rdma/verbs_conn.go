@@ -32,10 +32,14 @@ import (
 // credit, one per receive the peer has posted; the peer returns credits
 // in the control header of its SENDs, as the receives are reposted.
 // Frames and buffer requests need two credits: the last one is kept for a
-// control packet that returns credits, so that neither end can be left
-// waiting for credits the other cannot send. A control packet returns
-// credits when a quarter of the ring is waiting to be returned, or when
-// the peer may have at most one credit left.
+// credit-only packet, which is sent once half the ring (R/2, at least 2)
+// is owed. Deadlock freedom: a sender blocked with at most one credit
+// means the receiver owes it R−1 ≥ R/2 receives (unless its application
+// holds frames it has not received: back-pressure); the receiver can
+// return them unless it has no credit itself, in which case the sender
+// owes it R and sends its own credits with its last one. A credit-only
+// packet carries at least 2 credits and costs its receiver only 1 owed
+// receive, so two idle ends never bounce credits back and forth.
 //
 // Large frames. A frame that does not fit a slot is written into a buffer
 // the receiver advertised (pkAdvert: id, address, rkey, capacity), the
@@ -94,6 +98,7 @@ type verbsConn struct {
 	sends       []sendCtx // by slot: what to release when its work request completes
 	adverts     []advert  // the peer's buffers we may write, unused
 	requested   uint64    // capacity of an unanswered pkRequest
+	requests    int       // pkRequests sent
 	sentPkts    uint64    // packets posted that consume a receive at the peer
 	outstanding int       // work requests posted, not completed
 	probeSent   bool
@@ -118,7 +123,9 @@ type verbsConn struct {
 	closing  bool
 	bye      bool
 	byeCount uint64
-	acked    bool  // the peer answered our typeBye
+	acked    bool // the peer answered our typeBye
+	live     bool // set up: failures are reported to the peer
+	ctlWG    sync.WaitGroup
 	ctlErr   error // the control connection ended
 
 	sendWake, recvWake, stateWake, ctlWake chan struct{}
@@ -180,7 +187,7 @@ func (v *Verbs) newVerbsConn(ctl Conn, dialer bool) (*verbsConn, error) {
 	}
 	o := &v.opts.Verbs
 	c := &verbsConn{v: v, s: s, ctl: ctl, dialer: dialer, spin: o.SpinPolls, window: o.Window,
-		R: o.RecvDepth, S: o.SlotSize, nslots: sendDepth(o.RecvDepth), creditBatch: max(1, o.RecvDepth/4),
+		R: o.RecvDepth, S: o.SlotSize, nslots: sendDepth(o.RecvDepth), creditBatch: o.RecvDepth / 2,
 		sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1), stateWake: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1),
 		done: make(chan struct{}), progDone: make(chan struct{}), ctlDone: make(chan struct{})}
 	c.init(v.opts, ctl.LocalAddr(), ctl.RemoteAddr())
@@ -352,6 +359,11 @@ func (c *verbsConn) fail(err error) {
 		}
 		c.err = err
 		c.qp.Fail()
+		// Tell the peer, whose queue pair may not notice until it sends.
+		if c.live && !c.closing {
+			text := []byte(err.Error())
+			c.ctlWG.Go(func() { c.sendControl(typeAbort, 0, text) })
+		}
 	}
 	c.wakeAll()
 }
@@ -585,6 +597,14 @@ func (c *verbsConn) serveNeed() {
 	if c.need == 0 || c.queuedLarge >= c.window && c.queuedBytes+c.need > queueBytes || c.err != nil || c.closing {
 		return
 	}
+	// The peer gave back every advertisement it held: one still
+	// advertised was on its way when it asked, and will do.
+	for i := range c.bufs {
+		if c.bufs[i].state == bufAdvertised && uint64(c.bufs[i].b.size) >= c.need {
+			c.need = 0
+			return
+		}
+	}
 	if c.advertise(c.s.pool.classSize(int(c.need))) {
 		c.need = 0
 	}
@@ -605,7 +625,7 @@ func (c *verbsConn) topUp(size int) {
 func (c *verbsConn) flushControl() {
 	for c.err == nil && !c.closing && !c.bye {
 		adv := len(c.pendingAdv) > 0
-		cred := c.toReturn > 0 && (c.toReturn >= c.creditBatch || c.R-c.toReturn-c.held <= 1)
+		cred := c.toReturn >= c.creditBatch
 		if !adv && !cred {
 			return
 		}
@@ -735,8 +755,8 @@ func (c *verbsConn) send(ctx context.Context, m *Msg) (err error) {
 	} else {
 		err = c.sendLarge(ctx, &h, m, payload, crc, &sc)
 	}
-	if err == nil {
-		c.countSent(h.Codec, int(h.Elems), len(m.Data), len(payload), d)
+	if err == nil { // m may be released already: count from h
+		c.countSent(h.Codec, int(h.Elems), int(h.DataLen), int(h.PayloadLen), d)
 	}
 	return err
 }
@@ -893,6 +913,7 @@ func (c *verbsConn) request(n uint64) {
 	c.wr = verbs.SendWR{ID: uint64(slot), Op: verbs.OpSend, SGE: [verbs.MaxSGE]verbs.SGE{c.slots.sge(slot*c.S, vCtl+8+4*k)}, NumSGE: 1}
 	if c.post(slot, true) == nil {
 		c.requested = n
+		c.requests++
 	}
 }
 
@@ -1075,11 +1096,13 @@ func (c *verbsConn) readControl() {
 			// Nothing more is posted (flushControl, Send check bye): let
 			// what was posted complete, then let the peer go.
 			c.waitIdle(c.ctlWake)
-			c.sendControl(typeAck, 0)
+			c.sendControl(typeAck, 0, nil)
 			c.mu.Lock()
 		case typeAck:
 			c.acked = true
 			c.wakeAll()
+		case typeAbort:
+			c.fail(fmt.Errorf("the peer's queue pair failed: %s", m.Data))
 		default:
 			c.fail(fmt.Errorf("unexpected message of type %#x on the control connection", m.Type))
 		}
@@ -1115,9 +1138,9 @@ func (c *verbsConn) waitFor(wake chan struct{}, cond func() bool) {
 }
 
 // sendControl sends a message of type t on the control connection.
-func (c *verbsConn) sendControl(t Type, seq uint64) {
+func (c *verbsConn) sendControl(t Type, seq uint64, data []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	sendHandshake(ctx, c.ctl, t, seq, nil)
+	sendHandshake(ctx, c.ctl, t, seq, data)
 	cancel()
 }
 
@@ -1138,8 +1161,9 @@ func (c *verbsConn) Close() error {
 		c.mu.Lock()
 		sent := c.sentPkts
 		c.mu.Unlock()
-		c.sendControl(typeBye, sent)
+		c.sendControl(typeBye, sent, nil)
 		c.waitFor(c.stateWake, func() bool { return c.acked || c.ctlErr != nil })
+		c.ctlWG.Wait()
 		c.ctl.Close()
 		<-c.ctlDone
 		c.stop()

@@ -84,14 +84,18 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 		if peer, err = recvHello(ctx, ctl); err != nil {
 			return nil, err
 		}
-		if peer.ok {
+		switch {
+		case peer.ok:
 			create()
-		} else {
+		case v.prov == nil:
+			localErr = v.provErr
+			local.text = localErr.Error()
+		default:
 			local.text = "not tried: the dialer cannot use verbs"
 		}
 		if local.ok {
-			if err := compatible(&local, &peer); err != nil {
-				abandon(err.Error())
+			if localErr = compatible(&local, &peer); localErr != nil {
+				abandon(localErr.Error())
 			} else if localErr = c.connect(&local, &peer); localErr != nil {
 				abandon(localErr.Error())
 			}
@@ -103,10 +107,8 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 	}
 	if !local.ok || !peer.ok {
 		why := "peer: " + peer.text
-		if !local.ok && (dialer || peer.ok) {
-			why = "local: " + local.text
-		} else {
-			localErr = nil
+		if localErr != nil {
+			why = "local: " + localErr.Error()
 		}
 		abandon("")
 		return v.fallback(ctl, local.auto && peer.auto, why, localErr)
@@ -174,6 +176,9 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 	}
 	c.info = TransportInfo{Name: "verbs", Device: c.s.name(), Emulated: c.s.emulated,
 		Reason: fmt.Sprintf("both ends have a usable RDMA device (local %s, peer %s)", local.text, peer.text)}
+	c.mu.Lock()
+	c.live = true
+	c.mu.Unlock()
 	go c.readControl()
 	return c, nil
 }
@@ -209,8 +214,8 @@ func (c *verbsConn) waitProbeOr(ctx context.Context, ready chan *Msg) (failed st
 func (v *Verbs) fallback(ctl Conn, auto bool, why string, localErr error) (Conn, error) {
 	switch {
 	case auto:
-		if e, ok := ctl.(interface{ setLimits(Limits) }); ok {
-			e.setLimits(v.opts.limits())
+		if e, ok := ctl.(interface{ handOver(Limits) }); ok {
+			e.handOver(v.opts.limits())
 		}
 		return &tcpFallback{Conn: ctl, info: TransportInfo{Name: "tcp", Reason: why}}, nil
 	case localErr != nil:
@@ -226,13 +231,13 @@ func (v *Verbs) fallback(ctl Conn, auto bool, why string, localErr error) (Conn,
 func compatible(local, peer *hello) error {
 	switch {
 	case local.fabric != peer.fabric && (local.fabric == 0 || peer.fabric == 0):
-		return fmt.Errorf("one end uses the in-process verbs emulation, the other a device")
+		return fmt.Errorf("%w: one end uses the in-process verbs emulation, the other a device", ErrUnsupported)
 	case local.fabric != peer.fabric:
-		return fmt.Errorf("the ends use different in-process verbs emulations")
+		return fmt.Errorf("%w: the ends use different in-process verbs emulations", ErrUnsupported)
 	case local.link != peer.link:
-		return fmt.Errorf("link layers differ (local %s, peer %s)", local.link, peer.link)
+		return fmt.Errorf("%w: link layers differ (local %s, peer %s)", ErrUnsupported, local.link, peer.link)
 	case local.link == verbs.LinkEthernet && local.gidType != peer.gidType && local.gidType != verbs.GIDUnknown && peer.gidType != verbs.GIDUnknown:
-		return fmt.Errorf("RoCE versions differ (local %s, peer %s)", local.gidType, peer.gidType)
+		return fmt.Errorf("%w: RoCE versions differ (local %s, peer %s)", ErrUnsupported, local.gidType, peer.gidType)
 	}
 	return nil
 }

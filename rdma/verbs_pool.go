@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -225,6 +226,7 @@ func (p *regPool) newRegion(size int, dedicated bool) (*region, error) {
 		return nil, err
 	}
 	r := &region{mem: mem, mr: mr, lkey: mr.LKey(), rkey: mr.RKey(), base: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))), dedicated: dedicated}
+	spans.add(r.base, uint64(size))
 	if !dedicated {
 		r.initBuddy()
 	}
@@ -248,8 +250,60 @@ func (p *regPool) releaseIdle() {
 
 func (p *regPool) release(r *region) {
 	r.mr.Close()
+	spans.remove(r.base)
 	syscall.Munmap(r.mem)
 	r.mem = nil
+}
+
+// spans lists the address ranges of every region mapped in the process,
+// so that Release can tell registered memory from the Go heap: a payload
+// slice moved from a registered Msg to another one must not join the
+// process-wide pool, whose messages outlive the region.
+var spans spanSet
+
+type span struct{ lo, hi uint64 }
+
+type spanSet struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]span] // copied on write
+}
+
+func (s *spanSet) add(lo, n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var l []span
+	if p := s.list.Load(); p != nil {
+		l = append(l, *p...)
+	}
+	l = append(l, span{lo, lo + n})
+	s.list.Store(&l)
+}
+
+func (s *spanSet) remove(lo uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var l []span
+	for _, sp := range *s.list.Load() {
+		if sp.lo != lo {
+			l = append(l, sp)
+		}
+	}
+	s.list.Store(&l)
+}
+
+// contains reports whether p lies in a mapped region.
+func (s *spanSet) contains(p unsafe.Pointer) bool {
+	l := s.list.Load()
+	if l == nil {
+		return false
+	}
+	a := uint64(uintptr(p))
+	for _, sp := range *l {
+		if a >= sp.lo && a < sp.hi {
+			return true
+		}
+	}
+	return false
 }
 
 // close releases every region; the session calls it once no block is

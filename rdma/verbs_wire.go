@@ -76,6 +76,7 @@ const (
 	typeReady Type = 0xf2 // the probe over the queue pair went through (Seq 1) or not (Data: why)
 	typeBye   Type = 0xf3 // Seq: packets sent over the queue pair; no more will come
 	typeAck   Type = 0xf4 // answers typeBye: the sender posts nothing more either
+	typeAbort Type = 0xf5 // the sender's queue pair failed (Data: why)
 )
 
 // hello is the handshake message of a verbs or auto connection.
