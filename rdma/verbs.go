@@ -205,6 +205,18 @@ func (v *Verbs) usable() error {
 	return v.memlockCheck()
 }
 
+// status says why this end cannot use verbs, if it cannot (without
+// opening the device when a connection has it open already).
+func (v *Verbs) status() error {
+	v.mu.Lock()
+	open := v.sess != nil
+	v.mu.Unlock()
+	if open {
+		return nil
+	}
+	return v.usable()
+}
+
 // memlockCheck fails if the locked-memory limit leaves no room for one
 // region.
 func (v *Verbs) memlockCheck() error {

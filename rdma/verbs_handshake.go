@@ -84,13 +84,11 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 		if peer, err = recvHello(ctx, ctl); err != nil {
 			return nil, err
 		}
-		switch {
-		case peer.ok:
+		if peer.ok {
 			create()
-		case v.prov == nil:
-			localErr = v.provErr
+		} else if localErr = v.status(); localErr != nil { // say our own reason too
 			local.text = localErr.Error()
-		default:
+		} else {
 			local.text = "not tried: the dialer cannot use verbs"
 		}
 		if local.ok {
