@@ -587,12 +587,15 @@ type VerbsProbe struct {
 	// ("mlx5_0:1"); Reason says why none is usable otherwise.
 	Usable string
 	Reason string
-	// Memlock is the locked-memory limit in bytes (verbs.Unlimited:
+	// Memlock is the locked-memory limit in bytes (MemlockUnlimited:
 	// none), MemlockExempt whether the process may exceed it
-	// (CAP_IPC_LOCK), RegionSize the size of one registration.
+	// (CAP_IPC_LOCK), RegionSize the size of one registration, and
+	// MemlockErr, matching ErrMemlock, says when the limit leaves no room
+	// for one, with the fix.
 	Memlock       uint64
 	MemlockExempt bool
 	RegionSize    int
+	MemlockErr    error
 }
 
 // MemlockUnlimited is VerbsProbe.Memlock without a limit.
@@ -630,13 +633,19 @@ func ProbeVerbs(opts Options) VerbsProbe {
 		return VerbsProbe{Err: err, Reason: err.Error()}
 	}
 	p := VerbsProbe{RegionSize: o.Verbs.RegionSize}
+	lim, pinned := verbs.HostMemlock(), uint64(0)
+	if v.prov != nil {
+		lim, pinned = v.prov.Memlock(), v.prov.Pinned()
+	}
+	p.Memlock, p.MemlockExempt = lim.Limit, lim.Exempt
+	if !lim.Allows(pinned, uint64(p.RegionSize)) {
+		p.MemlockErr = memlockError(lim, pinned, uint64(p.RegionSize))
+	}
 	if v.prov == nil {
-		lim := verbs.HostMemlock()
-		p.Err, p.Reason, p.Memlock, p.MemlockExempt = v.provErr, v.provErr.Error(), lim.Limit, lim.Exempt
+		p.Err, p.Reason = v.provErr, v.provErr.Error()
 		return p
 	}
-	lim := v.prov.Memlock()
-	p.Provider, p.Memlock, p.MemlockExempt = v.prov.Name(), lim.Limit, lim.Exempt
+	p.Provider = v.prov.Name()
 	devs, err := v.prov.Devices()
 	if err != nil {
 		p.Reason = noRDMA(v.prov, err).Error()

@@ -15,9 +15,9 @@ import (
 // regPool hands out registered memory for one verbs session: blocks
 // carved from a few large regions, so that nothing is registered per
 // message. Each region is mapped outside the Go heap (anonymous mmap) and
-// registered once (local and remote write access). Blocks up to the
-// region size come from buddy allocation in power-of-two sizes from
-// minBlock up, aligned to their size; a larger block gets a dedicated
+// registered once (local and remote write access). Blocks up to a quarter
+// of the region size come from buddy allocation in power-of-two sizes
+// from minBlock up, aligned to their size; a larger block gets a dedicated
 // region of its size rounded up to a MiB, kept after it is freed for the
 // next block of about that size (at most maxSpare such regions, oldest
 // released first). A region is released (deregistered, unmapped) when the
@@ -109,7 +109,7 @@ func order(size int) int {
 // a receiver advertises for a frame of that size, so that frames of
 // nearly the same size share buffers.
 func (p *regPool) classSize(size int) int {
-	if size > p.regionSize {
+	if p.dedicated(size) {
 		return (size + dedicatedUnit - 1) / dedicatedUnit * dedicatedUnit
 	}
 	return minBlock << order(size)
@@ -132,8 +132,13 @@ func (p *regPool) alloc(size int) (block, error) {
 	return b, err
 }
 
+// dedicated reports whether a block of size bytes gets a region of its
+// own: beyond a quarter of a region, rounding up to a power of two would
+// waste too much (a 16 MiB gradient plus its frame header would take 32).
+func (p *regPool) dedicated(size int) bool { return size > p.regionSize/4 }
+
 func (p *regPool) allocLocked(size int) (block, error) {
-	if size > p.regionSize {
+	if p.dedicated(size) {
 		need := p.classSize(size)
 		for i, r := range p.spare {
 			if len(r.mem) >= need && len(r.mem) <= need+need/4 {

@@ -47,6 +47,9 @@ func TestPoolBuddy(t *testing.T) {
 			continue
 		}
 		size := 1 + rng.IntN(region/4)
+		if rng.IntN(8) == 0 {
+			size = 1 + rng.IntN(4*minBlock)
+		}
 		b, err := p.alloc(size)
 		if err != nil {
 			t.Fatal(err)
@@ -76,6 +79,11 @@ func TestPoolBuddy(t *testing.T) {
 // kept for the next block of about that size.
 func TestPoolDedicated(t *testing.T) {
 	p, emu := testPool(t, verbs.EmuConfig{}, 1<<20)
+	if b, _ := p.alloc(256 << 10); b.r.dedicated {
+		t.Fatal("a quarter of a region is not carved from one")
+	} else {
+		p.free(b)
+	}
 	b, err := p.alloc(3<<20 + 5)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +109,7 @@ func TestPoolDedicated(t *testing.T) {
 	if len(p.spare) != maxSpare {
 		t.Fatalf("%d spare regions kept", len(p.spare))
 	}
-	if mrs, _ := emu.Live(); mrs != maxSpare {
+	if mrs, _ := emu.Live(); mrs != maxSpare+len(p.regions) {
 		t.Fatalf("%d registrations for %d spare regions", mrs, maxSpare)
 	}
 }
