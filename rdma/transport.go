@@ -132,11 +132,11 @@ type Options struct {
 	// Verbs configures the verbs transport and the verbs side of auto.
 	Verbs VerbsOptions
 	// OnConnect, if not nil, is called by verbs and auto networks once for
-	// every connection they set up or fail to set up, on either end, with
-	// the connection's addresses, its transport and why, and err when the
-	// connection could not be made (on Dial the error is returned too; an
-	// accepted connection that fails its handshake is dropped and only
-	// reported here). It runs on the goroutine that set the connection up
+	// every TCP connection they dial or accept, when its handshake ends,
+	// on either end, with the connection's addresses, its transport and
+	// why, and err when the connection could not be made (on Dial the
+	// error is returned too; an accepted connection that fails its
+	// handshake is dropped and only reported here). It runs on the goroutine that set the connection up
 	// and must not block. The library never logs: this is how callers
 	// learn what auto chose for each peer.
 	OnConnect func(local, remote string, t TransportInfo, err error)
@@ -221,7 +221,8 @@ func (s CodecStats) Sub(o CodecStats) CodecStats {
 
 // Stats counts a connection's traffic, per codec and direction. Frame
 // overhead is HeaderSize+TrailerSize bytes per message plus Data, counted
-// in FrameBytes (in-memory connections count what TCP would send).
+// in FrameBytes (in-memory and verbs connections count what TCP would
+// send).
 type Stats struct {
 	Sent, Recv     [NumCodecs]CodecStats // indexed by CodecID
 	FrameBytesSent uint64

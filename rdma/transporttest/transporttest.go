@@ -316,38 +316,48 @@ func testConcurrentSenders(t *testing.T, f Factory) {
 	}
 }
 
+// testFullDuplex streams in both directions at once: a few large
+// messages, then many small ones (more than any transport buffers, so
+// that flow control has to return what the receivers consume).
 func testFullDuplex(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
-	const count, size = 6, 1 << 18
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, end := range []rdma.Conn{c, s} {
-		wg.Go(func() {
-			for i := range count {
-				if err := end.Send(context.Background(), msg(i, size, rdma.Codec{})); err != nil {
-					errs <- err
-					return
-				}
+	for _, phase := range []struct{ count, size int }{{6, 1 << 18}, {600, 0}} {
+		size := func(i int) int {
+			if phase.size > 0 {
+				return phase.size
 			}
-		})
-		wg.Go(func() {
-			for i := range count {
-				m, err := end.Recv(context.Background())
-				if err != nil {
-					errs <- err
-					return
+			return i % 50
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for _, end := range []rdma.Conn{c, s} {
+			wg.Go(func() {
+				for i := range phase.count {
+					if err := end.Send(context.Background(), msg(i, size(i), rdma.Codec{})); err != nil {
+						errs <- err
+						return
+					}
 				}
-				if m.Seq != uint64(i) || len(m.Payload) != size {
-					errs <- fmt.Errorf("got seq %d, want %d", m.Seq, i)
+			})
+			wg.Go(func() {
+				for i := range phase.count {
+					m, err := end.Recv(context.Background())
+					if err != nil {
+						errs <- err
+						return
+					}
+					if m.Seq != uint64(i) || len(m.Payload) != size(i) {
+						errs <- fmt.Errorf("got seq %d (%d elements), want %d (%d)", m.Seq, len(m.Payload), i, size(i))
+					}
+					m.Release()
 				}
-				m.Release()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	}
 }
 
