@@ -48,10 +48,12 @@ import (
 // too small) and waits. After Recv has taken a large frame, the receiver
 // advertises buffers of that frame's size class until Window buffers are
 // advertised or queued, so that in steady state a gradient or weights go
-// without a round trip; a request is answered once fewer than Window
-// large frames wait for Recv. RC ordering makes a request, which follows
-// every write the sender posted before it, a safe point to free the
-// buffers it gives back.
+// without a round trip. A request is answered at once by a new buffer
+// unless Window large frames, and queueBytes, wait for Recv already (then
+// after the next Recv), or by none when a buffer advertised earlier and
+// still on its way fits. RC ordering makes a request, which follows every
+// write the sender posted before it, a safe point to free the buffers it
+// gives back.
 //
 // Zero copy. A payload in registered memory of the session (NewMsg, or a
 // received message) is written from where it lies, and the Msg is
