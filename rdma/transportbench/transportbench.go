@@ -29,6 +29,9 @@ type Config struct {
 	Warmup    int
 	Seed      uint64
 	Baseline  bool // add a "tcp-raw" row per size
+	// OnConnect is passed to the networks (rdma.Options.OnConnect): it
+	// sees which transport each verbs or auto connection uses, and why.
+	OnConnect func(local, remote string, t rdma.TransportInfo, err error)
 }
 
 // Row is one measurement.
@@ -134,7 +137,7 @@ func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
 }
 
 func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Codec, size int) (Row, error) {
-	s, err := Open(ctx, transport, codec, size, cfg.Seed)
+	s, err := open(ctx, transport, codec, size, cfg.Seed, cfg.OnConnect)
 	if err != nil {
 		return Row{}, err
 	}
@@ -200,10 +203,16 @@ type Session struct {
 // "auto": see Config.Transports) and connects a client that pushes size
 // bytes per round with codec, from a message of the network's allocator.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
+	return open(ctx, transport, codec, size, seed, nil)
+}
+
+func open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64,
+	onConnect func(string, string, rdma.TransportInfo, error)) (*Session, error) {
 	kind, opts, err := parseTransport(transport)
 	if err != nil {
 		return nil, err
 	}
+	opts.OnConnect = onConnect
 	opts.MaxElems = uint32(max(size/4, 1))
 	n, err := rdma.Open(kind, opts)
 	if err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,7 +40,7 @@ train would, and the "via" column (conn in JSON, with the reason) says
 which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1}
+			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1, OnConnect: app.logConnect}
 			cfg.Transports = strings.Split(transports, ",")
 			for _, name := range strings.Split(codecs, ",") {
 				codec, err := rdma.ParseCodec(name)
@@ -56,9 +58,6 @@ which.`,
 			}
 			rows, err := transportbench.Run(cmd.Context(), cfg, func(r transportbench.Row) {
 				app.Log.Debug("transport", "transport", r.Transport, "via", r.Conn, "emulated", r.Emulated, "codec", r.Codec, "bytes", r.Bytes, "gbps", r.GBps)
-				if r.Transport == "auto" && r.Bytes == cfg.Sizes[0] && r.Codec == cfg.Codecs[0].String() {
-					app.Log.Info("transport auto", "via", r.Conn, "reason", r.Reason)
-				}
 			})
 			if err != nil {
 				return err
@@ -104,4 +103,29 @@ func parseByteSize(s string) (int, error) {
 		return 0, fmt.Errorf("size %q is not a positive number of bytes", s)
 	}
 	return n * mult, nil
+}
+
+// logConnect logs the transport a verbs or auto connection uses and why
+// (rdma.Options.OnConnect): at info level the first time a peer is seen on
+// each transport, at debug level afterwards, and a connection that could
+// not be set up as a warning.
+func (app *App) logConnect(local, remote string, t rdma.TransportInfo, err error) {
+	if err != nil {
+		app.Log.Warn("connection failed", "local", local, "peer", remote, "err", err)
+		return
+	}
+	key := t.Name + " " + t.Reason
+	app.connMu.Lock()
+	seen := app.connSeen[key]
+	if app.connSeen == nil {
+		app.connSeen = map[string]bool{}
+	}
+	app.connSeen[key] = true
+	app.connMu.Unlock()
+	level := slog.LevelInfo
+	if seen {
+		level = slog.LevelDebug
+	}
+	app.Log.Log(context.Background(), level, "transport", "local", local, "peer", remote,
+		"transport", t.Name, "emulated", t.Emulated, "device", t.Device, "reason", t.Reason)
 }
