@@ -15,7 +15,13 @@
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in
 #                     testdata/fuzz/ (commit them)
-#   make csrc-hash    refresh kernels/csrc_hash.go after editing csrc/
+#   make csrc-hash    refresh kernels/csrc_hash.go and rdma/internal/verbs/csrc_hash.go
+#                     after editing csrc/
+#
+# When pkg-config finds libibverbs (libibverbs-dev), Go builds and tests use
+# the verbs build tag: the verbs transport's cgo binding (rdma/internal/verbs)
+# is compiled in, and libibverbs.so.1 is loaded at run time. Without it, or
+# with CGO_ENABLED=0, the verbs transport reports itself unsupported.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
@@ -35,12 +41,16 @@ BENCHTIME ?= 1s
 # Recursive (=) so that it is read after `make deps` has installed pkg-config.
 OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
+# The verbs build tag, when libibverbs' headers are installed (recursive, like
+# OPENBLAS_LIBDIR).
+TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
+CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
 .PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz csrc-hash clean
 
 build: csrc-hash
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
 
 run: deps build
 	bin/softsync doctor
@@ -61,10 +71,10 @@ train-mnist-dist: deps build
 		--expect-error 0.012
 
 test: deps csrc-hash test-c check-memory
-	$(GO) vet ./...
-	$(GO) test -race -ldflags '$(LDFLAGS)' $(RACE_PKGS)
+	$(GO) vet -tags '$(TAGS)' ./...
+	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	# the learning tests skip under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn' -ldflags '$(LDFLAGS)' ./learner/nn/
+	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
@@ -135,9 +145,12 @@ check-memory:
 
 # kernels/csrc.c compiles csrc/ from outside the package, which the go
 # command's cache does not track; kernels/csrc_hash.go does (a test checks it).
+# rdma/internal/verbs/csrc.c does the same with csrc/verbs/.
 csrc-hash:
 	@h=$$(cat $(CSRC) | sha256sum | cut -c1-64); \
 	grep -q "$$h" kernels/csrc_hash.go || sed -i "s/^const csrcHash = .*/const csrcHash = \"$$h\"/" kernels/csrc_hash.go
+	@h=$$(cat $(CSRC_VERBS) | sha256sum | cut -c1-64); \
+	grep -q "$$h" rdma/internal/verbs/csrc_hash.go || sed -i "s/^const csrcHash = .*/const csrcHash = \"$$h\"/" rdma/internal/verbs/csrc_hash.go
 
 clean:
 	rm -rf bin build

@@ -27,6 +27,14 @@ var (
 	// ErrInsecure: a TCP listener without Options.Secret on an address
 	// that is not loopback, without Options.Insecure.
 	ErrInsecure = errors.New("rdma: refusing to listen without authentication")
+	// ErrVerbs: a verbs operation failed: opening the device, registering
+	// memory, creating or connecting a queue pair, or a work completion
+	// with an error status. The connection concerned is closed (or, when
+	// setting up an auto connection, replaced by TCP).
+	ErrVerbs = errors.New("rdma: verbs error")
+	// ErrMemlock: registering RDMA buffers would exceed the process's
+	// locked-memory limit (RLIMIT_MEMLOCK, ulimit -l).
+	ErrMemlock = errors.New("rdma: locked-memory limit too low for RDMA buffers")
 
 	// ErrBadMagic: the frame does not start with the softsync magic.
 	ErrBadMagic = errors.New("rdma: bad frame magic")

@@ -39,6 +39,9 @@ func NewInmem(opts Options) (*Inmem, error) {
 // Name returns "inmem".
 func (n *Inmem) Name() string { return "inmem" }
 
+// NewMsg returns a message from the process-wide pool (package NewMsg).
+func (n *Inmem) NewMsg(k int) *Msg { return NewMsg(k) }
+
 // Listen listens at the name addr; "" or a name ending in ":0" picks a
 // fresh name.
 func (n *Inmem) Listen(addr string) (Listener, error) {
@@ -139,6 +142,13 @@ func newInmemConn(opts Options, local, remote string) *inmemConn {
 	c := &inmemConn{in: make(chan *Msg, opts.QueueLen), done: make(chan struct{})}
 	c.init(opts, local, remote)
 	return c
+}
+
+// Transport reports the in-memory transport, as requested.
+func (c *inmemConn) Transport() TransportInfo {
+	t := requested
+	t.Name = "inmem"
+	return t
 }
 
 func (c *inmemConn) Send(ctx context.Context, m *Msg) error {

@@ -55,6 +55,10 @@ func NewTCP(opts Options) (*TCP, error) {
 // Name returns "tcp".
 func (t *TCP) Name() string { return "tcp" }
 
+// NewMsg returns a message from the process-wide pool (package NewMsg):
+// TCP sends from and receives into any memory.
+func (t *TCP) NewMsg(n int) *Msg { return NewMsg(n) }
+
 var aLongTimeAgo = time.Unix(1, 0)
 
 type tcpConn struct {
@@ -154,6 +158,13 @@ func streamErr(err error) error {
 }
 
 var truncated = &joined{ErrTruncated, io.ErrUnexpectedEOF, ErrTruncated.Error()}
+
+// Transport reports TCP, as requested.
+func (c *tcpConn) Transport() TransportInfo {
+	t := requested
+	t.Name = "tcp"
+	return t
+}
 
 func (c *tcpConn) Send(ctx context.Context, m *Msg) error {
 	c.sendMu.Lock()

@@ -189,7 +189,7 @@ func TestDialRefused(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
-	for kind, want := range map[string]string{"inmem": "inmem", "tcp": "tcp", "auto": "tcp"} {
+	for kind, want := range map[string]string{"inmem": "inmem", "tcp": "tcp", "auto": "auto"} {
 		n, err := rdma.Open(kind, rdma.Options{})
 		if err != nil || n.Name() != want {
 			t.Errorf("Open(%q) = %v, %v", kind, n, err)

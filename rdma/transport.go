@@ -2,7 +2,6 @@ package rdma
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -34,7 +33,7 @@ import (
 //     are delivered, an error matching ErrClosed and io.EOF. Close may be
 //     called at any time, from any goroutine, more than once; it unblocks
 //     pending calls, which return ErrClosed.
-//   - Stats may be called at any time.
+//   - Stats and Transport may be called at any time.
 type Conn interface {
 	Send(ctx context.Context, m *Msg) error
 	Recv(ctx context.Context) (*Msg, error)
@@ -42,7 +41,39 @@ type Conn interface {
 	LocalAddr() string
 	RemoteAddr() string
 	Stats() Stats
+	// Transport says which transport carries the connection and why
+	// (an auto network's choice for this peer).
+	Transport() TransportInfo
 }
+
+// TransportInfo describes how one connection travels.
+type TransportInfo struct {
+	// Name is "inmem", "tcp" or "verbs".
+	Name string
+	// Reason says why: "requested" when the network had no choice to make,
+	// else the devices used or why verbs was not used ("local: no RDMA
+	// support in this kernel ...", "peer: ...").
+	Reason string
+	// Device is the local RDMA device and port ("mlx5_0:1"), verbs only.
+	Device string
+	// Emulated is set for verbs over the in-process emulation (see
+	// NewEmulation), which moves memory with copies instead of a device.
+	Emulated bool
+}
+
+// String is "name (reason)".
+func (t TransportInfo) String() string {
+	s := t.Name
+	if t.Emulated {
+		s += " (emulated)"
+	}
+	if t.Reason != "" {
+		s += ": " + t.Reason
+	}
+	return s
+}
+
+var requested = TransportInfo{Reason: "requested"}
 
 // Listener accepts connections at one address.
 type Listener interface {
@@ -63,12 +94,21 @@ type Listener interface {
 // Network creates listeners and connections of one transport. Its methods
 // are safe for concurrent use.
 type Network interface {
-	// Name is the transport's name ("inmem", "tcp").
+	// Name is the transport's name ("inmem", "tcp", "verbs", "auto").
 	Name() string
 	Listen(addr string) (Listener, error)
 	// Dial connects to a listener; if nothing listens there the error
 	// matches ErrRefused.
 	Dial(ctx context.Context, addr string) (Conn, error)
+	// NewMsg returns a message with len(Payload) == n (contents
+	// undefined), zeroed header and empty Data, whose payload lives where
+	// this transport sends from and receives into without an extra copy:
+	// registered memory for verbs (while the network has a listener or a
+	// connection; ordinary memory otherwise), the process-wide pool
+	// (package NewMsg) for TCP and in-memory. Release returns it to the
+	// allocator it came from. Messages of any origin may be sent on any
+	// connection; one from another allocator costs a copy on verbs.
+	NewMsg(n int) *Msg
 }
 
 // Options configures a Network. The zero value is usable: zero fields
@@ -129,6 +169,17 @@ type Options struct {
 	// possibly concurrently, must return promptly and must not close the
 	// listener. The peer itself is told nothing: its connection is reset.
 	OnAuthFailure func(peer string, err error)
+	// Verbs configures the verbs transport and the verbs side of auto.
+	Verbs VerbsOptions
+	// OnConnect, if not nil, is called by verbs and auto networks once for
+	// every TCP connection they dial or accept, when its handshake ends,
+	// on either end, with the connection's addresses, its transport and
+	// why, and err when the connection could not be made (on Dial the
+	// error is returned too; an accepted connection that fails its
+	// handshake is dropped and only reported here). It runs on the goroutine that set the connection up
+	// and must not block. The library never logs: this is how callers
+	// learn what auto chose for each peer.
+	OnConnect func(local, remote string, t TransportInfo, err error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -162,15 +213,19 @@ func (o Options) withDefaults() (Options, error) {
 	case o.SocketBuffer < 0:
 		return o, fmt.Errorf("rdma: Options.SocketBuffer %d is negative", o.SocketBuffer)
 	}
-	return o, nil
+	var err error
+	o.Verbs, err = o.Verbs.withDefaults()
+	return o, err
 }
 
 func (o *Options) limits() Limits {
 	return Limits{MaxElems: o.MaxElems, MaxData: o.MaxData, Job: o.Job}
 }
 
-// Open returns the Network named kind: "inmem", "tcp", "verbs" (ErrUnsupported
-// in this build) or "auto" (verbs where available, else TCP).
+// Open returns the Network named kind: "inmem", "tcp", "verbs" (an error
+// matching ErrUnsupported when this build or host has no usable RDMA
+// device) or "auto" (TCP connections that each move to verbs when both
+// ends have a usable device and port; see NewAuto).
 func Open(kind string, opts Options) (Network, error) {
 	switch kind {
 	case "inmem":
@@ -180,11 +235,7 @@ func Open(kind string, opts Options) (Network, error) {
 	case "verbs":
 		return NewVerbs(opts)
 	case "auto":
-		n, err := NewVerbs(opts)
-		if errors.Is(err, ErrUnsupported) {
-			return NewTCP(opts)
-		}
-		return n, err
+		return NewAuto(opts)
 	}
 	return nil, fmt.Errorf("rdma: unknown transport %q (inmem, tcp, verbs, auto)", kind)
 }
@@ -223,7 +274,8 @@ func (s CodecStats) Sub(o CodecStats) CodecStats {
 
 // Stats counts a connection's traffic, per codec and direction. Frame
 // overhead is HeaderSize+TrailerSize bytes per message plus Data, counted
-// in FrameBytes (in-memory connections count what TCP would send).
+// in FrameBytes (in-memory and verbs connections count what TCP would
+// send).
 type Stats struct {
 	Sent, Recv     [NumCodecs]CodecStats // indexed by CodecID
 	FrameBytesSent uint64
@@ -278,6 +330,15 @@ type endpoint struct {
 func (e *endpoint) init(opts Options, local, remote string) {
 	e.opts, e.lim, e.local, e.remote = opts, opts.limits(), local, remote
 	e.enc, e.dec = NewEncoder(), NewDecoder()
+}
+
+// handOver replaces the limits and clears the counters of a connection
+// that carried a handshake, before it is handed to the application.
+func (e *endpoint) handOver(l Limits) {
+	e.lim = l
+	e.statsMu.Lock()
+	e.stats = Stats{}
+	e.statsMu.Unlock()
 }
 
 func (e *endpoint) LocalAddr() string  { return e.local }

@@ -317,38 +317,48 @@ func testConcurrentSenders(t *testing.T, f Factory) {
 	}
 }
 
+// testFullDuplex streams in both directions at once: a few large
+// messages, then many small ones (more than any transport buffers, so
+// that flow control has to return what the receivers consume).
 func testFullDuplex(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
-	const count, size = 6, 1 << 18
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, end := range []rdma.Conn{c, s} {
-		wg.Go(func() {
-			for i := range count {
-				if err := end.Send(context.Background(), msg(i, size, rdma.Codec{})); err != nil {
-					errs <- err
-					return
-				}
+	for _, phase := range []struct{ count, size int }{{6, 1 << 18}, {600, 0}} {
+		size := func(i int) int {
+			if phase.size > 0 {
+				return phase.size
 			}
-		})
-		wg.Go(func() {
-			for i := range count {
-				m, err := end.Recv(context.Background())
-				if err != nil {
-					errs <- err
-					return
+			return i % 50
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for _, end := range []rdma.Conn{c, s} {
+			wg.Go(func() {
+				for i := range phase.count {
+					if err := end.Send(context.Background(), msg(i, size(i), rdma.Codec{})); err != nil {
+						errs <- err
+						return
+					}
 				}
-				if m.Seq != uint64(i) || len(m.Payload) != size {
-					errs <- fmt.Errorf("got seq %d, want %d", m.Seq, i)
+			})
+			wg.Go(func() {
+				for i := range phase.count {
+					m, err := end.Recv(context.Background())
+					if err != nil {
+						errs <- err
+						return
+					}
+					if m.Seq != uint64(i) || len(m.Payload) != size(i) {
+						errs <- fmt.Errorf("got seq %d (%d elements), want %d (%d)", m.Seq, len(m.Payload), i, size(i))
+					}
+					m.Release()
 				}
-				m.Release()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	}
 }
 
@@ -520,24 +530,50 @@ func testTopKErrorFeedback(t *testing.T, f Factory) {
 
 // testTopKFailedSend: a TopK Send that fails (here: cancelled while
 // blocked on a peer that does not read) hands what it took back to its
-// Feedback, which then holds the whole payload again.
+// Feedback, which then holds the whole payload again. TopK messages are
+// sent, each with a Feedback of its own, until one blocks. The cancel can
+// also land between two Sends, whose next then takes nothing: that run is
+// tried again.
 func testTopKFailedSend(t *testing.T, f Factory) {
-	// Small queues and socket buffers, so that a modest message blocks.
+	for range 5 {
+		if topKFailedSend(t, f) {
+			return
+		}
+	}
+	t.Fatal("the cancel never reached a blocked Send")
+}
+
+// topKFailedSend runs one attempt; false if the failed Send took nothing.
+func topKFailedSend(t *testing.T, f Factory) bool {
+	// Small queues and socket buffers, so that modest messages block.
 	c, _ := pair(t, f, rdma.Options{QueueLen: 1, SocketBuffer: 4096})
-	send(t, c, rdma.NewMsg(1000)) // fills an in-memory queue
-	const n = 1 << 16             // 512 KiB of indices and values
-	m := msg(2, n, rdma.Codec{ID: rdma.CodecTopK, Fraction: 1})
-	g := slices.Clone(m.Payload)
-	fb := new(rdma.Feedback)
-	m.Feedback = fb
+	const n = 1 << 16 // 512 KiB of indices and values
+	var fb *rdma.Feedback
+	var g []float32
 	cctx, cancel := context.WithCancel(context.Background())
-	done := WhenBlocked(t, "Send", func() error { return c.Send(cctx, m) })
+	done := WhenBlocked(t, "Send", func() error {
+		for {
+			m := msg(2, n, rdma.Codec{ID: rdma.CodecTopK, Fraction: 1})
+			g, fb = slices.Clone(m.Payload), new(rdma.Feedback)
+			m.Feedback = fb
+			if err := c.Send(cctx, m); err != nil {
+				return err
+			}
+		}
+	})
 	cancel()
 	unblocked(t, done, context.Canceled, false, "cancelled send")
-	if res := fb.Residual(); firstDiff(res, g) >= 0 || len(res) != n {
-		j := firstDiff(res, g)
+	res := fb.Residual()
+	if len(res) == 0 {
+		return false
+	}
+	if len(res) != n {
+		t.Fatalf("residual of %d elements after a failed send, want %d", len(res), n)
+	}
+	if j := firstDiff(res, g); j >= 0 {
 		t.Fatalf("residual after a failed send: element %d = %v, want %v", j, res[j], g[j])
 	}
+	return true
 }
 
 func testErrorMsg(t *testing.T, f Factory) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,9 @@ type App struct {
 
 	engine kernels.Engine
 	info   kernels.Info
+
+	connMu   sync.Mutex
+	connSeen map[string]bool // transport choices logged (logConnect)
 }
 
 var (

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/softsync/softsync/rdma"
 )
 
 func TestBenchTransportJSON(t *testing.T) {
@@ -48,5 +51,27 @@ func TestBenchTransportBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
 			t.Errorf("softsync %s: %v, want an error naming %s and %s", strings.Join(args, " "), err, c.flag, c.value)
 		}
+	}
+}
+
+// TestBenchTransportVerbs: the emulated verbs rows say so; verbs on a host
+// without an RDMA device fails, naming the emulation as the alternative.
+func TestBenchTransportVerbs(t *testing.T) {
+	out := run(t, "bench", "transport", "--json", "--sizes", "64K", "--codecs", "none",
+		"--transports", "verbs-emu,auto", "--min-time", "1ms", "--baseline=false")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(rows) != 2 || rows[0]["emulated"] != true || rows[0]["conn"] != "verbs" || rows[1]["conn"] == nil || rows[1]["reason"] == nil {
+		t.Fatalf("rows %v", rows)
+	}
+	if rdma.ProbeVerbs(rdma.Options{}).Usable != "" {
+		return
+	}
+	root := newRootCmd(&bytes.Buffer{})
+	root.SetArgs([]string{"bench", "transport", "--transports", "verbs", "--sizes", "4K", "--codecs", "none"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "verbs-emu") {
+		t.Fatalf("verbs without a device: %v", err)
 	}
 }

@@ -23,7 +23,7 @@ func run(t *testing.T, args ...string) string {
 
 func TestDoctor(t *testing.T) {
 	out := run(t, "doctor", "--threads", "1")
-	for _, want := range []string{"CPU", "CPU features", "Engine", "Pure-Go fallback", "Threads"} {
+	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Threads"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
