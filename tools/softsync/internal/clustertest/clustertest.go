@@ -43,6 +43,10 @@ type Spec struct {
 	// Timeout bounds the whole job; 0 means DefaultTimeout. When it
 	// expires, every process of the job is killed.
 	Timeout time.Duration
+	// LauncherArgs are more options for the launcher, put after the
+	// package's own (srun --mpi=pmi2, mpirun -x NAME, ...). Exec, which
+	// has no launcher, ignores them.
+	LauncherArgs []string
 	// KeepGoing starts the job with the launcher's options that keep the
 	// other processes running when one dies (docs/cluster.md, "When a
 	// process dies"). Without it each launcher applies its default.

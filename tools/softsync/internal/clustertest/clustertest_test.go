@@ -152,17 +152,24 @@ func TestLaunchers(t *testing.T) {
 	}
 	t.Run("slurm", func(t *testing.T) {
 		s := StartSlurm(t)
-		t.Run("srun", func(t *testing.T) {
-			out := s.Srun().MustRun(t, Spec{N: n, Argv: Self("world", "slurm", *record)})
-			ws := worlds(t, out)
-			checkWorld(t, "srun", ws, launcher.Slurm, n, out)
-			checkLocal(t, ws, n)
-			for _, w := range ws {
-				if len(w.Nodes) != 1 || w.Nodes[0] != "localhost" || w.Node != "localhost" || w.JobID == "" || w.StepID == "" {
-					t.Errorf("rank %d: node %q of %q, job %q step %q; want localhost of [localhost] and ids", w.Rank, w.Node, w.Nodes, w.JobID, w.StepID)
+		// srun --mpi=pmi2 also sets PMI_RANK and PMI_SIZE, as MPICH does.
+		for _, scenario := range []string{"slurm", "slurm-pmi2"} {
+			t.Run(scenario, func(t *testing.T) {
+				spec := Spec{N: n, Argv: Self("world", scenario, *record)}
+				if scenario == "slurm-pmi2" {
+					spec.LauncherArgs = []string{"--mpi=pmi2"}
 				}
-			}
-		})
+				out := s.Srun().MustRun(t, spec)
+				ws := worlds(t, out)
+				checkWorld(t, scenario, ws, launcher.Slurm, n, out)
+				checkLocal(t, ws, n)
+				for _, w := range ws {
+					if len(w.Nodes) != 1 || w.Nodes[0] != "localhost" || w.Node != "localhost" || w.JobID == "" || w.StepID == "" {
+						t.Errorf("rank %d: node %q of %q, job %q step %q; want localhost of [localhost] and ids", w.Rank, w.Node, w.Nodes, w.JobID, w.StepID)
+					}
+				}
+			})
+		}
 		t.Run("sbatch", func(t *testing.T) { testBatch(t, s) })
 	})
 }

@@ -34,7 +34,7 @@ func OpenMPI(t testing.TB) *Launcher {
 		if s.KeepGoing {
 			a = append(a, OpenMPIKeepGoingArgs...)
 		}
-		a = append(a, "-np", strconv.Itoa(s.N))
+		a = append(append(a, s.LauncherArgs...), "-np", strconv.Itoa(s.N))
 		return append(a, s.Argv...)
 	}}
 }
@@ -52,7 +52,7 @@ func MPICH(t testing.TB) *Launcher {
 	t.Helper()
 	bin := lookPath(t, "MPICH", "mpiexec.mpich", "mpiexec.hydra")
 	return &Launcher{Name: "mpich", argv: func(s Spec) []string {
-		a := []string{bin, "-n", strconv.Itoa(s.N)}
+		a := append(append([]string{bin}, s.LauncherArgs...), "-n", strconv.Itoa(s.N))
 		if s.KeepGoing {
 			a = append(a, ExitStatusWrapper...)
 		}

@@ -238,6 +238,7 @@ func (s *Slurm) Srun() *Launcher {
 		if sp.KeepGoing {
 			a = append(a, SlurmKeepGoingArgs...)
 		}
+		a = append(a, sp.LauncherArgs...)
 		return append(a, sp.Argv...)
 	}}
 }

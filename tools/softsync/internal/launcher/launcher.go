@@ -86,7 +86,7 @@ var knownVars = []string{
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
 	"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
 	"OMPI_COMM_WORLD_NODE_RANK", "OMPI_MCA_ess_base_jobid",
-	"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+	"PMI_RANK", "PMI_SIZE", "PMI_JOBID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
 	"PMIX_RANK", "PMIX_NAMESPACE", "PMIX_HOSTNAME",
 	"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS",
 	"SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NNODES",
@@ -104,7 +104,9 @@ var knownVars = []string{
 //
 //  1. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //     OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE, PMIX_HOSTNAME.
-//  2. MPICH's Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS.
+//  2. MPICH's Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+//     unless srun --mpi=pmi2 set them (PMI_JOBID names the Slurm step, and
+//     rank and size are the step's), then Slurm.
 //  3. Slurm: SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS),
 //     SLURM_LOCALID, SLURM_NODEID, SLURMD_NODENAME, SLURM_STEP_NODELIST
 //     (else SLURM_JOB_NODELIST), SLURM_STEP_TASKS_PER_NODE (else
@@ -134,22 +136,14 @@ func Detect(getenv func(string) string) (World, error) {
 	p := parser{getenv: getenv}
 	switch {
 	case getenv("OMPI_COMM_WORLD_RANK") != "":
-		w.Launcher = OpenMPI
-		w.Rank = p.req("OMPI_COMM_WORLD_RANK")
-		w.Size = p.req("OMPI_COMM_WORLD_SIZE")
-		w.LocalRank = p.opt("OMPI_COMM_WORLD_LOCAL_RANK", -1)
-		w.LocalSize = p.opt("OMPI_COMM_WORLD_LOCAL_SIZE", -1)
+		p.mpi(&w, OpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 		w.Node = getenv("PMIX_HOSTNAME")
 		w.JobID = getenv("OMPI_MCA_ess_base_jobid")
 		if w.JobID == "" {
 			w.JobID = getenv("PMIX_NAMESPACE")
 		}
-	case getenv("PMI_RANK") != "":
-		w.Launcher = MPICH
-		w.Rank = p.req("PMI_RANK")
-		w.Size = p.req("PMI_SIZE")
-		w.LocalRank = p.opt("MPI_LOCALRANKID", -1)
-		w.LocalSize = p.opt("MPI_LOCALNRANKS", -1)
+	case getenv("PMI_RANK") != "" && !slurmPMI(getenv):
+		p.mpi(&w, MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
 	case getenv("SLURM_PROCID") != "":
 		w.Launcher = Slurm
 		w.JobID = getenv("SLURM_JOB_ID")
@@ -200,6 +194,22 @@ func Detect(getenv func(string) string) (World, error) {
 	return w, nil
 }
 
+// slurmPMI reports whether the PMI variables were set by srun --mpi=pmi2
+// rather than by an MPI launcher: PMI_JOBID names the Slurm step
+// ("JOB.STEP") and PMI's rank and size are the step's. Slurm's own
+// variables then say more (nodes, job). A Hydra started by srun passes the
+// step's PMI_JOBID on to its ranks but gives them its own PMI_RANK and
+// PMI_SIZE, which do not match, so they stay MPICH's.
+func slurmPMI(getenv func(string) string) bool {
+	job, step := getenv("SLURM_JOB_ID"), getenv("SLURM_STEP_ID")
+	tasks := getenv("SLURM_STEP_NUM_TASKS")
+	if tasks == "" {
+		tasks = getenv("SLURM_NTASKS")
+	}
+	return job != "" && step != "" && getenv("PMI_JOBID") == job+"."+step &&
+		getenv("PMI_RANK") == getenv("SLURM_PROCID") && getenv("PMI_SIZE") == tasks
+}
+
 // validate checks the ranges of the numbers Detect read.
 func (w World) validate() error {
 	switch {
@@ -221,6 +231,14 @@ func (w World) validate() error {
 type parser struct {
 	getenv func(string) string
 	err    error
+}
+
+// mpi fills in the launcher, rank, size and local rank and size of an MPI
+// launcher from the variables named.
+func (p *parser) mpi(w *World, kind Kind, rank, size, localRank, localSize string) {
+	w.Launcher = kind
+	w.Rank, w.Size = p.req(rank), p.req(size)
+	w.LocalRank, w.LocalSize = p.opt(localRank, -1), p.opt(localSize, -1)
 }
 
 // req parses a required variable.

@@ -44,6 +44,8 @@ func TestDetectRecorded(t *testing.T) {
 		{"mpich", MPICH, "", nil},
 		{"slurm", Slurm, "localhost", []string{"localhost"}},
 		{"srun-in-batch", Slurm, "localhost", []string{"localhost"}},
+		// srun --mpi=pmi2 also sets PMI_RANK, PMI_SIZE and PMI_JOBID.
+		{"slurm-pmi2", Slurm, "localhost", []string{"localhost"}},
 		// mpirun and mpiexec inside sbatch: every rank also sees the batch
 		// shell's SLURM_PROCID=0 and SLURM_NTASKS=4.
 		{"mpirun-in-batch", OpenMPI, "vm", nil},
@@ -151,6 +153,12 @@ func TestDetectPrecedence(t *testing.T) {
 		{append(append(slurm, mpich...), ompi...), OpenMPI, 1, 2},
 		{append(slurm, mpich...), MPICH, 2, 3},
 		{slurm, Slurm, 0, 1},
+		// srun --mpi=pmi2's own PMI variables: the same world as Slurm's.
+		{append(slurm, "PMI_RANK=0", "PMI_SIZE=1", "PMI_JOBID=9.0"), Slurm, 0, 1},
+		// A Hydra started by srun: its ranks inherit the step's PMI_JOBID
+		// but have Hydra's rank and size.
+		{append(slurm, "PMI_RANK=2", "PMI_SIZE=3", "PMI_JOBID=9.0"), MPICH, 2, 3},
+		{append(slurm, "PMI_RANK=0", "PMI_SIZE=3", "PMI_JOBID=9.0"), MPICH, 0, 3},
 	} {
 		w, err := Detect(envOf(tc.env...))
 		if err != nil || w.Launcher != tc.kind || w.Rank != tc.rank || w.Size != tc.size {
