@@ -42,6 +42,7 @@ type Slurm struct {
 	Conf string
 
 	t       testing.TB
+	srun    string
 	marker  string
 	daemons []*exec.Cmd
 	lock    *os.File
@@ -58,15 +59,16 @@ type Slurm struct {
 func StartSlurm(t testing.TB) *Slurm {
 	t.Helper()
 	needRoot(t, "Slurm")
-	for _, b := range []string{"slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scontrol"} {
+	for _, b := range []string{"slurmctld", "slurmd", "sbatch", "sinfo", "scontrol"} {
 		lookPath(t, "Slurm", b)
 	}
+	srun := lookPath(t, "Slurm", "srun")
 	lock, err := acquire(slurmLock, 10*time.Minute)
 	if err != nil {
 		t.Fatalf("clustertest: Slurm: %v", err)
 	}
 	s := &Slurm{
-		t: t, Dir: t.TempDir(), lock: lock,
+		t: t, Dir: t.TempDir(), lock: lock, srun: srun,
 		marker: fmt.Sprintf("%d-%d-slurm", os.Getpid(), jobSeq.Add(1)),
 	}
 	s.Conf = filepath.Join(s.Dir, "slurm.conf")
@@ -232,9 +234,8 @@ func (s *Slurm) logs() string {
 
 // Srun returns a launcher that starts jobs with srun -n N on this cluster.
 func (s *Slurm) Srun() *Launcher {
-	srun := lookPath(s.t, "Slurm", "srun")
-	return &Launcher{Name: "slurm", env: []string{"SLURM_CONF=" + s.Conf}, argv: func(sp Spec) []string {
-		a := []string{srun, "-n", strconv.Itoa(sp.N)}
+	return &Launcher{Name: "slurm", env: s.Env(), argv: func(sp Spec) []string {
+		a := []string{s.srun, "-n", strconv.Itoa(sp.N)}
 		if sp.KeepGoing {
 			a = append(a, SlurmKeepGoingArgs...)
 		}
