@@ -27,8 +27,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 GO ?= go
-# Debian packages the build and the tests need.
-DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev ca-certificates git
+# Debian packages the build and the tests need. The multi-process tests
+# (tools/softsync/internal/clustertest, docs/cluster.md) start real jobs
+# under Open MPI, MPICH and a throw-away Slurm, and shape links between
+# network namespaces with ip and tc (iproute2).
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev ca-certificates git \
+	openmpi-bin mpich slurmctld slurmd slurm-client iproute2
 # Packages whose tests run under the race detector, and those also tested
 # without cgo (the pure-Go reference engine).
 RACE_PKGS ?= ./...
@@ -70,6 +74,9 @@ train-mnist-dist: deps build
 		--json build/train-mnist-dist.json --plot build/train-mnist-dist.png \
 		--expect-error 0.012
 
+# With SOFTSYNC_REQUIRE_LAUNCHERS=1 the multi-process tests fail, instead of
+# skipping, when a launcher or root is missing: CI cannot pass by skipping.
+test: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
 test: deps csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
@@ -120,18 +127,28 @@ fuzz: csrc-hash
 		done; \
 	done
 
+# Installs what is missing, then makes Open MPI the default mpirun (Debian's
+# alternatives already prefer it, priority 50 against MPICH's 40, whatever
+# the install order; this undoes a manual choice of MPICH).
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
 	done | xargs); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	cmd="apt-get update && apt-get install -y --no-install-recommends $$missing"; \
-	if [ "$$(id -u)" -ne 0 ]; then \
-		echo "softsync needs: $$missing. Install them as root:" >&2; \
-		echo "  sudo sh -c '$$cmd'" >&2; exit 1; \
+	if [ -n "$$missing" ]; then \
+		cmd="apt-get update && apt-get install -y --no-install-recommends $$missing"; \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "softsync needs: $$missing. Install them as root:" >&2; \
+			echo "  sudo sh -c '$$cmd'" >&2; exit 1; \
+		fi; \
+		echo "installing: $$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"; \
 	fi; \
-	echo "installing: $$missing"; \
-	export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"
+	if [ -e /usr/bin/mpirun.openmpi ] && [ "$$(readlink -f /usr/bin/mpirun)" != "$$(readlink -f /usr/bin/mpirun.openmpi)" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "mpirun is not Open MPI's; as root: update-alternatives --set mpirun /usr/bin/mpirun.openmpi" >&2; exit 1; \
+		fi; \
+		update-alternatives --set mpirun /usr/bin/mpirun.openmpi; \
+	fi
 
 test-c:
 	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
