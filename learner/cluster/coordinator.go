@@ -328,6 +328,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		c.servers[p.ID] = &serverState{c: cc, proc: p, addr: h.Addr}
 		c.procs = append(c.procs, p)
 		c.notify()
+		c.startLocked()
 		c.mu.Unlock()
 		return cc.send(ctx, tWelcome, welcome{Plan: c.cfg.Plan})
 	case RoleLearner:
@@ -359,9 +360,10 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		return fmt.Errorf("%w: %s: unknown role", ErrRendezvous, p)
 	}
 	c.notify()
-	// Wait for every shard server, then welcome.
+	c.startLocked()
+	// Wait for every process of the job, then welcome.
 	for {
-		if c.serversIn() {
+		if c.started {
 			break
 		}
 		changed := c.changed
@@ -373,7 +375,6 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		}
 		c.mu.Lock()
 	}
-	c.startLocked()
 	c.finishIfDone(ctx) // a job with nothing to train
 	w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan}
 	if p.Role == RoleLearner {
@@ -381,15 +382,6 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 	}
 	c.mu.Unlock()
 	return cc.send(ctx, tWelcome, w)
-}
-
-func (c *Coordinator) serversIn() bool {
-	for _, s := range c.servers {
-		if s == nil {
-			return false
-		}
-	}
-	return true
 }
 
 // startLocked starts the job's clock once every process has arrived;

@@ -6,8 +6,8 @@
 //   - The coordinator (Coordinator) holds the job together: rendezvous
 //     (every process says hello with its role and the job's settings,
 //     which must be the same everywhere; learners and the evaluator are
-//     welcomed with the shard servers' addresses once those have all
-//     arrived), membership (learner incarnations; a learner whose control
+//     welcomed with the shard servers' addresses once every process has
+//     arrived: the job's clock starts then), membership (learner incarnations; a learner whose control
 //     connection is lost, or that misses heartbeats, is removed: its
 //     chunks go back to the queue and every shard server evicts it), the
 //     job's data (a data.Dispatcher handing out chunks on request), the

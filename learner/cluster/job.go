@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -52,6 +53,9 @@ type Config struct {
 	Solver       sgd.Config
 
 	Transport string     // "inmem" (also "") or "tcp" (loopback)
+	// Job is the job id every message carries (0 means 1; see
+	// rdma.Options.Job): across processes, the id of the job's network.
+	Job uint32
 	Codec     rdma.Codec // gradients; weights too when the codec is lossless
 	Overlap   bool       // learners prefetch the next weights while computing
 	Seed      uint64     // weight initialisation and data shuffling
@@ -108,7 +112,7 @@ func (c *Config) ValidateSettings() error {
 	if err := c.Codec.Validate(); err != nil {
 		return sgd.Fieldf("Codec", "%v", err)
 	}
-	pc := c.psConfig(nil, 1) // the data-set size is known once the data streams are made
+	pc := c.PSConfig(nil, 1) // the data-set size is known once the data streams are made
 	if err := pc.Validate(); err != nil {
 		return err
 	}
@@ -124,8 +128,12 @@ func (c *Config) ValidateSettings() error {
 	return nil
 }
 
-func (c *Config) psConfig(layout []sgd.Segment, dataSize int) ps.Config {
-	return ps.Config{Job: 1, Learners: c.Learners, Protocol: c.Protocol, N: c.N, MaxStaleness: c.MaxStaleness,
+// PSConfig returns the parameter server's configuration of the job: the
+// network's layout and, for the schedule's epochs, the samples of an
+// epoch (0 leaves it to RunServer, which takes it from the coordinator's
+// plan).
+func (c *Config) PSConfig(layout []sgd.Segment, dataSize int) ps.Config {
+	return ps.Config{Job: cmp.Or(c.Job, 1), Learners: c.Learners, Protocol: c.Protocol, N: c.N, MaxStaleness: c.MaxStaleness,
 		Shards: c.Shards, Batch: c.Batch, DataSize: dataSize, Layout: layout, Solver: c.Solver}
 }
 
@@ -135,9 +143,9 @@ func (c *Config) psConfig(layout []sgd.Segment, dataSize int) ps.Config {
 // asking costs nothing next to computing.
 const DefaultChunk = 8
 
-// plan returns the job's data plan over Train.
-func (c *Config) plan() data.Plan {
-	p := data.Plan{Images: c.Train.N, Batch: c.Batch, Group: 1, Chunk: c.Chunk, Epochs: c.Epochs, MaxBatches: c.MaxSteps, Seed: c.Seed}
+// Plan returns the job's data plan over a training set of images images.
+func (c *Config) Plan(images int) data.Plan {
+	p := data.Plan{Images: images, Batch: c.Batch, Group: 1, Chunk: c.Chunk, Epochs: c.Epochs, MaxBatches: c.MaxSteps, Seed: c.Seed}
 	if c.Protocol == ps.Hardsync {
 		p.Group = c.Learners
 	}
@@ -200,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			}
 		}
 	}
-	plan := cfg.plan()
+	plan := cfg.Plan(cfg.Train.N)
 	if err := plan.Validate(); err != nil {
 		return nil, sgd.Fieldf("Batch", "%v", err)
 	}
@@ -265,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		wcodec = cfg.Codec
 	}
 	j.wg.Go(func() {
-		j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, 0), PS: cfg.psConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
+		j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, 0), PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
 			Init: init, Codec: wcodec, Listener: psLn}))
 	})
 	j.wg.Go(func() {

@@ -14,7 +14,10 @@ import (
 // job: the network, the coordinator's address, who it is and the job's
 // settings.
 type Member struct {
-	Network     rdma.Network
+	Network rdma.Network
+	// Job is the job id the network stamps on every message
+	// (rdma.Options.Job; 0 means 1).
+	Job         uint32
 	Coordinator string // the coordinator's address on Network
 	Process     Process
 	Settings    Settings

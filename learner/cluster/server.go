@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,26 +31,26 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer cfg.Listener.Close()
-	var cc *ctrl
-	ready := make(chan struct{})
-	srv, err := ps.NewServer(ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
-		OnLost: func(l, inc uint32) {
-			<-ready
-			cc.send(ctx, tLost, member{Learner: l, Incarnation: inc})
-		}})
-	if err != nil {
-		return fmt.Errorf("%s: %w", cfg.Process, err)
-	}
 	addr := cfg.Advertise
 	if addr == "" {
 		addr = cfg.Listener.Addr()
 	}
-	cc, _, err = cfg.join(ctx, hello{Addr: addr, Shards: cfg.Shards})
+	cc, w, err := cfg.join(ctx, hello{Addr: addr, Shards: cfg.Shards})
 	if err != nil {
 		return err
 	}
-	close(ready)
 	defer cc.conn.Close()
+	cfg.PS.Job = cmp.Or(cfg.Job, 1)
+	if cfg.PS.DataSize == 0 {
+		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
+	}
+	srv, err := ps.NewServer(ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
+		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }})
+	if err != nil {
+		err = fmt.Errorf("%s: %w", cfg.Process, err)
+		cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		return err
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, cfg.Listener) }()
 	go func() {

@@ -52,8 +52,9 @@ func (p *progress) epoch(e cluster.Epoch) {
 	}
 }
 
-// run starts the reporting goroutine for job.
-func (p *progress) run(job *cluster.Job) {
+// run starts the reporting goroutine for job (a *cluster.Job, or the
+// coordinator of a job of several processes).
+func (p *progress) run(job interface{ Progress() cluster.Progress }) {
 	if p.quiet {
 		return
 	}
