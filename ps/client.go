@@ -45,7 +45,7 @@ type Client struct {
 	// (lossy codecs that keep one, TopK): optimizer state of the learner,
 	// kept across reconnections.
 	feedback []rdma.Feedback
-	pf     *prefetcher // started by the first PullAsync
+	pf       *prefetcher // started by the first PullAsync
 }
 
 // link is one connection and the shards it carries.

@@ -52,14 +52,14 @@ type Config struct {
 	Shards       int // ≥ 1
 	Solver       sgd.Config
 
-	Transport string     // "inmem" (also "") or "tcp" (loopback)
+	Transport string // "inmem" (also "") or "tcp" (loopback)
 	// Job is the job id every message carries (0 means 1; see
 	// rdma.Options.Job): across processes, the id of the job's network.
-	Job uint32
-	Codec     rdma.Codec // gradients; weights too when the codec is lossless
-	Overlap   bool       // learners prefetch the next weights while computing
-	Seed      uint64     // weight initialisation and data shuffling
-	Init      []float32  // initial weights; nil: the spec's fillers drawn from Seed
+	Job     uint32
+	Codec   rdma.Codec // gradients; weights too when the codec is lossless
+	Overlap bool       // learners prefetch the next weights while computing
+	Seed    uint64     // weight initialisation and data shuffling
+	Init    []float32  // initial weights; nil: the spec's fillers drawn from Seed
 	// Normalizer maps pixels to inputs; nil: the per-pixel mean of Train
 	// (data.MeanNormalizer). Pass the one saved with loaded weights.
 	Normalizer *data.Normalizer
