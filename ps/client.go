@@ -299,6 +299,23 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	return nil
 }
 
+// Connections returns, per server connection, the shards it carries, the
+// peer's address and the transport it uses.
+func (c *Client) Connections() []Connection {
+	var cs []Connection
+	for _, ln := range c.links {
+		cs = append(cs, Connection{Shards: slices.Clone(ln.shards), Peer: ln.conn.RemoteAddr(), Transport: ln.conn.Transport()})
+	}
+	return cs
+}
+
+// Connection describes one of a client's connections.
+type Connection struct {
+	Shards    []int
+	Peer      string
+	Transport rdma.TransportInfo
+}
+
 // Stats returns the traffic of the client's connections, summed.
 func (c *Client) Stats() rdma.Stats {
 	var st rdma.Stats

@@ -93,9 +93,10 @@ type chunkReply struct {
 // it pushed per epoch and their summed loss. Done marks its last report,
 // with its connections' traffic.
 type progress struct {
-	Epochs  []epochLoss `json:"epochs,omitempty"`
-	Done    bool        `json:"done,omitempty"`
-	Traffic *rdma.Stats `json:"traffic,omitempty"`
+	Epochs      []epochLoss  `json:"epochs,omitempty"`
+	Done        bool         `json:"done,omitempty"`
+	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
+	Connections []Connection `json:"connections,omitempty"` // with Done
 }
 
 type epochLoss struct {

@@ -74,6 +74,7 @@ type Coordinator struct {
 	history  []Epoch
 	finalErr float64 // test error of the final weights (NaN: none)
 	traffic  rdma.Stats
+	conns    []Connection
 }
 
 type serverState struct {
@@ -622,6 +623,7 @@ func (c *Coordinator) addProgress(l *learnerState, p *progress) {
 	if p.Traffic != nil {
 		c.traffic.Add(p.Traffic)
 	}
+	c.conns = append(c.conns, p.Connections...)
 	if p.Done {
 		l.done = true
 	}
@@ -715,7 +717,7 @@ func (c *Coordinator) emit() {
 func (c *Coordinator) result() *Result {
 	r := &Result{History: slices.Clone(c.history), TestError: math.NaN(), Steps: c.steps, Images: c.steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
-		Lost: c.lost - c.restarts, Restarts: c.restarts, Processes: slices.Clone(c.procs)}
+		Lost: c.lost - c.restarts, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.conns)}
 	r.TestError = c.finalErr
 	if r.Seconds > 0 {
 		r.ImagesPerSec = float64(r.Images) / r.Seconds

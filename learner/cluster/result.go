@@ -45,6 +45,18 @@ type Result struct {
 	// again with a new incarnation.
 	Lost, Restarts int
 	Processes      []Process // every process that took part, in rank order
+	// Connections are the learners' connections to the shard servers and
+	// the transport each uses (as reported when the learner finished).
+	Connections []Connection
+}
+
+// Connection is one learner's connection to a shard server.
+type Connection struct {
+	Learner   int    `json:"learner"`
+	Shards    []int  `json:"shards"`
+	Peer      string `json:"peer"`
+	Transport string `json:"transport"` // "inmem", "tcp" or "verbs"
+	Reason    string `json:"reason"`    // why that transport (see rdma.TransportInfo)
 }
 
 // Progress is a snapshot of a running job.

@@ -91,7 +91,7 @@ type worker struct {
 	cfg     LearnerConfig
 	cc      *ctrl
 	replies chan chunkReply
-	traffic func() rdma.Stats
+	client  *ps.Client
 
 	mu     sync.Mutex
 	report map[int]*epochLoss // since the last report
@@ -116,7 +116,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 		return err
 	}
 	defer client.Close()
-	r.traffic = client.Stats
+	r.client = client
 	if w.Incarnation > 0 { // a new life: the old one was removed
 		if err := client.Join(ctx); err != nil {
 			return err
@@ -187,9 +187,13 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 	}
 	clear(r.report)
 	r.mu.Unlock()
-	if done && r.traffic != nil {
-		st := r.traffic()
+	if done && r.client != nil {
+		st := r.client.Stats()
 		p.Traffic = &st
+		for _, c := range r.client.Connections() {
+			p.Connections = append(p.Connections, Connection{Learner: r.cfg.ID, Shards: c.Shards, Peer: c.Peer,
+				Transport: c.Transport.Name, Reason: c.Transport.Reason})
+		}
 	}
 	return r.cc.send(ctx, tProgress, p)
 }

@@ -100,14 +100,14 @@ func runLaunch(ctx context.Context, app *App, lf *launchFlags, args []string) er
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := selfCommand()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
-	g := &procGroup{app: app, exe: exe, secret: secret, out: out, restarts: lf.restarts}
+	g := &procGroup{app: app, self: exe, secret: secret, out: out, restarts: lf.restarts}
 	common := append([]string{"--coordinator", ln.Addr(), "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
@@ -122,6 +122,22 @@ func runLaunch(ctx context.Context, app *App, lf *launchFlags, args []string) er
 	err = app.runHead(ctx, &f, st, network, ln, -1, nil)
 	g.stop(err != nil)
 	return err
+}
+
+// selfArgv, when set (by tests), is the command line that runs softsync
+// in place of this executable.
+var selfArgv []string
+
+// selfCommand returns the command line that runs softsync itself.
+func selfCommand() ([]string, error) {
+	if selfArgv != nil {
+		return selfArgv, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return []string{exe}, nil
 }
 
 // jobArgs returns the job's flags that were set, to pass on to the
@@ -141,7 +157,7 @@ func jobArgs(fl *pflag.FlagSet) []string {
 // learners.
 type procGroup struct {
 	app      *App
-	exe      string
+	self     []string // the command line that runs softsync
 	secret   []byte
 	out      *lineWriter
 	mu       sync.Mutex
@@ -158,7 +174,7 @@ func (g *procGroup) start(ctx context.Context, role string, id int, common []str
 	if role == "ps" {
 		name = fmt.Sprintf("shard server %d", id)
 	}
-	cmd := exec.Command(g.exe, args...)
+	cmd := exec.Command(g.self[0], append(g.self[1:], args...)...)
 	cmd.Env = append(os.Environ(), secretEnv+"="+string(g.secret))
 	pw := g.out.prefixed("[" + name + "] ")
 	cmd.Stdout, cmd.Stderr = pw, pw

@@ -448,8 +448,8 @@ func goBinary() string {
 
 // train runs the job with progress output and writes the outputs.
 func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
+	st.cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
 	cfg := st.cfg
-	cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch
 	job, err := cluster.Start(ctx, cfg)
