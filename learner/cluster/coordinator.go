@@ -155,10 +155,10 @@ func (c *Coordinator) fail(err error) {
 // is done (or lost) and the evaluator has reported the final weights, or
 // the first failure. Every process is told to stop before it returns.
 func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, error) {
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the cancel and the close below
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	defer ln.Close()
 	wg.Go(func() {
 		for {

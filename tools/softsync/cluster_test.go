@@ -218,3 +218,71 @@ func TestRendezvousTimeout(t *testing.T) {
 		t.Errorf("rank 0 alone: %v", err)
 	}
 }
+
+// TestTwoHosts runs a job across two "hosts", network namespaces joined
+// by a veth pair: host A runs the head (coordinator and evaluator), shard
+// server 0 and learner 0, host B shard server 1 and learner 1, each
+// started on its own with the job's secret file, so that non-loopback
+// addresses, advertising and the secret are exercised. A shard server
+// that advertises a loopback address to the other host is refused with a
+// message that says so.
+func TestTwoHosts(t *testing.T) {
+	if raceDetector {
+		t.Skip("race detector: starts the test binary as softsync; make test runs this natively")
+	}
+	a, b := clustertest.TwoHosts(t, clustertest.Link{})
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, newSecret(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	coord := a.Addr.String() + ":7777"
+	report := filepath.Join(dir, "r.json")
+	job := []string{"--model", "mlp", "--epochs", "1", "--batch", "16", "--train-subset", "2000", "--test-subset", "500",
+		"--protocol", "softsync", "--lr", "0.05", "--learners", "2", "--shards", "2", "--secret-file", secret,
+		"--coordinator", coord, "--rendezvous-timeout", "1m"}
+	start := func(h *clustertest.Host, args ...string) *clustertest.Job {
+		if args[0] == "eval" {
+			args = append(args, "--quiet", "--json", report)
+		}
+		return h.In(clustertest.Exec()).Start(t, clustertest.Spec{N: 1, Argv: clustertest.Self("softsync", append(args, job...)...), Timeout: 3 * time.Minute})
+	}
+	jobs := []*clustertest.Job{
+		start(a, "eval"),
+		start(a, "ps", "--id", "0", "--listen", a.Addr.String()),
+		start(b, "ps", "--id", "1", "--listen", b.Addr.String()),
+		start(a, "learner", "--id", "0"),
+		start(b, "learner", "--id", "1"),
+	}
+	for _, j := range backward(jobs) { // the head last: it waits for the others
+		if res := j.Wait(); res.ExitCode != 0 {
+			for _, j := range jobs {
+				j.Stop()
+			}
+			t.Fatalf("%s", res)
+		}
+	}
+	r := checkClusterReport(t, report, 5, 2, 2)
+	hosts := map[string]bool{}
+	for _, c := range r["connections"].([]any) {
+		hosts[strings.Split(c.(map[string]any)["peer"].(string), ":")[0]] = true
+	}
+	if !hosts[a.Addr.String()] || !hosts[b.Addr.String()] {
+		t.Errorf("learners connected to %v, want both hosts' shard servers", hosts)
+	}
+
+	// Shard server 1 advertises 127.0.0.1 from host B.
+	head := start(a, "eval")
+	bad := start(b, "ps", "--id", "1", "--listen", "127.0.0.1")
+	res := head.Wait()
+	bad.Stop()
+	if res.ExitCode == 0 || !strings.Contains(res.Output, "advertises the loopback address") {
+		t.Errorf("a loopback address advertised to another host: %s", res)
+	}
+}
+
+func backward[T any](s []T) []T {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
+}
