@@ -74,6 +74,9 @@ type Config struct {
 	// complete, in order; it is called from a job goroutine and must not
 	// block for long.
 	OnEpoch func(Epoch)
+	// OnAuthFailure, if set, is told of every connection to the job's TCP
+	// listeners that failed authentication (rdma.Options.OnAuthFailure).
+	OnAuthFailure func(peer string, err error)
 }
 
 // Validate returns a *sgd.FieldError naming the first invalid field.
@@ -159,6 +162,7 @@ func (c *Config) Plan(images int) data.Plan {
 type Job struct {
 	cfg    Config
 	coord  *Coordinator
+	addrs  []string // where the coordinator and the shard server listen
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	norm   data.Normalizer
@@ -228,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		init = slices.Clone(net.Params())
 	}
 	net.Close()
-	network, err := openNetwork(cfg.Transport)
+	network, err := openNetwork(cfg.Transport, cfg.OnAuthFailure)
 	if err != nil {
 		return nil, sgd.Fieldf("Transport", "%v", err)
 	}
@@ -256,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		psLn.Close()
 		return nil, err
 	}
-	j.coord = coord
+	j.coord, j.addrs = coord, []string{coordLn.Addr(), psLn.Addr()}
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
 		return Member{Network: network, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
@@ -296,8 +300,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 
 // openNetwork opens the transport of an in-process job: TCP listens on
 // loopback only and authenticates with a random secret of the job's own.
-func openNetwork(kind string) (rdma.Network, error) {
-	opts := rdma.Options{Job: 1}
+func openNetwork(kind string, onAuthFailure func(string, error)) (rdma.Network, error) {
+	opts := rdma.Options{Job: 1, OnAuthFailure: onAuthFailure}
 	if kind == "tcp" {
 		opts.Secret = make([]byte, 32)
 		rand.Read(opts.Secret)

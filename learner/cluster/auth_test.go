@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// TestJobRefusesStrangers attacks the listeners of a job running over
+// loopback TCP (its own random secret) while it trains: a peer with
+// another secret, one without any that sends well-formed push frames
+// claiming learner 0, garbage, connections that stall in the handshake,
+// and a hundred connections at once. Every one is refused, the job ends
+// as it would have (every mini-batch pushed once, nothing rejected by the
+// shards), and no goroutine is left behind.
+func TestJobRefusesStrangers(t *testing.T) {
+	base := runtime.NumGoroutine()
+	train, test := mnistSubset(t, 2000, 200)
+	var failures atomic.Int64
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 8,
+		Protocol: ps.Softsync, N: 2, Shards: 1, Epochs: 2, Seed: 1, Transport: "tcp",
+		Solver:        sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness},
+		OnAuthFailure: func(string, error) { failures.Add(1) }}
+	j, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var attackers sync.WaitGroup
+	var stalled []net.Conn
+	attacks := int64(0)
+	for _, addr := range j.addrs {
+		// Another secret: the handshake fails on both sides.
+		other, err := rdma.NewTCP(rdma.Options{Job: 1, Secret: []byte("another job's secret, 32 bytes!")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Dial(ctx, addr); !errors.Is(err, rdma.ErrAuth) {
+			t.Errorf("dial %s with another secret: %v, want ErrAuth", addr, err)
+		}
+		// No secret: push frames claiming learner 0 are never read.
+		plain, _ := rdma.NewTCP(rdma.Options{Job: 1})
+		if c, err := plain.Dial(ctx, addr); err == nil {
+			for seq := range 5 {
+				m := rdma.NewMsg(cfg.Spec.NumParams())
+				m.Type, m.Learner, m.Seq = rdma.Type(ps.MsgPush), 0, uint64(seq+1)
+				c.Send(ctx, m)
+			}
+			c.Close()
+		}
+		// Garbage, and connections that never finish a handshake.
+		for i := range 100 {
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 0 {
+				attackers.Go(func() {
+					nc.Write([]byte("GET / HTTP/1.1\r\nHost: softsync\r\n\r\n"))
+					nc.Close()
+				})
+			} else {
+				stalled = append(stalled, nc)
+			}
+		}
+		attacks += 2 + 100
+	}
+	res, err := j.Wait()
+	attackers.Wait()
+	for _, nc := range stalled {
+		nc.Close()
+	}
+	if err != nil {
+		t.Fatalf("the job failed: %v", err)
+	}
+	var pushed int64
+	for _, n := range res.LearnerSteps {
+		pushed += n
+	}
+	st := res.Shards[0]
+	if pushed != res.Steps || st.Gradients+st.Dropped != uint64(res.Steps) || st.Rejected.Total() != 0 || res.Server.Refused != 0 {
+		t.Errorf("the job was disturbed: steps %d (learners %v), shard %+v, server %+v", res.Steps, res.LearnerSteps, st, res.Server)
+	}
+	if res.Steps != int64(2*res.BatchesPerEpoch) || res.TestError > 0.3 {
+		t.Errorf("%d steps of %d, test error %.3f", res.Steps, 2*res.BatchesPerEpoch, res.TestError)
+	}
+	// Refused connections are reported (those still in a handshake when
+	// the job ended are closed without a report).
+	if n := failures.Load(); n < 4 || n > attacks {
+		t.Errorf("%d authentication failures reported for %d attacks", n, attacks)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > base+2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base+2 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after the job, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+	}
+}
