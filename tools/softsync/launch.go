@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
@@ -58,56 +59,62 @@ shard server that dies ends the job.`,
 }
 
 func runLaunch(ctx context.Context, app *App, lf *launchFlags, args []string) error {
+	f, st, res, err := launchJob(ctx, app, lf, args)
+	if err != nil {
+		return err
+	}
+	return app.finish(f, st, res)
+}
+
+// launchJob runs a job as processes on this host (see the launch command)
+// and returns its result.
+func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*trainFlags, *trainSetup, *cluster.Result, error) {
 	switch {
 	case lf.learners < 1:
-		return fmt.Errorf("-n: must be ≥ 1, got %d", lf.learners)
+		return nil, nil, nil, fmt.Errorf("-n: must be ≥ 1, got %d", lf.learners)
 	case lf.shards < 1:
-		return fmt.Errorf("--shards: must be ≥ 1, got %d", lf.shards)
+		return nil, nil, nil, fmt.Errorf("--shards: must be ≥ 1, got %d", lf.shards)
 	case lf.restarts < 0:
-		return fmt.Errorf("--restarts: must be ≥ 0, got %d", lf.restarts)
+		return nil, nil, nil, fmt.Errorf("--restarts: must be ≥ 0, got %d", lf.restarts)
 	}
-	var f trainFlags
+	f := new(trainFlags)
 	fl := pflag.NewFlagSet("train flags", pflag.ContinueOnError)
-	addJobFlags(fl, &f)
-	addOutputFlags(fl, &f)
+	addJobFlags(fl, f)
+	addOutputFlags(fl, f)
 	addClusterFlags(fl, &f.cluster, false)
 	if err := fl.Parse(args); err != nil {
-		return fmt.Errorf("train flags after --: %w", err)
+		return nil, nil, nil, fmt.Errorf("train flags after --: %w", err)
 	}
 	for name, v := range map[string]int{"learners": lf.learners, "shards": lf.shards} {
 		if fl.Changed(name) && fl.Lookup(name).Value.String() != strconv.Itoa(v) {
-			return fmt.Errorf("--%s %s after -- disagrees with launch's %d", name, fl.Lookup(name).Value, v)
+			return nil, nil, nil, fmt.Errorf("--%s %s after -- disagrees with launch's %d", name, fl.Lookup(name).Value, v)
+		}
+		if err := fl.Set(name, strconv.Itoa(v)); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	f.learners, f.shards = lf.learners, lf.shards
-	if err := fl.Set("learners", strconv.Itoa(lf.learners)); err != nil {
-		return err
-	}
-	if err := fl.Set("shards", strconv.Itoa(lf.shards)); err != nil {
-		return err
-	}
 	f.local = lf.learners
-	st, err := prepareTrain(ctx, app, fl, &f, true)
+	st, err := prepareTrain(ctx, app, fl, f, true)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	secret := newSecret()
-	network, err := app.jobNetwork(&f, st, secret)
+	network, err := app.jobNetwork(f, st, secret)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	ln, err := network.Listen("127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	exe, err := selfCommand()
+	self, err := selfCommand()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
-	g := &procGroup{app: app, self: exe, secret: secret, out: out, restarts: lf.restarts}
+	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts}
 	common := append([]string{"--coordinator", ln.Addr(), "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
@@ -119,9 +126,9 @@ func runLaunch(ctx context.Context, app *App, lf *launchFlags, args []string) er
 	for r := range lf.learners {
 		g.start(ctx, "learner", r, learnerArgs)
 	}
-	err = app.runHead(ctx, &f, st, network, ln, -1, nil)
+	res, err := app.head(ctx, f, st, network, ln, -1, nil)
 	g.stop(err != nil)
-	return err
+	return f, st, res, err
 }
 
 // selfArgv, when set (by tests), is the command line that runs softsync

@@ -111,13 +111,23 @@ func (app *App) runLearner(ctx context.Context, st *trainSetup, m cluster.Member
 // expect names the processes of the job, for the messages of the
 // rendezvous.
 func (app *App) runHead(ctx context.Context, f *trainFlags, st *trainSetup, network rdma.Network, ln rdma.Listener, rank int, expect []cluster.Process) error {
+	res, err := app.head(ctx, f, st, network, ln, rank, expect)
+	if err != nil {
+		return err
+	}
+	return app.finish(f, st, res)
+}
+
+// head runs the job's coordinator and evaluator (see runHead) and
+// returns the job's result.
+func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network rdma.Network, ln rdma.Listener, rank int, expect []cluster.Process) (*cluster.Result, error) {
 	c := &st.cfg
 	prog := newProgress(app, f.quiet, c.Epochs)
 	coord, err := cluster.NewCoordinator(cluster.CoordinatorConfig{Settings: st.settings, Plan: c.Plan(c.Train.N),
 		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
 		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, Logger: app.Log, OnEpoch: prog.epoch})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	app.Log.Info("coordinator listening", "addr", ln.Addr(), "learners", c.Learners, "shard_servers", c.Shards)
 	ctx, cancel := context.WithCancel(ctx)
@@ -142,12 +152,12 @@ func (app *App) runHead(ctx context.Context, f *trainFlags, st *trainSetup, netw
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return fmt.Errorf("interrupted: %w", err)
+			return nil, fmt.Errorf("interrupted: %w", err)
 		}
-		return err
+		return nil, err
 	}
 	res.Weights, res.Normalizer = weights, st.norm
-	return app.finish(f, st, res)
+	return res, nil
 }
 
 // listenAddr returns the address to listen on: --listen's host (and
