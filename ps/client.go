@@ -20,6 +20,11 @@ type ClientConfig struct {
 	Total       int        // length of the flat vector
 	Shards      int        // number of shards
 	Codec       rdma.Codec // encoding of the gradients it pushes (zero value: none)
+	// NewMsg allocates the messages the client sends: the network's
+	// allocator (rdma.Network.NewMsg; Dial sets it), so that a push is
+	// written straight into memory the transport can send from. nil:
+	// rdma.NewMsg.
+	NewMsg func(n int) *rdma.Msg
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
@@ -78,6 +83,9 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err := cfg.Codec.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.NewMsg == nil {
+		cfg.NewMsg = rdma.NewMsg
+	}
 	rs, err := Ranges(cfg.Total, cfg.Shards)
 	if err != nil {
 		return nil, err
@@ -102,7 +110,7 @@ func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 // and the next sequence number.
 func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
 	c.n++
-	return wireMsg(t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n), 0, n)
+	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n), 0, n)
 }
 
 func (c *Client) send(ctx context.Context, m *rdma.Msg) error {

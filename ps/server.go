@@ -57,6 +57,10 @@ type ServerConfig struct {
 	OnLost func(learner, incarnation uint32)
 	// Logger, if set, receives connection events at debug level.
 	Logger *slog.Logger
+	// NewMsg allocates the weights replies: the network's allocator
+	// (rdma.Network.NewMsg), so that weights are copied straight into
+	// memory the transport sends from. nil: rdma.NewMsg.
+	NewMsg func(n int) *rdma.Msg
 }
 
 // ServerStats are a shard server's counters.
@@ -144,6 +148,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
+	}
+	if cfg.NewMsg == nil {
+		cfg.NewMsg = rdma.NewMsg
 	}
 	if cfg.Shards == nil {
 		for k := range cfg.PS.Shards {

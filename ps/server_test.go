@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -550,7 +551,7 @@ func TestServerIdentity(t *testing.T) {
 	// returns the reply's type and error.
 	ask := func(c rdma.Conn, inc uint32, shard int) (rdma.Type, error) {
 		n++
-		m := wireMsg(MsgPull, 0, shard, Seq(inc, n), 0, 0)
+		m := wireMsg(rdma.NewMsg, MsgPull, 0, shard, Seq(inc, n), 0, 0)
 		if err := c.Send(ctx, m); err != nil {
 			t.Fatal(err)
 		}
@@ -584,7 +585,7 @@ func TestServerIdentity(t *testing.T) {
 	}
 	c := dial()
 	n++
-	join := wireMsg(MsgJoin, 0, 0, Seq(1, n), 0, 0)
+	join := wireMsg(rdma.NewMsg, MsgJoin, 0, 0, Seq(1, n), 0, 0)
 	if err := c.Send(ctx, join); err != nil {
 		t.Fatal(err)
 	}
@@ -658,4 +659,54 @@ func TestClientTopKFeedback(t *testing.T) {
 		}
 	}
 	c.Close()
+}
+
+// countingNetwork counts the messages its allocator hands out.
+type countingNetwork struct {
+	rdma.Network
+	n atomic.Int64
+}
+
+func (c *countingNetwork) NewMsg(n int) *rdma.Msg {
+	c.n.Add(1)
+	return c.Network.NewMsg(n)
+}
+
+// TestNetworkAllocator: pushes and weights are allocated by the network
+// (which for verbs hands out registered memory), not by the process-wide
+// pool.
+func TestNetworkAllocator(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	inner, _ := network(t, "inmem", 1)
+	net := &countingNetwork{Network: inner}
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Finish()
+	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make([]float32, 64)
+	for range 3 {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Push(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Leave(ctx)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// 3 pulls, 3 pushes and a leave to 2 shards from the client; 3
+	// weights replies from each shard.
+	if n := net.n.Load(); n != 3*2+3*2+2+3*2 {
+		t.Errorf("%d messages from the network's allocator, want %d", n, 3*2+3*2+2+3*2)
+	}
 }

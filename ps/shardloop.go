@@ -116,7 +116,7 @@ func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 			continue
 		}
 		if p := l.route[rep.To]; p != nil {
-			p.send(ctx, weightsMsg(rep.To, k, rep.Clock, rep.Seq, rep.Weights, s.cfg.Codec))
+			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Seq, rep.Weights, s.cfg.Codec))
 		}
 	}
 	if s.cfg.OnUpdate != nil {
@@ -172,7 +172,7 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 		if !ok {
 			return false
 		}
-		w.p.send(ctx, weightsMsg(w.learner, k, sn.clock, w.seq, sn.w, l.s.cfg.Codec))
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, w.seq, sn.w, l.s.cfg.Codec))
 		if w.epoch > 0 {
 			delete(l.snaps, w.epoch)
 		}

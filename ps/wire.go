@@ -52,17 +52,17 @@ func coreMsg(rm *rdma.Msg) Msg {
 		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
 }
 
-// wireMsg returns a pooled rdma message for a learner's core message
-// with room for n payload floats (the caller fills the payload).
-func wireMsg(t MsgType, learner uint32, shard int, seq, clock uint64, n int) *rdma.Msg {
-	m := rdma.NewMsg(n)
+// wireMsg returns a message from alloc for a learner's core message with
+// room for n payload floats (the caller fills the payload).
+func wireMsg(alloc func(int) *rdma.Msg, t MsgType, learner uint32, shard int, seq, clock uint64, n int) *rdma.Msg {
+	m := alloc(n)
 	m.Type, m.Learner, m.Shard, m.Seq, m.Timestamp = rdma.Type(t), learner, uint32(shard), seq, clock
 	return m
 }
 
-// weightsMsg returns a pooled TypeWeights message holding a copy of w.
-func weightsMsg(to uint32, shard int, clock, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
-	m := rdma.NewMsg(len(w))
+// weightsMsg returns a TypeWeights message from alloc holding a copy of w.
+func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
+	m := alloc(len(w))
 	copy(m.Payload, w)
 	m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, codec, to, uint32(shard), clock, seq
 	return m

@@ -45,6 +45,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
 	srv, err := ps.NewServer(ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
+		NewMsg: cfg.Network.NewMsg,
 		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }})
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
