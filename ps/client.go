@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
@@ -25,6 +27,12 @@ type ClientConfig struct {
 	// written straight into memory the transport can send from. nil:
 	// rdma.NewMsg.
 	NewMsg func(n int) *rdma.Msg
+	// Redial, if set, connects again to the server of shard after its
+	// connection failed (a lost or restarted shard server): it returns a
+	// new connection, retrying as long as it sees fit, or an error that
+	// ends the client's use of that server. nil: a failed connection is
+	// an error of the call that saw it.
+	Redial func(ctx context.Context, shard int) (rdma.Conn, error)
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
@@ -38,25 +46,41 @@ type ClientConfig struct {
 // round must complete). Replies are matched to pulls by sequence; replies
 // to older pulls are discarded.
 type Client struct {
-	cfg    ClientConfig
-	conns  []rdma.Conn // per shard
-	links  []link      // the distinct connections
-	ranges []Range
-	stamps []uint64
-	pulls  []uint64 // per shard, sequence of the request in flight
-	pushed bool     // a push was sent since the last pull
-	n      uint32   // messages sent in this incarnation
+	cfg     ClientConfig
+	links   []*link // the distinct connections
+	byShard []*link // per shard, its connection
+	ranges  []Range
+	stamps  []uint64 // per shard, the stamp of the weights last pulled
+	gens    []int    // per shard, the generation of its link those stamps come from
+	pulls   []uint64 // per shard, sequence of the request in flight
+	pushed  bool     // a push was sent since the last pull
+	n       atomic.Uint32 // messages sent in this incarnation
 	// feedback is, per shard, the error-feedback residual of the pushes
 	// (lossy codecs that keep one, TopK): optimizer state of the learner,
 	// kept across reconnections.
 	feedback []rdma.Feedback
+	pushes   []uint64 // per shard, gradients the learner pushed (sent or lost on the way)
 	pf       *prefetcher // started by the first PullAsync
+
+	statsMu sync.Mutex
+	retired rdma.Stats // traffic of connections replaced by Redial
 }
 
-// link is one connection and the shards it carries.
+// link is one connection and the shards it carries. A failed connection
+// is replaced (Redial) under mu; gen counts the replacements, so that of
+// two goroutines that saw the same failure only one redials.
 type link struct {
+	mu     sync.Mutex
 	conn   rdma.Conn
+	gen    int
+	dead   error // Redial gave up: every later use fails with it
 	shards []int
+}
+
+func (l *link) get() (rdma.Conn, int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn, l.gen, l.dead
 }
 
 // prefetcher receives the replies of an asynchronous pull on its own
@@ -65,6 +89,7 @@ type prefetcher struct {
 	req    chan pfReq
 	done   chan error
 	stamps []uint64 // stamps of the weights being received
+	gens   []int    // and the generations of their links
 	busy   bool     // a pull is in flight (owner goroutine only)
 }
 
@@ -90,15 +115,16 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards),
-		feedback: make([]rdma.Feedback, cfg.Shards)}
+	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
+		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]uint64, cfg.Shards)}
 	for k, conn := range conns {
-		i := slices.IndexFunc(c.links, func(l link) bool { return l.conn == conn })
+		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
-			c.links = append(c.links, link{conn: conn})
+			c.links = append(c.links, &link{conn: conn})
 			i = len(c.links) - 1
 		}
 		c.links[i].shards = append(c.links[i].shards, k)
+		c.byShard = append(c.byShard, c.links[i])
 	}
 	return c, nil
 }
@@ -109,15 +135,56 @@ func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 // msg returns a pooled message of type t for shard with n payload floats
 // and the next sequence number.
 func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
-	c.n++
-	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n), 0, n)
+	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n.Add(1)), 0, n)
 }
 
+// errRedialed reports a message lost with a connection that was then
+// replaced: the caller sends it again or drops it.
+var errRedialed = errors.New("connection replaced")
+
+// send sends m to its shard's server. When the connection fails and
+// Redial replaces it, m is lost and send returns errRedialed.
 func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
-	what, shard := describe(m), m.Shard
-	if err := c.conns[shard].Send(ctx, m); err != nil {
-		return fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, what, err)
+	what, shard := describe(m), int(m.Shard)
+	l := c.byShard[shard]
+	conn, gen, err := l.get()
+	if err != nil {
+		m.Release()
+		return err
 	}
+	if err := conn.Send(ctx, m); err != nil {
+		if rerr := c.repair(ctx, l, gen, err); rerr != nil {
+			return fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, what, rerr)
+		}
+		return errRedialed
+	}
+	return nil
+}
+
+// repair replaces l's connection of generation gen, which failed with
+// cause, by Redial's; nil if the connection is usable again (replaced
+// here or by another goroutine).
+func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) error {
+	if ctx.Err() != nil || rdma.Recoverable(cause) || c.cfg.Redial == nil {
+		return cause
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen != gen || l.dead != nil {
+		return l.dead
+	}
+	st := l.conn.Stats()
+	l.conn.Close()
+	c.statsMu.Lock()
+	c.retired.Add(&st)
+	c.statsMu.Unlock()
+	conn, err := c.cfg.Redial(ctx, l.shards[0])
+	l.gen++
+	if err != nil {
+		l.dead = fmt.Errorf("connection to shards %v lost (%v), not restored: %w", l.shards, cause, err)
+		return l.dead
+	}
+	l.conn = conn
 	return nil
 }
 
@@ -129,7 +196,9 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 	if err := c.startPull(ctx, w, false); err != nil {
 		return err
 	}
-	return c.recvWeights(ctx, w, c.stamps)
+	return c.recvWeights(ctx, w, c.stamps, c.gens, func(l *link, left []int) error {
+		return c.sendPulls(ctx, l, left, false)
+	})
 }
 
 // PullAsync starts a pull like Pull and returns once the requests are
@@ -147,7 +216,8 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 // push before WaitPull can return.
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
-		c.pf = &prefetcher{req: make(chan pfReq), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards)}
+		c.pf = &prefetcher{req: make(chan pfReq), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
+			gens: make([]int, c.cfg.Shards)}
 		go c.prefetch()
 	}
 	if c.pf.busy {
@@ -170,6 +240,7 @@ func (c *Client) WaitPull() error {
 	err := <-c.pf.done
 	c.pf.busy = false
 	copy(c.stamps, c.pf.stamps)
+	copy(c.gens, c.pf.gens)
 	return err
 }
 
@@ -177,7 +248,9 @@ func (c *Client) WaitPull() error {
 // closed (Close).
 func (c *Client) prefetch() {
 	for r := range c.pf.req {
-		c.pf.done <- c.recvWeights(r.ctx, r.w, c.pf.stamps)
+		c.pf.done <- c.recvWeights(r.ctx, r.w, c.pf.stamps, c.pf.gens, func(l *link, left []int) error {
+			return c.sendPulls(r.ctx, l, left, false)
+		})
 	}
 }
 
@@ -190,14 +263,8 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	if c.pf != nil && c.pf.busy {
 		return fmt.Errorf("ps client %d: Pull while an asynchronous pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
 	}
-	for k := range c.conns {
-		m := c.msg(MsgPull, k, 0)
-		m.Timestamp = c.stamps[k]
-		if (c.pushed || next) && c.cfg.Protocol == Hardsync {
-			m.Timestamp++
-		}
-		c.pulls[k] = m.Seq
-		if err := c.send(ctx, m); err != nil {
+	for _, l := range c.links {
+		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
 			return err
 		}
 	}
@@ -205,19 +272,61 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	return nil
 }
 
+// sendPulls sends a pull to each of shards of link l. afterPush asks,
+// under hardsync, for the next round's weights. A shard whose weights
+// came from a connection since replaced asks for any weights (minimum
+// clock 0): its restarted server's clock may be behind the stamp. If the
+// connection is replaced while sending, the pulls go again on the new one.
+func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush bool) error {
+	for try := 0; ; try++ {
+		_, gen, err := l.get()
+		if err != nil {
+			return err
+		}
+		for _, k := range shards {
+			m := c.msg(MsgPull, k, 0)
+			if c.gens[k] == gen {
+				m.Timestamp = c.stamps[k]
+				if afterPush && c.cfg.Protocol == Hardsync {
+					m.Timestamp++
+				}
+			}
+			c.pulls[k] = m.Seq
+			if err = c.send(ctx, m); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, errRedialed) || try > 0 {
+			return err
+		}
+	}
+}
+
 // recvWeights receives every shard's reply to the requests in c.pulls
-// into w and their stamps into stamps, connection by connection.
-func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64) error {
+// into w and their stamps and link generations into stamps and gens,
+// connection by connection. A connection that fails is replaced (Redial)
+// and the requests still unanswered on it are sent again (resend).
+func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, gens []int, resend func(*link, []int) error) error {
 	var rejections []error
-	for _, ln := range c.links {
-		left := len(ln.shards)
-		for left > 0 {
-			m, err := ln.conn.Recv(ctx)
+	for _, l := range c.links {
+		left := slices.Clone(l.shards)
+		for len(left) > 0 {
+			conn, gen, err := l.get()
 			if err != nil {
-				return fmt.Errorf("ps client %d: pull from shards %v: %w", c.cfg.Learner, ln.shards, err)
+				return err
+			}
+			m, err := conn.Recv(ctx)
+			if err != nil {
+				if rerr := c.repair(ctx, l, gen, err); rerr != nil {
+					return fmt.Errorf("ps client %d: pull from shards %v: %w", c.cfg.Learner, l.shards, rerr)
+				}
+				if err := resend(l, left); err != nil && !errors.Is(err, errRedialed) {
+					return err
+				}
+				continue
 			}
 			k := int(m.Shard)
-			mine := slices.Contains(ln.shards, k)
+			mine := slices.Contains(left, k)
 			switch {
 			case m.Type == rdma.TypeError:
 				err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
@@ -234,9 +343,9 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64) 
 				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, c.ranges[k].Len(), ErrBadLength)
 			default:
 				copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
-				stamps[k] = m.Timestamp
+				stamps[k], gens[k] = m.Timestamp, gen
 				c.pulls[k] = 0 // answered: a duplicate reply is ignored
-				left--
+				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
 			}
 			m.Release()
 		}
@@ -246,23 +355,31 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64) 
 
 // Snapshot fills w (the flat vector) with every shard's weights at the end
 // of epoch (≥ 1: the snapshot of the servers' ServerConfig.Snapshots; 0:
-// the final weights, once the servers are final), waiting until they
-// exist, and returns each shard's stamp. It is an evaluator's request and
-// binds no learner identity.
+// the final weights, once the servers are final; −1: the weights as they
+// are now), waiting until they exist, and returns each shard's stamp. It
+// is an evaluator's request and binds no learner identity.
 func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64, error) {
 	if len(w) != c.cfg.Total {
 		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
 	}
-	for k := range c.conns {
-		m := c.msg(0, k, 0)
-		m.Type, m.Timestamp = TypeSnapshot, uint64(epoch)
-		c.pulls[k] = m.Seq
-		if err := c.send(ctx, m); err != nil {
+	ask := func(l *link, shards []int) error {
+		for _, k := range shards {
+			m := c.msg(0, k, 0)
+			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
+			c.pulls[k] = m.Seq
+			if err := c.send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, l := range c.links {
+		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
 			return nil, err
 		}
 	}
-	stamps := make([]uint64, c.cfg.Shards)
-	if err := c.recvWeights(ctx, w, stamps); err != nil {
+	stamps, gens := make([]uint64, c.cfg.Shards), make([]int, c.cfg.Shards)
+	if err := c.recvWeights(ctx, w, stamps, gens, ask); err != nil {
 		return nil, err
 	}
 	return stamps, nil
@@ -276,16 +393,25 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k, r := range c.ranges {
+		c.pushes[k]++
+		if _, gen, _ := c.byShard[k].get(); gen != c.gens[k] {
+			continue // computed on weights of a server since replaced: lost
+		}
 		m := c.msg(MsgPush, k, r.Len())
 		copy(m.Payload, grad[r.Lo:r.Hi])
 		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
-		if err := c.send(ctx, m); err != nil {
+		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}
 	c.pushed = true
 	return nil
 }
+
+// Pushes returns, per shard, the gradients the learner pushed, including
+// those lost with a connection (the shards' counts of accepted and
+// dropped gradients tell how many arrived).
+func (c *Client) Pushes() []uint64 { return slices.Clone(c.pushes) }
 
 // Join announces the learner to every shard again (after a Leave or a
 // reconnect).
@@ -299,8 +425,8 @@ func (c *Client) Leave(ctx context.Context) error {
 }
 
 func (c *Client) all(ctx context.Context, t MsgType) error {
-	for k := range c.conns {
-		if err := c.send(ctx, c.msg(t, k, 0)); err != nil {
+	for k := range c.byShard {
+		if err := c.send(ctx, c.msg(t, k, 0)); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}
@@ -311,8 +437,9 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 // peer's address and the transport it uses.
 func (c *Client) Connections() []Connection {
 	var cs []Connection
-	for _, ln := range c.links {
-		cs = append(cs, Connection{Shards: slices.Clone(ln.shards), Peer: ln.conn.RemoteAddr(), Transport: ln.conn.Transport()})
+	for _, l := range c.links {
+		conn, _, _ := l.get()
+		cs = append(cs, Connection{Shards: slices.Clone(l.shards), Peer: conn.RemoteAddr(), Transport: conn.Transport()})
 	}
 	return cs
 }
@@ -324,11 +451,15 @@ type Connection struct {
 	Transport rdma.TransportInfo
 }
 
-// Stats returns the traffic of the client's connections, summed.
+// Stats returns the traffic of the client's connections, summed, those
+// replaced by Redial included.
 func (c *Client) Stats() rdma.Stats {
-	var st rdma.Stats
-	for _, ln := range c.links {
-		cs := ln.conn.Stats()
+	c.statsMu.Lock()
+	st := c.retired
+	c.statsMu.Unlock()
+	for _, l := range c.links {
+		conn, _, _ := l.get()
+		cs := conn.Stats()
 		st.Add(&cs)
 	}
 	return st
@@ -342,8 +473,9 @@ func (c *Client) Close() error {
 		c.pf.req = nil
 	}
 	var errs []error
-	for _, ln := range c.links {
-		errs = append(errs, ln.conn.Close())
+	for _, l := range c.links {
+		conn, _, _ := l.get()
+		errs = append(errs, conn.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -57,6 +57,12 @@ type ServerConfig struct {
 	OnLost func(learner, incarnation uint32)
 	// Logger, if set, receives connection events at debug level.
 	Logger *slog.Logger
+	// Restore, if set, starts each shard from its checkpoint instead of
+	// Init: one per shard, in the order of Shards, taken under the same
+	// PS configuration; Identities (optional) restores the learners'
+	// incarnations (Server.Checkpoint).
+	Restore    []*Checkpoint
+	Identities []Identity
 	// NewMsg allocates the weights replies: the network's allocator
 	// (rdma.Network.NewMsg), so that weights are copied straight into
 	// memory the transport sends from. nil: rdma.NewMsg.
@@ -162,11 +168,28 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),
 		stop: make(chan struct{}), final: make(chan struct{}), conns: map[rdma.Conn]bool{}, binds: map[uint32]*binding{}}
-	for _, k := range cfg.Shards {
+	if cfg.Restore != nil && len(cfg.Restore) != len(cfg.Shards) {
+		return nil, sgd.Fieldf("Restore", "%d checkpoints for %d shards", len(cfg.Restore), len(cfg.Shards))
+	}
+	for i, id := range cfg.Identities {
+		if i < cfg.PS.Learners {
+			s.binds[uint32(i)] = &binding{inc: id.Incarnation, dead: id.Evicted}
+		}
+	}
+	for i, k := range cfg.Shards {
 		if s.byShard[k] != nil {
 			return nil, sgd.Fieldf("Shards", "shard %d listed twice", k)
 		}
-		core, err := NewShard(cfg.PS, k, cfg.Init)
+		var core *Shard
+		var err error
+		if cfg.Restore != nil {
+			if cfg.Restore[i].Shard != k {
+				return nil, sgd.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
+			}
+			core, err = Restore(cfg.PS, cfg.Restore[i])
+		} else {
+			core, err = NewShard(cfg.PS, k, cfg.Init)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -303,6 +326,38 @@ func (s *Server) each1(l *shardLoop, f func()) bool {
 	case <-s.ending:
 		return false
 	}
+}
+
+// Identity is the server's view of one learner's identity, for
+// checkpoints: its latest incarnation and whether that one was evicted.
+type Identity struct {
+	Incarnation uint32
+	Evicted     bool
+}
+
+// Checkpoint returns each shard's durable state (Shard.Checkpoint, taken
+// on the shard's goroutine between two messages), in the order of
+// Shards, and the learners' identities (by learner id). Shards do not
+// synchronise: their checkpoints are taken one after the other. It
+// returns nil once Serve has returned.
+func (s *Server) Checkpoint() ([]*Checkpoint, []Identity) {
+	var cps []*Checkpoint
+	for _, l := range s.loops {
+		var cp *Checkpoint
+		if !s.each1(l, func() { cp = l.core.Checkpoint() }) {
+			return nil, nil
+		}
+		cps = append(cps, cp)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]Identity, s.cfg.PS.Learners)
+	for l, b := range s.binds {
+		if int(l) < len(ids) {
+			ids[l] = Identity{Incarnation: b.inc, Evicted: b.dead}
+		}
+	}
+	return cps, ids
 }
 
 // Weights returns a copy of each shard's final weights, in the order of

@@ -710,3 +710,94 @@ func TestNetworkAllocator(t *testing.T) {
 		t.Errorf("%d messages from the network's allocator, want %d", n, 3*2+3*2+2+3*2)
 	}
 }
+
+// TestClientRedialRestoredServer restarts a shard server from a
+// checkpoint while a learner trains: the learner's next pull finds the
+// connection lost, redials the new server and gets the restored weights;
+// the pushes made after the checkpoint are lost, and the counts say so:
+// accepted + dropped + lost = pushed. The restored server keeps the
+// learner's sequences and incarnation: nothing is applied twice.
+func TestClientRedialRestoredServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 2, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	net, _ := network(t, "tcp", 2)
+	serve := func(sc ServerConfig) (*Server, string, chan error) {
+		srv, err := NewServer(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, ln) }()
+		return srv, ln.Addr(), done
+	}
+	init := make([]float32, 64)
+	a, addrA, doneA := serve(ServerConfig{PS: cfg, Init: init})
+	var mu sync.Mutex
+	addr := addrA
+	redials := 0
+	c, err := Dial(ctx, net, []string{addrA, addrA}, ClientConfig{Learner: 0, Incarnation: 3, Protocol: Softsync, Total: 64, Shards: 2,
+		Redial: func(ctx context.Context, shard int) (rdma.Conn, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			redials++
+			return net.Dial(ctx, addr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, g := make([]float32, 64), make([]float32, 64)
+	for i := range g {
+		g[i] = 1
+	}
+	step := func() {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Push(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		step()
+	}
+	c.Pull(ctx, w) // the third push is applied
+	cps, ids := a.Checkpoint()
+	if ids[0].Incarnation != 3 || cps[0].Clock != 3 {
+		t.Fatalf("checkpoint: identities %+v, clock %d", ids, cps[0].Clock)
+	}
+	c.Push(ctx, g) // lost with the server
+	step()         // lost too
+	a.Stop()
+	<-doneA
+	b, addrB, doneB := serve(ServerConfig{PS: cfg, Init: init, Restore: cps, Identities: ids})
+	mu.Lock()
+	addr = addrB
+	mu.Unlock()
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatalf("pull after the restart: %v", err)
+	}
+	if st := c.Stamps(); st[0] != 3 || st[1] != 3 || w[0] != -0.3 {
+		t.Fatalf("after the restart: stamps %v, w[0] = %g; want the checkpoint's clock 3 and -0.3", st, w[0])
+	}
+	step()
+	c.Pull(ctx, w)
+	st := b.Stats()
+	for k, pushed := range c.Pushes() {
+		sh := st.Shards[k]
+		lost := pushed - sh.Gradients - sh.Dropped
+		if pushed != 6 || sh.Gradients != 4 || lost != 2 || sh.Duplicates != 0 || sh.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %d pushed, %+v: want 6 pushed, 4 accepted, 2 lost", k, pushed, sh)
+		}
+	}
+	if redials != 1 {
+		t.Errorf("%d redials for one server restart, want 1", redials)
+	}
+	b.Stop()
+	<-doneB
+}

@@ -153,8 +153,13 @@ func (l *shardLoop) checkFinal() {
 // snapshotRequest answers a TypeSnapshot request now, or once its epoch
 // is reached.
 func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
+	now := in.m.Timestamp == SnapshotNow
 	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
 	in.m.Release()
+	if now {
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), w.seq, l.core.Weights(), l.s.cfg.Codec))
+		return
+	}
 	if !l.s.cfg.Snapshots && w.epoch > 0 {
 		l.s.reject(in.p, l.core.Index(), w.seq, errSnapshotsOff)
 		return
@@ -164,11 +169,16 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 }
 
 // answerWaits answers the waiting snapshot requests whose epoch has come;
-// an epoch's snapshot is dropped once it was sent.
+// an epoch's snapshot is dropped once it was sent. Once the shard is
+// final, an epoch it never reached (gradients lost with a restarted
+// server) is answered with the final weights.
 func (l *shardLoop) answerWaits(ctx context.Context) {
 	k := l.core.Index()
 	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
 		sn, ok := l.snaps[w.epoch]
+		if !ok && l.final {
+			sn, ok = l.snaps[0], true
+		}
 		if !ok {
 			return false
 		}

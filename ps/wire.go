@@ -21,8 +21,9 @@ import (
 //
 // Evaluator → shard: TypeSnapshot asks for the weights of an epoch end
 // (Timestamp: the epoch e ≥ 1, whose snapshot is taken once the shard has
-// consumed e·P gradients; 0: the final weights). Its Learner is not a
-// learner id and binds nothing.
+// consumed e·P gradients; 0: the final weights; SnapshotNow: the weights
+// as they are, at once). Its Learner is not a learner id and binds
+// nothing.
 const (
 	// TypeWeights is the rdma type of a shard's weights.
 	TypeWeights rdma.Type = 5
@@ -30,6 +31,10 @@ const (
 	// weights of an epoch end.
 	TypeSnapshot rdma.Type = 6
 )
+
+// SnapshotNow is the Timestamp of a TypeSnapshot request for the
+// weights as they are (an interrupted job's last weights).
+const SnapshotNow = 1<<64 - 1
 
 // Sequence numbers carry the learner's incarnation in their high 32 bits:
 // Seq = incarnation<<32 | n, n counting the messages of this life from 1.
