@@ -32,6 +32,8 @@ const (
 	tFinal                            // shard server → coordinator: ps.ServerStats
 	tStop                             // coordinator → role: stop
 	tFail                             // role → coordinator: failure
+	tWhere                            // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
+	tAddr                             // coordinator → learner, evaluator: addr
 )
 
 // Role names a process's part in a job.
@@ -97,6 +99,7 @@ type progress struct {
 	Done        bool         `json:"done,omitempty"`
 	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
 	Connections []Connection `json:"connections,omitempty"` // with Done
+	Pushes      []uint64     `json:"pushes,omitempty"`      // with Done: per shard, gradients pushed (ps.Client.Pushes)
 }
 
 type epochLoss struct {
@@ -117,6 +120,15 @@ type epochResult struct {
 type member struct {
 	Learner     uint32 `json:"learner"`
 	Incarnation uint32 `json:"incarnation"`
+}
+
+type where struct {
+	Shard int `json:"shard"`
+}
+
+type addr struct {
+	Shard int    `json:"shard"`
+	Addr  string `json:"addr"`
 }
 
 type stop struct {

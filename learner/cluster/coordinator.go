@@ -34,7 +34,11 @@ type CoordinatorConfig struct {
 	// Rendezvous, if > 0, fails the job when some process has not arrived
 	// after that long.
 	Rendezvous time.Duration
-	Logger     *slog.Logger
+	// ServerTimeout is how long the job waits for a shard server whose
+	// connection was lost to come back (restarted from its checkpoint)
+	// before it fails; 0: it fails at once.
+	ServerTimeout time.Duration
+	Logger        *slog.Logger
 	// OnEpoch, if set, receives each epoch's history entry once it is
 	// complete, in order; it is called from a coordinator goroutine and
 	// must not block for long.
@@ -75,6 +79,7 @@ type Coordinator struct {
 	finalErr float64 // test error of the final weights (NaN: none)
 	traffic  rdma.Stats
 	conns    []Connection
+	pushes   []uint64 // per shard, gradients the learners pushed
 }
 
 type serverState struct {
@@ -82,6 +87,8 @@ type serverState struct {
 	proc  Process
 	addr  string
 	final bool
+	lost  time.Time // its connection was lost at (zero: connected)
+	lives int       // registrations (restarts + 1)
 	stats ps.ServerStats
 }
 
@@ -127,6 +134,11 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		c.learners[i] = &learnerState{}
 	}
 	c.epochs = int(c.total) / c.per
+	n := 0
+	for _, shards := range cfg.Servers {
+		n += len(shards)
+	}
+	c.pushes = make([]uint64, n)
 	E := cfg.Plan.Epochs
 	c.lossSum, c.lossCnt = make([]float64, E), make([]int64, E)
 	c.testErr, c.secs, c.known = make([]float64, E), make([]float64, E), make([]bool, E)
@@ -314,7 +326,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 	c.mu.Lock()
 	switch p.Role {
 	case RoleServer:
-		if p.ID < 0 || p.ID >= len(c.servers) || c.servers[p.ID] != nil {
+		if p.ID < 0 || p.ID >= len(c.servers) || c.servers[p.ID] != nil && c.servers[p.ID].lost.IsZero() {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: %s: no such shard server, or it arrived twice (the job has %d)", ErrRendezvous, p, len(c.servers))
 		}
@@ -326,12 +338,27 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: %s: %v", ErrRendezvous, p, err)
 		}
-		c.servers[p.ID] = &serverState{c: cc, proc: p, addr: h.Addr}
-		c.procs = append(c.procs, p)
+		back := c.servers[p.ID] != nil
+		s := &serverState{c: cc, proc: p, addr: h.Addr, lives: 1}
+		if back {
+			s.lives = c.servers[p.ID].lives + 1
+			if c.cfg.Logger != nil {
+				c.cfg.Logger.Warn("shard server back", "server", p.ID, "addr", h.Addr)
+			}
+		} else {
+			c.procs = append(c.procs, p)
+		}
+		c.servers[p.ID] = s
 		c.notify()
 		c.startLocked()
 		c.mu.Unlock()
-		return cc.send(ctx, tWelcome, welcome{Plan: c.cfg.Plan})
+		if err := cc.send(ctx, tWelcome, welcome{Plan: c.cfg.Plan}); err != nil {
+			return err
+		}
+		if back {
+			c.catchUp(ctx, s)
+		}
+		return nil
 	case RoleLearner:
 		if p.ID < 0 || p.ID >= len(c.learners) {
 			c.mu.Unlock()
@@ -416,8 +443,16 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 		t, b, err := cc.recv(ctx)
 		if err != nil {
 			c.mu.Lock()
-			if s := c.servers[id]; !s.final {
-				c.fail(fmt.Errorf("%w: lost %s: %v", ErrJobFailed, s.proc, err))
+			if s := c.servers[id]; s.c == cc && !s.final {
+				if c.cfg.ServerTimeout <= 0 {
+					c.fail(fmt.Errorf("%w: lost %s: %v", ErrJobFailed, s.proc, err))
+				} else {
+					s.lost = time.Now()
+					if c.cfg.Logger != nil {
+						c.cfg.Logger.Warn("lost a shard server; waiting for it to come back", "server", id, "for", c.cfg.ServerTimeout, "err", err)
+					}
+					c.notify()
+				}
 			}
 			c.mu.Unlock()
 			return
@@ -437,8 +472,10 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 				return
 			}
 			c.mu.Lock()
-			c.servers[id].final, c.servers[id].stats = true, st
-			c.notify()
+			if c.servers[id].c == cc {
+				c.servers[id].final, c.servers[id].stats = true, st
+				c.notify()
+			}
 			c.mu.Unlock()
 		case tFail:
 			c.failed(cc, t, b, c.servers[id].proc)
@@ -526,6 +563,13 @@ func (c *Coordinator) serveLearner(ctx context.Context, cc *ctrl, id int) {
 			c.mu.Lock()
 			c.addProgress(l, &p)
 			c.mu.Unlock()
+		case tWhere:
+			var q where
+			if err := decode(t, b, &q); err != nil {
+				c.protocolError(err)
+				return
+			}
+			waiting.Go(func() { c.serverAddr(ctx, cc, q.Shard) })
 		case tFail:
 			c.failed(cc, t, b, l.proc)
 			return
@@ -588,13 +632,64 @@ func (c *Coordinator) removeLearner(ctx context.Context, id int, why string) {
 	c.notify()
 }
 
-// heartbeats removes learners silent for longer than the heartbeat.
+// catchUp tells a shard server that came back what happened while it
+// was away: the learners removed since, the end of the data.
+func (c *Coordinator) catchUp(ctx context.Context, s *serverState) {
+	c.mu.Lock()
+	var evict []member
+	for id, l := range c.learners {
+		if !l.live && l.lives > 0 {
+			evict = append(evict, member{Learner: uint32(id), Incarnation: l.inc})
+		}
+	}
+	finishing := c.finishing
+	c.mu.Unlock()
+	for _, m := range evict {
+		s.c.send(ctx, tEvict, m)
+	}
+	if finishing {
+		s.c.send(ctx, tFinish, nil)
+	}
+}
+
+// serverAddr answers a learner's or the evaluator's question where the
+// server of shard is, once it is there (it may be coming back).
+func (c *Coordinator) serverAddr(ctx context.Context, cc *ctrl, shard int) {
+	for {
+		c.mu.Lock()
+		var a string
+		for i, shards := range c.cfg.Servers {
+			if slices.Contains(shards, shard) && c.servers[i] != nil && c.servers[i].lost.IsZero() {
+				a = c.servers[i].addr
+			}
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if a != "" {
+			cc.send(ctx, tAddr, addr{Shard: shard, Addr: a})
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// heartbeats removes learners silent for longer than the heartbeat, and
+// fails the job when a lost shard server has not come back in time.
 func (c *Coordinator) heartbeats(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.servers {
+		if s != nil && !s.lost.IsZero() && now.Sub(s.lost) > c.cfg.ServerTimeout {
+			c.fail(fmt.Errorf("%w: %s did not come back within %v", ErrJobFailed, s.proc, c.cfg.ServerTimeout))
+		}
+	}
 	if c.cfg.Heartbeat <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for id, l := range c.learners {
 		if l.live && !l.done && now.Sub(l.last) > c.cfg.Heartbeat {
 			c.removeLearner(ctx, id, fmt.Sprintf("no heartbeat for %v", now.Sub(l.last).Round(time.Millisecond)))
@@ -624,6 +719,11 @@ func (c *Coordinator) addProgress(l *learnerState, p *progress) {
 		c.traffic.Add(p.Traffic)
 	}
 	c.conns = append(c.conns, p.Connections...)
+	for k, n := range p.Pushes {
+		if k < len(c.pushes) {
+			c.pushes[k] += n
+		}
+	}
 	if p.Done {
 		l.done = true
 	}
@@ -653,6 +753,13 @@ func (c *Coordinator) serveEvaluator(ctx context.Context, cc *ctrl) {
 			c.mu.Lock()
 			c.epochResult(&r)
 			c.mu.Unlock()
+		case tWhere:
+			var q where
+			if err := decode(t, b, &q); err != nil {
+				c.protocolError(err)
+				return
+			}
+			go c.serverAddr(ctx, cc, q.Shard)
 		case tFail:
 			c.failed(cc, t, b, c.eval.proc)
 			return
@@ -729,7 +836,7 @@ func (c *Coordinator) result() *Result {
 	for _, s := range c.cfg.Servers {
 		n += len(s)
 	}
-	r.Shards = make([]ps.Stats, n)
+	r.Shards, r.Pushes = make([]ps.Stats, n), slices.Clone(c.pushes)
 	for i, s := range c.servers {
 		for j, k := range c.cfg.Servers[i] {
 			if j < len(s.stats.Shards) {

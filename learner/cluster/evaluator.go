@@ -3,12 +3,14 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma"
 )
 
 // EvaluatorConfig configures the evaluator role.
@@ -40,28 +42,52 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 		return nil, err
 	}
 	defer cc.conn.Close()
-	final, err := evaluate(ctx, cfg, cc, w)
+	addrs, stopped := make(chan addr, 1), make(chan error, 1)
+	go func() { // the coordinator's answers, and its stop
+		for {
+			t, b, err := cc.recv(ctx)
+			switch {
+			case err != nil:
+				stopped <- fmt.Errorf("%s: %w: lost the coordinator: %v", cfg.Process, ErrJobFailed, err)
+			case t == tAddr:
+				var a addr
+				if err := decode(t, b, &a); err == nil {
+					latest(addrs, a)
+					continue
+				}
+				stopped <- fmt.Errorf("%s: %w", cfg.Process, err)
+			case t == tStop:
+				stopped <- stopErr(t, b)
+			default:
+				stopped <- fmt.Errorf("%s: %w: message %#x from the coordinator", cfg.Process, ErrProtocol, t)
+			}
+			cancel()
+			return
+		}
+	}()
+	var mu sync.Mutex
+	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(cc, addrs, &mu))
 	if err != nil {
-		cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		select {
+		case serr := <-stopped: // the job ended first: its reason explains more
+			if serr != nil {
+				return nil, serr
+			}
+		default:
+			cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		}
 		return nil, err
 	}
-	t, b, err := cc.recv(ctx)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w: lost the coordinator: %v", cfg.Process, ErrJobFailed, err)
-	case t != tStop:
-		return nil, fmt.Errorf("%s: %w: message %#x from the coordinator", cfg.Process, ErrProtocol, t)
-	}
-	if err := stopped(t, b); err != nil {
+	if err := <-stopped; err != nil {
 		return nil, err
 	}
 	return final, nil
 }
 
 // evaluate measures every epoch and the final weights, and returns them.
-func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome) ([]float32, error) {
+func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, redial func(context.Context, int) (rdma.Conn, error)) ([]float32, error) {
 	total := cfg.Spec.NumParams()
-	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards})
+	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards, Redial: redial})
 	if err != nil {
 		return nil, err
 	}

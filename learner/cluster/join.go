@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -24,7 +25,12 @@ type Member struct {
 	// Rendezvous bounds the wait for the coordinator to answer (0: until
 	// ctx ends).
 	Rendezvous time.Duration
-	Logger     *slog.Logger // nil: no log
+	// PSTimeout bounds how long a learner or the evaluator tries to reach
+	// a shard server again after its connection failed (the server may be
+	// restarting), with backoff, before it fails naming the shard and the
+	// address (0: it fails at once).
+	PSTimeout time.Duration
+	Logger    *slog.Logger // nil: no log
 }
 
 func (m *Member) log() *slog.Logger {
@@ -93,9 +99,9 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	return c, w, nil
 }
 
-// stopped turns the coordinator's stop message into the role's result:
+// stopErr turns the coordinator's stop message into the role's result:
 // nil, or the job's failure.
-func stopped(t rdma.Type, b []byte) error {
+func stopErr(t rdma.Type, b []byte) error {
 	var s stop
 	if err := decode(t, b, &s); err != nil {
 		return err
@@ -104,4 +110,49 @@ func stopped(t rdma.Type, b []byte) error {
 		return fmt.Errorf("%w: %s", ErrJobFailed, s.Err)
 	}
 	return nil
+}
+
+// redialer returns the Redial of a learner's or the evaluator's
+// parameter-server client: ask the coordinator where the server of the
+// shard is now (it may have been restarted elsewhere), and dial it, again
+// and again with backoff until PSTimeout. addrs delivers the
+// coordinator's answers; calls are serialised by mu.
+func (m *Member) redialer(cc *ctrl, addrs <-chan addr, mu *sync.Mutex) func(context.Context, int) (rdma.Conn, error) {
+	return func(ctx context.Context, shard int) (rdma.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.PSTimeout <= 0 {
+			return nil, fmt.Errorf("shard %d: connection lost (no --ps-timeout to wait for it)", shard)
+		}
+		ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
+		defer cancel()
+		log := m.log()
+		wait, last, lastErr := 100*time.Millisecond, "", error(nil)
+		for {
+			if err := cc.send(ctx, tWhere, where{Shard: shard}); err != nil {
+				return nil, fmt.Errorf("shard %d: asking the coordinator where its server is: %w", shard, err)
+			}
+			select {
+			case a := <-addrs:
+				last = a.Addr
+				conn, err := m.Network.Dial(ctx, a.Addr)
+				if err == nil {
+					log.Info("reconnected to a shard server", "shard", shard, "addr", a.Addr)
+					return conn, nil
+				}
+				lastErr = err
+				log.Warn("shard server unreachable; retrying", "shard", shard, "addr", a.Addr, "err", err, "in", wait)
+			case <-ctx.Done():
+			}
+			select {
+			case <-ctx.Done():
+				if lastErr == nil {
+					lastErr = errors.New("the coordinator knows no server for it")
+				}
+				return nil, fmt.Errorf("shard %d (server at %s) not reachable within --ps-timeout %v: %w", shard, last, m.PSTimeout, lastErr)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 2*time.Second)
+		}
+	}
 }

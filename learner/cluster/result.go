@@ -37,6 +37,11 @@ type Result struct {
 	// learners (data.Plan.BatchesPerEpoch).
 	BatchesPerEpoch int
 	Shards          []ps.Stats     // each shard's counters, in shard order
+	// Pushes are, per shard, the gradients the learners pushed to it: the
+	// shard's accepted and dropped gradients plus those lost with a
+	// connection or a restarted shard server (the pushes after its
+	// checkpoint).
+	Pushes []uint64
 	Server          ps.ServerStats // the shard servers' own counters, summed (Shards empty)
 	Traffic         rdma.Stats     // every learner connection, both directions
 	Chunks          data.DispatchStats

@@ -90,7 +90,7 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server) error {
 		case tFinish:
 			srv.Finish()
 		case tStop:
-			return stopped(t, b)
+			return stopErr(t, b)
 		default:
 			return fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t)
 		}

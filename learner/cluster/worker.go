@@ -45,7 +45,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		return err
 	}
 	defer cc.conn.Close()
-	r := &worker{cfg: cfg, cc: cc, replies: make(chan chunkReply, 1), report: map[int]*epochLoss{}}
+	r := &worker{cfg: cfg, cc: cc, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1), report: map[int]*epochLoss{}}
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	defer cancel()
@@ -91,6 +91,8 @@ type worker struct {
 	cfg     LearnerConfig
 	cc      *ctrl
 	replies chan chunkReply
+	addrs   chan addr // the coordinator's answers to where
+	redial  sync.Mutex
 	client  *ps.Client
 
 	mu     sync.Mutex
@@ -111,7 +113,8 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 		}
 	}()
 	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
-		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec})
+		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
+		Redial: cfg.redialer(r.cc, r.addrs, &r.redial)})
 	if err != nil {
 		return err
 	}
@@ -189,7 +192,7 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 	r.mu.Unlock()
 	if done && r.client != nil {
 		st := r.client.Stats()
-		p.Traffic = &st
+		p.Traffic, p.Pushes = &st, r.client.Pushes()
 		for _, c := range r.client.Connections() {
 			p.Connections = append(p.Connections, Connection{Learner: r.cfg.ID, Shards: c.Shards, Peer: c.Peer,
 				Transport: c.Transport.Name, Reason: c.Transport.Reason})
@@ -238,8 +241,15 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 				return
 			}
 			r.replies <- rep
+		case tAddr:
+			var a addr
+			if err := decode(t, b, &a); err != nil {
+				r.setErr(err)
+				return
+			}
+			latest(r.addrs, a)
 		case tStop:
-			if err := stopped(t, b); err != nil {
+			if err := stopErr(t, b); err != nil {
 				r.setErr(err)
 			}
 			return
@@ -265,3 +275,18 @@ func (r *worker) jobError() error {
 }
 
 var _ data.Source = (*worker)(nil)
+
+// latest puts a in ch (of capacity 1), replacing an answer nobody took.
+func latest(ch chan addr, a addr) {
+	for {
+		select {
+		case ch <- a:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}

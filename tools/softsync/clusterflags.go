@@ -18,6 +18,7 @@ type clusterFlags struct {
 	insecure      bool          // --insecure
 	heartbeat     time.Duration // --heartbeat
 	rendezvous    time.Duration // --rendezvous-timeout
+	psTimeout     time.Duration // --ps-timeout
 	id            int           // --id (role commands)
 }
 
@@ -37,4 +38,5 @@ func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	fl.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without a secret (anyone who reaches the port can disturb the job)")
 	fl.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "a learner silent for this long is removed from the job (its chunks go to others)")
 	fl.DurationVar(&c.rendezvous, "rendezvous-timeout", 2*time.Minute, "how long to wait for every process of the job to arrive")
+	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails")
 }

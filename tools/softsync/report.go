@@ -89,6 +89,8 @@ type traffic struct {
 
 type shard struct {
 	Shard     int       `json:"shard"`
+	Pushed    uint64    `json:"pushed"`
+	Lost      uint64    `json:"lost"`
 	Updates   uint64    `json:"updates"`
 	Partial   uint64    `json:"partial_updates"`
 	Gradients uint64    `json:"gradients"`
@@ -167,7 +169,12 @@ func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport 
 	}
 	r.Staleness = staleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
-		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)})
+		sh := shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)}
+		if k < len(res.Pushes) {
+			sh.Pushed = res.Pushes[k]
+			sh.Lost = sh.Pushed - min(sh.Pushed, s.Gradients+s.Dropped)
+		}
+		r.ShardStats = append(r.ShardStats, sh)
 		if k == 0 {
 			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s), s.Updates, s.Partial, s.Gradients, s.Dropped
 		}

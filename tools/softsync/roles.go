@@ -47,7 +47,7 @@ func self(rank int, role cluster.Role, id int) cluster.Process {
 // member is what a role of this process needs to join the job.
 func (app *App) member(f *trainFlags, st *trainSetup, network rdma.Network, coord string, p cluster.Process) cluster.Member {
 	return cluster.Member{Network: network, Job: st.job, Coordinator: coord, Process: p, Settings: st.settings,
-		Rendezvous: f.cluster.rendezvous, Logger: app.Log}
+		Rendezvous: f.cluster.rendezvous, PSTimeout: f.cluster.psTimeout, Logger: app.Log}
 }
 
 // oneShardEach deals the job's shards to shard servers, one each.
@@ -125,7 +125,8 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 	prog := newProgress(app, f.quiet, c.Epochs)
 	coord, err := cluster.NewCoordinator(cluster.CoordinatorConfig{Settings: st.settings, Plan: c.Plan(c.Train.N),
 		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
-		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, Logger: app.Log, OnEpoch: prog.epoch})
+		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, ServerTimeout: f.cluster.psTimeout,
+		Logger: app.Log, OnEpoch: prog.epoch})
 	if err != nil {
 		return nil, err
 	}
