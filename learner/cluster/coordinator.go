@@ -793,15 +793,15 @@ func (c *Coordinator) epochResult(r *epochResult) {
 
 // emit appends the epochs whose loss and test error are both known, in
 // order; c.mu is held. An epoch's loss is known once its P mini-batches
-// are reported (more when a lost learner's chunk was pushed again), or the
-// job's data is done.
+// are reported (more when a lost learner's chunk was pushed again), or no
+// learner will report any more (see reported).
 func (c *Coordinator) emit() {
 	for e := len(c.history); e < len(c.lossSum); e++ {
 		last := e+1 == c.cfg.Plan.Epochs && e+1 == c.epochs
 		switch {
 		case e >= c.epochs:
 			return
-		case c.lossCnt[e] < int64(c.per) && !c.disp.Done():
+		case c.lossCnt[e] < int64(c.per) && !c.reported():
 			return
 		case last && c.cfg.Evaluator && !c.eval.done, !last && !c.known[e] && c.cfg.Evaluator:
 			return
@@ -818,6 +818,20 @@ func (c *Coordinator) emit() {
 			c.cfg.OnEpoch(ep)
 		}
 	}
+}
+
+// reported reports whether every progress report is in: the data is done
+// and every learner has sent its last report or is gone; c.mu is held.
+func (c *Coordinator) reported() bool {
+	if !c.disp.Done() {
+		return false
+	}
+	for _, l := range c.learners {
+		if l.live && !l.done {
+			return false
+		}
+	}
+	return true
 }
 
 // result assembles the job's result; c.mu is held.
