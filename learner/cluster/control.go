@@ -34,6 +34,9 @@ const (
 	tFail                             // role → coordinator: failure
 	tWhere                            // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
 	tAddr                             // coordinator → learner, evaluator: addr
+	tInterrupt                        // coordinator → evaluator: (no data) measure the weights as they are
+	tStats                            // coordinator → shard server: (no data) report your counters now
+	tServerStats                      // shard server → coordinator: ps.ServerStats (answers tStats)
 )
 
 // Role names a process's part in a job.
@@ -108,9 +111,10 @@ type epochLoss struct {
 	Loss  float64 `json:"loss"` // sum over the steps
 }
 
-// epochResult reports the weights of an epoch end (Epoch ≥ 1) or the
-// final weights (0): first that they were taken (Taken: the coordinator
-// notes the time), then their test error (nil without a test set).
+// epochResult reports the weights of an epoch end (Epoch ≥ 1), the final
+// weights (0) or, in an interrupted job, the weights reached (−1): first
+// that they were taken (Taken: the coordinator notes the time), then
+// their test error (nil without a test set).
 type epochResult struct {
 	Epoch     int      `json:"epoch"`
 	Taken     bool     `json:"taken,omitempty"`
@@ -132,7 +136,8 @@ type addr struct {
 }
 
 type stop struct {
-	Err string `json:"err,omitempty"` // the job failed: why
+	Err         string `json:"err,omitempty"`         // the job failed: why
+	Interrupted bool   `json:"interrupted,omitempty"` // the job was interrupted: stop now, report what was done
 }
 
 type failure struct {
@@ -215,6 +220,9 @@ var (
 	// ErrJobFailed: the coordinator stopped the job because of a failure
 	// elsewhere.
 	ErrJobFailed = errors.New("job failed")
+	// ErrInterrupted: the job was interrupted (Coordinator.Interrupt,
+	// Job.Interrupt); the result so far comes with it.
+	ErrInterrupted = errors.New("job interrupted")
 )
 
 // evaluatorID is the learner id of an evaluator's parameter-server

@@ -60,6 +60,7 @@ type Coordinator struct {
 	start          time.Time
 	trained        time.Duration // start → last chunk completed
 	finishing      bool          // the data is done: shard servers told to finish
+	interrupted    bool          // Interrupt was called
 	err            error         // the job failed
 	servers        []*serverState
 	learners       []*learnerState
@@ -90,6 +91,8 @@ type serverState struct {
 	lost  time.Time // its connection was lost at (zero: connected)
 	lives int       // registrations (restarts + 1)
 	stats ps.ServerStats
+	// polled: it answered the interruption's request for its counters.
+	polled bool
 }
 
 type learnerState struct {
@@ -228,6 +231,25 @@ func (c *Coordinator) check() (*Result, error, bool) {
 	}
 	if !c.started {
 		return nil, nil, false
+	}
+	if c.interrupted {
+		if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
+			return nil, nil, false
+		}
+		for _, s := range c.servers {
+			if s != nil && s.lost.IsZero() && !s.polled && !s.final {
+				return nil, nil, false
+			}
+		}
+		for _, l := range c.learners {
+			if l.live && !l.done {
+				return nil, nil, false
+			}
+		}
+		if c.trained == 0 {
+			c.trained = time.Since(c.start)
+		}
+		return c.result(), ErrInterrupted, true
 	}
 	for _, s := range c.servers {
 		if !s.final {
@@ -477,6 +499,18 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 				c.notify()
 			}
 			c.mu.Unlock()
+		case tServerStats:
+			var st ps.ServerStats
+			if err := decode(t, b, &st); err != nil {
+				c.protocolError(err)
+				return
+			}
+			c.mu.Lock()
+			if c.servers[id].c == cc {
+				c.servers[id].stats, c.servers[id].polled = st, true
+				c.notify()
+			}
+			c.mu.Unlock()
 		case tFail:
 			c.failed(cc, t, b, c.servers[id].proc)
 		default:
@@ -515,7 +549,11 @@ func (c *Coordinator) serveLearner(ctx context.Context, cc *ctrl, id int) {
 		c.mu.Unlock()
 		if err != nil {
 			c.mu.Lock()
-			if current && l.live && !l.done {
+			switch {
+			case current && l.live && !l.done && c.interrupted:
+				l.live = false
+				c.notify()
+			case current && l.live && !l.done:
 				c.removeLearner(ctx, id, fmt.Sprintf("connection lost: %v", err))
 			}
 			c.mu.Unlock()
@@ -778,9 +816,9 @@ func (c *Coordinator) epochResult(r *epochResult) {
 	}
 	secs := time.Since(c.start).Seconds()
 	switch {
-	case r.Epoch == 0 && !r.Taken:
+	case r.Epoch <= 0 && !r.Taken:
 		c.finalErr, c.eval.done = te, true
-	case r.Epoch == 0:
+	case r.Epoch <= 0:
 	case r.Epoch > len(c.testErr):
 	case r.Taken:
 		c.secs[r.Epoch-1] = secs
@@ -838,7 +876,8 @@ func (c *Coordinator) reported() bool {
 func (c *Coordinator) result() *Result {
 	r := &Result{History: slices.Clone(c.history), TestError: math.NaN(), Steps: c.steps, Images: c.steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
-		Lost: c.lost - c.restarts, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.conns)}
+		Lost: c.lost - c.restarts, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.conns),
+		Interrupted: c.interrupted}
 	r.TestError = c.finalErr
 	if r.Seconds > 0 {
 		r.ImagesPerSec = float64(r.Images) / r.Seconds
@@ -870,7 +909,7 @@ func (c *Coordinator) result() *Result {
 // stopAll tells every process the job is over (err: it failed).
 func (c *Coordinator) stopAll(ctx context.Context, err error) {
 	msg := stop{}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrInterrupted) { // an interrupted job stops well
 		msg.Err = err.Error()
 	}
 	c.mu.Lock()
@@ -891,6 +930,47 @@ func (c *Coordinator) stopAll(ctx context.Context, err error) {
 	c.mu.Unlock()
 	for _, cc := range ccs {
 		cc.send(ctx, tStop, msg)
+	}
+}
+
+// Interrupt ends the job early (the user's Ctrl-C): the learners are
+// stopped, the evaluator measures the weights as they are, and Serve
+// returns the result so far with ErrInterrupted. It is safe to call from
+// any goroutine, more than once.
+func (c *Coordinator) Interrupt() {
+	c.mu.Lock()
+	if c.interrupted {
+		c.mu.Unlock()
+		return
+	}
+	c.interrupted = true
+	var learners []*ctrl
+	for _, l := range c.learners {
+		if l.live && !l.done {
+			learners = append(learners, l.c)
+		}
+	}
+	var eval *ctrl
+	if c.eval != nil {
+		eval = c.eval.c
+	}
+	var servers []*ctrl
+	for _, s := range c.servers {
+		if s != nil && s.lost.IsZero() {
+			servers = append(servers, s.c)
+		}
+	}
+	c.notify()
+	c.mu.Unlock()
+	ctx := context.Background()
+	for _, cc := range learners {
+		cc.send(ctx, tStop, stop{Interrupted: true})
+	}
+	for _, cc := range servers {
+		cc.send(ctx, tStats, nil)
+	}
+	if eval != nil {
+		eval.send(ctx, tInterrupt, nil)
 	}
 }
 

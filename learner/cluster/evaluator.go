@@ -42,8 +42,8 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 		return nil, err
 	}
 	defer cc.conn.Close()
-	addrs, stopped := make(chan addr, 1), make(chan error, 1)
-	go func() { // the coordinator's answers, and its stop
+	addrs, stopped, interrupted := make(chan addr, 1), make(chan error, 1), make(chan struct{})
+	go func() { // the coordinator's answers, its interruption and its stop
 		for {
 			t, b, err := cc.recv(ctx)
 			switch {
@@ -56,6 +56,9 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 					continue
 				}
 				stopped <- fmt.Errorf("%s: %w", cfg.Process, err)
+			case t == tInterrupt:
+				close(interrupted)
+				continue
 			case t == tStop:
 				stopped <- stopErr(t, b)
 			default:
@@ -66,7 +69,7 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 		}
 	}()
 	var mu sync.Mutex
-	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(cc, addrs, &mu))
+	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(cc, addrs, &mu), interrupted)
 	if err != nil {
 		select {
 		case serr := <-stopped: // the job ended first: its reason explains more
@@ -85,7 +88,9 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 }
 
 // evaluate measures every epoch and the final weights, and returns them.
-func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, redial func(context.Context, int) (rdma.Conn, error)) ([]float32, error) {
+// Once interrupted, it measures the weights as they are instead (epoch
+// −1) and returns those.
+func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, redial func(context.Context, int) (rdma.Conn, error), interrupted <-chan struct{}) ([]float32, error) {
 	total := cfg.Spec.NumParams()
 	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards, Redial: redial})
 	if err != nil {
@@ -99,32 +104,55 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		}
 		defer net.Close()
 	}
+	epochCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-interrupted:
+			cancel()
+		case <-epochCtx.Done():
+		}
+	}()
 	per := w.Plan.BatchesPerEpoch()
 	full := w.Plan.Total() / per
 	if full == w.Plan.Epochs && full > 0 {
 		full-- // the last epoch is measured on the final weights
 	}
 	weights := make([]float32, total)
-	for e := 0; e <= full; e++ {
-		epoch := e + 1
-		if e == full {
-			epoch = 0
-		}
-		if _, err := client.Snapshot(ctx, epoch, weights); err != nil {
-			return nil, fmt.Errorf("%s: weights of epoch %d: %w", cfg.Process, epoch, err)
-		}
+	measure := func(epoch int) error {
 		// The time of the epoch's end is that of the snapshot's arrival.
 		if err := cc.send(ctx, tEpoch, epochResult{Epoch: epoch, Taken: true}); err != nil {
-			return nil, err
+			return err
 		}
 		r := epochResult{Epoch: epoch}
 		if net != nil {
 			te := learner.Evaluate(net, weights, cfg.Test, cfg.Normalizer)
 			r.TestError = &te
 		}
-		if err := cc.send(ctx, tEpoch, r); err != nil {
+		return cc.send(ctx, tEpoch, r)
+	}
+	for e := 0; e <= full; e++ {
+		epoch := e + 1
+		if e == full {
+			epoch = 0
+		}
+		if _, err := client.Snapshot(epochCtx, epoch, weights); err != nil {
+			if epochCtx.Err() != nil && ctx.Err() == nil {
+				break // interrupted
+			}
+			return nil, fmt.Errorf("%s: weights of epoch %d: %w", cfg.Process, epoch, err)
+		}
+		if err := measure(epoch); err != nil {
 			return nil, err
 		}
 	}
-	return weights, nil
+	select {
+	case <-interrupted:
+	default:
+		return weights, nil
+	}
+	if _, err := client.Snapshot(ctx, -1, weights); err != nil {
+		return nil, fmt.Errorf("%s: the weights reached: %w", cfg.Process, err)
+	}
+	return weights, measure(-1)
 }

@@ -270,7 +270,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.mu.Lock()
 		j.res = res
 		j.mu.Unlock()
-		j.fail(err)
+		if !errors.Is(err, ErrInterrupted) {
+			j.fail(err)
+		}
 	})
 	wcodec := rdma.Codec{}
 	if cfg.Codec.ID.Lossless() {
@@ -317,7 +319,9 @@ func (j *Job) fail(err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.errs = append(j.errs, err)
-	j.cancel()
+	if !errors.Is(err, ErrJobFailed) && !errors.Is(err, ErrInterrupted) { // the coordinator stops the others itself
+		j.cancel()
+	}
 }
 
 // cause returns the failure that explains the others: the first one that
@@ -339,6 +343,10 @@ func (j *Job) cause() error {
 // from any goroutine.
 func (j *Job) Progress() Progress { return j.coord.Progress() }
 
+// Interrupt ends the job early (see Coordinator.Interrupt): Wait then
+// returns the result so far with ErrInterrupted.
+func (j *Job) Interrupt() { j.coord.Interrupt() }
+
 // Wait waits for the job to end and returns its result: the final
 // weights, their test error, the history and the servers' counters.
 func (j *Job) Wait() (*Result, error) {
@@ -346,6 +354,10 @@ func (j *Job) Wait() (*Result, error) {
 	j.cancel()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.res != nil && j.res.Interrupted && j.weights != nil {
+		j.res.Weights, j.res.Normalizer = j.weights, j.norm
+		return j.res, ErrInterrupted
+	}
 	if err := j.cause(); err != nil {
 		return nil, err
 	}

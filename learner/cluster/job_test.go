@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/kerneltest"
@@ -379,5 +380,43 @@ func TestJobDiverges(t *testing.T) {
 		Solver: sgd.Config{LR: 1e9}})
 	if !errors.Is(err, learner.ErrDiverged) {
 		t.Errorf("LR 1e9: %v, want ErrDiverged", err)
+	}
+}
+
+// TestJobInterrupt interrupts a job while it trains: Wait returns
+// ErrInterrupted with the result so far: the weights reached (trained,
+// measured) and the completed epochs only.
+func TestJobInterrupt(t *testing.T) {
+	train, test := mnistSubset(t, 4000, 500)
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 8,
+		Protocol: ps.Softsync, N: 2, Shards: 2, Epochs: 50, Seed: 1,
+		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}
+	j, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j.Progress().Steps < 600 {
+		time.Sleep(time.Millisecond)
+	}
+	j.Interrupt()
+	res, err := j.Wait()
+	if !errors.Is(err, ErrInterrupted) || res == nil || !res.Interrupted {
+		t.Fatalf("interrupted job: result %v, err %v", res, err)
+	}
+	if len(res.Weights) != cfg.Spec.NumParams() || math.IsNaN(res.TestError) || res.TestError > 0.5 {
+		t.Errorf("weights reached: %d values, test error %v", len(res.Weights), res.TestError)
+	}
+	if len(res.History) >= 50 || res.Steps < 600 || res.Steps >= int64(50*res.BatchesPerEpoch) {
+		t.Errorf("%d epochs in the history, %d steps: want the part done", len(res.History), res.Steps)
+	}
+	// A learner stopped between its push and its count may leave one
+	// step uncounted or counted only by the shards.
+	for k, st := range res.Shards {
+		if d := int64(st.Gradients+st.Dropped) - res.Steps; d < -int64(cfg.Learners) || d > int64(cfg.Learners) {
+			t.Errorf("shard %d: %d gradients counted for %d steps reported", k, st.Gradients+st.Dropped, res.Steps)
+		}
+	}
+	if res.Traffic.TotalSent().Msgs == 0 {
+		t.Error("no traffic reported")
 	}
 }

@@ -20,6 +20,10 @@ type Epoch struct {
 type Result struct {
 	History   []Epoch
 	TestError float64 // on the final weights (NaN without a test set)
+	// Interrupted is set for the result of an interrupted job: the weights
+	// and test error are those reached, the history has the epochs
+	// completed.
+	Interrupted bool
 	// Weights are the final weights and Normalizer the input
 	// normalisation, where this process has them (the evaluator's
 	// process: in-process jobs and the coordinator's rank).

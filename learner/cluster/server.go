@@ -89,6 +89,8 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server) error {
 			srv.Evict(m.Learner, m.Incarnation)
 		case tFinish:
 			srv.Finish()
+		case tStats:
+			cc.send(ctx, tServerStats, srv.Stats())
 		case tStop:
 			return stopErr(t, b)
 		default:

@@ -249,8 +249,14 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 			}
 			latest(r.addrs, a)
 		case tStop:
-			if err := stopErr(t, b); err != nil {
-				r.setErr(err)
+			var st stop
+			decode(t, b, &st)
+			switch {
+			case st.Interrupted:
+				r.flush(ctx, true) // what was done, before the learner stops
+				r.setErr(ErrInterrupted)
+			case st.Err != "":
+				r.setErr(stopErr(t, b))
 			}
 			return
 		default:

@@ -30,6 +30,8 @@ type App struct {
 	engine kernels.Engine
 	info   kernels.Info
 
+	interrupts *interrupts // the running command's signal handling
+
 	connMu   sync.Mutex
 	connSeen map[string]bool // transport choices logged (logConnect)
 }

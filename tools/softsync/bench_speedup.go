@@ -40,7 +40,7 @@ is not in it; the head (coordinator and evaluator) and the shard server run
 on the same cores as the learners.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd)
+			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			var rows []speedupRow
 			app.Threads = 1

@@ -47,7 +47,7 @@ shard server that dies ends the job.`,
 		Example: `  softsync launch -n 2 -- --model lenet --epochs 1 --batch 16 --protocol softsync
   softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := roleContext(cmd)
+			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			return runLaunch(ctx, app, &lf, args)
 		},

@@ -28,6 +28,7 @@ type trainReport struct {
 	Batch        int            `json:"batch"`
 	Epochs       int            `json:"epochs"`
 	EpochsDone   float64        `json:"epochs_done"`
+	Interrupted  bool           `json:"interrupted"`
 	Steps        int64          `json:"steps"`
 	LearnerSteps []int64        `json:"learner_steps"`
 	Images       int64          `json:"images"`
@@ -143,6 +144,7 @@ func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport 
 	if res.BatchesPerEpoch > 0 {
 		r.EpochsDone = float64(res.Steps) / float64(res.BatchesPerEpoch)
 	}
+	r.Interrupted = res.Interrupted
 	r.Processes = append([]cluster.Process{}, res.Processes...)
 	r.Connections = append([]cluster.Connection{}, res.Connections...)
 	r.Chunks = chunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -26,9 +24,10 @@ coordinator checks when the process arrives. softsync launch starts a whole
 job of such processes on this host; mpirun and srun start one with
 softsync train --cluster auto (docs/cluster.md).`
 
-// roleContext is a command's context, cancelled by SIGINT and SIGTERM.
-func roleContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+// roleContext is a command's context: SIGINT and SIGTERM interrupt the
+// command's job, or cancel the context (see interrupts).
+func roleContext(cmd *cobra.Command, app *App) (context.Context, func()) {
+	return signalContext(cmd, app)
 }
 
 // roleSetup prepares a role command: flags, the secret, the network.
@@ -58,7 +57,7 @@ loopback for --coordinator on loopback, else this host's address, a free
 port), until the coordinator ends the job.` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd)
+			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, false)
 			if err != nil {
@@ -96,7 +95,7 @@ progress, until the job's data is done. A learner that starts again with the
 same --id after it was lost rejoins the job (a new incarnation).` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd)
+			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, true)
 			if err != nil {
@@ -135,7 +134,7 @@ $SOFTSYNC_SECRET; without either, one is made and written next to --json
 for the other processes' --secret-file.` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd)
+			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			if f.cluster.coordinator == "" {
 				f.cluster.coordinator = "127.0.0.1:0"

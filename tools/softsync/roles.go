@@ -142,18 +142,20 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 			Test: c.Test, Normalizer: st.norm, Batch: c.EvalBatch, Workers: max(c.Workers, 1), Shards: c.Shards})
 	})
 	prog.run(coord)
+	app.onInterrupt(coord.Interrupt)
 	res, err := coord.Serve(ctx, ln)
-	if err != nil {
+	if err != nil && !errors.Is(err, cluster.ErrInterrupted) {
 		cancel()
 	}
 	wg.Wait()
 	prog.stop()
-	if err == nil && evalErr != nil {
+	interrupted := errors.Is(err, cluster.ErrInterrupted)
+	if (err == nil || interrupted) && evalErr != nil {
 		err = evalErr
 	}
-	if err != nil {
+	if err != nil && !interrupted {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("interrupted: %w", err)
+			return nil, fmt.Errorf("stopped: %w", err)
 		}
 		return nil, err
 	}

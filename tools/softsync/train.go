@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -133,7 +132,7 @@ final weights (docs/weights.md).`,
   softsync train --load lenet.weights --epochs 0          # test error of saved weights`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			return runTrain(ctx, app, cmd.Flags(), &f)
 		},
@@ -456,13 +455,14 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	if err != nil {
 		return flagError(err)
 	}
+	app.onInterrupt(job.Interrupt)
 	app.Log.Debug("job started", "learners", cfg.Learners, "threads", st.threads)
 	prog.run(job)
 	res, err := job.Wait()
 	prog.stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, cluster.ErrInterrupted) {
 		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted: %w", ctx.Err())
+			return fmt.Errorf("stopped: %w", ctx.Err())
 		}
 		return err
 	}
@@ -475,6 +475,9 @@ func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error
 	cfg := &st.cfg
 	rep := newReport(st, f, res)
 	rep.writeText(app.Out)
+	if res.Interrupted {
+		defer func() { app.Log.Warn("the job was interrupted: the weights and the report are those reached") }()
+	}
 	if f.save != "" {
 		if err := learner.SaveWeights(f.save, cfg.Spec, learner.Weights{Params: res.Weights, Normalizer: res.Normalizer}); err != nil {
 			return fmt.Errorf("--save: %w", err)
@@ -490,8 +493,27 @@ func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
+	if res.Interrupted {
+		plan := cfg.Plan(cfg.Train.N)
+		total := plan.Total()
+		return fmt.Errorf("%w after %d of %d steps (outputs written: %s)", cluster.ErrInterrupted, res.Steps, total, writtenOutputs(f))
+	}
 	if f.expectError > 0 && !(res.TestError <= f.expectError) {
 		return fmt.Errorf("--expect-error: test error %.4f is above %.4f", res.TestError, f.expectError)
 	}
 	return nil
+}
+
+// writtenOutputs names the output files a job wrote.
+func writtenOutputs(f *trainFlags) string {
+	var out []string
+	for _, o := range []struct{ flag, path string }{{"--save", f.save}, {"--json", f.jsonOut}, {"--plot", f.plotOut}} {
+		if o.path != "" {
+			out = append(out, o.flag+" "+o.path)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
