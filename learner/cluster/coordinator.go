@@ -876,7 +876,7 @@ func (c *Coordinator) reported() bool {
 func (c *Coordinator) result() *Result {
 	r := &Result{History: slices.Clone(c.history), TestError: math.NaN(), Steps: c.steps, Images: c.steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
-		Lost: c.lost - c.restarts, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.conns),
+		Lost: c.lost, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.conns),
 		Interrupted: c.interrupted}
 	r.TestError = c.finalErr
 	if r.Seconds > 0 {

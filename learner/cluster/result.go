@@ -49,9 +49,9 @@ type Result struct {
 	Server          ps.ServerStats // the shard servers' own counters, summed (Shards empty)
 	Traffic         rdma.Stats     // every learner connection, both directions
 	Chunks          data.DispatchStats
-	// Lost counts learners the coordinator removed from the job (a lost
-	// connection, missed heartbeats); Restarts the learners that joined
-	// again with a new incarnation.
+	// Lost counts the times the coordinator removed a learner from the
+	// job (a lost connection, missed heartbeats); Restarts the times a
+	// removed learner joined again with a new incarnation.
 	Lost, Restarts int
 	Processes      []Process // every process that took part, in rank order
 	// Connections are the learners' connections to the shard servers and

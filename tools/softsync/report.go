@@ -103,6 +103,7 @@ type chunks struct {
 	Handed     int `json:"handed"`
 	Completed  int `json:"completed"`
 	Reassigned int `json:"reassigned"`
+	Batches    int `json:"batches"` // mini-batches of the completed chunks
 }
 
 type solver struct {
@@ -142,12 +143,16 @@ func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport 
 			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
 	}
 	if res.BatchesPerEpoch > 0 {
-		r.EpochsDone = float64(res.Steps) / float64(res.BatchesPerEpoch)
+		done := res.Steps // mini-batches done: of the completed chunks when known
+		if res.Chunks.Batches > 0 && !res.Interrupted {
+			done = int64(res.Chunks.Batches)
+		}
+		r.EpochsDone = float64(done) / float64(res.BatchesPerEpoch)
 	}
 	r.Interrupted = res.Interrupted
 	r.Processes = append([]cluster.Process{}, res.Processes...)
 	r.Connections = append([]cluster.Connection{}, res.Connections...)
-	r.Chunks = chunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned}
+	r.Chunks = chunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned, Batches: res.Chunks.Batches}
 	r.Lost, r.Restarts = res.Lost, res.Restarts
 	if len(res.Connections) > 0 {
 		r.Transport = res.Connections[0].Transport
