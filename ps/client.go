@@ -50,16 +50,16 @@ type Client struct {
 	links   []*link // the distinct connections
 	byShard []*link // per shard, its connection
 	ranges  []Range
-	stamps  []uint64 // per shard, the stamp of the weights last pulled
-	gens    []int    // per shard, the generation of its link those stamps come from
-	pulls   []uint64 // per shard, sequence of the request in flight
-	pushed  bool     // a push was sent since the last pull
+	stamps  []uint64      // per shard, the stamp of the weights last pulled
+	gens    []int         // per shard, the generation of its link those stamps come from
+	pulls   []uint64      // per shard, sequence of the request in flight
+	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint32 // messages sent in this incarnation
 	// feedback is, per shard, the error-feedback residual of the pushes
 	// (lossy codecs that keep one, TopK): optimizer state of the learner,
 	// kept across reconnections.
 	feedback []rdma.Feedback
-	pushes   []uint64 // per shard, gradients the learner pushed (sent or lost on the way)
+	pushes   []uint64    // per shard, gradients the learner pushed (sent or lost on the way)
 	pf       *prefetcher // started by the first PullAsync
 
 	statsMu sync.Mutex

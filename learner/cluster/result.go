@@ -40,15 +40,15 @@ type Result struct {
 	// BatchesPerEpoch is P, the mini-batches of one epoch over all
 	// learners (data.Plan.BatchesPerEpoch).
 	BatchesPerEpoch int
-	Shards          []ps.Stats     // each shard's counters, in shard order
+	Shards          []ps.Stats // each shard's counters, in shard order
 	// Pushes are, per shard, the gradients the learners pushed to it: the
 	// shard's accepted and dropped gradients plus those lost with a
 	// connection or a restarted shard server (the pushes after its
 	// checkpoint).
-	Pushes []uint64
-	Server          ps.ServerStats // the shard servers' own counters, summed (Shards empty)
-	Traffic         rdma.Stats     // every learner connection, both directions
-	Chunks          data.DispatchStats
+	Pushes  []uint64
+	Server  ps.ServerStats // the shard servers' own counters, summed (Shards empty)
+	Traffic rdma.Stats     // every learner connection, both directions
+	Chunks  data.DispatchStats
 	// Lost counts the times the coordinator removed a learner from the
 	// job (a lost connection, missed heartbeats); Restarts the times a
 	// removed learner joined again with a new incarnation.
