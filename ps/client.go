@@ -86,16 +86,12 @@ func (l *link) get() (rdma.Conn, int, error) {
 // prefetcher receives the replies of an asynchronous pull on its own
 // goroutine: one request at a time, no allocation per pull.
 type prefetcher struct {
-	req    chan pfReq
+	req    chan context.Context // a pull to receive into w, under that context
+	w      []float32
 	done   chan error
 	stamps []uint64 // stamps of the weights being received
 	gens   []int    // and the generations of their links
 	busy   bool     // a pull is in flight (owner goroutine only)
-}
-
-type pfReq struct {
-	ctx context.Context
-	w   []float32
 }
 
 // NewClient returns a client over conns, where conns[k] is connected to
@@ -216,7 +212,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 // push before WaitPull can return.
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
-		c.pf = &prefetcher{req: make(chan pfReq), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
+		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
 			gens: make([]int, c.cfg.Shards)}
 		go c.prefetch()
 	}
@@ -227,7 +223,8 @@ func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 		return err
 	}
 	c.pf.busy = true
-	c.pf.req <- pfReq{ctx, w}
+	c.pf.w = w // read by the prefetcher after it receives ctx
+	c.pf.req <- ctx
 	return nil
 }
 
@@ -247,9 +244,9 @@ func (c *Client) WaitPull() error {
 // prefetch is the receiving goroutine of PullAsync; it ends when req is
 // closed (Close).
 func (c *Client) prefetch() {
-	for r := range c.pf.req {
-		c.pf.done <- c.recvWeights(r.ctx, r.w, c.pf.stamps, c.pf.gens, func(l *link, left []int) error {
-			return c.sendPulls(r.ctx, l, left, false)
+	for ctx := range c.pf.req {
+		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.gens, func(l *link, left []int) error {
+			return c.sendPulls(ctx, l, left, false)
 		})
 	}
 }

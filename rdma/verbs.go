@@ -469,8 +469,8 @@ func (v *Verbs) Listen(addr string) (Listener, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &verbsListener{v: v, ln: ln, s: s, conns: make(chan Conn), done: make(chan struct{}), ctx: ctx, cancel: cancel}
-	l.wg.Go(l.loop)
+	l := &verbsListener{v: v, ln: ln, s: s, conns: make(chan Conn), done: make(chan struct{}), cancel: cancel}
+	l.wg.Go(func() { l.loop(ctx) })
 	return l, nil
 }
 
@@ -494,8 +494,7 @@ type verbsListener struct {
 	s      *session // held while listening (nil if the device cannot be opened)
 	conns  chan Conn
 	done   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends loop's context
 	wg     sync.WaitGroup
 	once   sync.Once
 }
@@ -508,11 +507,11 @@ func (l *verbsListener) Stats() ListenerStats { return l.ln.Stats() }
 
 // loop accepts TCP connections and runs each handshake on its own
 // goroutine, so that a slow peer does not hold up the others.
-func (l *verbsListener) loop() {
+func (l *verbsListener) loop(ctx context.Context) {
 	for {
-		ctl, err := l.ln.Accept(l.ctx)
+		ctl, err := l.ln.Accept(ctx)
 		if err != nil {
-			if l.ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return
 			}
 			select { // a transient error (out of file descriptors): breathe
@@ -523,7 +522,7 @@ func (l *verbsListener) loop() {
 			continue
 		}
 		l.wg.Go(func() {
-			c, err := l.v.handshake(l.ctx, ctl, false)
+			c, err := l.v.handshake(ctx, ctl, false)
 			if err != nil {
 				ctl.Close()
 				return
