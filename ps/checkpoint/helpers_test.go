@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -129,3 +130,5 @@ func sameBits(a, b []float32) bool {
 	}
 	return true
 }
+
+func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -196,7 +196,7 @@ func (s *Snapshot) Shards() ([]*Shard, error) {
 		return nil, fmt.Errorf("%s: %w: no shard file listed", s.Path(ManifestName), ErrMismatch)
 	}
 	if err := checkLayout(shards, names); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: the shard files listed are not one layout: %w", s.Path(ManifestName), err)
 	}
 	slices.SortFunc(shards, func(a, b *Shard) int { return a.Shard - b.Shard })
 	return shards, nil

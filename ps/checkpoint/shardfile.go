@@ -202,9 +202,7 @@ func EncodeShard(w io.Writer, s *Shard) error {
 		e.put(le.AppendUint32(e.room(4), v))
 	}
 	for _, a := range [][]float32{s.Weights, st.Momentum, st.Acc} {
-		for _, v := range a {
-			e.put(le.AppendUint32(e.room(4), math.Float32bits(v)))
-		}
+		e.floats(a)
 	}
 	for i, a := range s.Active {
 		var f byte
@@ -245,6 +243,22 @@ func (e *encoder) room(k int) []byte {
 }
 
 func (e *encoder) put(b []byte) { e.buf = b }
+
+// floats appends v, little-endian, a buffer at a time.
+func (e *encoder) floats(v []float32) {
+	for len(v) > 0 {
+		k := min(len(v), (cap(e.buf)-len(e.buf))/4)
+		if k == 0 {
+			e.flush()
+			continue
+		}
+		b := e.buf[len(e.buf) : len(e.buf)+4*k]
+		for i, x := range v[:k] {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		}
+		e.buf, v = e.buf[:len(e.buf)+4*k], v[k:]
+	}
+}
 
 func (e *encoder) flush() {
 	if e.err == nil && len(e.buf) > 0 {
@@ -347,6 +361,23 @@ func (d *decoder) words(count uint64, width int, put func(b []byte)) error {
 	return nil
 }
 
+// floats reads n little-endian float32 values, a chunk at a time.
+func (d *decoder) floats(n uint64) ([]float32, error) {
+	v := grow[float32](d, n, 4)
+	for left := n; left > 0; {
+		k := min(left, chunkBytes/4)
+		b, err := d.read(int(k) * 4)
+		if err != nil {
+			return nil, err
+		}
+		for i := range int(k) {
+			v = append(v, math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+		left -= k
+	}
+	return v, nil
+}
+
 // grow returns a slice of length 0 with room for n elements when the file
 // length was checked (so n is backed by bytes present), else for at most
 // one chunk's worth, to grow by append as data arrives; nil for n = 0.
@@ -443,11 +474,9 @@ func (d *decoder) decode() (*Shard, error) {
 		arrays = append(arrays, &st.Acc)
 	}
 	for _, a := range arrays {
-		v := grow[float32](d, n, 4)
-		if err := d.words(n, 4, func(b []byte) { v = append(v, math.Float32frombits(le.Uint32(b))) }); err != nil {
+		if *a, err = d.floats(n); err != nil {
 			return nil, err
 		}
-		*a = v
 	}
 	s.Active, s.RoundPushed, s.Evicted = grow[bool](d, learners, 1), grow[bool](d, learners, 1), grow[bool](d, learners, 1)
 	var flags byte

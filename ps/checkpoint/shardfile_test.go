@@ -53,7 +53,7 @@ func TestShardRoundTrip(t *testing.T) {
 		t.Fatalf("test job lacks pending gradients, staleness or a departed learner")
 	}
 	one := &Shard{Checkpoint: ps.Checkpoint{Total: 1, Weights: []float32{1}}, Shards: 1} // no learners, no statistics
-	one.Solver.Momentum = []float32{-0.0}
+	one.Solver.Momentum = []float32{0.25}
 	shards = append(shards, one)
 	for _, s := range shards {
 		b := encode(t, s)
