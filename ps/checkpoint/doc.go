@@ -9,7 +9,7 @@
 // sub-folder named "v" and the version number in at least 8 digits
 // (v00000017). It holds one shard file per shard (ShardFile names them),
 // the coordinator's own state file, and MANIFEST.json, which lists every
-// other file with its size and CRC32C and marks the version complete.
+// other file with its size and SHA-256 and marks the version complete.
 //
 // # Writing a version
 //
@@ -28,13 +28,17 @@
 //
 // # Checksums
 //
-// The manifest lists a CRC32C (Castagnoli) of each file, the checksum of
-// the wire format and of weights files, computed in hardware on x86-64
-// and arm64. It detects the accidental damage a checkpoint meets — torn
-// and truncated writes, flipped bits, a stray file of another version —
-// which is what the store defends against; it is not a cryptographic
-// hash, and need not be: whoever can write a version's files can write
-// its manifest too. BenchmarkChecksum compares it with SHA-256.
+// The manifest lists the SHA-256 of each file. Its job is to tell that a
+// file is the one its writer wrote for this version: not torn, truncated
+// or damaged, and not an intact file of another version or job left or
+// copied under the same name. A CRC32C could not do the second: a shard
+// file ends with the CRC32C of what precedes it, and the CRC32C of any
+// such file is the same constant (0x48674BC7), so every intact shard file
+// would have the same manifest entry. SHA-256 costs more than CRC32C
+// (BenchmarkChecksum measures both side by side), once per file written
+// and twice per file on a resume; a checkpoint is written to storage at a
+// fraction of either rate. It is not there against tampering: whoever can
+// write a version's files can write its manifest too.
 //
 // # Reading
 //

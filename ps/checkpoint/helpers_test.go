@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -130,5 +129,3 @@ func sameBits(a, b []float32) bool {
 	}
 	return true
 }
-
-func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

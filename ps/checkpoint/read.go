@@ -1,9 +1,10 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -31,12 +32,12 @@ func (s *Snapshot) Path(name string) string { return filepath.Join(s.dir, name) 
 // Latest returns the newest complete version that check accepts (nil
 // accepts any): versions are tried newest first, and one is used if its
 // manifest parses and names the version, every file it lists exists with
-// the listed size and CRC32C, and check returns nil. check may read the
+// the listed size and SHA-256, and check returns nil. check may read the
 // version's files (and keep what it decoded, saving a second read). The
 // versions passed over are returned too, newest first, each as an error
 // naming the version and the file at fault: ErrPartial (no manifest),
 // ErrFormat (a manifest that does not parse), fs.ErrNotExist (a listed
-// file is missing), ErrChecksum (a file of the wrong size or CRC32C),
+// file is missing), ErrChecksum (a file of the wrong size or SHA-256),
 // ErrMismatch or check's own error. If no version is usable, the error
 // wraps ErrNone.
 func (s *Store) Latest(check func(*Snapshot) error) (*Snapshot, []error, error) {
@@ -68,10 +69,11 @@ func (s *Store) Load(v uint64) (*Snapshot, error) {
 		return nil, fmt.Errorf("checkpoint version %d: %w", v, err)
 	}
 	snap := &Snapshot{Manifest: *m, dir: s.VersionDir(v)}
+	buf := make([]byte, 1<<20)
 	for _, f := range m.Files {
 		r, err := snap.open(f)
 		if err == nil {
-			_, err = io.Copy(io.Discard, r)
+			_, err = io.CopyBuffer(struct{ io.Writer }{io.Discard}, r, buf) // the struct hides Discard's ReadFrom and its small buffers
 			r.Close()
 		}
 		if err != nil {
@@ -120,7 +122,7 @@ func (s *Snapshot) file(name string) (FileSum, error) {
 }
 
 // Open opens the version's file name for reading. The reader checks the
-// file against the manifest as it goes: at the end, if the size or CRC32C
+// file against the manifest as it goes: at the end, if the size or SHA-256
 // differ, Read returns an error wrapping ErrChecksum instead of io.EOF.
 // Errors name the file.
 func (s *Snapshot) Open(name string) (io.ReadCloser, error) {
@@ -202,14 +204,14 @@ func (s *Snapshot) Shards() ([]*Shard, error) {
 	return shards, nil
 }
 
-// verifier reads a version's file, checking its size and CRC32C against
+// verifier reads a version's file, checking its size and SHA-256 against
 // the manifest at the end.
 type verifier struct {
 	f    *os.File
 	path string // prefixed to errors when set
 	want FileSum
 	n    int64
-	crc  uint32
+	h    hash.Hash
 	err  error
 }
 
@@ -227,7 +229,7 @@ func (s *Snapshot) open(want FileSum) (*verifier, error) {
 		f.Close()
 		return nil, err
 	}
-	return &verifier{f: f, want: want}, nil
+	return &verifier{f: f, want: want, h: sha256.New()}, nil
 }
 
 func sizeErr(got, want int64) error {
@@ -244,14 +246,17 @@ func (v *verifier) Read(p []byte) (int, error) {
 	}
 	n, err := v.f.Read(p)
 	v.n += int64(n)
-	v.crc = crc32.Update(v.crc, castagnoli, p[:n])
+	v.h.Write(p[:n])
 	switch {
 	case v.n > v.want.Size:
 		err = sizeErr(v.n, v.want.Size)
 	case errors.Is(err, io.EOF) && v.n != v.want.Size:
 		err = sizeErr(v.n, v.want.Size)
-	case errors.Is(err, io.EOF) && CRC(v.crc) != v.want.CRC32C:
-		err = fmt.Errorf("%w: CRC32C %08x, the manifest lists %08x", ErrChecksum, v.crc, uint32(v.want.CRC32C))
+	case errors.Is(err, io.EOF):
+		var got Digest
+		if v.h.Sum(got[:0]); got != v.want.SHA256 {
+			err = fmt.Errorf("%w: SHA-256 %s, the manifest lists %s", ErrChecksum, got, v.want.SHA256)
+		}
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		if v.path != "" {

@@ -77,8 +77,8 @@ func (s *Shard) check() (ps.Range, error) {
 	case len(s.NextSeq) != l || len(s.RoundPushed) != l || len(s.Incarnations) != l || len(s.Evicted) != l:
 		return bad("per-learner state of %d/%d/%d/%d/%d learners (Active, NextSeq, RoundPushed, Incarnations, Evicted)",
 			l, len(s.NextSeq), len(s.RoundPushed), len(s.Incarnations), len(s.Evicted))
-	case uint64(l) > math.MaxUint32 || uint64(st.Pending) > math.MaxUint32:
-		return bad("%d learners, %d pending gradients", l, st.Pending)
+	case uint64(l) > math.MaxUint32 || uint64(st.Pending) > math.MaxUint32 || uint64(s.Shards) > math.MaxUint32 || s.Total > maxVectorSize:
+		return bad("%d learners, %d pending gradients, %d shards, a %d-vector: too many for the format", l, st.Pending, s.Shards, s.Total)
 	case len(s.Stats.Histogram) > ps.HistogramLen:
 		return bad("staleness histogram of %d buckets, at most %d", len(s.Stats.Histogram), ps.HistogramLen)
 	case st.MaxTau < 0 || st.SumTau < 0 || s.Stats.Shard < 0 || s.Stats.Epoch < 0 || s.Stats.MaxStaleness < 0:

@@ -2,10 +2,12 @@ package checkpoint
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -136,22 +138,26 @@ func (v *Version) Dir() string { return v.dir }
 type FileSum struct {
 	Name   string `json:"name"`   // file name inside the version folder
 	Size   int64  `json:"size"`   // length in bytes
-	CRC32C CRC    `json:"crc32c"` // CRC32C (Castagnoli) of the contents
+	SHA256 Digest `json:"sha256"` // SHA-256 of the contents
 }
 
-// CRC is a CRC32C value; in JSON, 8 lower-case hex digits.
-type CRC uint32
+// Digest is a SHA-256 value; in JSON, 64 lower-case hex digits.
+type Digest [sha256.Size]byte
 
-// MarshalText returns c as 8 hex digits.
-func (c CRC) MarshalText() ([]byte, error) { return fmt.Appendf(nil, "%08x", uint32(c)), nil }
+// String returns d as 64 hex digits.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 
-// UnmarshalText parses 8 hex digits.
-func (c *CRC) UnmarshalText(b []byte) error {
-	v, err := strconv.ParseUint(string(b), 16, 32)
-	if err != nil || len(b) != 8 {
-		return fmt.Errorf("CRC32C %q is not 8 hex digits", b)
+// MarshalText returns d as 64 hex digits.
+func (d Digest) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText parses 64 hex digits.
+func (d *Digest) UnmarshalText(b []byte) error {
+	if len(b) != hex.EncodedLen(sha256.Size) {
+		return fmt.Errorf("SHA-256 %q is not %d hex digits", b, hex.EncodedLen(sha256.Size))
 	}
-	*c = CRC(v)
+	if _, err := hex.Decode(d[:], b); err != nil {
+		return fmt.Errorf("SHA-256 %q: %w", b, err)
+	}
 	return nil
 }
 
@@ -162,7 +168,7 @@ func (c *CRC) UnmarshalText(b []byte) error {
 // a crash leaves at most a temporary file behind. Several processes may
 // write different files of one version concurrently; two writers of one
 // name leave one of the two complete files. WriteFile returns the name,
-// size and CRC32C to list in the manifest (pass them to the committing
+// size and SHA-256 to list in the manifest (pass them to the committing
 // process). An error of write is returned as is, with nothing renamed.
 func (v *Version) WriteFile(name string, write func(io.Writer) error) (FileSum, error) {
 	if err := checkName(name); err != nil {
@@ -182,17 +188,17 @@ func checkName(name string) error {
 	return nil
 }
 
-// sumWriter counts and checksums what passes through it.
+// sumWriter counts and hashes what passes through it.
 type sumWriter struct {
-	w   io.Writer
-	n   int64
-	crc uint32
+	w io.Writer
+	n int64
+	h hash.Hash
 }
 
 func (s *sumWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	s.n += int64(n)
-	s.crc = crc32.Update(s.crc, castagnoli, p[:n])
+	s.h.Write(p[:n])
 	return n, err
 }
 
@@ -204,7 +210,7 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (FileSum, error)
 	if err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
-	sw := &sumWriter{w: tmp}
+	sw := &sumWriter{w: tmp, h: sha256.New()}
 	bw := bufio.NewWriterSize(sw, 1<<20)
 	err = write(bw)
 	if err == nil {
@@ -229,7 +235,9 @@ func writeAtomic(dir, name string, write func(io.Writer) error) (FileSum, error)
 	if err := syncDir(dir); err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return FileSum{Name: name, Size: sw.n, CRC32C: CRC(sw.crc)}, nil
+	sum := FileSum{Name: name, Size: sw.n}
+	sw.h.Sum(sum.SHA256[:0])
+	return sum, nil
 }
 
 // syncDir fsyncs a folder, so that the entries created or renamed in it
@@ -252,7 +260,7 @@ func syncDir(dir string) error {
 }
 
 // Manifest is the content of MANIFEST.json: it lists every file of a
-// version and marks the version complete.
+// version with its size and SHA-256, and marks the version complete.
 type Manifest struct {
 	Format  int               `json:"format"`  // 1
 	Version uint64            `json:"version"` // the version number, as in the folder's name

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -120,10 +121,14 @@ func TestStoreRoundTrip(t *testing.T) {
 // an error naming the file and the problem, and uses the good one.
 func TestTornVersions(t *testing.T) {
 	s, _ := Open(t.TempDir())
-	shards := testShards(t)
-	if err := s.Commit(1, writeVersion(t, s, 1, shards), meta()); err != nil {
+	first := testShards(t) // version 1: earlier state, files of the same sizes
+	for _, sh := range first {
+		sh.Clock--
+	}
+	if err := s.Commit(1, writeVersion(t, s, 1, first), meta()); err != nil {
 		t.Fatal(err)
 	}
+	shards := testShards(t)
 	type torn struct {
 		name   string
 		file   string // the file the error must name
@@ -144,6 +149,10 @@ func TestTornVersions(t *testing.T) {
 			b, _ := os.ReadFile(p)
 			b[300] ^= 0x40
 			os.WriteFile(p, b, 0o644)
+		}},
+		{name: "an intact file of another version", file: ShardFile(1), target: ErrChecksum, after: func(dir string) {
+			b, _ := os.ReadFile(filepath.Join(s.VersionDir(1), ShardFile(1)))
+			os.WriteFile(filepath.Join(dir, ShardFile(1)), b, 0o644)
 		}},
 		{name: "missing file", file: "coordinator.json", target: fs.ErrNotExist, after: func(dir string) {
 			os.Remove(filepath.Join(dir, "coordinator.json"))
@@ -329,7 +338,7 @@ func TestConcurrentWriteFile(t *testing.T) {
 	}
 	for i := range sums {
 		if sums[i].Name == "shared.bin" {
-			sums[i].CRC32C = CRC(crcOf(shared)) // whichever writer renamed last
+			sums[i].SHA256 = sha256.Sum256(shared) // whichever writer renamed last
 		}
 	}
 	if err := s.Commit(9, sums, meta()); err != nil {
