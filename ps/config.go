@@ -113,20 +113,12 @@ func (r Range) Len() int { return r.Hi - r.Lo }
 // multiple of 16 when total ≥ 16·shards, and b_shards = total. Every range
 // is non-empty; shards > total is an error.
 func Ranges(total, shards int) ([]Range, error) {
-	if shards < 1 || shards > total {
-		return nil, sgd.Fieldf("Shards", "need 1 ≤ shards ≤ vector length %d, got %d", total, shards)
-	}
-	align := 16
-	if total < align*shards {
-		align = 1
+	if err := checkShards(total, shards); err != nil {
+		return nil, err
 	}
 	rs := make([]Range, shards)
 	for k := range rs {
-		rs[k].Lo = k * total / shards / align * align
-		if k > 0 {
-			rs[k-1].Hi = rs[k].Lo
-		}
+		rs[k] = Range{boundary(total, shards, k), boundary(total, shards, k+1)}
 	}
-	rs[shards-1].Hi = total
 	return rs, nil
 }

@@ -183,5 +183,7 @@
 // next sequences and, for hardsync, who pushed in the current round, plus
 // its counters: Shard.Checkpoint copies it and Restore rebuilds a Shard
 // from it. Waiting pulls and the computing set are not saved: learners
-// reconnect and pull again.
+// reconnect and pull again. Package ps/checkpoint stores checkpoints in
+// files and re-splits them onto another number of shards
+// (docs/checkpoint.md); RangeOf gives one shard's range for it.
 package ps

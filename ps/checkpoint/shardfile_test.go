@@ -1,0 +1,205 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/softsync/softsync/ps"
+)
+
+// onlyReader hides every method of r but Read (so DecodeShard cannot learn
+// the length).
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func encode(t testing.TB, s *Shard) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := EncodeShard(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// testShards returns the shard files of a small job: three shards, one
+// with pending gradients, histograms, one learner that left.
+func testShards(t testing.TB) []*Shard {
+	j := newJob(t, testConfig(3, 3), 100, 1)
+	j.run(20)
+	j.member(ps.MsgLeave, 2)
+	j.run(5)
+	return j.files()
+}
+
+// TestShardRoundTrip encodes and decodes shards, with and without pending
+// gradients, through readers that do and do not report their length.
+func TestShardRoundTrip(t *testing.T) {
+	shards := testShards(t)
+	pending := 0
+	for _, s := range shards {
+		pending += s.Solver.Pending
+	}
+	if pending == 0 || len(shards[0].Stats.Histogram) < 2 || shards[0].Active[2] {
+		t.Fatalf("test job lacks pending gradients, staleness or a departed learner")
+	}
+	one := &Shard{Checkpoint: ps.Checkpoint{Total: 1, Weights: []float32{1}}, Shards: 1} // no learners, no statistics
+	one.Solver.Momentum = []float32{0.25}
+	shards = append(shards, one)
+	for _, s := range shards {
+		b := encode(t, s)
+		if want := fileSize(uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
+			t.Fatalf("shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
+		}
+		for _, r := range []io.Reader{bytes.NewReader(b), onlyReader{bytes.NewReader(b)}} {
+			got, err := DecodeShard(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, s) {
+				t.Fatalf("round trip of shard %d:\n got %+v\nwant %+v", s.Shard, got, s)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "s.ckpt")
+	if err := os.WriteFile(path, encode(t, shards[0]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadShardFile(path); err != nil || !reflect.DeepEqual(got, shards[0]) {
+		t.Fatalf("ReadShardFile: %v", err)
+	}
+}
+
+// TestRestoreSteps restores shards from their files and checks that the
+// restored cores step exactly as the originals do.
+func TestRestoreSteps(t *testing.T) {
+	a := newJob(t, testConfig(3, 2), 64, 2)
+	a.run(17)
+	b := newJob(t, a.cfg, a.total, 2)
+	for k, s := range a.files() {
+		got, err := DecodeShard(bytes.NewReader(encode(t, s)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.shards[k], err = ps.Restore(b.cfg, &got.Checkpoint); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.follow(a)
+	a.run(11)
+	b.run(11)
+	for k := range a.shards {
+		sa, sb := a.shards[k], b.shards[k]
+		if !sameBits(sa.Weights(), sb.Weights()) || sa.Clock() != sb.Clock() {
+			t.Fatalf("shard %d diverged after restore: clock %d vs %d", k, sb.Clock(), sa.Clock())
+		}
+	}
+}
+
+// TestDecodeShardErrors truncates, extends and corrupts an encoding: every
+// variant fails with ErrFormat or ErrChecksum, and never panics.
+func TestDecodeShardErrors(t *testing.T) {
+	b := encode(t, testShards(t)[1])
+	for n := range len(b) {
+		for _, r := range []io.Reader{bytes.NewReader(b[:n]), onlyReader{bytes.NewReader(b[:n])}} {
+			if _, err := DecodeShard(r); !errors.Is(err, ErrFormat) {
+				t.Fatalf("truncated to %d of %d bytes: %v", n, len(b), err)
+			}
+		}
+	}
+	if _, err := DecodeShard(onlyReader{bytes.NewReader(append(b, 0))}); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "after") {
+		t.Fatalf("trailing byte: %v", err)
+	}
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x10
+		_, err := DecodeShard(onlyReader{bytes.NewReader(c)})
+		if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrChecksum) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+		if i >= 16 && i < headerSumAt+4 && !errors.Is(err, ErrChecksum) {
+			t.Fatalf("header byte %d flipped: %v, want a header checksum error", i, err)
+		}
+	}
+	c := bytes.Clone(b)
+	c[8] = 2
+	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("version 2: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "bad.ckpt")
+	os.WriteFile(path, b[:len(b)-1], 0o644)
+	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("truncated file: %v", err)
+	}
+}
+
+// header returns a valid header (with its CRC) for the given counts.
+func header(shards, total, learners, hist uint32, n uint64) []byte {
+	le := binary.LittleEndian
+	h := make([]byte, headerSize)
+	copy(h, shardMagic)
+	le.PutUint32(h[8:], shardVersion)
+	le.PutUint32(h[20:], shards)
+	le.PutUint64(h[24:], uint64(total))
+	le.PutUint64(h[40:], n)
+	le.PutUint32(h[48:], learners)
+	le.PutUint32(h[52:], hist)
+	le.PutUint32(h[headerSumAt:], crc32.Checksum(h[:headerSumAt], castagnoli))
+	return h
+}
+
+// TestDecodeShardAllocation feeds a valid header that claims 4·10⁹
+// learners and arrays of 10⁹ floats, then a few bytes: the decoder fails
+// as truncated having allocated little, and with a known length fails
+// before reading on.
+func TestDecodeShardAllocation(t *testing.T) {
+	h := header(1, 1<<30, 4_000_000_000, 3, 1<<30)
+	in := append(h, make([]byte, 1000)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := DecodeShard(onlyReader{bytes.NewReader(in)})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrFormat) {
+		t.Fatalf("huge header on a short stream: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Fatalf("decoding %d bytes allocated %d bytes", len(in), got)
+	}
+	if _, err := DecodeShard(bytes.NewReader(in)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "the file has 1264") {
+		t.Fatalf("huge header with a known length: %v", err)
+	}
+	if _, err := DecodeShard(bytes.NewReader(header(1<<31, 1<<31, 1, 0, 1))); !errors.Is(err, ErrFormat) {
+		t.Fatalf("range that contradicts the layout: %v", err)
+	}
+}
+
+// TestEncodeShardMismatch checks that inconsistent state is refused
+// before anything is written.
+func TestEncodeShardMismatch(t *testing.T) {
+	for name, spoil := range map[string]func(s *Shard){
+		"weights":      func(s *Shard) { s.Weights = s.Weights[1:] },
+		"momentum":     func(s *Shard) { s.Solver.Momentum = nil },
+		"acc":          func(s *Shard) { s.Solver.Pending, s.Solver.Acc = 1, nil },
+		"learners":     func(s *Shard) { s.Evicted = s.Evicted[1:] },
+		"layout":       func(s *Shard) { s.Shards = 0 },
+		"index":        func(s *Shard) { s.Shard = 7 },
+		"histogram":    func(s *Shard) { s.Stats.Histogram = make([]uint64, ps.HistogramLen+1) },
+		"negative tau": func(s *Shard) { s.Solver.MaxTau = -1 },
+	} {
+		s := testShards(t)[0]
+		spoil(s)
+		var b bytes.Buffer
+		if err := EncodeShard(&b, s); !errors.Is(err, ErrMismatch) || b.Len() != 0 {
+			t.Errorf("%s: %v, %d bytes written", name, err, b.Len())
+		}
+	}
+}
