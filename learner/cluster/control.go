@@ -19,24 +19,28 @@ import (
 // beside it. A connection's first message is a hello. docs/cluster.md
 // lists them for readers of captures.
 const (
-	tHello       rdma.Type = 0x20 + iota // any role → coordinator: hello
-	tWelcome                             // coordinator → role: welcome
-	tChunkReq                            // learner → coordinator: chunkReq
-	tChunk                               // coordinator → learner: chunkReply
-	tComplete                            // learner → coordinator: data.Chunk
-	tProgress                            // learner → coordinator: progress (also the heartbeat)
-	tEpoch                               // evaluator → coordinator: epochResult
-	tEvict                               // coordinator → shard server: member
-	tLost                                // shard server → coordinator: member
-	tFinish                              // coordinator → shard server: (no data)
-	tFinal                               // shard server → coordinator: ps.ServerStats
-	tStop                                // coordinator → role: stop
-	tFail                                // role → coordinator: failure
-	tWhere                               // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
-	tAddr                                // coordinator → learner, evaluator: addr
-	tInterrupt                           // coordinator → evaluator: (no data) measure the weights as they are
-	tStats                               // coordinator → shard server: (no data) report your counters now
-	tServerStats                         // shard server → coordinator: ps.ServerStats (answers tStats)
+	tHello          rdma.Type = 0x20 + iota // any role → coordinator: hello
+	tWelcome                                // coordinator → role: welcome
+	tChunkReq                               // learner → coordinator: chunkReq
+	tChunk                                  // coordinator → learner: chunkReply
+	tComplete                               // learner → coordinator: data.Chunk
+	tProgress                               // learner → coordinator: progress (also the heartbeat)
+	tEpoch                                  // evaluator → coordinator: epochResult
+	tEvict                                  // coordinator → shard server: member
+	tLost                                   // shard server → coordinator: member
+	tFinish                                 // coordinator → shard server: (no data)
+	tFinal                                  // shard server → coordinator: ps.ServerStats
+	tStop                                   // coordinator → role: stop
+	tFail                                   // role → coordinator: failure
+	tWhere                                  // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
+	tAddr                                   // coordinator → learner, evaluator: addr
+	tInterrupt                              // coordinator → evaluator: (no data) measure the weights as they are
+	tStats                                  // coordinator → shard server: (no data) report your counters now
+	tServerStats                            // shard server → coordinator: ps.ServerStats (answers tStats)
+	tCheckpoint                             // coordinator → shard server: ckptOrder
+	tCheckpointed                           // shard server → coordinator: ckptReport
+	tCheckpointReq                          // shard server → coordinator: (no data) checkpoint now, I am stopping
+	tCheckpointDone                         // coordinator → shard server: (no data) the checkpoint it asked for is over
 )
 
 // Role names a process's part in a job.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -34,6 +35,17 @@ type CoordinatorConfig struct {
 	// Rendezvous, if > 0, fails the job when some process has not arrived
 	// after that long.
 	Rendezvous time.Duration
+	// Checkpoints, if set, is where the job's checkpoints go (see
+	// checkpoint.go): every CheckpointEvery mini-batches or
+	// CheckpointInterval (0: not), when the job is interrupted, and when a
+	// shard server asks before it stops.
+	Checkpoints        *checkpoint.Store
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// Resume, if set, continues a job from a checkpoint: the data
+	// dispatcher's position, the learners' incarnations, the progress and
+	// the history.
+	Resume *Resume
 	// ServerTimeout is how long the job waits for a shard server whose
 	// connection was lost to come back (restarted from its checkpoint)
 	// before it fails; 0: it fails at once.
@@ -61,6 +73,11 @@ type Coordinator struct {
 	trained        time.Duration // start → last chunk completed
 	finishing      bool          // the data is done: shard servers told to finish
 	interrupted    bool          // Interrupt was called
+	before         time.Duration // training time of the job before it was resumed
+	round          *ckptRound    // the checkpoint being written
+	ckptSteps      int64         // steps at the last checkpoint
+	ckptTime       time.Time     // time of the last checkpoint
+	lastVersion    uint64        // the last version committed
 	err            error         // the job failed
 	servers        []*serverState
 	learners       []*learnerState
@@ -148,6 +165,16 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	for e := range c.testErr {
 		c.testErr[e] = math.NaN()
 	}
+	if cfg.Resume != nil {
+		st, err := cfg.Resume.coordinatorState()
+		if err == nil {
+			err = c.restore(st)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resume from %s: %w", cfg.Resume.Snapshot.Dir(), err)
+		}
+		c.lastVersion = cfg.Resume.Snapshot.Version()
+	}
 	return c, nil
 }
 
@@ -220,6 +247,9 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 				}
 			}
 			c.heartbeats(ctx, now)
+			c.mu.Lock()
+			c.dueCheckpoint(ctx)
+			c.mu.Unlock()
 		}
 	}
 }
@@ -246,8 +276,11 @@ func (c *Coordinator) check() (*Result, error, bool) {
 				return nil, nil, false
 			}
 		}
+		if c.round != nil {
+			return nil, nil, false
+		}
 		if c.trained == 0 {
-			c.trained = time.Since(c.start)
+			c.trained = c.elapsed()
 		}
 		return c.result(), ErrInterrupted, true
 	}
@@ -440,7 +473,7 @@ func (c *Coordinator) startLocked() {
 	if c.started || c.missing() != "nothing" {
 		return
 	}
-	c.started, c.start = true, time.Now()
+	c.started, c.start, c.ckptTime = true, time.Now(), time.Now()
 	c.notify()
 }
 
@@ -470,6 +503,9 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 					c.fail(fmt.Errorf("%w: lost %s: %v", ErrJobFailed, s.proc, err))
 				} else {
 					s.lost = time.Now()
+					if r := c.round; r != nil && r.waiting[id] {
+						c.checkpointed(id, ckptReport{Version: r.version, Err: "lost during the checkpoint"})
+					}
 					if c.cfg.Logger != nil {
 						c.cfg.Logger.Warn("lost a shard server; waiting for it to come back", "server", id, "for", c.cfg.ServerTimeout, "err", err)
 					}
@@ -499,6 +535,24 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 				c.notify()
 			}
 			c.mu.Unlock()
+		case tCheckpointed:
+			var rep ckptReport
+			if err := decode(t, b, &rep); err != nil {
+				c.protocolError(err)
+				return
+			}
+			c.mu.Lock()
+			c.checkpointed(id, rep)
+			c.mu.Unlock()
+		case tCheckpointReq:
+			done := make(chan struct{})
+			c.mu.Lock()
+			c.startCheckpoint(ctx, fmt.Sprintf("shard server %d is stopping", id), done)
+			c.mu.Unlock()
+			go func() {
+				<-done
+				cc.send(ctx, tCheckpointDone, nil)
+			}()
 		case tServerStats:
 			var st ps.ServerStats
 			if err := decode(t, b, &st); err != nil {
@@ -600,6 +654,7 @@ func (c *Coordinator) serveLearner(ctx context.Context, cc *ctrl, id int) {
 			}
 			c.mu.Lock()
 			c.addProgress(l, &p)
+			c.dueCheckpoint(ctx)
 			c.mu.Unlock()
 		case tWhere:
 			var q where
@@ -644,7 +699,7 @@ func (c *Coordinator) finishIfDone(ctx context.Context) {
 	if c.finishing || !c.started || !c.disp.Done() {
 		return
 	}
-	c.finishing, c.trained = true, time.Since(c.start)
+	c.finishing, c.trained = true, c.elapsed()
 	for _, s := range c.servers {
 		s.c.send(ctx, tFinish, nil)
 	}
@@ -966,6 +1021,9 @@ func (c *Coordinator) Interrupt() {
 	for _, cc := range learners {
 		cc.send(ctx, tStop, stop{Interrupted: true})
 	}
+	c.mu.Lock()
+	c.startCheckpoint(ctx, "the job was interrupted", nil)
+	c.mu.Unlock()
 	for _, cc := range servers {
 		cc.send(ctx, tStats, nil)
 	}
@@ -981,9 +1039,7 @@ func (c *Coordinator) Progress() Progress {
 	defer c.mu.Unlock()
 	p := Progress{Epochs: c.cfg.Plan.Epochs, Batches: c.per, Steps: c.steps, TotalSteps: c.total, Loss: c.ema,
 		Images: c.steps * int64(c.cfg.Plan.Batch)}
-	if c.started {
-		p.Elapsed = time.Since(c.start)
-	}
+	p.Elapsed = c.elapsed()
 	if c.per > 0 {
 		p.Epoch, p.Batch = int(c.steps/int64(c.per))+1, int(c.steps%int64(c.per))
 		if p.Epoch > p.Epochs && p.Epochs > 0 {
