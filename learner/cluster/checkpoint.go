@@ -124,6 +124,12 @@ func (c *Coordinator) restore(st coordState) error {
 	}
 	c.before = time.Duration(st.Trained * float64(time.Second))
 	c.ckptSteps = c.steps
+	// Epoch ends passed but not measured before the checkpoint cannot be
+	// measured any more: their weights are gone.
+	c.firstEpoch = st.Dispatch.Stats.Batches/c.per + 1
+	for e := range min(c.firstEpoch-1, len(c.known)) {
+		c.known[e] = true
+	}
 	return nil
 }
 

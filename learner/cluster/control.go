@@ -86,6 +86,7 @@ type welcome struct {
 	Incarnation uint32    `json:"incarnation"` // learner: this life's incarnation
 	Addrs       []string  `json:"addrs"`       // per shard: its server's address
 	Plan        data.Plan `json:"plan"`
+	FirstEpoch  int       `json:"first_epoch"` // evaluator: the first epoch end to measure (a resumed job's)
 }
 
 type chunkReq struct {

@@ -73,6 +73,8 @@ type Coordinator struct {
 	trained        time.Duration // start → last chunk completed
 	finishing      bool          // the data is done: shard servers told to finish
 	interrupted    bool          // Interrupt was called
+	interruptCkpt  bool          // the interruption's checkpoint was started
+	firstEpoch     int           // the first epoch the evaluator measures (after a resume: not those passed)
 	before         time.Duration // training time of the job before it was resumed
 	round          *ckptRound    // the checkpoint being written
 	ckptSteps      int64         // steps at the last checkpoint
@@ -220,7 +222,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	lastLog := time.Now()
 	for {
 		c.mu.Lock()
-		res, err, done := c.check()
+		res, err, done := c.check(ctx)
 		changed := c.changed
 		started := c.started
 		c.mu.Unlock()
@@ -255,7 +257,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 }
 
 // check returns the result once the job is over; c.mu is held.
-func (c *Coordinator) check() (*Result, error, bool) {
+func (c *Coordinator) check(ctx context.Context) (*Result, error, bool) {
 	if c.err != nil {
 		return nil, c.err, true
 	}
@@ -263,6 +265,20 @@ func (c *Coordinator) check() (*Result, error, bool) {
 		return nil, nil, false
 	}
 	if c.interrupted {
+		for _, l := range c.learners {
+			if l.live && !l.done {
+				return nil, nil, false
+			}
+		}
+		// Every learner has stopped and reported: the checkpoint now
+		// holds what they did.
+		if !c.interruptCkpt && c.round == nil { // after a periodic round still running
+			c.interruptCkpt = true
+			c.startCheckpoint(ctx, "the job was interrupted", nil)
+		}
+		if c.round != nil {
+			return nil, nil, false
+		}
 		if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
 			return nil, nil, false
 		}
@@ -270,14 +286,6 @@ func (c *Coordinator) check() (*Result, error, bool) {
 			if s != nil && s.lost.IsZero() && !s.polled && !s.final {
 				return nil, nil, false
 			}
-		}
-		for _, l := range c.learners {
-			if l.live && !l.done {
-				return nil, nil, false
-			}
-		}
-		if c.round != nil {
-			return nil, nil, false
 		}
 		if c.trained == 0 {
 			c.trained = c.elapsed()
@@ -459,7 +467,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		c.mu.Lock()
 	}
 	c.finishIfDone(ctx) // a job with nothing to train
-	w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan}
+	w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1)}
 	if p.Role == RoleLearner {
 		w.Incarnation = c.learners[p.ID].inc
 	}
@@ -1021,9 +1029,6 @@ func (c *Coordinator) Interrupt() {
 	for _, cc := range learners {
 		cc.send(ctx, tStop, stop{Interrupted: true})
 	}
-	c.mu.Lock()
-	c.startCheckpoint(ctx, "the job was interrupted", nil)
-	c.mu.Unlock()
 	for _, cc := range servers {
 		cc.send(ctx, tStats, nil)
 	}

@@ -95,8 +95,10 @@ func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetu
 		return fmt.Errorf("shard server %d: listen on %s: %w", id, listen, err)
 	}
 	app.Log.Info("shard server listening", "shard", id, "addr", ln.Addr())
+	stop := make(chan struct{})
+	app.onInterrupt(func() { close(stop) })
 	return cluster.RunServer(ctx, cluster.ServerConfig{Member: m, PS: st.cfg.PSConfig(layout, 0), Shards: []int{id},
-		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln})
+		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln, Checkpoints: st.store, Resume: st.resume, Stop: stop})
 }
 
 // runLearner runs learner id until the job's data is done.
@@ -126,6 +128,7 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 	coord, err := cluster.NewCoordinator(cluster.CoordinatorConfig{Settings: st.settings, Plan: c.Plan(c.Train.N),
 		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
 		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, ServerTimeout: f.cluster.psTimeout,
+		Checkpoints: st.store, CheckpointEvery: st.every, CheckpointInterval: st.interval, Resume: st.resume,
 		Logger: app.Log, OnEpoch: prog.epoch})
 	if err != nil {
 		return nil, err
