@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/softsync/softsync/learner/data"
@@ -71,7 +72,7 @@ func fracOf(p *float64) float64 {
 // state returns the coordinator's durable state; c.mu is held.
 func (c *Coordinator) state() coordState {
 	st := coordState{Dispatch: c.disp.State(), Steps: c.steps, LossSum: c.lossSum, LossCnt: c.lossCnt,
-		Secs: c.secs, Known: c.known, Pushes: c.pushes, Lost: c.lost, Restarts: c.restarts, Trained: c.elapsed().Seconds()}
+		Secs: c.secs, Known: c.known, Pushes: c.totalPushes(), Lost: c.lost, Restarts: c.restarts, Trained: c.elapsed().Seconds()}
 	for _, l := range c.learners {
 		st.Lives, st.LearnerSteps = append(st.Lives, l.lives), append(st.LearnerSteps, l.steps)
 	}
@@ -313,14 +314,16 @@ type Resume struct {
 // shards onto shards shards of a vector of total floats. skipped lists
 // the newer versions passed over, each naming the file at fault.
 func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total, shards int) (*Resume, []error, error) {
-	want := map[string]string{}
-	for _, k := range keys {
-		want[k] = settings[k]
-	}
 	var old []*checkpoint.Shard
 	snap, skipped, err := store.Latest(func(s *checkpoint.Snapshot) error {
-		if err := s.CheckJob(want); err != nil {
-			return err
+		var diffs []string
+		for _, k := range keys {
+			if got, ok := s.Manifest.Job[k]; !ok || got != settings[k] {
+				diffs = append(diffs, fmt.Sprintf("--%s %q, this job has %q", k, got, settings[k]))
+			}
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("%s: %w: a checkpoint of another job: %s", s.Path(checkpoint.ManifestName), checkpoint.ErrMismatch, strings.Join(diffs, "; "))
 		}
 		var err error
 		old, err = s.Shards()

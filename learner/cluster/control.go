@@ -107,7 +107,7 @@ type progress struct {
 	Done        bool         `json:"done,omitempty"`
 	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
 	Connections []Connection `json:"connections,omitempty"` // with Done
-	Pushes      []uint64     `json:"pushes,omitempty"`      // with Done: per shard, gradients pushed (ps.Client.Pushes)
+	Pushes      []uint64     `json:"pushes,omitempty"`      // per shard, gradients pushed so far (ps.Client.Pushes)
 }
 
 type epochLoss struct {

@@ -99,7 +99,7 @@ type Coordinator struct {
 	finalErr float64 // test error of the final weights (NaN: none)
 	traffic  rdma.Stats
 	conns    []Connection
-	pushes   []uint64 // per shard, gradients the learners pushed
+	pushes   []uint64 // per shard, gradients pushed by learner incarnations that have ended (see totalPushes)
 }
 
 type serverState struct {
@@ -115,14 +115,15 @@ type serverState struct {
 }
 
 type learnerState struct {
-	c     *ctrl
-	proc  Process
-	inc   uint32
-	lives int  // incarnations so far
-	live  bool // registered and not lost
-	done  bool // sent its last progress
-	last  time.Time
-	steps int64
+	c      *ctrl
+	proc   Process
+	inc    uint32
+	lives  int  // incarnations so far
+	live   bool // registered and not lost
+	done   bool // sent its last progress
+	last   time.Time
+	steps  int64
+	pushes []uint64 // per shard, as last reported by this incarnation
 }
 
 type evalState struct {
@@ -436,6 +437,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		if l.lives > 0 {
 			c.restarts++
 		}
+		c.retirePushes(l)
 		l.c, l.proc, l.inc, l.live, l.done, l.last = cc, p, uint32(l.lives), true, false, time.Now()
 		l.lives++
 		c.procs = append(c.procs, p)
@@ -820,10 +822,8 @@ func (c *Coordinator) addProgress(l *learnerState, p *progress) {
 		c.traffic.Add(p.Traffic)
 	}
 	c.conns = append(c.conns, p.Connections...)
-	for k, n := range p.Pushes {
-		if k < len(c.pushes) {
-			c.pushes[k] += n
-		}
+	if len(p.Pushes) == len(c.pushes) {
+		l.pushes = p.Pushes // cumulative for the incarnation
 	}
 	if p.Done {
 		l.done = true
@@ -921,6 +921,27 @@ func (c *Coordinator) emit() {
 	}
 }
 
+// totalPushes returns, per shard, the gradients the learners reported
+// pushing, every incarnation; c.mu is held.
+func (c *Coordinator) totalPushes() []uint64 {
+	t := slices.Clone(c.pushes)
+	for _, l := range c.learners {
+		for k, n := range l.pushes {
+			t[k] += n
+		}
+	}
+	return t
+}
+
+// retirePushes folds the pushes of l's incarnation that ended into the
+// totals; c.mu is held.
+func (c *Coordinator) retirePushes(l *learnerState) {
+	for k, n := range l.pushes {
+		c.pushes[k] += n
+	}
+	l.pushes = nil
+}
+
 // reported reports whether every progress report is in: the data is done
 // and every learner has sent its last report or is gone; c.mu is held.
 func (c *Coordinator) reported() bool {
@@ -952,7 +973,7 @@ func (c *Coordinator) result() *Result {
 	for _, s := range c.cfg.Servers {
 		n += len(s)
 	}
-	r.Shards, r.Pushes = make([]ps.Stats, n), slices.Clone(c.pushes)
+	r.Shards, r.Pushes = make([]ps.Stats, n), c.totalPushes()
 	for i, s := range c.servers {
 		for j, k := range c.cfg.Servers[i] {
 			if j < len(s.stats.Shards) {
@@ -964,6 +985,11 @@ func (c *Coordinator) result() *Result {
 		r.Server.Refused += s.stats.Refused
 		r.Server.NotHosted += s.stats.NotHosted
 		r.Server.Lost += s.stats.Lost
+	}
+	// A learner that died reported its last pushes to no one: a shard
+	// counted at least those it received.
+	for k, st := range r.Shards {
+		r.Pushes[k] = max(r.Pushes[k], st.Gradients+st.Dropped)
 	}
 	slices.SortStableFunc(r.Processes, func(a, b Process) int { return a.Rank - b.Rank })
 	return r
