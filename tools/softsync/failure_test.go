@@ -41,9 +41,9 @@ func waitOutput(t *testing.T, j *clustertest.Job, s string) {
 	}
 }
 
-// kill sends SIGKILL to the process of the marked job whose command line
-// holds args in order (e.g. "learner", "--id", "1") and returns its pid.
-func kill(t *testing.T, marker string, args ...string) int {
+// findProc returns the pid of the process of the marked job whose command
+// line holds args in order (e.g. "learner", "--id", "1"), 0 if none.
+func findProc(marker string, args ...string) int {
 	want := []byte("SOFTSYNC_TEST_JOB=" + marker)
 	seq := strings.Join(args, "\x00") + "\x00"
 	dirs, _ := os.ReadDir("/proc")
@@ -54,16 +54,23 @@ func kill(t *testing.T, marker string, args ...string) int {
 		}
 		env, err1 := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
 		cmd, err2 := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err1 != nil || err2 != nil || !strings.Contains(string(env), string(want)) || !strings.Contains(string(cmd), seq) {
-			continue
+		if err1 == nil && err2 == nil && strings.Contains(string(env), string(want)) && strings.Contains(string(cmd), seq) {
+			return pid
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		return pid
 	}
-	t.Fatalf("no process %v in job %s", args, marker)
 	return 0
+}
+
+// kill sends SIGKILL to the process findProc finds, and returns its pid.
+func kill(t *testing.T, marker string, args ...string) int {
+	pid := findProc(marker, args...)
+	if pid == 0 {
+		t.Fatalf("no process %v in job %s", args, marker)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // TestFailures runs the failures clusters have under softsync launch,
@@ -77,9 +84,7 @@ func kill(t *testing.T, marker string, args ...string) int {
 // it lost since the checkpoint are counted (accepted + dropped + lost =
 // pushed on every shard), and the test error is within the same bound.
 func TestFailures(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: starts the test binary as softsync; make test runs this natively")
-	}
+	multiProcess(t)
 	dir := t.TempDir()
 	report := func(name string) string { return filepath.Join(dir, name+".json") }
 	base, _ := startLaunch(t, append([]string{"-n", "3", "--shards", "2", "--", "--quiet", "--json", report("base")}, failureJob...)...)
