@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -99,7 +99,7 @@ type prefetcher struct {
 // owns the connections (Close closes them).
 func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if len(conns) != cfg.Shards {
-		return nil, sgd.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
+		return nil, param.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
 	}
 	if err := cfg.Codec.Validate(); err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -360,7 +361,7 @@ func TestConfigErrors(t *testing.T) {
 		cfg := good
 		tc.edit(&cfg)
 		_, err := Start(context.Background(), cfg)
-		var fe *sgd.FieldError
+		var fe *param.FieldError
 		switch {
 		case tc.field == "":
 			if !errors.Is(err, data.ErrShape) {

@@ -12,7 +12,7 @@ import (
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/kerneltest"
 	"github.com/softsync/softsync/learner/data"
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // momentumSGD is plain SGD with momentum and weight decay honouring the
@@ -23,7 +23,7 @@ type momentumSGD struct {
 	v                   []float32
 }
 
-func (o *momentumSGD) step(w, g []float32, layout []sgd.Segment) {
+func (o *momentumSGD) step(w, g []float32, layout []param.Segment) {
 	if o.v == nil {
 		o.v = make([]float32, len(w))
 	}
