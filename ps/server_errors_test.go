@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -714,5 +715,44 @@ func TestClientSnapshot(t *testing.T) {
 		if err := s.stop(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestClientRedialFails: when the server is gone and Redial gives up, the
+// call that saw the loss fails with Redial's error, and so does every later
+// use of that connection, without redialling again.
+func TestClientRedialFails(t *testing.T) {
+	leaks := noLeaks(t)
+	defer leaks()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	net, _ := network(t, "tcp", 21)
+	s := serveTCP(t, ctx, net, ServerConfig{PS: softConfig(21, 1), Init: make([]float32, 16)})
+	errGone := errors.New("no server to redial")
+	var redials atomic.Int32
+	c, err := Dial(ctx, net, []string{s.addr}, ClientConfig{Learner: 0, Protocol: Softsync, Total: 16, Shards: 1,
+		Redial: func(context.Context, int) (rdma.Conn, error) { redials.Add(1); return nil, errGone }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := make([]float32, 16)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pull(ctx, w); !errors.Is(err, errGone) {
+		t.Fatalf("pull from a server gone: %v", err)
+	}
+	if err := c.Push(ctx, w); !errors.Is(err, errGone) {
+		t.Fatalf("push after the redial failed: %v", err)
+	}
+	if err := c.Leave(ctx); !errors.Is(err, errGone) {
+		t.Fatalf("leave after the redial failed: %v", err)
+	}
+	if n := redials.Load(); n != 1 {
+		t.Errorf("%d redials, want 1", n)
 	}
 }
