@@ -756,3 +756,72 @@ func TestClientRedialFails(t *testing.T) {
 		t.Errorf("%d redials, want 1", n)
 	}
 }
+
+// TestClientRedialDuringPrefetch restarts the server (from a checkpoint)
+// while a learner prefetches its next weights: the prefetch redials and
+// asks the new server again, and the gradient the learner pushes
+// meanwhile, computed on the old server's weights, is counted as pushed
+// but not sent; the next one, on the new weights, is applied.
+func TestClientRedialDuringPrefetch(t *testing.T) {
+	leaks := noLeaks(t)
+	defer leaks()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	net, _ := network(t, "tcp", 22)
+	cfg := softConfig(22, 1)
+	cfg.Shards = 2
+	a := serveTCP(t, ctx, net, ServerConfig{PS: cfg, Init: make([]float32, 64)})
+	var b *tcpServer
+	redialed := make(chan struct{})
+	c, err := Dial(ctx, net, []string{a.addr, a.addr}, ClientConfig{Learner: 0, Protocol: Softsync, Total: 64, Shards: 2,
+		Redial: func(ctx context.Context, _ int) (rdma.Conn, error) {
+			close(redialed)
+			return net.Dial(ctx, b.addr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, next, g := make([]float32, 64), make([]float32, 64), slices.Repeat([]float32{1}, 64)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	cps, ids := a.Checkpoint()
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b = serveTCP(t, ctx, net, ServerConfig{PS: cfg, Init: make([]float32, 64), Restore: cps, Identities: ids})
+	if err := c.PullAsync(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	<-redialed
+	if err := c.Push(ctx, g); err != nil { // computed on the old server's weights
+		t.Fatal(err)
+	}
+	if err := c.WaitPull(); err != nil {
+		t.Fatalf("prefetch across the restart: %v", err)
+	}
+	if st := c.Stamps(); st[0] != 1 || st[1] != 1 || next[0] != -0.5 {
+		t.Fatalf("after the restart: stamps %v, w[0] = %g; want the checkpoint's clock 1 and −0.5", st, next[0])
+	}
+	if err := c.Push(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pull(ctx, w); err != nil || w[0] != -1 {
+		t.Fatalf("pull: %v, w[0] = %g; want −1", err, w[0])
+	}
+	for k, sh := range b.Stats().Shards {
+		if pushed := c.Pushes()[k]; pushed != 3 || sh.Gradients != 2 || sh.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %d pushed, %+v: want 3 pushed, 2 accepted (1 before the checkpoint)", k, pushed, sh)
+		}
+	}
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
