@@ -12,6 +12,8 @@
 #   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
+#   make chaos        a longer job under softsync launch with learners and a shard server
+#                     killed at random (CHAOS_SEED), against the same job undisturbed
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in
 #                     testdata/fuzz/ (commit them)
@@ -51,7 +53,7 @@ TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz chaos csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -82,6 +84,8 @@ test: deps csrc-hash test-c check-memory
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	# the learning tests skip under the race detector: run them on the native engine too
 	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
+	# jobs of several processes (launchers, namespaces, failures), natively
+	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
@@ -102,6 +106,9 @@ bench: deps build
 # written there by go itself, and fails the run. A run that ends in error
 # without one is go 1.26's fuzzing coordinator racing its own deadline
 # (go.dev/issue/75804), reported and passed over.
+chaos: deps csrc-hash
+	$(GO) test -tags 'chaos $(TAGS)' -run '^TestChaos$$' -v -timeout 60m -ldflags '$(LDFLAGS)' ./tools/softsync/
+
 fuzz: csrc-hash
 	@cache=$$($(GO) env GOCACHE)/fuzz; count() { ls "$$1" 2>/dev/null | wc -l || true; }; \
 	$(GO) test -list '^Fuzz' -ldflags '$(LDFLAGS)' ./... | \

@@ -59,8 +59,8 @@ type Client struct {
 	// (lossy codecs that keep one, TopK): optimizer state of the learner,
 	// kept across reconnections.
 	feedback []rdma.Feedback
-	pushes   []uint64    // per shard, gradients the learner pushed (sent or lost on the way)
-	pf       *prefetcher // started by the first PullAsync
+	pushes   []atomic.Uint64 // per shard, gradients the learner pushed (sent or lost on the way)
+	pf       *prefetcher     // started by the first PullAsync
 
 	statsMu sync.Mutex
 	retired rdma.Stats // traffic of connections replaced by Redial
@@ -112,7 +112,7 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]uint64, cfg.Shards)}
+		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
@@ -390,7 +390,7 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k, r := range c.ranges {
-		c.pushes[k]++
+		c.pushes[k].Add(1)
 		_, gen, err := c.byShard[k].get()
 		if err != nil {
 			return err // Redial gave up on that server
@@ -412,7 +412,14 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 // Pushes returns, per shard, the gradients the learner pushed, including
 // those lost with a connection (the shards' counts of accepted and
 // dropped gradients tell how many arrived).
-func (c *Client) Pushes() []uint64 { return slices.Clone(c.pushes) }
+// It may be called from any goroutine.
+func (c *Client) Pushes() []uint64 {
+	n := make([]uint64, len(c.pushes))
+	for k := range c.pushes {
+		n[k] = c.pushes[k].Load()
+	}
+	return n
+}
 
 // Join announces the learner to every shard again (after a Leave or a
 // reconnect).

@@ -198,6 +198,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if cfg.PS.DataSize > 0 {
 			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
 		}
+		// A shard restored with fresh counters (re-split onto another
+		// layout) has consumed the gradients its samples count.
+		st := core.Stats()
+		l.base = max(st.Samples/uint64(cfg.PS.Batch), st.Gradients+st.Dropped) - (st.Gradients + st.Dropped)
+		l.consumed = st.Gradients + st.Dropped + l.base
 		s.loops = append(s.loops, l)
 		s.byShard[k] = l
 	}

@@ -18,6 +18,7 @@ type shardLoop struct {
 	route    []*peer // where each learner's weights go
 	perEpoch uint64  // P, gradients per epoch; 0 without a data-set size
 	consumed uint64  // gradients accepted or dropped, as of the last Step
+	base     uint64  // consumed before the shard was restored, beyond its counters
 	snaps    map[int]snapshot
 	waits    []snapWait // snapshot requests for epochs not reached yet
 	final    bool
@@ -125,7 +126,7 @@ func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 		}
 	}
 	st := &l.core.stats
-	if n := st.Gradients + st.Dropped; n != l.consumed {
+	if n := st.Gradients + st.Dropped + l.base; n != l.consumed {
 		l.consumed = n
 		if l.perEpoch > 0 && n%l.perEpoch == 0 && s.cfg.Snapshots {
 			e := int(n / l.perEpoch)

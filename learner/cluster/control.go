@@ -19,24 +19,28 @@ import (
 // beside it. A connection's first message is a hello. docs/cluster.md
 // lists them for readers of captures.
 const (
-	tHello       rdma.Type = 0x20 + iota // any role → coordinator: hello
-	tWelcome                             // coordinator → role: welcome
-	tChunkReq                            // learner → coordinator: chunkReq
-	tChunk                               // coordinator → learner: chunkReply
-	tComplete                            // learner → coordinator: data.Chunk
-	tProgress                            // learner → coordinator: progress (also the heartbeat)
-	tEpoch                               // evaluator → coordinator: epochResult
-	tEvict                               // coordinator → shard server: member
-	tLost                                // shard server → coordinator: member
-	tFinish                              // coordinator → shard server: (no data)
-	tFinal                               // shard server → coordinator: ps.ServerStats
-	tStop                                // coordinator → role: stop
-	tFail                                // role → coordinator: failure
-	tWhere                               // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
-	tAddr                                // coordinator → learner, evaluator: addr
-	tInterrupt                           // coordinator → evaluator: (no data) measure the weights as they are
-	tStats                               // coordinator → shard server: (no data) report your counters now
-	tServerStats                         // shard server → coordinator: ps.ServerStats (answers tStats)
+	tHello          rdma.Type = 0x20 + iota // any role → coordinator: hello
+	tWelcome                                // coordinator → role: welcome
+	tChunkReq                               // learner → coordinator: chunkReq
+	tChunk                                  // coordinator → learner: chunkReply
+	tComplete                               // learner → coordinator: data.Chunk
+	tProgress                               // learner → coordinator: progress (also the heartbeat)
+	tEpoch                                  // evaluator → coordinator: epochResult
+	tEvict                                  // coordinator → shard server: member
+	tLost                                   // shard server → coordinator: member
+	tFinish                                 // coordinator → shard server: (no data)
+	tFinal                                  // shard server → coordinator: ps.ServerStats
+	tStop                                   // coordinator → role: stop
+	tFail                                   // role → coordinator: failure
+	tWhere                                  // learner, evaluator → coordinator: where (a shard server's address, after its connection failed)
+	tAddr                                   // coordinator → learner, evaluator: addr
+	tInterrupt                              // coordinator → evaluator: (no data) measure the weights as they are
+	tStats                                  // coordinator → shard server: (no data) report your counters now
+	tServerStats                            // shard server → coordinator: ps.ServerStats (answers tStats)
+	tCheckpoint                             // coordinator → shard server: ckptOrder
+	tCheckpointed                           // shard server → coordinator: ckptReport
+	tCheckpointReq                          // shard server → coordinator: (no data) checkpoint now, I am stopping
+	tCheckpointDone                         // coordinator → shard server: (no data) the checkpoint it asked for is over
 )
 
 // Role names a process's part in a job.
@@ -82,6 +86,7 @@ type welcome struct {
 	Incarnation uint32    `json:"incarnation"` // learner: this life's incarnation
 	Addrs       []string  `json:"addrs"`       // per shard: its server's address
 	Plan        data.Plan `json:"plan"`
+	FirstEpoch  int       `json:"first_epoch"` // evaluator: the first epoch end to measure (a resumed job's)
 }
 
 type chunkReq struct {
@@ -102,7 +107,7 @@ type progress struct {
 	Done        bool         `json:"done,omitempty"`
 	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
 	Connections []Connection `json:"connections,omitempty"` // with Done
-	Pushes      []uint64     `json:"pushes,omitempty"`      // with Done: per shard, gradients pushed (ps.Client.Pushes)
+	Pushes      []uint64     `json:"pushes,omitempty"`      // per shard, gradients pushed so far (ps.Client.Pushes)
 }
 
 type epochLoss struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -34,6 +35,17 @@ type CoordinatorConfig struct {
 	// Rendezvous, if > 0, fails the job when some process has not arrived
 	// after that long.
 	Rendezvous time.Duration
+	// Checkpoints, if set, is where the job's checkpoints go (see
+	// checkpoint.go): every CheckpointEvery mini-batches or
+	// CheckpointInterval (0: not), when the job is interrupted, and when a
+	// shard server asks before it stops.
+	Checkpoints        *checkpoint.Store
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// Resume, if set, continues a job from a checkpoint: the data
+	// dispatcher's position, the learners' incarnations, the progress and
+	// the history.
+	Resume *Resume
 	// ServerTimeout is how long the job waits for a shard server whose
 	// connection was lost to come back (restarted from its checkpoint)
 	// before it fails; 0: it fails at once.
@@ -61,6 +73,13 @@ type Coordinator struct {
 	trained        time.Duration // start → last chunk completed
 	finishing      bool          // the data is done: shard servers told to finish
 	interrupted    bool          // Interrupt was called
+	interruptCkpt  bool          // the interruption's checkpoint was started
+	firstEpoch     int           // the first epoch the evaluator measures (after a resume: not those passed)
+	before         time.Duration // training time of the job before it was resumed
+	round          *ckptRound    // the checkpoint being written
+	ckptSteps      int64         // steps at the last checkpoint
+	ckptTime       time.Time     // time of the last checkpoint
+	lastVersion    uint64        // the last version committed
 	err            error         // the job failed
 	servers        []*serverState
 	learners       []*learnerState
@@ -80,7 +99,7 @@ type Coordinator struct {
 	finalErr float64 // test error of the final weights (NaN: none)
 	traffic  rdma.Stats
 	conns    []Connection
-	pushes   []uint64 // per shard, gradients the learners pushed
+	pushes   []uint64 // per shard, gradients pushed by learner incarnations that have ended (see totalPushes)
 }
 
 type serverState struct {
@@ -96,14 +115,15 @@ type serverState struct {
 }
 
 type learnerState struct {
-	c     *ctrl
-	proc  Process
-	inc   uint32
-	lives int  // incarnations so far
-	live  bool // registered and not lost
-	done  bool // sent its last progress
-	last  time.Time
-	steps int64
+	c      *ctrl
+	proc   Process
+	inc    uint32
+	lives  int  // incarnations so far
+	live   bool // registered and not lost
+	done   bool // sent its last progress
+	last   time.Time
+	steps  int64
+	pushes []uint64 // per shard, as last reported by this incarnation
 }
 
 type evalState struct {
@@ -147,6 +167,16 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	c.testErr, c.secs, c.known = make([]float64, E), make([]float64, E), make([]bool, E)
 	for e := range c.testErr {
 		c.testErr[e] = math.NaN()
+	}
+	if cfg.Resume != nil {
+		st, err := cfg.Resume.coordinatorState()
+		if err == nil {
+			err = c.restore(st)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resume from %s: %w", cfg.Resume.Snapshot.Dir(), err)
+		}
+		c.lastVersion = cfg.Resume.Snapshot.Version()
 	}
 	return c, nil
 }
@@ -193,7 +223,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	lastLog := time.Now()
 	for {
 		c.mu.Lock()
-		res, err, done := c.check()
+		res, err, done := c.check(ctx)
 		changed := c.changed
 		started := c.started
 		c.mu.Unlock()
@@ -220,12 +250,15 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 				}
 			}
 			c.heartbeats(ctx, now)
+			c.mu.Lock()
+			c.dueCheckpoint(ctx)
+			c.mu.Unlock()
 		}
 	}
 }
 
 // check returns the result once the job is over; c.mu is held.
-func (c *Coordinator) check() (*Result, error, bool) {
+func (c *Coordinator) check(ctx context.Context) (*Result, error, bool) {
 	if c.err != nil {
 		return nil, c.err, true
 	}
@@ -233,6 +266,20 @@ func (c *Coordinator) check() (*Result, error, bool) {
 		return nil, nil, false
 	}
 	if c.interrupted {
+		for _, l := range c.learners {
+			if l.live && !l.done {
+				return nil, nil, false
+			}
+		}
+		// Every learner has stopped and reported: the checkpoint now
+		// holds what they did.
+		if !c.interruptCkpt && c.round == nil { // after a periodic round still running
+			c.interruptCkpt = true
+			c.startCheckpoint(ctx, "the job was interrupted", nil)
+		}
+		if c.round != nil {
+			return nil, nil, false
+		}
 		if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
 			return nil, nil, false
 		}
@@ -241,13 +288,8 @@ func (c *Coordinator) check() (*Result, error, bool) {
 				return nil, nil, false
 			}
 		}
-		for _, l := range c.learners {
-			if l.live && !l.done {
-				return nil, nil, false
-			}
-		}
 		if c.trained == 0 {
-			c.trained = time.Since(c.start)
+			c.trained = c.elapsed()
 		}
 		return c.result(), ErrInterrupted, true
 	}
@@ -395,6 +437,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		if l.lives > 0 {
 			c.restarts++
 		}
+		c.retirePushes(l)
 		l.c, l.proc, l.inc, l.live, l.done, l.last = cc, p, uint32(l.lives), true, false, time.Now()
 		l.lives++
 		c.procs = append(c.procs, p)
@@ -426,7 +469,7 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 		c.mu.Lock()
 	}
 	c.finishIfDone(ctx) // a job with nothing to train
-	w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan}
+	w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1)}
 	if p.Role == RoleLearner {
 		w.Incarnation = c.learners[p.ID].inc
 	}
@@ -440,7 +483,7 @@ func (c *Coordinator) startLocked() {
 	if c.started || c.missing() != "nothing" {
 		return
 	}
-	c.started, c.start = true, time.Now()
+	c.started, c.start, c.ckptTime = true, time.Now(), time.Now()
 	c.notify()
 }
 
@@ -470,6 +513,9 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 					c.fail(fmt.Errorf("%w: lost %s: %v", ErrJobFailed, s.proc, err))
 				} else {
 					s.lost = time.Now()
+					if r := c.round; r != nil && r.waiting[id] {
+						c.checkpointed(id, ckptReport{Version: r.version, Err: "lost during the checkpoint"})
+					}
 					if c.cfg.Logger != nil {
 						c.cfg.Logger.Warn("lost a shard server; waiting for it to come back", "server", id, "for", c.cfg.ServerTimeout, "err", err)
 					}
@@ -499,6 +545,24 @@ func (c *Coordinator) serveServer(ctx context.Context, cc *ctrl, id int) {
 				c.notify()
 			}
 			c.mu.Unlock()
+		case tCheckpointed:
+			var rep ckptReport
+			if err := decode(t, b, &rep); err != nil {
+				c.protocolError(err)
+				return
+			}
+			c.mu.Lock()
+			c.checkpointed(id, rep)
+			c.mu.Unlock()
+		case tCheckpointReq:
+			done := make(chan struct{})
+			c.mu.Lock()
+			c.startCheckpoint(ctx, fmt.Sprintf("shard server %d is stopping", id), done)
+			c.mu.Unlock()
+			go func() {
+				<-done
+				cc.send(ctx, tCheckpointDone, nil)
+			}()
 		case tServerStats:
 			var st ps.ServerStats
 			if err := decode(t, b, &st); err != nil {
@@ -600,6 +664,7 @@ func (c *Coordinator) serveLearner(ctx context.Context, cc *ctrl, id int) {
 			}
 			c.mu.Lock()
 			c.addProgress(l, &p)
+			c.dueCheckpoint(ctx)
 			c.mu.Unlock()
 		case tWhere:
 			var q where
@@ -644,7 +709,7 @@ func (c *Coordinator) finishIfDone(ctx context.Context) {
 	if c.finishing || !c.started || !c.disp.Done() {
 		return
 	}
-	c.finishing, c.trained = true, time.Since(c.start)
+	c.finishing, c.trained = true, c.elapsed()
 	for _, s := range c.servers {
 		s.c.send(ctx, tFinish, nil)
 	}
@@ -757,10 +822,8 @@ func (c *Coordinator) addProgress(l *learnerState, p *progress) {
 		c.traffic.Add(p.Traffic)
 	}
 	c.conns = append(c.conns, p.Connections...)
-	for k, n := range p.Pushes {
-		if k < len(c.pushes) {
-			c.pushes[k] += n
-		}
+	if len(p.Pushes) == len(c.pushes) {
+		l.pushes = p.Pushes // cumulative for the incarnation
 	}
 	if p.Done {
 		l.done = true
@@ -858,6 +921,27 @@ func (c *Coordinator) emit() {
 	}
 }
 
+// totalPushes returns, per shard, the gradients the learners reported
+// pushing, every incarnation; c.mu is held.
+func (c *Coordinator) totalPushes() []uint64 {
+	t := slices.Clone(c.pushes)
+	for _, l := range c.learners {
+		for k, n := range l.pushes {
+			t[k] += n
+		}
+	}
+	return t
+}
+
+// retirePushes folds the pushes of l's incarnation that ended into the
+// totals; c.mu is held.
+func (c *Coordinator) retirePushes(l *learnerState) {
+	for k, n := range l.pushes {
+		c.pushes[k] += n
+	}
+	l.pushes = nil
+}
+
 // reported reports whether every progress report is in: the data is done
 // and every learner has sent its last report or is gone; c.mu is held.
 func (c *Coordinator) reported() bool {
@@ -889,7 +973,7 @@ func (c *Coordinator) result() *Result {
 	for _, s := range c.cfg.Servers {
 		n += len(s)
 	}
-	r.Shards, r.Pushes = make([]ps.Stats, n), slices.Clone(c.pushes)
+	r.Shards, r.Pushes = make([]ps.Stats, n), c.totalPushes()
 	for i, s := range c.servers {
 		for j, k := range c.cfg.Servers[i] {
 			if j < len(s.stats.Shards) {
@@ -901,6 +985,11 @@ func (c *Coordinator) result() *Result {
 		r.Server.Refused += s.stats.Refused
 		r.Server.NotHosted += s.stats.NotHosted
 		r.Server.Lost += s.stats.Lost
+	}
+	// A learner that died reported its last pushes to no one: a shard
+	// counted at least those it received.
+	for k, st := range r.Shards {
+		r.Pushes[k] = max(r.Pushes[k], st.Gradients+st.Dropped)
 	}
 	slices.SortStableFunc(r.Processes, func(a, b Process) int { return a.Rank - b.Rank })
 	return r
@@ -981,9 +1070,7 @@ func (c *Coordinator) Progress() Progress {
 	defer c.mu.Unlock()
 	p := Progress{Epochs: c.cfg.Plan.Epochs, Batches: c.per, Steps: c.steps, TotalSteps: c.total, Loss: c.ema,
 		Images: c.steps * int64(c.cfg.Plan.Batch)}
-	if c.started {
-		p.Elapsed = time.Since(c.start)
-	}
+	p.Elapsed = c.elapsed()
 	if c.per > 0 {
 		p.Epoch, p.Batch = int(c.steps/int64(c.per))+1, int(c.steps%int64(c.per))
 		if p.Epoch > p.Epochs && p.Epochs > 0 {

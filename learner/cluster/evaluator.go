@@ -131,7 +131,7 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		}
 		return cc.send(ctx, tEpoch, r)
 	}
-	for e := 0; e <= full; e++ {
+	for e := max(w.FirstEpoch-1, 0); e <= full; e++ {
 		epoch := e + 1
 		if e == full {
 			epoch = 0

@@ -6,14 +6,17 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -77,7 +80,26 @@ type Config struct {
 	// OnAuthFailure, if set, is told of every connection to the job's TCP
 	// listeners that failed authentication (rdma.Options.OnAuthFailure).
 	OnAuthFailure func(peer string, err error)
+	// Checkpoints, if set, is where the job writes checkpoints, every
+	// CheckpointEvery mini-batches or CheckpointInterval (0: not) and
+	// when it is interrupted (see CoordinatorConfig).
+	Checkpoints        *checkpoint.Store
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// Resume, if set, continues the job from a checkpoint (LoadResume,
+	// re-split onto Shards shards).
+	Resume *Resume
+	// Logger, if set, receives the roles' events (checkpoints, lost
+	// learners).
+	Logger *slog.Logger
 }
+
+// ResumeKeys are the settings a job must share with the checkpoint it
+// resumes from (Settings keys: the flag names): the network, the data,
+// the batch, the seed of the data order, the learners and the protocol
+// (the chunks of the data). The rest (rates, epochs, shards, …) may
+// change.
+var ResumeKeys = []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
 
 // Validate returns a *sgd.FieldError naming the first invalid field.
 // Data sets are checked against the network by StartJob.
@@ -255,7 +277,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		shards[k] = k
 	}
 	coord, err := NewCoordinator(CoordinatorConfig{Plan: plan, Learners: cfg.Learners, Servers: [][]int{shards},
-		Evaluator: true, OnEpoch: cfg.OnEpoch})
+		Evaluator: true, OnEpoch: cfg.OnEpoch, Checkpoints: cfg.Checkpoints, CheckpointEvery: cfg.CheckpointEvery,
+		CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume, Logger: cfg.Logger})
 	if err != nil {
 		coordLn.Close()
 		psLn.Close()
@@ -282,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.wg.Go(func() {
 		j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, 0), PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
-			Init: init, Codec: wcodec, Listener: psLn}))
+			Init: init, Codec: wcodec, Listener: psLn, Checkpoints: cfg.Checkpoints, Resume: cfg.Resume}))
 	})
 	j.wg.Go(func() {
 		w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,

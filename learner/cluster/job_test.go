@@ -17,6 +17,7 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -322,5 +323,65 @@ func TestJobInterrupt(t *testing.T) {
 	}
 	if res.Traffic.TotalSent().Msgs == 0 {
 		t.Error("no traffic reported")
+	}
+}
+
+// TestJobCheckpointResume interrupts a job that writes checkpoints, then
+// resumes it from the checkpoint written at the interruption onto another
+// number of shards: the resumed job finishes the data exactly (the chunks
+// in flight at the interruption are done again, every batch completed
+// once), keeps the history of the first part and trains on from its
+// weights.
+func TestJobCheckpointResume(t *testing.T) {
+	train, test := mnistSubset(t, 3000, 500)
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 10,
+		Protocol: ps.Softsync, N: 2, Shards: 2, Epochs: 4, Seed: 1, Checkpoints: store, CheckpointEvery: 200,
+		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}
+	j, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j.Progress().Steps < 500 {
+		time.Sleep(time.Millisecond)
+	}
+	j.Interrupt()
+	first, err := j.Wait()
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupt: %v", err)
+	}
+	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 3)
+	if err != nil || len(skipped) != 0 {
+		t.Fatalf("load: %v (skipped %v)", err, skipped)
+	}
+	if !re.Info.Relaid {
+		t.Error("2 shards onto 3: not re-laid")
+	}
+	cfg.Shards, cfg.Resume, cfg.Checkpoints = 3, re, nil
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 4 * res.BatchesPerEpoch
+	if res.Chunks.Batches != total || res.Steps < int64(total) {
+		t.Errorf("resumed: %d batches of completed chunks, %d steps; want %d", res.Chunks.Batches, res.Steps, total)
+	}
+	if len(res.History) != 4 || len(first.History) > 0 && res.History[0] != first.History[0] {
+		t.Errorf("history: first part %+v, resumed %+v", first.History, res.History)
+	}
+	t.Logf("interrupted at %d steps, test error %.3f, history %+v; resumed: %+v", first.Steps, first.TestError, first.History, res.History)
+	// Async test errors move by points between epochs; the training
+	// loss goes on falling, and each epoch end has its own weights.
+	h := res.History
+	if res.TestError > 0.2 || h[3].TrainLoss >= h[0].TrainLoss || h[2].TestError == h[3].TestError && h[2].TrainLoss == h[3].TrainLoss {
+		t.Errorf("after resuming: history %+v", h)
+	}
+	for k, st := range res.Shards {
+		if st.Duplicates != 0 || st.Rejected.Total() != 0 {
+			t.Errorf("shard %d after resuming: %+v", k, st)
+		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -21,6 +23,17 @@ type ServerConfig struct {
 	// the address they dial ("": Listener.Addr()).
 	Listener  rdma.Listener
 	Advertise string
+	// Checkpoints, if set, is where the server writes its shards when the
+	// coordinator orders a checkpoint (the job's shared folder).
+	Checkpoints *checkpoint.Store
+	// Resume, if set, starts the shards from a checkpoint (LoadResume)
+	// instead of Init.
+	Resume *Resume
+	// Stop, when closed, makes the server ask the coordinator for a
+	// checkpoint, wait for it (a minute at most) and stop, returning
+	// ErrInterrupted: a shard server told to stop (SIGTERM) loses nothing
+	// and can be restarted with its checkpoint.
+	Stop <-chan struct{}
 }
 
 // RunServer runs a shard server: it registers with the coordinator,
@@ -44,9 +57,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.PS.DataSize == 0 {
 		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
-	srv, err := ps.NewServer(ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
+	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
 		NewMsg: cfg.Network.NewMsg,
-		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }})
+		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
+	if cfg.Resume != nil {
+		cfg.Resume.restoreConfig(&pcfg)
+	}
+	srv, err := ps.NewServer(pcfg)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
 		cc.send(context.Background(), tFail, failure{Err: err.Error()})
@@ -61,7 +78,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		case <-ctx.Done():
 		}
 	}()
-	err = serverCommands(ctx, cc, srv)
+	err = serverCommands(ctx, cc, srv, &cfg)
 	srv.Stop()
 	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, context.Canceled) {
 		err = serr
@@ -73,10 +90,45 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 }
 
 // serverCommands carries out the coordinator's commands until it stops
-// the job.
-func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server) error {
+// the job, or until cfg.Stop asks the server to stop after a checkpoint.
+func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerConfig) error {
+	type msg struct {
+		t   rdma.Type
+		b   []byte
+		err error
+	}
+	msgs := make(chan msg)
+	go func() {
+		for {
+			t, b, err := cc.recv(ctx)
+			select {
+			case msgs <- msg{t, b, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	stop, stopping := cfg.Stop, false
+	var grace <-chan time.Time
 	for {
-		t, b, err := cc.recv(ctx)
+		var m msg
+		select {
+		case m = <-msgs:
+		case <-stop:
+			stop, stopping = nil, true
+			if cfg.Checkpoints == nil {
+				return ErrInterrupted
+			}
+			cc.send(ctx, tCheckpointReq, nil)
+			grace = time.After(time.Minute)
+			continue
+		case <-grace:
+			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
+		}
+		t, b, err := m.t, m.b, m.err
 		if err != nil {
 			return fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, err)
 		}
@@ -91,6 +143,26 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server) error {
 			srv.Finish()
 		case tStats:
 			cc.send(ctx, tServerStats, srv.Stats())
+		case tCheckpoint:
+			var o ckptOrder
+			if err := decode(t, b, &o); err != nil {
+				return err
+			}
+			go func() {
+				rep := ckptReport{Version: o.Version}
+				if cfg.Checkpoints == nil {
+					rep.Err = "no checkpoint folder (--checkpoint-dir)"
+				} else if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, o.Version); err != nil {
+					rep.Err = err.Error()
+				} else {
+					rep.Files = sums
+				}
+				cc.send(ctx, tCheckpointed, rep)
+			}()
+		case tCheckpointDone:
+			if stopping {
+				return ErrInterrupted
+			}
 		case tStop:
 			return stopErr(t, b)
 		default:

@@ -190,9 +190,12 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 	}
 	clear(r.report)
 	r.mu.Unlock()
+	if r.client != nil {
+		p.Pushes = r.client.Pushes()
+	}
 	if done && r.client != nil {
 		st := r.client.Stats()
-		p.Traffic, p.Pushes = &st, r.client.Pushes()
+		p.Traffic = &st
 		for _, c := range r.client.Connections() {
 			p.Connections = append(p.Connections, Connection{Learner: r.cfg.ID, Shards: c.Shards, Peer: c.Peer,
 				Transport: c.Transport.Name, Reason: c.Transport.Reason})

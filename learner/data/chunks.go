@@ -107,10 +107,10 @@ func shuffleEpoch(order []int, seed uint64, epoch int) {
 // batches First, First+Stride, …, First+(Count−1)·Stride. (Epoch, First)
 // identifies it within a job.
 type Chunk struct {
-	Epoch  int // 0-based
-	First  int // batch index within the epoch
-	Count  int // ≥ 1
-	Stride int // ≥ 1
+	Epoch  int `json:"epoch"` // 0-based
+	First  int `json:"first"` // batch index within the epoch
+	Count  int `json:"count"` // ≥ 1
+	Stride int `json:"stride"`
 }
 
 // Batch returns the epoch index of the chunk's i-th mini-batch.
@@ -120,10 +120,10 @@ func (c Chunk) key() [2]int { return [2]int{c.Epoch, c.First} }
 
 // DispatchStats counts a dispatcher's chunks.
 type DispatchStats struct {
-	Handed     int // chunks handed out, reassigned ones included
-	Completed  int
-	Reassigned int // chunks released by a lost learner and handed out again
-	Batches    int // mini-batches of completed chunks
+	Handed     int `json:"handed"` // chunks handed out, reassigned ones included
+	Completed  int `json:"completed"`
+	Reassigned int `json:"reassigned"` // chunks released by a lost learner and handed out again
+	Batches    int `json:"batches"`    // mini-batches of completed chunks
 }
 
 // Dispatcher hands out a Plan's chunks to learners on request (dynamic
@@ -253,6 +253,51 @@ func (d *Dispatcher) Release(learner int) int {
 		d.notify()
 	}
 	return n
+}
+
+// DispatchState is a dispatcher's position, for checkpoints: the first
+// batch not yet cut into chunks, the chunks not completed (handed out or
+// waiting to be), and the counters.
+type DispatchState struct {
+	Next    int           `json:"next"`
+	Pending []Chunk       `json:"pending"`
+	Stats   DispatchStats `json:"stats"`
+}
+
+// State returns the dispatcher's position.
+func (d *Dispatcher) State() DispatchState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := DispatchState{Next: d.next, Pending: slices.Clone(d.pending), Stats: d.stats}
+	for _, h := range d.held {
+		st.Pending = append(st.Pending, h.chunk)
+	}
+	slices.SortFunc(st.Pending, func(a, b Chunk) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.First, b.First))
+	})
+	if st.Pending == nil {
+		st.Pending = []Chunk{}
+	}
+	return st
+}
+
+// Restore resumes the dispatcher from a state taken under the same plan:
+// the chunks that were held are handed out again first (their learners
+// are gone), counted as reassigned.
+func (d *Dispatcher) Restore(st DispatchState) error {
+	if st.Next < 0 || st.Next > d.total {
+		return fmt.Errorf("%w: dispatch position %d outside the job's %d mini-batches", ErrConfig, st.Next, d.total)
+	}
+	for _, c := range st.Pending {
+		if c.Epoch < 0 || c.First < 0 || c.Count < 1 || c.Stride != d.plan.Group || c.Epoch*d.per+c.Batch(c.Count-1) >= d.total {
+			return fmt.Errorf("%w: chunk %+v does not belong to the job's plan", ErrConfig, c)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.next, d.pending, d.stats, d.held = st.Next, slices.Clone(st.Pending), st.Stats, map[[2]int]holder{}
+	d.notify()
+	return nil
 }
 
 // Stats returns the dispatcher's counters.

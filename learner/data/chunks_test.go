@@ -166,3 +166,52 @@ func TestPlanErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatcherState: a dispatcher restored from another's state hands
+// out the chunks that were held first, then goes on where the other
+// stopped, and every batch of the job is still completed exactly once.
+func TestDispatcherState(t *testing.T) {
+	p := Plan{Images: 200, Batch: 4, Chunk: 3, Epochs: 2}
+	a, _ := NewDispatcher(p)
+	seen := map[[2]int]int{}
+	complete := func(d *Dispatcher, l int, c Chunk) {
+		if err := d.Complete(l, c); err != nil {
+			t.Fatal(err)
+		}
+		for k := range c.Count {
+			seen[[2]int{c.Epoch, c.Batch(k)}]++
+		}
+	}
+	for range 5 {
+		c, _ := a.Next(0)
+		complete(a, 0, c)
+	}
+	held, _ := a.Next(1) // lost with the crash
+	st := a.State()
+	b, _ := NewDispatcher(p)
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := b.Next(2); c != held {
+		t.Fatalf("first chunk after the restore %+v, want the held %+v", c, held)
+	}
+	complete(b, 2, held)
+	for {
+		c, err := b.Next(0)
+		if errors.Is(err, ErrEnd) {
+			break
+		}
+		complete(b, 0, c)
+	}
+	if len(seen) != p.Total() {
+		t.Fatalf("%d batches done, want %d", len(seen), p.Total())
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("batch %v done %d times", k, n)
+		}
+	}
+	if bad := (DispatchState{Next: p.Total() + 1}); b.Restore(bad) == nil {
+		t.Error("a position beyond the job was accepted")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/nn"
@@ -29,6 +30,19 @@ func TestMain(m *testing.M) {
 		}
 		return 0
 	}})
+}
+
+// multiProcess skips a test that starts softsync processes when they
+// would be too slow: under the race detector, or in a build without the
+// native engine (make test runs these tests natively).
+func multiProcess(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("race detector: the processes would run the race-instrumented binary; make test runs this natively")
+	}
+	if _, info, _ := kernels.New(kernels.Config{Threads: 1}); info.Fallback {
+		t.Skip("no native engine in this build: make test runs this natively")
+	}
 }
 
 // clusterJob is the small job the multi-process tests run: the mlp (or
@@ -86,9 +100,7 @@ func checkClusterReport(t *testing.T, path string, procs, learners, shards int) 
 // machine: Open MPI's mpirun, MPICH's mpiexec, a throw-away Slurm's srun
 // and a batch script, every process running train --cluster auto.
 func TestLaunchers(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: the launchers start the test binary four times; make test runs this natively")
-	}
+	multiProcess(t)
 	dir := t.TempDir()
 	launch := func(t *testing.T, l *clustertest.Launcher, name string) {
 		report := filepath.Join(dir, name+".json")
@@ -131,9 +143,7 @@ func shellQuote(args []string) string {
 // TestLaunch runs softsync launch: two learner processes, two shard
 // servers, this process as the head.
 func TestLaunch(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: launch starts the test binary as softsync; make test runs this natively")
-	}
+	multiProcess(t)
 	report := filepath.Join(t.TempDir(), "launch.json")
 	args := append([]string{"launch", "-n", "2", "--shards", "2", "--"}, clusterJob("mlp", report)...)
 	run(t, args...)
@@ -144,9 +154,7 @@ func TestLaunch(t *testing.T) {
 // the weights of the same job in one process (same seed; float
 // tolerance: the two gradients of a round may be summed in either order).
 func TestClusterMatchesInProcess(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: launch starts the test binary as softsync; make test runs this natively")
-	}
+	multiProcess(t)
 	dir := t.TempDir()
 	job := []string{"--model", "lenet", "--epochs", "1", "--max-steps", "40", "--batch", "8", "--train-subset", "1000",
 		"--test-subset", "100", "--protocol", "hardsync", "--quiet"}
@@ -189,9 +197,7 @@ func TestClusterMatchesInProcess(t *testing.T) {
 // TestClusterMismatch: a launcher that does not give the job its size
 // fails at once, saying what it found.
 func TestClusterMismatch(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: starts the test binary; make test runs this natively")
-	}
+	multiProcess(t)
 	report := filepath.Join(t.TempDir(), "r.json")
 	args := append([]string{"train", "--cluster", "auto", "--learners", "5"}, clusterJob("mlp", report)...)
 	res := clustertest.OpenMPI(t).Run(t, clustertest.Spec{N: 4, Argv: clustertest.Self("softsync", args...), Timeout: time.Minute})
@@ -227,9 +233,7 @@ func TestRendezvousTimeout(t *testing.T) {
 // that advertises a loopback address to the other host is refused with a
 // message that says so.
 func TestTwoHosts(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: starts the test binary as softsync; make test runs this natively")
-	}
+	multiProcess(t)
 	a, b := clustertest.TwoHosts(t, clustertest.Link{})
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "secret")

@@ -19,6 +19,9 @@ type clusterFlags struct {
 	heartbeat     time.Duration // --heartbeat
 	rendezvous    time.Duration // --rendezvous-timeout
 	psTimeout     time.Duration // --ps-timeout
+	ckptDir       string        // --checkpoint-dir
+	ckptEvery     string        // --checkpoint-every: N mini-batches or a duration
+	resume        string        // --resume DIR
 	id            int           // --id (role commands)
 }
 
@@ -38,5 +41,8 @@ func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	fl.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without a secret (anyone who reaches the port can disturb the job)")
 	fl.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "a learner silent for this long is removed from the job (its chunks go to others)")
 	fl.DurationVar(&c.rendezvous, "rendezvous-timeout", 2*time.Minute, "how long to wait for every process of the job to arrive")
+	fl.StringVar(&c.ckptDir, "checkpoint-dir", "", "write checkpoints into this folder (shared by the job's hosts): every --checkpoint-every, when the job is interrupted, and when a shard server is stopped (docs/checkpoint.md)")
+	fl.StringVar(&c.ckptEvery, "checkpoint-every", "", "with --checkpoint-dir: a checkpoint every N mini-batches (all learners) or every DURATION (e.g. 10m); default: only when interrupted or stopped")
+	fl.StringVar(&c.resume, "resume", "", "continue the job from the newest complete checkpoint in this folder (another number of --shards is fine); checkpoints then go on there unless --checkpoint-dir says otherwise")
 	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails")
 }

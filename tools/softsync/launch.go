@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,7 +45,10 @@ prefixed with their role.
 A learner process that dies is removed from the job, which goes on without
 it (its chunks of data go to the others); with --restarts N, launch starts
 it again, at most N times in all, and it rejoins with a new incarnation. A
-shard server that dies ends the job.`,
+shard server that dies ends the job unless the job writes checkpoints
+(--checkpoint-dir): then, within --restarts, launch starts it again with
+--resume, the learners reconnect, and the gradients pushed to it since its
+checkpoint are counted lost.`,
 		Example: `  softsync launch -n 2 -- --model lenet --epochs 1 --batch 16 --protocol softsync
   softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -114,7 +119,7 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
-	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts}
+	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume)}
 	common := append([]string{"--coordinator", ln.Addr(), "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
@@ -168,7 +173,8 @@ type procGroup struct {
 	secret   []byte
 	out      *lineWriter
 	mu       sync.Mutex
-	restarts int // left
+	restarts int    // left
+	ckptDir  string // the job's checkpoints: a dead shard server restarts from them
 	procs    map[*exec.Cmd]bool
 	ending   bool
 	wg       sync.WaitGroup
@@ -203,9 +209,12 @@ func (g *procGroup) start(ctx context.Context, role string, id int, common []str
 		pw.Close()
 		g.mu.Lock()
 		delete(g.procs, cmd)
-		restart := err != nil && role == "learner" && !g.ending && g.restarts > 0 && ctx.Err() == nil
+		restart := err != nil && (role == "learner" || g.ckptDir != "") && !g.ending && g.restarts > 0 && ctx.Err() == nil
 		if restart {
 			g.restarts--
+			if role == "ps" && !slices.Contains(common, "--resume") {
+				common = append(slices.Clone(common), "--resume", g.ckptDir)
+			}
 		}
 		ending := g.ending
 		g.mu.Unlock()

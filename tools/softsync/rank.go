@@ -81,7 +81,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	if !head {
 		m := app.member(f, st, network, coord.addr, self(rank, roleOf(rank, S), idOf(rank, S)))
 		if rank < S {
-			return app.runShardServer(ctx, f, st, m, rank, listen)
+			return app.runShardServer(ctx, f, st, m, rank, listen, true)
 		}
 		return app.runLearner(ctx, st, m, rank-S)
 	}
@@ -100,7 +100,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	var serverErr error
 	wg.Go(func() {
 		m := app.member(f, st, network, ln.Addr(), self(0, cluster.RoleServer, 0))
-		if serverErr = app.runShardServer(ctx, f, st, m, 0, listen); serverErr != nil {
+		if serverErr = app.runShardServer(ctx, f, st, m, 0, listen, false); serverErr != nil {
 			cancel()
 		}
 	})

@@ -75,7 +75,7 @@ port), until the coordinator ends the job.` + roleHelp,
 				return err
 			}
 			m := app.member(&f, st, network, f.cluster.coordinator, self(-1, cluster.RoleServer, f.cluster.id))
-			return app.runShardServer(ctx, &f, st, m, f.cluster.id, listen)
+			return app.runShardServer(ctx, &f, st, m, f.cluster.id, listen, true)
 		},
 	}
 	addJobFlags(c.Flags(), &f)

@@ -84,8 +84,10 @@ func initialWeights(cfg *cluster.Config) ([]sgd.Segment, []float32, error) {
 }
 
 // runShardServer runs shard server id (running shard id) listening on
-// listen, until the job ends.
-func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetup, m cluster.Member, id int, listen string) error {
+// listen, until the job ends. With signals, the process's first SIGINT or
+// SIGTERM stops the server after a checkpoint (not when it shares its
+// process with the job's head, which handles them for the whole job).
+func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetup, m cluster.Member, id int, listen string, signals bool) error {
 	layout, init, err := initialWeights(&st.cfg)
 	if err != nil {
 		return err
@@ -95,8 +97,12 @@ func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetu
 		return fmt.Errorf("shard server %d: listen on %s: %w", id, listen, err)
 	}
 	app.Log.Info("shard server listening", "shard", id, "addr", ln.Addr())
+	stop := make(chan struct{})
+	if signals {
+		app.onInterrupt(func() { close(stop) })
+	}
 	return cluster.RunServer(ctx, cluster.ServerConfig{Member: m, PS: st.cfg.PSConfig(layout, 0), Shards: []int{id},
-		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln})
+		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln, Checkpoints: st.store, Resume: st.resume, Stop: stop})
 }
 
 // runLearner runs learner id until the job's data is done.
@@ -126,6 +132,7 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 	coord, err := cluster.NewCoordinator(cluster.CoordinatorConfig{Settings: st.settings, Plan: c.Plan(c.Train.N),
 		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
 		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, ServerTimeout: f.cluster.psTimeout,
+		Checkpoints: st.store, CheckpointEvery: st.every, CheckpointInterval: st.interval, Resume: st.resume,
 		Logger: app.Log, OnEpoch: prog.epoch})
 	if err != nil {
 		return nil, err

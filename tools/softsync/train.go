@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,6 +23,7 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -215,6 +217,12 @@ type trainSetup struct {
 	settings cluster.Settings // the job's flags, as every process must have them
 	norm     data.Normalizer  // input normalisation (with data)
 	job      uint32           // the job id of a multi-process job's network
+	// Checkpoints: where they go, how often, and what the job resumes
+	// from (--checkpoint-dir, --checkpoint-every, --resume).
+	store    *checkpoint.Store
+	every    int
+	interval time.Duration
+	resume   *cluster.Resume
 }
 
 func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
@@ -322,6 +330,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 		cfg.Init, cfg.Normalizer = w.Params, &w.Normalizer
 	}
 	st := &trainSetup{cfg: cfg, settings: jobSettings(f, &cfg)}
+	if err := st.checkpoints(app, f); err != nil {
+		return nil, err
+	}
 	if !withData {
 		return st, nil
 	}
@@ -337,6 +348,54 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	st.cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
 	return st, nil
+}
+
+// checkpoints opens --checkpoint-dir and loads --resume.
+func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
+	c := &f.cluster
+	dir := cmp.Or(c.ckptDir, c.resume)
+	if c.ckptEvery != "" {
+		if c.ckptDir == "" && c.resume == "" {
+			return fmt.Errorf("--checkpoint-every: needs --checkpoint-dir")
+		}
+		if n, err := strconv.Atoi(c.ckptEvery); err == nil && n > 0 {
+			st.every = n
+		} else if d, err := time.ParseDuration(c.ckptEvery); err == nil && d > 0 {
+			st.interval = d
+		} else {
+			return fmt.Errorf("--checkpoint-every %q: want a number of mini-batches (e.g. 5000) or a duration (e.g. 10m)", c.ckptEvery)
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	store, err := checkpoint.Open(dir)
+	if err != nil {
+		return fmt.Errorf("--checkpoint-dir %s: %w", dir, err)
+	}
+	st.store = store
+	if c.resume == "" {
+		return nil
+	}
+	from := store
+	if c.resume != dir {
+		if from, err = checkpoint.Open(c.resume); err != nil {
+			return fmt.Errorf("--resume %s: %w", c.resume, err)
+		}
+	}
+	re, skipped, err := cluster.LoadResume(from, st.settings, cluster.ResumeKeys, st.cfg.Spec.NumParams(), f.shards)
+	for _, s := range skipped {
+		app.Log.Warn("checkpoint version skipped", "err", s)
+	}
+	if err != nil {
+		return fmt.Errorf("--resume %s: %w", c.resume, err)
+	}
+	if re.Info.Relaid && re.Info.DroppedPending > 0 {
+		app.Log.Warn("checkpoint re-split onto another number of shards: pending gradients dropped", "gradients", re.Info.DroppedPending)
+	}
+	app.Log.Info("resuming", "from", re.Snapshot.Dir())
+	st.resume = re
+	return nil
 }
 
 // loadData loads --data into the setup and decides the normalisation.
@@ -449,6 +508,7 @@ func goBinary() string {
 func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	st.cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
 	cfg := st.cfg
+	cfg.Checkpoints, cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Resume, cfg.Logger = st.store, st.every, st.interval, st.resume, app.Log
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch
 	job, err := cluster.Start(ctx, cfg)
