@@ -391,7 +391,11 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 	}
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		if _, gen, _ := c.byShard[k].get(); gen != c.gens[k] {
+		_, gen, err := c.byShard[k].get()
+		if err != nil {
+			return err // Redial gave up on that server
+		}
+		if gen != c.gens[k] {
 			continue // computed on weights of a server since replaced: lost
 		}
 		m := c.msg(MsgPush, k, r.Len())

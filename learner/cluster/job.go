@@ -192,6 +192,7 @@ type Job struct {
 
 	mu      sync.Mutex
 	errs    []error // the roles' failures, in order
+	stopped error   // the error of Start's context, when its end stopped the job
 	res     *Result
 	weights []float32
 }
@@ -285,6 +286,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j.coord, j.addrs = coord, []string{coordLn.Addr(), psLn.Addr()}
+	parent := ctx
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
 		return Member{Network: network, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
@@ -292,7 +294,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.wg.Go(func() {
 		res, err := coord.Serve(ctx, coordLn)
 		j.mu.Lock()
-		j.res = res
+		j.res, j.stopped = res, parent.Err()
 		j.mu.Unlock()
 		if !errors.Is(err, ErrInterrupted) {
 			j.fail(err)
@@ -383,6 +385,9 @@ func (j *Job) Wait() (*Result, error) {
 		return j.res, ErrInterrupted
 	}
 	if err := j.cause(); err != nil {
+		if j.stopped != nil && !errors.Is(err, j.stopped) { // a consequence of the caller's cancellation
+			err = fmt.Errorf("%w: %w", j.stopped, err)
+		}
 		return nil, err
 	}
 	if j.res == nil {
