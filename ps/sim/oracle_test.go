@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -33,7 +34,7 @@ type updateOracle struct {
 	name   string
 	cfg    ps.Config
 	c0     int
-	layout []sgd.Segment
+	layout []param.Segment
 	shards []*shardOracle
 }
 
