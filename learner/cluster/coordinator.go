@@ -413,10 +413,14 @@ func (c *Coordinator) register(ctx context.Context, cc *ctrl, h *hello) error {
 			c.procs = append(c.procs, p)
 		}
 		c.servers[p.ID] = s
+		// The welcome goes out before c.mu is released: once the job
+		// has started, another role may finish it, and a shard server
+		// must read its welcome before the finish.
+		err := cc.send(ctx, tWelcome, welcome{Plan: c.cfg.Plan})
 		c.notify()
 		c.startLocked()
 		c.mu.Unlock()
-		if err := cc.send(ctx, tWelcome, welcome{Plan: c.cfg.Plan}); err != nil {
+		if err != nil {
 			return err
 		}
 		if back {
@@ -1071,6 +1075,9 @@ func (c *Coordinator) Progress() Progress {
 	p := Progress{Epochs: c.cfg.Plan.Epochs, Batches: c.per, Steps: c.steps, TotalSteps: c.total, Loss: c.ema,
 		Images: c.steps * int64(c.cfg.Plan.Batch)}
 	p.Elapsed = c.elapsed()
+	if c.trained > 0 {
+		p.Elapsed = c.trained // the training clock stops with the data
+	}
 	if c.per > 0 {
 		p.Epoch, p.Batch = int(c.steps/int64(c.per))+1, int(c.steps%int64(c.per))
 		if p.Epoch > p.Epochs && p.Epochs > 0 {

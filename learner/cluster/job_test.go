@@ -232,6 +232,22 @@ func TestJobEvaluateOnly(t *testing.T) {
 	}
 }
 
+// TestJobNothingToTrain: a job with no epochs ends as soon as every
+// process has joined; whichever joins last, every shard server reads its
+// welcome before the end of the data (a race the coordinator once lost
+// when a learner joined just after a shard server).
+func TestJobNothingToTrain(t *testing.T) {
+	train, test := mnistSubset(t, 100, 50)
+	s := spec(t, "mlp")
+	for i := range 40 {
+		_, err := Run(context.Background(), Config{Spec: s, Engine: engine(t), Train: train, Test: test,
+			Learners: 3, Batch: 10, Protocol: ps.Softsync, N: 1, Shards: 3, Seed: uint64(i), Solver: sgd.Config{LR: 0.1}})
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+}
+
 // TestConfigErrors: bad configurations fail before anything starts,
 // naming the field.
 func TestConfigErrors(t *testing.T) {

@@ -78,5 +78,5 @@ type Progress struct {
 	TotalSteps int64   // gradients the job will push
 	Loss       float64 // moving average of recent mini-batch losses (NaN before the first)
 	Images     int64
-	Elapsed    time.Duration
+	Elapsed    time.Duration // training wall time so far; it stops at the end of the data, as Result.Seconds
 }

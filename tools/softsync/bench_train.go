@@ -155,7 +155,7 @@ func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, lea
 	if err != nil {
 		return nil, err
 	}
-	if s0 == 0 || res.Steps <= s0 {
+	if s0 == 0 || res.Steps <= s0 || t0.Seconds() >= res.Seconds {
 		s0, t0 = 0, 0 // too fast to see the warm-up end: time everything
 	}
 	sec := res.Seconds - t0.Seconds()
