@@ -83,7 +83,7 @@ test: deps csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	# the learning tests skip under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/
+	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
 	# jobs of several processes (launchers, namespaces, failures), natively
 	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -99,7 +99,7 @@ type prefetcher struct {
 // owns the connections (Close closes them).
 func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if len(conns) != cfg.Shards {
-		return nil, sgd.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
+		return nil, param.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
 	}
 	if err := cfg.Codec.Validate(); err != nil {
 		return nil, err
@@ -391,7 +391,11 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 	}
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		if _, gen, _ := c.byShard[k].get(); gen != c.gens[k] {
+		_, gen, err := c.byShard[k].get()
+		if err != nil {
+			return err // Redial gave up on that server
+		}
+		if gen != c.gens[k] {
 			continue // computed on weights of a server since replaced: lost
 		}
 		m := c.msg(MsgPush, k, r.Len())

@@ -3,12 +3,13 @@ package ps
 import (
 	"fmt"
 
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of ps (the same
-// value as sgd.ErrInvalidConfig); errors name the field (*sgd.FieldError).
-var ErrInvalidConfig = sgd.ErrInvalidConfig
+// value as param.ErrInvalidConfig); errors name the field (*param.FieldError).
+var ErrInvalidConfig = param.ErrInvalidConfig
 
 // Protocol selects when a shard updates.
 type Protocol uint8
@@ -40,50 +41,50 @@ func ParseProtocol(s string) (Protocol, error) {
 			return Protocol(p), nil
 		}
 	}
-	return 0, sgd.Fieldf("Protocol", "unknown protocol %q (want hardsync or softsync)", s)
+	return 0, param.Fieldf("Protocol", "unknown protocol %q (want hardsync or softsync)", s)
 }
 
 // Config describes a parameter server: the protocol and solver that every
 // shard applies, and the sharding. One Config serves all shards.
 type Config struct {
-	Job          uint32        // job id that every message must carry
-	Learners     int           // λ ≥ 1; learner ids are 0 … λ−1
-	Protocol     Protocol      // Hardsync or Softsync
-	N            int           // softsync's n, 1 ≤ N ≤ Learners; ignored by hardsync
-	MaxStaleness int           // softsync only: S ≥ 1 bounds staleness; 0 is unbounded
-	Shards       int           // number of shards ≥ 1
-	Batch        int           // μ ≥ 1, samples per pushed gradient (for the epoch count)
-	DataSize     int           // samples per epoch ≥ 0; 0 keeps the epoch at 0
-	Layout       []sgd.Segment // segment multipliers of the flat vector; nil: all 1
-	Solver       sgd.Config    // the update rule
+	Job          uint32          // job id that every message must carry
+	Learners     int             // λ ≥ 1; learner ids are 0 … λ−1
+	Protocol     Protocol        // Hardsync or Softsync
+	N            int             // softsync's n, 1 ≤ N ≤ Learners; ignored by hardsync
+	MaxStaleness int             // softsync only: S ≥ 1 bounds staleness; 0 is unbounded
+	Shards       int             // number of shards ≥ 1
+	Batch        int             // μ ≥ 1, samples per pushed gradient (for the epoch count)
+	DataSize     int             // samples per epoch ≥ 0; 0 keeps the epoch at 0
+	Layout       []param.Segment // segment multipliers of the flat vector; nil: all 1
+	Solver       sgd.Config      // the update rule
 }
 
-// Validate returns a *sgd.FieldError for the first invalid field, or nil.
+// Validate returns a *param.FieldError for the first invalid field, or nil.
 // The layout is checked against the vector length by NewShard.
 func (c *Config) Validate() error {
 	switch {
 	case c.Learners < 1:
-		return sgd.Fieldf("Learners", "must be ≥ 1, got %d", c.Learners)
+		return param.Fieldf("Learners", "must be ≥ 1, got %d", c.Learners)
 	case int(c.Protocol) >= len(protocolNames):
-		return sgd.Fieldf("Protocol", "unknown protocol %d", c.Protocol)
+		return param.Fieldf("Protocol", "unknown protocol %d", c.Protocol)
 	case c.Protocol == Softsync && (c.N < 1 || c.N > c.Learners):
-		return sgd.Fieldf("N", "softsync needs 1 ≤ n ≤ learners (%d), got %d", c.Learners, c.N)
+		return param.Fieldf("N", "softsync needs 1 ≤ n ≤ learners (%d), got %d", c.Learners, c.N)
 	case c.MaxStaleness < 0:
-		return sgd.Fieldf("MaxStaleness", "must be ≥ 0 (0: unbounded), got %d", c.MaxStaleness)
+		return param.Fieldf("MaxStaleness", "must be ≥ 0 (0: unbounded), got %d", c.MaxStaleness)
 	case c.MaxStaleness > 0 && c.Protocol == Hardsync:
-		return sgd.Fieldf("MaxStaleness", "applies to softsync only (hardsync staleness is always 0), got %d", c.MaxStaleness)
+		return param.Fieldf("MaxStaleness", "applies to softsync only (hardsync staleness is always 0), got %d", c.MaxStaleness)
 	case c.Shards < 1:
-		return sgd.Fieldf("Shards", "must be ≥ 1, got %d", c.Shards)
+		return param.Fieldf("Shards", "must be ≥ 1, got %d", c.Shards)
 	case c.Batch < 1:
-		return sgd.Fieldf("Batch", "must be ≥ 1, got %d", c.Batch)
+		return param.Fieldf("Batch", "must be ≥ 1, got %d", c.Batch)
 	case c.DataSize < 0:
-		return sgd.Fieldf("DataSize", "must be ≥ 0, got %d", c.DataSize)
+		return param.Fieldf("DataSize", "must be ≥ 0, got %d", c.DataSize)
 	case c.DataSize == 0 && len(c.Solver.LRSteps) > 0:
-		return sgd.Fieldf("DataSize", "the schedule (Solver.LRSteps %v) needs the data-set size to count epochs", c.Solver.LRSteps)
+		return param.Fieldf("DataSize", "the schedule (Solver.LRSteps %v) needs the data-set size to count epochs", c.Solver.LRSteps)
 	}
 	if err := c.Solver.Validate(); err != nil {
-		if fe, ok := err.(*sgd.FieldError); ok {
-			return &sgd.FieldError{Field: "Solver." + fe.Field, Reason: fe.Reason}
+		if fe, ok := err.(*param.FieldError); ok {
+			return &param.FieldError{Field: "Solver." + fe.Field, Reason: fe.Reason}
 		}
 		return err
 	}

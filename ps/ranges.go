@@ -3,26 +3,26 @@ package ps
 import (
 	"math/bits"
 
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // RangeOf returns the range of shard k in Ranges(total, shards) without
 // building the others, so that a reader of an untrusted shard count (a
 // checkpoint file) needs no memory in proportion to it. Errors are
-// *sgd.FieldError values wrapping ErrInvalidConfig.
+// *param.FieldError values wrapping ErrInvalidConfig.
 func RangeOf(total, shards, k int) (Range, error) {
 	if err := checkShards(total, shards); err != nil {
 		return Range{}, err
 	}
 	if k < 0 || k >= shards {
-		return Range{}, sgd.Fieldf("index", "shard %d outside [0, %d)", k, shards)
+		return Range{}, param.Fieldf("index", "shard %d outside [0, %d)", k, shards)
 	}
 	return Range{boundary(total, shards, k), boundary(total, shards, k+1)}, nil
 }
 
 func checkShards(total, shards int) error {
 	if shards < 1 || shards > total {
-		return sgd.Fieldf("Shards", "need 1 ≤ shards ≤ vector length %d, got %d", total, shards)
+		return param.Fieldf("Shards", "need 1 ≤ shards ≤ vector length %d, got %d", total, shards)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -164,12 +164,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	if len(cfg.Shards) == 0 {
-		return nil, sgd.Fieldf("Shards", "no shard to run")
+		return nil, param.Fieldf("Shards", "no shard to run")
 	}
 	s := &Server{cfg: cfg, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),
 		stop: make(chan struct{}), final: make(chan struct{}), conns: map[rdma.Conn]bool{}, binds: map[uint32]*binding{}}
 	if cfg.Restore != nil && len(cfg.Restore) != len(cfg.Shards) {
-		return nil, sgd.Fieldf("Restore", "%d checkpoints for %d shards", len(cfg.Restore), len(cfg.Shards))
+		return nil, param.Fieldf("Restore", "%d checkpoints for %d shards", len(cfg.Restore), len(cfg.Shards))
 	}
 	for i, id := range cfg.Identities {
 		if i < cfg.PS.Learners {
@@ -178,13 +178,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	for i, k := range cfg.Shards {
 		if s.byShard[k] != nil {
-			return nil, sgd.Fieldf("Shards", "shard %d listed twice", k)
+			return nil, param.Fieldf("Shards", "shard %d listed twice", k)
 		}
 		var core *Shard
 		var err error
 		if cfg.Restore != nil {
 			if cfg.Restore[i].Shard != k {
-				return nil, sgd.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
+				return nil, param.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
 			}
 			core, err = Restore(cfg.PS, cfg.Restore[i])
 		} else {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -26,7 +27,7 @@ type leastSquares struct {
 
 const lsDim = 12
 
-var lsLayout = []sgd.Segment{
+var lsLayout = []param.Segment{
 	{Name: "w", Offset: 0, Len: 8, LRMult: 1, DecayMult: 1},
 	{Name: "v", Offset: 8, Len: 4, LRMult: 2, DecayMult: 0},
 }

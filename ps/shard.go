@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -43,7 +44,7 @@ type member struct {
 
 // NewShard returns the core of shard index (0 ≤ index < cfg.Shards) of a
 // parameter server whose initial flat vector is init. It copies its range
-// of init. Errors are *sgd.FieldError values wrapping ErrInvalidConfig.
+// of init. Errors are *param.FieldError values wrapping ErrInvalidConfig.
 func NewShard(cfg Config, index int, init []float32) (*Shard, error) {
 	s, err := newShard(cfg, index, len(init))
 	if err != nil {
@@ -57,7 +58,7 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := sgd.ValidateLayout(cfg.Layout, total); err != nil {
+	if err := param.ValidateLayout(cfg.Layout, total); err != nil {
 		return nil, err
 	}
 	rs, err := Ranges(total, cfg.Shards)
@@ -65,7 +66,7 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 		return nil, err
 	}
 	if index < 0 || index >= cfg.Shards {
-		return nil, sgd.Fieldf("index", "shard %d outside [0, %d)", index, cfg.Shards)
+		return nil, param.Fieldf("index", "shard %d outside [0, %d)", index, cfg.Shards)
 	}
 	r := rs[index]
 	scfg := cfg.Solver
@@ -331,9 +332,9 @@ func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 	n := len(s.members)
 	switch {
 	case len(cp.Weights) != s.rng.Len():
-		return nil, sgd.Fieldf("Checkpoint.Weights", "has %d elements, shard %d owns %d", len(cp.Weights), cp.Shard, s.rng.Len())
+		return nil, param.Fieldf("Checkpoint.Weights", "has %d elements, shard %d owns %d", len(cp.Weights), cp.Shard, s.rng.Len())
 	case len(cp.Active) != n || len(cp.NextSeq) != n || len(cp.RoundPushed) != n:
-		return nil, sgd.Fieldf("Checkpoint.Active", "per-learner state for %d/%d/%d learners, config has %d", len(cp.Active), len(cp.NextSeq), len(cp.RoundPushed), n)
+		return nil, param.Fieldf("Checkpoint.Active", "per-learner state for %d/%d/%d learners, config has %d", len(cp.Active), len(cp.NextSeq), len(cp.RoundPushed), n)
 	}
 	if err := s.solver.SetState(cp.Solver); err != nil {
 		return nil, err

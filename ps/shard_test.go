@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -438,13 +439,13 @@ func TestConfigErrors(t *testing.T) {
 		"Batch":          func(c *Config) { c.Batch = 0 },
 		"DataSize":       func(c *Config) { c.Solver.LRSteps, c.Solver.LRGamma = []int{3}, 0.1 },
 		"Solver.LR":      func(c *Config) { c.Solver.LR = 0 },
-		"Layout":         func(c *Config) { c.Layout = []sgd.Segment{{Name: "w", Len: 3, LRMult: 1}} },
+		"Layout":         func(c *Config) { c.Layout = []param.Segment{{Name: "w", Len: 3, LRMult: 1}} },
 		"Solver.LRGamma": func(c *Config) { c.DataSize, c.Solver.LRSteps = 10, []int{3} },
 	} {
 		cfg := plainConfig(4, Softsync, 2)
 		mut(&cfg)
 		_, err := NewShard(cfg, 0, make([]float32, 4))
-		var fe *sgd.FieldError
+		var fe *param.FieldError
 		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s: got %v", field, err)
 		}

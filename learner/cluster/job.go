@@ -17,14 +17,15 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
 
 // ErrConfig is wrapped by every configuration error of a job (the same
-// value as sgd.ErrInvalidConfig); the error is a *sgd.FieldError naming
+// value as param.ErrInvalidConfig); the error is a *param.FieldError naming
 // the Config field.
-var ErrConfig = sgd.ErrInvalidConfig
+var ErrConfig = param.ErrInvalidConfig
 
 // Config describes one training job run in this process (Start, Run):
 // every role of the job over the in-memory transport or loopback TCP: a
@@ -106,16 +107,16 @@ type Config struct {
 // change.
 var ResumeKeys = []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
 
-// Validate returns a *sgd.FieldError naming the first invalid field.
+// Validate returns a *param.FieldError naming the first invalid field.
 // Data sets are checked against the network by StartJob.
 func (c *Config) Validate() error {
 	switch {
 	case c.Spec == nil:
-		return sgd.Fieldf("Spec", "no network")
+		return param.Fieldf("Spec", "no network")
 	case c.Engine == nil:
-		return sgd.Fieldf("Engine", "no compute engine")
+		return param.Fieldf("Engine", "no compute engine")
 	case c.Train == nil || c.Train.N == 0:
-		return sgd.Fieldf("Train", "no training data")
+		return param.Fieldf("Train", "no training data")
 	}
 	return c.ValidateSettings()
 }
@@ -127,20 +128,20 @@ func (c *Config) Validate() error {
 func (c *Config) ValidateSettings() error {
 	switch {
 	case c.Epochs < 0:
-		return sgd.Fieldf("Epochs", "must be ≥ 0, got %d", c.Epochs)
+		return param.Fieldf("Epochs", "must be ≥ 0, got %d", c.Epochs)
 	case c.MaxSteps < 0:
-		return sgd.Fieldf("MaxSteps", "must be ≥ 0 (0: no limit), got %d", c.MaxSteps)
+		return param.Fieldf("MaxSteps", "must be ≥ 0 (0: no limit), got %d", c.MaxSteps)
 	case c.Chunk < 0:
-		return sgd.Fieldf("Chunk", "must be ≥ 0 (0: %d), got %d", DefaultChunk, c.Chunk)
+		return param.Fieldf("Chunk", "must be ≥ 0 (0: %d), got %d", DefaultChunk, c.Chunk)
 	case c.Transport != "" && c.Transport != "inmem" && c.Transport != "tcp":
-		return sgd.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
+		return param.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
 	case c.EvalBatch < 0:
-		return sgd.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
+		return param.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
 	case c.Workers < 0:
-		return sgd.Fieldf("Workers", "must be ≥ 0, got %d", c.Workers)
+		return param.Fieldf("Workers", "must be ≥ 0, got %d", c.Workers)
 	}
 	if err := c.Codec.Validate(); err != nil {
-		return sgd.Fieldf("Codec", "%v", err)
+		return param.Fieldf("Codec", "%v", err)
 	}
 	pc := c.PSConfig(nil, 1) // the data-set size is known once the data streams are made
 	if err := pc.Validate(); err != nil {
@@ -150,10 +151,10 @@ func (c *Config) ValidateSettings() error {
 		return nil
 	}
 	if c.Init != nil && len(c.Init) != c.Spec.NumParams() {
-		return sgd.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
+		return param.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
 	}
 	if c.Shards > c.Spec.NumParams() {
-		return sgd.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.NumParams())
+		return param.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.NumParams())
 	}
 	return nil
 }
@@ -162,7 +163,7 @@ func (c *Config) ValidateSettings() error {
 // network's layout and, for the schedule's epochs, the samples of an
 // epoch (0 leaves it to RunServer, which takes it from the coordinator's
 // plan).
-func (c *Config) PSConfig(layout []sgd.Segment, dataSize int) ps.Config {
+func (c *Config) PSConfig(layout []param.Segment, dataSize int) ps.Config {
 	return ps.Config{Job: cmp.Or(c.Job, 1), Learners: c.Learners, Protocol: c.Protocol, N: c.N, MaxStaleness: c.MaxStaleness,
 		Shards: c.Shards, Batch: c.Batch, DataSize: dataSize, Layout: layout, Solver: c.Solver}
 }
@@ -196,6 +197,7 @@ type Job struct {
 
 	mu      sync.Mutex
 	errs    []error // the roles' failures, in order
+	stopped error   // the error of Start's context, when its end stopped the job
 	res     *Result
 	weights []float32
 }
@@ -241,7 +243,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	plan := cfg.Plan(cfg.Train.N)
 	if err := plan.Validate(); err != nil {
-		return nil, sgd.Fieldf("Batch", "%v", err)
+		return nil, param.Fieldf("Batch", "%v", err)
 	}
 	j := &Job{cfg: cfg}
 	if cfg.Normalizer != nil {
@@ -261,7 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	net.Close()
 	network, err := openNetwork(cfg.Transport, cfg.OnAuthFailure)
 	if err != nil {
-		return nil, sgd.Fieldf("Transport", "%v", err)
+		return nil, param.Fieldf("Transport", "%v", err)
 	}
 	addr := ""
 	if cfg.Transport == "tcp" {
@@ -289,6 +291,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j.coord, j.addrs = coord, []string{coordLn.Addr(), psLn.Addr()}
+	parent := ctx
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
 		return Member{Network: network, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
@@ -296,7 +299,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.wg.Go(func() {
 		res, err := coord.Serve(ctx, coordLn)
 		j.mu.Lock()
-		j.res = res
+		j.res, j.stopped = res, parent.Err()
 		j.mu.Unlock()
 		if !errors.Is(err, ErrInterrupted) {
 			j.fail(err)
@@ -387,6 +390,9 @@ func (j *Job) Wait() (*Result, error) {
 		return j.res, ErrInterrupted
 	}
 	if err := j.cause(); err != nil {
+		if j.stopped != nil && !errors.Is(err, j.stopped) { // a consequence of the caller's cancellation
+			err = fmt.Errorf("%w: %w", j.stopped, err)
+		}
 		return nil, err
 	}
 	if j.res == nil {

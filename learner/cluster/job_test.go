@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -19,8 +18,8 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
-	"github.com/softsync/softsync/rdma"
 )
 
 // engine returns the fastest engine of the build (native when built).
@@ -100,69 +99,6 @@ func checkResult(t *testing.T, cfg Config, res *Result) {
 	}
 }
 
-// TestJobLearnsMNIST trains the mlp on an MNIST subset through the whole
-// runner, single learner and distributed, over both transports, and
-// checks that the loss falls, the test error drops and the report adds up.
-func TestJobLearnsMNIST(t *testing.T) {
-	train, test := mnistSubset(t, 4000, 1000)
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"single/inmem", Config{Learners: 1, Protocol: ps.Hardsync, Shards: 1, Transport: "inmem", Batch: 32}},
-		// Asynchronous updates add an implicit momentum that grows with
-		// staleness, and τ here depends on how the machine schedules the
-		// four learners (on a loaded one it spreads past 20): with the
-		// others' momentum 0.9 the final test error ranged from 0.11 to
-		// 0.22; with 0.5 and α0 = 0.1 it stays within 0.10 to 0.12.
-		{"softsync4/tcp", Config{Learners: 4, Protocol: ps.Softsync, N: 4, Shards: 2, Transport: "tcp", Batch: 8,
-			Solver: sgd.Config{LRMode: sgd.LRStaleness, LR: 0.1, Momentum: 0.5}}},
-		{"hardsync2/tcp/overlap", Config{Learners: 2, Protocol: ps.Hardsync, Shards: 2, Transport: "tcp", Batch: 16, Overlap: true}},
-		{"softsync2/inmem/s2", Config{Learners: 2, Protocol: ps.Softsync, N: 1, Shards: 1, Batch: 16, Overlap: true,
-			Codec: rdma.Codec{ID: rdma.CodecShuffleS2}, Solver: sgd.Config{LRMode: sgd.LRAverage}}},
-		{"softsync2/tcp/fp16", Config{Learners: 2, Protocol: ps.Softsync, N: 2, Shards: 1, Batch: 16, Transport: "tcp",
-			Codec: rdma.Codec{ID: rdma.CodecFP16}, Solver: sgd.Config{LRMode: sgd.LRConstant}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if raceDetector && tc.name != "softsync4/tcp" {
-				t.Skip("race detector: one distributed run covers the concurrency")
-			}
-			cfg := tc.cfg
-			cfg.Spec, cfg.Engine, cfg.Train, cfg.Test = spec(t, "mlp"), engine(t), train, test
-			cfg.Epochs, cfg.Seed = 2, 7
-			cfg.Solver.LR, cfg.Solver.Momentum, cfg.Solver.WeightDecay = cmp.Or(cfg.Solver.LR, 0.05), cmp.Or(cfg.Solver.Momentum, 0.9), 5e-4
-			var epochs []Epoch
-			cfg.OnEpoch = func(e Epoch) { epochs = append(epochs, e) }
-			res, err := Run(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkResult(t, cfg, res)
-			if c := cfg.Codec.ID; c != rdma.CodecNone {
-				st := res.Traffic.Sent[c]
-				if st.Msgs != uint64(res.Steps)*uint64(cfg.Shards) || st.Ratio() >= 1 {
-					t.Errorf("%s: %d messages pushed, ratio %.3f", c, st.Msgs, st.Ratio())
-				}
-			}
-			if len(res.History) != 2 || !slices.Equal(epochs, res.History) {
-				t.Fatalf("history %+v, OnEpoch saw %+v", res.History, epochs)
-			}
-			h := res.History
-			t.Logf("%d steps, loss %.3f → %.3f, test error %.3f → %.3f, staleness %v",
-				res.Steps, h[0].TrainLoss, h[1].TrainLoss, h[0].TestError, h[1].TestError, res.Shards[0].Histogram)
-			if wantSteps := int64(2 * (4000 / cfg.Batch)); res.Steps != wantSteps || res.BatchesPerEpoch != 4000/cfg.Batch {
-				t.Errorf("%d steps, %d per epoch; want %d, %d", res.Steps, res.BatchesPerEpoch, wantSteps, 4000/cfg.Batch)
-			}
-			if h[0].TrainLoss > 0.8 || h[1].TrainLoss >= h[0].TrainLoss {
-				t.Errorf("train loss %.3f then %.3f: want < 0.8 and falling", h[0].TrainLoss, h[1].TrainLoss)
-			}
-			if res.TestError > 0.2 || res.TestError != h[1].TestError {
-				t.Errorf("final test error %.3f (history %.3f), want ≤ 0.2 (0.9 untrained)", res.TestError, h[1].TestError)
-			}
-		})
-	}
-}
-
 // TestJobHardsyncExact: through the job runner, hardsync with λ learners
 // of batch μ gives the weights of one learner of batch μλ (float
 // tolerance), both with LeNet's per-layer multipliers: each hardsync
@@ -223,37 +159,6 @@ func TestJobHardsyncExact(t *testing.T) {
 	}
 	if diff < 1e-3 {
 		t.Errorf("training on other images changed the weights by only %.3g", diff)
-	}
-}
-
-// TestJobSoftsyncEnd trains with many small-batch learners under
-// 1-softsync (c₀ = λ = 30), learners finishing whenever the machine lets
-// them, and checks that the end of the job does not damage the model:
-// every update combined c₀ gradients, and the final weights, which users
-// keep, are no worse than the last epoch-end snapshot plus 0.5
-// percentage points. (Had c followed the learners still active, the last
-// ones alone would make full-rate updates from single mini-batches: this
-// run then ended 3 to 20 points above its snapshot.)
-func TestJobSoftsyncEnd(t *testing.T) {
-	if raceDetector {
-		t.Skip("race detector: a learning test (make test runs it natively)")
-	}
-	train, test := mnistSubset(t, 12000, 2000)
-	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test,
-		Learners: 30, Batch: 4, Protocol: ps.Softsync, N: 1, Shards: 1, Epochs: 2, Seed: 5,
-		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkResult(t, cfg, res)
-	h, st := res.History, res.Shards[0]
-	t.Logf("test error %.4f after epoch 1, %.4f final; steps per learner %v", h[0].TestError, res.TestError, res.LearnerSteps)
-	if st.Updates != st.Gradients/30 || st.Partial != 0 {
-		t.Errorf("%d updates (%d partial) of %d gradients, want every update of 30", st.Updates, st.Partial, st.Gradients)
-	}
-	if res.TestError > h[0].TestError+0.005 {
-		t.Errorf("final test error %.4f, last epoch-end snapshot %.4f: the end of the job damaged the model", res.TestError, h[0].TestError)
 	}
 }
 
@@ -360,7 +265,7 @@ func TestConfigErrors(t *testing.T) {
 		cfg := good
 		tc.edit(&cfg)
 		_, err := Start(context.Background(), cfg)
-		var fe *sgd.FieldError
+		var fe *param.FieldError
 		switch {
 		case tc.field == "":
 			if !errors.Is(err, data.ErrShape) {

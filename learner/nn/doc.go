@@ -12,7 +12,7 @@
 // A Net (New) instantiates a Spec for one batch size. Its parameters and
 // gradients are each one contiguous []float32 in layer order (within a
 // layer the weights, [out][in][kh][kw] or [out][in], then the bias),
-// described by Layout as []sgd.Segment so that a parameter server can
+// described by Layout as []param.Segment so that a parameter server can
 // shard the vector by range and apply per-layer multipliers. Forward
 // returns the mean loss of a batch, Backward the gradient of that mean.
 // All buffers are allocated when the Net is built; a training step

@@ -7,7 +7,7 @@ import (
 	"runtime"
 
 	"github.com/softsync/softsync/kernels"
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // Config sizes a Net.
@@ -33,7 +33,7 @@ type Config struct {
 // (Params), in layer order, within a layer the weights then the bias;
 // convolution weights are [out][in][kh][kw] and fully connected weights
 // [out][in] (in = C·H·W of the layer's input, flattened in NCHW order).
-// Grads has the same layout. Layout describes it as sgd.Segments, one per
+// Grads has the same layout. Layout describes it as param.Segments, one per
 // weight or bias, named "<layer>.weight" and "<layer>.bias", carrying the
 // layer's lr_mult and decay_mult.
 //
@@ -50,7 +50,7 @@ type Net struct {
 	workers int // as configured; len(reps) may be fewer
 	params  []float32
 	grads   []float32
-	layout  []sgd.Segment
+	layout  []param.Segment
 	logits  []float32 // batch × classes, written by the replicas
 	prob    []float32
 	dlogits []float32
@@ -131,8 +131,8 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 }
 
 // layout lists the parameter segments in order.
-func (s *Spec) layout() []sgd.Segment {
-	var segs []sgd.Segment
+func (s *Spec) layout() []param.Segment {
+	var segs []param.Segment
 	off := 0
 	for i := range s.Layers {
 		ls := &s.Layers[i]
@@ -141,8 +141,8 @@ func (s *Spec) layout() []sgd.Segment {
 		}
 		wl, bl := s.paramLens(i)
 		segs = append(segs,
-			sgd.Segment{Name: ls.Name + ".weight", Offset: off, Len: wl, LRMult: ls.LRMult, DecayMult: ls.DecayMult},
-			sgd.Segment{Name: ls.Name + ".bias", Offset: off + wl, Len: bl, LRMult: ls.BiasLRMult, DecayMult: ls.BiasDecayMult})
+			param.Segment{Name: ls.Name + ".weight", Offset: off, Len: wl, LRMult: ls.LRMult, DecayMult: ls.DecayMult},
+			param.Segment{Name: ls.Name + ".bias", Offset: off + wl, Len: bl, LRMult: ls.BiasLRMult, DecayMult: ls.BiasDecayMult})
 		off += wl + bl
 	}
 	return segs
@@ -279,7 +279,7 @@ func (n *Net) Grads() []float32 { return n.grads }
 
 // Layout describes Params and Grads as ordered, contiguous segments
 // covering the whole vector. The caller must not modify it.
-func (n *Net) Layout() []sgd.Segment { return n.layout }
+func (n *Net) Layout() []param.Segment { return n.layout }
 
 // Init fills the parameters with the spec's fillers, drawn from seed:
 // segment k (in Layout order) uses its own stream seeded with (seed, k),

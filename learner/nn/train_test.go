@@ -12,7 +12,7 @@ import (
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/kerneltest"
 	"github.com/softsync/softsync/learner/data"
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // momentumSGD is plain SGD with momentum and weight decay honouring the
@@ -23,7 +23,7 @@ type momentumSGD struct {
 	v                   []float32
 }
 
-func (o *momentumSGD) step(w, g []float32, layout []sgd.Segment) {
+func (o *momentumSGD) step(w, g []float32, layout []param.Segment) {
 	if o.v == nil {
 		o.v = make([]float32, len(w))
 	}
@@ -140,26 +140,59 @@ func TestLearnMNIST(t *testing.T) {
 }
 
 // TestLearnCIFARFormat trains cifar10_full on synthetic data written and
-// read back in CIFAR-10's binary format.
+// read back in CIFAR-10's binary format, and checks that the loss falls
+// and that the model tells the classes apart in images it was not trained
+// on (held out from the same draws: same class prototypes, other noise).
+//
+// Bound: the run is deterministic. With these seeds it ends at loss 1.42
+// (from 2.30) and held-out accuracy 0.61 on both engines (10 native runs,
+// as two test processes running at once, and 2 pure-Go runs); the test
+// asks for 0.5, five times chance. The seeds matter more than the
+// engine: over ten pairs of data and loader seeds (these among them) the
+// accuracy spread over 0.25 … 0.65 (mean 0.49 ± 0.12), the same to within
+// one image on both engines.
 func TestLearnCIFARFormat(t *testing.T) {
 	skipUnderRace(t)
+	first, last, acc := learnCIFAR(t, fastest(t), 10, 1)
+	t.Logf("loss %.3f → %.3f, held-out accuracy %.3f", first, last, acc)
+	if last > 0.7*first {
+		t.Errorf("loss fell from %.3f only to %.3f", first, last)
+	}
+	if acc < 0.5 {
+		t.Errorf("held-out accuracy %.3f, want ≥ 0.5 (chance: 0.1)", acc)
+	}
+}
+
+// learnCIFAR writes synthetic images as CIFAR-10 files: training file i
+// holds the first 100 of 120 images drawn from dataSeed+i (each seed has
+// prototypes of its own: five looks per class), the test file the last 20
+// of each. It reads them back and trains cifar10_full for 80 steps of 8
+// images in the loader's order from planSeed, and returns the mean loss
+// of the first and of the last ten steps and the accuracy on the test
+// file.
+func learnCIFAR(t *testing.T, e kernels.Engine, dataSeed, planSeed uint64) (first, last, acc float64) {
 	dir := t.TempDir()
+	held := &data.Dataset{C: 3, H: 32, W: 32, Classes: 10, Scale: 1}
 	for i, name := range data.CIFAR10TrainFiles {
-		if err := data.WriteCIFAR10(filepath.Join(dir, name), data.Synthetic(100, 3, 32, 32, 10, uint64(10+i))); err != nil {
+		d := data.Synthetic(120, 3, 32, 32, 10, dataSeed+uint64(i))
+		il := d.ImageLen()
+		held.N += 20
+		held.Pixels, held.Labels = append(held.Pixels, d.Pixels[100*il:]...), append(held.Labels, d.Labels[100:]...)
+		if err := data.WriteCIFAR10(filepath.Join(dir, name), d.Subset(100)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := data.WriteCIFAR10(filepath.Join(dir, data.CIFAR10TestFile), data.Synthetic(100, 3, 32, 32, 10, 99)); err != nil {
+	if err := data.WriteCIFAR10(filepath.Join(dir, data.CIFAR10TestFile), held); err != nil {
 		t.Fatal(err)
 	}
-	trainSet, _, err := data.LoadCIFAR10(dir)
+	trainSet, testSet, err := data.LoadCIFAR10(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec, _ := Builtin("cifar10_full")
-	e := fastest(t)
 	net := mustNet(t, spec, e, 8, 1)
-	l, err := data.NewSingleLoader(trainSet, data.Plan{Batch: 8, Chunk: 8, Epochs: 2, Seed: 1}, data.MeanNormalizer(trainSet))
+	z := data.MeanNormalizer(trainSet)
+	l, err := data.NewSingleLoader(trainSet, data.Plan{Batch: 8, Chunk: 8, Epochs: 2, Seed: planSeed}, z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +200,8 @@ func TestLearnCIFARFormat(t *testing.T) {
 	// The paper's momentum and weight decay at twice its base rate:
 	// cifar10_full's tiny first-layer initialisation (σ = 1e-4) keeps the
 	// loss near ln 10 for some tens of steps before it falls.
-	first, last := train(net, l, &momentumSGD{lr: 0.002, momentum: 0.9, decay: 0.004}, 80)
-	t.Logf("%s engine: loss %.3f → %.3f", e.Name(), first, last)
-	if last > 0.7*first {
-		t.Errorf("loss fell from %.3f only to %.3f", first, last)
-	}
+	first, last = train(net, l, &momentumSGD{lr: 0.002, momentum: 0.9, decay: 0.004}, 80)
+	return first, last, accuracy(t, net, testSet, z)
 }
 
 // benchSetup is an engine with its BLAS thread count and the network's

@@ -1,31 +1,11 @@
 package sgd
 
 import (
-	"errors"
 	"fmt"
 	"math"
+
+	"github.com/softsync/softsync/ps/param"
 )
-
-// ErrInvalidConfig is wrapped by every configuration or layout error of
-// this package (and of package ps); test with errors.Is.
-var ErrInvalidConfig = errors.New("invalid config")
-
-// FieldError names the configuration field that failed validation. It
-// unwraps to ErrInvalidConfig.
-type FieldError struct {
-	Field  string // e.g. "Momentum", "Layout[3].Offset"
-	Reason string // what is wrong, with the offending value
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
-
-// Unwrap returns ErrInvalidConfig.
-func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
-
-// Fieldf returns a *FieldError for field with a formatted reason.
-func Fieldf(field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
-}
 
 // LRMode selects how a gradient's staleness τ modulates the learning rate.
 type LRMode uint8
@@ -59,7 +39,7 @@ func ParseLRMode(s string) (LRMode, error) {
 			return LRMode(m), nil
 		}
 	}
-	return 0, Fieldf("LRMode", "unknown mode %q (want constant, staleness or average)", s)
+	return 0, param.Fieldf("LRMode", "unknown mode %q (want constant, staleness or average)", s)
 }
 
 // Config holds the solver hyper-parameters. The zero value is not valid (LR
@@ -80,28 +60,28 @@ type Config struct {
 	Quorum int
 }
 
-// Validate returns a *FieldError for the first invalid field, or nil.
+// Validate returns a *param.FieldError for the first invalid field, or nil.
 func (c *Config) Validate() error {
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	switch {
 	case !finite(c.LR) || c.LR <= 0:
-		return Fieldf("LR", "must be a finite number > 0, got %g", c.LR)
+		return param.Fieldf("LR", "must be a finite number > 0, got %g", c.LR)
 	case !finite(c.Momentum) || c.Momentum < 0 || c.Momentum >= 1:
-		return Fieldf("Momentum", "must be in [0, 1), got %g", c.Momentum)
+		return param.Fieldf("Momentum", "must be in [0, 1), got %g", c.Momentum)
 	case !finite(c.WeightDecay) || c.WeightDecay < 0:
-		return Fieldf("WeightDecay", "must be a finite number ≥ 0, got %g", c.WeightDecay)
+		return param.Fieldf("WeightDecay", "must be a finite number ≥ 0, got %g", c.WeightDecay)
 	case int(c.LRMode) >= len(lrModeNames):
-		return Fieldf("LRMode", "unknown mode %d", c.LRMode)
+		return param.Fieldf("LRMode", "unknown mode %d", c.LRMode)
 	case c.Quorum < 0:
-		return Fieldf("Quorum", "must be ≥ 0, got %d", c.Quorum)
+		return param.Fieldf("Quorum", "must be ≥ 0, got %d", c.Quorum)
 	}
 	for k, e := range c.LRSteps {
 		if e < 1 || (k > 0 && e <= c.LRSteps[k-1]) {
-			return Fieldf(fmt.Sprintf("LRSteps[%d]", k), "epochs must be ≥ 1 and strictly increasing, got %v", c.LRSteps)
+			return param.Fieldf(fmt.Sprintf("LRSteps[%d]", k), "epochs must be ≥ 1 and strictly increasing, got %v", c.LRSteps)
 		}
 	}
 	if len(c.LRSteps) > 0 && (!finite(c.LRGamma) || c.LRGamma <= 0) {
-		return Fieldf("LRGamma", "must be a finite number > 0 when LRSteps is set, got %g", c.LRGamma)
+		return param.Fieldf("LRGamma", "must be a finite number > 0 when LRSteps is set, got %g", c.LRGamma)
 	}
 	return nil
 }
@@ -117,35 +97,4 @@ func (c *Config) Rate(epoch int) float64 {
 		}
 	}
 	return r
-}
-
-// ValidateLayout checks that layout covers [0, total) in order, without
-// gaps or overlap, with finite non-negative multipliers. A nil layout is
-// valid and means one segment with both multipliers 1.
-func ValidateLayout(layout []Segment, total int) error {
-	if total < 1 {
-		return Fieldf("total", "parameter vector must have ≥ 1 element, got %d", total)
-	}
-	if layout == nil {
-		return nil
-	}
-	next := 0
-	for k, s := range layout {
-		f := func(name string) string { return fmt.Sprintf("Layout[%d].%s", k, name) }
-		switch {
-		case s.Offset != next:
-			return Fieldf(f("Offset"), "segment %q starts at %d, want %d (segments must be contiguous and in order)", s.Name, s.Offset, next)
-		case s.Len < 1:
-			return Fieldf(f("Len"), "segment %q has length %d, want ≥ 1", s.Name, s.Len)
-		case !(s.LRMult >= 0) || math.IsInf(float64(s.LRMult), 0):
-			return Fieldf(f("LRMult"), "segment %q: must be finite and ≥ 0, got %g", s.Name, s.LRMult)
-		case !(s.DecayMult >= 0) || math.IsInf(float64(s.DecayMult), 0):
-			return Fieldf(f("DecayMult"), "segment %q: must be finite and ≥ 0, got %g", s.Name, s.DecayMult)
-		}
-		next += s.Len
-	}
-	if next != total {
-		return Fieldf("Layout", "segments cover [0, %d), want [0, %d)", next, total)
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package sgd_test
 import (
 	"fmt"
 
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -12,7 +13,7 @@ import (
 // v = 0.1·lr_mult·diff = (0.1, 0, 0.2); epoch 1 (rate ÷10), diff =
 // (0.95, 0, 1), v = 0.9·v + 0.01·lr_mult·diff = (0.0995, 0, 0.2).
 func ExampleSolver_single() {
-	layout := []sgd.Segment{
+	layout := []param.Segment{
 		{Name: "fc.weight", Offset: 0, Len: 2, LRMult: 1, DecayMult: 1},
 		{Name: "fc.bias", Offset: 2, Len: 1, LRMult: 2, DecayMult: 0},
 	}

@@ -3,6 +3,8 @@ package sgd
 import (
 	"fmt"
 	"slices"
+
+	"github.com/softsync/softsync/ps/param"
 )
 
 // Solver applies the update described in the package doc to the range
@@ -37,8 +39,8 @@ type UpdateInfo struct {
 
 // NewSolver returns a solver for [lo, hi) of a vector laid out by layout (nil:
 // one segment with multipliers 1, covering [0, hi)). It validates cfg and
-// layout and returns a *FieldError on failure.
-func NewSolver(cfg Config, layout []Segment, lo, hi int) (*Solver, error) {
+// layout and returns a *param.FieldError on failure.
+func NewSolver(cfg Config, layout []param.Segment, lo, hi int) (*Solver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -49,16 +51,16 @@ func NewSolver(cfg Config, layout []Segment, lo, hi int) (*Solver, error) {
 			total += s.Len
 		}
 	}
-	if err := ValidateLayout(layout, total); err != nil {
+	if err := param.ValidateLayout(layout, total); err != nil {
 		return nil, err
 	}
 	if lo < 0 || lo >= hi || hi > total {
-		return nil, Fieldf("range", "[%d, %d) is not a non-empty range inside [0, %d)", lo, hi, total)
+		return nil, param.Fieldf("range", "[%d, %d) is not a non-empty range inside [0, %d)", lo, hi, total)
 	}
 	cfg.LRSteps = slices.Clone(cfg.LRSteps)
 	s := &Solver{cfg: cfg, lo: lo, hi: hi, mom: make([]float32, hi-lo)}
 	if layout == nil {
-		layout = []Segment{{Name: "all", Len: total, LRMult: 1, DecayMult: 1}}
+		layout = []param.Segment{{Name: "all", Len: total, LRMult: 1, DecayMult: 1}}
 	}
 	for _, seg := range layout {
 		a, b := max(seg.Offset, lo), min(seg.Offset+seg.Len, hi)
@@ -183,14 +185,14 @@ func (s *Solver) State() State {
 }
 
 // SetState restores a state taken with State from a solver of the same
-// range. It returns a *FieldError if the lengths do not match.
+// range. It returns a *param.FieldError if the lengths do not match.
 func (s *Solver) SetState(st State) error {
 	n := s.hi - s.lo
 	switch {
 	case len(st.Momentum) != n:
-		return Fieldf("State.Momentum", "has %d elements, want %d", len(st.Momentum), n)
+		return param.Fieldf("State.Momentum", "has %d elements, want %d", len(st.Momentum), n)
 	case st.Pending < 0 || (st.Pending > 0 && len(st.Acc) != n) || (st.Pending == 0 && len(st.Acc) != 0):
-		return Fieldf("State.Acc", "has %d elements with %d pending gradients, want %d (or none with 0 pending)", len(st.Acc), st.Pending, n)
+		return param.Fieldf("State.Acc", "has %d elements with %d pending gradients, want %d (or none with 0 pending)", len(st.Acc), st.Pending, n)
 	}
 	copy(s.mom, st.Momentum)
 	if st.Pending > 0 {

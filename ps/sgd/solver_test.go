@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/softsync/softsync/ps/param"
 )
 
 // testLayout has three segments with distinct multipliers, like a layer's
 // weights and bias followed by another layer's weights.
-var testLayout = []Segment{
+var testLayout = []param.Segment{
 	{Name: "fc1.weight", Offset: 0, Len: 37, LRMult: 1, DecayMult: 1},
 	{Name: "fc1.bias", Offset: 37, Len: 5, LRMult: 2, DecayMult: 0},
 	{Name: "fc2.weight", Offset: 42, Len: 29, LRMult: 1, DecayMult: 250},
@@ -253,7 +255,7 @@ func TestStateRoundTrip(t *testing.T) {
 		}
 	}
 	st.Acc = st.Acc[:5]
-	if err := b.SetState(st); !errors.Is(err, ErrInvalidConfig) {
+	if err := b.SetState(st); !errors.Is(err, param.ErrInvalidConfig) {
 		t.Fatalf("short accumulator: err %v", err)
 	}
 }
@@ -279,11 +281,11 @@ func TestConfigErrors(t *testing.T) {
 		c := good
 		tc.mut(&c)
 		err := c.Validate()
-		var fe *FieldError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tc.field {
+		var fe *param.FieldError
+		if !errors.Is(err, param.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("want error on %s, got %v", tc.field, err)
 		}
-		if _, err := NewSolver(c, nil, 0, 4); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewSolver(c, nil, 0, 4); !errors.Is(err, param.ErrInvalidConfig) {
 			t.Errorf("NewSolver accepted bad %s: %v", tc.field, err)
 		}
 	}
@@ -298,36 +300,14 @@ func TestConfigErrors(t *testing.T) {
 	if m, err := ParseLRMode("average"); err != nil || m != LRAverage || m.String() != "average" {
 		t.Fatalf("ParseLRMode: %v %v", m, err)
 	}
-	if _, err := ParseLRMode("fast"); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), `"fast"`) {
+	if _, err := ParseLRMode("fast"); !errors.Is(err, param.ErrInvalidConfig) || !strings.Contains(err.Error(), `"fast"`) {
 		t.Fatalf("ParseLRMode(fast): %v", err)
 	}
 }
 
-func TestLayoutErrors(t *testing.T) {
-	bad := func(mut func(l []Segment) []Segment) []Segment {
-		l := append([]Segment(nil), testLayout...)
-		return mut(l)
-	}
-	for _, tc := range []struct {
-		field  string
-		layout []Segment
-		total  int
-	}{
-		{"Layout[1].Offset", bad(func(l []Segment) []Segment { l[1].Offset++; return l }), testTotal},
-		{"Layout[2].Len", bad(func(l []Segment) []Segment { l[2].Len = 0; return l }), 42},
-		{"Layout[0].LRMult", bad(func(l []Segment) []Segment { l[0].LRMult = -1; return l }), testTotal},
-		{"Layout[1].DecayMult", bad(func(l []Segment) []Segment { l[1].DecayMult = float32(math.NaN()); return l }), testTotal},
-		{"Layout", testLayout, testTotal + 1},
-		{"total", nil, 0},
-	} {
-		err := ValidateLayout(tc.layout, tc.total)
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("want error on %s, got %v", tc.field, err)
-		}
-	}
+func TestRangeErrors(t *testing.T) {
 	for _, r := range [][2]int{{-1, 5}, {5, 5}, {0, testTotal + 1}} {
-		if _, err := NewSolver(testConfig(LRConstant), testLayout, r[0], r[1]); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewSolver(testConfig(LRConstant), testLayout, r[0], r[1]); !errors.Is(err, param.ErrInvalidConfig) {
 			t.Errorf("range %v accepted: %v", r, err)
 		}
 	}

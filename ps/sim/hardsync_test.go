@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -21,7 +22,7 @@ const (
 	smTotal  = smK*smD + smK
 )
 
-var smLayout = []sgd.Segment{
+var smLayout = []param.Segment{
 	{Name: "fc.weight", Offset: 0, Len: smK * smD, LRMult: 1, DecayMult: 1},
 	{Name: "fc.bias", Offset: smK * smD, Len: smK, LRMult: 2, DecayMult: 0},
 }

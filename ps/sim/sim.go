@@ -39,7 +39,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/softsync/softsync/ps"
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // ErrDeadlock reports a run whose event queue emptied before every learner
@@ -164,23 +164,23 @@ func (c *Config) validate() error {
 	}
 	switch {
 	case len(c.Init) == 0:
-		return sgd.Fieldf("Init", "the initial vector is empty")
+		return param.Fieldf("Init", "the initial vector is empty")
 	case c.TotalSteps < 0 || (c.TotalSteps > 0 && c.Steps != 0):
-		return sgd.Fieldf("TotalSteps", "must be ≥ 0, and Steps 0 when it is set; got %d (Steps %d)", c.TotalSteps, c.Steps)
+		return param.Fieldf("TotalSteps", "must be ≥ 0, and Steps 0 when it is set; got %d (Steps %d)", c.TotalSteps, c.Steps)
 	case c.TotalSteps == 0 && c.Steps < 1:
-		return sgd.Fieldf("Steps", "must be ≥ 1, got %d", c.Steps)
+		return param.Fieldf("Steps", "must be ≥ 1, got %d", c.Steps)
 	case !(c.Compute.Mean > 0) || c.Compute.Spread < 0 || (c.Compute.Kind == Uniform && c.Compute.Spread >= 1):
-		return sgd.Fieldf("Compute", "needs Mean > 0 and Spread ≥ 0 (< 1 for Uniform), got %+v", c.Compute)
+		return param.Fieldf("Compute", "needs Mean > 0 and Spread ≥ 0 (< 1 for Uniform), got %+v", c.Compute)
 	case c.Speed != nil && len(c.Speed) != c.PS.Learners:
-		return sgd.Fieldf("Speed", "has %d entries for %d learners", len(c.Speed), c.PS.Learners)
+		return param.Fieldf("Speed", "has %d entries for %d learners", len(c.Speed), c.PS.Learners)
 	case !(c.Latency >= 0):
-		return sgd.Fieldf("Latency", "must be ≥ 0, got %g", c.Latency)
+		return param.Fieldf("Latency", "must be ≥ 0, got %g", c.Latency)
 	case !(c.Jitter >= 0):
-		return sgd.Fieldf("Jitter", "must be ≥ 0, got %g", c.Jitter)
+		return param.Fieldf("Jitter", "must be ≥ 0, got %g", c.Jitter)
 	}
 	for i, v := range c.Speed {
 		if !(v > 0) {
-			return sgd.Fieldf(fmt.Sprintf("Speed[%d]", i), "must be > 0, got %g", v)
+			return param.Fieldf(fmt.Sprintf("Speed[%d]", i), "must be > 0, got %g", v)
 		}
 	}
 	return nil

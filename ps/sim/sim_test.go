@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 )
 
@@ -307,7 +308,7 @@ func TestConfigErrors(t *testing.T) {
 		cfg := baseConfig(4, ps.Softsync, 2)
 		mut(&cfg)
 		_, err := Run(cfg)
-		var fe *sgd.FieldError
+		var fe *param.FieldError
 		if !errors.Is(err, ps.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s: got %v", field, err)
 		}

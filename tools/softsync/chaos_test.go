@@ -70,4 +70,3 @@ func TestChaos(t *testing.T) {
 		c["learners_lost"], c["learner_restarts"], c["chunks"].(map[string]any)["reassigned"], lost)
 	fmt.Printf("final test error %.2f%% under chaos, %.2f%% undisturbed\n", 100*c["test_error"].(float64), 100*b["test_error"].(float64))
 }
-

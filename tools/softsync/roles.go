@@ -14,7 +14,7 @@ import (
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/nn"
-	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -71,7 +71,7 @@ func weightsCodec(c rdma.Codec) rdma.Codec {
 
 // initialWeights returns the network's layout and the job's initial
 // weights: --load's, or the spec's fillers drawn from the seed.
-func initialWeights(cfg *cluster.Config) ([]sgd.Segment, []float32, error) {
+func initialWeights(cfg *cluster.Config) ([]param.Segment, []float32, error) {
 	net, err := nn.New(cfg.Spec, kernels.Reference(), nn.Config{Batch: 1})
 	if err != nil {
 		return nil, nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -183,7 +184,7 @@ func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar or progress log lines (the final summary is still printed)")
 }
 
-// flagOf maps JobConfig field names (in *sgd.FieldError) to flags.
+// flagOf maps JobConfig field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
 	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps", "Chunk": "--chunk",
 	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
@@ -194,7 +195,7 @@ var flagOf = map[string]string{
 
 // flagError rewrites a configuration error to name the flag.
 func flagError(err error) error {
-	var fe *sgd.FieldError
+	var fe *param.FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
