@@ -51,12 +51,13 @@ shard server that dies ends the job unless the job writes checkpoints
 checkpoint are counted lost.
 
 Metrics: with --metrics HOST:PORT after --, this process serves the job's
-progress there (docs/metrics.md), shard server K on HOST:PORT+1+K and
-learner R on HOST:PORT+1+S+R (S shard servers), so that a scrape
-configuration can list them; with port 0 each process picks a free port
-and logs it ("serving metrics").`,
+progress there (docs/metrics.md), and on the same HOST shard server K serves
+its metrics on port PORT+1+K and learner R on PORT+1+S+R (S shard servers),
+so that a scrape configuration can list them; with port 0 each process picks
+a free port and logs it ("serving metrics").`,
 		Example: `  softsync launch -n 2 -- --model lenet --epochs 1 --batch 16 --protocol softsync
-  softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json`,
+  softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json
+  softsync launch -n 4 --shards 2 -- --epochs 2 --metrics 127.0.0.1:9100   # learners on 9103…9106`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := roleContext(cmd, app)
 			defer stop()

@@ -124,6 +124,17 @@ func TestMetricsTrain(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("train ended before it served metrics: %v", err)
 	}
+	ended := false
+	defer func() { // a failed test interrupts the job, if it still runs
+		select {
+		case <-done:
+		default:
+			if !ended {
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				<-done
+			}
+		}
+	}()
 	first := pollMetrics(t, addr, "every role at work", func(s scrape) bool {
 		return s.positive(
 			[]string{"softsync_learner_steps_total", "learner=0"}, []string{"softsync_learner_steps_total", "learner=1"},
@@ -162,16 +173,24 @@ func TestMetricsTrain(t *testing.T) {
 			t.Errorf("shard %s: staleness histogram counts %v gradients, %v accepted", k, n, acc)
 		}
 	}
-	steps := func(s scrape, l string) float64 { v, _ := s.get("softsync_learner_steps_total", "learner="+l); return v }
+	steps := func(s scrape, l string) float64 {
+		v, _ := s.get("softsync_learner_steps_total", "learner="+l)
+		return v
+	}
 	pollMetrics(t, addr, "counters growing", func(s scrape) bool {
-		grads := func(s scrape) float64 { v, _ := s.get("softsync_gradients_total", "shard=0", "outcome=accepted"); return v }
+		grads := func(s scrape) float64 {
+			v, _ := s.get("softsync_gradients_total", "shard=0", "outcome=accepted")
+			return v
+		}
 		return steps(s, "0") > steps(first, "0") && steps(s, "1") > steps(first, "1") && grads(s) > grads(first)
 	})
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, cluster.ErrInterrupted) && !errors.Is(err, context.Canceled) {
+	err := <-done
+	ended = true
+	if !errors.Is(err, cluster.ErrInterrupted) && !errors.Is(err, context.Canceled) {
 		t.Errorf("train interrupted: %v", err)
 	}
 	if _, err := scrapeMetrics(addr); err == nil {
