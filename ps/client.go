@@ -460,7 +460,8 @@ type Connection struct {
 }
 
 // Stats returns the traffic of the client's connections, summed, those
-// replaced by Redial included.
+// replaced by Redial included. It may be called from any goroutine; while
+// a connection is being replaced it waits for the replacement.
 func (c *Client) Stats() rdma.Stats {
 	c.statsMu.Lock()
 	st := c.retired

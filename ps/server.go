@@ -301,13 +301,16 @@ func (s *Server) each(f func(*shardLoop)) {
 }
 
 // Stats returns the server's counters: live while Serve runs, final once
-// it has returned. (Called before Serve, it waits for Serve to start.)
+// it has returned (while Serve is stopping, it waits for it to return).
+// Called before Serve, it waits for Serve to start. It is safe to call
+// from any goroutine but those Serve waits for.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{BadFrames: s.badFrames.Load(), ErrorsDropped: s.errorsDropped.Load(), Refused: s.refused.Load(),
 		NotHosted: s.notHosted.Load(), Lost: s.lost.Load()}
 	for _, l := range s.loops {
 		var ls Stats
 		if !s.each1(l, func() { ls = l.core.Stats() }) {
+			<-s.stopped // the loop has ended and written last
 			ls = l.last.clone()
 		}
 		st.Shards = append(st.Shards, ls)

@@ -27,4 +27,11 @@
 // them); gradients and weights travel only between learners and shard
 // servers. docs/cluster.md describes how processes are launched and find
 // each other.
+//
+// Monitoring: the package serves and prints nothing. ServerConfig.OnServe
+// and LearnerConfig.OnClient (Config.OnServe and Config.OnClient for a
+// job in this process) hand the caller the live ps.Server and ps.Client
+// of the roles, whose counters are safe to read from any goroutine, and
+// Coordinator.Progress (Job.Progress) and OnEpoch tell the job's
+// progress; softsync's --metrics serves them (docs/metrics.md).
 package cluster

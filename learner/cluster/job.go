@@ -81,6 +81,11 @@ type Config struct {
 	// OnAuthFailure, if set, is told of every connection to the job's TCP
 	// listeners that failed authentication (rdma.Options.OnAuthFailure).
 	OnAuthFailure func(peer string, err error)
+	// OnServe and OnClient, if set, receive the live ps.Server of the
+	// job's shard server and each learner's ps.Client as they start, for
+	// their counters (see ServerConfig.OnServe, LearnerConfig.OnClient).
+	OnServe  func(*ps.Server)
+	OnClient func(learner int, c *ps.Client)
 	// Checkpoints, if set, is where the job writes checkpoints, every
 	// CheckpointEvery mini-batches or CheckpointInterval (0: not) and
 	// when it is interrupted (see CoordinatorConfig).
@@ -306,7 +311,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.wg.Go(func() {
 		j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, 0), PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
-			Init: init, Codec: wcodec, Listener: psLn, Checkpoints: cfg.Checkpoints, Resume: cfg.Resume}))
+			Init: init, Codec: wcodec, Listener: psLn, Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, OnServe: cfg.OnServe}))
 	})
 	j.wg.Go(func() {
 		w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
@@ -320,7 +325,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.wg.Go(func() {
 			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, r), ID: r, Spec: cfg.Spec, Engine: cfg.Engine,
 				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
-				Codec: cfg.Codec, Overlap: cfg.Overlap}))
+				Codec: cfg.Codec, Overlap: cfg.Overlap, OnClient: cfg.OnClient}))
 		})
 	}
 	return j, nil

@@ -34,6 +34,11 @@ type ServerConfig struct {
 	// ErrInterrupted: a shard server told to stop (SIGTERM) loses nothing
 	// and can be restarted with its checkpoint.
 	Stop <-chan struct{}
+	// OnServe, if set, is called with the shard server's ps.Server once it
+	// serves (after the coordinator welcomed it), so that the caller can
+	// read its live counters (ps.Server.Stats, e.g. for metrics). It must
+	// not stop or drive the server: RunServer does.
+	OnServe func(*ps.Server)
 }
 
 // RunServer runs a shard server: it registers with the coordinator,
@@ -71,6 +76,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, cfg.Listener) }()
+	if cfg.OnServe != nil {
+		cfg.OnServe(srv)
+	}
 	go func() {
 		select {
 		case <-srv.Final():

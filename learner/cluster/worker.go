@@ -30,6 +30,12 @@ type LearnerConfig struct {
 	// Report is how often the learner reports its progress, which is also
 	// its heartbeat (0: half a second).
 	Report time.Duration
+	// OnClient, if set, is called with the learner's id and its
+	// parameter-server client once it is connected to the shard servers,
+	// so that the caller can read the client's live counters
+	// (ps.Client.Stats, ps.Client.Pushes, e.g. for metrics). It must not
+	// use the client otherwise: the learner does.
+	OnClient func(learner int, c *ps.Client)
 }
 
 // RunLearner runs a learner: it registers with the coordinator, takes
@@ -120,6 +126,9 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	}
 	defer client.Close()
 	r.client = client
+	if cfg.OnClient != nil {
+		cfg.OnClient(cfg.ID, client)
+	}
 	if w.Incarnation > 0 { // a new life: the old one was removed
 		if err := client.Join(ctx); err != nil {
 			return err

@@ -31,6 +31,7 @@ type App struct {
 	info   kernels.Info
 
 	interrupts *interrupts // the running command's signal handling
+	metrics    *metrics    // --metrics, served until the command ends
 
 	connMu   sync.Mutex
 	connSeen map[string]bool // transport choices logged (logConnect)

@@ -23,6 +23,7 @@ type clusterFlags struct {
 	ckptEvery     string        // --checkpoint-every: N mini-batches or a duration
 	resume        string        // --resume DIR
 	id            int           // --id (role commands)
+	metrics       string        // --metrics HOST:PORT
 }
 
 // addClusterFlags adds the flags of multi-process jobs; train also gets
@@ -44,5 +45,6 @@ func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	fl.StringVar(&c.ckptDir, "checkpoint-dir", "", "write checkpoints into this folder (shared by the job's hosts): every --checkpoint-every, when the job is interrupted, and when a shard server is stopped (docs/checkpoint.md)")
 	fl.StringVar(&c.ckptEvery, "checkpoint-every", "", "with --checkpoint-dir: a checkpoint every N mini-batches (all learners) or every DURATION (e.g. 10m); default: only when interrupted or stopped")
 	fl.StringVar(&c.resume, "resume", "", "continue the job from the newest complete checkpoint in this folder (another number of --shards is fine); checkpoints then go on there unless --checkpoint-dir says otherwise")
+	fl.StringVar(&c.metrics, "metrics", "", "HOST:PORT where this process serves Prometheus metrics at /metrics while it runs (docs/metrics.md); port 0 picks a free one, which is logged. With --cluster auto rank r serves on PORT+r; for launch this is the head's, and its shard servers and learners get the ports after it (see launch --help)")
 	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails")
 }

@@ -23,7 +23,8 @@ type interrupts struct {
 }
 
 // signalContext returns the command's context, ended as interrupts says,
-// and a function that releases the signal handler.
+// and a function that releases the signal handler and stops serving the
+// command's metrics (--metrics), at the end of the command.
 func signalContext(cmd *cobra.Command, app *App) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	in := &interrupts{cancel: cancel}
@@ -56,6 +57,7 @@ func signalContext(cmd *cobra.Command, app *App) (context.Context, func()) {
 		signal.Stop(ch)
 		close(done)
 		cancel()
+		app.closeMetrics()
 	}
 }
 

@@ -48,9 +48,16 @@ it again, at most N times in all, and it rejoins with a new incarnation. A
 shard server that dies ends the job unless the job writes checkpoints
 (--checkpoint-dir): then, within --restarts, launch starts it again with
 --resume, the learners reconnect, and the gradients pushed to it since its
-checkpoint are counted lost.`,
+checkpoint are counted lost.
+
+Metrics: with --metrics HOST:PORT after --, this process serves the job's
+progress there (docs/metrics.md), and on the same HOST shard server K serves
+its metrics on port PORT+1+K and learner R on PORT+1+S+R (S shard servers),
+so that a scrape configuration can list them; with port 0 each process picks
+a free port and logs it ("serving metrics").`,
 		Example: `  softsync launch -n 2 -- --model lenet --epochs 1 --batch 16 --protocol softsync
-  softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json`,
+  softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json
+  softsync launch -n 4 --shards 2 -- --epochs 2 --metrics 127.0.0.1:9100   # learners on 9103…9106`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := roleContext(cmd, app)
 			defer stop()
@@ -125,11 +132,11 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
 	}
 	for k := range lf.shards {
-		g.start(ctx, "ps", k, common)
+		g.start(ctx, "ps", k, slices.Concat(common, childMetrics(f, 1+k)))
 	}
 	learnerArgs := append(common, "--local-learners="+strconv.Itoa(lf.learners))
 	for r := range lf.learners {
-		g.start(ctx, "learner", r, learnerArgs)
+		g.start(ctx, "learner", r, slices.Concat(learnerArgs, childMetrics(f, 1+lf.shards+r)))
 	}
 	res, err := app.head(ctx, f, st, network, ln, -1, nil)
 	g.stop(err != nil)
@@ -155,7 +162,7 @@ func selfCommand() ([]string, error) {
 // jobArgs returns the job's flags that were set, to pass on to the
 // processes: the job flags and the cluster flags, not the head's outputs.
 func jobArgs(fl *pflag.FlagSet) []string {
-	skip := map[string]bool{"json": true, "plot": true, "save": true, "expect-error": true, "quiet": true, "coordinator": true}
+	skip := map[string]bool{"json": true, "plot": true, "save": true, "expect-error": true, "quiet": true, "coordinator": true, "metrics": true}
 	var args []string
 	fl.Visit(func(fl *pflag.Flag) {
 		if !skip[fl.Name] {

@@ -52,6 +52,9 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	}
 	rank := w.Rank
 	head := rank == 0
+	if f.cluster.metrics != "" {
+		f.cluster.metrics = metricsAddr(f.cluster.metrics, rank)
+	}
 	st, err := prepareTrain(ctx, app, fl, f, head || rank >= S)
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ func (app *App) jobNetwork(f *trainFlags, st *trainSetup, secret []byte) (rdma.N
 	st.job = jobID(secret)
 	opts := rdma.Options{Job: jobID(secret), Secret: secret, Insecure: f.cluster.insecure, OnConnect: app.logConnect,
 		OnAuthFailure: func(peer string, err error) {
+			app.metrics.authFailure()
 			app.Log.Warn("refused a connection that failed authentication", "peer", peer, "err", err)
 		}}
 	n, err := rdma.Open(cmp.Or(f.cluster.transport, "auto"), opts)
@@ -102,14 +103,16 @@ func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetu
 		app.onInterrupt(func() { close(stop) })
 	}
 	return cluster.RunServer(ctx, cluster.ServerConfig{Member: m, PS: st.cfg.PSConfig(layout, 0), Shards: []int{id},
-		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln, Checkpoints: st.store, Resume: st.resume, Stop: stop})
+		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln, Checkpoints: st.store, Resume: st.resume, Stop: stop,
+		OnServe: app.metrics.onServe()})
 }
 
 // runLearner runs learner id until the job's data is done.
 func (app *App) runLearner(ctx context.Context, st *trainSetup, m cluster.Member, id int) error {
 	c := &st.cfg
 	return cluster.RunLearner(ctx, cluster.LearnerConfig{Member: m, ID: id, Spec: c.Spec, Engine: c.Engine, Train: c.Train,
-		Normalizer: st.norm, Workers: c.Workers, Protocol: c.Protocol, Shards: c.Shards, Codec: c.Codec, Overlap: c.Overlap})
+		Normalizer: st.norm, Workers: c.Workers, Protocol: c.Protocol, Shards: c.Shards, Codec: c.Codec, Overlap: c.Overlap,
+		OnClient: app.metrics.onClient(c.Batch)})
 }
 
 // runHead runs the job's coordinator on ln and its evaluator in this
@@ -133,10 +136,11 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
 		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, ServerTimeout: f.cluster.psTimeout,
 		Checkpoints: st.store, CheckpointEvery: st.every, CheckpointInterval: st.interval, Resume: st.resume,
-		Logger: app.Log, OnEpoch: prog.epoch})
+		Logger: app.Log, OnEpoch: app.metrics.onEpoch(prog.epoch)})
 	if err != nil {
 		return nil, err
 	}
+	app.metrics.watchJob(coord)
 	app.Log.Info("coordinator listening", "addr", ln.Addr(), "learners", c.Learners, "shard_servers", c.Shards)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -323,6 +323,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			return nil, fmt.Errorf("%s %s: folder %s does not exist", o.flag, o.path, filepath.Dir(o.path))
 		}
 	}
+	if err := app.startMetrics(f.cluster.metrics); err != nil {
+		return nil, err
+	}
 	if f.load != "" {
 		w, err := learner.LoadWeights(f.load, spec)
 		if err != nil {
@@ -512,10 +515,12 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	cfg.Checkpoints, cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Resume, cfg.Logger = st.store, st.every, st.interval, st.resume, app.Log
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch
+	app.metrics.observeJob(&cfg)
 	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return flagError(err)
 	}
+	app.metrics.watchJob(job)
 	app.onInterrupt(job.Interrupt)
 	app.Log.Debug("job started", "learners", cfg.Learners, "threads", st.threads)
 	prog.run(job)
