@@ -1,5 +1,8 @@
 /* Max and average pooling with Caffe's window and rounding rules, split
- * over planes (image, channel) across threads. */
+ * over planes (image, channel) across threads. The loops are written to
+ * vectorise and compiled once per instruction-set level
+ * (SS_ISA_VARIANTS); every variant does the same operations in the same
+ * order, so all give the same bits. */
 #include <string.h>
 
 #include "internal.h"
@@ -261,8 +264,7 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 	}
 }
 
-SS_MULTIVERSION
-static void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
                          float *restrict yp, int *restrict mp)
 {
 	switch (s->stride_w) {
@@ -281,8 +283,7 @@ static void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *re
 }
 
 /* flat_avg_backward: the adjoint of the average path of flat_forward. */
-SS_MULTIVERSION
-static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
+SS_INLINE void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
                               float *restrict dxp)
 {
 	float t[FLAT_MAX], cw[FLAT_MAX];
@@ -319,8 +320,7 @@ static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const floa
 	}
 }
 
-SS_MULTIVERSION
-static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const pool_job *j = ctx;
@@ -362,8 +362,7 @@ static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-SS_MULTIVERSION
-static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	const pool_job *j = ctx;
 	const ss_pool_shape *s = j->s;
@@ -406,20 +405,23 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask)
+SS_ISA_VARIANTS(forward_part);
+SS_ISA_VARIANTS(backward_part);
+
+void ss_pool_forward(int isa, const ss_pool_shape *s, const float *x, float *y, int *mask)
 {
 	pool_job j = {.s = s, .x = x, .y = y, .mask = s->mode == SS_POOL_MAX ? mask : NULL,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part, &j);
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part_isa[ss_isa(isa)], &j);
 }
 
-ptrdiff_t ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+ptrdiff_t ss_pool_backward(int isa, const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
 {
 	pool_job j = {.s = s, .dy = dy, .dx = dx, .cmask = mask,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part, &j);
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part_isa[ss_isa(isa)], &j);
 	ptrdiff_t bad = 0;
 	for (int i = 0; i < SS_MAX_THREADS; i++)
 		bad += j.bad[i];

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
 	"github.com/softsync/softsync/kernels/kerneltest"
 )
 
@@ -33,7 +34,11 @@ var gemmSizes = [][3]int{
 }
 
 func BenchmarkGemm(b *testing.B) {
-	for _, e := range kerneltest.Engines(b) {
+	engines := kerneltest.Engines(b)
+	if len(engines) > 2 {
+		engines = engines[:2] // the GEMMs are OpenBLAS's whatever the level
+	}
+	for _, e := range engines {
 		for _, s := range gemmSizes {
 			m, n, k := s[0], s[1], s[2]
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", e.Name(), m, n, k), func(b *testing.B) {
@@ -67,21 +72,27 @@ var convLayers = []struct {
 // BenchmarkConv measures each layer's forward pass, backward pass, and
 // both together against the bare GEMMs they contain, on the fastest engine
 // of the build with all cores and, for the native engine, with one thread
-// (as each network worker runs it: native-1thread).
+// (as each network worker runs it: native-<level>-1thread) at each
+// instruction-set level with direct kernels (AVX-512, AVX2) the CPU runs.
 func BenchmarkConv(b *testing.B) {
-	engines := kerneltest.Engines(b)
-	e := engines[len(engines)-1]
-	benchConv(b, e, e.Name())
+	e := kerneltest.Fastest(b)
+	benchConv(b, e, kerneltest.Label(e, 0))
 	if e.Name() != "native" {
 		return
 	}
 	// kernels.New sets the process-wide thread count; restore it after.
-	one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	if err != nil {
-		b.Fatal(err)
-	}
 	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	benchConv(b, one, "native-1thread")
+	for _, l := range []isa.Level{isa.AVX512, isa.AVX2} {
+		if !isa.Supported(l) {
+			b.Logf("native-%v-1thread: %s", l, isa.Reason())
+			continue
+		}
+		one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchConv(b, one, kerneltest.Label(one, 0)+"-1thread")
+	}
 }
 
 // benchConv runs BenchmarkConv's layers on e, named name/<layer>/<pass>.
@@ -150,10 +161,9 @@ func benchConv(b *testing.B, e kernels.Engine, name string) {
 }
 
 // BenchmarkLayers measures the non-GEMM layers of the two networks, in
-// input elements per second (Melem/s).
+// input elements per second (Melem/s), on the fastest engine.
 func BenchmarkLayers(b *testing.B) {
-	engines := kerneltest.Engines(b)
-	e := engines[len(engines)-1]
+	e := kerneltest.Fastest(b)
 	r := rand.New(rand.NewPCG(5, 6))
 	rate := func(b *testing.B, n int) {
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")

@@ -10,8 +10,9 @@ import (
 
 // convShapes covers stride, padding (also wider than the kernel),
 // non-square kernels and images, 1×1 kernels, output rows of whole and
-// partial 8-pixel vectors, and batches large enough for an engine to split
-// into chunks.
+// partial 8-pixel vectors, output planes of whole and partial 16-pixel
+// vectors, channel counts off the kernels' blocks of 4 and 8, and batches
+// large enough for an engine to split into chunks.
 var convShapes = []kernels.ConvShape{
 	{N: 2, C: 3, H: 7, W: 6, OC: 4, KH: 3, KW: 2, PadH: 1, PadW: 0, StrideH: 2, StrideW: 1},
 	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
@@ -23,6 +24,8 @@ var convShapes = []kernels.ConvShape{
 	{N: 17, C: 3, H: 10, W: 10, OC: 7, KH: 3, KW: 3, StrideH: 1, StrideW: 1},
 	{N: 3, C: 5, H: 10, W: 16, OC: 9, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
+	{N: 2, C: 5, H: 14, W: 13, OC: 9, KH: 5, KW: 4, StrideH: 1, StrideW: 1},
+	{N: 3, C: 6, H: 11, W: 37, OC: 13, KH: 3, KW: 5, PadH: 1, PadW: 2, StrideH: 1, StrideW: 1},
 }
 
 func testConv(t *testing.T, e kernels.Engine) {

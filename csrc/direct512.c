@@ -1,0 +1,833 @@
+/* Direct convolution for stride 1 at level AVX-512: the method of
+ * direct.c reshaped for 16-lane vectors and 32 registers.
+ *
+ * A unit is 16 consecutive output pixels of one output plane in
+ * row-major order: units run across output rows, so that narrow planes
+ * waste no lanes (an 8 x 8 plane is 4 units); only a plane's last unit
+ * may be partial. For the inputs of a unit to be 16 consecutive floats at
+ * every tap, each image is copied into kw shifted planes per channel:
+ * copy j of channel c has hp = OH + kh - 1 rows of OW floats,
+ *   S[j][c][r][q] = xpad[c][r][q + j],
+ * xpad being the zero-padded input, so that the input of tap (c, i, j)
+ * for output pixel f = oh*OW + ow is S[j][c][i*OW + f], and unit u reads
+ * the 16 floats at
+ *   S + koff[tap] + 16u,   koff[(c*kh + i)*kw + j] = j*js + c*pls + i*OW
+ * (js floats between copies, pls per plane). The copy writes kw floats
+ * per input pixel, little beside the C*kh*kw multiply-adds of each output
+ * pixel for each output channel.
+ *
+ * Forward: a tile of 4 output channels x 6 units, 24 accumulators,
+ * runs over all C*kh*kw taps, loading 6 input vectors and broadcasting 4
+ * weights per tap (24 FMAs); the weights are packed 4 output channels
+ * interleaved, and tiles may span the images of a chunk. The input
+ * gradient is the same correlation run on the output gradient (padded by
+ * kh-1-pad_h, kw-1-pad_w, kernel rotated, channel axes swapped), or, when
+ * the padding is narrower than the kernel, a scatter: the contribution of
+ * an output-gradient unit through tap (i, j) to input channel c is added
+ * to Z[j][c] + i*OW + 16u, Z having the shape of S (the adjoint of the
+ * shifted copy), and dx sums the kw planes of Z shifted back. The weight
+ * gradient keeps a tile of 8 output channels x 3 taps, 24 dot products
+ * over the units of a chunk of images, masked at each plane's last unit.
+ *
+ * Activations are addressed through plane strides, so NCHW and CNHW cost
+ * the same. */
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef SS_HAVE_AVX512
+
+/* sgeom is the geometry of one stride-1 correlation in the shifted
+ * layout: input planes, output planes, kernel and padding (negative
+ * padding crops). */
+typedef struct {
+	int ci, hi, wi;   /* input channels, plane height and width */
+	int co, ho, wo;   /* output channels, plane height and width */
+	int kh, kw, ph, pw;
+	int hp;           /* rows of a shifted plane: ho + kh - 1 */
+	ptrdiff_t p;      /* pixels per output plane */
+	ptrdiff_t units;  /* units per output plane: ceil(p / 16) */
+	ptrdiff_t pls;    /* floats per shifted plane: hp*wo rounded up to 16 */
+	ptrdiff_t js;     /* floats between shifted copies j and j + 1: ci*pls */
+	ptrdiff_t img;    /* floats per image: kw*js */
+	ptrdiff_t k;      /* s16_taps: ci*kh*kw */
+} sgeom;
+
+static ptrdiff_t s16_round_up(ptrdiff_t n, ptrdiff_t m) { return (n + m - 1) / m * m; }
+
+static sgeom s16_sgeom_make(int ci, int hi, int wi, int co, int ho, int wo, int kh, int kw, int ph, int pw)
+{
+	sgeom g = {.ci = ci, .hi = hi, .wi = wi, .co = co, .ho = ho, .wo = wo, .kh = kh, .kw = kw, .ph = ph, .pw = pw};
+	g.hp = ho + kh - 1;
+	g.p = (ptrdiff_t)ho * wo;
+	g.units = (g.p + 15) / 16;
+	g.pls = s16_round_up((ptrdiff_t)g.hp * wo, 16);
+	g.js = ci * g.pls;
+	g.img = kw * g.js;
+	g.k = (ptrdiff_t)ci * kh * kw;
+	return g;
+}
+
+/* The forward correlation of a convolution, and the correlation that
+ * computes its input gradient. */
+static sgeom s16_sgeom_forward(const ss_conv_shape *s)
+{
+	return s16_sgeom_make(s->c, s->h, s->w, s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->kh, s->kw, s->pad_h,
+	                  s->pad_w);
+}
+
+static sgeom s16_sgeom_data(const ss_conv_shape *s)
+{
+	return s16_sgeom_make(s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->c, s->h, s->w, s->kh, s->kw,
+	                  s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w);
+}
+
+/* Reads of a plane's last unit run up to 15 floats past the plane, and
+ * buffers of shifted images start on a 64-byte boundary (align64), so
+ * that planes whose size is a multiple of 16 floats are read with aligned
+ * loads: every such buffer has this many spare floats. */
+enum { SLACK = 32 };
+
+/* align64 rounds p up to a multiple of 64 bytes. */
+static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* s16_tail_mask enables the lanes of unit u (0 <= u < units) of a plane. */
+static __mmask16 s16_tail_mask(const sgeom *g, ptrdiff_t u)
+{
+	const int r = (int)(g->p - 16 * u);
+	return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
+}
+
+int ss_d512_fits(const ss_conv_shape *s)
+{
+	/* Tap offsets are ints: an image's shifted planes must be indexable. */
+	const sgeom f = s16_sgeom_forward(s), d = s16_sgeom_data(s);
+	return f.img < INT_MAX / 2 && d.img < INT_MAX / 2;
+}
+
+static ptrdiff_t s16_round4(ptrdiff_t n) { return (n + 3) / 4 * 4; }
+
+/* Images per chunk of a correlation part (about 32 Ki floats of shifted
+ * planes, which stay in the L2 cache while every block of output
+ * channels reads them) and of the weight gradient (about 128 Ki floats);
+ * at least 1, at most n. */
+static int s16_chunk(const sgeom *g, int n, ptrdiff_t floats)
+{
+	ptrdiff_t c = floats / g->img;
+	return (int)(c < 1 ? 1 : c > n ? n : c);
+}
+
+static int s16_corr_chunk(const sgeom *g, int n) { return s16_chunk(g, n, 1 << 15); }
+
+/* Floats of a correlation: packed weights, packed bias and tap offsets
+ * (ints), then per part a chunk of shifted images. */
+static ptrdiff_t s16_corr_fixed(const sgeom *g) { return s16_round4(g->co) * g->k + s16_round4(g->co) + g->k; }
+static ptrdiff_t s16_corr_part_floats(const sgeom *g, int n) { return s16_corr_chunk(g, n) * g->img + SLACK; }
+
+
+/* The input gradient scatters when the correlation would compute many
+ * more units than the output gradient has (a "valid" convolution, whose
+ * full correlation is mostly zero padding): both do the same FLOPs per
+ * unit computed. */
+static int s16_dx_scatter(const sgeom *f, const sgeom *d) { return d->units > f->units * 5 / 4; }
+
+/* Floats of the scatter: packed weights, then per part the image's Z
+ * planes (the forward geometry's shifted planes) and its output gradient
+ * in whole units. */
+static ptrdiff_t s16_scatter_fixed(const ss_conv_shape *s) { return s16_round4(s->c) * s->kh * s->kw * s->oc; }
+static ptrdiff_t s16_scatter_part_floats(const ss_conv_shape *s, const sgeom *f)
+{
+	return f->img + SLACK + (ptrdiff_t)s->oc * f->units * 16;
+}
+
+static ptrdiff_t s16_dw_floats(const ss_conv_shape *s);
+
+ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward)
+{
+	const ptrdiff_t t = ss_threads();
+	const sgeom f = s16_sgeom_forward(s);
+	if (!backward)
+		return s16_corr_fixed(&f) + t * s16_corr_part_floats(&f, s->n);
+	const sgeom d = s16_sgeom_data(s);
+	const ptrdiff_t a = s16_dw_floats(s);
+	const ptrdiff_t b = s16_dx_scatter(&f, &d) ? s16_scatter_fixed(s) + t * s16_scatter_part_floats(s, &f)
+	                                       : s16_corr_fixed(&d) + t * s16_corr_part_floats(&d, s->n);
+	return a > b ? a : b;
+}
+
+/* s16_taps writes koff[(c*kh + i)*kw + j] = j*js + c*pls + i*wo. */
+static void s16_taps(const sgeom *g, int *koff)
+{
+	ptrdiff_t t = 0;
+	for (int c = 0; c < g->ci; c++)
+		for (int i = 0; i < g->kh; i++)
+			for (int j = 0; j < g->kw; j++)
+				koff[t++] = (int)(j * g->js + c * g->pls + (ptrdiff_t)i * g->wo);
+}
+
+/* s16_shift_image writes the shifted planes of one image (input plane c at
+ * src + c*cs, rows of wi floats) to dst; the floats between planes are
+ * left as they are. */
+SS_AVX512 static void s16_shift_image(const sgeom *g, const float *src, ptrdiff_t cs, float *dst)
+{
+	for (int c = 0; c < g->ci; c++)
+		for (int r = 0; r < g->hp; r++) {
+			const int sr = r - g->ph;
+			const int inside = sr >= 0 && sr < g->hi;
+			const float *sp = src + c * cs + (ptrdiff_t)sr * g->wi - g->pw;
+			for (int j = 0; j < g->kw; j++, sp++) {
+				float *d = dst + j * g->js + c * g->pls + (ptrdiff_t)r * g->wo;
+				/* Columns q in [lo, hi) read input column q + j - pw. */
+				const int lo = inside ? ss_imin(ss_imax(g->pw - j, 0), g->wo) : g->wo;
+				const int hi = inside ? ss_imax(ss_imin(g->wi + g->pw - j, g->wo), lo) : g->wo;
+				for (int q = 0; q < g->wo; q += 16) {
+					const int n = ss_imin(16, g->wo - q);
+					/* Lanes q + l with lo <= q + l < hi load; masked
+					 * lanes do not touch memory. */
+					const int a = ss_imin(ss_imax(lo - q, 0), 16), b = ss_imin(ss_imax(hi - q, 0), 16);
+					const __mmask16 m = (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
+					const __m512 v = _mm512_maskz_loadu_ps(m, sp + q);
+					_mm512_mask_storeu_ps(d + q, (__mmask16)((1u << n) - 1), v);
+				}
+			}
+		}
+}
+
+/* SS_AVX512_INLINE marks AVX-512 bodies that wrappers instantiate with
+ * constant tile sizes. */
+#define SS_AVX512_INLINE SS_AVX512 static inline __attribute__((always_inline))
+
+/* s16_fwd_body computes a 4 x NU tile: output channel m of unit u is the sum
+ * over taps t < k of w[4t + m] * x_u[koff[t] + 0..15], plus bias[m] when
+ * acc is 0 or plus the partial sum already at y[u] + m*ys when acc is 1;
+ * the result is stored at y[u] + m*ys through mask msk[u] (rows m < mr). */
+SS_AVX512_INLINE void s16_fwd_body(const int NU, ptrdiff_t k, const int *koff, const float *w, const float *bias,
+                               int acc, const float *const x[6], float *const y[6], ptrdiff_t ys, int mr,
+                               const __mmask16 msk[6])
+{
+	__m512 c[4][6];
+	const float *xp[6];
+#pragma GCC unroll 6
+	for (int u = 0; u < NU; u++) {
+		xp[u] = x[u];
+#pragma GCC unroll 4
+		for (int m = 0; m < 4; m++)
+			c[m][u] = acc ? _mm512_maskz_loadu_ps(m < mr ? msk[u] : 0, y[u] + m * ys) : _mm512_set1_ps(bias[m]);
+	}
+	for (ptrdiff_t t = 0; t < k; t++, w += 4) {
+		const ptrdiff_t o = koff[t];
+		__m512 a[4];
+#pragma GCC unroll 4
+		for (int m = 0; m < 4; m++)
+			a[m] = _mm512_set1_ps(w[m]);
+#pragma GCC unroll 6
+		for (int u = 0; u < NU; u++) {
+			const __m512 b = _mm512_loadu_ps(xp[u] + o);
+#pragma GCC unroll 4
+			for (int m = 0; m < 4; m++)
+				c[m][u] = _mm512_fmadd_ps(a[m], b, c[m][u]);
+		}
+	}
+	for (int m = 0; m < mr; m++)
+#pragma GCC unroll 6
+		for (int u = 0; u < NU; u++)
+			_mm512_mask_storeu_ps(y[u] + m * ys, msk[u], c[m][u]);
+}
+
+typedef void (*s16_fwd_fn)(ptrdiff_t k, const int *koff, const float *w, const float *bias, int acc,
+                       const float *const x[6], float *const y[6], ptrdiff_t ys, int mr, const __mmask16 msk[6]);
+
+#define FWD_N(NU)                                                                                          \
+	SS_AVX512 static void s16_fwd_##NU(ptrdiff_t k, const int *koff, const float *w, const float *bias, int acc, \
+	                               const float *const x[6], float *const y[6], ptrdiff_t ys, int mr,         \
+	                               const __mmask16 msk[6])                                                   \
+	{                                                                                                        \
+		s16_fwd_body(NU, k, koff, w, bias, acc, x, y, ys, mr, msk);                                          \
+	}
+FWD_N(1)
+FWD_N(2)
+FWD_N(3)
+FWD_N(4)
+FWD_N(5)
+FWD_N(6)
+
+/* s16_fwd_kernel[nu] computes tiles of nu units. */
+static const s16_fwd_fn s16_fwd_kernel[7] = {NULL, s16_fwd_1, s16_fwd_2, s16_fwd_3, s16_fwd_4, s16_fwd_5, s16_fwd_6};
+
+/* Floats of shifted input a block of channels may read per tile, kept
+ * well inside the L1 cache so that every block of 4 output channels
+ * finds them there. */
+enum { L1_FLOATS = 4096 };
+
+/* s16_channel_block returns how many input channels a tile's taps cover
+ * at a time: as many as keep the inputs of a 6-unit tile (kw shifted
+ * rows of 6 units plus kh-1 rows each) within L1_FLOATS. */
+static int s16_channel_block(const sgeom *g)
+{
+	const ptrdiff_t per = g->kw * (6 * 16 + (ptrdiff_t)(g->kh - 1) * g->wo + 16);
+	const ptrdiff_t cb = L1_FLOATS / per;
+	return (int)(cb < 1 ? 1 : cb > g->ci ? g->ci : cb);
+}
+
+typedef struct {
+	const sgeom *g;
+	int nc;                  /* images shifted at once */
+	int cb;                  /* input channels per block of taps */
+	const float *in;
+	ptrdiff_t in_n, in_c;    /* input plane (n, c) at in + n*in_n + c*in_c */
+	float *out;
+	ptrdiff_t out_n, out_c;  /* output plane (n, c) at out + n*out_n + c*out_c */
+	const float *w, *bias;   /* packed: [block][tap][4], [block][4] */
+	const int *koff;
+	float *buf;              /* per part: nc shifted images and SLACK floats */
+} s16_corr_job;
+
+/* s16_corr_part runs the correlation for images [lo, hi), nc at a time,
+ * in tiles of up to 6 units over the chunk's units (image-major, so that
+ * only the chunk's last tile may be short). For each tile, the taps run
+ * in blocks of cb input channels, each block for every block of 4 output
+ * channels (the tile's inputs stay in L1 while the output blocks read
+ * them), each block after the first adding to the partial sums the one
+ * before stored. */
+SS_AVX512 static void s16_corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	const s16_corr_job *j = ctx;
+	const sgeom *g = j->g;
+	float *buf = align64(j->buf + part * (j->nc * g->img + SLACK));
+	/* Zero once, so that the floats between planes, which no stored
+	 * lane depends on, are never NaN or denormal garbage. */
+	memset(buf, 0, sizeof(float) * (size_t)(j->nc * g->img + SLACK - 16));
+	const int blocks = (g->co + 3) / 4, kk = g->kh * g->kw;
+	for (ptrdiff_t n0 = lo; n0 < hi; n0 += j->nc) {
+		const int nc = (int)(hi - n0 < j->nc ? hi - n0 : j->nc);
+		for (int n = 0; n < nc; n++)
+			s16_shift_image(g, j->in + (n0 + n) * j->in_n, j->in_c, buf + n * g->img);
+		const ptrdiff_t all = nc * g->units;
+		for (ptrdiff_t u0 = 0; u0 < all; u0 += 6) {
+			const int nu = (int)(all - u0 < 6 ? all - u0 : 6);
+			const float *x[6];
+			float *y0[6], *y[6];
+			__mmask16 msk[6];
+			for (int u = 0; u < 6; u++) {
+				const ptrdiff_t uu = u0 + ss_imin(u, nu - 1), n = uu / g->units, un = uu % g->units;
+				x[u] = buf + n * g->img + 16 * un;
+				y0[u] = j->out + (n0 + n) * j->out_n + 16 * un;
+				msk[u] = s16_tail_mask(g, un);
+			}
+			for (int c0 = 0; c0 < g->ci; c0 += j->cb) {
+				const ptrdiff_t t0 = (ptrdiff_t)c0 * kk, t1 = (ptrdiff_t)ss_imin(g->ci, c0 + j->cb) * kk;
+				for (int ob = 0; ob < blocks; ob++) {
+					for (int u = 0; u < 6; u++)
+						y[u] = y0[u] + 4 * ob * j->out_c;
+					s16_fwd_kernel[nu](t1 - t0, j->koff + t0, j->w + ob * 4 * g->k + 4 * t0, j->bias + 4 * ob,
+					               c0 > 0, x, y, j->out_c, ss_imin(4, g->co - 4 * ob), msk);
+				}
+			}
+		}
+	}
+}
+
+/* s16_corr runs the correlation over n images with the weights already
+ * packed; koff and the parts' buffers are in ws (see s16_corr_ws). */
+static void s16_corr(const sgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
+                 ptrdiff_t out_n, ptrdiff_t out_c, const float *wpk, const float *bias, int *koff,
+                 float *bufs, ptrdiff_t buf_len)
+{
+	s16_taps(g, koff);
+	s16_corr_job j = {.g = g, .nc = s16_corr_chunk(g, n), .cb = s16_channel_block(g), .in = in, .in_n = in_n, .in_c = in_c, .out = out,
+	              .out_n = out_n, .out_c = out_c, .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
+	ptrdiff_t parts = buf_len / s16_corr_part_floats(g, n);
+	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), n, 1, s16_corr_part, &j);
+}
+
+/* s16_corr_ws splits the workspace of a correlation (see s16_corr_fixed): packed
+ * weights, packed bias, tap offsets, the parts' buffers. */
+static void s16_corr_ws(const sgeom *g, float *ws, float **wpk, float **bias, int **koff, float **bufs)
+{
+	*wpk = ws;
+	*bias = ws + s16_round4(g->co) * g->k;
+	*koff = (int *)(*bias + s16_round4(g->co));
+	*bufs = (float *)(*koff + g->k);
+}
+
+void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
+                     float *ws, ptrdiff_t ws_len)
+{
+	const sgeom g = s16_sgeom_forward(s);
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	/* Weights packed [block of 4 output channels][tap][4], zero rows
+	 * past oc, and the bias likewise. */
+	float *wpk, *bias, *bufs;
+	int *koff;
+	s16_corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
+	for (int o = 0; o < s16_round4(g.co); o++) {
+		float *d = wpk + (o / 4) * 4 * g.k + o % 4;
+		for (ptrdiff_t t = 0; t < g.k; t++)
+			d[4 * t] = o < g.co ? w[o * g.k + t] : 0.0f;
+		bias[o] = o < g.co && b ? b[o] : 0.0f;
+	}
+	s16_corr(&g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
+}
+
+/* ---- weight gradient ----
+ *
+ * The weight gradient puts output channels in the lanes instead of
+ * pixels: with the output gradient transposed to pixel-major rows
+ * (dyT[n][f][oc], oc rounded up to ocp, a multiple of 16, zero past OC)
+ * and each image padded into planes of hp x wp floats (wp = OW + kw - 1),
+ *   dwT[tap][oc] += dyT[n][f][oc] * xpad[c][oh + i][ow + j]
+ * is a vector of output-gradient channels times a broadcast input value,
+ * summed in registers over every pixel of a chunk of images: no
+ * horizontal sums and no shifted copies. A tile holds OCV vectors of
+ * output channels times the taps of R kernel rows (segments of up to 7
+ * taps of a row, so that each row is one pointer and its taps are
+ * immediate offsets); at the end of a chunk the tile adds its
+ * accumulators to dwT (tap-major, ocp floats per tap), which is
+ * transposed into dw once all chunks are done. */
+
+typedef struct {
+	int ci, co, ocp;   /* input channels, output channels, the latter rounded up to 16 */
+	int ho, wo, kh, kw, ph, pw, hi, wi;
+	int hp, wp;        /* padded input plane */
+	int sw, segs;      /* taps per row segment (at most 7), segments per kernel row */
+	ptrdiff_t plane;   /* hp*wp */
+	ptrdiff_t img;     /* floats per padded image: ci*plane */
+	ptrdiff_t p;       /* output pixels per plane */
+	ptrdiff_t k;       /* taps: ci*kh*kw */
+} wgeom;
+
+static wgeom s16_wgeom(const ss_conv_shape *s)
+{
+	wgeom g = {.ci = s->c, .co = s->oc, .ocp = (s->oc + 15) / 16 * 16, .ho = ss_conv_out_h(s),
+	           .wo = ss_conv_out_w(s), .kh = s->kh, .kw = s->kw, .ph = s->pad_h, .pw = s->pad_w,
+	           .hi = s->h, .wi = s->w};
+	g.hp = g.ho + g.kh - 1;
+	g.wp = g.wo + g.kw - 1;
+	g.segs = (g.kw + 6) / 7;
+	g.sw = (g.kw + g.segs - 1) / g.segs;
+	g.plane = (ptrdiff_t)g.hp * g.wp;
+	g.img = g.ci * g.plane;
+	g.p = (ptrdiff_t)g.ho * g.wo;
+	g.k = (ptrdiff_t)g.ci * g.kh * g.kw;
+	return g;
+}
+
+/* Images per chunk: padded images and transposed output gradients of
+ * about 128 Ki floats. */
+static int s16_wchunk(const wgeom *g, int n)
+{
+	ptrdiff_t c = (ptrdiff_t)(1 << 17) / (g->img + g->p * g->ocp);
+	return (int)(c < 1 ? 1 : c > n ? n : c);
+}
+
+/* Floats of the weight gradient: dwT, then (64-byte aligned) a chunk of
+ * padded images with slack for the segments' reads past kw, and the
+ * chunk's transposed output gradient. */
+static ptrdiff_t s16_dw_floats(const ss_conv_shape *s)
+{
+	const wgeom g = s16_wgeom(s);
+	const int nc = s16_wchunk(&g, s->n);
+	return g.k * g.ocp + 16 + nc * g.img + SLACK + nc * g.p * g.ocp;
+}
+
+/* DW_R is the kernel rows of a tile of OCV vectors and segments of SW
+ * taps: as many as keep at most 24 accumulators, 1 to 8. */
+#define DW_R(OCV, SW) (24 / ((OCV) * (SW)) < 1 ? 1 : 24 / ((OCV) * (SW)) > 8 ? 8 : 24 / ((OCV) * (SW)))
+
+/* s16_dw_body accumulates a tile over the pixels of nc images: row q of
+ * the tile reads xr[q] (image n at xr[q] + n*img, output pixel (oh, ow)
+ * and tap j at + oh*wp + ow + j), the output gradient of pixel f of
+ * image n is the OCV vectors at dyt + (n*p + f)*ocp; tap j of row q is
+ * added to the OCV vectors at out[q] + j*ocp, for rows q < nr and taps
+ * j < nj. */
+SS_AVX512_INLINE void s16_dw_body(const int OCV, const int SW, const int R, int nc, const wgeom *g,
+                                  const float *const xr[8], const float *dyt, float *const out[8], int nr,
+                                  int nj)
+{
+	__m512 c[28]; /* R*SW*OCV <= 24, or 28 for 4 vectors of 7 taps */
+#pragma GCC unroll 28
+	for (int i = 0; i < R * SW * OCV; i++)
+		c[i] = _mm512_setzero_ps();
+	const int ho = g->ho, wo = g->wo;
+	const ptrdiff_t ocp = g->ocp;
+	for (int n = 0; n < nc; n++)
+		for (int oh = 0; oh < ho; oh++) {
+			const float *d = dyt + ((ptrdiff_t)n * ho + oh) * wo * ocp;
+			const ptrdiff_t base = n * g->img + (ptrdiff_t)oh * g->wp;
+			const float *rp[8];
+#pragma GCC unroll 8
+			for (int q = 0; q < R; q++)
+				rp[q] = xr[q] + base;
+			for (int ow = 0; ow < wo; ow++, d += ocp) {
+				__m512 a[4];
+#pragma GCC unroll 4
+				for (int v = 0; v < OCV; v++)
+					a[v] = _mm512_loadu_ps(d + 16 * v);
+#pragma GCC unroll 8
+				for (int q = 0; q < R; q++)
+#pragma GCC unroll 7
+					for (int j = 0; j < SW; j++) {
+						const __m512 b = _mm512_set1_ps(rp[q][ow + j]);
+#pragma GCC unroll 4
+						for (int v = 0; v < OCV; v++)
+							c[(q * SW + j) * OCV + v] = _mm512_fmadd_ps(a[v], b, c[(q * SW + j) * OCV + v]);
+					}
+			}
+		}
+	for (int q = 0; q < nr; q++)
+		for (int j = 0; j < nj; j++)
+#pragma GCC unroll 4
+			for (int v = 0; v < OCV; v++) {
+				float *o = out[q] + j * ocp + 16 * v;
+				_mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), c[(q * SW + j) * OCV + v]));
+			}
+}
+
+typedef void (*s16_dw_fn)(int nc, const wgeom *g, const float *const xr[8], const float *dyt,
+                          float *const out[8], int nr, int nj);
+
+#define DW_N(OCV, SW)                                                                                   \
+	SS_AVX512 static void s16_dw_##OCV##_##SW(int nc, const wgeom *g, const float *const xr[8],          \
+	                                          const float *dyt, float *const out[8], int nr, int nj)    \
+	{                                                                                                   \
+		s16_dw_body(OCV, SW, DW_R(OCV, SW), nc, g, xr, dyt, out, nr, nj);                           \
+	}
+#define DW_SW(OCV) DW_N(OCV, 1) DW_N(OCV, 2) DW_N(OCV, 3) DW_N(OCV, 4) DW_N(OCV, 5) DW_N(OCV, 6) DW_N(OCV, 7)
+DW_SW(1)
+DW_SW(2)
+DW_SW(3)
+DW_SW(4)
+#define DW_ROW(OCV)                                                                                       \
+	{NULL, s16_dw_##OCV##_1, s16_dw_##OCV##_2, s16_dw_##OCV##_3, s16_dw_##OCV##_4, s16_dw_##OCV##_5, \
+	 s16_dw_##OCV##_6, s16_dw_##OCV##_7}
+/* s16_dw_kernel[OCV][SW] and its rows per tile. */
+static const s16_dw_fn s16_dw_kernel[5][8] = {{NULL}, DW_ROW(1), DW_ROW(2), DW_ROW(3), DW_ROW(4)};
+
+/* s16_transpose transposes the 16 x 16 matrix whose row i is r[i]. */
+SS_AVX512_INLINE void s16_transpose(__m512 r[16])
+{
+	__m512 t[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+		const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+		r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+		t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+		t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+		t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+		r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+		r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+		r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+	}
+}
+
+typedef struct {
+	const wgeom *g;
+	const float *x;
+	ptrdiff_t x_n, x_c;
+	const float *dy;
+	ptrdiff_t dy_n, dy_c;    /* plane (n, oc) at dy + n*dy_n + oc*dy_c */
+	float *buf, *dyt;        /* the chunk's padded images and transposed output gradient */
+	int n0, nc;
+	int rows, vblocks;       /* tiles: row groups per segment, blocks of up to 4 output-channel vectors */
+	float *dwt;              /* [tap][ocp] */
+} s16_dw_job;
+
+/* s16_dw_prep_part pads and transposes images [lo, hi) of the chunk. */
+SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const s16_dw_job *j = ctx;
+	const wgeom *g = j->g;
+	for (ptrdiff_t n = lo; n < hi; n++) {
+		const float *xs = j->x + (j->n0 + n) * j->x_n;
+		float *xp = j->buf + n * g->img;
+		/* The interior of the padded planes; the borders stay zero. */
+		const int c0 = ss_imax(0, g->pw), c1 = ss_imin(g->wp, g->wi + g->pw);
+		const int r0 = ss_imax(0, g->ph), r1 = ss_imin(g->hp, g->hi + g->ph);
+		for (int c = 0; c < g->ci && c1 > c0; c++)
+			for (int r = r0; r < r1; r++) {
+				const float *sp = xs + c * j->x_c + (ptrdiff_t)(r - g->ph) * g->wi + (c0 - g->pw);
+				float *dp = xp + c * g->plane + (ptrdiff_t)r * g->wp + c0;
+				for (int q = 0; q < c1 - c0; q++)
+					dp[q] = sp[q];
+			}
+		/* dyT[f][oc], zero past co, in blocks of 16 x 16. */
+		float *dt = j->dyt + n * g->p * g->ocp;
+		const float *ds = j->dy + (j->n0 + n) * j->dy_n;
+		for (int oc0 = 0; oc0 < g->co; oc0 += 16) {
+			const int nr = ss_imin(16, g->co - oc0);
+			for (ptrdiff_t f0 = 0; f0 < g->p; f0 += 16) {
+				const int nf = (int)(g->p - f0 < 16 ? g->p - f0 : 16);
+				const __mmask16 m = (__mmask16)((1u << nf) - 1);
+				__m512 r[16];
+				for (int i = 0; i < 16; i++)
+					r[i] = i < nr ? _mm512_maskz_loadu_ps(m, ds + (oc0 + i) * j->dy_c + f0) : _mm512_setzero_ps();
+				s16_transpose(r);
+				for (int i = 0; i < nf; i++)
+					_mm512_storeu_ps(dt + (f0 + i) * g->ocp + oc0, r[i]);
+			}
+		}
+	}
+}
+
+/* s16_dw_tile_part adds the chunk's share of tiles [lo, hi) to dwT:
+ * tile ((vb*segs + s)*rows + rg) covers output-channel vectors 4vb..,
+ * segment s of every kernel row, kernel rows rg*R... (rows r = c*kh + i
+ * of all channels, one after another). */
+SS_AVX512 static void s16_dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const s16_dw_job *j = ctx;
+	const wgeom *g = j->g;
+	const int vecs = g->ocp / 16, allrows = g->ci * g->kh;
+	for (ptrdiff_t t = lo; t < hi; t++) {
+		const int rg = (int)(t % j->rows), s = (int)(t / j->rows % g->segs), vb = (int)(t / j->rows / g->segs);
+		const int ocv = ss_imin(4, vecs - 4 * vb), R = DW_R(ocv, g->sw);
+		const int r0 = rg * R, nr = ss_imin(R, allrows - r0);
+		if (nr <= 0)
+			continue;
+		const int nj = ss_imin(g->sw, g->kw - s * g->sw);
+		const float *xr[8];
+		float *out[8];
+		for (int q = 0; q < 8; q++) {
+			const int r = r0 + ss_imin(q, nr - 1), c = r / g->kh, i = r % g->kh;
+			xr[q] = j->buf + c * g->plane + (ptrdiff_t)i * g->wp + s * g->sw;
+			out[q] = j->dwt + ((ptrdiff_t)r * g->kw + s * g->sw) * g->ocp + 64 * vb;
+		}
+		s16_dw_kernel[ocv][g->sw](j->nc, g, xr, j->dyt + 64 * vb, out, nr, nj);
+	}
+}
+
+static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
+{
+	const wgeom g = s16_wgeom(s);
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	const int nc = s16_wchunk(&g, s->n);
+	float *dwt = ws, *buf = align64(dwt + g.k * g.ocp), *dyt = buf + nc * g.img + SLACK;
+	memset(dwt, 0, sizeof(float) * (size_t)(g.k * g.ocp));
+	memset(buf, 0, sizeof(float) * (size_t)(nc * g.img + SLACK + nc * g.p * g.ocp));
+	/* Tiles: row groups sized for the widest block of vectors (4, or
+	 * fewer when ocp has fewer), so that every block's tiles cover all
+	 * rows (a narrower last block has more rows per tile and skips the
+	 * empty groups). */
+	const int vecs = g.ocp / 16, vblocks = (vecs + 3) / 4, rmin = DW_R(ss_imin(4, vecs), g.sw);
+	const int rows = (g.ci * g.kh + rmin - 1) / rmin;
+	const ptrdiff_t tiles = (ptrdiff_t)vblocks * g.segs * rows;
+	for (int n0 = 0; n0 < s->n; n0 += nc) {
+		s16_dw_job j = {.g = &g, .x = x, .x_n = xn, .x_c = xc, .dy = dy, .dy_n = yn, .dy_c = yc, .buf = buf,
+		                .dyt = dyt, .n0 = n0, .nc = ss_imin(nc, s->n - n0), .rows = rows, .vblocks = vblocks,
+		                .dwt = dwt};
+		ss_parallel_for(0, j.nc, 1, s16_dw_prep_part, &j);
+		ss_parallel_for(0, tiles, 1, s16_dw_tile_part, &j);
+	}
+	for (int oc = 0; oc < g.co; oc++)
+		for (ptrdiff_t t = 0; t < g.k; t++)
+			dw[oc * g.k + t] = dwt[t * g.ocp + oc];
+}
+
+/* ---- input gradient by scattering ---- */
+
+/* scatter16 adds to the 4 x 6 tile of vectors o[u] + m*os (rows m < mr,
+ * units u < nu) the sums over oc < noc of w[4oc + m] times the
+ * output-gradient vector d[u] + oc*dc. */
+SS_AVX512 static void scatter16(int noc, const float *w, const float *const d[6], ptrdiff_t dc,
+                                float *const o[6], ptrdiff_t os, int mr, int nu)
+{
+	__m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c04 = c00, c05 = c00;
+	__m512 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c14 = c00, c15 = c00;
+	__m512 c20 = c00, c21 = c00, c22 = c00, c23 = c00, c24 = c00, c25 = c00;
+	__m512 c30 = c00, c31 = c00, c32 = c00, c33 = c00, c34 = c00, c35 = c00;
+	const float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3], *d4 = d[4], *d5 = d[5];
+	for (ptrdiff_t oc = 0; oc < noc; oc++, w += 4) {
+		const ptrdiff_t q = oc * dc;
+		const __m512 a0 = _mm512_set1_ps(w[0]), a1 = _mm512_set1_ps(w[1]);
+		const __m512 a2 = _mm512_set1_ps(w[2]), a3 = _mm512_set1_ps(w[3]);
+		__m512 b = _mm512_loadu_ps(d0 + q);
+		c00 = _mm512_fmadd_ps(a0, b, c00), c10 = _mm512_fmadd_ps(a1, b, c10);
+		c20 = _mm512_fmadd_ps(a2, b, c20), c30 = _mm512_fmadd_ps(a3, b, c30);
+		b = _mm512_loadu_ps(d1 + q);
+		c01 = _mm512_fmadd_ps(a0, b, c01), c11 = _mm512_fmadd_ps(a1, b, c11);
+		c21 = _mm512_fmadd_ps(a2, b, c21), c31 = _mm512_fmadd_ps(a3, b, c31);
+		b = _mm512_loadu_ps(d2 + q);
+		c02 = _mm512_fmadd_ps(a0, b, c02), c12 = _mm512_fmadd_ps(a1, b, c12);
+		c22 = _mm512_fmadd_ps(a2, b, c22), c32 = _mm512_fmadd_ps(a3, b, c32);
+		b = _mm512_loadu_ps(d3 + q);
+		c03 = _mm512_fmadd_ps(a0, b, c03), c13 = _mm512_fmadd_ps(a1, b, c13);
+		c23 = _mm512_fmadd_ps(a2, b, c23), c33 = _mm512_fmadd_ps(a3, b, c33);
+		b = _mm512_loadu_ps(d4 + q);
+		c04 = _mm512_fmadd_ps(a0, b, c04), c14 = _mm512_fmadd_ps(a1, b, c14);
+		c24 = _mm512_fmadd_ps(a2, b, c24), c34 = _mm512_fmadd_ps(a3, b, c34);
+		b = _mm512_loadu_ps(d5 + q);
+		c05 = _mm512_fmadd_ps(a0, b, c05), c15 = _mm512_fmadd_ps(a1, b, c15);
+		c25 = _mm512_fmadd_ps(a2, b, c25), c35 = _mm512_fmadd_ps(a3, b, c35);
+	}
+	const __m512 acc[4][6] = {{c00, c01, c02, c03, c04, c05},
+	                          {c10, c11, c12, c13, c14, c15},
+	                          {c20, c21, c22, c23, c24, c25},
+	                          {c30, c31, c32, c33, c34, c35}};
+	for (int m = 0; m < mr; m++)
+		for (int u = 0; u < nu; u++) {
+			float *p = o[u] + m * os;
+			_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc[m][u]));
+		}
+}
+
+typedef struct {
+	const ss_conv_shape *s;
+	const sgeom *f;          /* the forward geometry: Z has its shifted planes */
+	const float *dy;
+	ptrdiff_t yn, yc;
+	float *dx;
+	ptrdiff_t xn, xc;
+	const float *w;          /* packed [block of 4 input channels][tap][oc][4] */
+	float *bufs;
+} s16_scatter_job;
+
+SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	const s16_scatter_job *j = ctx;
+	const ss_conv_shape *s = j->s;
+	const sgeom *f = j->f;
+	const int kk = s->kh * s->kw, blocks = (s->c + 3) / 4;
+	const ptrdiff_t dplane = f->units * 16;
+	float *z = align64(j->bufs + part * s16_scatter_part_floats(s, f)), *gy = z + f->img + SLACK - 16;
+	for (ptrdiff_t n = lo; n < hi; n++) {
+		/* The image's output gradient in whole units, zero past each
+		 * plane, so that the lanes past a plane add zeros to Z. */
+		for (int o = 0; o < s->oc; o++) {
+			const float *sp = j->dy + n * j->yn + o * j->yc;
+			float *dp = gy + o * dplane;
+			for (ptrdiff_t q = 0; q < f->p; q++)
+				dp[q] = sp[q];
+			for (ptrdiff_t q = f->p; q < dplane; q++)
+				dp[q] = 0.0f;
+		}
+		memset(z, 0, sizeof(float) * (size_t)(f->img + SLACK - 16));
+		for (int cb = 0; cb < blocks; cb++) {
+			const int mr = ss_imin(4, s->c - 4 * cb);
+			float *zb = z + 4 * cb * f->pls;
+			for (ptrdiff_t u0 = 0; u0 < f->units; u0 += 6) {
+				const int nu = (int)(f->units - u0 < 6 ? f->units - u0 : 6);
+				const float *d[6];
+				for (int u = 0; u < 6; u++)
+					d[u] = gy + 16 * (u0 + ss_imin(u, nu - 1));
+				const float *w = j->w + (ptrdiff_t)cb * kk * s->oc * 4;
+				for (int i = 0; i < s->kh; i++)
+					for (int jj = 0; jj < s->kw; jj++, w += 4 * s->oc) {
+						float *o[6];
+						for (int u = 0; u < 6; u++)
+							o[u] = zb + jj * f->js + (ptrdiff_t)i * f->wo + 16 * (u0 + ss_imin(u, nu - 1));
+						scatter16(s->oc, w, d, dplane, o, f->pls, mr, nu);
+					}
+			}
+		}
+		/* dx[c][y][x] = sum over j of Z[j][c][(y + ph)*wo + x + pw - j],
+		 * for the j that keep x + pw - j inside [0, wo). */
+		for (int c = 0; c < s->c; c++)
+			for (int y = 0; y < s->h; y++) {
+				float *dr = j->dx + n * j->xn + c * j->xc + (ptrdiff_t)y * s->w;
+				const float *zr = z + c * f->pls + (ptrdiff_t)(y + f->ph) * f->wo + f->pw;
+				for (int x = 0; x < s->w; x++)
+					dr[x] = 0.0f;
+				for (int jj = 0; jj < s->kw; jj++, zr += f->js - 1) {
+					const int x0 = ss_imax(0, jj - f->pw), x1 = ss_imin(s->w, f->wo + jj - f->pw);
+					for (int x = x0; x < x1; x++)
+						dr[x] += zr[x];
+				}
+			}
+	}
+}
+
+static void s16_scatter(const ss_conv_shape *s, const sgeom *f, const float *w, const float *dy, float *dx,
+                    float *ws, ptrdiff_t ws_len)
+{
+	const int kk = s->kh * s->kw;
+	float *wpk = ws;
+	/* wpk[cb][t][oc][m] = w[oc][4cb + m][t], zero past C. */
+	for (int c = 0; c < s16_round4(s->c); c++)
+		for (int t = 0; t < kk; t++)
+			for (int o = 0; o < s->oc; o++)
+				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
+				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
+	s16_scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + s16_scatter_fixed(s)};
+	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
+	ptrdiff_t parts = (ws_len - s16_scatter_fixed(s)) / s16_scatter_part_floats(s, f);
+	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,
+	                s16_scatter_image_part, &j);
+}
+
+void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *ws, ptrdiff_t ws_len)
+{
+	s16_weight_grad(s, x, dy, dw, ws);
+	if (dx == NULL)
+		return;
+	const sgeom f = s16_sgeom_forward(s), g = s16_sgeom_data(s);
+	if (s16_dx_scatter(&f, &g)) {
+		s16_scatter(s, &f, w, dy, dx, ws, ws_len);
+		return;
+	}
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	/* Rotated kernel with swapped channel axes, packed [block of 4 input
+	 * channels][tap (oc, i, j)][4]. */
+	float *wpk, *bias, *bufs;
+	int *koff;
+	s16_corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
+	const int kk = s->kh * s->kw;
+	for (int c = 0; c < s16_round4(g.co); c++) {
+		float *d = wpk + (c / 4) * 4 * g.k + c % 4;
+		for (int o = 0; o < s->oc; o++)
+			for (int t = 0; t < kk; t++)
+				d[4 * (o * kk + t)] = c < g.co ? w[((ptrdiff_t)o * s->c + c) * kk + kk - 1 - t] : 0.0f;
+		bias[c] = 0.0f;
+	}
+	s16_corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
+}
+
+#else /* !SS_HAVE_AVX512: never called (ss_isa stays below SS_ISA_AVX512) */
+
+int ss_d512_fits(const ss_conv_shape *s)
+{
+	(void)s;
+	return 0;
+}
+
+static ptrdiff_t s16_dw_floats(const ss_conv_shape *s);
+
+ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward)
+{
+	(void)s, (void)backward;
+	return 0;
+}
+
+void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
+                     float *ws, ptrdiff_t ws_len)
+{
+	(void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
+}
+
+void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *ws, ptrdiff_t ws_len)
+{
+	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)ws_len;
+}
+
+#endif
