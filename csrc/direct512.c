@@ -39,49 +39,69 @@
 
 #ifdef SS_HAVE_AVX512
 
-/* sgeom is the geometry of one stride-1 correlation in the shifted
- * layout: input planes, output planes, kernel and padding (negative
- * padding crops). */
+/* sgeom is the geometry of one stride-1 correlation: input planes,
+ * output planes, kernel and padding (negative padding crops), and the
+ * layout of the copied input. When OW is a multiple of 16, units never
+ * cross a row and the copy is a plain zero-padded plane per channel
+ * (rows = 1: hp x wpad floats, wpad = OW + kw - 1, unit u of a plane at
+ * (u / ur)*wpad + 16*(u % ur), tap (c, i, j) at c*pls + i*wpad + j);
+ * otherwise it is the kw shifted copies described above (rows = 0). */
 typedef struct {
 	int ci, hi, wi;   /* input channels, plane height and width */
 	int co, ho, wo;   /* output channels, plane height and width */
 	int kh, kw, ph, pw;
-	int hp;           /* rows of a shifted plane: ho + kh - 1 */
+	int rows;         /* 1: padded planes, units within rows; 0: shifted copies */
+	int hp;           /* rows of a copied plane: ho + kh - 1 */
+	int wpad;         /* floats per row of a copied plane: wo (shifted) or wo + kw - 1 (padded) */
+	int ur;           /* units per output row (rows = 1) */
 	ptrdiff_t p;      /* pixels per output plane */
 	ptrdiff_t units;  /* units per output plane: ceil(p / 16) */
-	ptrdiff_t pls;    /* floats per shifted plane: hp*wo rounded up to 16 */
-	ptrdiff_t js;     /* floats between shifted copies j and j + 1: ci*pls */
-	ptrdiff_t img;    /* floats per image: kw*js */
-	ptrdiff_t k;      /* s16_taps: ci*kh*kw */
+	ptrdiff_t pls;    /* floats per copied plane: hp*wpad rounded up to 16 */
+	ptrdiff_t js;     /* floats between shifted copies j and j + 1: ci*pls (rows = 0) */
+	ptrdiff_t img;    /* floats per image */
+	ptrdiff_t k;      /* taps: ci*kh*kw */
 } sgeom;
 
 static ptrdiff_t s16_round_up(ptrdiff_t n, ptrdiff_t m) { return (n + m - 1) / m * m; }
 
-static sgeom s16_sgeom_make(int ci, int hi, int wi, int co, int ho, int wo, int kh, int kw, int ph, int pw)
+/* s16_sgeom_make returns the geometry, with padded planes where OW allows
+ * them and rows_ok is set. */
+static sgeom s16_sgeom_make(int ci, int hi, int wi, int co, int ho, int wo, int kh, int kw, int ph, int pw,
+                            int rows_ok)
 {
 	sgeom g = {.ci = ci, .hi = hi, .wi = wi, .co = co, .ho = ho, .wo = wo, .kh = kh, .kw = kw, .ph = ph, .pw = pw};
+	g.rows = rows_ok && wo % 16 == 0;
 	g.hp = ho + kh - 1;
+	g.wpad = g.rows ? wo + kw - 1 : wo;
+	g.ur = wo / 16;
 	g.p = (ptrdiff_t)ho * wo;
 	g.units = (g.p + 15) / 16;
-	g.pls = s16_round_up((ptrdiff_t)g.hp * wo, 16);
+	g.pls = s16_round_up((ptrdiff_t)g.hp * g.wpad, 16);
 	g.js = ci * g.pls;
-	g.img = kw * g.js;
+	g.img = g.rows ? g.js : kw * g.js;
 	g.k = (ptrdiff_t)ci * kh * kw;
 	return g;
 }
 
+/* s16_uoff returns the offset of unit u's inputs within an image's copy
+ * (its output pixels are 16u on in the output plane). */
+static ptrdiff_t s16_uoff(const sgeom *g, ptrdiff_t u)
+{
+	return g->rows ? u / g->ur * g->wpad + u % g->ur * 16 : 16 * u;
+}
+
 /* The forward correlation of a convolution, and the correlation that
  * computes its input gradient. */
-static sgeom s16_sgeom_forward(const ss_conv_shape *s)
+static sgeom s16_sgeom_forward(const ss_conv_shape *s, int rows_ok)
 {
 	return s16_sgeom_make(s->c, s->h, s->w, s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->kh, s->kw, s->pad_h,
-	                  s->pad_w);
+	                      s->pad_w, rows_ok);
 }
 
 static sgeom s16_sgeom_data(const ss_conv_shape *s)
 {
 	return s16_sgeom_make(s->oc, ss_conv_out_h(s), ss_conv_out_w(s), s->c, s->h, s->w, s->kh, s->kw,
-	                  s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w);
+	                      s->kh - 1 - s->pad_h, s->kw - 1 - s->pad_w, 1);
 }
 
 /* Reads of a plane's last unit run up to 15 floats past the plane, and
@@ -102,21 +122,27 @@ static __mmask16 s16_tail_mask(const sgeom *g, ptrdiff_t u)
 
 int ss_d512_fits(const ss_conv_shape *s)
 {
-	/* Tap offsets are ints: an image's shifted planes must be indexable. */
-	const sgeom f = s16_sgeom_forward(s), d = s16_sgeom_data(s);
+	/* Tap offsets are ints: an image's copy must be indexable. */
+	const sgeom f = s16_sgeom_forward(s, 0), d = s16_sgeom_data(s);
 	return f.img < INT_MAX / 2 && d.img < INT_MAX / 2;
 }
 
 static ptrdiff_t s16_round4(ptrdiff_t n) { return (n + 3) / 4 * 4; }
 
-/* Images per chunk of a correlation part (about 32 Ki floats of shifted
- * planes, which stay in the L2 cache while every block of output
- * channels reads them) and of the weight gradient (about 128 Ki floats);
- * at least 1, at most n. */
+/* Images per chunk of a correlation part: about floats floats of copied
+ * images (kept in the L2 cache while the tiles read them), at least 1,
+ * at most n, and where possible a few more so that the chunk's units
+ * fill whole tiles of 6. */
 static int s16_chunk(const sgeom *g, int n, ptrdiff_t floats)
 {
 	ptrdiff_t c = floats / g->img;
-	return (int)(c < 1 ? 1 : c > n ? n : c);
+	c = c < 1 ? 1 : c;
+	for (ptrdiff_t d = c; d <= 2 * c && d <= n; d++)
+		if (d * g->units % 6 == 0) {
+			c = d;
+			break;
+		}
+	return (int)(c > n ? n : c);
 }
 
 static int s16_corr_chunk(const sgeom *g, int n) { return s16_chunk(g, n, 1 << 15); }
@@ -134,8 +160,8 @@ static ptrdiff_t s16_corr_part_floats(const sgeom *g, int n) { return s16_corr_c
 static int s16_dx_scatter(const sgeom *f, const sgeom *d) { return d->units > f->units * 5 / 4; }
 
 /* Floats of the scatter: packed weights, then per part the image's Z
- * planes (the forward geometry's shifted planes) and its output gradient
- * in whole units. */
+ * planes (the forward geometry's shifted planes, s16_sgeom_forward(s, 0))
+ * and its output gradient in whole units. */
 static ptrdiff_t s16_scatter_fixed(const ss_conv_shape *s) { return s16_round4(s->c) * s->kh * s->kw * s->oc; }
 static ptrdiff_t s16_scatter_part_floats(const ss_conv_shape *s, const sgeom *f)
 {
@@ -147,49 +173,74 @@ static ptrdiff_t s16_dw_floats(const ss_conv_shape *s);
 ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward)
 {
 	const ptrdiff_t t = ss_threads();
-	const sgeom f = s16_sgeom_forward(s);
+	const sgeom f = s16_sgeom_forward(s, 1);
 	if (!backward)
 		return s16_corr_fixed(&f) + t * s16_corr_part_floats(&f, s->n);
-	const sgeom d = s16_sgeom_data(s);
+	const sgeom d = s16_sgeom_data(s), fs = s16_sgeom_forward(s, 0);
 	const ptrdiff_t a = s16_dw_floats(s);
-	const ptrdiff_t b = s16_dx_scatter(&f, &d) ? s16_scatter_fixed(s) + t * s16_scatter_part_floats(s, &f)
-	                                       : s16_corr_fixed(&d) + t * s16_corr_part_floats(&d, s->n);
+	const ptrdiff_t b = s16_dx_scatter(&f, &d) ? s16_scatter_fixed(s) + t * s16_scatter_part_floats(s, &fs)
+	                                           : s16_corr_fixed(&d) + t * s16_corr_part_floats(&d, s->n);
 	return a > b ? a : b;
 }
 
-/* s16_taps writes koff[(c*kh + i)*kw + j] = j*js + c*pls + i*wo. */
+/* s16_taps writes koff[(c*kh + i)*kw + j], the offset of tap (c, i, j)
+ * within an image's copy: j*js + c*pls + i*wo (shifted copies) or
+ * c*pls + i*wpad + j (padded planes). */
 static void s16_taps(const sgeom *g, int *koff)
 {
 	ptrdiff_t t = 0;
 	for (int c = 0; c < g->ci; c++)
 		for (int i = 0; i < g->kh; i++)
 			for (int j = 0; j < g->kw; j++)
-				koff[t++] = (int)(j * g->js + c * g->pls + (ptrdiff_t)i * g->wo);
+				koff[t++] = (int)(c * g->pls + (ptrdiff_t)i * g->wpad + (g->rows ? j : j * g->js));
 }
 
-/* s16_shift_image writes the shifted planes of one image (input plane c at
- * src + c*cs, rows of wi floats) to dst; the floats between planes are
- * left as they are. */
+/* s16_shift_image writes the copy of one image (input plane c at src +
+ * c*cs, rows of wi floats) to dst: its shifted or padded planes. Rows
+ * wholly in the vertical padding are left alone: the caller zeroes the
+ * buffer once, and no image writes them. Each input row is loaded once,
+ * zero-padded, into registers (masked loads); the shifted rows are cut
+ * from them with two-register permutes. */
 SS_AVX512 static void s16_shift_image(const sgeom *g, const float *src, ptrdiff_t cs, float *dst)
 {
-	for (int c = 0; c < g->ci; c++)
-		for (int r = 0; r < g->hp; r++) {
-			const int sr = r - g->ph;
-			const int inside = sr >= 0 && sr < g->hi;
-			const float *sp = src + c * cs + (ptrdiff_t)sr * g->wi - g->pw;
-			for (int j = 0; j < g->kw; j++, sp++) {
-				float *d = dst + j * g->js + c * g->pls + (ptrdiff_t)r * g->wo;
-				/* Columns q in [lo, hi) read input column q + j - pw. */
-				const int lo = inside ? ss_imin(ss_imax(g->pw - j, 0), g->wo) : g->wo;
-				const int hi = inside ? ss_imax(ss_imin(g->wi + g->pw - j, g->wo), lo) : g->wo;
-				for (int q = 0; q < g->wo; q += 16) {
-					const int n = ss_imin(16, g->wo - q);
-					/* Lanes q + l with lo <= q + l < hi load; masked
-					 * lanes do not touch memory. */
-					const int a = ss_imin(ss_imax(lo - q, 0), 16), b = ss_imin(ss_imax(hi - q, 0), 16);
-					const __mmask16 m = (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
-					const __m512 v = _mm512_maskz_loadu_ps(m, sp + q);
-					_mm512_mask_storeu_ps(d + q, (__mmask16)((1u << n) - 1), v);
+	const int wr = g->wo + g->kw - 1;                  /* a padded input row */
+	const int nb = (wr + 15) / 16 + 1 + (g->kw - 1) / 16; /* its blocks of 16, and zero blocks past it */
+	const int ob = (g->wo + 15) / 16;                  /* blocks of a shifted row */
+	__mmask16 lm[nb], sm[nb];
+	for (int b = 0; b < nb; b++) {
+		/* Load lanes q = 16b + l with pw <= q < wi + pw; store lanes q < wr. */
+		const int q = 16 * b, lo = ss_imin(ss_imax(g->pw - q, 0), 16), hi = ss_imin(ss_imax(g->wi + g->pw - q, 0), 16);
+		lm[b] = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+		sm[b] = (__mmask16)((1u << ss_imin(ss_imax(wr - q, 0), 16)) - 1);
+	}
+	const __mmask16 tail = (__mmask16)((1u << (g->wo - 16 * (ob - 1))) - 1);
+	__m512i idx[16]; /* lanes j.. of two registers */
+	for (int j = 0; j < 16; j++)
+		idx[j] = _mm512_setr_epi32(j, j + 1, j + 2, j + 3, j + 4, j + 5, j + 6, j + 7, j + 8, j + 9, j + 10, j + 11,
+		                           j + 12, j + 13, j + 14, j + 15);
+	/* Locals, so that the stores need not be assumed to change g. */
+	const int r0 = ss_imax(0, g->ph), r1 = ss_imin(g->hp, g->hi + g->ph), kw = g->kw, ci = g->ci;
+	const ptrdiff_t js = g->js, pls = g->pls, wpad = g->wpad, wi = g->wi, ph = g->ph, pw = g->pw;
+	for (int c = 0; c < ci; c++)
+		for (int r = r0; r < r1; r++) {
+			const float *sp = src + c * cs + (r - ph) * wi - pw;
+			float *d = dst + c * pls + r * wpad;
+			if (g->rows) {
+				for (int b = 0; 16 * b < wr; b++)
+					_mm512_mask_storeu_ps(d + 16 * b, sm[b], _mm512_maskz_loadu_ps(lm[b], sp + 16 * b));
+				continue;
+			}
+			/* Output block b of copy j takes lanes j % 16.. of input
+			 * blocks b + j/16 and the next. */
+			for (int b = 0; b < ob; b++) {
+				const __mmask16 m = b == ob - 1 ? tail : (__mmask16)0xffff;
+				for (int j0 = 0; j0 < kw; j0 += 16) {
+					const int ib = b + j0 / 16, j1 = ss_imin(kw, j0 + 16);
+					const __m512 lo = _mm512_maskz_loadu_ps(lm[ib], sp + 16 * ib);
+					const __m512 hi = _mm512_maskz_loadu_ps(lm[ib + 1], sp + 16 * ib + 16);
+					float *dj = d + j0 * js + 16 * b;
+					for (int j = j0; j < j1; j++, dj += js)
+						_mm512_mask_storeu_ps(dj, m, _mm512_permutex2var_ps(lo, idx[j - j0], hi));
 				}
 			}
 		}
@@ -256,17 +307,21 @@ FWD_N(6)
 /* s16_fwd_kernel[nu] computes tiles of nu units. */
 static const s16_fwd_fn s16_fwd_kernel[7] = {NULL, s16_fwd_1, s16_fwd_2, s16_fwd_3, s16_fwd_4, s16_fwd_5, s16_fwd_6};
 
-/* Floats of shifted input a block of channels may read per tile, kept
- * well inside the L1 cache so that every block of 4 output channels
- * finds them there. */
-enum { L1_FLOATS = 4096 };
+/* Floats of input and weights a block of channels may read per tile,
+ * kept well inside the L1 cache so that every block of 4 output channels
+ * finds its weights and the tile's inputs there. */
+enum { L1_FLOATS = 8192 };
 
 /* s16_channel_block returns how many input channels a tile's taps cover
- * at a time: as many as keep the inputs of a 6-unit tile (kw shifted
- * rows of 6 units plus kh-1 rows each) within L1_FLOATS. */
+ * at a time: as many as keep the inputs a 6-unit tile reads (per
+ * channel: the rows its units span plus kh - 1, of wpad floats, once or,
+ * for shifted copies, kw times) and the weights of those channels for
+ * every output channel within L1_FLOATS. */
 static int s16_channel_block(const sgeom *g)
 {
-	const ptrdiff_t per = g->kw * (6 * 16 + (ptrdiff_t)(g->kh - 1) * g->wo + 16);
+	const ptrdiff_t per = (g->rows ? ((6 + g->ur - 1) / g->ur + g->kh) * (ptrdiff_t)g->wpad
+	                               : g->kw * (6 * 16 + (ptrdiff_t)(g->kh - 1) * g->wo + 16)) +
+	                      s16_round4(g->co) * g->kh * g->kw;
 	const ptrdiff_t cb = L1_FLOATS / per;
 	return (int)(cb < 1 ? 1 : cb > g->ci ? g->ci : cb);
 }
@@ -312,7 +367,7 @@ SS_AVX512 static void s16_corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int p
 			__mmask16 msk[6];
 			for (int u = 0; u < 6; u++) {
 				const ptrdiff_t uu = u0 + ss_imin(u, nu - 1), n = uu / g->units, un = uu % g->units;
-				x[u] = buf + n * g->img + 16 * un;
+				x[u] = buf + n * g->img + s16_uoff(g, un);
 				y0[u] = j->out + (n0 + n) * j->out_n + 16 * un;
 				msk[u] = s16_tail_mask(g, un);
 			}
@@ -355,7 +410,7 @@ static void s16_corr_ws(const sgeom *g, float *ws, float **wpk, float **bias, in
 void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
                      float *ws, ptrdiff_t ws_len)
 {
-	const sgeom g = s16_sgeom_forward(s);
+	const sgeom g = s16_sgeom_forward(s, 1);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
 	/* Weights packed [block of 4 output channels][tap][4], zero rows
@@ -779,7 +834,7 @@ void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, co
 	s16_weight_grad(s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
-	const sgeom f = s16_sgeom_forward(s), g = s16_sgeom_data(s);
+	const sgeom f = s16_sgeom_forward(s, 0), g = s16_sgeom_data(s);
 	if (s16_dx_scatter(&f, &g)) {
 		s16_scatter(s, &f, w, dy, dx, ws, ws_len);
 		return;

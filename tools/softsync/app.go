@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // App is the state every subcommand shares: global flags, the logger and
@@ -25,6 +26,7 @@ type App struct {
 	Level   string // --log-level
 	BLASLib string // --blas-lib
 	Engine  string // --engine: auto, native or reference
+	ISA     string // --isa, else SOFTSYNC_ISA: auto, avx512, avx2 or generic
 
 	engine kernels.Engine
 	info   kernels.Info
@@ -65,6 +67,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 	f.StringVar(&app.Level, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
 	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")
+	f.StringVar(&app.ISA, "isa", "", "highest instruction set of the kernels: auto, avx512, avx2 or generic (default: $"+isaEnv+", else auto, the best this CPU runs)")
 	for _, c := range commands {
 		root.AddCommand(c(app))
 	}
@@ -85,7 +88,27 @@ func (a *App) setup() error {
 	default:
 		return fmt.Errorf("--engine %q: must be auto, native or reference", a.Engine)
 	}
+	if _, _, err := a.isaLevel(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// isaEnv names the environment variable that sets --isa's default.
+const isaEnv = "SOFTSYNC_ISA"
+
+// isaLevel returns the instruction-set level asked for (--isa, else
+// $SOFTSYNC_ISA, else isa.Auto) and where it came from.
+func (a *App) isaLevel() (isa.Level, string, error) {
+	v, from := a.ISA, "--isa"
+	if v == "" {
+		v, from = os.Getenv(isaEnv), isaEnv
+	}
+	l, err := isa.Parse(v)
+	if err != nil {
+		return isa.Auto, from, fmt.Errorf("%s: %w", from, err)
+	}
+	return l, from, nil
 }
 
 // retryEnv marks a process that softsync re-executed after the OpenBLAS
@@ -115,7 +138,11 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 		return a.engine, a.info, nil
 	}
 	retry := os.Getenv(retryEnv)
-	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference"}
+	level, from, err := a.isaLevel()
+	if err != nil {
+		return nil, kernels.Info{}, err
+	}
+	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference", ISA: level}
 	cfg.CoreType = os.Getenv("OPENBLAS_CORETYPE")
 	if v := os.Getenv("OPENBLAS_THREAD_TIMEOUT"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -132,6 +159,9 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 	}
 	e, info, err := kernels.New(cfg)
 	if err != nil {
+		if errors.Is(err, kernels.ErrISA) {
+			err = fmt.Errorf("%s: %w", from, err)
+		}
 		return nil, info, err
 	}
 	if retry != "" && !info.Fallback {
