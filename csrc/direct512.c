@@ -699,50 +699,62 @@ static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float 
 
 /* ---- input gradient by scattering ---- */
 
-/* scatter16 adds to the 4 x 6 tile of vectors o[u] + m*os (rows m < mr,
- * units u < nu) the sums over oc < noc of w[4oc + m] times the
- * output-gradient vector d[u] + oc*dc. */
-SS_AVX512 static void scatter16(int noc, const float *w, const float *const d[6], ptrdiff_t dc,
-                                float *const o[6], ptrdiff_t os, int mr, int nu)
+/* s16_scatter_body adds to the 4 x NU tile of vectors o[u] + m*os (rows
+ * m < mr) the sums over oc < noc of w[4oc + m] times the output-gradient
+ * vector d[u] + oc*dc. */
+SS_AVX512_INLINE void s16_scatter_body(const int NU, int noc, const float *w, const float *const d[6], ptrdiff_t dc,
+                                       float *const o[6], ptrdiff_t os, int mr)
 {
-	__m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c04 = c00, c05 = c00;
-	__m512 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c14 = c00, c15 = c00;
-	__m512 c20 = c00, c21 = c00, c22 = c00, c23 = c00, c24 = c00, c25 = c00;
-	__m512 c30 = c00, c31 = c00, c32 = c00, c33 = c00, c34 = c00, c35 = c00;
-	const float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3], *d4 = d[4], *d5 = d[5];
+	__m512 c[4][6];
+	const float *dp[6];
+#pragma GCC unroll 6
+	for (int u = 0; u < NU; u++) {
+		dp[u] = d[u];
+#pragma GCC unroll 4
+		for (int m = 0; m < 4; m++)
+			c[m][u] = _mm512_setzero_ps();
+	}
 	for (ptrdiff_t oc = 0; oc < noc; oc++, w += 4) {
 		const ptrdiff_t q = oc * dc;
-		const __m512 a0 = _mm512_set1_ps(w[0]), a1 = _mm512_set1_ps(w[1]);
-		const __m512 a2 = _mm512_set1_ps(w[2]), a3 = _mm512_set1_ps(w[3]);
-		__m512 b = _mm512_loadu_ps(d0 + q);
-		c00 = _mm512_fmadd_ps(a0, b, c00), c10 = _mm512_fmadd_ps(a1, b, c10);
-		c20 = _mm512_fmadd_ps(a2, b, c20), c30 = _mm512_fmadd_ps(a3, b, c30);
-		b = _mm512_loadu_ps(d1 + q);
-		c01 = _mm512_fmadd_ps(a0, b, c01), c11 = _mm512_fmadd_ps(a1, b, c11);
-		c21 = _mm512_fmadd_ps(a2, b, c21), c31 = _mm512_fmadd_ps(a3, b, c31);
-		b = _mm512_loadu_ps(d2 + q);
-		c02 = _mm512_fmadd_ps(a0, b, c02), c12 = _mm512_fmadd_ps(a1, b, c12);
-		c22 = _mm512_fmadd_ps(a2, b, c22), c32 = _mm512_fmadd_ps(a3, b, c32);
-		b = _mm512_loadu_ps(d3 + q);
-		c03 = _mm512_fmadd_ps(a0, b, c03), c13 = _mm512_fmadd_ps(a1, b, c13);
-		c23 = _mm512_fmadd_ps(a2, b, c23), c33 = _mm512_fmadd_ps(a3, b, c33);
-		b = _mm512_loadu_ps(d4 + q);
-		c04 = _mm512_fmadd_ps(a0, b, c04), c14 = _mm512_fmadd_ps(a1, b, c14);
-		c24 = _mm512_fmadd_ps(a2, b, c24), c34 = _mm512_fmadd_ps(a3, b, c34);
-		b = _mm512_loadu_ps(d5 + q);
-		c05 = _mm512_fmadd_ps(a0, b, c05), c15 = _mm512_fmadd_ps(a1, b, c15);
-		c25 = _mm512_fmadd_ps(a2, b, c25), c35 = _mm512_fmadd_ps(a3, b, c35);
+		__m512 a[4];
+#pragma GCC unroll 4
+		for (int m = 0; m < 4; m++)
+			a[m] = _mm512_set1_ps(w[m]);
+#pragma GCC unroll 6
+		for (int u = 0; u < NU; u++) {
+			const __m512 b = _mm512_loadu_ps(dp[u] + q);
+#pragma GCC unroll 4
+			for (int m = 0; m < 4; m++)
+				c[m][u] = _mm512_fmadd_ps(a[m], b, c[m][u]);
+		}
 	}
-	const __m512 acc[4][6] = {{c00, c01, c02, c03, c04, c05},
-	                          {c10, c11, c12, c13, c14, c15},
-	                          {c20, c21, c22, c23, c24, c25},
-	                          {c30, c31, c32, c33, c34, c35}};
 	for (int m = 0; m < mr; m++)
-		for (int u = 0; u < nu; u++) {
+#pragma GCC unroll 6
+		for (int u = 0; u < NU; u++) {
 			float *p = o[u] + m * os;
-			_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), acc[m][u]));
+			_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), c[m][u]));
 		}
 }
+
+typedef void (*s16_scatter_fn)(int noc, const float *w, const float *const d[6], ptrdiff_t dc, float *const o[6],
+                               ptrdiff_t os, int mr);
+
+#define SCATTER_N(NU)                                                                                       \
+	SS_AVX512 static void s16_scatter_##NU(int noc, const float *w, const float *const d[6], ptrdiff_t dc,   \
+	                                       float *const o[6], ptrdiff_t os, int mr)                         \
+	{                                                                                                   \
+		s16_scatter_body(NU, noc, w, d, dc, o, os, mr);                                             \
+	}
+SCATTER_N(1)
+SCATTER_N(2)
+SCATTER_N(3)
+SCATTER_N(4)
+SCATTER_N(5)
+SCATTER_N(6)
+
+/* s16_scatter_kernel[nu] scatters tiles of nu units. */
+static const s16_scatter_fn s16_scatter_kernel[7] = {NULL,         s16_scatter_1, s16_scatter_2, s16_scatter_3,
+                                                     s16_scatter_4, s16_scatter_5, s16_scatter_6};
 
 typedef struct {
 	const ss_conv_shape *s;
@@ -789,22 +801,26 @@ SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t 
 						float *o[6];
 						for (int u = 0; u < 6; u++)
 							o[u] = zb + jj * f->js + (ptrdiff_t)i * f->wo + 16 * (u0 + ss_imin(u, nu - 1));
-						scatter16(s->oc, w, d, dplane, o, f->pls, mr, nu);
+						s16_scatter_kernel[nu](s->oc, w, d, dplane, o, f->pls, mr);
 					}
 			}
 		}
 		/* dx[c][y][x] = sum over j of Z[j][c][(y + ph)*wo + x + pw - j],
-		 * for the j that keep x + pw - j inside [0, wo). */
+		 * for the j that keep x + pw - j inside [0, wo): 16 x at a
+		 * time, each j through the mask of its valid lanes. */
 		for (int c = 0; c < s->c; c++)
 			for (int y = 0; y < s->h; y++) {
 				float *dr = j->dx + n * j->xn + c * j->xc + (ptrdiff_t)y * s->w;
 				const float *zr = z + c * f->pls + (ptrdiff_t)(y + f->ph) * f->wo + f->pw;
-				for (int x = 0; x < s->w; x++)
-					dr[x] = 0.0f;
-				for (int jj = 0; jj < s->kw; jj++, zr += f->js - 1) {
-					const int x0 = ss_imax(0, jj - f->pw), x1 = ss_imin(s->w, f->wo + jj - f->pw);
-					for (int x = x0; x < x1; x++)
-						dr[x] += zr[x];
+				for (int x0 = 0; x0 < s->w; x0 += 16) {
+					__m512 acc = _mm512_setzero_ps();
+					for (int jj = 0; jj < s->kw; jj++) {
+						const int lo = ss_imin(ss_imax(jj - f->pw - x0, 0), 16);
+						const int hi = ss_imin(ss_imax(f->wo + jj - f->pw - x0, 0), 16);
+						const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+						acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, zr + jj * (f->js - 1) + x0));
+					}
+					_mm512_mask_storeu_ps(dr + x0, (__mmask16)((1u << ss_imin(16, s->w - x0)) - 1), acc);
 				}
 			}
 	}
