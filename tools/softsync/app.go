@@ -15,6 +15,8 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // App is the state every subcommand shares: global flags, the logger and
@@ -88,9 +90,17 @@ func (a *App) setup() error {
 	default:
 		return fmt.Errorf("--engine %q: must be auto, native or reference", a.Engine)
 	}
-	if _, _, err := a.isaLevel(); err != nil {
+	want, from, err := a.isaLevel()
+	if err != nil {
 		return err
 	}
+	if _, err := isa.Resolve(want); err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	// The solver's and the codecs' passes follow the same level as the
+	// kernels (kernels.Config.ISA, set in EngineInfo).
+	sgd.LimitISA(want)
+	rdma.LimitISA(want)
 	return nil
 }
 
