@@ -116,8 +116,7 @@ static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintp
 /* s16_tail_mask enables the lanes of unit u (0 <= u < units) of a plane. */
 static __mmask16 s16_tail_mask(const sgeom *g, ptrdiff_t u)
 {
-	const int r = (int)(g->p - 16 * u);
-	return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
+	return ss_lanes(g->p - 16 * u);
 }
 
 int ss_d512_fits(const ss_conv_shape *s)
@@ -815,9 +814,9 @@ SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t 
 				for (int x0 = 0; x0 < s->w; x0 += 16) {
 					__m512 acc = _mm512_setzero_ps();
 					for (int jj = 0; jj < s->kw; jj++) {
-						const int lo = ss_imin(ss_imax(jj - f->pw - x0, 0), 16);
-						const int hi = ss_imin(ss_imax(f->wo + jj - f->pw - x0, 0), 16);
-						const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+						const int a = ss_imin(ss_imax(jj - f->pw - x0, 0), 16);
+						const int b = ss_imin(ss_imax(f->wo + jj - f->pw - x0, 0), 16);
+						const __mmask16 m = (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
 						acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, zr + jj * (f->js - 1) + x0));
 					}
 					_mm512_mask_storeu_ps(dr + x0, (__mmask16)((1u << ss_imin(16, s->w - x0)) - 1), acc);

@@ -39,6 +39,15 @@
 #endif
 #endif
 
+#if defined(SS_HAVE_AVX512)
+/* ss_lanes returns the AVX-512 mask of the first n lanes of 16 (none for
+ * n <= 0, all for n >= 16). */
+static inline __mmask16 ss_lanes(ptrdiff_t n)
+{
+	return (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+#endif
+
 /* ss_hsum returns the sum of the 8 lanes of v. */
 SS_AVX2 static inline float ss_hsum(__m256 v)
 {

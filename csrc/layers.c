@@ -420,7 +420,7 @@ SS_AVX512 static void fc_dots16(int in, const float *w0, const float *w1, const 
 	__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0;
 	const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
 	for (int i = 0; i < in; i += 16) {
-		const __mmask16 m = in - i >= 16 ? 0xffff : (__mmask16)((1u << (in - i)) - 1);
+		const __mmask16 m = ss_lanes(in - i);
 		const __m512 v = _mm512_maskz_loadu_ps(m, w0 + i), u = _mm512_maskz_loadu_ps(m, w1 + i);
 		__m512 t = _mm512_maskz_loadu_ps(m, x0 + i);
 		a0 = _mm512_fmadd_ps(v, t, a0), b0 = _mm512_fmadd_ps(u, t, b0);
@@ -477,7 +477,7 @@ SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x
 		const float *w0 = w + (ptrdiff_t)o * in, *w1 = w + (ptrdiff_t)(o + no - 1) * in;
 		float *d0 = dw + (ptrdiff_t)o * in, *d1 = dw + (ptrdiff_t)(o + no - 1) * in;
 		for (int i = 0; i < in; i += 16) {
-			const __mmask16 m = in - i >= 16 ? 0xffff : (__mmask16)((1u << (in - i)) - 1);
+			const __mmask16 m = ss_lanes(in - i);
 			__m512 s0 = _mm512_setzero_ps(), s1 = s0;
 			for (int r = 0; r < n; r++) {
 				const __m512 t = _mm512_maskz_loadu_ps(m, x + (ptrdiff_t)r * in + i);

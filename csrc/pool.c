@@ -335,15 +335,8 @@ SS_AVX512 static inline __m512 s2_load(const float *p, ptrdiff_t avail)
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	if (avail >= 32)
 		return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
-	const __mmask16 lo = avail >= 16 ? 0xffff : avail <= 0 ? 0 : (__mmask16)((1u << avail) - 1);
-	const __mmask16 hi = avail >= 32 ? 0xffff : avail <= 16 ? 0 : (__mmask16)((1u << (avail - 16)) - 1);
-	return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, p), even, _mm512_maskz_loadu_ps(hi, p + 16));
-}
-
-/* lanes returns the mask of the first n lanes (n may be out of 0..16). */
-static inline __mmask16 lanes(ptrdiff_t n)
-{
-	return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+	return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(ss_lanes(avail), p), even,
+	                              _mm512_maskz_loadu_ps(ss_lanes(avail - 16), p + 16));
 }
 
 /* flat_forward2 is flat_forward for stride_w = 2. */
@@ -361,7 +354,7 @@ SS_AVX512 static void flat_forward2(const ss_pool_shape *s, int oh, int ow, cons
 	 * recomputed below. */
 	for (int e0 = 0; e0 < n; e0 += 16) {
 		const ptrdiff_t q0 = 2 * (ptrdiff_t)e0;
-		const __mmask16 upd = lanes(safe - e0);
+		const __mmask16 upd = ss_lanes(safe - e0);
 		const __m512i i0 = _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(e0), lane), 1);
 		__m512 a = s2_load(xp + q0, plane - q0);
 		__m512i ai = i0;
@@ -404,7 +397,7 @@ SS_AVX512 static void flat_forward2(const ss_pool_shape *s, int oh, int ow, cons
 		int h0, h1;
 		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
 		for (int px0 = 0; px0 < ow; px0 += 16) {
-			const __mmask16 m = lanes(ow - px0);
+			const __mmask16 m = ss_lanes(ow - px0);
 			const ptrdiff_t o = (ptrdiff_t)py * ow + px0;
 			/* hs and hi have 16 spare lanes: whole-vector loads, which
 			 * the stores above can forward, and masked stores. */
@@ -452,7 +445,7 @@ SS_AVX512 static void flat_avg_backward2(const ss_pool_shape *s, int oh, int ow,
 		int h0, h1;
 		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
 		for (int b = 0; b < ob; b++) {
-			const __mmask16 m = lanes(ow - 16 * b);
+			const __mmask16 m = ss_lanes(ow - 16 * b);
 			const __m512 d = _mm512_mul_ps(_mm512_set1_ps((float)eh), _mm512_maskz_loadu_ps(m, cw + 16 * b));
 			_mm512_store_ps(g + (py * ob + b) * 16,
 			                _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, dyp + (ptrdiff_t)py * ow + 16 * b), d));
@@ -498,8 +491,8 @@ SS_AVX512 static void flat_avg_backward2(const ss_pool_shape *s, int oh, int ow,
 				lo = _mm512_add_ps(lo, _mm512_permutex2var_ps(v, j % 2 ? jlo : ilo, zero));
 				hi = _mm512_add_ps(hi, _mm512_permutex2var_ps(v, j % 2 ? jhi : ihi, zero));
 			}
-			_mm512_mask_storeu_ps(dx + c0, lanes(w - c0), lo);
-			_mm512_mask_storeu_ps(dx + c0 + 16, lanes(w - c0 - 16), hi);
+			_mm512_mask_storeu_ps(dx + c0, ss_lanes(w - c0), lo);
+			_mm512_mask_storeu_ps(dx + c0 + 16, ss_lanes(w - c0 - 16), hi);
 		}
 	}
 }

@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "b6e674ab8b266c3a429619f162d929009c5305df1fe17204b3ac3ed635761c67"
+const csrcHash = "78ed69bd04955ac9901753d1fc53a9c48f9a0f9f97f532a1d3fb69bb4dd2e348"
