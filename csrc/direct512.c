@@ -136,7 +136,7 @@ static int s16_chunk(const sgeom *g, int n, ptrdiff_t floats)
 {
 	ptrdiff_t c = floats / g->img;
 	c = c < 1 ? 1 : c;
-	for (ptrdiff_t d = c; d <= 2 * c && d <= n; d++)
+	for (ptrdiff_t d = c; d <= 2 * c + 1 && d <= n; d++)
 		if (d * g->units % 6 == 0) {
 			c = d;
 			break;
