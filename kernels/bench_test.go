@@ -160,66 +160,95 @@ func benchConv(b *testing.B, e kernels.Engine, name string) {
 	}
 }
 
-// BenchmarkLayers measures the non-GEMM layers of the two networks, in
-// input elements per second (Melem/s), on the fastest engine.
+// BenchmarkLayers measures the non-GEMM layers of the two networks on one
+// thread, as each network worker runs them, at every instruction-set
+// level the CPU runs, in input elements per second (Melem/s) and bytes
+// read plus written per second (MB/s, SetBytes): they stream memory, so
+// the yardstick is the copy bandwidth (softsync bench peak).
 func BenchmarkLayers(b *testing.B) {
 	e := kerneltest.Fastest(b)
+	if e.Name() != "native" {
+		benchLayers(b, e, e.Name())
+		return
+	}
+	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	for _, l := range isa.All {
+		if !isa.Supported(l) {
+			b.Logf("native-%v: %s", l, isa.Reason())
+			continue
+		}
+		one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchLayers(b, one, kerneltest.Label(one, 0))
+	}
+}
+
+// benchLayers runs BenchmarkLayers' layers on e, named name/<layer>/<pass>.
+func benchLayers(b *testing.B, e kernels.Engine, name string) {
 	r := rand.New(rand.NewPCG(5, 6))
-	rate := func(b *testing.B, n int) {
+	rate := func(b *testing.B, n, bytes int) {
+		b.SetBytes(int64(bytes))
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
 	}
 	pools := []struct {
 		name string
 		s    kernels.PoolShape
 	}{
-		{"lenet-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 64, C: 20, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2}},
-		{"cifar-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 100, C: 32, H: 32, W: 32, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
-		{"cifar-pool2", kernels.PoolShape{Mode: kernels.AvgPool, N: 100, C: 32, H: 16, W: 16, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+		{"lenet-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 32, C: 20, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2}},
+		{"cifar-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 50, C: 32, H: 32, W: 32, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+		{"cifar-pool2", kernels.PoolShape{Mode: kernels.AvgPool, N: 50, C: 32, H: 16, W: 16, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
 	}
 	for _, p := range pools {
 		s := p.s
 		x, y, mask := randSlice(r, s.InputLen()), make([]float32, s.OutputLen()), make([]int32, s.OutputLen())
 		dx := make([]float32, s.InputLen())
 		e.PoolForward(s, x, y, mask)
-		b.Run(e.Name()+"/"+p.name+"/fwd", func(b *testing.B) {
+		out := 4 // bytes per output: y, and the mask for max pooling
+		if s.Mode == kernels.MaxPool {
+			out = 8
+		}
+		bytes := 4*s.InputLen() + out*s.OutputLen()
+		b.Run(name+"/"+p.name+"/fwd", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				e.PoolForward(s, x, y, mask)
 			}
-			rate(b, s.InputLen())
+			rate(b, s.InputLen(), bytes)
 		})
-		b.Run(e.Name()+"/"+p.name+"/bwd", func(b *testing.B) {
+		b.Run(name+"/"+p.name+"/bwd", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				e.PoolBackward(s, y, mask, dx)
 			}
-			rate(b, s.InputLen())
+			rate(b, s.InputLen(), bytes)
 		})
 	}
-	ls := kernels.LRNShape{N: 100, C: 32, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
+	ls := kernels.LRNShape{N: 50, C: 32, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
 	x, y, scale, dx := randSlice(r, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len())
 	ws := &kernels.Workspace{}
 	e.LRNForward(ls, x, y, scale, ws) // grow the workspace
-	b.Run(e.Name()+"/cifar-norm1/fwd", func(b *testing.B) {
+	b.Run(name+"/cifar-norm1/fwd", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e.LRNForward(ls, x, y, scale, ws)
 		}
-		rate(b, ls.Len())
+		rate(b, ls.Len(), 12*ls.Len()) // x read, y and scale written
 	})
-	b.Run(e.Name()+"/cifar-norm1/bwd", func(b *testing.B) {
+	b.Run(name+"/cifar-norm1/bwd", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e.LRNBackward(ls, x, y, scale, y, dx, ws)
 		}
-		rate(b, ls.Len())
+		rate(b, ls.Len(), 20*ls.Len()) // x, y, scale, dy read, dx written
 	})
-	b.Run(e.Name()+"/cifar-relu1/fwd+bwd", func(b *testing.B) {
+	b.Run(name+"/cifar-relu1/fwd+bwd", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e.ReLUForward(x, y)
 			e.ReLUBackward(y, x, dx)
 		}
-		rate(b, ls.Len())
+		rate(b, ls.Len(), 20*ls.Len()) // x read, y written; y, dy read, dx written
 	})
 }
