@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,14 +39,36 @@ type peakResult struct {
 	Copy   []peakCopy  `json:"copy"`
 }
 
-// copySizes are the copy buffers measured: one that stays in a core's L2
-// cache and one far beyond the last-level cache.
-var copySizes = []int{256 << 10, 64 << 20}
+// defaultCopySizes are the copy buffers measured by default: one that
+// stays in a core's L2 cache and one far beyond the last-level cache.
+const defaultCopySizes = "256KiB,64MiB"
+
+// parseByteSizes reads a comma-separated list of sizes in bytes, each
+// with an optional KiB or MiB suffix.
+func parseByteSizes(s string) ([]int, error) {
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mult := 1
+		if v, ok := strings.CutSuffix(f, "KiB"); ok {
+			f, mult = v, 1<<10
+		} else if v, ok := strings.CutSuffix(f, "MiB"); ok {
+			f, mult = v, 1<<20
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 || n*mult < 64 {
+			return nil, fmt.Errorf("--copy-sizes: bad size %q (want a number of bytes ≥ 64, optionally with KiB or MiB)", f)
+		}
+		sizes = append(sizes, n*mult)
+	}
+	return sizes, nil
+}
 
 func newBenchPeakCmd(app *App) *cobra.Command {
 	var asJSON bool
 	var minTime time.Duration
 	var rounds int
+	var copySizes string
 	c := &cobra.Command{
 		Use:   "peak",
 		Short: "The machine's FMA peak per instruction-set level and its copy bandwidth",
@@ -55,8 +79,8 @@ one core and on every core at once (--threads, default all cores): the
 ceiling of any compute-bound kernel at that level; "kernels" marks the
 level the kernels run at (--isa). Then the copy bandwidth, bytes read plus
 bytes written per second, for buffers that stay in a core's L2 cache
-(256 KiB) and far beyond the last-level cache (64 MiB per core): the
-ceiling of a kernel that streams as much memory. Each figure is the best
+(256 KiB) and far beyond the last-level cache (64 MiB per core; both set
+by --copy-sizes): the ceiling of a kernel that streams as much memory. Each figure is the best
 of --rounds runs of at least --min-time.`,
 		Example: `  softsync bench peak
   softsync bench peak --json`,
@@ -78,6 +102,10 @@ of --rounds runs of at least --min-time.`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
+			sizes, err := parseByteSizes(copySizes)
+			if err != nil {
+				return err
+			}
 			var res peakResult
 			for _, l := range isa.All {
 				if !isa.Supported(l) {
@@ -91,7 +119,7 @@ of --rounds runs of at least --min-time.`,
 				res.Levels = append(res.Levels, peakLevel{ISA: l.String(), GFlopsCore: r.One, GFlops: r.All,
 					Cores: r.Cores, KernelLevel: l == kernelLevel})
 			}
-			for _, size := range copySizes {
+			for _, size := range sizes {
 				r, err := peak.Copy(cfg, size)
 				if err != nil {
 					return err
@@ -121,6 +149,7 @@ of --rounds runs of at least --min-time.`,
 	f.BoolVar(&asJSON, "json", false, "print {levels: [{isa, gflops_one_core, gflops, cores, kernels}], copy: [{bytes, gbs_one_core, gbs, cores}]}")
 	f.DurationVar(&minTime, "min-time", 100*time.Millisecond, "minimum duration of one timed run")
 	f.IntVar(&rounds, "rounds", 5, "timed runs per figure (best kept)")
+	f.StringVar(&copySizes, "copy-sizes", defaultCopySizes, "copy buffer sizes per core, comma-separated, in bytes with an optional KiB or MiB suffix")
 	return c
 }
 
