@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -137,5 +139,23 @@ func TestBenchPeakJSON(t *testing.T) {
 		if !(l.GFlopsCore > 0 && l.GFlops > 0) || l.Cores != 2 {
 			t.Errorf("level %+v", l)
 		}
+	}
+}
+
+// TestBenchTrainPeak checks the GFLOP/s, peak and CPU fields of bench
+// train --json: consistent with each other, not their values.
+func TestBenchTrainPeak(t *testing.T) {
+	out := run(t, "bench", "train", "--model", "lenet", "--batch", "4", "--images", "200", "--json")
+	var r benchTrainResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	flops := 0.0
+	if spec, err := nn.Load("lenet"); err == nil {
+		flops = float64(spec.TrainFLOPs())
+	}
+	if r.ISA != isa.Best().String() || !(r.PeakGFlops > 0) || !(r.CPUSeconds > 0) ||
+		math.Abs(r.GFlops-r.ImagesPerSec*flops/1e9) > 1e-6*r.GFlops || math.Abs(r.PeakFraction-r.GFlops/r.PeakGFlops) > 1e-9 {
+		t.Errorf("bench train: %+v", r)
 	}
 }
