@@ -306,6 +306,44 @@ FWD_N(6)
 /* s16_fwd_kernel[nu] computes tiles of nu units. */
 static const s16_fwd_fn s16_fwd_kernel[7] = {NULL, s16_fwd_1, s16_fwd_2, s16_fwd_3, s16_fwd_4, s16_fwd_5, s16_fwd_6};
 
+/* s16_pack4 interleaves 4 rows of k floats: d[4t + m] = r[m][t] for t < k,
+ * or r[m][-t] when rev is set (r[m] then points at the row's last
+ * float); a NULL row gives zeros. 16 values of each row at a time, a 4 x
+ * 16 transpose in registers. */
+SS_AVX512 static void s16_pack4(const float *const r[4], int rev, ptrdiff_t k, float *d)
+{
+	const __m512i back = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	for (ptrdiff_t t0 = 0; t0 < k; t0 += 16) {
+		const ptrdiff_t n = k - t0 < 16 ? k - t0 : 16;
+		__m512 v[4];
+		for (int m = 0; m < 4; m++) {
+			if (r[m] == NULL)
+				v[m] = _mm512_setzero_ps();
+			else if (!rev)
+				v[m] = _mm512_maskz_loadu_ps(ss_lanes(n), r[m] + t0);
+			else /* the 16 floats ending at r[m] - t0, lanes reversed */
+				v[m] = _mm512_permutexvar_ps(back, _mm512_mask_loadu_ps(_mm512_setzero_ps(),
+				                                                        (__mmask16)~ss_lanes(16 - n), r[m] - t0 - 15));
+		}
+		const __m512 ab0 = _mm512_unpacklo_ps(v[0], v[1]), ab1 = _mm512_unpackhi_ps(v[0], v[1]);
+		const __m512 cd0 = _mm512_unpacklo_ps(v[2], v[3]), cd1 = _mm512_unpackhi_ps(v[2], v[3]);
+#define PD(x) _mm512_castps_pd(x)
+#define PS(x) _mm512_castpd_ps(x)
+		/* x_j holds taps j, j + 4, j + 8, j + 12, four floats each. */
+		const __m512 x0 = PS(_mm512_unpacklo_pd(PD(ab0), PD(cd0))), x1 = PS(_mm512_unpackhi_pd(PD(ab0), PD(cd0)));
+		const __m512 x2 = PS(_mm512_unpacklo_pd(PD(ab1), PD(cd1))), x3 = PS(_mm512_unpackhi_pd(PD(ab1), PD(cd1)));
+#undef PD
+#undef PS
+		/* A 4 x 4 transpose of 128-bit lanes: output j holds taps 4j..4j+3. */
+		const __m512 y0 = _mm512_shuffle_f32x4(x0, x1, 0x44), y1 = _mm512_shuffle_f32x4(x0, x1, 0xee);
+		const __m512 y2 = _mm512_shuffle_f32x4(x2, x3, 0x44), y3 = _mm512_shuffle_f32x4(x2, x3, 0xee);
+		const __m512 o[4] = {_mm512_shuffle_f32x4(y0, y2, 0x88), _mm512_shuffle_f32x4(y0, y2, 0xdd),
+		                     _mm512_shuffle_f32x4(y1, y3, 0x88), _mm512_shuffle_f32x4(y1, y3, 0xdd)};
+		for (int j = 0; j < 4; j++)
+			_mm512_mask_storeu_ps(d + 4 * t0 + 16 * j, ss_lanes(4 * n - 16 * j), o[j]);
+	}
+}
+
 /* Floats of input and weights a block of channels may read per tile,
  * kept well inside the L1 cache so that every block of 4 output channels
  * finds its weights and the tile's inputs there. */
@@ -417,11 +455,13 @@ void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, con
 	float *wpk, *bias, *bufs;
 	int *koff;
 	s16_corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
-	for (int o = 0; o < s16_round4(g.co); o++) {
-		float *d = wpk + (o / 4) * 4 * g.k + o % 4;
-		for (ptrdiff_t t = 0; t < g.k; t++)
-			d[4 * t] = o < g.co ? w[o * g.k + t] : 0.0f;
-		bias[o] = o < g.co && b ? b[o] : 0.0f;
+	for (int o = 0; o < s16_round4(g.co); o += 4) {
+		const float *r[4];
+		for (int m = 0; m < 4; m++) {
+			r[m] = o + m < g.co ? w + (o + m) * g.k : NULL;
+			bias[o + m] = o + m < g.co && b ? b[o + m] : 0.0f;
+		}
+		s16_pack4(r, 0, g.k, wpk + o * g.k);
 	}
 	s16_corr(&g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
 }
@@ -668,7 +708,7 @@ SS_AVX512 static void s16_dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 	}
 }
 
-static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
+SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
 {
 	const wgeom g = s16_wgeom(s);
 	ptrdiff_t xn, xc, yn, yc;
@@ -691,9 +731,16 @@ static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float 
 		ss_parallel_for(0, j.nc, 1, s16_dw_prep_part, &j);
 		ss_parallel_for(0, tiles, 1, s16_dw_tile_part, &j);
 	}
-	for (int oc = 0; oc < g.co; oc++)
-		for (ptrdiff_t t = 0; t < g.k; t++)
-			dw[oc * g.k + t] = dwt[t * g.ocp + oc];
+	/* dw[oc][t] = dwT[t][oc], in blocks of 16 x 16. */
+	for (int oc0 = 0; oc0 < g.co; oc0 += 16)
+		for (ptrdiff_t t0 = 0; t0 < g.k; t0 += 16) {
+			__m512 r[16];
+			for (int i = 0; i < 16; i++)
+				r[i] = t0 + i < g.k ? _mm512_loadu_ps(dwt + (t0 + i) * g.ocp + oc0) : _mm512_setzero_ps();
+			s16_transpose(r);
+			for (int i = 0; i < 16 && oc0 + i < g.co; i++)
+				_mm512_mask_storeu_ps(dw + (oc0 + i) * g.k + t0, ss_lanes(g.k - t0), r[i]);
+		}
 }
 
 /* ---- input gradient by scattering ---- */
@@ -862,13 +909,15 @@ void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, co
 	int *koff;
 	s16_corr_ws(&g, ws, &wpk, &bias, &koff, &bufs);
 	const int kk = s->kh * s->kw;
-	for (int c = 0; c < s16_round4(g.co); c++) {
-		float *d = wpk + (c / 4) * 4 * g.k + c % 4;
-		for (int o = 0; o < s->oc; o++)
-			for (int t = 0; t < kk; t++)
-				d[4 * (o * kk + t)] = c < g.co ? w[((ptrdiff_t)o * s->c + c) * kk + kk - 1 - t] : 0.0f;
-		bias[c] = 0.0f;
-	}
+	for (int c = 0; c < s16_round4(g.co); c += 4)
+		for (int o = 0; o < s->oc; o++) {
+			const float *r[4];
+			for (int m = 0; m < 4; m++) {
+				r[m] = c + m < g.co ? w + ((ptrdiff_t)o * s->c + c + m) * kk + kk - 1 : NULL;
+				bias[c + m] = 0.0f;
+			}
+			s16_pack4(r, 1, kk, wpk + c * g.k + 4 * (ptrdiff_t)o * kk);
+		}
 	s16_corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
 }
 
