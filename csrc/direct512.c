@@ -14,20 +14,27 @@
  *   S + koff[tap] + 16u,   koff[(c*kh + i)*kw + j] = j*js + c*pls + i*OW
  * (js floats between copies, pls per plane). The copy writes kw floats
  * per input pixel, little beside the C*kh*kw multiply-adds of each output
- * pixel for each output channel.
+ * pixel for each output channel. When OW is a multiple of 16 no unit
+ * crosses a row, and a single zero-padded plane per channel serves (see
+ * sgeom).
  *
- * Forward: a tile of 4 output channels x 6 units, 24 accumulators,
- * runs over all C*kh*kw taps, loading 6 input vectors and broadcasting 4
- * weights per tap (24 FMAs); the weights are packed 4 output channels
- * interleaved, and tiles may span the images of a chunk. The input
- * gradient is the same correlation run on the output gradient (padded by
- * kh-1-pad_h, kw-1-pad_w, kernel rotated, channel axes swapped), or, when
- * the padding is narrower than the kernel, a scatter: the contribution of
- * an output-gradient unit through tap (i, j) to input channel c is added
- * to Z[j][c] + i*OW + 16u, Z having the shape of S (the adjoint of the
- * shifted copy), and dx sums the kw planes of Z shifted back. The weight
- * gradient keeps a tile of 8 output channels x 3 taps, 24 dot products
- * over the units of a chunk of images, masked at each plane's last unit.
+ * Forward: a tile of 4 output channels x up to 6 units, 24 accumulators,
+ * loads 6 input vectors and broadcasts 4 weights per tap (24 FMAs); the
+ * weights are packed 4 output channels interleaved, and tiles may span the
+ * images of a chunk. Each tile runs its taps in blocks of input channels
+ * sized so that the tile's inputs and the block's weights stay in L1
+ * while every block of output channels reads them, each block adding to
+ * the partial sums the one before stored. The input gradient is the same
+ * correlation run on the output gradient (padded by kh-1-pad_h,
+ * kw-1-pad_w, kernel rotated, channel axes swapped), or, when the padding
+ * is narrower than the kernel, a scatter: the contribution of an
+ * output-gradient unit through tap (i, j) to input channel c is added to
+ * Z[j][c] + i*OW + 16u, Z having the shape of S (the adjoint of the
+ * shifted copy), and dx sums the kw planes of Z shifted back.
+ *
+ * The weight gradient puts output channels in the lanes instead (see the
+ * comment at its section): broadcast inputs times the output gradient
+ * transposed pixel-major, summed in registers, no horizontal sums.
  *
  * Activations are addressed through plane strides, so NCHW and CNHW cost
  * the same. */
@@ -150,7 +157,6 @@ static int s16_corr_chunk(const sgeom *g, int n) { return s16_chunk(g, n, 1 << 1
  * (ints), then per part a chunk of shifted images. */
 static ptrdiff_t s16_corr_fixed(const sgeom *g) { return s16_round4(g->co) * g->k + s16_round4(g->co) + g->k; }
 static ptrdiff_t s16_corr_part_floats(const sgeom *g, int n) { return s16_corr_chunk(g, n) * g->img + SLACK; }
-
 
 /* The input gradient scatters when the correlation would compute many
  * more units than the output gradient has (a "valid" convolution, whose
