@@ -160,6 +160,16 @@ ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward
 	return a > b ? a : b;
 }
 
+void ss_pack_scatter(const ss_conv_shape *s, const float *w, float *wpk)
+{
+	const int kk = s->kh * s->kw;
+	for (int c = 0; c < round4(s->c); c++)
+		for (int t = 0; t < kk; t++)
+			for (int o = 0; o < s->oc; o++)
+				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
+				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
+}
+
 #ifdef SS_HAVE_AVX2
 
 /* taps writes koff[(c*kh + i)*kw + j] = c*plane + i*wp + j. */
@@ -555,14 +565,8 @@ SS_AVX2 static void scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, const float *dy, float *dx,
                     float *ws, ptrdiff_t ws_len)
 {
-	const int kk = s->kh * s->kw;
 	float *wpk = ws;
-	/* wpk[cb][t][oc][m] = w[oc][4cb + m][t], zero past C. */
-	for (int c = 0; c < round4(s->c); c++)
-		for (int t = 0; t < kk; t++)
-			for (int o = 0; o < s->oc; o++)
-				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
-				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
+	ss_pack_scatter(s, w, wpk);
 	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed_floats(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
 	ptrdiff_t parts = (ws_len - scatter_fixed_floats(s)) / scatter_floats(s, f);

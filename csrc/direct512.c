@@ -164,10 +164,11 @@ static ptrdiff_t s16_corr_part_floats(const sgeom *g, int n) { return s16_corr_c
  * unit computed. */
 static int s16_dx_scatter(const sgeom *f, const sgeom *d) { return d->units > f->units * 5 / 4; }
 
-/* Floats of the scatter: packed weights, then per part the image's Z
+/* Floats of the scatter: packed weights and output-channel offsets (ints),
+ * then per part the image's Z
  * planes (the forward geometry's shifted planes, s16_sgeom_forward(s, 0))
  * and its output gradient in whole units. */
-static ptrdiff_t s16_scatter_fixed(const ss_conv_shape *s) { return s16_round4(s->c) * s->kh * s->kw * s->oc; }
+static ptrdiff_t s16_scatter_fixed(const ss_conv_shape *s) { return s16_round4(s->c) * s->kh * s->kw * s->oc + s->oc; }
 static ptrdiff_t s16_scatter_part_floats(const ss_conv_shape *s, const sgeom *f)
 {
 	return f->img + SLACK + (ptrdiff_t)s->oc * f->units * 16;
@@ -751,63 +752,6 @@ SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, co
 
 /* ---- input gradient by scattering ---- */
 
-/* s16_scatter_body adds to the 4 x NU tile of vectors o[u] + m*os (rows
- * m < mr) the sums over oc < noc of w[4oc + m] times the output-gradient
- * vector d[u] + oc*dc. */
-SS_AVX512_INLINE void s16_scatter_body(const int NU, int noc, const float *w, const float *const d[6], ptrdiff_t dc,
-                                       float *const o[6], ptrdiff_t os, int mr)
-{
-	__m512 c[4][6];
-	const float *dp[6];
-#pragma GCC unroll 6
-	for (int u = 0; u < NU; u++) {
-		dp[u] = d[u];
-#pragma GCC unroll 4
-		for (int m = 0; m < 4; m++)
-			c[m][u] = _mm512_setzero_ps();
-	}
-	for (ptrdiff_t oc = 0; oc < noc; oc++, w += 4) {
-		const ptrdiff_t q = oc * dc;
-		__m512 a[4];
-#pragma GCC unroll 4
-		for (int m = 0; m < 4; m++)
-			a[m] = _mm512_set1_ps(w[m]);
-#pragma GCC unroll 6
-		for (int u = 0; u < NU; u++) {
-			const __m512 b = _mm512_loadu_ps(dp[u] + q);
-#pragma GCC unroll 4
-			for (int m = 0; m < 4; m++)
-				c[m][u] = _mm512_fmadd_ps(a[m], b, c[m][u]);
-		}
-	}
-	for (int m = 0; m < mr; m++)
-#pragma GCC unroll 6
-		for (int u = 0; u < NU; u++) {
-			float *p = o[u] + m * os;
-			_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), c[m][u]));
-		}
-}
-
-typedef void (*s16_scatter_fn)(int noc, const float *w, const float *const d[6], ptrdiff_t dc, float *const o[6],
-                               ptrdiff_t os, int mr);
-
-#define SCATTER_N(NU)                                                                                       \
-	SS_AVX512 static void s16_scatter_##NU(int noc, const float *w, const float *const d[6], ptrdiff_t dc,   \
-	                                       float *const o[6], ptrdiff_t os, int mr)                         \
-	{                                                                                                   \
-		s16_scatter_body(NU, noc, w, d, dc, o, os, mr);                                             \
-	}
-SCATTER_N(1)
-SCATTER_N(2)
-SCATTER_N(3)
-SCATTER_N(4)
-SCATTER_N(5)
-SCATTER_N(6)
-
-/* s16_scatter_kernel[nu] scatters tiles of nu units. */
-static const s16_scatter_fn s16_scatter_kernel[7] = {NULL,         s16_scatter_1, s16_scatter_2, s16_scatter_3,
-                                                     s16_scatter_4, s16_scatter_5, s16_scatter_6};
-
 typedef struct {
 	const ss_conv_shape *s;
 	const sgeom *f;          /* the forward geometry: Z has its shifted planes */
@@ -816,6 +760,7 @@ typedef struct {
 	float *dx;
 	ptrdiff_t xn, xc;
 	const float *w;          /* packed [block of 4 input channels][tap][oc][4] */
+	const int *ooff;         /* ooff[oc]: oc planes of whole units on */
 	float *bufs;
 } s16_scatter_job;
 
@@ -848,12 +793,17 @@ SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t 
 				for (int u = 0; u < 6; u++)
 					d[u] = gy + 16 * (u0 + ss_imin(u, nu - 1));
 				const float *w = j->w + (ptrdiff_t)cb * kk * s->oc * 4;
+				static const __mmask16 all[6] = {0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff};
+				static const float nobias[4];
 				for (int i = 0; i < s->kh; i++)
 					for (int jj = 0; jj < s->kw; jj++, w += 4 * s->oc) {
+						/* The forward kernel with the output channels as
+						 * its taps, adding to Z (whole units: the lanes
+						 * past a plane add zeros). */
 						float *o[6];
 						for (int u = 0; u < 6; u++)
 							o[u] = zb + jj * f->js + (ptrdiff_t)i * f->wo + 16 * (u0 + ss_imin(u, nu - 1));
-						s16_scatter_kernel[nu](s->oc, w, d, dplane, o, f->pls, mr);
+						s16_fwd_kernel[nu](s->oc, j->ooff, w, nobias, 1, d, o, f->pls, mr, all);
 					}
 			}
 		}
@@ -881,15 +831,13 @@ SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t 
 static void s16_scatter(const ss_conv_shape *s, const sgeom *f, const float *w, const float *dy, float *dx,
                     float *ws, ptrdiff_t ws_len)
 {
-	const int kk = s->kh * s->kw;
 	float *wpk = ws;
-	/* wpk[cb][t][oc][m] = w[oc][4cb + m][t], zero past C. */
-	for (int c = 0; c < s16_round4(s->c); c++)
-		for (int t = 0; t < kk; t++)
-			for (int o = 0; o < s->oc; o++)
-				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
-				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
-	s16_scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + s16_scatter_fixed(s)};
+	ss_pack_scatter(s, w, wpk);
+	int *ooff = (int *)(wpk + s16_scatter_fixed(s) - s->oc);
+	for (int o = 0; o < s->oc; o++)
+		ooff[o] = (int)(o * f->units * 16);
+	s16_scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .ooff = ooff,
+	                     .bufs = wpk + s16_scatter_fixed(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
 	ptrdiff_t parts = (ws_len - s16_scatter_fixed(s)) / s16_scatter_part_floats(s, f);
 	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,

@@ -128,6 +128,11 @@ void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_
  * vectorises without reassociation. */
 float ss_sum(const float *x, ptrdiff_t n);
 
+/* ss_pack_scatter packs the weights of a direct convolution's input
+ * gradient by scattering: wpk[cb][t][oc][m] = w[oc][4cb + m][t] for taps
+ * t < kh*kw, zero for channels past C (round4(C)*kh*kw*OC floats). */
+void ss_pack_scatter(const ss_conv_shape *s, const float *w, float *wpk);
+
 /* The AVX-512 direct convolution (direct512.c), behind the
  * ss_conv_direct_* entry points at level SS_ISA_AVX512: whether a
  * stride-1 shape fits its int offsets, its workspace, its passes. */

@@ -80,18 +80,26 @@ func BenchmarkConv(b *testing.B) {
 	if e.Name() != "native" {
 		return
 	}
-	// kernels.New sets the process-wide thread count; restore it after.
+	forLevels(b, []isa.Level{isa.AVX512, isa.AVX2}, func(one kernels.Engine) {
+		benchConv(b, one, kerneltest.Label(one, 0)+"-1thread")
+	})
+}
+
+// forLevels runs f with the native engine on one thread at each of levels
+// the CPU runs (the others are logged), and restores the process-wide
+// thread count after.
+func forLevels(b *testing.B, levels []isa.Level, f func(e kernels.Engine)) {
 	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	for _, l := range []isa.Level{isa.AVX512, isa.AVX2} {
+	for _, l := range levels {
 		if !isa.Supported(l) {
-			b.Logf("native-%v-1thread: %s", l, isa.Reason())
+			b.Logf("native-%v: %s", l, isa.Reason())
 			continue
 		}
 		one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
 		if err != nil {
 			b.Fatal(err)
 		}
-		benchConv(b, one, kerneltest.Label(one, 0)+"-1thread")
+		f(one)
 	}
 }
 
@@ -171,18 +179,7 @@ func BenchmarkLayers(b *testing.B) {
 		benchLayers(b, e, e.Name())
 		return
 	}
-	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	for _, l := range isa.All {
-		if !isa.Supported(l) {
-			b.Logf("native-%v: %s", l, isa.Reason())
-			continue
-		}
-		one, _, err := kernels.New(kernels.Config{Threads: 1, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchLayers(b, one, kerneltest.Label(one, 0))
-	}
+	forLevels(b, isa.All, func(one kernels.Engine) { benchLayers(b, one, kerneltest.Label(one, 0)) })
 }
 
 // benchLayers runs BenchmarkLayers' layers on e, named name/<layer>/<pass>.

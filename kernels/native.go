@@ -76,27 +76,19 @@ type native struct {
 	isa C.int
 }
 
+// The C levels (SS_ISA_*) are the concrete isa.Levels, in the same order,
+// counted from SS_ISA_GENERIC (checked at compile time: the array types
+// differ otherwise).
+var (
+	_ [C.SS_ISA_AVX2 - C.SS_ISA_GENERIC]struct{}   = [isa.AVX2 - isa.Generic]struct{}{}
+	_ [C.SS_ISA_AVX512 - C.SS_ISA_GENERIC]struct{} = [isa.AVX512 - isa.Generic]struct{}{}
+)
+
 // cISA returns the C level (SS_ISA_*) of a concrete isa.Level.
-func cISA(l isa.Level) C.int {
-	switch l {
-	case isa.AVX512:
-		return C.SS_ISA_AVX512
-	case isa.AVX2:
-		return C.SS_ISA_AVX2
-	}
-	return C.SS_ISA_GENERIC
-}
+func cISA(l isa.Level) C.int { return C.SS_ISA_GENERIC + C.int(l-isa.Generic) }
 
 // goISA is the inverse of cISA.
-func goISA(l C.int) isa.Level {
-	switch l {
-	case C.SS_ISA_AVX512:
-		return isa.AVX512
-	case C.SS_ISA_AVX2:
-		return isa.AVX2
-	}
-	return isa.Generic
-}
+func goISA(l C.int) isa.Level { return isa.Generic + isa.Level(l-C.SS_ISA_GENERIC) }
 
 // cBest is the highest level the C kernels of this build run on this CPU
 // (ss_isa_best: GCC's view of the CPU, which agrees with isa.Best unless

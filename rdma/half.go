@@ -95,10 +95,7 @@ var kern = asmFor(isa.Best())
 // for comparing levels on one machine (softsync's --isa): call it before
 // the codecs run, not while they do.
 func LimitISA(l isa.Level) isa.Level {
-	if l == isa.Auto {
-		l = isa.Best()
-	}
-	kern = asmFor(min(l, isa.Best()))
+	kern = asmFor(isa.Cap(l))
 	return kern.level
 }
 

@@ -117,6 +117,15 @@ func Best() Level { return best }
 // Reason says why Best is what it is, e.g. "the CPU has AVX, AVX2, ...".
 func Reason() string { return bestReason }
 
+// Cap returns the level to run when l is the highest allowed: Best() for
+// Auto, otherwise the lower of l and Best().
+func Cap(l Level) Level {
+	if l == Auto {
+		return best
+	}
+	return min(l, best)
+}
+
 // Supported reports whether l runs here (Auto always does).
 func Supported(l Level) bool { return l <= best }
 

@@ -31,10 +31,7 @@ var kern = asmFor(isa.Best())
 // levels on one machine (softsync's --isa): call it before the passes
 // run, not while they do.
 func LimitISA(l isa.Level) isa.Level {
-	if l == isa.Auto {
-		l = isa.Best()
-	}
-	kern = asmFor(min(l, isa.Best()))
+	kern = asmFor(isa.Cap(l))
 	return kern.level
 }
 
