@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,8 +105,37 @@ func forLevels(b *testing.B, levels []isa.Level, f func(e kernels.Engine)) {
 	}
 }
 
-// benchConv runs BenchmarkConv's layers on e, named name/<layer>/<pass>.
+// reportCPU adds cpu-GFLOP/s, the FLOPs per second of CPU time of the
+// benchmark's thread, for engines that run on the calling thread only
+// (one thread): on a shared machine the wall-clock rate also counts the
+// time other work held the core, the CPU-time rate does not. The caller
+// locks the goroutine to its thread and passes the CPU time at the start.
+func reportCPU(b *testing.B, flopPerOp, cpu0 float64) {
+	if cpu0 < 0 {
+		return
+	}
+	if d := threadCPU() - cpu0; d > 0 {
+		b.ReportMetric(flopPerOp*float64(b.N)/d/1e9, "cpu-GFLOP/s")
+	}
+}
+
+// benchConv runs BenchmarkConv's layers on e, named name/<layer>/<pass>;
+// on a one-thread engine (name ending in -1thread) it also reports
+// cpu-GFLOP/s.
 func benchConv(b *testing.B, e kernels.Engine, name string) {
+	oneThread := strings.HasSuffix(name, "-1thread")
+	start := func() float64 {
+		if !oneThread {
+			return -1
+		}
+		runtime.LockOSThread()
+		return threadCPU()
+	}
+	stop := func() {
+		if oneThread {
+			runtime.UnlockOSThread()
+		}
+	}
 	for _, l := range convLayers {
 		s := l.s
 		r := rand.New(rand.NewPCG(3, 4))
@@ -126,18 +157,24 @@ func benchConv(b *testing.B, e kernels.Engine, name string) {
 		b.Run(prefix+"/fwd", func(b *testing.B) {
 			b.ReportAllocs()
 			e.ConvForward(s, x, w, bias, y, ws)
+			cpu0 := start()
+			defer stop()
 			for b.Loop() {
 				e.ConvForward(s, x, w, bias, y, ws)
 			}
 			reportGFlops(b, fwdFlop)
+			reportCPU(b, fwdFlop, cpu0)
 		})
 		b.Run(prefix+"/bwd", func(b *testing.B) {
 			b.ReportAllocs()
 			e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
+			cpu0 := start()
+			defer stop()
 			for b.Loop() {
 				e.ConvBackward(s, x, w, dy, dx, dw, db, ws)
 			}
 			reportGFlops(b, bwdFlop)
+			reportCPU(b, bwdFlop, cpu0)
 		})
 		// fwd+bwd alternates the layer's passes with its bare GEMMs
 		// (same shapes and transposes, no im2col), so that both see
@@ -171,8 +208,9 @@ func benchConv(b *testing.B, e kernels.Engine, name string) {
 // BenchmarkLayers measures the non-GEMM layers of the two networks on one
 // thread, as each network worker runs them, at every instruction-set
 // level the CPU runs, in input elements per second (Melem/s) and bytes
-// read plus written per second (MB/s, SetBytes): they stream memory, so
-// the yardstick is the copy bandwidth (softsync bench peak).
+// read plus written per second (MB/s, SetBytes; cpu-GB/s per second of
+// the thread's CPU time): they stream memory, so the yardstick is the copy
+// bandwidth (softsync bench peak).
 func BenchmarkLayers(b *testing.B) {
 	e := kerneltest.Fastest(b)
 	if e.Name() != "native" {
@@ -185,9 +223,22 @@ func BenchmarkLayers(b *testing.B) {
 // benchLayers runs BenchmarkLayers' layers on e, named name/<layer>/<pass>.
 func benchLayers(b *testing.B, e kernels.Engine, name string) {
 	r := rand.New(rand.NewPCG(5, 6))
-	rate := func(b *testing.B, n, bytes int) {
+	// run times f like b.Loop, on the goroutine's own thread, and reports
+	// Melem/s, MB/s (SetBytes) and cpu-GB/s (bytes per second of the
+	// thread's CPU time, as reportCPU).
+	run := func(b *testing.B, n, bytes int, f func()) {
+		b.ReportAllocs()
 		b.SetBytes(int64(bytes))
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu0 := threadCPU()
+		for b.Loop() {
+			f()
+		}
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
+		if d := threadCPU() - cpu0; cpu0 >= 0 && d > 0 {
+			b.ReportMetric(float64(bytes)*float64(b.N)/d/1e9, "cpu-GB/s")
+		}
 	}
 	pools := []struct {
 		name string
@@ -208,18 +259,10 @@ func benchLayers(b *testing.B, e kernels.Engine, name string) {
 		}
 		bytes := 4*s.InputLen() + out*s.OutputLen()
 		b.Run(name+"/"+p.name+"/fwd", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				e.PoolForward(s, x, y, mask)
-			}
-			rate(b, s.InputLen(), bytes)
+			run(b, s.InputLen(), bytes, func() { e.PoolForward(s, x, y, mask) })
 		})
 		b.Run(name+"/"+p.name+"/bwd", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				e.PoolBackward(s, y, mask, dx)
-			}
-			rate(b, s.InputLen(), bytes)
+			run(b, s.InputLen(), bytes, func() { e.PoolBackward(s, y, mask, dx) })
 		})
 	}
 	ls := kernels.LRNShape{N: 50, C: 32, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}
@@ -227,25 +270,18 @@ func benchLayers(b *testing.B, e kernels.Engine, name string) {
 	ws := &kernels.Workspace{}
 	e.LRNForward(ls, x, y, scale, ws) // grow the workspace
 	b.Run(name+"/cifar-norm1/fwd", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			e.LRNForward(ls, x, y, scale, ws)
-		}
-		rate(b, ls.Len(), 12*ls.Len()) // x read, y and scale written
+		// x read, y and scale written
+		run(b, ls.Len(), 12*ls.Len(), func() { e.LRNForward(ls, x, y, scale, ws) })
 	})
 	b.Run(name+"/cifar-norm1/bwd", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			e.LRNBackward(ls, x, y, scale, y, dx, ws)
-		}
-		rate(b, ls.Len(), 20*ls.Len()) // x, y, scale, dy read, dx written
+		// x, y, scale, dy read, dx written
+		run(b, ls.Len(), 20*ls.Len(), func() { e.LRNBackward(ls, x, y, scale, y, dx, ws) })
 	})
 	b.Run(name+"/cifar-relu1/fwd+bwd", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
+		// x read, y written; y, dy read, dx written
+		run(b, ls.Len(), 20*ls.Len(), func() {
 			e.ReLUForward(x, y)
 			e.ReLUBackward(y, x, dx)
-		}
-		rate(b, ls.Len(), 20*ls.Len()) // x read, y written; y, dy read, dx written
+		})
 	})
 }
