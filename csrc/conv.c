@@ -256,21 +256,27 @@ static void db_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
+void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db)
+{
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	conv_job j = {.s = s, .p = conv_p(s), .yn = yn, .yc = yc, .src = dy, .dst = db};
+	ss_parallel_for(0, s->oc, ss_grain(s->n * j.p), db_part, &j);
+}
+
 void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
+	if (method == SS_CONV_DIRECT) {
+		ss_conv_direct_backward(isa, s, x, w, dy, dx, dw, db, ws, ws_len);
+		return;
+	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s), hw = (ptrdiff_t)s->h * s->w, l = conv_l(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
-	if (db) {
-		conv_job j = {.s = s, .p = p, .yn = yn, .yc = yc, .src = dy, .dst = db};
-		ss_parallel_for(0, s->oc, ss_grain(s->n * p), db_part, &j);
-	}
-	if (method == SS_CONV_DIRECT) {
-		ss_conv_direct_backward(isa, s, x, w, dy, dx, dw, ws, ws_len);
-		return;
-	}
+	if (db)
+		ss_conv_bias_grad(s, dy, db);
 	for (int n0 = 0; n0 < s->n; n0 += group) {
 		const int g = ss_imin(group, s->n - n0);
 		const ptrdiff_t cols = g * p;

@@ -575,16 +575,18 @@ static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, cons
 }
 
 void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
 #ifdef SS_HAVE_AVX512
 	if (ss_isa(isa) >= SS_ISA_AVX512) {
-		ss_d512_backward(s, x, w, dy, dx, dw, ws, ws_len);
+		ss_d512_backward(s, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
 	}
 #else
 	(void)isa;
 #endif
+	if (db)
+		ss_conv_bias_grad(s, dy, db);
 	weight_grad(s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
@@ -620,9 +622,9 @@ void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, con
 }
 
 void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	(void)isa, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)ws_len;
+	(void)isa, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
 }
 
 #endif

@@ -525,13 +525,13 @@ static int s16_wchunk(const wgeom *g, int n)
 }
 
 /* Floats of the weight gradient: dwT, then (64-byte aligned) a chunk of
- * padded images with slack for the segments' reads past kw, and the
- * chunk's transposed output gradient. */
+ * padded images with slack for the segments' reads past kw, the chunk's
+ * transposed output gradient, and the parts' sums for db. */
 static ptrdiff_t s16_dw_floats(const ss_conv_shape *s)
 {
 	const wgeom g = s16_wgeom(s);
 	const int nc = s16_wchunk(&g, s->n);
-	return g.k * g.ocp + 16 + nc * g.img + SLACK + nc * g.p * g.ocp;
+	return g.k * g.ocp + 16 + nc * g.img + SLACK + nc * g.p * g.ocp + ss_threads() * g.ocp;
 }
 
 /* DW_R is the kernel rows of a tile of OCV vectors and segments of SW
@@ -644,15 +644,16 @@ typedef struct {
 	const float *dy;
 	ptrdiff_t dy_n, dy_c;    /* plane (n, oc) at dy + n*dy_n + oc*dy_c */
 	float *buf, *dyt;        /* the chunk's padded images and transposed output gradient */
+	float *dbp;              /* per part: ocp partial sums of dy, for db (NULL: no db) */
 	int n0, nc;
 	int rows, vblocks;       /* tiles: row groups per segment, blocks of up to 4 output-channel vectors */
 	float *dwt;              /* [tap][ocp] */
 } s16_dw_job;
 
-/* s16_dw_prep_part pads and transposes images [lo, hi) of the chunk. */
+/* s16_dw_prep_part pads and transposes images [lo, hi) of the chunk,
+ * adding the output gradient's sums per channel to the part's dbp. */
 SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
-	(void)part;
 	const s16_dw_job *j = ctx;
 	const wgeom *g = j->g;
 	for (ptrdiff_t n = lo; n < hi; n++) {
@@ -680,8 +681,15 @@ SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 				for (int i = 0; i < 16; i++)
 					r[i] = i < nr ? _mm512_maskz_loadu_ps(m, ds + (oc0 + i) * j->dy_c + f0) : _mm512_setzero_ps();
 				s16_transpose(r);
-				for (int i = 0; i < nf; i++)
+				__m512 sum = _mm512_setzero_ps();
+				for (int i = 0; i < nf; i++) {
 					_mm512_storeu_ps(dt + (f0 + i) * g->ocp + oc0, r[i]);
+					sum = _mm512_add_ps(sum, r[i]);
+				}
+				if (j->dbp) {
+					float *p = j->dbp + part * g->ocp + oc0;
+					_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), sum));
+				}
 			}
 		}
 	}
@@ -715,15 +723,19 @@ SS_AVX512 static void s16_dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 	}
 }
 
-SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
+/* s16_weight_grad computes dw and, unless db is NULL, db (from the sums
+ * the transposition makes on its way). */
+SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *db,
+                                      float *ws)
 {
 	const wgeom g = s16_wgeom(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
-	const int nc = s16_wchunk(&g, s->n);
+	const int nc = s16_wchunk(&g, s->n), parts = ss_threads();
 	float *dwt = ws, *buf = align64(dwt + g.k * g.ocp), *dyt = buf + nc * g.img + SLACK;
+	float *dbp = db ? dyt + nc * g.p * g.ocp : NULL;
 	memset(dwt, 0, sizeof(float) * (size_t)(g.k * g.ocp));
-	memset(buf, 0, sizeof(float) * (size_t)(nc * g.img + SLACK + nc * g.p * g.ocp));
+	memset(buf, 0, sizeof(float) * (size_t)(nc * g.img + SLACK + nc * g.p * g.ocp + (db ? parts * g.ocp : 0)));
 	/* Tiles: row groups sized for the widest block of vectors (4, or
 	 * fewer when ocp has fewer), so that every block's tiles cover all
 	 * rows (a narrower last block has more rows per tile and skips the
@@ -733,10 +745,16 @@ SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, co
 	const ptrdiff_t tiles = (ptrdiff_t)vblocks * g.segs * rows;
 	for (int n0 = 0; n0 < s->n; n0 += nc) {
 		s16_dw_job j = {.g = &g, .x = x, .x_n = xn, .x_c = xc, .dy = dy, .dy_n = yn, .dy_c = yc, .buf = buf,
-		                .dyt = dyt, .n0 = n0, .nc = ss_imin(nc, s->n - n0), .rows = rows, .vblocks = vblocks,
-		                .dwt = dwt};
-		ss_parallel_for(0, j.nc, 1, s16_dw_prep_part, &j);
+		                .dyt = dyt, .dbp = dbp, .n0 = n0, .nc = ss_imin(nc, s->n - n0), .rows = rows,
+		                .vblocks = vblocks, .dwt = dwt};
+		ss_parallel_for(parts, j.nc, 1, s16_dw_prep_part, &j);
 		ss_parallel_for(0, tiles, 1, s16_dw_tile_part, &j);
+	}
+	for (int oc = 0; db && oc < g.co; oc++) {
+		float sum = 0.0f;
+		for (int p = 0; p < parts; p++)
+			sum += dbp[p * g.ocp + oc];
+		db[oc] = sum;
 	}
 	/* dw[oc][t] = dwT[t][oc], in blocks of 16 x 16. */
 	for (int oc0 = 0; oc0 < g.co; oc0 += 16)
@@ -845,9 +863,9 @@ static void s16_scatter(const ss_conv_shape *s, const sgeom *f, const float *w, 
 }
 
 void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *ws, ptrdiff_t ws_len)
+                      float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	s16_weight_grad(s, x, dy, dw, ws);
+	s16_weight_grad(s, x, dy, dw, db, ws);
 	if (dx == NULL)
 		return;
 	const sgeom f = s16_sgeom_forward(s, 0), g = s16_sgeom_data(s);
@@ -898,9 +916,9 @@ void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, con
 }
 
 void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *ws, ptrdiff_t ws_len)
+                      float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)ws_len;
+	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
 }
 
 #endif

@@ -128,6 +128,10 @@ void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_
  * vectorises without reassociation. */
 float ss_sum(const float *x, ptrdiff_t n);
 
+/* ss_conv_bias_grad writes db, the sums of dy's planes per output
+ * channel (conv.c). */
+void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db);
+
 /* ss_pack_scatter packs the weights of a direct convolution's input
  * gradient by scattering: wpk[cb][t][oc][m] = w[oc][4cb + m][t] for taps
  * t < kh*kw, zero for channels past C (round4(C)*kh*kw*OC floats). */
@@ -141,7 +145,7 @@ ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward);
 void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
                      float *ws, ptrdiff_t ws_len);
 void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *ws, ptrdiff_t ws_len);
+                      float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }

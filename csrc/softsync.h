@@ -205,12 +205,12 @@ void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, co
 /* ss_conv_direct_workspace is ss_conv_workspace for SS_CONV_DIRECT. */
 ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward);
 /* ss_conv_direct_forward and ss_conv_direct_backward are ss_conv_forward
- * and the dx, dw part of ss_conv_backward for SS_CONV_DIRECT; they
- * require ss_conv_direct_supported(isa, s). */
+ * and ss_conv_backward for SS_CONV_DIRECT; they require
+ * ss_conv_direct_supported(isa, s). */
 void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y, float *ws, ptrdiff_t ws_len);
 void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len);
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- pooling (pool.c) ---- */
 
