@@ -223,12 +223,14 @@ func BenchmarkLayers(b *testing.B) {
 // benchLayers runs BenchmarkLayers' layers on e, named name/<layer>/<pass>.
 func benchLayers(b *testing.B, e kernels.Engine, name string) {
 	r := rand.New(rand.NewPCG(5, 6))
-	// run times f like b.Loop, on the goroutine's own thread, and reports
+	// run times f like b.Loop after one untimed call, on the goroutine's
+	// own thread, and reports
 	// Melem/s, MB/s (SetBytes) and cpu-GB/s (bytes per second of the
 	// thread's CPU time, as reportCPU).
 	run := func(b *testing.B, n, bytes int, f func()) {
 		b.ReportAllocs()
 		b.SetBytes(int64(bytes))
+		f() // touch the outputs and grow workspaces before timing
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		cpu0 := threadCPU()
