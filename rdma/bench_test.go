@@ -135,6 +135,7 @@ func BenchmarkHalf(b *testing.B) {
 	for _, size := range benchSizes {
 		x := synth.Gradient(make([]float32, size.n), 1e-3, 1)
 		h := make([]uint16, size.n)
+		f32sToF16(h, x) // touch h before timing
 		benchLevels(b, func(name string) {
 			for _, k := range halfKernels {
 				b.Run(fmt.Sprintf("%s/%s/round/%s", size.name, k.name, name), func(b *testing.B) {
