@@ -227,7 +227,13 @@ SS_AVX512 static void s16_shift_image(const sgeom *g, const float *src, ptrdiff_
 	/* Locals, so that the stores need not be assumed to change g. */
 	const int r0 = ss_imax(0, g->ph), r1 = ss_imin(g->hp, g->hi + g->ph), kw = g->kw, ci = g->ci;
 	const ptrdiff_t js = g->js, pls = g->pls, wpad = g->wpad, wi = g->wi, ph = g->ph, pw = g->pw;
-	for (int c = 0; c < ci; c++)
+	const ptrdiff_t plane = (ptrdiff_t)g->hi * wi;
+	for (int c = 0; c < ci; c++) {
+		/* Planes of one image lie apart (a stride of whole images in
+		 * CNHW): fetch the next one while this one is copied. */
+		if (c + 1 < ci)
+			for (ptrdiff_t q = 0; q < plane; q += 16)
+				_mm_prefetch((const char *)(src + (c + 1) * cs + q), _MM_HINT_T0);
 		for (int r = r0; r < r1; r++) {
 			const float *sp = src + c * cs + (r - ph) * wi - pw;
 			float *d = dst + c * pls + r * wpad;
@@ -250,6 +256,7 @@ SS_AVX512 static void s16_shift_image(const sgeom *g, const float *src, ptrdiff_
 				}
 			}
 		}
+	}
 }
 
 /* SS_AVX512_INLINE marks AVX-512 bodies that wrappers instantiate with
@@ -678,8 +685,13 @@ SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 				const int nf = (int)(g->p - f0 < 16 ? g->p - f0 : 16);
 				const __mmask16 m = (__mmask16)((1u << nf) - 1);
 				__m512 r[16];
-				for (int i = 0; i < 16; i++)
-					r[i] = i < nr ? _mm512_maskz_loadu_ps(m, ds + (oc0 + i) * j->dy_c + f0) : _mm512_setzero_ps();
+				for (int i = 0; i < 16; i++) {
+					const float *row = ds + (oc0 + i) * j->dy_c;
+					/* 16 rows of planes far apart: fetch ahead. */
+					if (i < nr && f0 + 64 < g->p)
+						_mm_prefetch((const char *)(row + f0 + 64), _MM_HINT_T0);
+					r[i] = i < nr ? _mm512_maskz_loadu_ps(m, row + f0) : _mm512_setzero_ps();
+				}
 				s16_transpose(r);
 				__m512 sum = _mm512_setzero_ps();
 				for (int i = 0; i < nf; i++) {
