@@ -9,7 +9,8 @@
 #   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
 #                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
-#   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
+#   make bench        kernel benchmarks (go test -bench), softsync bench peak, bench gemm
+#                     and bench train
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make chaos        a longer job under softsync launch with learners and a shard server
@@ -91,6 +92,7 @@ test: deps csrc-hash test-c check-memory
 
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/
+	bin/softsync bench peak
 	bin/softsync bench gemm
 	bin/softsync bench train --model lenet --batch 64
 	bin/softsync bench train --model lenet --batch 8

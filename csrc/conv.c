@@ -1,5 +1,6 @@
-/* Batched convolution: direct kernels for stride 1 on AVX2 CPUs
- * (direct.c), otherwise one GEMM per group of g images.
+/* Batched convolution: direct kernels for stride 1 at levels AVX2 and
+ * AVX-512 (direct.c, direct512.c), otherwise one GEMM per group of g
+ * images.
  *
  * With P = OH*OW output pixels, K = C*kh*kw and L = C*H*W, the group's
  * column matrix col (K x P*g) feeds
@@ -25,9 +26,9 @@ static ptrdiff_t conv_k(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->kh
 static ptrdiff_t conv_p(const ss_conv_shape *s) { return (ptrdiff_t)ss_conv_out_h(s) * ss_conv_out_w(s); }
 static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h * s->w; }
 
-int ss_conv_method(const ss_conv_shape *s)
+int ss_conv_method(int isa, const ss_conv_shape *s)
 {
-	if (ss_conv_direct_supported(s))
+	if (ss_conv_direct_supported(isa, s))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
 }
@@ -49,10 +50,10 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
  *   xT   L*g      (g > 1, CHWN)
  *   dcol K*P*g    (backward)
  *   dxT  L*g      (backward, g > 1, CHWN) */
-ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int method, int backward)
+ptrdiff_t ss_conv_workspace(int isa, const ss_conv_shape *s, int group, int method, int backward)
 {
 	if (method == SS_CONV_DIRECT)
-		return ss_conv_direct_workspace(s, backward);
+		return ss_conv_direct_workspace(isa, s, backward);
 	const ptrdiff_t gp = (ptrdiff_t)group * conv_p(s);
 	const ptrdiff_t gl = group > 1 && method == SS_CONV_CHWN ? (ptrdiff_t)group * conv_l(s) : 0;
 	ptrdiff_t need = conv_k(s) * gp + gl;
@@ -210,11 +211,11 @@ static void expand(conv_job *j, int method, const float *x, float *xT, float *co
 	ss_parallel_for(0, j->g * j->k, ss_grain(j->p), im2col_img_part, j);
 }
 
-void ss_conv_forward(const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_forward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
                      const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len)
 {
 	if (method == SS_CONV_DIRECT) {
-		ss_conv_direct_forward(s, x, w, b, y, ws, ws_len);
+		ss_conv_direct_forward(isa, s, x, w, b, y, ws, ws_len);
 		return;
 	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s);
@@ -255,21 +256,27 @@ static void db_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-void ss_conv_backward(const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db)
+{
+	ptrdiff_t xn, xc, yn, yc;
+	ss_conv_planes(s, &xn, &xc, &yn, &yc);
+	conv_job j = {.s = s, .p = conv_p(s), .yn = yn, .yc = yc, .src = dy, .dst = db};
+	ss_parallel_for(0, s->oc, ss_grain(s->n * j.p), db_part, &j);
+}
+
+void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
+	if (method == SS_CONV_DIRECT) {
+		ss_conv_direct_backward(isa, s, x, w, dy, dx, dw, db, ws, ws_len);
+		return;
+	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s), hw = (ptrdiff_t)s->h * s->w, l = conv_l(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
-	if (db) {
-		conv_job j = {.s = s, .p = p, .yn = yn, .yc = yc, .src = dy, .dst = db};
-		ss_parallel_for(0, s->oc, ss_grain(s->n * p), db_part, &j);
-	}
-	if (method == SS_CONV_DIRECT) {
-		ss_conv_direct_backward(s, x, w, dy, dx, dw, ws, ws_len);
-		return;
-	}
+	if (db)
+		ss_conv_bias_grad(s, dy, db);
 	for (int n0 = 0; n0 < s->n; n0 += group) {
 		const int g = ss_imin(group, s->n - n0);
 		const ptrdiff_t cols = g * p;

@@ -1,5 +1,7 @@
-/* Direct convolution for stride 1 on x86-64 with AVX2 and FMA: no column
- * matrix, no GEMM library.
+/* Direct convolution for stride 1 at level AVX2 (AVX2 and FMA): no column
+ * matrix, no GEMM library. The AVX-512 level has kernels and a layout of
+ * its own (direct512.c); the ss_conv_direct_* entry points below pick
+ * one or the other.
  *
  * A unit is 8 consecutive output pixels of one output row (the last unit
  * of a row may be partial). Each image's input planes are first copied
@@ -102,10 +104,15 @@ static ptrdiff_t dw_floats(const ss_conv_shape *s, const dgeom *g)
 	return need;
 }
 
-int ss_conv_direct_supported(const ss_conv_shape *s)
+int ss_conv_direct_supported(int isa, const ss_conv_shape *s)
 {
-	if (!ss_avx2() || s->stride_h != 1 || s->stride_w != 1)
+	isa = ss_isa(isa);
+	if (isa < SS_ISA_AVX2 || s->stride_h != 1 || s->stride_w != 1)
 		return 0;
+#ifdef SS_HAVE_AVX512
+	if (isa >= SS_ISA_AVX512)
+		return ss_d512_fits(s);
+#endif
 	/* Tap offsets are ints: an image's padded planes must be indexable. */
 	const dgeom f = dgeom_forward(s), d = dgeom_data(s);
 	return image_floats(&f) < INT_MAX / 2 && image_floats(&d) < INT_MAX / 2;
@@ -134,8 +141,14 @@ static ptrdiff_t scatter_floats(const ss_conv_shape *s, const dgeom *f)
 	return s->c * f->plane + (ptrdiff_t)s->oc * f->ho * f->ur * 8;
 }
 
-ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
+ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward)
 {
+#ifdef SS_HAVE_AVX512
+	if (ss_isa(isa) >= SS_ISA_AVX512)
+		return ss_d512_workspace(s, backward);
+#else
+	(void)isa;
+#endif
 	const ptrdiff_t t = ss_threads();
 	dgeom f = dgeom_forward(s);
 	if (!backward)
@@ -145,6 +158,16 @@ ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward)
 	ptrdiff_t b = dx_scatter(s, &f, &d) ? scatter_fixed_floats(s) + t * scatter_floats(s, &f)
 	                                    : fwd_fixed(&d) + t * fwd_part(&d, s->n);
 	return a > b ? a : b;
+}
+
+void ss_pack_scatter(const ss_conv_shape *s, const float *w, float *wpk)
+{
+	const int kk = s->kh * s->kw;
+	for (int c = 0; c < round4(s->c); c++)
+		for (int t = 0; t < kk; t++)
+			for (int o = 0; o < s->oc; o++)
+				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
+				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
 }
 
 #ifdef SS_HAVE_AVX2
@@ -296,9 +319,17 @@ static void corr_ws(const dgeom *g, float *ws, float **wpk, float **bias, int **
 	*bufs = (float *)(*koff + g->k);
 }
 
-void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y, float *ws, ptrdiff_t ws_len)
 {
+#ifdef SS_HAVE_AVX512
+	if (ss_isa(isa) >= SS_ISA_AVX512) {
+		ss_d512_forward(s, x, w, b, y, ws, ws_len);
+		return;
+	}
+#else
+	(void)isa;
+#endif
 	const dgeom g = dgeom_forward(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
@@ -534,14 +565,8 @@ SS_AVX2 static void scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, const float *dy, float *dx,
                     float *ws, ptrdiff_t ws_len)
 {
-	const int kk = s->kh * s->kw;
 	float *wpk = ws;
-	/* wpk[cb][t][oc][m] = w[oc][4cb + m][t], zero past C. */
-	for (int c = 0; c < round4(s->c); c++)
-		for (int t = 0; t < kk; t++)
-			for (int o = 0; o < s->oc; o++)
-				wpk[(((ptrdiff_t)(c / 4) * kk + t) * s->oc + o) * 4 + c % 4] =
-				    c < s->c ? w[((ptrdiff_t)o * s->c + c) * kk + t] : 0.0f;
+	ss_pack_scatter(s, w, wpk);
 	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed_floats(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
 	ptrdiff_t parts = (ws_len - scatter_fixed_floats(s)) / scatter_floats(s, f);
@@ -549,9 +574,19 @@ static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, cons
 	                scatter_image_part, &j);
 }
 
-void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
+#ifdef SS_HAVE_AVX512
+	if (ss_isa(isa) >= SS_ISA_AVX512) {
+		ss_d512_backward(s, x, w, dy, dx, dw, db, ws, ws_len);
+		return;
+	}
+#else
+	(void)isa;
+#endif
+	if (db)
+		ss_conv_bias_grad(s, dy, db);
 	weight_grad(s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
@@ -580,16 +615,16 @@ void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float
 
 #else /* !SS_HAVE_AVX2 */
 
-void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y, float *ws, ptrdiff_t ws_len)
 {
-	(void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
+	(void)isa, (void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
 }
 
-void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)ws_len;
+	(void)isa, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
 }
 
 #endif

@@ -15,25 +15,38 @@
 #define SS_MULTIVERSION
 #endif
 
-/* SS_HAVE_AVX2 marks builds (x86-64, GCC or Clang) that contain
- * hand-written AVX2 + FMA kernels: functions marked SS_AVX2, compiled for
- * those instructions whatever the build's target, and called only when
- * ss_avx2() reports that the CPU has them. */
+/* Hand-written and vectorised kernels exist in up to three variants,
+ * one per instruction-set level (SS_ISA_GENERIC, SS_ISA_AVX2,
+ * SS_ISA_AVX512, see softsync.h); every kernel takes the level to run and
+ * ss_isa() lowers it to what the CPU and this build support.
+ *
+ * SS_HAVE_AVX2 marks builds (x86-64, GCC or Clang) that contain the AVX2
+ * variants: functions marked SS_AVX2, compiled for AVX2 and FMA
+ * whatever the build's target. SS_HAVE_AVX512 marks those that also
+ * contain the AVX-512 variants (SS_AVX512: AVX-512 F, CD, BW, DQ, VL on top
+ * of AVX2), unless SS_NO_AVX512 is defined. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SS_NO_AVX2)
 #define SS_HAVE_AVX2 1
 #define SS_AVX2 __attribute__((target("avx2,fma")))
 #include <immintrin.h>
+#if !defined(SS_NO_AVX512)
+#define SS_HAVE_AVX512 1
+#if defined(__clang__)
+#define SS_AVX512 __attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#else
+#define SS_AVX512 \
+	__attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")))
+#endif
+#endif
 
-/* ss_avx2 reports whether the CPU (and the OS) supports AVX2 and FMA. */
-static inline int ss_avx2(void)
+#if defined(SS_HAVE_AVX512)
+/* ss_lanes returns the AVX-512 mask of the first n lanes of 16 (none for
+ * n <= 0, all for n >= 16). */
+static inline __mmask16 ss_lanes(ptrdiff_t n)
 {
-	static int v = -1; /* a racing first call computes the same value */
-	if (v < 0) {
-		__builtin_cpu_init();
-		v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	}
-	return v;
+	return (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
 }
+#endif
 
 /* ss_hsum returns the sum of the 8 lanes of v. */
 SS_AVX2 static inline float ss_hsum(__m256 v)
@@ -43,8 +56,45 @@ SS_AVX2 static inline float ss_hsum(__m256 v)
 	a = _mm_add_ss(a, _mm_movehdup_ps(a));
 	return _mm_cvtss_f32(a);
 }
+#endif
+
+/* ss_isa returns the level a kernel asked to run at isa runs at: isa
+ * itself, or the highest level below it that the CPU and the build
+ * support (ss_isa_best). */
+static inline int ss_isa(int isa)
+{
+	const int best = ss_isa_best();
+	return isa < SS_ISA_GENERIC ? SS_ISA_GENERIC : isa > best ? best : isa;
+}
+
+/* SS_INLINE marks the bodies that SS_ISA_VARIANTS compiles once per
+ * level: forced inline, so that each variant's copy is vectorised for its
+ * own instruction set. Helpers they call must be SS_INLINE too. */
+#define SS_INLINE static inline __attribute__((always_inline))
+
+/* SS_ISA_VARIANTS(name) defines name##_isa[level], the range function
+ * name (an ss_range_fn defined SS_INLINE) compiled for each level; levels
+ * the build lacks get the highest one below. */
+#define SS_VARIANT_(name, suffix, attr)                                              \
+	attr static void name##_##suffix(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part) \
+	{                                                                                 \
+		name(ctx, lo, hi, part);                                                  \
+	}
+#if defined(SS_HAVE_AVX512)
+#define SS_ISA_VARIANTS(name)                  \
+	SS_VARIANT_(name, generic, )           \
+	SS_VARIANT_(name, avx2, SS_AVX2)       \
+	SS_VARIANT_(name, avx512, SS_AVX512)   \
+	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_avx2, name##_avx512}
+#elif defined(SS_HAVE_AVX2)
+#define SS_ISA_VARIANTS(name)            \
+	SS_VARIANT_(name, generic, )     \
+	SS_VARIANT_(name, avx2, SS_AVX2) \
+	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_avx2, name##_avx2}
 #else
-static inline int ss_avx2(void) { return 0; }
+#define SS_ISA_VARIANTS(name)        \
+	SS_VARIANT_(name, generic, ) \
+	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_generic, name##_generic}
 #endif
 
 /* SS_MAX_THREADS bounds the thread pool, so that per-part results can
@@ -77,6 +127,25 @@ void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_
  * partial sums (lane l takes x[i] with i % 8 == l), a fixed order that
  * vectorises without reassociation. */
 float ss_sum(const float *x, ptrdiff_t n);
+
+/* ss_conv_bias_grad writes db, the sums of dy's planes per output
+ * channel (conv.c). */
+void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db);
+
+/* ss_pack_scatter packs the weights of a direct convolution's input
+ * gradient by scattering: wpk[cb][t][oc][m] = w[oc][4cb + m][t] for taps
+ * t < kh*kw, zero for channels past C (round4(C)*kh*kw*OC floats). */
+void ss_pack_scatter(const ss_conv_shape *s, const float *w, float *wpk);
+
+/* The AVX-512 direct convolution (direct512.c), behind the
+ * ss_conv_direct_* entry points at level SS_ISA_AVX512: whether a
+ * stride-1 shape fits its int offsets, its workspace, its passes. */
+int ss_d512_fits(const ss_conv_shape *s);
+ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward);
+void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
+                     float *ws, ptrdiff_t ws_len);
+void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }

@@ -1,5 +1,8 @@
 /* Element-wise layers, within-channel LRN, fully connected layers and
- * softmax cross-entropy. */
+ * softmax cross-entropy. ReLU's and LRN's loops are written to vectorise
+ * and compiled once per instruction-set level (SS_ISA_VARIANTS), LRN's
+ * power and the small fully connected layers are written with AVX2 and
+ * AVX-512 intrinsics; ss_isa picks the variant each call runs. */
 #include <math.h>
 #include <string.h>
 
@@ -14,8 +17,7 @@ typedef struct {
 	float *out;
 } relu_job;
 
-SS_MULTIVERSION
-static void relu_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void relu_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const relu_job *j = ctx;
@@ -23,8 +25,7 @@ static void relu_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		j->out[i] = j->x[i] > 0.0f ? j->x[i] : 0.0f;
 }
 
-SS_MULTIVERSION
-static void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const relu_job *j = ctx;
@@ -41,16 +42,24 @@ static void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
  * one thread, 0.73 ms on two). */
 static ptrdiff_t relu_grain(void) { return 256 * ss_grain(1); }
 
-void ss_relu_forward(ptrdiff_t n, const float *x, float *y)
+SS_ISA_VARIANTS(relu_forward_part);
+SS_ISA_VARIANTS(relu_backward_part);
+
+/* ReLU streams memory: at level AVX-512 it runs the 256-bit loops, which
+ * move more bytes per second than 512-bit ones on AMD's Zen 5 (61-77
+ * against 83-101 GB/s in cache, written out with intrinsics or not). */
+static int relu_level(int isa) { return isa > SS_ISA_AVX2 ? SS_ISA_AVX2 : isa; }
+
+void ss_relu_forward(int isa, ptrdiff_t n, const float *x, float *y)
 {
 	relu_job j = {.x = x, .out = y};
-	ss_parallel_for(0, n, relu_grain(), relu_forward_part, &j);
+	ss_parallel_for(0, n, relu_grain(), relu_forward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
-void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx)
+void ss_relu_backward(int isa, ptrdiff_t n, const float *y, const float *dy, float *dx)
 {
 	relu_job j = {.y = y, .dy = dy, .out = dx};
-	ss_parallel_for(0, n, relu_grain(), relu_backward_part, &j);
+	ss_parallel_for(0, n, relu_grain(), relu_backward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
 SS_MULTIVERSION
@@ -73,8 +82,7 @@ float ss_sum(const float *x, ptrdiff_t n)
  * sums run over the plane as one flat array, in long vectorised loops that
  * wrongly wrap the r pixels nearest each row end into the next or
  * previous row; those columns are then recomputed. */
-SS_MULTIVERSION
-static void lrn_box_rows(const float *restrict in, float *restrict out, int h, int w, int r)
+SS_INLINE void lrn_box_rows(const float *restrict in, float *restrict out, int h, int w, int r)
 {
 	const ptrdiff_t n = (ptrdiff_t)h * w;
 	for (ptrdiff_t e = 0; e < n; e++)
@@ -104,8 +112,7 @@ static void lrn_box_rows(const float *restrict in, float *restrict out, int h, i
 /* lrn_box_cols writes out = k + c * (sum of the 2r+1 rows of in centred
  * on each row, zero outside the plane); shifting by whole rows never
  * wraps, so flat loops are exact. */
-SS_MULTIVERSION
-static void lrn_box_cols(const float *restrict in, float *restrict out, int h, int w, int r, float k, float c)
+SS_INLINE void lrn_box_cols(const float *restrict in, float *restrict out, int h, int w, int r, float k, float c)
 {
 	const ptrdiff_t n = (ptrdiff_t)h * w;
 	for (ptrdiff_t e = 0; e < n; e++)
@@ -122,11 +129,12 @@ static void lrn_box_cols(const float *restrict in, float *restrict out, int h, i
 }
 
 /* lrn_pow writes out[i] = a[i] * s[i]^(-beta) for s[i] > 0. beta = 0.75
- * (Caffe's usual value), 0.5 and 1 use square roots and divisions, eight
- * lanes at a time on AVX2 CPUs, four where SSE2 exists; other values call
- * powf. Vector and scalar loops do the same correctly rounded operations
- * in the same order, so every element gets the same value whichever loop
- * computes it: s^(-3/4) = 1/(sqrt(s)*sqrt(sqrt(s))). */
+ * (Caffe's usual value), 0.5 and 1 use square roots and divisions,
+ * sixteen lanes at a time at level AVX-512, eight at AVX2, four where
+ * SSE2 exists; other values call powf. Vector and scalar loops do the
+ * same correctly rounded operations in the same order, so every element
+ * gets the same value whichever loop computes it:
+ * s^(-3/4) = 1/(sqrt(s)*sqrt(sqrt(s))). */
 #ifdef SS_HAVE_AVX2
 SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
@@ -144,13 +152,33 @@ SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *
 }
 #endif
 
-SS_MULTIVERSION
-static void lrn_pow(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+#ifdef SS_HAVE_AVX512
+SS_AVX512 static ptrdiff_t lrn_pow_avx512(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
+	if (beta == 0.75f) {
+		for (; i + 16 <= n; i += 16) {
+			const __m512 r = _mm512_sqrt_ps(_mm512_loadu_ps(s + i));
+			_mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(a + i), _mm512_mul_ps(r, _mm512_sqrt_ps(r))));
+		}
+	} else if (beta == 0.5f) {
+		for (; i + 16 <= n; i += 16)
+			_mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(a + i), _mm512_sqrt_ps(_mm512_loadu_ps(s + i))));
+	}
+	return i;
+}
+#endif
+
+SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+{
+	ptrdiff_t i = 0;
+#ifdef SS_HAVE_AVX512
+	if (isa >= SS_ISA_AVX512)
+		i = lrn_pow_avx512(n, a, s, beta, out);
+#endif
 #ifdef SS_HAVE_AVX2
-	if (ss_avx2())
-		i = lrn_pow_avx2(n, a, s, beta, out);
+	if (isa >= SS_ISA_AVX2)
+		i += lrn_pow_avx2(n - i, a + i, s + i, beta, out + i);
 #endif
 	if (beta == 0.75f) {
 #if defined(__SSE2__)
@@ -180,13 +208,13 @@ static void lrn_pow(ptrdiff_t n, const float *a, const float *s, float beta, flo
 
 typedef struct {
 	const ss_lrn_shape *s;
+	int isa;
 	const float *x, *y, *scale_in, *dy;
 	float *out, *scale, *ws;
 } lrn_job;
 
 /* Each part uses 2*H*W floats of scratch at ws + part*2*H*W. */
-SS_MULTIVERSION
-static void lrn_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void lrn_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	const lrn_job *j = ctx;
 	const ss_lrn_shape *s = j->s;
@@ -200,12 +228,11 @@ static void lrn_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 			sq[i] = xp[i] * xp[i];
 		lrn_box_rows(sq, rows, s->h, s->w, s->size / 2);
 		lrn_box_cols(rows, sp, s->h, s->w, s->size / 2, s->k, coef);
-		lrn_pow(plane, xp, sp, s->beta, j->out + q * plane);
+		lrn_pow(j->isa, plane, xp, sp, s->beta, j->out + q * plane);
 	}
 }
 
-SS_MULTIVERSION
-static void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	const lrn_job *j = ctx;
 	const ss_lrn_shape *s = j->s;
@@ -218,7 +245,7 @@ static void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 			t[i] = j->dy[o + i] * j->y[o + i] / j->scale_in[o + i];
 		lrn_box_rows(t, rows, s->h, s->w, s->size / 2);
 		lrn_box_cols(rows, t, s->h, s->w, s->size / 2, 0.0f, 1.0f);
-		lrn_pow(plane, j->dy + o, j->scale_in + o, s->beta, j->out + o);
+		lrn_pow(j->isa, plane, j->dy + o, j->scale_in + o, s->beta, j->out + o);
 		for (ptrdiff_t i = 0; i < plane; i++)
 			j->out[o + i] -= coef * j->x[o + i] * t[i];
 	}
@@ -236,28 +263,34 @@ static int lrn_parts(const ss_lrn_shape *s, ptrdiff_t ws_len)
 	return parts < 1 ? 1 : parts > 1 << 20 ? 1 << 20 : (int)parts;
 }
 
-void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale,
+SS_ISA_VARIANTS(lrn_forward_part);
+SS_ISA_VARIANTS(lrn_backward_part);
+
+void ss_lrn_forward(int isa, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len)
 {
-	lrn_job j = {.s = s, .x = x, .out = y, .scale = scale, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), lrn_forward_part, &j);
+	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .out = y, .scale = scale, .ws = ws};
+	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	                lrn_forward_part_isa[j.isa], &j);
 }
 
-void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
+void ss_lrn_backward(int isa, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len)
 {
-	lrn_job j = {.s = s, .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), lrn_backward_part, &j);
+	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
+	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	                lrn_backward_part_isa[j.isa], &j);
 }
 
 /* ---- fully connected ---- */
 
-/* Batches of at most FC_SMALL rows skip the GEMM library on AVX2 CPUs:
- * with so few rows a GEMM is bound by reading the weights, which
- * OpenBLAS also packs (a copy as large as the weights) on every call.
- * The kernels below read the weights once per up to 6 rows forward and
- * once backward, where the weight gradient and the input gradient come
- * from the same pass. */
+/* Batches of at most FC_SMALL rows skip the GEMM library at levels AVX2
+ * and AVX-512: with so few rows a GEMM is bound by reading the weights,
+ * which OpenBLAS also packs (a copy as large as the weights) on every
+ * call. The kernels below read the weights once per up to 6 rows forward
+ * and once backward, where the weight gradient and the input gradient
+ * come from the same pass; the AVX-512 ones are the AVX2 ones with 16
+ * lanes and masked tails. */
 enum { FC_SMALL = 8 };
 
 #ifdef SS_HAVE_AVX2
@@ -383,11 +416,105 @@ SS_AVX2 static void fc_backward_small(int n, int in, int out, const float *x, co
 
 #endif /* SS_HAVE_AVX2 */
 
-void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
+#ifdef SS_HAVE_AVX512
+
+/* fc_dots16 is fc_dots with 16 lanes. */
+SS_AVX512 static void fc_dots16(int in, const float *w0, const float *w1, const float *const x[6], float out[12])
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+	__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0;
+	const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
+	for (int i = 0; i < in; i += 16) {
+		const __mmask16 m = ss_lanes(in - i);
+		const __m512 v = _mm512_maskz_loadu_ps(m, w0 + i), u = _mm512_maskz_loadu_ps(m, w1 + i);
+		__m512 t = _mm512_maskz_loadu_ps(m, x0 + i);
+		a0 = _mm512_fmadd_ps(v, t, a0), b0 = _mm512_fmadd_ps(u, t, b0);
+		t = _mm512_maskz_loadu_ps(m, x1 + i);
+		a1 = _mm512_fmadd_ps(v, t, a1), b1 = _mm512_fmadd_ps(u, t, b1);
+		t = _mm512_maskz_loadu_ps(m, x2 + i);
+		a2 = _mm512_fmadd_ps(v, t, a2), b2 = _mm512_fmadd_ps(u, t, b2);
+		t = _mm512_maskz_loadu_ps(m, x3 + i);
+		a3 = _mm512_fmadd_ps(v, t, a3), b3 = _mm512_fmadd_ps(u, t, b3);
+		t = _mm512_maskz_loadu_ps(m, x4 + i);
+		a4 = _mm512_fmadd_ps(v, t, a4), b4 = _mm512_fmadd_ps(u, t, b4);
+		t = _mm512_maskz_loadu_ps(m, x5 + i);
+		a5 = _mm512_fmadd_ps(v, t, a5), b5 = _mm512_fmadd_ps(u, t, b5);
+	}
+	out[0] = _mm512_reduce_add_ps(a0), out[1] = _mm512_reduce_add_ps(a1), out[2] = _mm512_reduce_add_ps(a2);
+	out[3] = _mm512_reduce_add_ps(a3), out[4] = _mm512_reduce_add_ps(a4), out[5] = _mm512_reduce_add_ps(a5);
+	out[6] = _mm512_reduce_add_ps(b0), out[7] = _mm512_reduce_add_ps(b1), out[8] = _mm512_reduce_add_ps(b2);
+	out[9] = _mm512_reduce_add_ps(b3), out[10] = _mm512_reduce_add_ps(b4), out[11] = _mm512_reduce_add_ps(b5);
+}
+
+/* fc_forward_small16 is fc_forward_small on fc_dots16. */
+SS_AVX512 static void fc_forward_small16(int n, int in, int out, const float *x, const float *w,
+                                         const float *b, float *y)
+{
+	for (int r0 = 0; r0 < n; r0 += 6) {
+		const int nr = ss_imin(6, n - r0);
+		const float *xs[6];
+		for (int r = 0; r < 6; r++)
+			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
+		for (int o = 0; o < out; o += 2) {
+			const int no = ss_imin(2, out - o);
+			float d[12];
+			fc_dots16(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
+			for (int k = 0; k < no; k++)
+				for (int r = 0; r < nr; r++)
+					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
+		}
+	}
+}
+
+/* fc_backward_small16 is fc_backward_small with 16 lanes. */
+SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x, const float *w,
+                                          const float *dy, float *dx, float *dw)
+{
+	if (dx)
+		memset(dx, 0, sizeof(float) * (size_t)n * (size_t)in);
+	for (int o = 0; o < out; o += 2) {
+		const int no = ss_imin(2, out - o);
+		__m512 g0[FC_SMALL], g1[FC_SMALL];
+		for (int r = 0; r < n; r++) {
+			g0[r] = _mm512_set1_ps(dy[(ptrdiff_t)r * out + o]);
+			g1[r] = _mm512_set1_ps(no > 1 ? dy[(ptrdiff_t)r * out + o + 1] : 0.0f);
+		}
+		const float *w0 = w + (ptrdiff_t)o * in, *w1 = w + (ptrdiff_t)(o + no - 1) * in;
+		float *d0 = dw + (ptrdiff_t)o * in, *d1 = dw + (ptrdiff_t)(o + no - 1) * in;
+		for (int i = 0; i < in; i += 16) {
+			const __mmask16 m = ss_lanes(in - i);
+			__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+			for (int r = 0; r < n; r++) {
+				const __m512 t = _mm512_maskz_loadu_ps(m, x + (ptrdiff_t)r * in + i);
+				s0 = _mm512_fmadd_ps(g0[r], t, s0), s1 = _mm512_fmadd_ps(g1[r], t, s1);
+			}
+			_mm512_mask_storeu_ps(d1 + i, m, s1), _mm512_mask_storeu_ps(d0 + i, m, s0);
+			if (dx == NULL)
+				continue;
+			const __m512 v = _mm512_maskz_loadu_ps(m, w0 + i), u = _mm512_maskz_loadu_ps(m, w1 + i);
+			for (int r = 0; r < n; r++) {
+				float *p = dx + (ptrdiff_t)r * in + i;
+				const __m512 a = _mm512_maskz_loadu_ps(m, p);
+				_mm512_mask_storeu_ps(p, m, _mm512_fmadd_ps(g0[r], v, _mm512_fmadd_ps(g1[r], u, a)));
+			}
+		}
+	}
+}
+
+#endif /* SS_HAVE_AVX512 */
+
+void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y)
 {
+	isa = ss_isa(isa);
+#ifdef SS_HAVE_AVX512
+	if (n <= FC_SMALL && isa >= SS_ISA_AVX512) {
+		fc_forward_small16(n, in, out, x, w, b, y);
+		return;
+	}
+#endif
 #ifdef SS_HAVE_AVX2
-	if (n <= FC_SMALL && ss_avx2()) {
+	if (n <= FC_SMALL && isa >= SS_ISA_AVX2) {
 		fc_forward_small(n, in, out, x, w, b, y);
 		return;
 	}
@@ -402,11 +529,17 @@ void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
 	}
 }
 
-void ss_fc_backward(int n, int in, int out, const float *x, const float *w,
+void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db)
 {
+	isa = ss_isa(isa);
+#ifdef SS_HAVE_AVX512
+	if (n <= FC_SMALL && isa >= SS_ISA_AVX512) {
+		fc_backward_small16(n, in, out, x, w, dy, dx, dw);
+	} else
+#endif
 #ifdef SS_HAVE_AVX2
-	if (n <= FC_SMALL && ss_avx2()) {
+	if (n <= FC_SMALL && isa >= SS_ISA_AVX2) {
 		fc_backward_small(n, in, out, x, w, dy, dx, dw);
 	} else
 #endif

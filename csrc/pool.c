@@ -1,5 +1,8 @@
 /* Max and average pooling with Caffe's window and rounding rules, split
- * over planes (image, channel) across threads. */
+ * over planes (image, channel) across threads. The loops are written to
+ * vectorise and compiled once per instruction-set level
+ * (SS_ISA_VARIANTS); every variant does the same operations in the same
+ * order, so all give the same bits. */
 #include <string.h>
 
 #include "internal.h"
@@ -26,6 +29,7 @@ static int pool_window(int o, int in, int k, int pad, int stride, int *lo, int *
 
 typedef struct {
 	const ss_pool_shape *s;
+	int isa;
 	int oh, ow;
 	const float *x, *dy;
 	float *y, *dx;
@@ -261,8 +265,7 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 	}
 }
 
-SS_MULTIVERSION
-static void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
                          float *restrict yp, int *restrict mp)
 {
 	switch (s->stride_w) {
@@ -281,8 +284,7 @@ static void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *re
 }
 
 /* flat_avg_backward: the adjoint of the average path of flat_forward. */
-SS_MULTIVERSION
-static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
+SS_INLINE void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
                               float *restrict dxp)
 {
 	float t[FLAT_MAX], cw[FLAT_MAX];
@@ -319,8 +321,196 @@ static void flat_avg_backward(const ss_pool_shape *s, int oh, int ow, const floa
 	}
 }
 
-SS_MULTIVERSION
-static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+#ifdef SS_HAVE_AVX512
+
+/* The flat path at level AVX-512 for horizontal stride 2 (the pooling of
+ * the paper's networks), written with intrinsics because the compiler's
+ * own 16-lane version of the loops above is slower than its 8-lane one:
+ * the same operations in the same order, so the same bits. */
+
+/* s2_load returns p[0], p[2], ..., p[30], the lanes whose float lies
+ * at or past p + avail zero (not read). */
+SS_AVX512 static inline __m512 s2_load(const float *p, ptrdiff_t avail)
+{
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	if (avail >= 32)
+		return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
+	return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(ss_lanes(avail), p), even,
+	                              _mm512_maskz_loadu_ps(ss_lanes(avail - 16), p + 16));
+}
+
+/* flat_forward2 is flat_forward for stride_w = 2. */
+SS_AVX512 static void flat_forward2(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+                                    float *restrict yp, int *restrict mp)
+{
+	float hs[FLAT_MAX + 16] __attribute__((aligned(64)));
+	int hi[FLAT_MAX + 16] __attribute__((aligned(64)));
+	const int w = s->w, n = s->h * ow, pb = flat_cols(s, ow), safe = n - (ow - pb);
+	const ptrdiff_t plane = (ptrdiff_t)s->h * w;
+	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const int max = s->mode == SS_POOL_MAX;
+	/* Horizontal pass: hs[e] over the window of flat output e, for
+	 * e < safe; the others keep tap 0 until the clipped columns are
+	 * recomputed below. */
+	for (int e0 = 0; e0 < n; e0 += 16) {
+		const ptrdiff_t q0 = 2 * (ptrdiff_t)e0;
+		const __mmask16 upd = ss_lanes(safe - e0);
+		const __m512i i0 = _mm512_slli_epi32(_mm512_add_epi32(_mm512_set1_epi32(e0), lane), 1);
+		__m512 a = s2_load(xp + q0, plane - q0);
+		__m512i ai = i0;
+		for (int j = 1; j < s->kw; j++) {
+			const __m512 v = s2_load(xp + q0 + j, plane - q0 - j);
+			if (max) {
+				const __mmask16 gt = _mm512_mask_cmp_ps_mask(upd, v, a, _CMP_GT_OQ);
+				a = _mm512_mask_mov_ps(a, gt, v);
+				ai = _mm512_mask_mov_epi32(ai, gt, _mm512_add_epi32(i0, _mm512_set1_epi32(j)));
+			} else {
+				a = _mm512_mask_add_ps(a, upd, a, v);
+			}
+		}
+		_mm512_store_ps(hs + e0, a);
+		if (max)
+			_mm512_store_si512(hi + e0, ai);
+	}
+	for (int h = 0; h < s->h; h++)
+		for (int px = pb; px < ow; px++) {
+			const int e = h * ow + px;
+			if (max) {
+				int best = h * w + px * 2;
+				for (int c = px * 2 + 1; c < w; c++)
+					if (xp[h * w + c] > xp[best])
+						best = h * w + c;
+				hs[e] = xp[best];
+				hi[e] = best;
+			} else {
+				float sum = 0.0f;
+				for (int c = px * 2; c < w; c++)
+					sum += xp[h * w + c];
+				hs[e] = sum;
+			}
+		}
+	float cw[FLAT_MAX + 16];
+	if (!max)
+		flat_widths(s, ow, cw);
+	/* Vertical pass: fold the window's rows, first arg-max in row order. */
+	for (int py = 0; py < oh; py++) {
+		int h0, h1;
+		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
+		for (int px0 = 0; px0 < ow; px0 += 16) {
+			const __mmask16 m = ss_lanes(ow - px0);
+			const ptrdiff_t o = (ptrdiff_t)py * ow + px0;
+			/* hs and hi have 16 spare lanes: whole-vector loads, which
+			 * the stores above can forward, and masked stores. */
+			if (max) {
+				__m512 a = _mm512_loadu_ps(hs + h0 * ow + px0);
+				__m512i ai = _mm512_loadu_si512(hi + h0 * ow + px0);
+				for (int h = h0 + 1; h < h1; h++) {
+					const __m512 v = _mm512_loadu_ps(hs + h * ow + px0);
+					const __mmask16 gt = _mm512_cmp_ps_mask(v, a, _CMP_GT_OQ);
+					a = _mm512_mask_mov_ps(a, gt, v);
+					ai = _mm512_mask_mov_epi32(ai, gt, _mm512_loadu_si512(hi + h * ow + px0));
+				}
+				_mm512_mask_storeu_ps(yp + o, m, a);
+				_mm512_mask_storeu_epi32(mp + o, m, ai);
+			} else {
+				__m512 a = _mm512_setzero_ps();
+				for (int h = h0; h < h1; h++)
+					a = _mm512_add_ps(a, _mm512_loadu_ps(hs + h * ow + px0));
+				const __m512 d = _mm512_mul_ps(_mm512_set1_ps((float)eh), _mm512_maskz_loadu_ps(m, cw + px0));
+				_mm512_mask_storeu_ps(yp + o, m, _mm512_maskz_div_ps(m, a, d));
+			}
+		}
+	}
+}
+
+/* flat_avg_backward2 is flat_avg_backward for stride_w = 2. The sums
+ * t[h][px] over the windows holding row h are formed in registers, in
+ * increasing py as there, from the gradients g[py][px] divided by the
+ * window sizes (stored first), and kept in rows padded with 16 zeros on
+ * each side, written whole: the shifted reads of the last loop then need
+ * no masks, and no load waits on a masked store. */
+SS_AVX512 static void flat_avg_backward2(const ss_pool_shape *s, int oh, int ow, const float *restrict dyp,
+                                         float *restrict dxp)
+{
+	const int w = s->w, ob = (ow + 15) / 16, ts = 16 * (ob + 2); /* t row: 16 zeros, ow values, zeros */
+	float g[FLAT_MAX + 16] __attribute__((aligned(64)));
+	float t[(FLAT_MAX / 16 + 16) * 48] __attribute__((aligned(64)));
+	float cw[FLAT_MAX + 16];
+	flat_widths(s, ow, cw);
+	if ((ptrdiff_t)oh * ob * 16 > FLAT_MAX + 16 || (ptrdiff_t)s->h * ts > (ptrdiff_t)(sizeof t / sizeof t[0])) {
+		flat_avg_backward(s, oh, ow, dyp, dxp);
+		return;
+	}
+	for (int py = 0; py < oh; py++) {
+		int h0, h1;
+		const int eh = pool_window(py, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1);
+		for (int b = 0; b < ob; b++) {
+			const __mmask16 m = ss_lanes(ow - 16 * b);
+			const __m512 d = _mm512_mul_ps(_mm512_set1_ps((float)eh), _mm512_maskz_loadu_ps(m, cw + 16 * b));
+			_mm512_store_ps(g + (py * ob + b) * 16,
+			                _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, dyp + (ptrdiff_t)py * ow + 16 * b), d));
+		}
+	}
+	/* Windows are ranges of rows that move down with py: those holding
+	 * row h are py in [p0, p1). */
+	const __m512 zero = _mm512_setzero_ps();
+	int p0 = 0, p1 = 0;
+	for (int h = 0; h < s->h; h++) {
+		float *r = t + (ptrdiff_t)h * ts;
+		_mm512_store_ps(r, zero);
+		_mm512_store_ps(r + 16 * (ob + 1), zero);
+		int h0, h1;
+		while (p0 < oh && (pool_window(p0, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1), h1 <= h))
+			p0++;
+		p1 = ss_imax(p1, p0);
+		while (p1 < oh && (pool_window(p1, s->h, s->kh, s->pad_h, s->stride_h, &h0, &h1), h0 <= h))
+			p1++;
+		for (int b = 0; b < ob; b++) {
+			__m512 a = zero;
+			for (int py = p0; py < p1; py++)
+				a = _mm512_add_ps(a, _mm512_load_ps(g + (py * ob + b) * 16));
+			_mm512_store_ps(r + 16 * (b + 1), a);
+		}
+	}
+	/* dx[c] = sum over taps j, in order, of t[px] for c = 2px + j:
+	 * 32 columns at a time, tap j's values spread to every other lane
+	 * (zeros elsewhere, which add nothing); columns past w are not
+	 * stored. */
+	const __m512i ilo = _mm512_setr_epi32(0, 16, 1, 16, 2, 16, 3, 16, 4, 16, 5, 16, 6, 16, 7, 16);
+	const __m512i ihi = _mm512_setr_epi32(8, 16, 9, 16, 10, 16, 11, 16, 12, 16, 13, 16, 14, 16, 15, 16);
+	const __m512i jlo = _mm512_setr_epi32(16, 0, 16, 1, 16, 2, 16, 3, 16, 4, 16, 5, 16, 6, 16, 7);
+	const __m512i jhi = _mm512_setr_epi32(16, 8, 16, 9, 16, 10, 16, 11, 16, 12, 16, 13, 16, 14, 16, 15);
+	for (int h = 0; h < s->h; h++) {
+		const float *r = t + (ptrdiff_t)h * ts + 16;
+		float *dx = dxp + (ptrdiff_t)h * w;
+		for (int c0 = 0; c0 < w; c0 += 32) {
+			__m512 lo = zero, hi = zero;
+			for (int j = 0; j < s->kw && j < 32; j++) {
+				/* Columns c0 + 2l + j % 2 take t[c0/2 + l - j/2]. */
+				const __m512 v = _mm512_loadu_ps(r + c0 / 2 - j / 2);
+				lo = _mm512_add_ps(lo, _mm512_permutex2var_ps(v, j % 2 ? jlo : ilo, zero));
+				hi = _mm512_add_ps(hi, _mm512_permutex2var_ps(v, j % 2 ? jhi : ihi, zero));
+			}
+			_mm512_mask_storeu_ps(dx + c0, ss_lanes(w - c0), lo);
+			_mm512_mask_storeu_ps(dx + c0 + 16, ss_lanes(w - c0 - 16), hi);
+		}
+	}
+}
+
+#endif /* SS_HAVE_AVX512 */
+
+/* flat2 reports whether the AVX-512 flat path runs the job's planes. */
+static inline int flat2(const pool_job *j)
+{
+#ifdef SS_HAVE_AVX512
+	return j->isa >= SS_ISA_AVX512 && j->s->stride_w == 2;
+#else
+	(void)j;
+	return 0;
+#endif
+}
+
+SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const pool_job *j = ctx;
@@ -335,6 +525,12 @@ static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *xp = j->x + q * plane;
 		if (flat) {
+#ifdef SS_HAVE_AVX512
+			if (flat2(j)) {
+				flat_forward2(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL);
+				continue;
+			}
+#endif
 			flat_forward(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL);
 			continue;
 		}
@@ -362,15 +558,17 @@ static void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-SS_MULTIVERSION
-static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	const pool_job *j = ctx;
 	const ss_pool_shape *s = j->s;
 	const int oh = j->oh, ow = j->ow;
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
 	const int flat = pool_flat(s, oh, ow);
-	memset(j->dx + lo * plane, 0, sizeof(float) * (size_t)((hi - lo) * plane));
+	/* Every path adds into dx but the flat average one, which writes
+	 * every element. */
+	if (s->mode == SS_POOL_MAX || !flat)
+		memset(j->dx + lo * plane, 0, sizeof(float) * (size_t)((hi - lo) * plane));
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *dyp = j->dy + q * oplane;
 		float *dxp = j->dx + q * plane;
@@ -388,6 +586,12 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 			continue;
 		}
 		if (flat) {
+#ifdef SS_HAVE_AVX512
+			if (flat2(j)) {
+				flat_avg_backward2(s, oh, ow, dyp, dxp);
+				continue;
+			}
+#endif
 			flat_avg_backward(s, oh, ow, dyp, dxp);
 			continue;
 		}
@@ -406,20 +610,23 @@ static void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask)
+SS_ISA_VARIANTS(forward_part);
+SS_ISA_VARIANTS(backward_part);
+
+void ss_pool_forward(int isa, const ss_pool_shape *s, const float *x, float *y, int *mask)
 {
-	pool_job j = {.s = s, .x = x, .y = y, .mask = s->mode == SS_POOL_MAX ? mask : NULL,
+	pool_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .mask = s->mode == SS_POOL_MAX ? mask : NULL,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part, &j);
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part_isa[j.isa], &j);
 }
 
-ptrdiff_t ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+ptrdiff_t ss_pool_backward(int isa, const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
 {
-	pool_job j = {.s = s, .dy = dy, .dx = dx, .cmask = mask,
+	pool_job j = {.s = s, .isa = ss_isa(isa), .dy = dy, .dx = dx, .cmask = mask,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part, &j);
+	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part_isa[j.isa], &j);
 	ptrdiff_t bad = 0;
 	for (int i = 0; i < SS_MAX_THREADS; i++)
 		bad += j.bad[i];

@@ -70,6 +70,22 @@ typedef struct {
 	float alpha, beta, k;
 } ss_lrn_shape;
 
+/* ---- instruction sets (isa.c) ---- */
+
+/* Instruction-set levels of the kernels' variants, lowest first. Every
+ * kernel with variants takes the level to run as its first argument
+ * (isa); a level above ss_isa_best() runs as ss_isa_best(), so any level
+ * is safe to pass. The variants of one kernel give the same results up
+ * to the rounding their contract allows (most are bit for bit equal).
+ *   SS_ISA_GENERIC  portable C for the build's baseline target
+ *   SS_ISA_AVX2     x86-64 AVX2, FMA and F16C
+ *   SS_ISA_AVX512   x86-64 AVX-512 F, CD, BW, DQ and VL */
+enum { SS_ISA_GENERIC = 0, SS_ISA_AVX2 = 1, SS_ISA_AVX512 = 2, SS_ISA_LEVELS = 3 };
+
+/* ss_isa_best returns the highest level this build contains and the CPU
+ * (with its operating system's support for the wider registers) runs. */
+int ss_isa_best(void);
+
 /* ---- OpenBLAS (blas.c) ---- */
 
 /* ss_blas_load dlopens the OpenBLAS library at path and resolves the
@@ -144,18 +160,19 @@ void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, fl
 enum {
 	SS_CONV_CHWN = 0,   /* GEMM per group, batch-innermost columns: column p*g + n */
 	SS_CONV_IMAGE = 1,  /* GEMM per group, image-major columns: column n*P + p */
-	SS_CONV_DIRECT = 2  /* direct AVX2 kernels (direct.c); stride 1 */
+	SS_CONV_DIRECT = 2  /* direct AVX2 or AVX-512 kernels (direct.c, direct512.c); stride 1 */
 };
 
 /* ss_conv_direct_supported reports whether SS_CONV_DIRECT runs the shape
- * on this CPU: stride 1 and a CPU with AVX2 and FMA. */
-int ss_conv_direct_supported(const ss_conv_shape *s);
+ * at level isa: stride 1 and a level of at least SS_ISA_AVX2 (after
+ * ss_isa). */
+int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
 
-/* ss_conv_method returns the fastest method for the shape: direct where
- * supported, else image-major GEMMs when output rows are long (OW >= 24:
- * im2col copies them whole and no transposes are needed), batch-innermost
- * GEMMs otherwise. */
-int ss_conv_method(const ss_conv_shape *s);
+/* ss_conv_method returns the fastest method for the shape at level isa:
+ * direct where supported, else image-major GEMMs when output rows are
+ * long (OW >= 24: im2col copies them whole and no transposes are needed),
+ * batch-innermost GEMMs otherwise. */
+int ss_conv_method(int isa, const ss_conv_shape *s);
 
 /* ss_conv_group returns how many images one GEMM should cover so that the
  * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
@@ -166,34 +183,34 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 /* ss_conv_workspace returns the number of floats of scratch memory
  * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
  * for a group size and method; for the direct method it depends on the
- * thread count (ss_threads_init). */
-ptrdiff_t ss_conv_workspace(const ss_conv_shape *s, int group, int method, int backward);
+ * level and on the thread count (ss_threads_init). */
+ptrdiff_t ss_conv_workspace(int isa, const ss_conv_shape *s, int group, int method, int backward);
 
 /* ss_conv_forward computes y = conv(x, w) + b for the batch with a method
  * (group images per GEMM for the GEMM methods); b may be NULL. ws holds
  * ws_len >= ss_conv_workspace(s, group, method, 0) floats (taken when the
  * thread count was what it is now; with less, fewer threads are used). */
-void ss_conv_forward(const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_forward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
                      const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len);
 
 /* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
  * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
  * ws_len >= ss_conv_workspace(s, group, method, 1) floats. */
-void ss_conv_backward(const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- direct convolution (direct.c) ---- */
 
 /* ss_conv_direct_workspace is ss_conv_workspace for SS_CONV_DIRECT. */
-ptrdiff_t ss_conv_direct_workspace(const ss_conv_shape *s, int backward);
+ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward);
 /* ss_conv_direct_forward and ss_conv_direct_backward are ss_conv_forward
- * and the dx, dw part of ss_conv_backward for SS_CONV_DIRECT; they
- * require ss_conv_direct_supported(s). */
-void ss_conv_direct_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b,
+ * and ss_conv_backward for SS_CONV_DIRECT; they require
+ * ss_conv_direct_supported(isa, s). */
+void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y, float *ws, ptrdiff_t ws_len);
-void ss_conv_direct_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *ws, ptrdiff_t ws_len);
+void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- pooling (pool.c) ---- */
 
@@ -206,20 +223,20 @@ int ss_pool_out(int in, int k, int pad, int stride);
  * unused and may be NULL, and each output is the sum of the window's
  * pixels inside the image divided by the window's size clipped to the
  * padded image. */
-void ss_pool_forward(const ss_pool_shape *s, const float *x, float *y, int *mask);
+void ss_pool_forward(int isa, const ss_pool_shape *s, const float *x, float *y, int *mask);
 
 /* ss_pool_backward overwrites dx with the gradient of the pooling from
  * dy: through mask for max pooling, spread evenly over each window for
  * average pooling. Mask entries outside [0, H*W) are skipped and counted:
  * the count is returned (0 for a mask written by ss_pool_forward). */
-ptrdiff_t ss_pool_backward(const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
+ptrdiff_t ss_pool_backward(int isa, const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
 
 /* ---- element-wise, LRN, FC, loss (layers.c) ---- */
 
 /* ss_relu_forward: y = max(x, 0); y may alias x. */
-void ss_relu_forward(ptrdiff_t n, const float *x, float *y);
+void ss_relu_forward(int isa, ptrdiff_t n, const float *x, float *y);
 /* ss_relu_backward: dx = y > 0 ? dy : 0; dx may alias dy. */
-void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx);
+void ss_relu_backward(int isa, ptrdiff_t n, const float *y, const float *dy, float *dx);
 
 /* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
  * use with the current thread count (2*H*W per thread); with less, they
@@ -227,22 +244,22 @@ void ss_relu_backward(ptrdiff_t n, const float *y, const float *dy, float *dx);
 ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s);
 /* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len
  * floats (see ss_lrn_workspace). */
-void ss_lrn_forward(const ss_lrn_shape *s, const float *x, float *y, float *scale,
+void ss_lrn_forward(int isa, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len);
 /* ss_lrn_backward computes dx from x, y, scale and dy:
  * dx_q = dy_q*scale_q^(-beta)
  *        - 2*alpha*beta/size^2 * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
  * ws holds ws_len floats (see ss_lrn_workspace). */
-void ss_lrn_backward(const ss_lrn_shape *s, const float *x, const float *y,
+void ss_lrn_backward(int isa, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len);
 
 /* ss_fc_forward: y (n x out) = x (n x in) * w^T (w is out x in) + b; b may
  * be NULL. */
-void ss_fc_forward(int n, int in, int out, const float *x, const float *w,
+void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y);
 /* ss_fc_backward: dw = dy^T x, db = column sums of dy (NULL to skip),
  * dx = dy w (NULL to skip), all overwritten. */
-void ss_fc_backward(int n, int in, int out, const float *x, const float *w,
+void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db);
 
 /* ss_softmax_xent computes prob = softmax of each of the n rows of k

@@ -14,6 +14,8 @@
 #include "../csrc/blas.c"
 #include "../csrc/conv.c"
 #include "../csrc/direct.c"
+#include "../csrc/direct512.c"
+#include "../csrc/isa.c"
 #include "../csrc/im2col.c"
 #include "../csrc/layers.c"
 #include "../csrc/parallel.c"

@@ -17,17 +17,25 @@
 // the rest (convolutions, pooling, LRN, ReLU) over a small pool of C
 // threads that sleep between jobs; Config.Threads sets both.
 //
-// Convolutions: on CPUs with AVX2 and FMA, stride-1 convolutions run on
-// direct kernels (csrc/direct.c) with no column matrix: a register tile of
-// 4 output channels × 24 output pixels accumulates over every tap of a
-// zero-bordered copy of the input, and the gradients use the same tiles
-// (the input gradient as the correlation of the padded output gradient
-// with the rotated kernel, or by scattering when the forward padding is
-// narrower than the kernel). Other convolutions cover a group of images
-// with one OpenBLAS GEMM, the column matrix either batch-innermost (the
-// group transposed to CHWN so that im2col copies long runs; small images)
-// or image-major (wide output rows copied whole). Fully connected layers
-// of at most 8 rows use a direct AVX2 kernel too, larger ones OpenBLAS.
+// Convolutions: at instruction-set levels AVX2 and AVX-512, stride-1
+// convolutions run on direct kernels (csrc/direct.c, csrc/direct512.c)
+// with no column matrix: a register tile of 4 output channels × 24 output
+// pixels (AVX2) or 4 × 96 (AVX-512, in 16-pixel vectors that run across
+// output rows over shifted copies of each image) accumulates over every
+// tap, and the gradients use the same tiles (the input gradient as the
+// correlation of the padded output gradient with the rotated kernel, or
+// by scattering when the forward padding is narrower than the kernel);
+// the AVX-512 weight gradient puts output channels in the lanes. Other
+// convolutions cover a group of images with one OpenBLAS GEMM, the column
+// matrix either batch-innermost (the group transposed to CHWN so that
+// im2col copies long runs; small images) or image-major (wide output rows
+// copied whole). Fully connected layers of at most 8 rows use direct
+// kernels too, larger ones OpenBLAS.
+//
+// Instruction sets: the C kernels exist at the levels of package
+// kernels/isa (AVX-512, AVX2, portable code); each engine runs the
+// highest the CPU supports, or Config.ISA when lower (Info.ISA and
+// Info.ISAReason say which and why). ISAOf reports an engine's level.
 //
 // Layouts: every tensor is a row-major float32 slice. Activations are
 // NCHW, except that a convolution can take and give them channel-major

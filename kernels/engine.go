@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -18,6 +20,9 @@ var (
 	// ErrVerify reports that the loaded OpenBLAS kernel computed a wrong
 	// GEMM in the start-up check against the reference engine.
 	ErrVerify = errors.New("kernels: OpenBLAS failed the start-up GEMM check")
+	// ErrISA reports a Config.ISA that this CPU, its operating system or
+	// this build cannot run.
+	ErrISA = errors.New("kernels: instruction set not available")
 )
 
 // Config selects how New builds the native engine. The zero value asks
@@ -49,6 +54,15 @@ type Config struct {
 	ThreadTimeout int
 	// Reference forces the pure-Go engine.
 	Reference bool
+	// ISA is the highest instruction-set level the native engine's own
+	// kernels (convolutions, pooling, LRN, ReLU, small fully connected
+	// layers) may use: isa.Auto (the zero value) means the best the CPU
+	// and the build support (isa.Best); a lower level runs that level's
+	// variants, as on a CPU without the higher ones (tests use it to
+	// cover every variant on one machine). A level the CPU cannot run
+	// makes New fail with ErrISA. OpenBLAS chooses its own kernels
+	// (CoreType).
+	ISA isa.Level
 }
 
 // DefaultThreadTimeout lets OpenBLAS workers spin 2^16 cycles (tens of
@@ -63,6 +77,9 @@ func (c Config) Validate() error {
 	}
 	if c.ThreadTimeout != 0 && (c.ThreadTimeout < 4 || c.ThreadTimeout > 30) {
 		return fmt.Errorf("%w: ThreadTimeout = %d, must be 0 or 4 to 30", ErrConfig, c.ThreadTimeout)
+	}
+	if c.ISA > isa.AVX512 {
+		return fmt.Errorf("%w: ISA = %v", ErrConfig, c.ISA)
 	}
 	return nil
 }
@@ -83,6 +100,10 @@ type Info struct {
 	// ErrNoLibrary or ErrVerify).
 	Fallback    bool
 	FallbackErr error
+	// ISA is the instruction-set level of the native engine's kernels
+	// (isa.Generic for the reference engine), ISAReason why that level.
+	ISA       isa.Level
+	ISAReason string
 }
 
 // DefaultThreads is the number of cores available to the process.
@@ -108,15 +129,43 @@ func New(cfg Config) (Engine, Info, error) {
 		cfg.ThreadTimeout = DefaultThreadTimeout
 	}
 	if cfg.Reference {
-		return Reference(), Info{Engine: "reference", Threads: 1}, nil
+		return Reference(), Info{Engine: "reference", Threads: 1, ISA: isa.Generic, ISAReason: referenceISA}, nil
 	}
-	e, info, err := newNative(cfg)
+	level, err := isa.Resolve(cfg.ISA)
+	if err != nil {
+		return nil, Info{}, fmt.Errorf("%w: %w", ErrISA, err)
+	}
+	e, info, err := newNative(cfg, level)
 	if err != nil {
 		info.Engine = "reference"
 		info.Fallback = true
 		info.FallbackErr = err
+		info.ISA, info.ISAReason = isa.Generic, referenceISA
 		return Reference(), info, nil
 	}
 	info.Engine = e.Name()
 	return e, info, nil
+}
+
+const referenceISA = "the pure-Go reference engine (plain Go loops)"
+
+// isaReason says why the native engine runs at level got when asked for
+// want (isa.Auto or a concrete level) and the C kernels run up to cbest.
+func isaReason(want, got, cbest isa.Level) string {
+	switch {
+	case want != isa.Auto && got == want:
+		return fmt.Sprintf("requested (the CPU and build support up to %v: %s)", isa.Best(), isa.Reason())
+	case got < isa.Best() && got == cbest:
+		return fmt.Sprintf("the C compiler of this build lacks %v (the CPU has it: %s)", isa.Best(), isa.Reason())
+	}
+	return isa.Reason()
+}
+
+// ISAOf returns the instruction-set level of e's kernels: the native
+// engine's level, isa.Generic for any other engine.
+func ISAOf(e Engine) isa.Level {
+	if l, ok := e.(interface{ ISA() isa.Level }); ok {
+		return l.ISA()
+	}
+	return isa.Generic
 }

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // buildLibDir is OpenBLAS's libdir (pkg-config --variable=libdir openblas)
@@ -36,7 +38,7 @@ var openblas struct {
 	err   error
 }
 
-func newNative(cfg Config) (Engine, Info, error) {
+func newNative(cfg Config, level isa.Level) (Engine, Info, error) {
 	openblas.Lock()
 	defer openblas.Unlock()
 	if !openblas.tried {
@@ -50,7 +52,10 @@ func newNative(cfg Config) (Engine, Info, error) {
 	C.ss_blas_set_threads(C.int(cfg.Threads))
 	C.ss_threads_init(C.int(cfg.Threads))
 	info.Threads = int(C.ss_blas_threads())
-	return native{}, info, nil
+	cb := cBest()
+	info.ISA = min(level, cb)
+	info.ISAReason = isaReason(cfg.ISA, info.ISA, cb)
+	return native{isa: cISA(info.ISA)}, info, nil
 }
 
 // libraryCandidates lists what to dlopen, in order.

@@ -43,6 +43,8 @@ package kernels
 #cgo nocallback ss_softmax_xent
 #cgo noescape ss_lrn_workspace
 #cgo nocallback ss_lrn_workspace
+#cgo noescape ss_isa_best
+#cgo nocallback ss_isa_best
 #include <stdlib.h>
 #include "softsync.h"
 */
@@ -51,6 +53,8 @@ import "C"
 import (
 	"math"
 	"unsafe"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // NativeBuilt reports whether this binary contains the native engine.
@@ -67,7 +71,32 @@ type native struct {
 	// methodDirect, the last only where ss_conv_direct_supported); 0
 	// lets ss_conv_method choose per shape.
 	method int
+	// isa is the C kernels' instruction-set level (SS_ISA_*, see
+	// cISA).
+	isa C.int
 }
+
+// The C levels (SS_ISA_*) are the concrete isa.Levels, in the same order,
+// counted from SS_ISA_GENERIC (checked at compile time: the array types
+// differ otherwise).
+var (
+	_ [C.SS_ISA_AVX2 - C.SS_ISA_GENERIC]struct{}   = [isa.AVX2 - isa.Generic]struct{}{}
+	_ [C.SS_ISA_AVX512 - C.SS_ISA_GENERIC]struct{} = [isa.AVX512 - isa.Generic]struct{}{}
+)
+
+// cISA returns the C level (SS_ISA_*) of a concrete isa.Level.
+func cISA(l isa.Level) C.int { return C.SS_ISA_GENERIC + C.int(l-isa.Generic) }
+
+// goISA is the inverse of cISA.
+func goISA(l C.int) isa.Level { return isa.Generic + isa.Level(l-C.SS_ISA_GENERIC) }
+
+// cBest is the highest level the C kernels of this build run on this CPU
+// (ss_isa_best: GCC's view of the CPU, which agrees with isa.Best unless
+// the C compiler lacked the instruction set).
+func cBest() isa.Level { return goISA(C.ss_isa_best()) }
+
+// ISA returns the instruction-set level the engine's kernels run at.
+func (e native) ISA() isa.Level { return goISA(e.isa) }
 
 // Forced convolution methods of native.method (tests run each).
 const (
@@ -153,12 +182,12 @@ func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.i
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
-	method := C.ss_conv_method(cs)
-	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(cs) != 0) {
+	method := C.ss_conv_method(e.isa, cs)
+	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
 		method = C.int(e.method - 1)
 	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(cs, g, method, cbool(backward))
+	need := C.ss_conv_workspace(e.isa, cs, g, method, cbool(backward))
 	return g, method, ws.Floats(int(need))
 }
 
@@ -167,7 +196,7 @@ func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, false, ws)
 	yieldSlice()
-	C.ss_conv_forward(&cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_conv_forward(e.isa, &cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
@@ -175,7 +204,7 @@ func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Wo
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, true, ws)
 	yieldSlice()
-	C.ss_conv_backward(&cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_conv_backward(e.isa, &cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func poolShape(s PoolShape) C.ss_pool_shape {
@@ -185,7 +214,7 @@ func poolShape(s PoolShape) C.ss_pool_shape {
 		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW)}
 }
 
-func (native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
+func (e native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
 	checkPoolForward(s, x, y, mask)
 	ps := poolShape(s)
 	var m *C.int
@@ -193,10 +222,10 @@ func (native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
 		m = iptr(mask)
 	}
 	yieldSlice()
-	C.ss_pool_forward(&ps, fptr(x), fptr(y), m)
+	C.ss_pool_forward(e.isa, &ps, fptr(x), fptr(y), m)
 }
 
-func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32) {
+func (e native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32) {
 	checkPoolBackward(s, dy, mask, dx)
 	ps := poolShape(s)
 	var m *C.int
@@ -206,7 +235,7 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 	yieldSlice()
 	// The C kernel skips and counts mask entries outside the input plane,
 	// so a corrupted mask never writes out of bounds; report the first.
-	if C.ss_pool_backward(&ps, fptr(dy), m, fptr(dx)) != 0 {
+	if C.ss_pool_backward(e.isa, &ps, fptr(dy), m, fptr(dx)) != 0 {
 		plane := s.H * s.W
 		for _, v := range mask[:s.OutputLen()] {
 			checkMaskEntry(v, plane)
@@ -214,19 +243,19 @@ func (native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32
 	}
 }
 
-func (native) ReLUForward(x, y []float32) {
+func (e native) ReLUForward(x, y []float32) {
 	checkReLUForward(x, y)
 	if len(x) > 0 {
 		yieldSlice()
-		C.ss_relu_forward(C.ptrdiff_t(len(x)), fptr(x), fptr(y))
+		C.ss_relu_forward(e.isa, C.ptrdiff_t(len(x)), fptr(x), fptr(y))
 	}
 }
 
-func (native) ReLUBackward(y, dy, dx []float32) {
+func (e native) ReLUBackward(y, dy, dx []float32) {
 	checkReLUBackward(y, dy, dx)
 	if len(y) > 0 {
 		yieldSlice()
-		C.ss_relu_backward(C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
+		C.ss_relu_backward(e.isa, C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
 	}
 }
 
@@ -236,34 +265,34 @@ func lrnShape(s LRNShape) C.ss_lrn_shape {
 		size: C.int(s.Size), alpha: C.float(s.Alpha), beta: C.float(s.Beta), k: C.float(s.K)}
 }
 
-func (native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
+func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
 	yieldSlice()
-	C.ss_lrn_forward(&ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_lrn_forward(e.isa, &ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
-func (native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
+func (e native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
 	yieldSlice()
-	C.ss_lrn_backward(&ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_lrn_backward(e.isa, &ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
-func (native) FCForward(n, in, out int, x, w, b, y []float32) {
+func (e native) FCForward(n, in, out int, x, w, b, y []float32) {
 	checkFCForward(n, in, out, x, w, b, y)
 	fits32("FCForward", n, in, out)
 	yieldSlice()
-	C.ss_fc_forward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
+	C.ss_fc_forward(e.isa, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
 }
 
-func (native) FCBackward(n, in, out int, x, w, dy, dx, dw, db []float32) {
+func (e native) FCBackward(n, in, out int, x, w, dy, dx, dw, db []float32) {
 	checkFCBackward(n, in, out, x, w, dy, dx, dw, db)
 	fits32("FCBackward", n, in, out)
 	yieldSlice()
-	C.ss_fc_backward(C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
+	C.ss_fc_backward(e.isa, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
 }
 
 func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, prob, dlogits []float32) float32 {

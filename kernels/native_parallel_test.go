@@ -4,33 +4,45 @@ package kernels_test
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
 	"github.com/softsync/softsync/kernels/kerneltest"
 )
 
 // TestNativeParallel runs the suite with the C kernels split over three
 // threads down to single rows and planes, so that every parallel path is
-// taken even on the suite's small shapes.
+// taken even on the suite's small shapes, at every instruction-set level
+// the CPU runs.
 func TestNativeParallel(t *testing.T) {
-	e, info, _ := kernels.New(kernels.Config{Threads: 3, CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	if info.Fallback {
-		t.Fatal(info.FallbackErr)
-	}
 	kernels.SetMinParallelFloats(1)
 	defer func() {
 		kernels.SetMinParallelFloats(4096)
 		kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	}()
-	kerneltest.Run(t, e)
+	for _, l := range isa.All {
+		t.Run(l.String(), func(t *testing.T) {
+			if !isa.Supported(l) {
+				t.Skipf("level %v: %s", l, isa.Reason())
+			}
+			e, info, err := kernels.New(kernels.Config{Threads: 3, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
+			if err != nil || info.Fallback {
+				t.Fatal(err, info.FallbackErr)
+			}
+			kerneltest.Run(t, e)
+		})
+	}
 }
 
 // TestNativeConvPlans runs the convolution tests with each method forced,
-// the GEMM methods with one image per GEMM and with uneven groups, so that
-// every path of csrc/conv.c and csrc/direct.c is checked whatever the
-// shapes would choose.
+// the GEMM methods with one image per GEMM and with uneven groups, and the
+// direct method at each level that has it (AVX2, AVX-512), so that every
+// path of csrc/conv.c, csrc/direct.c and csrc/direct512.c is checked
+// whatever the shapes would choose.
 func TestNativeConvPlans(t *testing.T) {
 	if _, info, _ := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")}); info.Fallback {
 		t.Fatal(info.FallbackErr)
@@ -40,10 +52,132 @@ func TestNativeConvPlans(t *testing.T) {
 			if method == "direct" && budget != 0 {
 				continue // the direct method has no GEMM groups
 			}
-			e := kernels.NativeWith(budget, method)
+			e := kernels.NativeWith(budget, method, isa.Generic)
 			t.Run(fmt.Sprintf("%s/budget=%d", method, budget), func(t *testing.T) {
-				kerneltest.RunConv(t, e)
+				if method != "direct" {
+					kerneltest.RunConv(t, e)
+					return
+				}
+				for _, l := range []isa.Level{isa.AVX512, isa.AVX2} {
+					t.Run(l.String(), func(t *testing.T) {
+						if !isa.Supported(l) {
+							t.Skipf("level %v: %s", l, isa.Reason())
+						}
+						kerneltest.RunConv(t, kernels.NativeWith(0, "direct", l))
+					})
+				}
 			})
 		}
+	}
+}
+
+// TestLevelsAgree runs pooling, ReLU and LRN, whose variants do the same
+// operations in the same order, at every instruction-set level the CPU
+// runs and checks that each gives the generic level's bits, on the
+// networks' shapes and on shapes off the vector paths (odd sizes,
+// padding, strides 1 and 3).
+func TestLevelsAgree(t *testing.T) {
+	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	var engines []kernels.Engine
+	for _, l := range []isa.Level{isa.Generic, isa.AVX2, isa.AVX512} {
+		if !isa.Supported(l) {
+			t.Logf("level %v not run: %s", l, isa.Reason())
+			continue
+		}
+		e, _, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	if len(engines) < 2 {
+		t.Skipf("one level only here (%s)", isa.Reason())
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	uniform := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = 2*r.Float32() - 1
+		}
+		return x
+	}
+	same := func(what string, l isa.Level, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s at level %v: element %d = %g, generic %g", what, l, i, got[i], want[i])
+			}
+		}
+	}
+	for _, s := range []kernels.PoolShape{
+		{N: 3, C: 4, H: 24, W: 24, KH: 2, KW: 2, StrideH: 2, StrideW: 2},
+		{N: 2, C: 5, H: 32, W: 32, KH: 3, KW: 3, StrideH: 2, StrideW: 2},
+		{N: 2, C: 3, H: 16, W: 16, KH: 3, KW: 3, StrideH: 2, StrideW: 2},
+		{N: 2, C: 3, H: 8, W: 8, KH: 3, KW: 3, StrideH: 2, StrideW: 2},
+		{N: 2, C: 3, H: 13, W: 11, KH: 3, KW: 3, StrideH: 2, StrideW: 2},
+		{N: 1, C: 2, H: 9, W: 12, KH: 5, KW: 5, StrideH: 3, StrideW: 3},
+		{N: 1, C: 2, H: 10, W: 10, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+		{N: 1, C: 2, H: 7, W: 9, KH: 2, KW: 3, StrideH: 1, StrideW: 1},
+		{N: 1, C: 1, H: 40, W: 40, KH: 4, KW: 4, StrideH: 2, StrideW: 2},
+	} {
+		for _, mode := range []kernels.PoolMode{kernels.MaxPool, kernels.AvgPool} {
+			s.Mode = mode
+			x, dy := uniform(s.InputLen()), uniform(s.OutputLen())
+			var want [3][]float32
+			for i, e := range engines {
+				y, dx, mask := make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]int32, s.OutputLen())
+				e.PoolForward(s, x, y, mask)
+				e.PoolBackward(s, dy, mask, dx)
+				m := make([]float32, len(mask))
+				for k, v := range mask {
+					m[k] = float32(v)
+				}
+				got := [3][]float32{y, dx, m}
+				if i == 0 {
+					want = got
+					continue
+				}
+				for k, what := range []string{"pool y", "pool dx", "pool mask"} {
+					if mode == kernels.AvgPool && k == 2 {
+						continue
+					}
+					same(fmt.Sprintf("%s %+v", what, s), kernels.ISAOf(e), got[k], want[k])
+				}
+			}
+		}
+	}
+	for _, s := range []kernels.LRNShape{
+		{N: 2, C: 3, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1},
+		{N: 1, C: 2, H: 7, W: 13, Size: 5, Alpha: 0.9, Beta: 0.5, K: 2},
+		{N: 1, C: 2, H: 5, W: 6, Size: 3, Alpha: 0.3, Beta: 1, K: 1},
+	} {
+		x, dy := uniform(s.Len()), uniform(s.Len())
+		var want [3][]float32
+		for i, e := range engines {
+			y, scale, dx := make([]float32, s.Len()), make([]float32, s.Len()), make([]float32, s.Len())
+			ws := &kernels.Workspace{}
+			e.LRNForward(s, x, y, scale, ws)
+			e.LRNBackward(s, x, y, scale, dy, dx, ws)
+			if i == 0 {
+				want = [3][]float32{y, scale, dx}
+				continue
+			}
+			same("LRN y", kernels.ISAOf(e), y, want[0])
+			same("LRN scale", kernels.ISAOf(e), scale, want[1])
+			same("LRN dx", kernels.ISAOf(e), dx, want[2])
+		}
+	}
+	x, dy := uniform(1001), uniform(1001)
+	var want [2][]float32
+	for i, e := range engines {
+		y, dx := make([]float32, len(x)), make([]float32, len(x))
+		e.ReLUForward(x, y)
+		e.ReLUBackward(y, dy, dx)
+		if i == 0 {
+			want = [2][]float32{y, dx}
+			continue
+		}
+		same("ReLU y", kernels.ISAOf(e), y, want[0])
+		same("ReLU dx", kernels.ISAOf(e), dx, want[1])
 	}
 }

@@ -2,12 +2,16 @@
 
 package kernels
 
-import "time"
+import (
+	"time"
+
+	"github.com/softsync/softsync/kernels/isa"
+)
 
 // NativeBuilt reports whether this binary contains the native engine.
 func NativeBuilt() bool { return false }
 
-func newNative(Config) (Engine, Info, error) { return nil, Info{}, ErrNotBuilt }
+func newNative(Config, isa.Level) (Engine, Info, error) { return nil, Info{}, ErrNotBuilt }
 
 // RawGemmLoop needs the native engine, which this build lacks.
 func RawGemmLoop(m, n, k int, a, b, c []float32, reps int) (time.Duration, error) {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 func TestNativeInfo(t *testing.T) {
@@ -50,12 +52,13 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 var SetMinParallelFloats = setMinParallelFloats
 
 // NativeWith returns the native engine with a given convolution
-// column-matrix budget (floats; 0 = default) and a forced convolution
-// method ("chwn", "image", "direct" where the shape and CPU allow it, or
-// "" to choose per shape), for tests and tuning.
-func NativeWith(floats int, method string) Engine {
+// column-matrix budget (floats; 0 = default), a forced convolution method
+// ("chwn", "image", "direct" where the shape and level allow it, or "" to
+// choose per shape) and instruction-set level (lowered to what the CPU
+// runs), for tests and tuning.
+func NativeWith(floats int, method string, l isa.Level) Engine {
 	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
-	return native{budget: floats, method: m}
+	return native{budget: floats, method: m, isa: cISA(min(l, isa.Best()))}
 }
 
 func TestYieldSlice(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/softsync/softsync/kernels/isa"
 	"github.com/softsync/softsync/rdma/internal/synth"
 )
 
@@ -87,33 +88,70 @@ func BenchmarkParseFrame(b *testing.B) {
 	}
 }
 
+// benchLevels runs f once per path of the element-wise passes (the
+// assembly of each level this build and CPU have, then the Go loops),
+// with kern set to it.
+func benchLevels(b *testing.B, f func(name string)) {
+	saved := kern
+	defer func() { kern = saved }()
+	for _, path := range []struct {
+		name string
+		l    isa.Level
+	}{{"avx512", isa.AVX512}, {"avx2", isa.AVX2}, {"go", isa.Generic}} {
+		if a := asmFor(min(path.l, isa.Best())); a.level != path.l {
+			b.Logf("%s: not in this build or on this CPU (%s)", path.name, isa.Reason())
+			continue
+		}
+		kern = asmFor(path.l)
+		f(path.name)
+	}
+}
+
 // BenchmarkShuffle reports MB/s of raw payload through the byte-plane
 // passes alone (the rest of shuffle+s2 and shuffle+zstd is the
-// compressor), with the assembly kernels where available and with the Go
+// compressor), with the assembly kernels of each level and with the Go
 // loops.
 func BenchmarkShuffle(b *testing.B) {
 	raw := f32bytes(synth.Gradient(make([]float32, 4<<20), 1e-3, 1))
 	planes := shuffle(make([]byte, len(raw)), raw)
-	asm := useAsm
-	defer func() { useAsm = asm }()
-	for _, path := range []struct {
-		name string
-		on   bool
-	}{{"asm", true}, {"go", false}} {
-		if path.on && !asm {
-			continue
-		}
-		useAsm = path.on
-		b.Run("shuffle/"+path.name, func(b *testing.B) {
+	benchLevels(b, func(name string) {
+		b.Run("shuffle/"+name, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
 				shuffle(planes, raw)
 			}
 		})
-		b.Run("unshuffle/"+path.name, func(b *testing.B) {
+		b.Run("unshuffle/"+name, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
 				unshuffle(raw, planes)
+			}
+		})
+	})
+}
+
+// BenchmarkHalf reports MB/s of float32 payload through the fp16 and
+// bf16 conversions alone, per level, for a LeNet gradient (in cache) and
+// 16 MiB (beyond it).
+func BenchmarkHalf(b *testing.B) {
+	for _, size := range benchSizes {
+		x := synth.Gradient(make([]float32, size.n), 1e-3, 1)
+		h := make([]uint16, size.n)
+		f32sToF16(h, x) // touch h before timing
+		benchLevels(b, func(name string) {
+			for _, k := range halfKernels {
+				b.Run(fmt.Sprintf("%s/%s/round/%s", size.name, k.name, name), func(b *testing.B) {
+					b.SetBytes(int64(4 * size.n))
+					for b.Loop() {
+						k.round(h, x)
+					}
+				})
+				b.Run(fmt.Sprintf("%s/%s/widen/%s", size.name, k.name, name), func(b *testing.B) {
+					b.SetBytes(int64(4 * size.n))
+					for b.Loop() {
+						k.widen(x, h)
+					}
+				})
 			}
 		})
 	}

@@ -103,9 +103,10 @@
 // owns, so that it survives a change of connection (without one, topk
 // sends the largest magnitudes of the payload alone). Decoding knows the element count from the header and fails on
 // anything that would decode to more or less (no decompression bombs).
-// On amd64 with AVX2 and F16C the element-wise passes (fp16 and bf16
-// conversions, byte planes) run in assembly, bit for bit the same as the
-// Go loops used elsewhere or with the purego build tag.
+// On amd64 the element-wise passes (fp16 and bf16 conversions, byte
+// planes) run in assembly, AVX-512 or AVX2 with F16C after the CPU (the
+// level isa.Best reports; LimitISA lowers it), bit for bit the same as
+// the Go loops used elsewhere or with the purego build tag.
 // Stats report raw and wire bytes and codec time per codec, so users see
 // whether compression pays: on float32 gradients, lossless codecs save
 // little and cost much more CPU time than a fast link.

@@ -421,16 +421,16 @@ func (d *Decoder) decodeZstd(dst, src []byte) error {
 
 // shuffle writes the 4 byte planes of raw (every element's byte 0, then
 // every byte 1, ...) to dst, len(dst) == len(raw), and returns dst. The
-// assembly takes a multiple of 32 elements where it runs (kernels_amd64.s);
-// in Go, eight elements (four 8-byte loads) at a time become one 8-byte
-// store per plane.
+// assembly takes a multiple of kern.planes elements where it runs
+// (kernels_amd64.s); in Go, eight elements (four 8-byte loads) at a time
+// become one 8-byte store per plane.
 func shuffle(dst, raw []byte) []byte {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n]
 	le := binary.LittleEndian
-	i := bulk(n, 32)
+	i := bulk(n, kern.planes)
 	if i > 0 {
-		shuffleAVX2(&dst[0], &raw[0], n, i)
+		kern.shuffle(&dst[0], &raw[0], n, i)
 	}
 	for ; i+8 <= n; i += 8 {
 		r := raw[4*i : 4*i+32 : 4*i+32]
@@ -456,9 +456,9 @@ func unshuffle(raw, planes []byte) {
 	n := len(raw) / 4
 	p0, p1, p2, p3 := planes[:n], planes[n:2*n], planes[2*n:3*n], planes[3*n:4*n]
 	le := binary.LittleEndian
-	i := bulk(n, 32)
+	i := bulk(n, kern.planes)
 	if i > 0 {
-		unshuffleAVX2(&raw[0], &planes[0], n, i)
+		kern.unshuffle(&raw[0], &planes[0], n, i)
 	}
 	for ; i+8 <= n; i += 8 {
 		b0, b1, b2, b3 := le.Uint64(p0[i:i+8]), le.Uint64(p1[i:i+8]), le.Uint64(p2[i:i+8]), le.Uint64(p3[i:i+8])

@@ -1,6 +1,10 @@
 package rdma
 
-import "math"
+import (
+	"math"
+
+	"github.com/softsync/softsync/kernels/isa"
+)
 
 // Half-precision conversions used by the fp16 and bf16 codecs. Both round
 // to nearest, ties to even. NaN stays NaN (made quiet, sign and the top
@@ -64,24 +68,54 @@ func f16ToF32(h uint16) float32 {
 }
 
 // The codecs convert whole payloads with the functions below. On amd64
-// with AVX2 and F16C the bulk of each (a multiple of 16 elements) runs in
-// assembly (kernels_amd64.s) and the tail in the Go functions above;
-// elsewhere, or built with the purego tag, the Go functions do everything.
-// Both paths give the same bits for every input.
+// the bulk of each runs in assembly (kernels_amd64.s) at the level
+// isa.Best() reports, lowered by LimitISA: AVX-512 (32 elements at a time)
+// or AVX2 with F16C (16), and the tail in the Go functions above;
+// elsewhere, or built with the purego tag, the Go functions do
+// everything. Every path gives the same bits for every input.
 
-// bulk returns the prefix of n elements handled by the assembly: n rounded
-// down to a multiple of block (a power of two), or 0 without it.
-func bulk(n, block int) int {
-	if !useAsm {
-		return 0
-	}
-	return n &^ (block - 1)
+// asm is the assembly of one level: the conversions on a multiple of conv
+// elements, the byte planes of shuffle and unshuffle on a multiple of
+// planes elements.
+type asm struct {
+	level               isa.Level
+	conv, planes        int
+	f32ToF16, f32ToBF16 func(dst *uint16, src *float32, n int)
+	f16ToF32, bf16ToF32 func(dst *float32, src *uint16, n int)
+	shuffle             func(planes, raw *byte, stride, n int)
+	unshuffle           func(raw, planes *byte, stride, n int)
 }
 
-// head runs the kernel asm on the first bulk(len(dst), 16) elements and
-// returns their number; the caller converts the rest in Go.
+// kern is the assembly in use (level isa.Generic: none).
+var kern = asmFor(isa.Best())
+
+// LimitISA caps the instruction-set level of the codecs' element-wise
+// passes, for the whole process, at l (isa.Auto: the best this CPU and
+// build run), and returns the level they now run at. It is for tests and
+// for comparing levels on one machine (softsync's --isa): call it before
+// the codecs run, not while they do.
+func LimitISA(l isa.Level) isa.Level {
+	kern = asmFor(isa.Cap(l))
+	return kern.level
+}
+
+// ISA returns the instruction-set level the codecs' passes run at.
+func ISA() isa.Level { return kern.level }
+
+// bulk returns the prefix of n elements the assembly handles in blocks
+// of block elements (0: no assembly).
+func bulk(n, block int) int {
+	if block == 0 {
+		return 0
+	}
+	return n - n%block
+}
+
+// head runs the conversion kernel asm on the first bulk(len(dst),
+// kern.conv) elements and returns their number; the caller converts the
+// rest in Go.
 func head[D, S any](dst []D, src []S, asm func(*D, *S, int)) int {
-	k := bulk(len(dst), 16)
+	k := bulk(len(dst), kern.conv)
 	if k > 0 {
 		asm(&dst[0], &src[:k][0], k)
 	}
@@ -91,7 +125,7 @@ func head[D, S any](dst []D, src []S, asm func(*D, *S, int)) int {
 // f32sToF16 sets dst[i] = f32ToF16(src[i]) for i < len(dst).
 func f32sToF16(dst []uint16, src []float32) {
 	src = src[:len(dst)]
-	for i := head(dst, src, f32ToF16AVX2); i < len(dst); i++ {
+	for i := head(dst, src, kern.f32ToF16); i < len(dst); i++ {
 		dst[i] = f32ToF16(src[i])
 	}
 }
@@ -99,7 +133,7 @@ func f32sToF16(dst []uint16, src []float32) {
 // f16sToF32 sets dst[i] = f16ToF32(src[i]) for i < len(dst).
 func f16sToF32(dst []float32, src []uint16) {
 	src = src[:len(dst)]
-	for i := head(dst, src, f16ToF32AVX2); i < len(dst); i++ {
+	for i := head(dst, src, kern.f16ToF32); i < len(dst); i++ {
 		dst[i] = f16ToF32(src[i])
 	}
 }
@@ -107,7 +141,7 @@ func f16sToF32(dst []float32, src []uint16) {
 // f32sToBF16 sets dst[i] = f32ToBF16(src[i]) for i < len(dst).
 func f32sToBF16(dst []uint16, src []float32) {
 	src = src[:len(dst)]
-	for i := head(dst, src, f32ToBF16AVX2); i < len(dst); i++ {
+	for i := head(dst, src, kern.f32ToBF16); i < len(dst); i++ {
 		dst[i] = f32ToBF16(src[i])
 	}
 }
@@ -115,7 +149,7 @@ func f32sToBF16(dst []uint16, src []float32) {
 // bf16sToF32 sets dst[i] = bf16ToF32(src[i]) for i < len(dst).
 func bf16sToF32(dst []float32, src []uint16) {
 	src = src[:len(dst)]
-	for i := head(dst, src, bf16ToF32AVX2); i < len(dst); i++ {
+	for i := head(dst, src, kern.bf16ToF32); i < len(dst); i++ {
 		dst[i] = bf16ToF32(src[i])
 	}
 }

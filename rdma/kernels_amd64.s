@@ -2,11 +2,12 @@
 
 #include "textflag.h"
 
-// AVX2 (+F16C for fp16) kernels of the codecs' element-wise passes; see
-// kernels_amd64.go for what each computes. Conversions process n
-// elements, n a positive multiple of 16; the byte-plane kernels n
-// elements, n a positive multiple of 32. Loads and stores are unaligned.
-// Every kernel gives the same bits as the Go loop it replaces.
+// AVX2 (+F16C for fp16) and AVX-512 (F, BW) kernels of the codecs'
+// element-wise passes; see kernels_amd64.go for what each computes.
+// Conversions process n elements, n a positive multiple of 16 (AVX2) or
+// 32 (AVX-512); the byte-plane kernels n elements, n a positive multiple
+// of 32 (AVX2) or 64 (AVX-512). Loads and stores are unaligned. Every
+// kernel gives the same bits as the Go loop it replaces.
 
 // Within each 128-bit lane, bytes 0,4,8,12, 1,5,9,13, 2,6,10,14, 3,7,11,15:
 // four elements' bytes grouped by plane (a 4×4 byte transpose, its own
@@ -237,5 +238,203 @@ unshuf:
 	ADDQ        $128, DI
 	SUBQ        $32, CX
 	JNZ         unshuf
+	VZEROUPPER
+	RET
+
+// VPERMD indices 0,4,8,12, 1,5,9,13, 2,6,10,14, 3,7,11,15: after
+// planeBytes in every 128-bit lane, lane p of the register holds plane p
+// of its 16 elements. The permutation is its own inverse.
+DATA planeLanes<>+0x00(SB)/8, $0x0000000400000000
+DATA planeLanes<>+0x08(SB)/8, $0x0000000c00000008
+DATA planeLanes<>+0x10(SB)/8, $0x0000000500000001
+DATA planeLanes<>+0x18(SB)/8, $0x0000000d00000009
+DATA planeLanes<>+0x20(SB)/8, $0x0000000600000002
+DATA planeLanes<>+0x28(SB)/8, $0x0000000e0000000a
+DATA planeLanes<>+0x30(SB)/8, $0x0000000700000003
+DATA planeLanes<>+0x38(SB)/8, $0x0000000f0000000b
+GLOBL planeLanes<>(SB), RODATA|NOPTR, $64
+
+// BROADCAST32Z fills zmm register z with the 32-bit constant c.
+#define BROADCAST32Z(c, z) MOVL $c, AX; VPBROADCASTD AX, z
+
+// func f16ToF32AVX512(dst *float32, src *uint16, n int)
+// As f16ToF32AVX2: lanes with an all-ones exponent and a clear quiet bit
+// get bit 22 cleared again (Z15 = ^bit 22, applied under mask).
+TEXT ·f16ToF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	BROADCAST32Z(0x7e00, Z13)
+	BROADCAST32Z(0x7c00, Z14)
+	BROADCAST32Z(0xffbfffff, Z15)
+
+zf16dec:
+	VCVTPH2PS (SI), Z0
+	VCVTPH2PS 32(SI), Z1
+	VPMOVZXWD (SI), Z2
+	VPMOVZXWD 32(SI), Z3
+	VPANDD    Z13, Z2, Z2
+	VPANDD    Z13, Z3, Z3
+	VPCMPEQD  Z14, Z2, K1
+	VPCMPEQD  Z14, Z3, K2
+	VPANDD    Z15, Z0, K1, Z0
+	VPANDD    Z15, Z1, K2, Z1
+	VMOVUPS   Z0, (DI)
+	VMOVUPS   Z1, 64(DI)
+	ADDQ      $64, SI
+	ADDQ      $128, DI
+	SUBQ      $32, CX
+	JNZ       zf16dec
+	VZEROUPPER
+	RET
+
+// ZBF16 stores at dst the 16 bf16 codes of the float32 bits in z: as
+// BF16ROUND (t0 = b>>16, t1 = its lowest bit, t2 = the rounded code, the
+// quiet NaN t0|0x40 selected under the mask k of |b| > Inf), then a
+// truncating narrowing to 16 bits. Z10..Z14 hold 1, 0x7fff, 0x7fffffff,
+// 0x7f800000, 0x40.
+#define ZBF16(z, t0, t1, t2, k, dst) \
+	VPSRLD    $16, z, t0;  \
+	VPANDD    Z10, t0, t1; \
+	VPADDD    Z11, z, t2;  \
+	VPADDD    t1, t2, t2;  \
+	VPSRLD    $16, t2, t2; \
+	VPORD     Z14, t0, t0; \
+	VPANDD    Z12, z, t1;  \
+	VPCMPGTD  Z13, t1, k;  \
+	VMOVDQA32 t0, k, t2;   \
+	VPMOVDW   t2, dst
+
+// func f32ToBF16AVX512(dst *uint16, src *float32, n int)
+TEXT ·f32ToBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	BROADCAST32Z(1, Z10)
+	BROADCAST32Z(0x7fff, Z11)
+	BROADCAST32Z(0x7fffffff, Z12)
+	BROADCAST32Z(0x7f800000, Z13)
+	BROADCAST32Z(0x40, Z14)
+
+zbf16enc:
+	VMOVDQU32 (SI), Z0
+	VMOVDQU32 64(SI), Z1
+	ZBF16(Z0, Z2, Z3, Z4, K1, (DI))
+	ZBF16(Z1, Z5, Z6, Z7, K2, 32(DI))
+	ADDQ      $128, SI
+	ADDQ      $64, DI
+	SUBQ      $32, CX
+	JNZ       zbf16enc
+	VZEROUPPER
+	RET
+
+// func bf16ToF32AVX512(dst *float32, src *uint16, n int)
+TEXT ·bf16ToF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+zbf16dec:
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD 32(SI), Z1
+	VPSLLD    $16, Z0, Z0
+	VPSLLD    $16, Z1, Z1
+	VMOVDQU32 Z0, (DI)
+	VMOVDQU32 Z1, 64(DI)
+	ADDQ      $64, SI
+	ADDQ      $128, DI
+	SUBQ      $32, CX
+	JNZ       zbf16dec
+	VZEROUPPER
+	RET
+
+// PLANES4 transposes the 128-bit lanes of Z0..Z3 (a 4 x 4 matrix of
+// lanes, its own inverse): afterwards Zp holds lane p of the old Z0, Z1,
+// Z2, Z3. Z4..Z7 are scratch.
+#define PLANES4 \
+	VSHUFI64X2 $0x44, Z1, Z0, Z4; \
+	VSHUFI64X2 $0xee, Z1, Z0, Z5; \
+	VSHUFI64X2 $0x44, Z3, Z2, Z6; \
+	VSHUFI64X2 $0xee, Z3, Z2, Z7; \
+	VSHUFI64X2 $0x88, Z6, Z4, Z0; \
+	VSHUFI64X2 $0xdd, Z6, Z4, Z1; \
+	VSHUFI64X2 $0x88, Z7, Z5, Z2; \
+	VSHUFI64X2 $0xdd, Z7, Z5, Z3
+
+// func shuffleAVX512(planes, raw *byte, stride, n int)
+// 64 elements (256 bytes of raw) per iteration: in each register of 16
+// elements, bytes grouped by plane within each 128-bit lane (planeBytes),
+// then dwords so that lane p holds plane p (planeLanes), then the 4 x 4
+// transpose of lanes gives 64 bytes of each plane.
+TEXT ·shuffleAVX512(SB), NOSPLIT, $0-32
+	MOVQ           planes+0(FP), DI
+	MOVQ           raw+8(FP), SI
+	MOVQ           stride+16(FP), DX
+	MOVQ           n+24(FP), CX
+	LEAQ           (DI)(DX*2), R8 // plane 2
+	VBROADCASTI32X4 planeBytes<>(SB), Z14
+	VMOVDQU32      planeLanes<>(SB), Z15
+
+zshuf:
+	VMOVDQU32 (SI), Z0
+	VMOVDQU32 64(SI), Z1
+	VMOVDQU32 128(SI), Z2
+	VMOVDQU32 192(SI), Z3
+	VPSHUFB   Z14, Z0, Z0
+	VPSHUFB   Z14, Z1, Z1
+	VPSHUFB   Z14, Z2, Z2
+	VPSHUFB   Z14, Z3, Z3
+	VPERMD    Z0, Z15, Z0
+	VPERMD    Z1, Z15, Z1
+	VPERMD    Z2, Z15, Z2
+	VPERMD    Z3, Z15, Z3
+	PLANES4
+	VMOVDQU32 Z0, (DI)
+	VMOVDQU32 Z1, (DI)(DX*1)
+	VMOVDQU32 Z2, (R8)
+	VMOVDQU32 Z3, (R8)(DX*1)
+	ADDQ      $256, SI
+	ADDQ      $64, DI
+	ADDQ      $64, R8
+	SUBQ      $64, CX
+	JNZ       zshuf
+	VZEROUPPER
+	RET
+
+// func unshuffleAVX512(raw, planes *byte, stride, n int)
+// The steps of shuffleAVX512 inverted, in reverse order (each is its own
+// inverse).
+TEXT ·unshuffleAVX512(SB), NOSPLIT, $0-32
+	MOVQ           raw+0(FP), DI
+	MOVQ           planes+8(FP), SI
+	MOVQ           stride+16(FP), DX
+	MOVQ           n+24(FP), CX
+	LEAQ           (SI)(DX*2), R8 // plane 2
+	VBROADCASTI32X4 planeBytes<>(SB), Z14
+	VMOVDQU32      planeLanes<>(SB), Z15
+
+zunshuf:
+	VMOVDQU32 (SI), Z0
+	VMOVDQU32 (SI)(DX*1), Z1
+	VMOVDQU32 (R8), Z2
+	VMOVDQU32 (R8)(DX*1), Z3
+	PLANES4
+	VPERMD    Z0, Z15, Z0
+	VPERMD    Z1, Z15, Z1
+	VPERMD    Z2, Z15, Z2
+	VPERMD    Z3, Z15, Z3
+	VPSHUFB   Z14, Z0, Z0
+	VPSHUFB   Z14, Z1, Z1
+	VPSHUFB   Z14, Z2, Z2
+	VPSHUFB   Z14, Z3, Z3
+	VMOVDQU32 Z0, (DI)
+	VMOVDQU32 Z1, 64(DI)
+	VMOVDQU32 Z2, 128(DI)
+	VMOVDQU32 Z3, 192(DI)
+	ADDQ      $64, SI
+	ADDQ      $64, R8
+	ADDQ      $256, DI
+	SUBQ      $64, CX
+	JNZ       zunshuf
 	VZEROUPPER
 	RET

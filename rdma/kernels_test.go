@@ -6,24 +6,27 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
-// forPaths runs f once per implementation of the element-wise passes: the
-// assembly kernels (skipped where this build or CPU lacks them) and the Go
-// loops, selected through useAsm.
+// forPaths runs f once per implementation of the element-wise passes:
+// the assembly of each level this build and CPU have (the others are
+// skipped subtests that say why) and the Go loops, selected through kern.
 func forPaths(t *testing.T, f func(t *testing.T)) {
-	asm := useAsm
-	defer func() { useAsm = asm }()
-	for _, on := range []bool{true, false} {
-		name := "go"
-		if on {
-			name = "asm"
+	saved := kern
+	defer func() { kern = saved }()
+	for _, l := range []isa.Level{isa.AVX512, isa.AVX2, isa.Generic} {
+		name := l.String()
+		if l == isa.Generic {
+			name = "go"
 		}
 		t.Run(name, func(t *testing.T) {
-			if on && !asm {
-				t.Skip("no assembly kernels in this build or on this CPU")
+			a := asmFor(min(l, isa.Best()))
+			if a.level != l {
+				t.Skipf("no %v assembly in this build or on this CPU (%s)", l, isa.Reason())
 			}
-			useAsm = on
+			kern = a
 			f(t)
 		})
 	}
@@ -166,15 +169,22 @@ func TestHalfKernels(t *testing.T) {
 var exhaustive = flag.Bool("exhaustive", false, "TestHalfKernelsExhaustive: round every float32 bit pattern")
 
 // TestHalfKernelsExhaustive rounds every one of the 2³² float32 bit
-// patterns with the assembly kernels and compares with the scalar
-// functions. It takes about a minute: go test -run Exhaustive -exhaustive.
+// patterns with the assembly kernels of every level and compares with the
+// scalar functions. It takes about a minute per level: go test -run
+// Exhaustive -exhaustive.
 func TestHalfKernelsExhaustive(t *testing.T) {
 	if !*exhaustive {
 		t.Skip("run with -exhaustive")
 	}
-	if !useAsm {
-		t.Skip("no assembly kernels in this build or on this CPU")
-	}
+	forPaths(t, func(t *testing.T) {
+		if kern.level == isa.Generic {
+			t.Skip("the Go loops are the reference")
+		}
+		testHalfExhaustive(t)
+	})
+}
+
+func testHalfExhaustive(t *testing.T) {
 	const chunk = 1 << 20
 	in, got := make([]float32, chunk), make([]uint16, chunk)
 	for _, k := range halfKernels {

@@ -6,6 +6,10 @@
 #include "check.h"
 #include "softsync.h"
 
+/* isa is the instruction-set level every kernel is called at; main runs
+ * the tests at each (levels above the CPU's run as its best). */
+static int isa;
+
 static int out_dim(int in, int k, int pad, int stride) { return (in + 2 * pad - k) / stride + 1; }
 
 /* act returns the index of element (n, c, h, w) of an activation with cs
@@ -22,7 +26,7 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
 	const size_t out = (size_t)s.n * s.oc * oh * ow;
 	const int g = ss_conv_group(&s, budget);
-	const size_t wsf = (size_t)ss_conv_workspace(&s, g, method, 0), wsb = (size_t)ss_conv_workspace(&s, g, method, 1);
+	const size_t wsf = (size_t)ss_conv_workspace(isa, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, &s, g, method, 1);
 	const size_t wsl = wsf > wsb ? wsf : wsb;
 	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
 	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
@@ -56,9 +60,9 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
-	ss_conv_forward(&s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
+	ss_conv_forward(isa, &s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
 	check_guards(ws, wsl, "forward workspace");
-	ss_conv_backward(&s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
+	ss_conv_backward(isa, &s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
 	check_guards(ws, wsl, "backward workspace");
 	for (size_t i = 0; i < out; i++)
 		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "method %d layout %d g=%d y[%zu] = %g, want %g", method, s.layout, g, i, y[i], wy[i]);
@@ -91,8 +95,8 @@ static void test_fc(int n, int in, int out)
 		b[i] = uniform();
 	for (int i = 0; i < n * out; i++)
 		dy[i] = uniform();
-	ss_fc_forward(n, in, out, x, w, b, y);
-	ss_fc_backward(n, in, out, x, w, dy, dx, dw, db);
+	ss_fc_forward(isa, n, in, out, x, w, b, y);
+	ss_fc_backward(isa, n, in, out, x, w, dy, dx, dw, db);
 	for (int r = 0; r < n; r++)
 		for (int o = 0; o < out; o++) {
 			double want = b[o];
@@ -120,7 +124,7 @@ static void test_fc(int n, int in, int out)
 				want += (double)dy[r * out + o] * w[o * in + i];
 			CHECK(fabs(dx[r * in + i] - want) <= 1e-4 * (1 + fabs(want)), "fc %dx%dx%d dx[%d][%d]", n, in, out, r, i);
 		}
-	ss_fc_backward(n, in, out, x, w, dy, NULL, dw, NULL);
+	ss_fc_backward(isa, n, in, out, x, w, dy, NULL, dw, NULL);
 	check_guards(y, (size_t)n * out, "fc y"), check_guards(dx, (size_t)n * in, "fc dx");
 	check_guards(dw, (size_t)out * in, "fc dw"), check_guards(db, (size_t)out, "fc db");
 	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db);
@@ -152,12 +156,12 @@ static void test_lrn(ss_lrn_shape s)
 				wsc[k] = s.k + s.alpha / (s.size * s.size) * sum;
 				wy[k] = x[k] * pow(wsc[k], -s.beta);
 			}
-	ss_lrn_forward(&s, x, y, sc, ws, (ptrdiff_t)wsl);
+	ss_lrn_forward(isa, &s, x, y, sc, ws, (ptrdiff_t)wsl);
 	for (size_t i = 0; i < n; i++) {
 		CHECK(fabs(sc[i] - wsc[i]) <= 1e-5 * wsc[i], "scale[%zu] = %g, want %g", i, sc[i], wsc[i]);
 		CHECK(fabs(y[i] - wy[i]) <= 1e-5 * (1e-3 + fabs(wy[i])), "y[%zu] = %g, want %g", i, y[i], wy[i]);
 	}
-	ss_lrn_backward(&s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
+	ss_lrn_backward(isa, &s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
 	const double c = 2.0 * s.alpha * s.beta / (s.size * s.size);
 	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
 		for (int h = 0; h < s.h; h++)
@@ -197,6 +201,8 @@ int main(void)
 		{3, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},   /* rows of 2 units and a partial one */
 		{2, 3, 7, 30, 6, 2, 4, 3, 0, 1, 1, SS_NCHW},    /* padding beyond the kernel: dx crops */
 		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW}, /* LeNet conv2 */
+		{3, 6, 11, 37, 13, 3, 5, 1, 2, 1, 1, SS_NCHW},  /* AVX-512: units across rows, partial tiles */
+		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},    /* AVX-512: padded planes (OW = 16) */
 	};
 	static const ss_lrn_shape lrns[] = {
 		{2, 3, 5, 6, 3, 0.9f, 0.75f, 1.0f},
@@ -205,26 +211,27 @@ int main(void)
 		{1, 2, 1, 3, 3, 1.5f, 1.3f, 1.2f},
 		{2, 2, 3, 2, 5, 1.0f, 1.0f, 1.0f},
 	};
-	for (int threads = 1; threads <= 3; threads += 2) {
-		ss_threads_init(threads);
-		ss_set_min_parallel_floats(1);
-		for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-			for (int layout = SS_NCHW; layout <= SS_CNHW; layout++) {
-				ss_conv_shape s = convs[i];
-				s.layout = layout;
-				for (int method = SS_CONV_CHWN; method <= SS_CONV_IMAGE; method++) {
-					test_conv(s, 1, method);        /* one image per GEMM */
-					test_conv(s, 1 << 30, method);  /* the whole batch */
-					test_conv(s, 3 * (ptrdiff_t)s.c * s.kh * s.kw * 16, method); /* uneven groups */
+	for (int threads = 1; threads <= 3; threads += 2)
+		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
+			ss_threads_init(threads);
+			ss_set_min_parallel_floats(1);
+			for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+				for (int layout = SS_NCHW; layout <= SS_CNHW; layout++) {
+					ss_conv_shape s = convs[i];
+					s.layout = layout;
+					for (int method = SS_CONV_CHWN; method <= SS_CONV_IMAGE; method++) {
+						test_conv(s, 1, method);        /* one image per GEMM */
+						test_conv(s, 1 << 30, method);  /* the whole batch */
+						test_conv(s, 3 * (ptrdiff_t)s.c * s.kh * s.kw * 16, method); /* uneven groups */
+					}
+					if (ss_conv_direct_supported(isa, &s))
+						test_conv(s, 1, SS_CONV_DIRECT);
 				}
-				if (ss_conv_direct_supported(&s))
-					test_conv(s, 1, SS_CONV_DIRECT);
-			}
-		for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
-			test_lrn(lrns[i]);
-		for (int n = 1; n <= 9; n += 2)
-			for (int in = 1; in <= 33; in += 8)
-				test_fc(n, in, n % 3 + 2);
-	}
+			for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
+				test_lrn(lrns[i]);
+			for (int n = 1; n <= 9; n += 2)
+				for (int in = 1; in <= 33; in += 8)
+					test_fc(n, in, n % 3 + 2);
+		}
 	return report("layers");
 }

@@ -21,6 +21,10 @@ static void test_sizes(void)
 	}
 }
 
+/* isa is the instruction-set level the kernels are called at; main runs
+ * the tests at each (levels above the CPU's run as its best). */
+static int isa;
+
 static void test_shape(ss_pool_shape s)
 {
 	const int oh = ss_pool_out(s.h, s.kh, s.pad_h, s.stride_h);
@@ -39,7 +43,7 @@ static void test_shape(ss_pool_shape s)
 		x[i] = uniform();
 	for (size_t i = 0; i < out; i++)
 		dy[i] = uniform();
-	ss_pool_forward(&s, x, y, s.mode == SS_POOL_MAX ? mask : NULL);
+	ss_pool_forward(isa, &s, x, y, s.mode == SS_POOL_MAX ? mask : NULL);
 	for (size_t q = 0; q < planes; q++) {
 		const float *xp = x + q * s.h * s.w;
 		for (int py = 0; py < oh; py++)
@@ -74,14 +78,14 @@ static void test_shape(ss_pool_shape s)
 	CHECK(mask[out] == -77, "mask written past its end");
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN;
-	CHECK(ss_pool_backward(&s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx) == 0, "bad mask entries reported");
+	CHECK(ss_pool_backward(isa, &s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx) == 0, "bad mask entries reported");
 	for (size_t i = 0; i < in; i++)
 		CHECK(fabs(dx[i] - want[i]) <= 1e-6 * (1.0 + fabs(want[i])), "dx[%zu] = %g, want %g", i, dx[i], want[i]);
 	if (s.mode == SS_POOL_MAX && out >= 2) {
 		/* A corrupted mask is skipped and counted, never followed. */
 		mask[0] = -5;
 		mask[out - 1] = s.h * s.w;
-		CHECK(ss_pool_backward(&s, dy, mask, dx) == 2, "corrupted mask entries not counted");
+		CHECK(ss_pool_backward(isa, &s, dy, mask, dx) == 2, "corrupted mask entries not counted");
 		check_guards(dx, in, "dx after a corrupted mask");
 	}
 	check_guards(x, in, "x");
@@ -113,15 +117,16 @@ int main(void)
 	};
 	test_sizes();
 	/* Serially, then split over three threads down to single planes. */
-	for (int threads = 1; threads <= 3; threads += 2) {
-		CHECK(ss_threads_init(threads) == 0 && ss_threads() == threads, "ss_threads_init(%d)", threads);
-		ss_set_min_parallel_floats(1);
-		for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-			ss_pool_shape s = shapes[i];
-			test_shape(s);
-			s.mode = SS_POOL_AVG;
-			test_shape(s);
+	for (int threads = 1; threads <= 3; threads += 2)
+		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
+			CHECK(ss_threads_init(threads) == 0 && ss_threads() == threads, "ss_threads_init(%d)", threads);
+			ss_set_min_parallel_floats(1);
+			for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+				ss_pool_shape s = shapes[i];
+				test_shape(s);
+				s.mode = SS_POOL_AVG;
+				test_shape(s);
+			}
 		}
-	}
 	return report("pool");
 }

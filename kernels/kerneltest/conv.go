@@ -3,6 +3,7 @@ package kerneltest
 import (
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -10,8 +11,9 @@ import (
 
 // convShapes covers stride, padding (also wider than the kernel),
 // non-square kernels and images, 1×1 kernels, output rows of whole and
-// partial 8-pixel vectors, and batches large enough for an engine to split
-// into chunks.
+// partial 8-pixel vectors, output planes of whole and partial 16-pixel
+// vectors, channel counts off the kernels' blocks of 4 and 8, and batches
+// large enough for an engine to split into chunks.
 var convShapes = []kernels.ConvShape{
 	{N: 2, C: 3, H: 7, W: 6, OC: 4, KH: 3, KW: 2, PadH: 1, PadW: 0, StrideH: 2, StrideW: 1},
 	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
@@ -23,6 +25,8 @@ var convShapes = []kernels.ConvShape{
 	{N: 17, C: 3, H: 10, W: 10, OC: 7, KH: 3, KW: 3, StrideH: 1, StrideW: 1},
 	{N: 3, C: 5, H: 10, W: 16, OC: 9, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
+	{N: 2, C: 5, H: 14, W: 13, OC: 9, KH: 5, KW: 4, StrideH: 1, StrideW: 1},
+	{N: 3, C: 6, H: 11, W: 37, OC: 13, KH: 3, KW: 5, PadH: 1, PadW: 2, StrideH: 1, StrideW: 1},
 }
 
 func testConv(t *testing.T, e kernels.Engine) {
@@ -34,19 +38,46 @@ func testConv(t *testing.T, e kernels.Engine) {
 	}
 }
 
+// convWant holds the naive results of one shape and seed: forward with
+// and without bias, and the gradients.
+type convWant struct {
+	y, mag [2][]float64
+	g      naiveGrads
+}
+
+// convWants caches convWant by shape (layout cleared: the naive loops
+// work in NCHW) and seed: the same shapes run on every engine, level and
+// plan, and the naive loops dominate the suite's time.
+var convWants sync.Map
+
+func naiveConv(s kernels.ConvShape, seed uint64, x, w, b, dy []float32) *convWant {
+	s.Layout = kernels.NCHW
+	key := fmt.Sprint(s, seed)
+	if c, ok := convWants.Load(key); ok {
+		return c.(*convWant)
+	}
+	c := &convWant{g: naiveConvBackward(s, x, w, dy)}
+	c.y[0], c.mag[0] = naiveConvForward(s, x, w, b)
+	c.y[1], c.mag[1] = naiveConvForward(s, x, w, nil)
+	convWants.Store(key, c)
+	return c
+}
+
 // testConvShape checks one shape against the naive loops, which work in
 // NCHW: inputs are drawn in NCHW, converted to the shape's layout for the
 // engine, and its outputs converted back.
 func testConvShape(t *testing.T, e kernels.Engine, s kernels.ConvShape, seed uint64) {
 	r := newRand(seed)
 	x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
+	dy := uniform(r, s.OutputLen())
+	naive := naiveConv(s, seed, x, w, b, dy)
 	oh, ow := s.OutH(), s.OutW()
 	in := func(v []float32) []float32 { return toLayout(s.Layout, s.N, s.C, s.H*s.W, v) }
 	out := func(v []float32) []float32 { return toLayout(s.Layout, s.N, s.OC, oh*ow, v) }
 	xl := in(x)
 	ws := dirtyWorkspace()
-	for _, bias := range [][]float32{b, nil} {
-		want, mag := naiveConvForward(s, x, w, bias)
+	for i, bias := range [][]float32{b, nil} {
+		want, mag := naive.y[i], naive.mag[i]
 		y := output(s.OutputLen())
 		frz := freeze("x", xl, "w", w, "b", bias)
 		e.ConvForward(s, xl, w, bias, y, ws)
@@ -55,8 +86,7 @@ func testConvShape(t *testing.T, e kernels.Engine, s kernels.ConvShape, seed uin
 		approx(t, fmt.Sprintf("y (bias %v)", bias != nil), fromLayout(s.Layout, s.N, s.OC, oh*ow, y), want, mag, sumTol(s.C*s.KH*s.KW))
 	}
 
-	dy := uniform(r, s.OutputLen())
-	g := naiveConvBackward(s, x, w, dy)
+	g := naive.g
 	dyl := out(dy)
 	dx, dw, db := output(s.InputLen()), output(s.WeightLen()), output(s.OC)
 	frz := freeze("x", xl, "w", w, "dy", dyl)

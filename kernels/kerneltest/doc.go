@@ -9,7 +9,9 @@
 // message naming the argument, that steady-state calls allocate nothing,
 // and that concurrent use with separate workspaces is safe.
 //
-// Engines and ForEachEngine give other packages every engine of the build,
-// so that layer and network tests run on the native and reference engines
-// alike.
+// Engines and ForEachEngine give other packages every engine of the build
+// (the reference engine, and the native one at every instruction-set
+// level the CPU runs), so that layer and network tests run on every
+// variant of the kernels alike; levels the CPU lacks are reported as
+// skipped, with the reason.
 package kerneltest

@@ -5,35 +5,98 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // Engines returns every engine this build provides: the reference engine,
-// and the native one when it is built in. A native engine that is built in
-// but cannot be loaded or fails its start-up check fails the test (t.Fatal)
-// rather than being skipped silently: install OpenBLAS (make deps) or build
-// with -tags noblas. As a test helper it honours OPENBLAS_CORETYPE from
-// the environment, as the softsync command does.
+// then the native one at every instruction-set level (isa.All, best
+// first) that this CPU runs, so that each variant of the native kernels
+// is tested; levels the CPU or build lacks are logged with the reason and
+// left out (ForEachEngine reports them as skipped subtests). A native
+// engine that is built in but cannot be loaded or fails its start-up
+// check fails the test (t.Fatal) rather than being skipped silently:
+// install OpenBLAS (make deps) or build with -tags noblas. As a test
+// helper it honours OPENBLAS_CORETYPE from the environment, as the
+// softsync command does.
 func Engines(t testing.TB) []kernels.Engine {
 	t.Helper()
 	engines := []kernels.Engine{kernels.Reference()}
-	if !kernels.NativeBuilt() {
-		return engines
+	for _, l := range isa.All {
+		e, err := nativeAt(t, l)
+		if err != nil {
+			t.Logf("%s: %v", Label(nil, l), err)
+			continue
+		}
+		if e != nil {
+			engines = append(engines, e)
+		}
 	}
-	e, info, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
+	return engines
+}
+
+// Fastest returns the engine benchmarks should measure: the native
+// engine at the best level the CPU runs when it is built in, else the
+// reference engine.
+func Fastest(t testing.TB) kernels.Engine {
+	t.Helper()
+	es := Engines(t)
+	if len(es) > 1 {
+		return es[1]
+	}
+	return es[0]
+}
+
+// nativeAt returns the native engine at level l: nil, nil in builds
+// without it; nil and the reason when the CPU or build cannot run l.
+func nativeAt(t testing.TB, l isa.Level) (kernels.Engine, error) {
+	t.Helper()
+	if !kernels.NativeBuilt() {
+		return nil, nil
+	}
+	if _, err := isa.Resolve(l); err != nil {
+		return nil, err
+	}
+	e, info, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
 	if err != nil {
 		t.Fatalf("kernels.New: %v", err)
 	}
 	if info.Fallback {
 		t.Fatalf("native engine built in but unavailable: %v (run `make deps`, or build with -tags noblas)", info.FallbackErr)
 	}
-	return append(engines, e)
+	return e, nil
 }
 
-// ForEachEngine runs f as a subtest named after each engine of Engines.
+// Label names an engine in test and benchmark names: "reference", or
+// "native-avx512", "native-avx2", "native-generic" after the level of
+// the native engine's kernels. With a nil engine it names the native
+// engine at level l.
+func Label(e kernels.Engine, l isa.Level) string {
+	if e != nil {
+		if e.Name() != "native" {
+			return e.Name()
+		}
+		l = kernels.ISAOf(e)
+	}
+	return "native-" + l.String()
+}
+
+// ForEachEngine runs f as a subtest named after each engine of Engines
+// (see Label); native levels the CPU cannot run are skipped subtests
+// that say why.
 func ForEachEngine(t *testing.T, f func(t *testing.T, e kernels.Engine)) {
 	t.Helper()
-	for _, e := range Engines(t) {
-		t.Run(e.Name(), func(t *testing.T) { f(t, e) })
+	t.Run("reference", func(t *testing.T) { f(t, kernels.Reference()) })
+	if !kernels.NativeBuilt() {
+		return
+	}
+	for _, l := range isa.All {
+		e, err := nativeAt(t, l)
+		t.Run(Label(nil, l), func(t *testing.T) {
+			if err != nil {
+				t.Skip(err)
+			}
+			f(t, e)
+		})
 	}
 }
 

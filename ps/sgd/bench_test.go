@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 // BenchmarkUpdate measures the solver on one core: c gradients per update
 // (c−1 Adds and one fused Update), reported as bytes of gradient per second
 // (SetBytes = c·n·4). Sizes: LeNet's 431,080 parameters and a 16 MB vector.
-// The kernels sub-benchmarks run the assembly and the Go loops side by side
-// (useAsm toggled), and memmove of the same bytes as the memory reference.
+// The kernels sub-benchmarks run the assembly of each level and the Go
+// loops side by side, and memmove of the same bytes as the memory
+// reference.
 func BenchmarkUpdate(b *testing.B) {
 	for _, n := range []int{431080, 4 << 20} {
 		for _, c := range []int{1, 4} {
-			for _, impl := range kernelImpls() {
+			for _, impl := range kernelImpls(b) {
 				b.Run(fmt.Sprintf("n=%d/c=%d/%s", n, c, impl.name), func(b *testing.B) {
 					defer impl.use()()
 					s, err := NewSolver(Config{LR: 0.01, Momentum: 0.9, WeightDecay: 0.004, LRMode: LRStaleness}, nil, 0, n)
@@ -51,7 +54,7 @@ func BenchmarkUpdate(b *testing.B) {
 func BenchmarkFirstNonFinite(b *testing.B) {
 	const n = 431080
 	x := randVec(rand.New(rand.NewPCG(1, 1)), n)
-	for _, impl := range kernelImpls() {
+	for _, impl := range kernelImpls(b) {
 		b.Run(impl.name, func(b *testing.B) {
 			defer impl.use()()
 			b.SetBytes(4 * n)
@@ -69,19 +72,24 @@ type kernelImpl struct {
 	use  func() (restore func())
 }
 
-// kernelImpls lists the kernel paths available on this machine: the
-// assembly (when useAsm is on) and the Go loops.
-func kernelImpls() []kernelImpl {
-	set := func(on bool) func() func() {
+// kernelImpls lists the kernel paths of this machine and build: the
+// assembly of each level the CPU runs, best first, and the Go loops
+// (named "go"); levels it cannot run are logged and left out.
+func kernelImpls(t testing.TB) []kernelImpl {
+	set := func(l isa.Level) func() func() {
 		return func() func() {
-			old := useAsm
-			useAsm = on
-			return func() { useAsm = old }
+			old := kern
+			kern = asmFor(l)
+			return func() { kern = old }
 		}
 	}
-	impls := []kernelImpl{{"go", set(false)}}
-	if useAsm {
-		impls = append([]kernelImpl{{"avx2", set(true)}}, impls...)
+	var impls []kernelImpl
+	for _, l := range []isa.Level{isa.AVX512, isa.AVX2} {
+		if a := asmFor(min(l, isa.Best())); a.level != l {
+			t.Logf("%v assembly not run: this build or CPU lacks it (%s)", l, isa.Reason())
+			continue
+		}
+		impls = append(impls, kernelImpl{l.String(), set(l)})
 	}
-	return impls
+	return append(impls, kernelImpl{"go", set(isa.Generic)})
 }

@@ -73,6 +73,7 @@
 // NewSolver. Passes over memory per update of c gradients: c−1
 // accumulations (the first a scaled copy) and one fused pass that reads the
 // accumulator, the last gradient, θ and v and writes θ and v. On amd64 the
-// passes run in AVX2+FMA assembly when the CPU has both (decided at run
-// time), otherwise, and with the purego build tag, in plain Go loops.
+// passes run in assembly, AVX-512 or AVX2+FMA after the CPU (the level
+// isa.Best reports, decided at run time; LimitISA lowers it), otherwise,
+// and with the purego build tag, in plain Go loops.
 package sgd

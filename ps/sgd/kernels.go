@@ -1,19 +1,50 @@
 package sgd
 
-// The memory passes of the solver. Each is one streaming pass over equal-
-// length slices; callers guarantee the lengths. On amd64 with AVX2 and FMA
-// the bulk of each pass (a multiple of eight floats) runs in assembly
-// (kernels_amd64.s) and the tail in the Go loops below; elsewhere, or built
-// with the purego tag, the Go loops do everything. The assembly uses fused
-// multiply-adds, so the two paths agree to float32 rounding, not bit for bit.
+import "github.com/softsync/softsync/kernels/isa"
 
-// bulk returns the prefix length handled by the assembly: n rounded down to
-// a multiple of 8, or 0 without it.
+// The memory passes of the solver. Each is one streaming pass over equal-
+// length slices; callers guarantee the lengths. On amd64 the bulk of each
+// pass (a multiple of 8 floats) runs in assembly (kernels_amd64.s) at the
+// level isa.Best() reports, lowered by LimitISA: AVX-512, or AVX2 and
+// FMA; the tail, and everything elsewhere or with the purego build tag,
+// runs in the Go loops below. Both assembly levels do the same fused
+// multiply-adds in the same order on the same elements, so they agree bit
+// for bit; with the Go loops they agree to float32 rounding.
+
+// asm is the assembly of one level: the passes on a multiple of block
+// floats.
+type asm struct {
+	level     isa.Level
+	block     int
+	scale     func(dst, x *float32, n int, a float32)
+	axpy      func(dst, x *float32, n int, a float32)
+	step      func(w, v, g, l *float32, n int, m, a, al, b float32)
+	nonFinite func(x *float32, n int) bool
+}
+
+// kern is the assembly in use (level isa.Generic: none).
+var kern = asmFor(isa.Best())
+
+// LimitISA caps the instruction-set level of the solver's passes, for the
+// whole process, at l (isa.Auto: the best this CPU and build run), and
+// returns the level they now run at. It is for tests and for comparing
+// levels on one machine (softsync's --isa): call it before the passes
+// run, not while they do.
+func LimitISA(l isa.Level) isa.Level {
+	kern = asmFor(isa.Cap(l))
+	return kern.level
+}
+
+// ISA returns the instruction-set level the solver's passes run at.
+func ISA() isa.Level { return kern.level }
+
+// bulk returns the prefix length handled by the assembly: n rounded down
+// to a multiple of its block, or 0 without it.
 func bulk(n int) int {
-	if !useAsm {
+	if kern.block == 0 {
 		return 0
 	}
-	return n &^ 7
+	return n - n%kern.block
 }
 
 // scaleTo sets dst = a·x.
@@ -25,7 +56,7 @@ func scaleTo(dst, x []float32, a float32) {
 	x = x[:len(dst)]
 	k := bulk(len(dst))
 	if k > 0 {
-		scaleAVX2(&dst[0], &x[0], k, a)
+		kern.scale(&dst[0], &x[0], k, a)
 	}
 	for i := k; i < len(dst); i++ {
 		dst[i] = a * x[i]
@@ -37,7 +68,7 @@ func axpy(dst, x []float32, a float32) {
 	x = x[:len(dst)]
 	k := bulk(len(dst))
 	if k > 0 {
-		axpyAVX2(&dst[0], &x[0], k, a)
+		kern.axpy(&dst[0], &x[0], k, a)
 	}
 	for i := k; i < len(dst); i++ {
 		dst[i] += a * x[i]
@@ -52,7 +83,7 @@ func step(w, v, g, l []float32, m, a, al, b float32) {
 	v, g, l = v[:len(w)], g[:len(w)], l[:len(w)]
 	k := bulk(len(w))
 	if k > 0 {
-		stepAVX2(&w[0], &v[0], &g[0], &l[0], k, m, a, al, b)
+		kern.step(&w[0], &v[0], &g[0], &l[0], k, m, a, al, b)
 	}
 	for i := k; i < len(w); i++ {
 		t := m*v[i] + a*g[i] + al*l[i] + b*w[i]
@@ -62,11 +93,12 @@ func step(w, v, g, l []float32, m, a, al, b float32) {
 }
 
 // FirstNonFinite returns the index of the first NaN or ±Inf in x, or −1 if
-// every element is finite. It is one read pass, at memory speed on AVX2.
+// every element is finite. It is one read pass, at memory speed with the
+// assembly.
 func FirstNonFinite(x []float32) int {
 	k := bulk(len(x))
 	start := k
-	if k > 0 && nonFiniteAVX2(&x[0], k) {
+	if k > 0 && kern.nonFinite(&x[0], k) {
 		start = 0
 	}
 	for i := start; i < len(x); i++ {

@@ -2,12 +2,21 @@
 
 package sgd
 
-import "golang.org/x/sys/cpu"
+import "github.com/softsync/softsync/kernels/isa"
 
-// useAsm selects the AVX2+FMA kernels of kernels_amd64.s at run time.
-var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// asmFor returns the assembly of the highest level at most l: AVX-512
+// (F), or AVX2 with FMA, or none.
+func asmFor(l isa.Level) asm {
+	switch {
+	case l >= isa.AVX512:
+		return asm{level: isa.AVX512, block: 8, scale: scaleAVX512, axpy: axpyAVX512, step: stepAVX512, nonFinite: nonFiniteAVX512}
+	case l >= isa.AVX2:
+		return asm{level: isa.AVX2, block: 8, scale: scaleAVX2, axpy: axpyAVX2, step: stepAVX2, nonFinite: nonFiniteAVX2}
+	}
+	return asm{level: isa.Generic}
+}
 
-// The assembly kernels process n floats, n a positive multiple of 8.
+// The kernels process n floats, n a positive multiple of 8.
 
 //go:noescape
 func scaleAVX2(dst, x *float32, n int, a float32)
@@ -20,3 +29,15 @@ func stepAVX2(w, v, grad, l *float32, n int, m, a, al, b float32)
 
 //go:noescape
 func nonFiniteAVX2(x *float32, n int) bool
+
+//go:noescape
+func scaleAVX512(dst, x *float32, n int, a float32)
+
+//go:noescape
+func axpyAVX512(dst, x *float32, n int, a float32)
+
+//go:noescape
+func stepAVX512(w, v, grad, l *float32, n int, m, a, al, b float32)
+
+//go:noescape
+func nonFiniteAVX512(x *float32, n int) bool

@@ -2,9 +2,13 @@
 
 #include "textflag.h"
 
-// AVX2+FMA kernels of kernels.go. Each processes n floats, n a positive
-// multiple of 8: 32 per iteration while at least 32 remain, then 8. Loads
-// and stores are unaligned (VMOVUPS); Go slices of float32 are 4-aligned.
+// AVX2+FMA and AVX-512 kernels of kernels.go. The AVX2 ones process n
+// floats, n a positive multiple of 8: 32 per iteration while at least 32
+// remain, then 8; the AVX-512 ones too: 64 per iteration while at least
+// 64 remain, then 16, then a last 8 on 256-bit registers. Both do the
+// same operations per element in the same order, so they agree bit for
+// bit. Loads and stores are
+// unaligned (VMOVUPS); Go slices of float32 are 4-aligned.
 
 // func scaleAVX2(dst, x *float32, n int, a float32)
 TEXT ·scaleAVX2(SB), NOSPLIT, $0-28
@@ -182,5 +186,206 @@ nf8:
 nfdone:
 	VPTEST     Y1, Y1
 	SETNE      ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX512(dst, x *float32, n int, a float32)
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS a+24(FP), Z0
+
+zscale64:
+	CMPQ    CX, $64
+	JLT     zscale16
+	VMULPS  (SI), Z0, Z1
+	VMULPS  64(SI), Z0, Z2
+	VMULPS  128(SI), Z0, Z3
+	VMULPS  192(SI), Z0, Z4
+	VMOVUPS Z1, (DI)
+	VMOVUPS Z2, 64(DI)
+	VMOVUPS Z3, 128(DI)
+	VMOVUPS Z4, 192(DI)
+	ADDQ    $256, SI
+	ADDQ    $256, DI
+	SUBQ    $64, CX
+	JMP     zscale64
+
+zscale16:
+	CMPQ    CX, $16
+	JLT     zscale8
+	VMULPS  (SI), Z0, Z1
+	VMOVUPS Z1, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     zscale16
+
+zscale8:
+	TESTQ   CX, CX
+	JEQ     zscaledone
+	VMULPS  (SI), Y0, Y1
+	VMOVUPS Y1, (DI)
+
+zscaledone:
+	VZEROUPPER
+	RET
+
+// func axpyAVX512(dst, x *float32, n int, a float32)
+TEXT ·axpyAVX512(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS a+24(FP), Z0
+
+zaxpy64:
+	CMPQ        CX, $64
+	JLT         zaxpy16
+	VMOVUPS     (SI), Z1
+	VMOVUPS     64(SI), Z2
+	VMOVUPS     128(SI), Z3
+	VMOVUPS     192(SI), Z4
+	VFMADD213PS (DI), Z0, Z1 // Z1 = a·x + dst
+	VFMADD213PS 64(DI), Z0, Z2
+	VFMADD213PS 128(DI), Z0, Z3
+	VFMADD213PS 192(DI), Z0, Z4
+	VMOVUPS     Z1, (DI)
+	VMOVUPS     Z2, 64(DI)
+	VMOVUPS     Z3, 128(DI)
+	VMOVUPS     Z4, 192(DI)
+	ADDQ        $256, SI
+	ADDQ        $256, DI
+	SUBQ        $64, CX
+	JMP         zaxpy64
+
+zaxpy16:
+	CMPQ        CX, $16
+	JLT         zaxpy8
+	VMOVUPS     (SI), Z1
+	VFMADD213PS (DI), Z0, Z1
+	VMOVUPS     Z1, (DI)
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         zaxpy16
+
+zaxpy8:
+	TESTQ       CX, CX
+	JEQ         zaxpydone
+	VMOVUPS     (SI), Y1
+	VFMADD213PS (DI), Y0, Y1
+	VMOVUPS     Y1, (DI)
+
+zaxpydone:
+	VZEROUPPER
+	RET
+
+// ZSTEP is STEP on 16 floats: Z13 = m, Z14 = a, Z12 = al, Z15 = b.
+#define ZSTEP(off, W, T) \
+	VMOVUPS     off(DI), W     \
+	VMULPS      off(SI), Z13, T \
+	VFMADD231PS off(DX), Z14, T \
+	VFMADD231PS off(R8), Z12, T \
+	VFMADD231PS W, Z15, T       \
+	VMOVUPS     T, off(SI)      \
+	VSUBPS      T, W, W         \
+	VMOVUPS     W, off(DI)
+
+// func stepAVX512(w, v, grad, l *float32, n int, m, a, al, b float32)
+TEXT ·stepAVX512(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), DI
+	MOVQ         v+8(FP), SI
+	MOVQ         grad+16(FP), DX
+	MOVQ         l+24(FP), R8
+	MOVQ         n+32(FP), CX
+	VBROADCASTSS m+40(FP), Z13
+	VBROADCASTSS a+44(FP), Z14
+	VBROADCASTSS al+48(FP), Z12
+	VBROADCASTSS b+52(FP), Z15
+
+zstep64:
+	CMPQ CX, $64
+	JLT  zstep16
+	ZSTEP(0, Z0, Z1)
+	ZSTEP(64, Z2, Z3)
+	ZSTEP(128, Z4, Z5)
+	ZSTEP(192, Z6, Z7)
+	ADDQ $256, DI
+	ADDQ $256, SI
+	ADDQ $256, DX
+	ADDQ $256, R8
+	SUBQ $64, CX
+	JMP  zstep64
+
+zstep16:
+	CMPQ  CX, $16
+	JLT   zstep8
+	ZSTEP(0, Z0, Z1)
+	ADDQ  $64, DI
+	ADDQ  $64, SI
+	ADDQ  $64, DX
+	ADDQ  $64, R8
+	SUBQ  $16, CX
+	JMP   zstep16
+
+zstep8:
+	TESTQ CX, CX
+	JEQ   zstepdone
+	STEP(0, Y0, Y1)
+
+zstepdone:
+	VZEROUPPER
+	RET
+
+// func nonFiniteAVX512(x *float32, n int) bool
+// Lanes whose exponent bits are all ones set bits of K1, OR-ed over the
+// pass and tested at the end.
+TEXT ·nonFiniteAVX512(SB), NOSPLIT, $0-17
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7f800000, AX
+	VPBROADCASTD AX, Z0
+	KXORW        K1, K1, K1
+
+znf64:
+	CMPQ     CX, $64
+	JLT      znf16
+	VPANDD   (SI), Z0, Z2
+	VPANDD   64(SI), Z0, Z3
+	VPANDD   128(SI), Z0, Z4
+	VPANDD   192(SI), Z0, Z5
+	VPCMPEQD Z0, Z2, K2
+	VPCMPEQD Z0, Z3, K3
+	VPCMPEQD Z0, Z4, K4
+	VPCMPEQD Z0, Z5, K5
+	KORW     K2, K3, K3
+	KORW     K4, K5, K5
+	KORW     K3, K1, K1
+	KORW     K5, K1, K1
+	ADDQ     $256, SI
+	SUBQ     $64, CX
+	JMP      znf64
+
+znf16:
+	CMPQ     CX, $16
+	JLT      znf8
+	VPANDD   (SI), Z0, Z2
+	VPCMPEQD Z0, Z2, K2
+	KORW     K2, K1, K1
+	ADDQ     $64, SI
+	SUBQ     $16, CX
+	JMP      znf16
+
+znf8:
+	TESTQ    CX, CX
+	JEQ      znfdone
+	VPANDD   (SI), Y0, Y2
+	VPCMPEQD Y0, Y2, K2
+	KORW     K2, K1, K1
+
+znfdone:
+	KORTESTW K1, K1
+	SETNE    ret+16(FP)
 	VZEROUPPER
 	RET

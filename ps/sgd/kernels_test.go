@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/softsync/softsync/kernels/isa"
 )
 
 func randVec(r *rand.Rand, n int) []float32 {
@@ -21,13 +23,26 @@ func near(got float32, want float64, tol float64) bool {
 	return math.Abs(float64(got)-want) <= tol*(1+math.Abs(want))
 }
 
-// TestKernelsAgainstFloat64 checks every pass, at every length from 0 to 80
-// and at unaligned starts (so both the 32-, 8-float and scalar-tail paths
-// run), against float64 loops written out here.
-func TestKernelsAgainstFloat64(t *testing.T) {
+// forImpls runs f once per kernel path of kernelImpls, as a subtest.
+func forImpls(t *testing.T, f func(t *testing.T)) {
+	for _, impl := range kernelImpls(t) {
+		t.Run(impl.name, func(t *testing.T) {
+			defer impl.use()()
+			f(t)
+		})
+	}
+}
+
+// TestKernelsAgainstFloat64 checks every pass, on every path, at every
+// length from 0 to 150 and at unaligned starts (so the 64-, 32-, 16-,
+// 8-float and scalar-tail paths all run), against float64 loops written
+// out here.
+func TestKernelsAgainstFloat64(t *testing.T) { forImpls(t, testKernelsAgainstFloat64) }
+
+func testKernelsAgainstFloat64(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	const tol = 1e-6
-	for n := 0; n <= 80; n++ {
+	for n := 0; n <= 150; n++ {
 		for _, start := range []int{0, 1, 3} {
 			sl := func() []float32 { return randVec(r, n+start)[start:] }
 			w, v, g, l := sl(), sl(), sl(), sl()
@@ -60,12 +75,14 @@ func TestKernelsAgainstFloat64(t *testing.T) {
 	}
 }
 
-func TestFirstNonFinite(t *testing.T) {
+func TestFirstNonFinite(t *testing.T) { forImpls(t, testFirstNonFinite) }
+
+func testFirstNonFinite(t *testing.T) {
 	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
 		math.Float32frombits(0x7fc00001), math.Float32frombits(0xff800001)}
 	good := []float32{0, float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32,
 		math.SmallestNonzeroFloat32, math.Float32frombits(0x007fffff), 1}
-	for n := 0; n <= 70; n++ {
+	for n := 0; n <= 140; n++ {
 		x := make([]float32, n)
 		for i := range x {
 			x[i] = good[i%len(good)]
@@ -85,5 +102,46 @@ func TestFirstNonFinite(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLevelsAgree checks that the assembly levels give the same bits:
+// both do the same fused multiply-adds in the same order.
+func TestLevelsAgree(t *testing.T) {
+	impls := kernelImpls(t)
+	if len(impls) < 3 {
+		t.Skipf("fewer than two assembly levels here (%s)", isa.Reason())
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	const n = 1000
+	w0, v0, g, l := randVec(r, n), randVec(r, n), randVec(r, n), randVec(r, n)
+	var want [2][]float32
+	for i, impl := range impls[:2] {
+		restore := impl.use()
+		w, v, d := clone(w0), clone(v0), clone(w0)
+		scaleTo(d, g, 0.37)
+		axpy(d, l, -0.21)
+		step(w, v, d, l, 0.9, 0.37, -0.21, 0.013)
+		restore()
+		got := append(append(w, v...), d...)
+		if i == 0 {
+			want[0] = got
+			continue
+		}
+		for j := range got {
+			if math.Float32bits(got[j]) != math.Float32bits(want[0][j]) {
+				t.Fatalf("%s and %s differ at %d: %g, %g", impls[0].name, impl.name, j, want[0][j], got[j])
+			}
+		}
+	}
+}
+
+func TestLimitISA(t *testing.T) {
+	defer LimitISA(isa.Auto)
+	if got := LimitISA(isa.Generic); got != isa.Generic || bulk(100) != 0 {
+		t.Errorf("LimitISA(generic) = %v, bulk(100) = %d", got, bulk(100))
+	}
+	if got := LimitISA(isa.Auto); got != asmFor(isa.Best()).level {
+		t.Errorf("LimitISA(auto) = %v", got)
 	}
 }

@@ -15,6 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 // App is the state every subcommand shares: global flags, the logger and
@@ -26,6 +29,7 @@ type App struct {
 	Level   string // --log-level
 	BLASLib string // --blas-lib
 	Engine  string // --engine: auto, native or reference
+	ISA     string // --isa, else SOFTSYNC_ISA: auto, avx512, avx2 or generic
 
 	engine kernels.Engine
 	info   kernels.Info
@@ -72,6 +76,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 	f.StringVar(&app.Level, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
 	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")
+	f.StringVar(&app.ISA, "isa", "", "highest instruction set of the kernels: auto, avx512, avx2 or generic (default: $"+isaEnv+", else auto, the best this CPU runs)")
 	for _, c := range commands {
 		root.AddCommand(c(app))
 	}
@@ -92,7 +97,35 @@ func (a *App) setup() error {
 	default:
 		return fmt.Errorf("--engine %q: must be auto, native or reference", a.Engine)
 	}
+	want, from, err := a.isaLevel()
+	if err != nil {
+		return err
+	}
+	if _, err := isa.Resolve(want); err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	// The solver's and the codecs' passes follow the same level as the
+	// kernels (kernels.Config.ISA, set in EngineInfo).
+	sgd.LimitISA(want)
+	rdma.LimitISA(want)
 	return nil
+}
+
+// isaEnv names the environment variable that sets --isa's default.
+const isaEnv = "SOFTSYNC_ISA"
+
+// isaLevel returns the instruction-set level asked for (--isa, else
+// $SOFTSYNC_ISA, else isa.Auto) and where it came from.
+func (a *App) isaLevel() (isa.Level, string, error) {
+	v, from := a.ISA, "--isa"
+	if v == "" {
+		v, from = os.Getenv(isaEnv), isaEnv
+	}
+	l, err := isa.Parse(v)
+	if err != nil {
+		return isa.Auto, from, fmt.Errorf("%s: %w", from, err)
+	}
+	return l, from, nil
 }
 
 // retryEnv marks a process that softsync re-executed after the OpenBLAS
@@ -122,7 +155,11 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 		return a.engine, a.info, nil
 	}
 	retry := os.Getenv(retryEnv)
-	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference"}
+	level, from, err := a.isaLevel()
+	if err != nil {
+		return nil, kernels.Info{}, err
+	}
+	cfg := kernels.Config{Threads: a.Threads, Library: a.BLASLib, Reference: a.Engine == "reference", ISA: level}
 	cfg.CoreType = os.Getenv("OPENBLAS_CORETYPE")
 	if v := os.Getenv("OPENBLAS_THREAD_TIMEOUT"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -139,6 +176,9 @@ func (a *App) EngineInfo() (kernels.Engine, kernels.Info, error) {
 	}
 	e, info, err := kernels.New(cfg)
 	if err != nil {
+		if errors.Is(err, kernels.ErrISA) {
+			err = fmt.Errorf("%s: %w", from, err)
+		}
 		return nil, info, err
 	}
 	if retry != "" && !info.Fallback {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/peak"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
@@ -30,9 +32,22 @@ type benchTrainResult struct {
 	Transport    string  `json:"transport"`
 	Overlap      bool    `json:"overlap"`
 	Engine       string  `json:"engine"`
+	ISA          string  `json:"isa"`   // instruction-set level of the kernels
 	Steps        int64   `json:"steps"` // timed steps, all learners
 	Seconds      float64 `json:"seconds"`
 	ImagesPerSec float64 `json:"images_per_sec"`
+	// GFlops counts nn.Spec.TrainFLOPs per image (convolutions and
+	// fully connected layers: forward, weight and input gradients).
+	GFlops float64 `json:"gflops"`
+	// PeakGFlops is bench peak's figure for the kernels' level on all
+	// the machine's cores, measured just before the steps; PeakFraction
+	// is GFlops / PeakGFlops.
+	PeakGFlops   float64 `json:"peak_gflops"`
+	PeakFraction float64 `json:"peak_fraction"`
+	// CPUSeconds is the process's CPU time (user and system) over the
+	// timed steps: on a shared machine, CPUSeconds / Seconds below the
+	// cores in use says that other work took some of them.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 func newBenchTrainCmd(app *App) *cobra.Command {
@@ -46,7 +61,11 @@ func newBenchTrainCmd(app *App) *cobra.Command {
 update, pull of the weights) through the same job runner as softsync train,
 on random data of the model's input shape, with no evaluation, and prints
 the images/s of the timed steps (the first tenth of the steps warm up and
-are not timed). --learners 1 is the single learner of softsync train; with
+are not timed), the GFLOP/s they make (nn.Spec.TrainFLOPs per image: the
+convolutions and fully connected layers) and their fraction of the FMA
+peak of the kernels' instruction-set level on all the machine's cores
+(softsync bench peak, measured just before), and how many cores the
+process kept busy. --learners 1 is the single learner of softsync train; with
 more, the learners run concurrently (softsync, n = λ, unless --protocol says
 otherwise) and images/s is their total.`,
 		Example: `  softsync bench train --model lenet --batch 64
@@ -79,7 +98,13 @@ otherwise) and images/s is their total.`,
 			}
 			par := learner.PlanThreads(spec, kernels.DefaultThreads(), learners, batch, app.Threads)
 			app.Threads = par.BLAS
-			e, _, err := app.EngineInfo()
+			e, info, err := app.EngineInfo()
+			if err != nil {
+				return err
+			}
+			// The yardstick: the register-only FMA peak of the kernels'
+			// level on all the machine's cores, just before the steps.
+			pk, err := peak.FMA(peak.Config{Cores: kernels.DefaultThreads(), Rounds: 3}, info.ISA)
 			if err != nil {
 				return err
 			}
@@ -88,13 +113,17 @@ otherwise) and images/s is their total.`,
 			if err != nil {
 				return err
 			}
-			res.Model, res.Threads, res.Engine = spec.Name, threads, e.Name()
+			res.Model, res.Threads, res.Engine, res.ISA = spec.Name, threads, e.Name(), info.ISA.String()
+			res.GFlops = res.ImagesPerSec * float64(spec.TrainFLOPs()) / 1e9
+			res.PeakGFlops = pk.All
+			res.PeakFraction = res.GFlops / pk.All
 			if asJSON {
 				return app.printJSON(res)
 			}
-			fmt.Fprintf(app.Out, "%s, batch %d, %d learner(s) × %d thread(s), %s, %s engine: %s images/s (%d timed steps in %s)\n",
-				res.Model, res.Batch, res.Learners, res.Threads, res.Protocol, res.Engine,
-				thousands(int64(res.ImagesPerSec+0.5)), res.Steps, fmtDuration(res.Seconds))
+			fmt.Fprintf(app.Out, "%s, batch %d, %d learner(s) × %d thread(s), %s, %s engine (%s): %s images/s, %.1f GFLOP/s = %.0f%% of the %s peak (%.0f GFLOP/s on %d cores); %d timed steps in %s, %.1f cores busy\n",
+				res.Model, res.Batch, res.Learners, res.Threads, res.Protocol, res.Engine, res.ISA,
+				thousands(int64(res.ImagesPerSec+0.5)), res.GFlops, 100*res.PeakFraction, res.ISA, res.PeakGFlops, pk.Cores,
+				res.Steps, fmtDuration(res.Seconds), res.CPUSeconds/res.Seconds)
 			return nil
 		},
 	}
@@ -106,7 +135,7 @@ otherwise) and images/s is their total.`,
 	f.StringVar(&protocol, "protocol", "", "hardsync or softsync (n = λ) (default: hardsync for one learner, softsync for more)")
 	f.StringVar(&transport, "transport", "inmem", "inmem or tcp (loopback)")
 	f.BoolVar(&overlap, "overlap", false, "learners prefetch the next weights while computing")
-	f.BoolVar(&asJSON, "json", false, "print a JSON object {model, batch, learners, threads, images_per_sec, ...}")
+	f.BoolVar(&asJSON, "json", false, "print a JSON object {model, batch, learners, threads, isa, images_per_sec, gflops, peak_gflops, peak_fraction, cpu_seconds, ...}")
 	return c
 }
 
@@ -130,6 +159,7 @@ func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, lea
 	var mu sync.Mutex
 	var s0 int64
 	var t0 time.Duration
+	var cpu0 float64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { // note when the warm-up is over
@@ -142,23 +172,36 @@ func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, lea
 			case <-tick.C:
 				if p := job.Progress(); p.Steps >= warm {
 					mu.Lock()
-					s0, t0 = p.Steps, p.Elapsed
+					s0, t0, cpu0 = p.Steps, p.Elapsed, cpuSeconds()
 					mu.Unlock()
 					return
 				}
 			}
 		}
 	})
+	cpuStart := cpuSeconds()
 	res, err := job.Wait()
+	cpuEnd := cpuSeconds()
 	close(stop)
 	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
 	if s0 == 0 || res.Steps <= s0 || t0.Seconds() >= res.Seconds {
-		s0, t0 = 0, 0 // too fast to see the warm-up end: time everything
+		s0, t0, cpu0 = 0, 0, cpuStart // too fast to see the warm-up end: time everything
 	}
 	sec := res.Seconds - t0.Seconds()
 	return &benchTrainResult{Batch: batch, Learners: learners, Protocol: proto.String(), Transport: transport, Overlap: overlap,
-		Steps: res.Steps - s0, Seconds: sec, ImagesPerSec: float64((res.Steps-s0)*int64(batch)) / sec}, nil
+		Steps: res.Steps - s0, Seconds: sec, ImagesPerSec: float64((res.Steps-s0)*int64(batch)) / sec,
+		CPUSeconds: cpuEnd - cpu0}, nil
+}
+
+// cpuSeconds returns the process's CPU time so far, user and system.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }

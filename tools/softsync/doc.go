@@ -13,4 +13,7 @@
 //	                      cycles; default kernels.DefaultThreadTimeout
 //	SOFTSYNC_BLAS_RETRY   set by softsync itself when it re-executes after a
 //	                      start-up GEMM check failed (see App.Engine)
+//	SOFTSYNC_ISA          the default of --isa: the highest instruction-set
+//	                      level (auto, avx512, avx2, generic) of the kernels,
+//	                      the solver's passes and the codecs
 package main

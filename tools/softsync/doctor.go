@@ -13,13 +13,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
 
 func init() { addCommand(newDoctorCmd) }
 
-// cpuFeatures are the features that decide the OpenBLAS core.
-var cpuFeatures = []string{"AVX", "AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512DQ", "AVX512VL", "AVX512BF16", "AMXTILE", "AMXBF16"}
+// cpuFeatures are the features that decide the OpenBLAS core and the
+// kernels' instruction-set level.
+var cpuFeatures = []string{"AVX", "AVX2", "FMA3", "F16C", "AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL",
+	"AVX512BF16", "AMXTILE", "AMXBF16"}
 
 func newDoctorCmd(app *App) *cobra.Command {
 	return &cobra.Command{
@@ -82,6 +86,12 @@ func newDoctorCmd(app *App) *cobra.Command {
 					fmt.Fprintf(w, "WARNING\tOpenBLAS runs %s, not the requested %s (unknown to this library?)\n", info.CoreName, info.CoreType)
 				}
 			}
+			reason := info.ISAReason
+			if want, from, _ := app.isaLevel(); want != isa.Auto {
+				reason = fmt.Sprintf("%s=%s %s", from, want, reason)
+			}
+			fmt.Fprintf(w, "Kernel ISA\t%s: %s\n", info.ISA, reason)
+			fmt.Fprintf(w, "Solver, codecs\t%s (ps/sgd), %s (rdma): their Go assembly, at most the kernels' level\n", sgd.ISA(), rdma.ISA())
 			fmt.Fprintf(w, "Threads\t%d (--threads; cores available %d)\n", info.Threads, kernels.DefaultThreads())
 			if info.ThreadTimeout != 0 {
 				fmt.Fprintf(w, "BLAS spin\tOPENBLAS_THREAD_TIMEOUT=%d (workers spin 2^%d cycles after a job)\n", info.ThreadTimeout, info.ThreadTimeout)

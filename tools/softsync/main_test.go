@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/learner/nn"
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
 )
 
 func run(t *testing.T, args ...string) string {
@@ -23,7 +28,7 @@ func run(t *testing.T, args ...string) string {
 
 func TestDoctor(t *testing.T) {
 	out := run(t, "doctor", "--threads", "1")
-	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Threads"} {
+	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Kernel ISA", "Solver, codecs", "Threads"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
@@ -60,6 +65,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"doctor", "--log-level", "loud"}, "--log-level", `"loud"`},
 		{[]string{"doctor", "--engine", "gpu"}, "--engine", `"gpu"`},
 		{[]string{"bench", "gemm", "--sizes", "8x8"}, "--sizes", `"8x8"`},
+		{[]string{"doctor", "--isa", "avx1024"}, "--isa", `"avx1024"`},
+		{[]string{"bench", "peak", "--copy-sizes", "12"}, "--copy-sizes", "12"},
 	} {
 		_, err := runErr(c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
@@ -90,5 +97,67 @@ func TestRetryCore(t *testing.T) {
 		if got := retryCore(c.info, c.retry, c.user); got != c.want {
 			t.Errorf("%s: retryCore = %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestISA forces the generic level by flag and by environment: the
+// kernels and the Go assembly follow, and the next command without it
+// returns to the best level.
+func TestISA(t *testing.T) {
+	line := func(out, key string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key) {
+				return l
+			}
+		}
+		return ""
+	}
+	if l := line(run(t, "doctor", "--threads", "1", "--isa", "generic"), "Kernel ISA"); !strings.Contains(l, "generic: --isa=generic") {
+		t.Errorf("--isa generic: %q", l)
+	}
+	if sgd.ISA() != isa.Generic || rdma.ISA() != isa.Generic {
+		t.Errorf("--isa generic: solver %v, codecs %v", sgd.ISA(), rdma.ISA())
+	}
+	t.Setenv(isaEnv, "generic")
+	if l := line(run(t, "doctor", "--threads", "1"), "Kernel ISA"); !strings.Contains(l, "generic: "+isaEnv+"=generic") {
+		t.Errorf("%s=generic: %q", isaEnv, l)
+	}
+	t.Setenv(isaEnv, "")
+	if l := line(run(t, "doctor", "--threads", "1"), "Kernel ISA"); !strings.Contains(l, isa.Best().String()+": ") || sgd.ISA() == isa.Generic && isa.Best() > isa.Generic {
+		t.Errorf("default: %q, solver %v", l, sgd.ISA())
+	}
+}
+
+func TestBenchPeakJSON(t *testing.T) {
+	out := run(t, "bench", "peak", "--json", "--threads", "2", "--rounds", "1", "--min-time", "1ms", "--copy-sizes", "4KiB,64")
+	var res peakResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(res.Levels) == 0 || res.Levels[0].ISA != isa.Best().String() || !res.Levels[0].KernelLevel || len(res.Copy) != 2 || res.Copy[1].Bytes != 64 {
+		t.Fatalf("bench peak: %+v", res)
+	}
+	for _, l := range res.Levels {
+		if !(l.GFlopsCore > 0 && l.GFlops > 0) || l.Cores != 2 {
+			t.Errorf("level %+v", l)
+		}
+	}
+}
+
+// TestBenchTrainPeak checks the GFLOP/s, peak and CPU fields of bench
+// train --json: consistent with each other, not their values.
+func TestBenchTrainPeak(t *testing.T) {
+	out := run(t, "bench", "train", "--model", "lenet", "--batch", "4", "--images", "200", "--json")
+	var r benchTrainResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	flops := 0.0
+	if spec, err := nn.Load("lenet"); err == nil {
+		flops = float64(spec.TrainFLOPs())
+	}
+	if r.ISA != isa.Best().String() || !(r.PeakGFlops > 0) || !(r.CPUSeconds > 0) ||
+		math.Abs(r.GFlops-r.ImagesPerSec*flops/1e9) > 1e-6*r.GFlops || math.Abs(r.PeakFraction-r.GFlops/r.PeakGFlops) > 1e-9 {
+		t.Errorf("bench train: %+v", r)
 	}
 }
