@@ -244,8 +244,9 @@ func TestClipTail(t *testing.T) {
 }
 
 // TestTrainDataFolders trains from folders of one's own: CIFAR-10 binary
-// files (recognised by their names) and MNIST idx files, both written in
-// the real formats by the test.
+// files (recognised by their names) and idx files under MNIST's names,
+// both written in the real formats by the test. The idx files hold
+// neither MNIST nor Fashion-MNIST, so the report names the folder.
 func TestTrainDataFolders(t *testing.T) {
 	cifar := t.TempDir()
 	for i, name := range data.CIFAR10TrainFiles {
@@ -269,7 +270,7 @@ func TestTrainDataFolders(t *testing.T) {
 	for _, c := range []struct {
 		model, dir, want string
 		train, test      float64
-	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, "MNIST", 200, 50}} {
+	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, mnist, 200, 50}} {
 		js := filepath.Join(t.TempDir(), "r.json")
 		run(t, "train", "--model", c.model, "--data", c.dir, "--epochs", "1", "--batch", "8", "--json", js, "--quiet")
 		r := readReport(t, js)
