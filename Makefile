@@ -10,6 +10,8 @@
 #                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
 #   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
+#   make profile      a CPU profile (PROFILE=cpu|mem|block|mutex|trace) of a short LeNet
+#                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make fuzz         native-vs-reference differential fuzzing (FUZZTIME, default 10s)
@@ -27,6 +29,7 @@ RACE_PKGS ?= ./...
 NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
+PROFILE ?= cpu
 
 # OpenBLAS's libdir, recorded in the binary as the fallback dlopen path.
 # Recursive (=) so that it is read after `make deps` has installed pkg-config.
@@ -34,7 +37,7 @@ OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile deps check-memory test-c fuzz csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -72,6 +75,14 @@ bench: deps build
 	bin/softsync bench train --model lenet --batch 8
 	bin/softsync bench train --model lenet --batch 8 --learners 2
 	bin/softsync bench train --model cifar10_full --batch 100
+
+# A profile of training: 2 learners × batch 8 under 2-softsync, 3,000 steps.
+profile: deps build
+	@mkdir -p build/profile
+	bin/softsync train --model lenet --data mnist --epochs 1 --max-steps 1500 --learners 2 --batch 8 \
+		--protocol softsync --test-subset 2000 --quiet --profile $(PROFILE) --profile-dir build/profile
+	@if [ "$(PROFILE)" = trace ]; then echo "read it with: go tool trace build/profile/trace.out"; \
+	else echo "read it with: go tool pprof -top bin/softsync build/profile/$(PROFILE).pprof"; fi
 
 fuzz: csrc-hash
 	$(GO) test -run '^$$' -fuzz FuzzNativeVsReference -fuzztime $(FUZZTIME) -ldflags '$(LDFLAGS)' ./kernels/

@@ -25,9 +25,14 @@ type App struct {
 	Level   string // --log-level
 	BLASLib string // --blas-lib
 	Engine  string // --engine: auto, native or reference
+	// Profile (--profile) and ProfileDir (--profile-dir) select a
+	// runtime profile recorded while the subcommand runs (profile.go).
+	Profile    string
+	ProfileDir string
 
-	engine kernels.Engine
-	info   kernels.Info
+	engine  kernels.Engine
+	info    kernels.Info
+	profile *profiling // the running profile, nil if none
 }
 
 var (
@@ -65,9 +70,12 @@ func newRootCmd(out io.Writer) *cobra.Command {
 	f.StringVar(&app.Level, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
 	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")
+	f.StringVar(&app.Profile, "profile", "", "record a profile of the run: cpu, mem, block, mutex or trace (read it with go tool pprof, or go tool trace)")
+	f.StringVar(&app.ProfileDir, "profile-dir", ".", "folder the --profile file is written to (cpu.pprof, mem.pprof, block.pprof, mutex.pprof or trace.out)")
 	for _, c := range commands {
 		root.AddCommand(c(app))
 	}
+	stopProfileAfterRun(root, app)
 	return root
 }
 
@@ -85,7 +93,7 @@ func (a *App) setup() error {
 	default:
 		return fmt.Errorf("--engine %q: must be auto, native or reference", a.Engine)
 	}
-	return nil
+	return a.startProfile()
 }
 
 // retryEnv marks a process that softsync re-executed after the OpenBLAS
