@@ -18,7 +18,8 @@ const (
 	// updates with their average; staleness is always 0.
 	Hardsync Protocol = iota
 	// Softsync updates as soon as c = max(1, ⌊λ/n⌋) gradients are pending,
-	// from any learners; n = λ is fully asynchronous.
+	// from any learners; n = λ is fully asynchronous. λ is the configured
+	// number of learners (Config.Quorum).
 	Softsync
 )
 
@@ -87,6 +88,18 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// Quorum returns c₀, the number of gradients a full update combines:
+// ⌊Learners/N⌋ (at least 1) under softsync, Learners under hardsync. It
+// depends on the configured learners only, never on how many are active,
+// so that a learner that leaves (at the end of its data, or lost) does not
+// change the update rule of the others (see the package doc).
+func (c *Config) Quorum() int {
+	if c.Protocol == Hardsync {
+		return c.Learners
+	}
+	return max(1, c.Learners/max(c.N, 1))
 }
 
 // Range is the part [Lo, Hi) of the flat vector that one shard owns.

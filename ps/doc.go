@@ -36,27 +36,41 @@
 // gradient), so τ at acceptance is τ at application. Accepted gradients
 // go straight into the solver's accumulator scaled by their learning-rate
 // factor (see package sgd for the order of operations); an update combines
-// the c pending gradients:
+// the c pending gradients. λ below is always Config.Learners, the learners
+// the job was configured with, never the number still active:
 //
-//   - Hardsync: c = the number of active learners; the update happens when
-//     every active learner has pushed one gradient stamped with the current
-//     clock. τ is always 0: a gradient stamped j < i is dropped (counted
-//     in Stats.Dropped), a second gradient from the same learner in one
-//     round is rejected (ErrAlreadyPushed). A learner's pull after its push
-//     is answered only once the update has happened, with the new weights,
+//   - Hardsync: the update happens when every active learner has pushed one
+//     gradient stamped with the current clock; c is the number of them, c₀
+//     = λ. τ is always 0: a gradient stamped j < i is dropped (counted in
+//     Stats.Dropped), a second gradient from the same learner in one round
+//     is rejected (ErrAlreadyPushed). A learner's pull after its push is
+//     answered only once the update has happened, with the new weights,
 //     whatever minimum clock it asked for.
-//   - Softsync with n (1 ≤ n ≤ λ): c = max(1, ⌊λa/n⌋), where λa is the
-//     current number of active learners; the update happens as soon as c
-//     gradients are pending, from any learners, with no barrier. n = λ is
-//     fully asynchronous (c = 1).
+//   - Softsync with n (1 ≤ n ≤ λ): the update happens as soon as c₀ =
+//     max(1, ⌊λ/n⌋) gradients are pending, from any learners, with no
+//     barrier. n = λ is fully asynchronous (c₀ = 1).
 //
-// Membership: learner ids are 0 … Config.Learners−1 and all are active at
-// start. MsgLeave deactivates a learner; MsgJoin reactivates one (ids
-// outside the range are unknown). c is recomputed from λa at once; gradients
-// already accepted from a learner that leaves stay in the pending update;
-// if the pending gradients now satisfy the rule above (for hardsync: every
-// remaining active learner has pushed), the update is applied in that same
-// Step. With no active learner left, any pending gradients are applied.
+// # Membership and partial updates
+//
+// Learner ids are 0 … Config.Learners−1 and all are active at start.
+// MsgLeave deactivates a learner (at the end of its data, or lost: the
+// runtime turns a lost connection into MsgLeave); MsgJoin reactivates one
+// (ids outside the range are unknown). Gradients already accepted from a
+// learner that leaves stay in the pending update.
+//
+// The rule for membership changes: c₀ (Config.Quorum) never follows the
+// active learners. Softsync keeps waiting for c₀ gradients from whoever is
+// left. An update that holds fewer, c < c₀ gradients — a hardsync round
+// completed by a leave (every remaining active learner has pushed), or the
+// pending gradients applied when the last active learner leaves — is a
+// partial update: the solver divides by c₀ instead of c (sgd.Config.Quorum),
+// so its rate is scaled by c/c₀ and each gradient keeps the weight it has
+// in a full update. A partial update is applied in the Step of the leave
+// that completes it and counted in Stats.Partial. Hence learners that
+// finish or fail one by one never turn the last updates of a job into
+// full-rate steps on fewer gradients: with c = ⌊λa/n⌋ (λa the active
+// learners), the last learner alone would make full-rate updates from
+// single mini-batches, √c₀ times noisier than the rest of the job.
 //
 // # Bounded staleness
 //

@@ -68,7 +68,9 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 		return nil, sgd.Fieldf("index", "shard %d outside [0, %d)", index, cfg.Shards)
 	}
 	r := rs[index]
-	solver, err := sgd.NewSolver(cfg.Solver, cfg.Layout, r.Lo, r.Hi)
+	scfg := cfg.Solver
+	scfg.Quorum = cfg.Quorum()
+	solver, err := sgd.NewSolver(scfg, cfg.Layout, r.Lo, r.Hi)
 	if err != nil {
 		return nil, err
 	}
@@ -193,9 +195,9 @@ func (s *Shard) due(pending int) bool {
 	case pending == 0:
 		return false
 	case s.cfg.Protocol == Hardsync:
-		return s.pushed >= s.active
+		return s.pushed >= s.active // also with no active learner left
 	default:
-		return pending >= max(1, s.active/s.cfg.N)
+		return pending >= s.cfg.Quorum() || s.active == 0
 	}
 }
 
@@ -206,6 +208,9 @@ func (s *Shard) update(last []float32, tau int) {
 	s.clock++
 	s.samples += uint64(info.Gradients * s.cfg.Batch)
 	s.stats.Updates++
+	if info.Gradients < s.cfg.Quorum() {
+		s.stats.Partial++
+	}
 	if s.cfg.Protocol == Hardsync {
 		for i := range s.members {
 			s.members[i].roundPushed = false

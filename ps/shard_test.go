@@ -94,9 +94,11 @@ func TestHardsyncBarrier(t *testing.T) {
 
 func sgdNear(got float32, want float64) bool { return math.Abs(float64(got)-want) < 1e-6 }
 
-// TestMembership checks that c follows the active learners: leaving
-// completes a hardsync round or lowers softsync's c at once, and joining
-// extends the barrier.
+// TestMembership checks how membership changes meet the update rule:
+// leaving completes a hardsync round (a partial update, its rate scaled by
+// c/c₀), joining extends the barrier, softsync's c stays c₀ = ⌊λ/n⌋ of the
+// configured λ whoever leaves, and the last leave applies what is pending
+// as a partial update.
 func TestMembership(t *testing.T) {
 	h := newHarness(t, plainConfig(3, Hardsync, 0), []float32{0})
 	h.push(0, 0, []float32{1})
@@ -104,6 +106,10 @@ func TestMembership(t *testing.T) {
 	r := h.member(MsgLeave, 2)
 	if len(r.Updates) != 1 || r.Updates[0].Gradients != 2 {
 		t.Fatalf("leave should complete the round with 2 gradients: %+v", r.Updates)
+	}
+	// c = 2 of c₀ = 3: the mean gradient 1 at rate 0.5·2/3.
+	if w := h.s.Weights()[0]; !sgdNear(w, -0.5*2/3) || h.s.Stats().Partial != 1 {
+		t.Fatalf("partial round: w = %g, want %g; stats %+v", w, -0.5*2/3, h.s.Stats())
 	}
 	if r := h.push(2, 1, []float32{1}); len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, ErrUnknownLearner) {
 		t.Fatalf("push after leave: %+v", r.Replies)
@@ -115,25 +121,32 @@ func TestMembership(t *testing.T) {
 	if h.s.Clock() != 1 {
 		t.Fatal("the rejoined learner must be waited for")
 	}
-	if r := h.push(2, 1, []float32{1}); len(r.Updates) != 1 || r.Updates[0].Gradients != 3 {
-		t.Fatalf("round with the rejoined learner: %+v", r.Updates)
+	if r := h.push(2, 1, []float32{1}); len(r.Updates) != 1 || r.Updates[0].Gradients != 3 || h.s.Stats().Partial != 1 {
+		t.Fatalf("full round with the rejoined learner: %+v, stats %+v", r.Updates, h.s.Stats())
 	}
 
-	// Softsync λ = 4, n = 2: c = 2, then 1 when two learners leave; the
+	// Softsync λ = 4, n = 2: c = 2 however many learners are active; the
 	// last leave applies what is pending.
 	h = newHarness(t, plainConfig(4, Softsync, 2), []float32{0})
 	h.push(0, 0, []float32{1})
 	if h.s.Clock() != 0 {
 		t.Fatal("c = 2 updated after one gradient")
 	}
-	if r := h.member(MsgLeave, 3); len(r.Updates) != 1 || r.Updates[0].Gradients != 1 {
-		t.Fatalf("c = ⌊3/2⌋ = 1 with one pending: the leave must update: %+v", r.Updates)
+	for _, l := range []uint32{3, 2} {
+		if r := h.member(MsgLeave, l); len(r.Updates) != 0 {
+			t.Fatalf("leave of learner %d updated with one gradient pending: %+v", l, r.Updates)
+		}
 	}
-	if r := h.member(MsgLeave, 2); len(r.Updates) != 0 {
-		t.Fatal("update with nothing pending")
+	if r := h.push(1, 0, []float32{1}); len(r.Updates) != 1 || r.Updates[0].Gradients != 2 {
+		t.Fatalf("two learners of four left: c must stay 2: %+v", r.Updates)
 	}
-	if r := h.push(1, 1, []float32{1}); len(r.Updates) != 1 {
-		t.Fatal("c = 1 must update on every push")
+	h.push(1, 1, []float32{1})
+	if r := h.member(MsgLeave, 1); len(r.Updates) != 0 {
+		t.Fatal("update while learner 0 is active")
+	}
+	r = h.member(MsgLeave, 0)
+	if len(r.Updates) != 1 || r.Updates[0].Gradients != 1 || h.s.Stats().Partial != 1 {
+		t.Fatalf("the last leave must apply the pending gradient as a partial update: %+v, stats %+v", r.Updates, h.s.Stats())
 	}
 	// Hardsync: a learner pushes and leaves (the round still waits for
 	// learner 1); when learner 1 leaves too, the pending gradient is applied.

@@ -24,6 +24,7 @@ type Stats struct {
 	Shard      int    // shard index
 	Clock      uint64 // current clock i
 	Updates    uint64 // updates applied (equals Clock unless restored)
+	Partial    uint64 // updates of fewer than c₀ gradients, at a rate scaled by c/c₀ (Config.Quorum)
 	Gradients  uint64 // accepted gradients (applied, or pending in the next update)
 	Dropped    uint64 // gradients dropped as too stale
 	Duplicates uint64 // pushes ignored as duplicates

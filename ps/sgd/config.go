@@ -71,6 +71,13 @@ type Config struct {
 	LRSteps     []int   // epochs, strictly increasing and ≥ 1, at which the rate is multiplied by LRGamma
 	LRGamma     float64 // schedule factor, > 0 when LRSteps is not empty (0.1 in the paper)
 	LRMode      LRMode  // how staleness modulates the rate
+	// Quorum is c₀, the number of gradients a full update combines; the
+	// parameter server sets it from its protocol (⌊λ/n⌋ for softsync, λ
+	// for hardsync, with λ the configured learners). An update of c <
+	// Quorum gradients is divided by Quorum instead of c, which scales
+	// its rate by c/c₀ (see the package doc). 0 means 1: every update is
+	// full.
+	Quorum int
 }
 
 // Validate returns a *FieldError for the first invalid field, or nil.
@@ -85,6 +92,8 @@ func (c *Config) Validate() error {
 		return Fieldf("WeightDecay", "must be a finite number ≥ 0, got %g", c.WeightDecay)
 	case int(c.LRMode) >= len(lrModeNames):
 		return Fieldf("LRMode", "unknown mode %d", c.LRMode)
+	case c.Quorum < 0:
+		return Fieldf("Quorum", "must be ≥ 0, got %d", c.Quorum)
 	}
 	for k, e := range c.LRSteps {
 		if e < 1 || (k > 0 && e <= c.LRSteps[k-1]) {

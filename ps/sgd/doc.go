@@ -27,6 +27,19 @@
 //	v_k = momentum·v_k + η·lr_mult·(g_k + ᾱ·decay·decay_mult·θ_k)
 //	θ_k = θ_k − v_k
 //
+// Partial updates. Config.Quorum is c₀, the number of gradients a full
+// update combines. The parameter server fills every update with c₀
+// gradients except where the job's membership or its end leaves fewer (a
+// learner lost under hardsync, the last gradients of a job); such an update
+// of c < c₀ gradients uses c₀ in place of c in both g_k and ᾱ:
+//
+//	g_k = (u/c₀) · Σ_l s_l·Δθ_l[k]          ᾱ = (u/c₀) · Σ_l s_l
+//
+// so that each gradient keeps the weight it has in a full update: the
+// partial update is the update of its c gradients at the rate η·c/c₀,
+// weight decay included, a shorter step rather than a noisier one. With
+// c = c₀ nothing changes.
+//
 // Order of operations: each gradient is scaled by its s_l first, as it
 // arrives (Add accumulates Σ s_l·Δθ_l in one pass over the gradient, so a
 // gradient is read once and never kept); then, in the single fused pass of

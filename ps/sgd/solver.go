@@ -30,7 +30,7 @@ type span struct {
 type UpdateInfo struct {
 	Gradients     int     // c, the number of gradients combined
 	Rate          float64 // η, the scheduled base rate
-	Alpha         float64 // ᾱ·η, the mean effective rate α(τ_l) of the update's gradients
+	Alpha         float64 // ᾱ·η: the mean effective rate α(τ_l) of the update's gradients, times c/c₀ for a partial update
 	MeanStaleness float64 // mean τ_l of the update's gradients
 	MaxStaleness  int     // max τ_l of the update's gradients
 }
@@ -137,13 +137,14 @@ func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
 	if mean := float64(sumTau) / float64(c); s.cfg.LRMode == LRAverage && mean > 1 {
 		u = 1 / mean
 	}
+	d := float64(max(c, s.cfg.Quorum)) // the divisor: c₀ for a partial update
 	eta := s.cfg.Rate(epoch)
-	abar := u * sumS / float64(c)
+	abar := u * sumS / d
 	m := float32(s.cfg.Momentum)
 	for _, sp := range s.spans {
 		k := eta * sp.lrMult
-		aAcc := float32(k * u / float64(c))
-		aLast := float32(k * u * fl / float64(c))
+		aAcc := float32(k * u / d)
+		aLast := float32(k * u * fl / d)
 		b := float32(k * abar * s.cfg.WeightDecay * sp.decayMult)
 		// Two gradient streams: the accumulator and the last gradient, or
 		// one of them twice with factor 0 for the second (an exact +0).

@@ -129,6 +129,70 @@ func TestStalenessModes(t *testing.T) {
 	}
 }
 
+// TestQuorumPartialUpdate checks the partial update: with Quorum c₀ = 4,
+// two gradients give the update of those two at the rate η·2/4 without a
+// quorum, in every mode, the reported mean rate scaled likewise; and a full
+// update with Quorum set is bit for bit the update without it.
+func TestQuorumPartialUpdate(t *testing.T) {
+	for _, mode := range []LRMode{LRConstant, LRStaleness, LRAverage} {
+		partial, half := testConfig(mode), testConfig(mode)
+		partial.Quorum = 4
+		half.LR /= 2
+		a, err := NewSolver(partial, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewSolver(half, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(9, 10))
+		wa := randVec(r, testTotal)
+		// A full update first gives the momentum a history.
+		for range 3 {
+			a.Add(randVec(r, testTotal), 0)
+		}
+		a.Update(wa, randVec(r, testTotal), 0, 0)
+		wb := clone(wa)
+		if err := b.SetState(a.State()); err != nil {
+			t.Fatal(err)
+		}
+		g1, g2 := randVec(r, testTotal), randVec(r, testTotal)
+		a.Add(g1, 1)
+		info := a.Update(wa, g2, 3, 1)
+		b.Add(g1, 1)
+		ref := b.Update(wb, g2, 3, 1)
+		for i := range wa {
+			if !near(wa[i], float64(wb[i]), 1e-6) {
+				t.Fatalf("%v: w[%d] = %g, at half the rate %g", mode, i, wa[i], wb[i])
+			}
+		}
+		if info.Gradients != 2 || math.Abs(info.Alpha-ref.Alpha) > 1e-15 {
+			t.Fatalf("%v: info %+v, want 2 gradients and mean rate %g", mode, info, ref.Alpha)
+		}
+	}
+	// A full update is unchanged by the quorum, bit for bit.
+	q := testConfig(LRStaleness)
+	q.Quorum = 3
+	ws := [2][]float32{}
+	for k, cfg := range []Config{testConfig(LRStaleness), q} {
+		s, err := NewSolver(cfg, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(11, 12))
+		ws[k] = randVec(r, testTotal)
+		s.Add(randVec(r, testTotal), 2)
+		s.Add(randVec(r, testTotal), 0)
+		s.Update(ws[k], randVec(r, testTotal), 1, 0)
+	}
+	for i := range ws[0] {
+		if ws[0][i] != ws[1][i] {
+			t.Fatalf("full update with Quorum differs at %d: %g vs %g", i, ws[1][i], ws[0][i])
+		}
+	}
+}
+
 // TestAverageModeCap checks that a mean staleness below 1 does not raise the
 // rate above α0: τ = {0, 1} gives ⟨τ⟩ = 0.5 and factor 1.
 func TestAverageModeCap(t *testing.T) {
@@ -210,6 +274,7 @@ func TestConfigErrors(t *testing.T) {
 		{"LRSteps[1]", func(c *Config) { c.LRSteps = []int{5, 5} }},
 		{"LRSteps[0]", func(c *Config) { c.LRSteps = []int{0} }},
 		{"LRGamma", func(c *Config) { c.LRGamma = 0 }},
+		{"Quorum", func(c *Config) { c.Quorum = -1 }},
 	} {
 		c := good
 		tc.mut(&c)

@@ -9,14 +9,18 @@
 //
 // # Model
 //
-// Each learner repeats Steps times: send a pull to every shard; when every
-// shard has answered, compute for a drawn time (the gradient itself, if
+// Each learner repeats: send a pull to every shard; when every shard has
+// answered, compute for a drawn time (the gradient itself, if
 // Config.Gradient is set, is computed from the pulled weights at that
 // moment); then push every shard its slice stamped with that shard's reply
 // stamp, and pull again at once. Pull minimum clocks are the learner's last
 // stamp under softsync and last stamp + 1 under hardsync (its own push must
-// be applied first). After its last push a learner sends MsgLeave to every
-// shard. A message takes Config.Latency plus a draw from [0, Jitter); each
+// be applied first). How many steps a learner takes is set either per
+// learner (Config.Steps) or for the whole job (Config.TotalSteps: before
+// each pull a learner takes one mini-batch from the job's budget, in the
+// order learners ask, as a job's data dispatcher hands them out, so that
+// faster learners take more steps). A learner with no step left sends
+// MsgLeave to every shard. A message takes Config.Latency plus a draw from [0, Jitter); each
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
@@ -68,12 +72,15 @@ func (d Dist) draw(r *rand.Rand) float64 {
 
 // Config describes one simulated run.
 type Config struct {
-	PS      ps.Config // protocol, learners, shards and solver
-	Init    []float32 // initial flat weights; its length is the vector length
-	Steps   int       // gradients each learner pushes, ≥ 1
-	Compute Dist      // compute time of one gradient
-	Speed   []float64 // optional per-learner multiplier of compute times (len = learners)
-	Latency float64   // one-way message latency, ≥ 0
+	PS    ps.Config // protocol, learners, shards and solver
+	Init  []float32 // initial flat weights; its length is the vector length
+	Steps int       // gradients each learner pushes, ≥ 1; 0 with TotalSteps
+	// TotalSteps, if > 0, is the job's budget of gradients, shared by all
+	// learners in the order they ask (see the package doc); Steps must be 0.
+	TotalSteps int
+	Compute    Dist      // compute time of one gradient
+	Speed      []float64 // optional per-learner multiplier of compute times (len = learners)
+	Latency    float64   // one-way message latency, ≥ 0
 	// Jitter adds to each message's latency a uniform draw from
 	// [0, Jitter), keeping every link (learner → shard, shard → learner)
 	// in order, so that shards see messages in different orders and their
@@ -94,6 +101,7 @@ type Result struct {
 	Shards  []ps.Stats // per shard
 	Weights []float32  // final flat weights
 	Time    float64    // simulated time of the last event
+	Steps   []int      // gradients each learner pushed
 }
 
 // Run simulates cfg to completion.
@@ -124,7 +132,7 @@ func Run(cfg Config) (*Result, error) {
 			l.w, l.grad = make([]float32, len(cfg.Init)), make([]float32, len(cfg.Init))
 		}
 		s.learners = append(s.learners, l)
-		s.pullAll(l)
+		s.next(l)
 	}
 	for s.queue.Len() > 0 {
 		e := heap.Pop(&s.queue).(*event)
@@ -136,10 +144,16 @@ func Run(cfg Config) (*Result, error) {
 		res.Shards = append(res.Shards, sh.Stats())
 		copy(res.Weights[rs[k].Lo:], sh.Weights())
 	}
+	pushed := 0
 	for _, l := range s.learners {
-		if l.step < cfg.Steps {
+		res.Steps = append(res.Steps, l.step)
+		pushed += l.step
+		if cfg.TotalSteps == 0 && l.step < cfg.Steps {
 			return res, fmt.Errorf("%w: learner %d pushed %d of %d gradients at time %g", ErrDeadlock, l.id, l.step, cfg.Steps, s.now)
 		}
+	}
+	if pushed < cfg.TotalSteps {
+		return res, fmt.Errorf("%w: %d of %d gradients pushed at time %g", ErrDeadlock, pushed, cfg.TotalSteps, s.now)
 	}
 	return res, nil
 }
@@ -151,7 +165,9 @@ func (c *Config) validate() error {
 	switch {
 	case len(c.Init) == 0:
 		return sgd.Fieldf("Init", "the initial vector is empty")
-	case c.Steps < 1:
+	case c.TotalSteps < 0 || (c.TotalSteps > 0 && c.Steps != 0):
+		return sgd.Fieldf("TotalSteps", "must be ≥ 0, and Steps 0 when it is set; got %d (Steps %d)", c.TotalSteps, c.Steps)
+	case c.TotalSteps == 0 && c.Steps < 1:
 		return sgd.Fieldf("Steps", "must be ≥ 1, got %d", c.Steps)
 	case !(c.Compute.Mean > 0) || c.Compute.Spread < 0 || (c.Compute.Kind == Uniform && c.Compute.Spread >= 1):
 		return sgd.Fieldf("Compute", "needs Mean > 0 and Spread ≥ 0 (< 1 for Uniform), got %+v", c.Compute)
@@ -183,6 +199,7 @@ type learner struct {
 
 type sim struct {
 	cfg      Config
+	handed   int // TotalSteps: steps handed out so far
 	ranges   []ps.Range
 	shards   []*ps.Shard
 	learners []*learner
@@ -284,7 +301,18 @@ func (s *sim) pushAll(l *learner) {
 		}
 		s.send(m)
 	}
-	if l.step < s.cfg.Steps {
+	s.next(l)
+}
+
+// next starts the learner's next step if it has one, else makes it leave.
+func (s *sim) next(l *learner) {
+	more := l.step < s.cfg.Steps
+	if s.cfg.TotalSteps > 0 {
+		if more = s.handed < s.cfg.TotalSteps; more {
+			s.handed++
+		}
+	}
+	if more {
 		s.pullAll(l)
 		return
 	}

@@ -37,17 +37,19 @@ func TestSoftsyncStaleness(t *testing.T) {
 			for seed := uint64(1); seed <= 4; seed++ {
 				cfg := baseConfig(16, ps.Softsync, n)
 				cfg.Compute, cfg.Seed = d, seed
-				// Every update combines exactly c = max(1, ⌊λa/n⌋)
-				// gradients, λa the learners still active (they
-				// leave after their last push).
+				// Every update combines exactly c₀ = ⌊λ/n⌋ gradients,
+				// however many learners are still active (they leave
+				// after their last push), but the last, applied when
+				// the last learner leaves, which may hold fewer.
 				active := []int{16, 16}
+				c0 := 16 / n
 				cfg.Observe = func(k int, in ps.Msg, out ps.Ready) {
 					if in.Type == ps.MsgLeave {
 						active[k]--
 					}
 					for _, u := range out.Updates {
-						if c := max(1, active[k]/n); u.Gradients != c {
-							t.Fatalf("n=%d shard %d: update %d combined %d gradients with %d learners active, want %d", n, k, u.Clock, u.Gradients, active[k], c)
+						if u.Gradients != c0 && (active[k] > 0 || u.Gradients > c0) {
+							t.Fatalf("n=%d shard %d: update %d combined %d gradients with %d learners active, want %d", n, k, u.Clock, u.Gradients, active[k], c0)
 						}
 					}
 				}
@@ -199,6 +201,69 @@ func TestBoundedStalenessProperties(t *testing.T) {
 	}
 }
 
+// TestEndOfJobKeepsC runs λ = 30 learners of speeds spread over 1× to 3×,
+// so that they finish at very different times, and checks that the end of
+// the job does not change the update rule: every update combines c₀ =
+// ⌊λ/n⌋ gradients, however many learners are left, but the last one of
+// each shard, applied when the last learner leaves, which may hold fewer
+// (a partial update at a rate scaled by c/c₀). Learners have either a
+// fixed share of the steps each or the job's budget to share, in which case
+// faster learners take more steps and every step of the budget is pushed.
+func TestEndOfJobKeepsC(t *testing.T) {
+	const learners, per = 30, 40
+	speed := make([]float64, learners)
+	for i := range speed {
+		speed[i] = 1 + 2*float64(i)/(learners-1)
+	}
+	for _, n := range []int{1, 10, 30} {
+		for _, budget := range []bool{false, true} {
+			cfg := baseConfig(learners, ps.Softsync, n)
+			cfg.Speed, cfg.Compute, cfg.Seed = speed, jitters[1], uint64(n)
+			if budget {
+				cfg.Steps, cfg.TotalSteps = 0, learners*per+7
+			} else {
+				cfg.Steps = per
+			}
+			c0 := learners / n
+			active := []int{learners, learners}
+			var last [2]int // gradients of each shard's last update
+			cfg.Observe = func(k int, in ps.Msg, out ps.Ready) {
+				if in.Type == ps.MsgLeave {
+					active[k]--
+				}
+				for _, u := range out.Updates {
+					if last[k] != 0 && last[k] != c0 {
+						t.Fatalf("n=%d budget=%v shard %d: a partial update of %d gradients before the end", n, budget, k, last[k])
+					}
+					last[k] = u.Gradients
+					if u.Gradients > c0 || (u.Gradients < c0 && active[k] > 0) {
+						t.Fatalf("n=%d budget=%v shard %d: update %d combined %d gradients with %d learners active, want c₀ = %d",
+							n, budget, k, u.Clock, u.Gradients, active[k], c0)
+					}
+				}
+			}
+			res, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := learners * per
+			if budget {
+				total = cfg.TotalSteps
+				if res.Steps[0] <= res.Steps[learners-1] {
+					t.Errorf("n=%d: the fastest learner took %d steps, the slowest %d", n, res.Steps[0], res.Steps[learners-1])
+				}
+			}
+			for k, st := range res.Shards {
+				want := uint64((total + c0 - 1) / c0)
+				if st.Gradients != uint64(total) || st.Updates != want || st.Partial != min(1, uint64(total%c0)) {
+					t.Errorf("n=%d budget=%v shard %d: %d gradients, %d updates (%d partial), want %d, %d, %d",
+						n, budget, k, st.Gradients, st.Updates, st.Partial, total, want, min(1, total%c0))
+				}
+			}
+		}
+	}
+}
+
 // TestDeterministic checks that a run depends only on its Config: the same
 // seed gives bit-identical weights, stats and time; another seed does not.
 func TestDeterministic(t *testing.T) {
@@ -228,15 +293,16 @@ func TestDeterministic(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	for field, mut := range map[string]func(*Config){
-		"Init":      func(c *Config) { c.Init = nil },
-		"Steps":     func(c *Config) { c.Steps = 0 },
-		"Compute":   func(c *Config) { c.Compute.Spread = 1 },
-		"Speed":     func(c *Config) { c.Speed = []float64{1} },
-		"Speed[1]":  func(c *Config) { c.Speed = []float64{1, 0, 1, 1} },
-		"Latency":   func(c *Config) { c.Latency = math.NaN() },
-		"Jitter":    func(c *Config) { c.Jitter = -1 },
-		"N":         func(c *Config) { c.PS.N = 5 },
-		"Solver.LR": func(c *Config) { c.PS.Solver.LR = -1 },
+		"Init":       func(c *Config) { c.Init = nil },
+		"Steps":      func(c *Config) { c.Steps = 0 },
+		"TotalSteps": func(c *Config) { c.TotalSteps = 10 },
+		"Compute":    func(c *Config) { c.Compute.Spread = 1 },
+		"Speed":      func(c *Config) { c.Speed = []float64{1} },
+		"Speed[1]":   func(c *Config) { c.Speed = []float64{1, 0, 1, 1} },
+		"Latency":    func(c *Config) { c.Latency = math.NaN() },
+		"Jitter":     func(c *Config) { c.Jitter = -1 },
+		"N":          func(c *Config) { c.PS.N = 5 },
+		"Solver.LR":  func(c *Config) { c.PS.Solver.LR = -1 },
 	} {
 		cfg := baseConfig(4, ps.Softsync, 2)
 		mut(&cfg)
