@@ -147,3 +147,34 @@ func TestNetConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveWeights: the weights seen after each Step are the shard's,
+// at non-decreasing times; after the last one they are the result's.
+func TestObserveWeights(t *testing.T) {
+	cfg := baseConfig(4, ps.Softsync, 2)
+	cfg.Steps = 20
+	cfg.Gradient = func(l, step int, w, grad []float32) {
+		for i := range grad {
+			grad[i] = float32(l+1) * 0.01 * float32(i%5)
+		}
+	}
+	last := make([][]float32, cfg.PS.Shards)
+	prev := 0.0
+	cfg.ObserveWeights = func(at float64, k int, in ps.Msg, w []float32) {
+		if at < prev {
+			t.Fatalf("time went back from %g to %g", prev, at)
+		}
+		prev = at
+		last[k] = append(last[k][:0], w...)
+	}
+	res, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append(last[0], last[1]...)
+	for i, v := range res.Weights {
+		if got[i] != v || (i%5 != 0 && v == 0) {
+			t.Fatalf("weight %d: observed %g, result %g", i, got[i], v)
+		}
+	}
+}

@@ -104,6 +104,11 @@ type Config struct {
 	// Observe, if set, is called after every Step of every shard with the
 	// message and the outputs (valid only during the call).
 	Observe func(shard int, in ps.Msg, out ps.Ready)
+	// ObserveWeights, if set, is called after every Step (after Observe)
+	// with the simulated time, the message and the shard's weights, a
+	// read-only view of its range valid only during the call: a job's
+	// evaluator takes its epoch-end snapshots here.
+	ObserveWeights func(at float64, shard int, in ps.Msg, w []float32)
 	// Net, if set, models message sizes, link bandwidth, shard service
 	// times and codec time (see Network).
 	Net *Network
@@ -282,6 +287,9 @@ func (s *sim) step(m ps.Msg) {
 	out := s.shards[m.Shard].Step(m)
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(m.Shard, m, out)
+	}
+	if s.cfg.ObserveWeights != nil {
+		s.cfg.ObserveWeights(s.now, m.Shard, m, s.shards[m.Shard].Weights())
 	}
 	for _, r := range out.Replies {
 		if r.Err != nil {
