@@ -296,12 +296,15 @@ func (s *sim) step(m ps.Msg) {
 			panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
 		}
 		l := s.learners[r.To]
-		var w []float32
 		if l.w != nil {
-			w = append(w, r.Weights...) // the view is only valid during this Step
+			// The view is only valid during this Step. The learner
+			// is waiting for this reply and reads its weights only
+			// once every shard's has arrived, so they can go to its
+			// buffer now, in place of a copy in flight.
+			copy(l.w[s.ranges[m.Shard].Lo:], r.Weights)
 		}
 		shard, clock := m.Shard, r.Clock
-		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock, w) })
+		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock) })
 	}
 }
 
@@ -322,11 +325,8 @@ func (s *sim) pullAll(l *learner) {
 	}
 }
 
-func (s *sim) receive(l *learner, shard int, clock uint64, w []float32) {
+func (s *sim) receive(l *learner, shard int, clock uint64) {
 	l.stamps[shard] = clock
-	if l.w != nil {
-		copy(l.w[s.ranges[shard].Lo:], w)
-	}
 	if l.replies++; l.replies < len(s.shards) {
 		return
 	}
