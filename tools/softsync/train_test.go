@@ -25,6 +25,23 @@ func runErr(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// idxFolder writes synthetic training and test sets of 28×28 images, 10
+// classes, as idx files under MNIST's names into a new folder.
+func idxFolder(t *testing.T, train, test int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []struct {
+		images, labels string
+		n              int
+	}{{data.MNISTTrainImages, data.MNISTTrainLabels, train}, {data.MNISTTestImages, data.MNISTTestLabels, test}} {
+		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
+		if err := data.WriteIDX(filepath.Join(dir, f.images), filepath.Join(dir, f.labels), ds, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func readReport(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -257,16 +274,7 @@ func TestTrainDataFolders(t *testing.T) {
 	if err := data.WriteCIFAR10(filepath.Join(cifar, data.CIFAR10TestFile), data.Synthetic(30, 3, 32, 32, 10, 9)); err != nil {
 		t.Fatal(err)
 	}
-	mnist := t.TempDir()
-	for _, f := range []struct {
-		images, labels string
-		n              int
-	}{{data.MNISTTrainImages, data.MNISTTrainLabels, 200}, {data.MNISTTestImages, data.MNISTTestLabels, 50}} {
-		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
-		if err := data.WriteIDX(filepath.Join(mnist, f.images), filepath.Join(mnist, f.labels), ds, true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mnist := idxFolder(t, 200, 50)
 	for _, c := range []struct {
 		model, dir, want string
 		train, test      float64
