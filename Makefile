@@ -10,6 +10,9 @@
 #                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
 #   make bench        kernel benchmarks (go test -bench), softsync bench gemm and bench train
+#   make repro-quick  the paper's accuracy table (softsync repro --quick), MNIST and
+#                     Fashion-MNIST, into build/repro/*-quick (REPRO_FLAGS, default --sim)
+#   make repro        the same with the full schedule (long), into build/repro/*
 #   make profile      a CPU profile (PROFILE=cpu|mem|block|mutex|trace) of a short LeNet
 #                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
@@ -30,6 +33,9 @@ NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 PROFILE ?= cpu
+# softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
+REPRO_FLAGS ?= --sim
+REPRO_DATA := mnist fashion-mnist
 
 # OpenBLAS's libdir, recorded in the binary as the fallback dlopen path.
 # Recursive (=) so that it is read after `make deps` has installed pkg-config.
@@ -37,7 +43,7 @@ OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile deps check-memory test-c fuzz csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-fashion-mnist check-memory test-c fuzz csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -76,6 +82,15 @@ bench: deps build
 	bin/softsync bench train --model lenet --batch 8 --learners 2
 	bin/softsync bench train --model cifar10_full --batch 100
 
+# The accuracy table on each data set (docs/repro.md).
+repro-quick: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro --quick $(REPRO_FLAGS) --data $$d --out build/repro/$$d-quick; done
+
+repro: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro $(REPRO_FLAGS) --data $$d --out build/repro/$$d; done
+
 # A profile of training: 2 learners × batch 8 under 2-softsync, 3,000 steps.
 profile: deps build
 	@mkdir -p build/profile
@@ -87,8 +102,10 @@ profile: deps build
 fuzz: csrc-hash
 	$(GO) test -run '^$$' -fuzz FuzzNativeVsReference -fuzztime $(FUZZTIME) -ldflags '$(LDFLAGS)' ./kernels/
 
-deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+deps: PKGS = $(DEB_PACKAGES)
+deps-fashion-mnist: PKGS = dataset-fashion-mnist
+deps deps-fashion-mnist:
+	@missing=$$(for p in $(PKGS); do \
 		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
 	done | xargs); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
