@@ -28,7 +28,11 @@ import (
 // tA = max(now, A free) + bytes/bwA, is through B's inbound link at
 // tB = max(tA, max(now, B free) + bytes/bwB), and arrives at tB + Latency
 // (+ the jitter). Each link transmits one message at a time, in sending order;
-// a single transfer takes bytes/min(bwA, bwB) + Latency.
+// a single transfer takes bytes/min(bwA, bwB) + Latency. With SharedLink
+// every message of every learner and shard instead crosses one link of
+// ShardBandwidth, one message at a time (one queue for all traffic in
+// both directions, as on a loopback interface or a hub): it is through
+// at max(now, link free) + bytes/ShardBandwidth.
 //
 // Service: a shard's core takes the messages in arrival order, one at a
 // time; a push occupies it for PushFixed + PushPerElem·(elements of its
@@ -45,6 +49,7 @@ type Network struct {
 	GradientBytes, WeightBytes       float64 // wire bytes per element: 4 uncompressed, 4 × the codec's ratio otherwise
 	HeaderBytes                      float64 // per message
 	LearnerBandwidth, ShardBandwidth float64 // bytes/s per direction; 0 = unlimited
+	SharedLink                       bool    // one link, ShardBandwidth, for all traffic
 	PushFixed, PushPerElem           float64 // shard service of a push, seconds
 	PullFixed, PullPerElem           float64 // shard service of a pull (PullFixed: of any other message too)
 	EncodePerElem, DecodePerElem     float64 // learner codec time, seconds per element
@@ -78,6 +83,7 @@ type netState struct {
 	shardTx   []float64 // per shard
 	shardRx   []float64
 	busy      []float64 // per shard: its core is free from
+	shared    float64   // SharedLink: the link is free from
 }
 
 func newNetState(n *Network, ranges []ps.Range, total, learners int) *netState {
@@ -108,6 +114,11 @@ func (s *sim) transfer(learner, shard int, toShard bool, bytes float64, f func()
 	n := s.cfg.Net
 	if n == nil {
 		s.deliver(learner, shard, toShard, f)
+		return
+	}
+	if n.SharedLink {
+		s.ns.shared = max(s.now, s.ns.shared) + wireTime(bytes, n.ShardBandwidth)
+		s.at(s.ns.shared-s.now, func() { s.deliver(learner, shard, toShard, f) })
 		return
 	}
 	tx, rx := &s.ns.learnerTx[learner], &s.ns.shardRx[shard]

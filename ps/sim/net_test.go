@@ -57,10 +57,10 @@ func TestNetStepTime(t *testing.T) {
 	}
 }
 
-// TestNetSaturation checks the two ceilings of a shard: its core (every
-// step costs it one push and one pull) and its link (pushes in, weights
-// out, each direction its own). With learners enough to keep it busy, the
-// job runs at the ceiling.
+// TestNetSaturation checks the ceilings of a shard: its core (every step
+// costs it one push and one pull) and its link (pushes in, weights out,
+// each direction its own, or one link for all traffic). With learners
+// enough to keep it busy, the job runs at the ceiling.
 func TestNetSaturation(t *testing.T) {
 	const learners, steps, E = 16, 4000, 1e6
 	for _, c := range []struct {
@@ -73,6 +73,10 @@ func TestNetSaturation(t *testing.T) {
 		}},
 		{"link", func(n *Network) { n.ShardBandwidth = 0.1e9 }, func(n *Network) float64 {
 			return max(n.HeaderBytes+n.GradientBytes*E, n.HeaderBytes+n.WeightBytes*E) / n.ShardBandwidth
+		}},
+		// One link for everything: a pull, its reply and a push per step.
+		{"shared link", func(n *Network) { n.ShardBandwidth, n.SharedLink = 0.1e9, true }, func(n *Network) float64 {
+			return (3*n.HeaderBytes + (n.GradientBytes+n.WeightBytes)*E) / n.ShardBandwidth
 		}},
 	} {
 		cfg := netConfig(learners, ps.Softsync, learners, E)

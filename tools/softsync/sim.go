@@ -44,6 +44,7 @@ type simInputs struct {
 	ShardRate     float64 `json:"shard_update_Bps"` // gradient bytes per second a shard core updates with
 	CopyRate      float64 `json:"shard_copy_Bps"`   // weight bytes per second a shard core copies into pull replies
 	MessageSec    float64 `json:"message_s"`        // fixed service time of every message at a shard
+	SharedLink    bool    `json:"shared_link"`      // one link of shard_bandwidth_Bps for all traffic
 	Shards        int     `json:"shards"`
 	Steps         int     `json:"steps_per_learner"`
 	Seed          uint64  `json:"seed"`
@@ -122,7 +123,7 @@ type simFlags struct {
 	spread, bandwidth, shardBW, shardRate, copyRate float64
 	latency                                         string
 	seed                                            uint64
-	jsonOut                                         bool
+	jsonOut, sharedLink                             bool
 	plotOut                                         string
 	fit                                             float64
 	fitLearners                                     int
@@ -173,6 +174,7 @@ Inputs are measured on this machine unless given:
 	fl.Float64Var(&f.shardBW, "shard-bandwidth", 0, "a shard server's link, bytes/s per direction (default: --bandwidth)")
 	fl.StringVar(&f.latency, "latency", "", "one-way latency, e.g. 50us (default: measured)")
 	fl.Float64Var(&f.shardRate, "shard-rate", 0, "gradient bytes/s a shard core updates with (default: measured)")
+	fl.BoolVar(&f.sharedLink, "shared-link", false, "all traffic of all learners and shards crosses one link, one message at a time (the loopback interface of one machine)")
 	fl.Float64Var(&f.copyRate, "copy-rate", 0, "weight bytes/s a shard core copies into pull replies (default: measured)")
 	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards, one per server")
 	fl.IntVar(&f.steps, "steps", 200, "simulated mini-batches per learner")
@@ -260,6 +262,9 @@ func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*simInputs, error) {
 	if set("steps") {
 		in.Steps = f.steps
 	}
+	if set("shared-link") {
+		in.SharedLink = f.sharedLink
+	}
 	in.Seed = f.seed
 	spec, err := nn.Load(in.Model)
 	if err != nil {
@@ -320,7 +325,7 @@ func (in *simInputs) network() *sim.Network {
 	}
 	p := float64(in.Params)
 	n := &sim.Network{Elements: in.Params, GradientBytes: 4 * in.WireRatio, WeightBytes: 4, HeaderBytes: 56,
-		LearnerBandwidth: in.Bandwidth, ShardBandwidth: in.ShardBW,
+		LearnerBandwidth: in.Bandwidth, ShardBandwidth: in.ShardBW, SharedLink: in.SharedLink,
 		PushFixed: in.MessageSec, PushPerElem: 4/in.ShardRate + in.DecodeSec/p,
 		PullFixed: in.MessageSec, PullPerElem: 4 / in.CopyRate,
 		EncodePerElem: in.EncodeSec / p}
