@@ -32,6 +32,7 @@ type reproFlags struct {
 	seed                        uint64
 	learners, batch, single     int
 	epochs                      int
+	lr                          float64
 	trainSubset, testSubset     int
 	parallel                    int
 }
@@ -140,6 +141,7 @@ and is reported as diverged.`,
 	fl.StringVar(&f.ns, "n", "1,2,4,10,15,30", "softsync's n values, comma-separated (each ≤ --learners)")
 	fl.StringVar(&f.modes, "lr-modes", "constant,staleness", "rate modes of the softsync runs: constant, staleness, average")
 	fl.IntVar(&f.epochs, "epochs", 0, "epochs of every run (default: the schedule's)")
+	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 of every run (default: the schedule's)")
 	fl.IntVar(&f.trainSubset, "train-subset", -1, "train on the first N images (default: the schedule's; 0 = all)")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images; 0 = all")
 	fl.IntVar(&f.parallel, "parallel", 0, "--sim: simulations run at once (default: the cores available)")
@@ -277,6 +279,9 @@ func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFla
 	}
 	if f.trainSubset >= 0 {
 		sched.trainSubset = f.trainSubset
+	}
+	if cmd.Flags().Changed("lr") {
+		sched.lr = f.lr
 	}
 	if sched.epochs < 1 {
 		return nil, nil, fmt.Errorf("--epochs: must be ≥ 1")

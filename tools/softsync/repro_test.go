@@ -112,11 +112,29 @@ func TestReproReal(t *testing.T) {
 	}
 }
 
+// TestReproDiverged: with a huge rate the runs diverge, in the simulator
+// and with real learners alike, and are reported as such.
+func TestReproDiverged(t *testing.T) {
+	dir := idxFolder(t, 400, 100)
+	for _, mode := range [][]string{{"--sim"}, nil} {
+		out := t.TempDir()
+		run(t, reproArgs(dir, out, append(mode, "--n", "4", "--lr-modes", "constant", "--lr", "1e6")...)...)
+		es := readEntries(t, filepath.Join(out, "report.json"))
+		e := es[len(es)-1]
+		if e["run"] != "4-softsync, α0" || e["diverged"] != true || e["test_error"] != nil || e["diverged_reason"] == "" {
+			t.Errorf("%v: %v", mode, e)
+		}
+		if md, _ := os.ReadFile(filepath.Join(out, "table.md")); !bytes.Contains(md, []byte("| 4-softsync, α0 | 4 × 4 | diverged (epoch ")) {
+			t.Errorf("%v: table.md:\n%s", mode, md)
+		}
+	}
+}
+
 func TestReproBadFlags(t *testing.T) {
 	dir := idxFolder(t, 40, 10)
 	for _, extra := range [][]string{
 		{"--n", "0"}, {"--n", "5"}, {"--lr-modes", "fast"}, {"--learners", "0"}, {"--epochs", "0"},
-		{"--single-batch", "64"}, // 40 images are fewer than the single learner's batch
+		{"--lr", "-1"}, {"--single-batch", "64"}, // 40 images are fewer than the single learner's batch
 	} {
 		args := append(reproArgs(dir, t.TempDir(), "--sim"), extra...)
 		if _, err := runErr(args...); err == nil {
