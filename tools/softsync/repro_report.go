@@ -61,8 +61,8 @@ func reproTable(rs *reproSetup, entries []*reproEntry) string {
 	mode := "real: concurrent learners in one process (softsync train's job runner)"
 	ips := "images/s"
 	if rs.f.sim {
-		mode = fmt.Sprintf("sim: the deterministic simulator, virtual time (compute %.2g ms per image, log-normal σ = %g; latency %g µs); seed %d",
-			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, rs.f.seed)
+		mode = fmt.Sprintf("sim: the deterministic simulator, virtual time (compute %.2g ms per image, log-normal σ = %g; messages %g–%g µs); seed %d",
+			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, 1e6*(simLatency+simJitter), rs.f.seed)
 		ips = "images/s (virtual)"
 	}
 	fmt.Fprintf(&b, "Mode: %s.  \n", mode)

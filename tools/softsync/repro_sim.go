@@ -18,12 +18,14 @@ import (
 // The time model of softsync repro --sim: a learner's compute time per
 // mini-batch is μ·simImageSeconds times a log-normal factor of mean 1 and
 // σ = simComputeSpread (a homogeneous cluster's jitter), and each message
-// takes simLatency. Only the order of events depends on them (and the
-// virtual images/s of the table); every gradient is computed for real.
+// takes simLatency plus a uniform draw from [0, simJitter). Only the order
+// of events depends on them (and the virtual images/s of the table);
+// every gradient is computed for real.
 const (
 	simImageSeconds  = 0.5e-3
 	simComputeSpread = 0.15
 	simLatency       = 50e-6
+	simJitter        = 50e-6
 )
 
 // simRun runs r in the simulator (ps/sim): the real shard core in virtual
@@ -63,7 +65,7 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		DataSize: P * r.batch, Layout: net.Layout(), Solver: cfg.Solver}
 	sc := sim.Config{PS: pc, Init: init, TotalSteps: E * P, Seed: cfg.Seed,
 		Compute: sim.Dist{Kind: sim.LogNormal, Mean: float64(r.batch) * simImageSeconds, Spread: simComputeSpread},
-		Latency: simLatency, Gradient: g.compute,
+		Latency: simLatency, Jitter: simJitter, Gradient: g.compute,
 		ObserveWeights: func(at float64, _ int, in ps.Msg, w []float32) {
 			if in.Type != ps.MsgPush || g.diverged != nil {
 				return
