@@ -156,6 +156,7 @@ type reproSetup struct {
 	engine   kernels.Engine
 	sched    reproSchedule
 	dataName string
+	threads  int // --threads: workers per real learner (0: the cores shared out)
 	train    *data.Dataset
 	test     *data.Dataset
 	norm     data.Normalizer
@@ -298,12 +299,13 @@ func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFla
 	}
 	// Every learner runs single-threaded kernels: real runs put λ
 	// learners on the cores, simulations one run per core.
+	threads := app.Threads
 	app.Threads = 1
 	e, _, err := app.EngineInfo()
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &reproSetup{app: app, f: f, spec: spec, engine: e, sched: sched, dataName: name,
+	rs := &reproSetup{app: app, f: f, spec: spec, engine: e, sched: sched, dataName: name, threads: threads,
 		train: train, test: test, norm: data.MeanNormalizer(train)}
 	for _, r := range runs { // a bad combination fails now, not after hours
 		cfg := rs.jobConfig(r)
@@ -355,7 +357,7 @@ func (rs *reproSetup) jobConfig(r reproRun) learner.JobConfig {
 // in-process job runner (learner.Run), the code path of softsync train.
 func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, error) {
 	cfg := rs.jobConfig(r)
-	par := learner.PlanThreads(rs.spec, kernels.DefaultThreads(), r.learners, r.batch, 0)
+	par := learner.PlanThreads(rs.spec, kernels.DefaultThreads(), r.learners, r.batch, rs.threads)
 	cfg.Workers = par.Workers
 	var history []learner.Epoch
 	var mu sync.Mutex
