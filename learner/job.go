@@ -28,16 +28,20 @@ var ErrConfig = sgd.ErrInvalidConfig
 type JobConfig struct {
 	Spec   *nn.Spec       // the network
 	Engine kernels.Engine // shared by every learner and the evaluator
-	Train  *data.Dataset  // partitioned among the learners (see data.LoaderConfig)
+	Train  *data.Dataset  // handed out to the learners in chunks (see data.Plan)
 	Test   *data.Dataset  // evaluated at each epoch end; nil: no evaluation
 
 	Learners int // λ ≥ 1
 	Batch    int // μ ≥ 1, images per learner step
 	Epochs   int // passes over the training set, ≥ 0 (0: evaluate Init only)
-	// MaxSteps, if > 0, stops every learner after at most MaxSteps steps
-	// (a short run; the last epoch may then be incomplete and has no
-	// history entry).
+	// MaxSteps, if > 0, ends the job after at most MaxSteps mini-batches,
+	// all learners together (under hardsync rounded down to a multiple of
+	// Learners): a short run; the last epoch may then be incomplete and
+	// has no history entry.
 	MaxSteps int
+	// Chunk is the number of mini-batches handed to a learner at a time
+	// (data.Plan.Chunk; 0: DefaultChunk).
+	Chunk int
 
 	Protocol     ps.Protocol
 	N            int // softsync's n, 1 ≤ N ≤ Learners
@@ -60,12 +64,6 @@ type JobConfig struct {
 	// cores (see ThreadsPerLearner). The evaluation network uses
 	// Workers·Learners goroutines.
 	Workers int
-	// NewSource, if set, makes learner r's mini-batch stream instead of
-	// the default, a data.Loader over the learner's shard of Train (z is
-	// the normalizer computed from Train). Each batch must hold Batch
-	// images of Train's shape.
-	NewSource func(r int, z data.Normalizer) (Source, error)
-
 	// OnEpoch, if set, receives each epoch's history entry once it is
 	// complete, in order; it is called from a job goroutine and must not
 	// block for long.
@@ -87,11 +85,12 @@ type Result struct {
 	Weights      []float32       // the final weights
 	Normalizer   data.Normalizer // the input normalisation used
 	Steps        int64           // gradients pushed, all learners
+	LearnerSteps []int64         // gradients pushed by each learner
 	Images       int64           // Steps·Batch
 	Seconds      float64         // training wall time (first step to last push)
 	ImagesPerSec float64         // Images/Seconds
 	// BatchesPerEpoch is P, the mini-batches of one epoch over all
-	// learners (Σ over learners of ⌊shard size/μ⌋).
+	// learners (data.Plan.BatchesPerEpoch).
 	BatchesPerEpoch int
 	Shards          []ps.ServerStats // each shard's counters, in shard order
 	Traffic         rdma.Stats       // every learner connection, both directions
@@ -125,7 +124,7 @@ func (c *JobConfig) Validate() error {
 }
 
 // ValidateSettings checks the fields that are plain settings (everything
-// but Engine, Train, Test and NewSource; Spec may be nil, which skips the
+// but Engine, Train and Test; Spec may be nil, which skips the
 // checks that need it), so that a command line can be checked before
 // data is loaded or anything is started.
 func (c *JobConfig) ValidateSettings() error {
@@ -134,6 +133,8 @@ func (c *JobConfig) ValidateSettings() error {
 		return sgd.Fieldf("Epochs", "must be ≥ 0, got %d", c.Epochs)
 	case c.MaxSteps < 0:
 		return sgd.Fieldf("MaxSteps", "must be ≥ 0 (0: no limit), got %d", c.MaxSteps)
+	case c.Chunk < 0:
+		return sgd.Fieldf("Chunk", "must be ≥ 0 (0: %d), got %d", DefaultChunk, c.Chunk)
 	case c.Transport != "" && c.Transport != "inmem" && c.Transport != "tcp":
 		return sgd.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
 	case c.EvalBatch < 0:
@@ -165,13 +166,22 @@ func (c *JobConfig) psConfig(layout []sgd.Segment, dataSize int) ps.Config {
 		Shards: c.Shards, Batch: c.Batch, DataSize: dataSize, Layout: layout, Solver: c.Solver}
 }
 
-// Source is a learner's stream of mini-batches (data.Loader is one): Next
-// as Batches; BatchesPerEpoch is the number of batches of one pass over
-// the learner's data; Close stops it.
-type Source interface {
-	Batches
-	BatchesPerEpoch() int
-	Close()
+// DefaultChunk is the number of mini-batches a learner takes at a time
+// unless JobConfig.Chunk says otherwise: few enough that the last
+// learners of a job finish within a few steps of each other, enough that
+// asking costs nothing next to computing.
+const DefaultChunk = 8
+
+// plan returns the job's data plan over Train.
+func (c *JobConfig) plan() data.Plan {
+	p := data.Plan{Images: c.Train.N, Batch: c.Batch, Group: 1, Chunk: c.Chunk, Epochs: c.Epochs, MaxBatches: c.MaxSteps, Seed: c.Seed}
+	if c.Protocol == ps.Hardsync {
+		p.Group = c.Learners
+	}
+	if p.Chunk == 0 {
+		p.Chunk = DefaultChunk
+	}
+	return p
 }
 
 // Job is a running training job (StartJob).
@@ -182,10 +192,10 @@ type Job struct {
 	norm     data.Normalizer
 	eval     *nn.Net // nil without a test set
 	nets     []*nn.Net
-	loaders  []Source
+	disp     *data.Dispatcher
+	loaders  []*data.Loader
 	clients  []*ps.Client
 	group    *ps.Group
-	steps    []int // per learner
 	total    int64
 	perEpoch int // P, mini-batches per epoch, all learners
 	init     []float32
@@ -197,6 +207,7 @@ type Job struct {
 
 	mu      sync.Mutex // guards the fields below
 	pushed  int64
+	steps   []int64 // per learner
 	ema     float64
 	lossSum []float64 // per epoch, 0-based
 	lossCnt []int
@@ -224,10 +235,17 @@ type snapshot struct {
 // they train. Errors before any goroutine starts are returned here; later
 // ones by Wait.
 //
-// Epochs and evaluation: an epoch is P = Σ_r ⌊|shard r|/μ⌋ mini-batches,
-// all learners together (each learner's loader visits its shard once per
-// epoch). The shards' epoch counter for the learning-rate schedule counts
-// the same mini-batches (ps.Config.DataSize = P·μ). The test error of
+// Data: a dispatcher hands the learners the job's mini-batches in chunks
+// (data.Plan, data.Dispatcher): each learner takes a chunk, pushes its
+// mini-batches and takes the next, until the job's Epochs (or MaxSteps)
+// are handed out; faster learners take more. Under hardsync the chunks
+// are strided so that each round holds λ consecutive mini-batches, the
+// images of one mini-batch of λμ for a single learner.
+//
+// Epochs and evaluation: an epoch is P mini-batches, all learners
+// together (data.Plan.BatchesPerEpoch). The shards' epoch counter for the
+// learning-rate schedule counts the same mini-batches (ps.Config.DataSize
+// = P·μ). The test error of
 // epoch e < Epochs is measured on the weights each shard holds right
 // after it consumed (accepted or dropped) its (e·P)-th gradient, copied
 // on the shard's goroutine at that moment (ps.GroupConfig.OnPush) while
@@ -280,44 +298,35 @@ func StartJob(ctx context.Context, cfg JobConfig) (*Job, error) {
 	if j.eval != nil {
 		j.evalWG.Go(j.evaluator)
 	}
-	for r := range j.cfg.Learners {
+	for r := range j.clients { // none when there is nothing to train
 		j.wg.Go(func() { j.runLearner(r) })
 	}
 	return j, nil
 }
 
-// build makes the networks, loaders and initial weights.
+// build makes the networks, the dispatcher, the loaders and the initial
+// weights.
 func (j *Job) build() error {
 	c := &j.cfg
+	plan := c.plan()
+	disp, err := data.NewDispatcher(plan)
+	if err != nil {
+		if errors.Is(err, data.ErrConfig) {
+			return sgd.Fieldf("Batch", "%v", err)
+		}
+		return err
+	}
+	j.disp, j.perEpoch, j.total = disp, plan.BatchesPerEpoch(), int64(plan.Total())
 	perNet := 1
 	if c.Overlap {
 		perNet = 2
 	}
 	for r := range c.Learners {
-		var ld Source
-		var err error
-		if c.NewSource != nil {
-			ld, err = c.NewSource(r, j.norm)
-		} else {
-			ld, err = data.NewLoader(c.Train, data.LoaderConfig{Batch: c.Batch, Seed: c.Seed, Learner: r, Learners: c.Learners, Normalizer: j.norm})
-		}
+		ld, err := data.NewLoader(c.Train, data.LoaderConfig{Plan: plan, Source: data.Local{D: disp, Learner: r}, Normalizer: j.norm})
 		if err != nil {
-			if errors.Is(err, data.ErrConfig) {
-				return sgd.Fieldf("Batch", "%v", err)
-			}
 			return err
 		}
 		j.loaders = append(j.loaders, ld)
-		if ld.BatchesPerEpoch() < 1 {
-			return sgd.Fieldf("NewSource", "learner %d's source has %d batches per epoch", r, ld.BatchesPerEpoch())
-		}
-		j.perEpoch += ld.BatchesPerEpoch()
-		steps := c.Epochs * ld.BatchesPerEpoch()
-		if c.MaxSteps > 0 {
-			steps = min(steps, c.MaxSteps)
-		}
-		j.steps = append(j.steps, steps)
-		j.total += int64(steps)
 		for range perNet {
 			net, err := newNet(c.Spec, c.Engine, c.Batch, c.Workers)
 			if err != nil {
@@ -326,6 +335,7 @@ func (j *Job) build() error {
 			j.nets = append(j.nets, net)
 		}
 	}
+	j.steps = make([]int64, c.Learners)
 	j.init = c.Init
 	if j.init == nil {
 		j.nets[0].Init(c.Seed)
@@ -346,7 +356,6 @@ func (j *Job) build() error {
 		j.testErr[e] = math.NaN()
 	}
 	j.ema = math.NaN()
-	var err error
 	j.ranges, err = ps.Ranges(len(j.init), c.Shards)
 	return err
 }
@@ -420,15 +429,10 @@ func (j *Job) fail(err error) {
 	j.cancel()
 }
 
-// runLearner runs learner r's steps, then leaves the parameter server.
+// runLearner runs learner r until the job's data is done.
 func (j *Job) runLearner(r int) {
-	if j.steps[r] == 0 {
-		if j.clients != nil {
-			j.clients[r].Leave(j.ctx)
-		}
-		return
-	}
-	cfg := Config{ID: r, Data: j.loaders[r], Client: j.clients[r], Overlap: j.cfg.Overlap, OnStep: j.onStep}
+	cfg := Config{ID: r, Data: j.loaders[r], Client: j.clients[r], Overlap: j.cfg.Overlap,
+		OnStep: func(b *data.Batch, loss float32) { j.onStep(r, b, loss) }}
 	if j.cfg.Overlap {
 		cfg.Net, cfg.Spare = j.nets[2*r], j.nets[2*r+1]
 	} else {
@@ -436,21 +440,19 @@ func (j *Job) runLearner(r int) {
 	}
 	l, err := New(cfg)
 	if err == nil {
-		err = l.Run(j.ctx, j.steps[r])
-	}
-	if err == nil {
-		err = j.clients[r].Leave(j.ctx)
+		err = l.Run(j.ctx)
 	}
 	if err != nil {
 		j.fail(err)
 	}
 }
 
-// onStep accounts one pushed mini-batch.
-func (j *Job) onStep(b *data.Batch, loss float32) {
+// onStep accounts one mini-batch pushed by learner r.
+func (j *Job) onStep(r int, b *data.Batch, loss float32) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.pushed++
+	j.steps[r]++
 	if math.IsNaN(j.ema) {
 		j.ema = float64(loss)
 	} else {
@@ -551,7 +553,8 @@ func (j *Job) Progress() Progress {
 // weights, their test error, the history and the server's counters.
 func (j *Job) Wait() (*Result, error) {
 	j.wg.Wait()
-	res := &Result{Steps: j.pushed, Images: j.pushed * int64(j.cfg.Batch), BatchesPerEpoch: j.perEpoch, Normalizer: j.norm}
+	res := &Result{Steps: j.pushed, LearnerSteps: slices.Clone(j.steps), Images: j.pushed * int64(j.cfg.Batch),
+		BatchesPerEpoch: j.perEpoch, Normalizer: j.norm}
 	var gerr error
 	if j.group != nil {
 		gerr = j.group.Wait()

@@ -160,55 +160,20 @@ func TestJobLearnsMNIST(t *testing.T) {
 	}
 }
 
-// orderedSource serves fixed, unshuffled batches: learner r of λ takes,
-// at step s, the images ((s·λ + r)·μ …) modulo the data-set size, so λ
-// learners of batch μ see at each step exactly the images one learner of
-// batch μλ sees at that step.
-type orderedSource struct {
-	ds         *data.Dataset
-	z          data.Normalizer
-	r, lambda  int
-	step, mu   int
-	perEpoch   int
-	b          data.Batch
-	closeCount int
-}
-
-func (o *orderedSource) Next() *data.Batch {
-	il := o.ds.ImageLen()
-	for i := range o.mu {
-		k := ((o.step*o.lambda+o.r)*o.mu + i) % o.ds.N
-		o.z.Fill(o.ds, k, o.b.X[i*il:(i+1)*il])
-		o.b.Labels[i] = o.ds.Labels[k]
-	}
-	o.b.Epoch, o.b.Index = o.step/o.perEpoch, o.step%o.perEpoch
-	o.step++
-	return &o.b
-}
-
-func (o *orderedSource) BatchesPerEpoch() int { return o.perEpoch }
-func (o *orderedSource) Close()               { o.closeCount++ }
-
-func ordered(ds *data.Dataset, lambda, mu int) func(int, data.Normalizer) (Source, error) {
-	return func(r int, z data.Normalizer) (Source, error) {
-		return &orderedSource{ds: ds, z: z, r: r, lambda: lambda, mu: mu, perEpoch: ds.N / (lambda * mu),
-			b: data.Batch{X: make([]float32, mu*ds.ImageLen()), Labels: make([]int32, mu)}}, nil
-	}
-}
-
 // TestJobHardsyncExact: through the job runner, hardsync with λ learners
-// of batch μ gives the weights of one learner of batch μλ on the same
-// images (float tolerance), both with LeNet's per-layer multipliers.
+// of batch μ gives the weights of one learner of batch μλ (float
+// tolerance), both with LeNet's per-layer multipliers: each hardsync
+// round holds the λ consecutive mini-batches of μ that make the single
+// learner's mini-batch of μλ (data.Plan).
 func TestJobHardsyncExact(t *testing.T) {
 	train, _ := mnistSubset(t, 640, 0)
-	const lambda, mu = 4, 4
+	const lambda, mu, rounds = 4, 4, 12
 	base := JobConfig{Spec: spec(t, "lenet"), Engine: engine(t), Train: train, Protocol: ps.Hardsync,
-		Epochs: 1, MaxSteps: 12, Seed: 3, Shards: 3,
+		Epochs: 1, Seed: 3, Shards: 3, Chunk: 5,
 		Solver: sgd.Config{LR: 0.02, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
 	run := func(learners, batch int, transport string) *Result {
 		cfg := base
-		cfg.Learners, cfg.Batch, cfg.Transport = learners, batch, transport
-		cfg.NewSource = ordered(train, learners, batch)
+		cfg.Learners, cfg.Batch, cfg.Transport, cfg.MaxSteps = learners, batch, transport, rounds*learners
 		res, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -219,12 +184,17 @@ func TestJobHardsyncExact(t *testing.T) {
 	single := run(1, lambda*mu, "inmem")
 	for _, transport := range []string{"inmem", "tcp"} {
 		dist := run(lambda, mu, transport)
-		if dist.Steps != lambda*single.Steps || single.Steps != 12 {
+		if dist.Steps != lambda*single.Steps || single.Steps != rounds {
 			t.Fatalf("%d distributed steps, %d single", dist.Steps, single.Steps)
 		}
+		for r, n := range dist.LearnerSteps {
+			if n != rounds {
+				t.Errorf("learner %d pushed %d gradients, want %d (one per round)", r, n, rounds)
+			}
+		}
 		for k, st := range dist.Shards {
-			if st.Updates != uint64(single.Steps) {
-				t.Errorf("shard %d: %d updates, want %d", k, st.Updates, single.Steps)
+			if st.Updates != uint64(single.Steps) || st.Partial != 0 {
+				t.Errorf("shard %d: %d updates (%d partial), want %d full ones", k, st.Updates, st.Partial, single.Steps)
 			}
 		}
 		var maxDiff float64
@@ -238,10 +208,8 @@ func TestJobHardsyncExact(t *testing.T) {
 	}
 	// The runs must have trained: a single learner on other images differs.
 	other := base
-	other.Learners, other.Batch = 1, lambda*mu
-	tail := *train
-	tail.N, tail.Pixels, tail.Labels = 320, train.Pixels[320*train.ImageLen():], train.Labels[320:]
-	other.NewSource = ordered(&tail, 1, lambda*mu)
+	other.Learners, other.Batch, other.MaxSteps = 1, lambda*mu, rounds
+	other.Train = train.Subset(320)
 	res, err := Run(context.Background(), other)
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +220,37 @@ func TestJobHardsyncExact(t *testing.T) {
 	}
 	if diff < 1e-3 {
 		t.Errorf("training on other images changed the weights by only %.3g", diff)
+	}
+}
+
+// TestJobSoftsyncEnd trains with many small-batch learners under
+// 1-softsync (c₀ = λ = 30), learners finishing whenever the machine lets
+// them, and checks that the end of the job does not damage the model:
+// every update combined c₀ gradients, and the final weights, which users
+// keep, are no worse than the last epoch-end snapshot plus 0.5
+// percentage points. (Had c followed the learners still active, the last
+// ones alone would make full-rate updates from single mini-batches: this
+// run then ended 3 to 20 points above its snapshot.)
+func TestJobSoftsyncEnd(t *testing.T) {
+	if raceDetector {
+		t.Skip("race detector: a learning test (make test runs it natively)")
+	}
+	train, test := mnistSubset(t, 12000, 2000)
+	cfg := JobConfig{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test,
+		Learners: 30, Batch: 4, Protocol: ps.Softsync, N: 1, Shards: 1, Epochs: 2, Seed: 5,
+		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, cfg, res)
+	h, st := res.History, res.Shards[0]
+	t.Logf("test error %.4f after epoch 1, %.4f final; steps per learner %v", h[0].TestError, res.TestError, res.LearnerSteps)
+	if st.Updates != st.Gradients/30 || st.Partial != 0 {
+		t.Errorf("%d updates (%d partial) of %d gradients, want every update of 30", st.Updates, st.Partial, st.Gradients)
+	}
+	if res.TestError > h[0].TestError+0.005 {
+		t.Errorf("final test error %.4f, last epoch-end snapshot %.4f: the end of the job damaged the model", res.TestError, h[0].TestError)
 	}
 }
 
@@ -341,7 +340,9 @@ func TestJobConfigErrors(t *testing.T) {
 	}{
 		{"Learners", func(c *JobConfig) { c.Learners = 0 }},
 		{"Batch", func(c *JobConfig) { c.Batch = 0 }},
-		{"Batch", func(c *JobConfig) { c.Batch = 60 }}, // 50 images per learner
+		{"Batch", func(c *JobConfig) { c.Batch = 101 }},                         // 100 images
+		{"Batch", func(c *JobConfig) { c.Protocol, c.Batch = ps.Hardsync, 60 }}, // a round of 2×60 images
+		{"Chunk", func(c *JobConfig) { c.Chunk = -1 }},
 		{"N", func(c *JobConfig) { c.N = 3 }},
 		{"MaxStaleness", func(c *JobConfig) { c.Protocol, c.MaxStaleness = ps.Hardsync, 2 }},
 		{"Shards", func(c *JobConfig) { c.Shards = 0 }},

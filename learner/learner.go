@@ -15,21 +15,38 @@ import (
 // learner stops before pushing its gradient (the server would reject it).
 var ErrDiverged = errors.New("training diverged (loss is NaN or infinite)")
 
-// Batches is a stream of training mini-batches (a *data.Loader). Next
-// returns the next batch, valid until the following call.
+// Batches is a learner's stream of training mini-batches (a
+// *data.Loader): Next returns the next batch, valid until the following
+// call, or data.ErrIdle (no batch now: the learner leaves the parameter
+// server, and the next call waits) or data.ErrEnd (the job's data is
+// done); Done reports a batch whose gradient has been pushed.
 type Batches interface {
-	Next() *data.Batch
+	Next(ctx context.Context) (*data.Batch, error)
+	Done(ctx context.Context, b *data.Batch) error
 }
+
+// PS is the learner's side of the parameter server (a *ps.Client): see
+// ps.Client for the contract of each call.
+type PS interface {
+	Pull(ctx context.Context, w []float32) error
+	PullAsync(ctx context.Context, w []float32) error
+	WaitPull() error
+	Push(ctx context.Context, grad []float32) error
+	Join(ctx context.Context) error
+	Leave(ctx context.Context) error
+}
+
+var _ PS = (*ps.Client)(nil)
 
 // Config configures one Learner.
 type Config struct {
-	ID     int        // learner id, for messages
-	Net    *nn.Net    // the network the learner computes on (batch μ)
-	Spare  *nn.Net    // Overlap only: a second Net of the same spec and batch with its own parameters
-	Data   Batches    // the learner's mini-batches
-	Client *ps.Client // the learner's connection to every shard
-	// Overlap prefetches the next weights (Client.PullAsync) into the
-	// other Net while this one computes.
+	ID     int     // learner id, for messages
+	Net    *nn.Net // the network the learner computes on (batch μ)
+	Spare  *nn.Net // Overlap only: a second Net of the same spec and batch with its own parameters
+	Data   Batches // the learner's mini-batches
+	Client PS      // the learner's connection to every shard
+	// Overlap prefetches the next weights (PullAsync) into the other Net
+	// while this one computes.
 	Overlap bool
 	// OnStep, if set, is called after each push with the batch and its
 	// loss, on the learner's goroutine; it must return quickly.
@@ -40,7 +57,12 @@ type Config struct {
 // compute (forward and backward, the gradient averaged over the μ
 // images) → push, with no local accumulation: each push carries one
 // mini-batch's gradient, stamped with the stamps of the weights it was
-// computed on.
+// computed on. It takes mini-batches until its stream ends, so that the
+// end of a job is decided by the job's data (all learners together), not
+// by a count of each learner's own: faster learners simply do more steps.
+// A learner whose stream has no batch for now leaves the parameter server
+// while it waits and joins again before its next push, so that it never
+// holds back a hardsync round.
 //
 // With Overlap the learner keeps two networks, A and B. It pulls into A,
 // then every step: start an asynchronous pull into B, compute on A, push
@@ -72,45 +94,82 @@ func New(cfg Config) (*Learner, error) {
 	return &Learner{cfg: cfg, nets: [2]*nn.Net{cfg.Net, cfg.Spare}}, nil
 }
 
-// Run performs steps training steps and returns. It does not leave the
-// parameter server (the caller does, once it is done with the client). On
-// an error an asynchronous pull may still be in flight: close the client.
-func (l *Learner) Run(ctx context.Context, steps int) error {
-	c := l.cfg.Client
-	if l.cfg.Overlap && steps > 0 {
-		if err := c.Pull(ctx, l.nets[0].Params()); err != nil {
-			return fmt.Errorf("learner %d: %w", l.cfg.ID, err)
+// Run trains until the learner's stream ends, then leaves the parameter
+// server and returns nil, or returns the first error. On an error an
+// asynchronous pull may still be in flight: close the client.
+func (l *Learner) Run(ctx context.Context) error {
+	c, src := l.cfg.Client, l.cfg.Data
+	fresh, member := true, true // fresh: the next step pulls synchronously
+	for s := 0; ; s++ {
+		b, err := src.Next(ctx)
+		switch {
+		case errors.Is(err, data.ErrEnd):
+			if member {
+				if err := c.Leave(ctx); err != nil {
+					return fmt.Errorf("learner %d: leave at the end: %w", l.cfg.ID, err)
+				}
+			}
+			return nil
+		case errors.Is(err, data.ErrIdle):
+			if member {
+				if err := c.Leave(ctx); err != nil {
+					return fmt.Errorf("learner %d: leave while idle: %w", l.cfg.ID, err)
+				}
+			}
+			member, fresh = false, true
+			continue
+		case err != nil:
+			return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+		}
+		if !member {
+			if err := c.Join(ctx); err != nil {
+				return fmt.Errorf("learner %d: join: %w", l.cfg.ID, err)
+			}
+			member = true
+		}
+		if err := l.step(ctx, s, b, fresh); err != nil {
+			return err
+		}
+		fresh = false
+		if err := src.Done(ctx, b); err != nil {
+			return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
 		}
 	}
-	for s := range steps {
-		b := l.cfg.Data.Next()
-		net := l.nets[0]
-		var err error
-		switch {
-		case !l.cfg.Overlap:
-			err = c.Pull(ctx, net.Params())
-		case s < steps-1:
+}
+
+// step computes and pushes the gradient of b; fresh pulls the weights
+// first even with Overlap (no prefetched weights are current).
+func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) error {
+	c, net := l.cfg.Client, l.nets[0]
+	var err error
+	switch {
+	case !l.cfg.Overlap:
+		err = c.Pull(ctx, net.Params())
+	case fresh:
+		if err = c.Pull(ctx, net.Params()); err == nil {
 			err = c.PullAsync(ctx, l.nets[1].Params())
 		}
-		if err != nil {
+	default:
+		err = c.PullAsync(ctx, l.nets[1].Params())
+	}
+	if err != nil {
+		return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+	}
+	loss := net.Gradient(b.X, b.Labels)
+	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v: %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
+	}
+	if err := c.Push(ctx, net.Grads()); err != nil {
+		return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+	}
+	if l.cfg.Overlap {
+		if err := c.WaitPull(); err != nil {
 			return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
 		}
-		loss := net.Gradient(b.X, b.Labels)
-		if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
-			return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v: %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
-		}
-		if err := c.Push(ctx, net.Grads()); err != nil {
-			return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
-		}
-		if l.cfg.Overlap {
-			if err := c.WaitPull(); err != nil {
-				return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
-			}
-			l.nets[0], l.nets[1] = l.nets[1], l.nets[0]
-		}
-		if l.cfg.OnStep != nil {
-			l.cfg.OnStep(b, loss)
-		}
+		l.nets[0], l.nets[1] = l.nets[1], l.nets[0]
+	}
+	if l.cfg.OnStep != nil {
+		l.cfg.OnStep(b, loss)
 	}
 	return nil
 }

@@ -230,8 +230,12 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 // reconnect).
 func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
 
-// Leave tells every shard that the learner is done.
-func (c *Client) Leave(ctx context.Context) error { return c.all(ctx, MsgLeave) }
+// Leave tells every shard that the learner is done, or pauses (a later
+// Join resumes it; its next pull asks for the current weights).
+func (c *Client) Leave(ctx context.Context) error {
+	c.pushed = false
+	return c.all(ctx, MsgLeave)
+}
 
 func (c *Client) all(ctx context.Context, t MsgType) error {
 	for k := range c.conns {

@@ -1,31 +1,57 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"sync"
 )
 
-// ErrConfig: a LoaderConfig field is invalid; the message names it.
+// ErrConfig: a LoaderConfig or Plan field is invalid; the message names it.
 var ErrConfig = errors.New("invalid loader configuration")
 
+// Source is where a learner's chunks come from: the job's Dispatcher in
+// this process (Local), or the job's coordinator over the network.
+type Source interface {
+	// Next returns the learner's next chunk, or ErrEnd once the job's
+	// data is done. With wait false it returns ErrIdle when no chunk is
+	// available now; with wait true it waits for one (or for the end).
+	Next(ctx context.Context, wait bool) (Chunk, error)
+	// Complete reports that every mini-batch of c has been pushed.
+	Complete(ctx context.Context, c Chunk) error
+}
+
+// Local is learner Learner's Source over a Dispatcher in this process.
+type Local struct {
+	D       *Dispatcher
+	Learner int
+}
+
+// Next implements Source.
+func (s Local) Next(ctx context.Context, wait bool) (Chunk, error) {
+	for {
+		changed := s.D.Changed()
+		c, err := s.D.Next(s.Learner)
+		if !errors.Is(err, ErrIdle) || !wait {
+			return c, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return Chunk{}, ctx.Err()
+		}
+	}
+}
+
+// Complete implements Source.
+func (s Local) Complete(_ context.Context, c Chunk) error { return s.D.Complete(s.Learner, c) }
+
 // LoaderConfig configures a Loader.
-//
-// Partitioning for λ learners: the data set is permuted once with a
-// permutation drawn from Seed (the same for every learner), and learner r
-// of λ takes the contiguous block r·N/λ … (r+1)·N/λ of that permutation as
-// its shard, so shards are disjoint, cover the data set, differ in size by
-// at most one image and are class-balanced in expectation. Each learner's
-// epoch is one pass over its own shard, in an order drawn afresh each epoch
-// from (Seed, r, epoch); all λ learners together see the data set once per
-// epoch, as the paper's learners do with their partitions. With Learners
-// ≤ 1 the one shard is the whole data set.
 type LoaderConfig struct {
-	Batch      int        // mini-batch size μ ≥ 1
-	Seed       uint64     // shuffling seed
-	Learner    int        // this learner's index r, 0 ≤ r < Learners
-	Learners   int        // number of learners λ (0 means 1)
+	Plan       Plan       // the job's plan: batch size, seed (its Images is the data set's size)
+	Source     Source     // the learner's chunks
 	Normalizer Normalizer // pixel → input mapping (see MeanNormalizer)
 }
 
@@ -34,63 +60,76 @@ type LoaderConfig struct {
 type Batch struct {
 	X      []float32
 	Labels []int32
-	Epoch  int // epoch of the learner's shard this batch belongs to, from 0
-	Index  int // position of the batch within its epoch, from 0
+	Epoch  int   // epoch the batch belongs to, from 0
+	Index  int   // batch index within its epoch (see Plan)
+	Chunk  Chunk // the chunk it belongs to
+	Pos    int   // its position in the chunk, from 0
 }
 
-// Loader is an endless stream of training mini-batches over one learner's
-// shard. Each epoch visits the shard in a fresh seeded order and yields
-// ⌊shard/μ⌋ full batches; the remaining images (different ones each epoch)
-// wait for a later epoch. A goroutine fills the next batch while the
-// caller works on the current one (two buffers, no allocation per batch).
+// Last reports whether b is the last mini-batch of its chunk.
+func (b *Batch) Last() bool { return b.Pos == b.Chunk.Count-1 }
+
+// Loader is a learner's stream of training mini-batches: the mini-batches
+// of the chunks its Source hands out, in order (see Plan for which images
+// each holds). A goroutine asks for the next chunk and fills the next
+// batch while the caller works on the current one (two buffers, no
+// allocation per batch).
 //
-// A Loader is used by one goroutine; Close stops its producer.
+// The caller reports each batch with Done once its gradient is pushed; the
+// last batch of a chunk completes the chunk. When the Source has no chunk
+// available now, Next returns ErrIdle once (after the batches already
+// filled) and then waits for a chunk or the end; at the end it returns
+// ErrEnd. A Loader is used by one goroutine; Close stops its producer.
 type Loader struct {
-	free, ready chan *Batch
-	done        chan struct{}
-	exited      chan struct{}
-	cur         *Batch
-	perEpoch    int
+	cfg    LoaderConfig
+	free   chan *Batch
+	ready  chan item
+	stop   context.CancelFunc
+	exited chan struct{}
+	cur    *Batch
+	err    error // sticky: ErrEnd or the producer's failure
+	close  sync.Once
+}
+
+// item is a filled batch or an event of the producer (err set).
+type item struct {
+	b   *Batch
+	err error
 }
 
 // NewLoader validates cfg against ds and starts the prefetching goroutine.
 func NewLoader(ds *Dataset, cfg LoaderConfig) (*Loader, error) {
-	if cfg.Learners <= 0 {
-		cfg.Learners = 1
+	cfg.Plan.Images = ds.N
+	if err := cfg.Plan.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", ds.Source, err)
 	}
-	if cfg.Batch < 1 {
-		return nil, fmt.Errorf("%w: Batch must be ≥ 1, got %d", ErrConfig, cfg.Batch)
-	}
-	if cfg.Learner < 0 || cfg.Learner >= cfg.Learners {
-		return nil, fmt.Errorf("%w: Learner must be in [0, %d), got %d", ErrConfig, cfg.Learners, cfg.Learner)
+	if cfg.Source == nil {
+		return nil, fmt.Errorf("%w: no Source", ErrConfig)
 	}
 	if err := checkNormalizer(ds, cfg.Normalizer); err != nil {
 		return nil, err
 	}
-	lo, hi := cfg.Learner*ds.N/cfg.Learners, (cfg.Learner+1)*ds.N/cfg.Learners
-	if hi-lo < cfg.Batch {
-		return nil, fmt.Errorf("%w: %s: shard %d of %d has %d images, fewer than the batch of %d",
-			ErrConfig, ds.Source, cfg.Learner, cfg.Learners, hi-lo, cfg.Batch)
-	}
-	perm := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)).Perm(ds.N)
-	base := perm[lo:hi:hi]
-
-	l := &Loader{
-		free:     make(chan *Batch, 2),
-		ready:    make(chan *Batch, 2),
-		done:     make(chan struct{}),
-		exited:   make(chan struct{}),
-		perEpoch: len(base) / cfg.Batch,
-	}
-	il := ds.ImageLen()
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Loader{cfg: cfg, free: make(chan *Batch, 2), ready: make(chan item, 2), stop: stop, exited: make(chan struct{})}
+	mu, il := cfg.Plan.Batch, ds.ImageLen()
 	for range 2 {
-		l.free <- &Batch{X: make([]float32, cfg.Batch*il), Labels: make([]int32, cfg.Batch)}
+		l.free <- &Batch{X: make([]float32, mu*il), Labels: make([]int32, mu)}
 	}
-	p := &producer{ds: ds, cfg: cfg, base: base, order: make([]int, len(base)),
-		src: rand.NewPCG(0, 0), perEpoch: l.perEpoch}
-	p.rng = rand.New(p.src)
-	go p.run(l)
+	p := &producer{ds: ds, cfg: cfg, epoch: -1,
+		base: rand.New(rand.NewPCG(cfg.Plan.Seed, 0x9e3779b97f4a7c15)).Perm(ds.N), order: make([]int, ds.N)}
+	go p.run(ctx, l)
 	return l, nil
+}
+
+// NewSingleLoader returns the loader of a lone learner that takes every
+// chunk of p from a dispatcher of its own (p.Images is set to ds.N).
+func NewSingleLoader(ds *Dataset, p Plan, z Normalizer) (*Loader, error) {
+	p.Images = ds.N
+	d, err := NewDispatcher(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ds.Source, err)
+	}
+	return NewLoader(ds, LoaderConfig{Plan: p, Source: Local{D: d}, Normalizer: z})
 }
 
 func checkNormalizer(ds *Dataset, z Normalizer) error {
@@ -100,84 +139,112 @@ func checkNormalizer(ds *Dataset, z Normalizer) error {
 	return nil
 }
 
-// BatchesPerEpoch is the number of batches in one epoch of this learner.
-func (l *Loader) BatchesPerEpoch() int { return l.perEpoch }
-
-// Next returns the next mini-batch. It stays valid until the following
-// call of Next or Close; the caller must not keep it longer.
-func (l *Loader) Next() *Batch {
+// Next returns the next mini-batch, valid until the following call of
+// Next or Close (the caller must not keep it longer), or ErrIdle, ErrEnd,
+// ctx's error or the Source's error.
+func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.cur != nil {
 		l.free <- l.cur
+		l.cur = nil
 	}
-	l.cur = <-l.ready
-	return l.cur
+	if l.err != nil {
+		return nil, l.err
+	}
+	select {
+	case it := <-l.ready:
+		if errors.Is(it.err, ErrIdle) {
+			return nil, it.err
+		}
+		if it.err != nil {
+			l.err = it.err
+			return nil, it.err
+		}
+		l.cur = it.b
+		return it.b, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Done reports that the gradient of b, the batch Next returned last, has
+// been pushed; on the last batch of a chunk it completes the chunk with
+// the Source.
+func (l *Loader) Done(ctx context.Context, b *Batch) error {
+	if !b.Last() {
+		return nil
+	}
+	return l.cfg.Source.Complete(ctx, b.Chunk)
 }
 
 // Close stops the prefetching goroutine and waits for it. The Loader must
 // not be used afterwards. Close is idempotent.
 func (l *Loader) Close() {
-	select {
-	case <-l.done:
-	default:
-		close(l.done)
-	}
+	l.close.Do(l.stop)
 	<-l.exited
 	l.cur = nil
 }
 
 // producer is the state of the prefetching goroutine.
 type producer struct {
-	ds           *Dataset
-	cfg          LoaderConfig
-	base, order  []int
-	src          *rand.PCG
-	rng          *rand.Rand
-	perEpoch     int
-	epoch, index int
+	ds          *Dataset
+	cfg         LoaderConfig
+	base, order []int // the seed's permutation; the order of epoch
+	epoch       int
 }
 
-func (p *producer) run(l *Loader) {
+func (p *producer) run(ctx context.Context, l *Loader) {
 	defer close(l.exited)
-	p.shuffle()
+	send := func(it item) bool {
+		select {
+		case l.ready <- it:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for {
-		var b *Batch
-		select {
-		case b = <-l.free:
-		case <-l.done:
+		c, err := p.cfg.Source.Next(ctx, false)
+		if errors.Is(err, ErrIdle) {
+			if !send(item{err: err}) {
+				return
+			}
+			c, err = p.cfg.Source.Next(ctx, true)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				send(item{err: err})
+			}
 			return
 		}
-		p.fill(b)
-		select {
-		case l.ready <- b:
-		case <-l.done:
-			return
+		for i := range c.Count {
+			var b *Batch
+			select {
+			case b = <-l.free:
+			case <-ctx.Done():
+				return
+			}
+			p.fill(b, c, i)
+			if !send(item{b: b}) {
+				return
+			}
 		}
 	}
 }
 
-// shuffle draws the order of the current epoch from (Seed, Learner, epoch)
-// alone, so that any epoch can be reproduced without replaying earlier
-// ones.
-func (p *producer) shuffle() {
-	p.src.Seed(p.cfg.Seed, uint64(p.cfg.Learner)<<32|uint64(uint32(p.epoch)))
-	copy(p.order, p.base)
-	p.rng.Shuffle(len(p.order), func(i, j int) { p.order[i], p.order[j] = p.order[j], p.order[i] })
-}
-
-func (p *producer) fill(b *Batch) {
-	if p.index == p.perEpoch {
-		p.epoch++
-		p.index = 0
-		p.shuffle()
+// fill writes batch i of chunk c into b.
+func (p *producer) fill(b *Batch, c Chunk, i int) {
+	if c.Epoch != p.epoch {
+		copy(p.order, p.base)
+		shuffleEpoch(p.order, p.cfg.Plan.Seed, c.Epoch)
+		p.epoch = c.Epoch
 	}
-	il := p.ds.ImageLen()
-	idx := p.order[p.index*p.cfg.Batch : (p.index+1)*p.cfg.Batch]
-	for i, k := range idx {
-		p.cfg.Normalizer.Fill(p.ds, k, b.X[i*il:(i+1)*il])
-		b.Labels[i] = p.ds.Labels[k]
+	mu, il := p.cfg.Plan.Batch, p.ds.ImageLen()
+	k := c.Batch(i)
+	for j, img := range p.order[k*mu : (k+1)*mu] {
+		p.cfg.Normalizer.Fill(p.ds, img, b.X[j*il:(j+1)*il])
+		b.Labels[j] = p.ds.Labels[img]
 	}
-	b.Epoch, b.Index = p.epoch, p.index
-	p.index++
+	b.Epoch, b.Index, b.Chunk, b.Pos = c.Epoch, k, c, i
 }
 
 // Batches walks ds once in order, for evaluation: each step fills x with

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // imageIndex recovers the index of an image of an indexed data set from
@@ -22,47 +24,66 @@ func imageIndex(t *testing.T, x []float32) int {
 	return int(x[0])
 }
 
-// epochs reads k epochs of a loader and returns the image indices of each.
-func epochs(t *testing.T, l *Loader, k, il int) [][]int {
+// newLoader returns a lone learner's loader of plan p.
+func newLoader(t *testing.T, d *Dataset, p Plan, z Normalizer) *Loader {
+	t.Helper()
+	l, err := NewSingleLoader(d, p, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// epochs reads the loader to its end, reporting every batch as done, and
+// returns the image indices of each epoch.
+func epochs(t *testing.T, l *Loader, perEpoch, il int) [][]int {
 	t.Helper()
 	var out [][]int
-	for e := 0; e < k; e++ {
-		var ids []int
-		for i := 0; i < l.BatchesPerEpoch(); i++ {
-			b := l.Next()
-			if b.Epoch != e || b.Index != i {
-				t.Fatalf("batch (epoch %d, index %d), want (%d, %d)", b.Epoch, b.Index, e, i)
-			}
-			for j := range b.Labels {
-				id := imageIndex(t, b.X[j*il:(j+1)*il])
-				if int(b.Labels[j]) != id%7 {
-					t.Fatalf("image %d has label %d, want %d", id, b.Labels[j], id%7)
-				}
-				ids = append(ids, id)
-			}
+	ctx := context.Background()
+	for n := 0; ; n++ {
+		b, err := l.Next(ctx)
+		if errors.Is(err, ErrEnd) {
+			return out
 		}
-		out = append(out, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, i := n/perEpoch, n%perEpoch; b.Epoch != e || b.Index != i {
+			t.Fatalf("batch (epoch %d, index %d), want (%d, %d)", b.Epoch, b.Index, e, i)
+		}
+		if b.Index == 0 {
+			out = append(out, nil)
+		}
+		for j := range b.Labels {
+			id := imageIndex(t, b.X[j*il:(j+1)*il])
+			if int(b.Labels[j]) != id%7 {
+				t.Fatalf("image %d has label %d, want %d", id, b.Labels[j], id%7)
+			}
+			out[b.Epoch] = append(out[b.Epoch], id)
+		}
+		if err := l.Done(ctx, b); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return out
 }
 
 func TestLoaderEpochs(t *testing.T) {
 	d := indexed(103, 2, 3, 7)
 	z := Normalizer{Scale: 1}
-	l, err := NewLoader(d, LoaderConfig{Batch: 10, Seed: 5, Normalizer: z})
-	if err != nil {
-		t.Fatal(err)
+	p := Plan{Batch: 10, Chunk: 3, Epochs: 3, Seed: 5}
+	ep := epochs(t, newLoader(t, d, p, z), 10, 6)
+	if len(ep) != 3 {
+		t.Fatalf("%d epochs, want 3", len(ep))
 	}
-	defer l.Close()
-	if l.BatchesPerEpoch() != 10 {
-		t.Fatalf("BatchesPerEpoch = %d, want 10", l.BatchesPerEpoch())
-	}
-	ep := epochs(t, l, 3, 6)
 	for e, ids := range ep {
 		s := slices.Clone(ids)
 		slices.Sort(s)
 		if len(slices.Compact(s)) != 100 {
 			t.Fatalf("epoch %d repeats an image", e)
+		}
+		if want := EpochOrder(5, e, 103)[:100]; !slices.Equal(ids, want) {
+			t.Fatalf("epoch %d does not follow EpochOrder", e)
 		}
 	}
 	if slices.Equal(ep[0], ep[1]) || slices.Equal(ep[1], ep[2]) {
@@ -71,47 +92,141 @@ func TestLoaderEpochs(t *testing.T) {
 	if slices.IsSorted(ep[0]) {
 		t.Fatal("epoch 0 is not shuffled")
 	}
-
-	// The same seed gives the same stream; another seed another one.
-	l2, _ := NewLoader(d, LoaderConfig{Batch: 10, Seed: 5, Normalizer: z})
-	defer l2.Close()
-	if again := epochs(t, l2, 3, 6); !slices.Equal(again[2], ep[2]) {
+	// The same seed gives the same stream, whatever the chunk size;
+	// another seed another one.
+	p2 := p
+	p2.Chunk = 7
+	if again := epochs(t, newLoader(t, d, p2, z), 10, 6); !slices.Equal(again[2], ep[2]) {
 		t.Fatal("same seed, different stream")
 	}
-	l3, _ := NewLoader(d, LoaderConfig{Batch: 10, Seed: 6, Normalizer: z})
-	defer l3.Close()
-	if other := epochs(t, l3, 1, 6); slices.Equal(other[0], ep[0]) {
+	p3 := p
+	p3.Seed, p3.Epochs = 6, 1
+	if other := epochs(t, newLoader(t, d, p3, z), 10, 6); slices.Equal(other[0], ep[0]) {
 		t.Fatal("different seeds, same stream")
 	}
 }
 
-func TestLoaderShards(t *testing.T) {
+// TestLoaderShared: three learners sharing one dispatcher, each on its
+// own goroutine, see every image of each epoch once between them.
+func TestLoaderShared(t *testing.T) {
 	d := indexed(100, 1, 2, 7)
-	seen := map[int]int{}
-	sizes := 0
-	for r := 0; r < 3; r++ {
-		l, err := NewLoader(d, LoaderConfig{Batch: 1, Seed: 9, Learner: r, Learners: 3, Normalizer: Normalizer{Scale: 1}})
+	p := Plan{Images: 100, Batch: 1, Chunk: 4, Epochs: 2, Seed: 9}
+	disp, err := NewDispatcher(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[[2]int]int{}
+	var wg sync.WaitGroup
+	for r := range 3 {
+		l, err := NewLoader(d, LoaderConfig{Plan: p, Source: Local{D: disp, Learner: r}, Normalizer: Normalizer{Scale: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep := epochs(t, l, 2, 2)
-		l.Close()
-		s0, s1 := slices.Clone(ep[0]), slices.Clone(ep[1])
-		slices.Sort(s0)
-		slices.Sort(s1)
-		if !slices.Equal(s0, s1) {
-			t.Fatalf("learner %d sees different images in its two epochs", r)
-		}
-		for _, id := range ep[0] {
-			seen[id]++
-		}
-		sizes += len(ep[0])
-		if n := len(ep[0]); n != 33 && n != 34 {
-			t.Fatalf("learner %d shard has %d images", r, n)
+		defer l.Close()
+		wg.Go(func() {
+			for {
+				b, err := l.Next(ctx)
+				switch {
+				case errors.Is(err, ErrEnd):
+					return
+				case errors.Is(err, ErrIdle):
+					continue // the next Next waits
+				case err != nil:
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				seen[[2]int{b.Epoch, int(b.X[0])}]++
+				mu.Unlock()
+				if err := l.Done(ctx, b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 200 {
+		t.Fatalf("%d (epoch, image) pairs seen, want 200", len(seen))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("image %v seen %d times", k, n)
 		}
 	}
-	if len(seen) != 100 || sizes != 100 {
-		t.Fatalf("shards cover %d images with %d visits, want 100 and 100", len(seen), sizes)
+}
+
+// scripted is a Source that hands out one chunk, then reports ErrIdle,
+// then, when asked to wait, waits for release and ends.
+type scripted struct {
+	calls    []bool // wait argument of each Next
+	release  chan struct{}
+	complete []Chunk
+}
+
+func (s *scripted) Next(ctx context.Context, wait bool) (Chunk, error) {
+	s.calls = append(s.calls, wait)
+	switch {
+	case len(s.calls) == 1:
+		return Chunk{First: 1, Count: 2, Stride: 1}, nil
+	case !wait:
+		return Chunk{}, ErrIdle
+	}
+	select {
+	case <-s.release:
+		return Chunk{}, ErrEnd
+	case <-ctx.Done():
+		return Chunk{}, ctx.Err()
+	}
+}
+
+func (s *scripted) Complete(_ context.Context, c Chunk) error {
+	s.complete = append(s.complete, c)
+	return nil
+}
+
+// TestLoaderIdle: the batches of the chunk come first, then ErrIdle once,
+// then Next waits until the source ends, and ErrEnd sticks; the chunk is
+// completed by Done of its last batch only.
+func TestLoaderIdle(t *testing.T) {
+	d := indexed(10, 1, 1, 7)
+	src := &scripted{release: make(chan struct{})}
+	l, err := NewLoader(d, LoaderConfig{Plan: Plan{Batch: 2, Chunk: 2, Epochs: 1}, Source: src, Normalizer: Normalizer{Scale: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for i := range 2 {
+		b, err := l.Next(ctx)
+		if err != nil || b.Index != 1+i || b.Pos != i || b.Last() != (i == 1) {
+			t.Fatalf("batch %d: %+v, %v", i, b, err)
+		}
+		if err := l.Done(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if want := i; len(src.complete) != want {
+			t.Fatalf("after batch %d: %d completions, want %d", i, len(src.complete), want)
+		}
+	}
+	if _, err := l.Next(ctx); !errors.Is(err, ErrIdle) {
+		t.Fatalf("after the chunk: %v, want ErrIdle", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle loader: %v, want to wait", err)
+	}
+	close(src.release)
+	for range 2 {
+		if _, err := l.Next(ctx); !errors.Is(err, ErrEnd) {
+			t.Fatalf("after the end: %v, want ErrEnd", err)
+		}
+	}
+	if !slices.Equal(src.calls, []bool{false, false, true}) {
+		t.Fatalf("source asked with wait = %v", src.calls)
 	}
 }
 
@@ -119,12 +234,11 @@ func TestLoaderNormalizes(t *testing.T) {
 	d := Synthetic(40, 3, 4, 4, 5, 3)
 	z := MeanNormalizer(d)
 	z.Scale = 0.25
-	l, err := NewLoader(d, LoaderConfig{Batch: 8, Seed: 1, Normalizer: z})
+	l := newLoader(t, d, Plan{Batch: 8, Chunk: 1, Epochs: 1, Seed: 1}, z)
+	b, err := l.Next(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	b := l.Next()
 	il := d.ImageLen()
 	// Find each batch image in the data set by its label and values.
 	for j := 0; j < 8; j++ {
@@ -144,11 +258,12 @@ func TestLoaderNormalizes(t *testing.T) {
 
 func TestLoaderConfigErrors(t *testing.T) {
 	d := indexed(10, 1, 1, 2)
+	disp, _ := NewDispatcher(Plan{Images: 10, Batch: 1, Chunk: 1})
 	for _, c := range []LoaderConfig{
-		{Batch: 0},
-		{Batch: 1, Learner: 3, Learners: 3},
-		{Batch: 4, Learners: 3}, // shards of 3 images
-		{Batch: 1, Normalizer: Normalizer{Scale: 1, Mean: make([]float32, 2)}},
+		{Plan: Plan{Batch: 0, Chunk: 1}, Source: Local{D: disp}},
+		{Plan: Plan{Batch: 11, Chunk: 1}, Source: Local{D: disp}}, // fewer images than a batch
+		{Plan: Plan{Batch: 1, Chunk: 1}},                          // no source
+		{Plan: Plan{Batch: 1, Chunk: 1}, Source: Local{D: disp}, Normalizer: Normalizer{Scale: 1, Mean: make([]float32, 2)}},
 	} {
 		l, err := NewLoader(d, c)
 		if err == nil {
@@ -163,28 +278,43 @@ func TestLoaderConfigErrors(t *testing.T) {
 
 func TestLoaderNoAllocs(t *testing.T) {
 	d := Synthetic(500, 3, 8, 8, 10, 1)
-	l, err := NewLoader(d, LoaderConfig{Batch: 16, Seed: 1, Normalizer: MeanNormalizer(d)})
-	if err != nil {
-		t.Fatal(err)
+	l := newLoader(t, d, Plan{Batch: 16, Chunk: 1 << 20, Epochs: 1000, Seed: 1}, MeanNormalizer(d))
+	ctx := context.Background()
+	next := func() {
+		if _, err := l.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer l.Close()
-	for range 40 { // past several epoch boundaries
-		l.Next()
+	for range 40 { // past an epoch boundary
+		next()
 	}
-	if a := testing.AllocsPerRun(200, func() { l.Next() }); a != 0 {
+	if a := testing.AllocsPerRun(200, next); a != 0 {
 		t.Fatalf("Next allocates %v times per batch", a)
 	}
 }
 
+// TestLoaderCloseStopsProducer closes a loader whose producer waits on a
+// full queue and checks that its goroutine ends (polling with a deadline:
+// it may still be returning when Close does).
 func TestLoaderCloseStopsProducer(t *testing.T) {
 	d := indexed(20, 1, 1, 2)
 	before := runtime.NumGoroutine()
-	l, _ := NewLoader(d, LoaderConfig{Batch: 2, Normalizer: Normalizer{Scale: 1}})
-	l.Next()
+	disp, _ := NewDispatcher(Plan{Images: 20, Batch: 2, Chunk: 2, Epochs: 5})
+	l, err := NewLoader(d, LoaderConfig{Plan: Plan{Batch: 2, Chunk: 2, Epochs: 5}, Source: Local{D: disp}, Normalizer: Normalizer{Scale: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Next(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	l.Close()
 	l.Close()
-	if after := runtime.NumGoroutine(); after > before {
-		t.Fatalf("%d goroutines after Close, %d before", after, before)
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

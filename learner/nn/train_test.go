@@ -60,7 +60,10 @@ func fastest(t testing.TB) kernels.Engine {
 // loss of the first and of the last ten steps.
 func train(net *Net, l *data.Loader, opt *momentumSGD, steps int) (first, last float64) {
 	for i := range steps {
-		b := l.Next()
+		b, err := l.Next(context.Background())
+		if err != nil {
+			panic(err)
+		}
 		loss := float64(net.Gradient(b.X, b.Labels))
 		opt.step(net.Params(), net.Grads(), net.Layout())
 		if i < 10 {
@@ -115,7 +118,7 @@ func TestLearnMNIST(t *testing.T) {
 		t.Fatal(err)
 	}
 	z := data.MeanNormalizer(trainSet.Subset(10000))
-	l, err := data.NewLoader(trainSet, data.LoaderConfig{Batch: batch, Seed: 1, Normalizer: z})
+	l, err := data.NewSingleLoader(trainSet, data.Plan{Batch: batch, Chunk: steps, Epochs: 1, Seed: 1}, z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +159,7 @@ func TestLearnCIFARFormat(t *testing.T) {
 	spec, _ := Builtin("cifar10_full")
 	e := fastest(t)
 	net := mustNet(t, spec, e, 8, 1)
-	l, err := data.NewLoader(trainSet, data.LoaderConfig{Batch: 8, Seed: 1, Normalizer: data.MeanNormalizer(trainSet)})
+	l, err := data.NewSingleLoader(trainSet, data.Plan{Batch: 8, Chunk: 8, Epochs: 2, Seed: 1}, data.MeanNormalizer(trainSet))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, lea
 	steps := max(10, images/(batch*learners))
 	warm := int64(max(1, steps/10) * learners)
 	cfg := learner.JobConfig{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
-		Epochs: steps, MaxSteps: steps, Protocol: proto, N: learners, Shards: 1, Transport: transport,
+		Epochs: steps, MaxSteps: steps * learners, Protocol: proto, N: learners, Shards: 1, Transport: transport,
 		Codec: rdma.Codec{}, Overlap: overlap, Seed: 1,
 		Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
 	job, err := learner.StartJob(ctx, cfg)

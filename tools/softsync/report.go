@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,7 @@ type trainReport struct {
 	Epochs       int            `json:"epochs"`
 	EpochsDone   float64        `json:"epochs_done"`
 	Steps        int64          `json:"steps"`
+	LearnerSteps []int64        `json:"learner_steps"`
 	Images       int64          `json:"images"`
 	TestError    *float64       `json:"test_error"`
 	ImagesPerSec float64        `json:"images_per_sec"`
@@ -44,6 +46,7 @@ type trainReport struct {
 	Overlap      bool      `json:"overlap"`
 	Staleness    staleness `json:"staleness"`
 	Updates      uint64    `json:"updates"`
+	Partial      uint64    `json:"partial_updates"`
 	Gradients    uint64    `json:"gradients"`
 	Dropped      uint64    `json:"gradients_dropped"`
 	BytesSent    uint64    `json:"bytes_sent"`
@@ -80,6 +83,7 @@ type traffic struct {
 type shard struct {
 	Shard     int       `json:"shard"`
 	Updates   uint64    `json:"updates"`
+	Partial   uint64    `json:"partial_updates"`
 	Gradients uint64    `json:"gradients"`
 	Dropped   uint64    `json:"gradients_dropped"`
 	Staleness staleness `json:"staleness"`
@@ -113,7 +117,7 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 	c := &st.cfg
 	r := &trainReport{
 		Model: c.Spec.Name, Params: c.Spec.NumParams(), Data: st.dataName, TrainImages: c.Train.N,
-		Learners: c.Learners, Batch: c.Batch, Epochs: c.Epochs, Steps: res.Steps, Images: res.Images,
+		Learners: c.Learners, Batch: c.Batch, Epochs: c.Epochs, Steps: res.Steps, LearnerSteps: append([]int64{}, res.LearnerSteps...), Images: res.Images,
 		TestError: fraction(res.TestError), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
 		History: []historyEntry{}, Protocol: c.Protocol.String(), N: c.N, MaxStaleness: c.MaxStaleness,
 		LRMode: c.Solver.LRMode.String(), Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
@@ -138,9 +142,9 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 	}
 	r.Staleness = staleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
-		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s.Stats)})
+		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s.Stats)})
 		if k == 0 {
-			r.Staleness, r.Updates, r.Gradients, r.Dropped = staleOf(&s.Stats), s.Updates, s.Gradients, s.Dropped
+			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s.Stats), s.Updates, s.Partial, s.Gradients, s.Dropped
 		}
 	}
 	t := &res.Traffic
@@ -177,7 +181,8 @@ func (r *trainReport) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "parameter server\t%s, lr-mode %s, %d shard(s), %s, compress %s\n", proto, r.LRMode, r.Shards, r.Transport, r.Compress)
 		fmt.Fprintf(tw, "staleness\tmean %.2f, max %d, histogram %s\n", r.Staleness.Mean, r.Staleness.Max, histText(r.Staleness.Histogram))
-		fmt.Fprintf(tw, "updates\t%s (%s gradients accepted, %s dropped)\n", thousands(int64(r.Updates)), thousands(int64(r.Gradients)), thousands(int64(r.Dropped)))
+		fmt.Fprintf(tw, "updates\t%s (%s partial; %s gradients accepted, %s dropped)\n", thousands(int64(r.Updates)), thousands(int64(r.Partial)), thousands(int64(r.Gradients)), thousands(int64(r.Dropped)))
+		fmt.Fprintf(tw, "steps per learner\t%s\n", spread(r.LearnerSteps))
 		ratio := 1.0
 		if r.Traffic.PushRawBytes > 0 {
 			ratio = float64(r.Traffic.PushWireBytes) / float64(r.Traffic.PushRawBytes)
@@ -194,6 +199,18 @@ func (r *trainReport) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// spread shows per-learner counts as "min–max (mean m)".
+func spread(v []int64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	var sum int64
+	for _, x := range v {
+		sum += x
+	}
+	return fmt.Sprintf("%s–%s (mean %.1f)", thousands(slices.Min(v)), thousands(slices.Max(v)), float64(sum)/float64(len(v)))
 }
 
 // histText shows a staleness histogram as "τ=count" pairs, the largest

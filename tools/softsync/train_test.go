@@ -118,7 +118,7 @@ func TestTrainSingle(t *testing.T) {
 // two shards and a codec; the report must add up.
 func TestTrainDistributed(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "r.json")
-	out := run(t, "train", "--model", "mlp", "--epochs", "1", "--max-steps", "40", "--train-subset", "3000",
+	out := run(t, "train", "--model", "mlp", "--epochs", "1", "--max-steps", "120", "--train-subset", "3000",
 		"--test-subset", "300", "--batch", "8", "--learners", "3", "--protocol", "softsync", "--n", "3",
 		"--shards", "2", "--transport", "tcp", "--compress", "shuffle+s2", "--overlap", "--json", js, "--quiet")
 	for _, want := range []string{"staleness", "updates", "bytes sent", "3-softsync"} {
@@ -133,6 +133,13 @@ func TestTrainDistributed(t *testing.T) {
 	}
 	if r["steps"] != 120.0 || r["images"] != 960.0 || r["epochs_done"] != 120.0/375 {
 		t.Errorf("steps %v, images %v; want 120, 960", r["steps"], r["images"])
+	}
+	var perLearner float64
+	for _, n := range r["learner_steps"].([]any) {
+		perLearner += n.(float64)
+	}
+	if len(r["learner_steps"].([]any)) != 3 || perLearner != 120 {
+		t.Errorf("learner_steps %v, want 3 counts adding up to 120", r["learner_steps"])
 	}
 	st := r["staleness"].(map[string]any)
 	var sum, weighted float64
