@@ -30,9 +30,10 @@ const (
 
 // simRun runs r in the simulator (ps/sim): the real shard core in virtual
 // time, a real gradient of a real mini-batch for every step on the
-// weights the learner pulled. Mini-batches come from one stream over the
-// training set, reshuffled each epoch (a data.Loader of one learner),
-// handed out in the order learners start computing. The test error of
+// weights the learner pulled. Mini-batches are the job's data.Plan (the
+// epoch orders and batches a real job's dispatcher hands out; under
+// hardsync a round holds λ consecutive ones), handed out one at a time in
+// the order learners start computing. The test error of
 // epoch e is measured on the shard's weights right after it consumed its
 // (e·P)-th gradient (P mini-batches per epoch), as in a real job; the
 // last epoch's on the final weights.
@@ -50,20 +51,24 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 	defer evalNet.Close()
 	net.Init(cfg.Seed)
 	init := slices.Clone(net.Params())
-	loader, err := data.NewLoader(rs.train, data.LoaderConfig{Batch: r.batch, Seed: cfg.Seed, Normalizer: rs.norm})
-	if err != nil {
+	// The job's plan (data.Plan, as the real job's dispatcher uses):
+	// under hardsync a round of λ consecutive mini-batches.
+	plan := data.Plan{Images: rs.train.N, Batch: r.batch, Group: 1, Chunk: 1, Epochs: cfg.Epochs, Seed: cfg.Seed}
+	if r.protocol == ps.Hardsync {
+		plan.Group = r.learners
+	}
+	if err := plan.Validate(); err != nil {
 		return nil, err
 	}
-	defer loader.Close()
-	P := loader.BatchesPerEpoch()
-	E := cfg.Epochs
+	P, E := plan.BatchesPerEpoch(), cfg.Epochs
 
-	g := &simGradients{net: net, loader: loader, lossSum: make([]float64, E), lossCnt: make([]int, E)}
+	g := &simGradients{net: net, ds: rs.train, norm: rs.norm, plan: plan, lossSum: make([]float64, E), lossCnt: make([]int, E),
+		x: make([]float32, r.batch*rs.train.ImageLen()), labels: make([]int32, r.batch)}
 	history := make([]learner.Epoch, 0, E)
 	consumed := 0
 	pc := ps.Config{Job: 1, Learners: r.learners, Protocol: r.protocol, N: r.n, Shards: 1, Batch: r.batch,
 		DataSize: P * r.batch, Layout: net.Layout(), Solver: cfg.Solver}
-	sc := sim.Config{PS: pc, Init: init, TotalSteps: E * P, Seed: cfg.Seed,
+	sc := sim.Config{PS: pc, Init: init, TotalSteps: plan.Total(), Seed: cfg.Seed,
 		Compute: sim.Dist{Kind: sim.LogNormal, Mean: float64(r.batch) * simImageSeconds, Spread: simComputeSpread},
 		Latency: simLatency, Jitter: simJitter, Gradient: g.compute,
 		ObserveWeights: func(at float64, _ int, in ps.Msg, w []float32) {
@@ -92,6 +97,9 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 	}
 	lr := &learner.Result{History: history, TestError: nan(), Normalizer: rs.norm,
 		Steps: int64(steps), Images: int64(steps * r.batch), Seconds: res.Time, BatchesPerEpoch: P}
+	for _, s := range res.Steps {
+		lr.LearnerSteps = append(lr.LearnerSteps, int64(s))
+	}
 	for _, st := range res.Shards {
 		lr.Shards = append(lr.Shards, ps.ServerStats{Stats: st})
 	}
@@ -110,13 +118,38 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 }
 
 // simGradients computes the gradients of a simulated run on one network,
-// in the order the simulator asks for them.
+// in the order the simulator asks for them: the k-th gradient is the
+// plan's k-th mini-batch (epoch k / P, batch k mod P).
 type simGradients struct {
 	net      *nn.Net
-	loader   *data.Loader
+	ds       *data.Dataset
+	norm     data.Normalizer
+	plan     data.Plan
+	order    []int // the current epoch's order (data.EpochOrder)
+	epoch    int   // of order
+	batches  int   // mini-batches handed out
+	x        []float32
+	labels   []int32
 	lossSum  []float64 // per epoch
 	lossCnt  []int
 	diverged error // set at the first non-finite loss or gradient
+}
+
+// next fills x and labels with the next mini-batch of the plan and
+// returns its epoch and index.
+func (g *simGradients) next() (epoch, index int) {
+	P, mu := g.plan.BatchesPerEpoch(), g.plan.Batch
+	epoch, index = g.batches/P, g.batches%P
+	g.batches++
+	if g.order == nil || epoch != g.epoch {
+		g.order, g.epoch = data.EpochOrder(g.plan.Seed, epoch, g.ds.N), epoch
+	}
+	il := g.ds.ImageLen()
+	for i, k := range g.order[index*mu : (index+1)*mu] {
+		g.norm.Fill(g.ds, k, g.x[i*il:(i+1)*il])
+		g.labels[i] = g.ds.Labels[k]
+	}
+	return epoch, index
 }
 
 // compute is sim.Config.Gradient: the next mini-batch's gradient on the
@@ -127,19 +160,19 @@ func (g *simGradients) compute(l, step int, w, grad []float32) {
 		clear(grad)
 		return
 	}
-	b := g.loader.Next()
+	epoch, index := g.next()
 	copy(g.net.Params(), w)
-	loss := g.net.Gradient(b.X, b.Labels)
+	loss := g.net.Gradient(g.x, g.labels)
 	bad := sgd.FirstNonFinite(g.net.Grads())
 	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) || bad >= 0 {
 		g.diverged = fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v, first non-finite gradient element %d: %w",
-			l, step, b.Epoch, b.Index, loss, bad, learner.ErrDiverged)
+			l, step, epoch, index, loss, bad, learner.ErrDiverged)
 		clear(grad)
 		return
 	}
-	if b.Epoch < len(g.lossSum) {
-		g.lossSum[b.Epoch] += float64(loss)
-		g.lossCnt[b.Epoch]++
+	if epoch < len(g.lossSum) {
+		g.lossSum[epoch] += float64(loss)
+		g.lossCnt[epoch]++
 	}
 	copy(grad, g.net.Grads())
 }
