@@ -200,9 +200,9 @@ func runRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFlags) 
 	return writeRepro(f.out, rs, entries)
 }
 
-// forEach calls do(0 … n−1), on parallel goroutines if concurrent (at
-// most parallel at once, 0: the cores available), else in order; it
-// returns the first error.
+// forEach calls do(0 … n−1): in order, stopping at the first error, or,
+// if concurrent, on at most parallel goroutines at once (0: the cores
+// available), returning every error.
 func forEach(n, parallel int, concurrent bool, do func(int) error) error {
 	if !concurrent {
 		for i := range n {
