@@ -354,7 +354,8 @@ func (rs *reproSetup) jobConfig(r reproRun) learner.JobConfig {
 }
 
 // realRun trains run r with real concurrent learners through the
-// in-process job runner (learner.Run), the code path of softsync train.
+// in-process job runner (learner.StartJob and Wait, the code path of
+// softsync train).
 func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, error) {
 	cfg := rs.jobConfig(r)
 	par := learner.PlanThreads(rs.spec, kernels.DefaultThreads(), r.learners, r.batch, rs.threads)
@@ -367,32 +368,33 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 		mu.Unlock()
 		rs.app.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError))
 	}
-	res, err := learner.Run(ctx, cfg)
 	st := &trainSetup{cfg: cfg, threads: par.Workers, dataName: rs.dataName}
+	job, err := learner.StartJob(ctx, cfg)
 	if err != nil {
-		if !diverged(err) || ctx.Err() != nil {
-			return nil, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return rs.divergedEntry(st, r, history, err.Error()), nil
+		return nil, err
 	}
-	return newReproEntry(st, r, "real", res), nil
+	res, err := job.Wait()
+	if err == nil {
+		return newReproEntry(st, r, "real", res), nil
+	}
+	if !diverged(err) || ctx.Err() != nil {
+		return nil, err
+	}
+	// A diverged job has no result: report the epochs it completed and
+	// how far it got.
+	p := job.Progress()
+	mu.Lock()
+	defer mu.Unlock()
+	e := newReproEntry(st, r, "real", &learner.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
+		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches})
+	e.Diverged, e.DivergedWhy = true, err.Error()
+	return e, nil
 }
 
 // diverged reports whether a job failed because its loss or a gradient
 // became NaN or infinite.
 func diverged(err error) bool {
 	return errors.Is(err, learner.ErrDiverged) || strings.Contains(err.Error(), ps.ErrNonFinite.Error())
-}
-
-// divergedEntry reports a real run that failed as diverged: the epochs it
-// completed, no final test error.
-func (rs *reproSetup) divergedEntry(st *trainSetup, r reproRun, history []learner.Epoch, why string) *reproEntry {
-	res := &learner.Result{History: history, TestError: nan()}
-	e := newReproEntry(st, r, "real", res)
-	e.Diverged, e.DivergedWhy = true, why
-	return e
 }
 
 // errorText is a run's test error for logs and the table.
