@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// reproArgs is a tiny table: mlp on 400 synthetic images, λ = 4 learners
+// reproArgs is a tiny table: mlp on the synthetic images of dir, λ = 4 learners
 // of μ = 4, n ∈ {1, 4} with both rate modes, hardsync and a single learner
 // of μ = 32, 2 epochs.
 func reproArgs(dir, out string, extra ...string) []string {
@@ -33,7 +33,7 @@ func readEntries(t *testing.T, path string) []map[string]any {
 // with two simulations at once, and checks that the table and the report
 // are the same bytes; then the files, the runs and their fields.
 func TestReproSim(t *testing.T) {
-	dir := idxFolder(t, 400, 100)
+	dir := idxFolder(t, 240, 60)
 	a, b := t.TempDir(), t.TempDir()
 	run(t, reproArgs(dir, a, "--sim", "--parallel", "1")...)
 	run(t, reproArgs(dir, b, "--sim", "--parallel", "2")...)
