@@ -17,20 +17,33 @@
 #                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
-#   make fuzz         native-vs-reference differential fuzzing (FUZZTIME, default 10s)
-#   make csrc-hash    refresh kernels/csrc_hash.go after editing csrc/
+#   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
+#                     (default 10s); keeps the inputs that found new coverage in
+#                     testdata/fuzz/ (commit them)
+#   make csrc-hash    refresh kernels/csrc_hash.go and rdma/internal/verbs/csrc_hash.go
+#                     after editing csrc/
+#
+# When pkg-config finds libibverbs (libibverbs-dev), Go builds and tests use
+# the verbs build tag: the verbs transport's cgo binding (rdma/internal/verbs)
+# is compiled in, and libibverbs.so.1 is loaded at run time. Without it, or
+# with CGO_ENABLED=0, the verbs transport reports itself unsupported.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
 
 GO ?= go
-# Debian packages the build and the tests need.
-DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev ca-certificates git
+# Debian packages the build and the tests need. The multi-process tests
+# (tools/softsync/internal/clustertest, docs/cluster.md) start real jobs
+# under Open MPI, MPICH and a throw-away Slurm, and shape links between
+# network namespaces with ip and tc (iproute2).
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev ca-certificates git \
+	openmpi-bin mpich slurmctld slurmd slurm-client iproute2
 # Packages whose tests run under the race detector, and those also tested
 # without cgo (the pure-Go reference engine).
 RACE_PKGS ?= ./...
 NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
+FUZZ ?= .
 BENCHTIME ?= 1s
 PROFILE ?= cpu
 # softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
@@ -41,12 +54,16 @@ REPRO_DATA := mnist fashion-mnist
 # Recursive (=) so that it is read after `make deps` has installed pkg-config.
 OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
+# The verbs build tag, when libibverbs' headers are installed (recursive, like
+# OPENBLAS_LIBDIR).
+TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
+CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
 .PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-fashion-mnist check-memory test-c fuzz csrc-hash clean
 
 build: csrc-hash
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
 
 run: deps build
 	bin/softsync doctor
@@ -66,11 +83,14 @@ train-mnist-dist: deps build
 		--json build/train-mnist-dist.json --plot build/train-mnist-dist.png \
 		--expect-error 0.012
 
+# With SOFTSYNC_REQUIRE_LAUNCHERS=1 the multi-process tests fail, instead of
+# skipping, when a launcher or root is missing: CI cannot pass by skipping.
+test: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
 test: deps csrc-hash test-c check-memory
-	$(GO) vet ./...
-	$(GO) test -race -ldflags '$(LDFLAGS)' $(RACE_PKGS)
+	$(GO) vet -tags '$(TAGS)' ./...
+	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	# the learning tests skip under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn' -ldflags '$(LDFLAGS)' ./learner/nn/
+	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
@@ -99,23 +119,72 @@ profile: deps build
 	@if [ "$(PROFILE)" = trace ]; then echo "read it with: go tool trace build/profile/trace.out"; \
 	else echo "read it with: go tool pprof -top bin/softsync build/profile/$(PROFILE).pprof"; fi
 
+# Every fuzz target of every package (go test -list finds them, so new
+# targets join by themselves; FUZZ, a regexp, selects some) runs for
+# FUZZTIME. The inputs that found new coverage, which go keeps in its
+# cache, are then copied into the package's testdata/fuzz/<Target>/ (those
+# not there yet), where plain go test runs them as seeds, and the target's
+# seeds are run once to check them: commit them. A failing input is
+# written there by go itself, and fails the run. A run that ends in error
+# without one is go 1.26's fuzzing coordinator racing its own deadline
+# (go.dev/issue/75804), reported and passed over.
 fuzz: csrc-hash
-	$(GO) test -run '^$$' -fuzz FuzzNativeVsReference -fuzztime $(FUZZTIME) -ldflags '$(LDFLAGS)' ./kernels/
+	@cache=$$($(GO) env GOCACHE)/fuzz; count() { ls "$$1" 2>/dev/null | wc -l || true; }; \
+	$(GO) test -list '^Fuzz' -ldflags '$(LDFLAGS)' ./... | \
+	awk '/^Fuzz/ { t = t " " $$1 } /^(ok|\?) / { if (t != "") print $$2 t; t = "" }' | \
+	while read -r pkg targets; do \
+		dir=$$($(GO) list -f '{{.Dir}}' "$$pkg"); \
+		for target in $$targets; do \
+			[[ $$target =~ $(FUZZ) ]] || continue; \
+			corpus="$$dir/testdata/fuzz/$$target"; before=$$(count "$$corpus"); \
+			echo "fuzz: $$pkg $$target ($(FUZZTIME))"; \
+			if ! $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -timeout 0 -ldflags '$(LDFLAGS)' "$$pkg" </dev/null; then \
+				if [ "$$(count "$$corpus")" -gt "$$before" ]; then \
+					echo "fuzz: $$target failed; the failing input is in $${corpus#$$PWD/}"; exit 1; \
+				fi; \
+				echo "fuzz: $$target ended in error without a failing input (go.dev/issue/75804): passed over"; \
+			fi; \
+			new=0; \
+			for f in $$(find "$$cache/$$pkg/$$target" -type f 2>/dev/null); do \
+				[ -e "$$corpus/$${f##*/}" ] || { mkdir -p "$$corpus"; cp "$$f" "$$corpus/"; new=$$((new + 1)); }; \
+			done; \
+			$(GO) test -count=1 -run "^$$target\$$" -ldflags '$(LDFLAGS)' "$$pkg" </dev/null; \
+			echo "fuzz: $$new new inputs in $${corpus#$$PWD/}"; \
+		done; \
+	done
 
-deps: PKGS = $(DEB_PACKAGES)
-deps-fashion-mnist: PKGS = dataset-fashion-mnist
-deps deps-fashion-mnist:
-	@missing=$$(for p in $(PKGS); do \
+# Installs what is missing, then makes Open MPI the default mpirun (Debian's
+# alternatives already prefer it, priority 50 against MPICH's 40, whatever
+# the install order; this undoes a manual choice of MPICH).
+deps:
+	$(call apt-install,$(DEB_PACKAGES))
+	@if [ -e /usr/bin/mpirun.openmpi ] && [ "$$(readlink -f /usr/bin/mpirun)" != "$$(readlink -f /usr/bin/mpirun.openmpi)" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "mpirun is not Open MPI's; as root: update-alternatives --set mpirun /usr/bin/mpirun.openmpi" >&2; exit 1; \
+		fi; \
+		update-alternatives --set mpirun /usr/bin/mpirun.openmpi; \
+	fi
+
+# Fashion-MNIST for softsync repro (docs/data.md).
+deps-fashion-mnist:
+	$(call apt-install,dataset-fashion-mnist)
+
+# apt-install installs the Debian packages of its argument that are missing
+# (as root; otherwise it prints the command and fails).
+define apt-install
+	@missing=$$(for p in $(1); do \
 		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
 	done | xargs); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	cmd="apt-get update && apt-get install -y --no-install-recommends $$missing"; \
-	if [ "$$(id -u)" -ne 0 ]; then \
-		echo "softsync needs: $$missing. Install them as root:" >&2; \
-		echo "  sudo sh -c '$$cmd'" >&2; exit 1; \
-	fi; \
-	echo "installing: $$missing"; \
-	export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"
+	if [ -n "$$missing" ]; then \
+		cmd="apt-get update && apt-get install -y --no-install-recommends $$missing"; \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "softsync needs: $$missing. Install them as root:" >&2; \
+			echo "  sudo sh -c '$$cmd'" >&2; exit 1; \
+		fi; \
+		echo "installing: $$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"; \
+	fi
+endef
 
 test-c:
 	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -129,9 +198,12 @@ check-memory:
 
 # kernels/csrc.c compiles csrc/ from outside the package, which the go
 # command's cache does not track; kernels/csrc_hash.go does (a test checks it).
+# rdma/internal/verbs/csrc.c does the same with csrc/verbs/.
 csrc-hash:
 	@h=$$(cat $(CSRC) | sha256sum | cut -c1-64); \
 	grep -q "$$h" kernels/csrc_hash.go || sed -i "s/^const csrcHash = .*/const csrcHash = \"$$h\"/" kernels/csrc_hash.go
+	@h=$$(cat $(CSRC_VERBS) | sha256sum | cut -c1-64); \
+	grep -q "$$h" rdma/internal/verbs/csrc_hash.go || sed -i "s/^const csrcHash = .*/const csrcHash = \"$$h\"/" rdma/internal/verbs/csrc_hash.go
 
 clean:
 	rm -rf bin build

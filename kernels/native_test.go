@@ -5,6 +5,7 @@ package kernels
 import (
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -58,15 +59,28 @@ func NativeWith(floats int, method string) Engine {
 }
 
 func TestYieldSlice(t *testing.T) {
-	now := int64(time.Since(clockBase))
-	lastYield.Store(now - 2*int64(yieldPeriod))
-	yieldSlice()
-	first := lastYield.Load()
-	if first < now {
-		t.Fatalf("after %v without a yield, yieldSlice left lastYield at %d (< %d)", 2*yieldPeriod, first, now)
+	// The decision, on a clock of the test's own: a yield is due once a
+	// period has passed since the last, and only one caller gets it.
+	p := int64(yieldPeriod)
+	var last atomic.Int64
+	for _, step := range []struct {
+		now  int64
+		want bool
+	}{{p, true}, {p, false}, {p + p/2, false}, {2*p - 1, false}, {2 * p, true}, {2 * p, false}, {10 * p, true}, {10*p + 1, false}} {
+		before := last.Load()
+		if got := yieldDue(&last, step.now); got != step.want {
+			t.Fatalf("last yield at %v, now %v: due %v, want %v", time.Duration(before), time.Duration(step.now), got, step.want)
+		}
+		if want := map[bool]int64{true: step.now, false: before}[step.want]; last.Load() != want {
+			t.Fatalf("now %v: last yield recorded at %v, want %v", time.Duration(step.now), time.Duration(last.Load()), time.Duration(want))
+		}
 	}
+	// yieldSlice on the process clock: two periods after the last yield,
+	// it yields and records a time no earlier than its call.
+	now := int64(time.Since(clockBase))
+	lastYield.Store(now - 2*p)
 	yieldSlice()
-	if got := lastYield.Load(); got != first && time.Since(clockBase) < time.Duration(first)+yieldPeriod {
-		t.Errorf("yieldSlice yielded again %v after the last yield", time.Duration(got-first))
+	if got := lastYield.Load(); got < now {
+		t.Fatalf("after %v without a yield, yieldSlice left lastYield at %d (< %d)", 2*yieldPeriod, got, now)
 	}
 }

@@ -32,10 +32,16 @@ var (
 // yieldSlice yields the processor if no goroutine did for yieldPeriod.
 // It costs a monotonic clock read otherwise.
 func yieldSlice() {
-	now := int64(time.Since(clockBase))
-	last := lastYield.Load()
-	if now-last < int64(yieldPeriod) || !lastYield.CompareAndSwap(last, now) {
-		return
+	if yieldDue(&lastYield, int64(time.Since(clockBase))) {
+		runtime.Gosched()
 	}
-	runtime.Gosched()
+}
+
+// yieldDue reports whether a yield is due at now (nanoseconds since
+// clockBase) given the time of the last yield: it is when at least
+// yieldPeriod has passed, and the goroutine whose compare-and-swap moves
+// last to now is the one that yields.
+func yieldDue(last *atomic.Int64, now int64) bool {
+	l := last.Load()
+	return now-l >= int64(yieldPeriod) && last.CompareAndSwap(l, now)
 }

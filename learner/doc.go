@@ -1,23 +1,20 @@
-// Package learner is the worker side of softsync and the in-process job
-// runner.
+// Package learner is the worker side of softsync.
 //
 // A Learner runs the loop of Zhang et al.: getMinibatch → pull → compute
 // (forward and backward, the gradient averaged over the μ images of the
 // mini-batch) → push, one gradient per push, never accumulated locally.
-// It talks to the parameter server through a ps.Client, computes on its
-// own nn.Net (with its own kernels.Workspace and buffers) and may share
-// the kernels.Engine with any number of other learners. With Overlap it
-// prefetches the next weights while it computes, and the gradients it
-// pushes carry the stamps of the weights they were computed on, so the
-// staleness the server measures is the real one.
+// It talks to the parameter server through the PS interface (a
+// *ps.Client), takes its mini-batches from a Batches stream (a
+// *data.Loader over the chunks the job hands out) until the job's data
+// is done, computes on its own nn.Net (with its own kernels.Workspace and
+// buffers) and may share the kernels.Engine with any number of other
+// learners. With Overlap it prefetches the next weights while it
+// computes, and the gradients it pushes carry the stamps of the weights
+// they were computed on, so the staleness the server measures is the
+// real one.
 //
-// A Job (StartJob, Run) runs a whole training job in one process: a
-// ps.Group of Shards shard servers and Learners learners over the
-// in-memory transport or loopback TCP, under hardsync or n-softsync, with
-// the training set partitioned among the learners, epoch accounting, the
-// test error at every epoch end and a per-epoch history. A single learner
-// is the job with Learners = 1: the same code path, the same solver on
-// the server side.
+// The roles of a whole job (coordinator, shard servers, learners,
+// evaluator), in one process or many, are package learner/cluster.
 //
 // Threads: PlanThreads splits the cores among in-process learners so that
 // they do not oversubscribe the machine: each learner's network splits its
@@ -26,5 +23,5 @@
 //
 // Weights files (SaveWeights, LoadWeights) hold a network's flat parameter
 // vector with a header naming the network and a CRC32C checksum; the
-// format is in docs/weights.md.
+// format is in docs/weights.md. Evaluate measures a network's test error.
 package learner

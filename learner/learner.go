@@ -9,7 +9,12 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
 )
+
+// ErrConfig is wrapped by the configuration errors of New (the same
+// value as sgd.ErrInvalidConfig).
+var ErrConfig = sgd.ErrInvalidConfig
 
 // ErrDiverged reports a mini-batch whose loss is NaN or infinite: the
 // learner stops before pushing its gradient (the server would reject it).

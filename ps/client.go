@@ -12,17 +12,21 @@ import (
 
 // ClientConfig configures the learner side of the parameter server.
 type ClientConfig struct {
-	Learner  uint32     // this learner's id, < the server's Learners
-	Protocol Protocol   // decides the minimum clock of pulls
-	Total    int        // length of the flat vector
-	Shards   int        // number of shards (one connection each)
-	Codec    rdma.Codec // encoding of the gradients it pushes (zero value: none)
+	Learner uint32 // this learner's id, < the server's Learners
+	// Incarnation counts the learner's lives (restarts), from 0; it is
+	// the high half of every sequence number (see Seq).
+	Incarnation uint32
+	Protocol    Protocol   // decides the minimum clock of pulls
+	Total       int        // length of the flat vector
+	Shards      int        // number of shards
+	Codec       rdma.Codec // encoding of the gradients it pushes (zero value: none)
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
 // flat vector from all shards, Push sends each shard its slice of the
-// gradient stamped with that shard's last pulled stamp. A Client is used
-// by one goroutine (PullAsync receives on a goroutine of its own).
+// gradient stamped with that shard's last pulled stamp. Shards run by one
+// server share one connection. A Client is used by one goroutine
+// (PullAsync receives on a goroutine of its own).
 //
 // Pull minimum clocks: under softsync the learner's last stamp (weights
 // never go backwards); under hardsync, after a push, the last stamp + 1 (the
@@ -30,13 +34,24 @@ type ClientConfig struct {
 // to older pulls are discarded.
 type Client struct {
 	cfg    ClientConfig
-	conns  []rdma.Conn
+	conns  []rdma.Conn // per shard
+	links  []link      // the distinct connections
 	ranges []Range
 	stamps []uint64
-	pulls  []uint64 // per shard, sequence of the pull in flight
+	pulls  []uint64 // per shard, sequence of the request in flight
 	pushed bool     // a push was sent since the last pull
-	seq    uint64
-	pf     *prefetcher // started by the first PullAsync
+	n      uint32   // messages sent in this incarnation
+	// feedback is, per shard, the error-feedback residual of the pushes
+	// (lossy codecs that keep one, TopK): optimizer state of the learner,
+	// kept across reconnections.
+	feedback []rdma.Feedback
+	pf       *prefetcher // started by the first PullAsync
+}
+
+// link is one connection and the shards it carries.
+type link struct {
+	conn   rdma.Conn
+	shards []int
 }
 
 // prefetcher receives the replies of an asynchronous pull on its own
@@ -54,7 +69,8 @@ type pfReq struct {
 }
 
 // NewClient returns a client over conns, where conns[k] is connected to
-// shard k's server. The client owns the connections (Close closes them).
+// shard k's server (the same Conn for shards of one server). The client
+// owns the connections (Close closes them).
 func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if len(conns) != cfg.Shards {
 		return nil, sgd.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
@@ -66,7 +82,17 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards)}, nil
+	c := &Client{cfg: cfg, conns: conns, ranges: rs, stamps: make([]uint64, cfg.Shards), pulls: make([]uint64, cfg.Shards),
+		feedback: make([]rdma.Feedback, cfg.Shards)}
+	for k, conn := range conns {
+		i := slices.IndexFunc(c.links, func(l link) bool { return l.conn == conn })
+		if i < 0 {
+			c.links = append(c.links, link{conn: conn})
+			i = len(c.links) - 1
+		}
+		c.links[i].shards = append(c.links[i].shards, k)
+	}
+	return c, nil
 }
 
 // Stamps returns, per shard, the stamp of the weights last pulled.
@@ -75,16 +101,14 @@ func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 // msg returns a pooled message of type t for shard with n payload floats
 // and the next sequence number.
 func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
-	c.seq++
-	m := rdma.NewMsg(n)
-	m.Type, m.Learner, m.Shard, m.Seq = rdma.Type(t), c.cfg.Learner, uint32(shard), c.seq
-	return m
+	c.n++
+	return wireMsg(t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n), 0, n)
 }
 
 func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
-	t, shard := MsgType(m.Type), m.Shard
+	what, shard := describe(m), m.Shard
 	if err := c.conns[shard].Send(ctx, m); err != nil {
-		return fmt.Errorf("ps client %d: %v to shard %d: %w", c.cfg.Learner, t, shard, err)
+		return fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, what, err)
 	}
 	return nil
 }
@@ -173,38 +197,67 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	return nil
 }
 
-// recvWeights receives every shard's reply to the pulls in c.pulls into w
-// and their stamps into stamps.
+// recvWeights receives every shard's reply to the requests in c.pulls
+// into w and their stamps into stamps, connection by connection.
 func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64) error {
 	var rejections []error
-	for k, r := range c.ranges {
-		for done := false; !done; {
-			m, err := c.conns[k].Recv(ctx)
+	for _, ln := range c.links {
+		left := len(ln.shards)
+		for left > 0 {
+			m, err := ln.conn.Recv(ctx)
 			if err != nil {
-				return fmt.Errorf("ps client %d: pull from shard %d: %w", c.cfg.Learner, k, err)
+				return fmt.Errorf("ps client %d: pull from shards %v: %w", c.cfg.Learner, ln.shards, err)
 			}
+			k := int(m.Shard)
+			mine := slices.Contains(ln.shards, k)
 			switch {
 			case m.Type == rdma.TypeError:
 				err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
-				if m.Seq == c.pulls[k] { // the pull itself: no weights will come
+				if mine && m.Seq == c.pulls[k] { // the request itself: no weights will come
 					m.Release()
 					return errors.Join(append(rejections, err)...)
 				}
 				rejections = append(rejections, err)
-			case m.Type != TypeWeights || m.Seq != c.pulls[k]:
-				// a reply to an older pull
-			case len(m.Payload) != r.Len():
+			case m.Type != TypeWeights || !mine || m.Seq != c.pulls[k]:
+				// a reply to an older request
+			case len(m.Payload) != c.ranges[k].Len():
 				n := len(m.Payload)
 				m.Release()
-				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, r.Len(), ErrBadLength)
+				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, c.ranges[k].Len(), ErrBadLength)
 			default:
-				copy(w[r.Lo:r.Hi], m.Payload)
-				stamps[k], done = m.Timestamp, true
+				copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+				stamps[k] = m.Timestamp
+				c.pulls[k] = 0 // answered: a duplicate reply is ignored
+				left--
 			}
 			m.Release()
 		}
 	}
 	return errors.Join(rejections...)
+}
+
+// Snapshot fills w (the flat vector) with every shard's weights at the end
+// of epoch (≥ 1: the snapshot of the servers' ServerConfig.Snapshots; 0:
+// the final weights, once the servers are final), waiting until they
+// exist, and returns each shard's stamp. It is an evaluator's request and
+// binds no learner identity.
+func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64, error) {
+	if len(w) != c.cfg.Total {
+		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
+	}
+	for k := range c.conns {
+		m := c.msg(0, k, 0)
+		m.Type, m.Timestamp = TypeSnapshot, uint64(epoch)
+		c.pulls[k] = m.Seq
+		if err := c.send(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	stamps := make([]uint64, c.cfg.Shards)
+	if err := c.recvWeights(ctx, w, stamps); err != nil {
+		return nil, err
+	}
+	return stamps, nil
 }
 
 // Push sends every shard its slice of grad (Total floats, averaged over
@@ -217,7 +270,7 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 	for k, r := range c.ranges {
 		m := c.msg(MsgPush, k, r.Len())
 		copy(m.Payload, grad[r.Lo:r.Hi])
-		m.Timestamp, m.Codec = c.stamps[k], c.cfg.Codec
+		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
 		if err := c.send(ctx, m); err != nil {
 			return err
 		}
@@ -246,11 +299,28 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	return nil
 }
 
+// Connections returns, per server connection, the shards it carries, the
+// peer's address and the transport it uses.
+func (c *Client) Connections() []Connection {
+	var cs []Connection
+	for _, ln := range c.links {
+		cs = append(cs, Connection{Shards: slices.Clone(ln.shards), Peer: ln.conn.RemoteAddr(), Transport: ln.conn.Transport()})
+	}
+	return cs
+}
+
+// Connection describes one of a client's connections.
+type Connection struct {
+	Shards    []int
+	Peer      string
+	Transport rdma.TransportInfo
+}
+
 // Stats returns the traffic of the client's connections, summed.
 func (c *Client) Stats() rdma.Stats {
 	var st rdma.Stats
-	for _, conn := range c.conns {
-		cs := conn.Stats()
+	for _, ln := range c.links {
+		cs := ln.conn.Stats()
 		st.Add(&cs)
 	}
 	return st
@@ -264,8 +334,8 @@ func (c *Client) Close() error {
 		c.pf.req = nil
 	}
 	var errs []error
-	for _, conn := range c.conns {
-		errs = append(errs, conn.Close())
+	for _, ln := range c.links {
+		errs = append(errs, ln.conn.Close())
 	}
 	return errors.Join(errs...)
 }

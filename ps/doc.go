@@ -153,22 +153,28 @@
 //
 // # Runtime
 //
-// Server runs one shard core on its own goroutine behind an rdma.Listener
-// of learner connections; Client is the learner side over one rdma.Conn
-// per shard (Pull from all shards, Push each shard its slice; PullAsync
-// receives the next weights on a goroutine while the learner computes, and
-// Push keeps stamping with the stamps of the weights the gradient was
-// computed on until WaitPull makes the new ones current). Server's OnPush
-// hook shows the shard's weights after each consumed gradient, which lets
-// a job runner snapshot them at a given count of mini-batches (an epoch
-// end) without stopping the learners. On the wire
-// the core's messages are rdma messages: MsgPush … MsgLeave are the rdma
-// types of learner → shard messages (Timestamp: the push's stamp j or the
-// pull's minimum clock; Payload: the gradient slice), TypeWeights answers a
-// pull (Timestamp: the stamp i; Seq: the pull's Seq; Payload: a copy of
-// the shard's weights taken in the Step that served it) and rejections
-// travel as rdma.TypeError with the rejected message's Seq. The job id is
-// stamped and checked by the transport and again by the core.
+// Server runs one or more shard cores behind one rdma.Listener, each core
+// on its own goroutine; Client is the learner side, one connection per
+// server (Pull from all shards, Push each shard its slice; PullAsync
+// receives the next weights on a goroutine while the learner computes,
+// and Push keeps stamping with the stamps of the weights the gradient was
+// computed on until WaitPull makes the new ones current). Group runs the
+// servers of a parameter server in one process. wire.go is the one place
+// where core messages meet rdma messages.
+//
+// Identity and membership: a learner's identity (id and incarnation, the
+// high half of its sequence numbers) is bound to its connection, and a
+// second connection claiming it is refused; a lost connection is reported
+// to the server's owner (ServerConfig.OnLost), who decides whether the
+// learner has left (Server.Evict). Learners leave by themselves when they
+// are done or idle (MsgLeave) and join again (MsgJoin).
+//
+// End of a job: Server.Finish says the job's data is done; once every
+// learner has left, each shard applies what is pending (a partial update)
+// and is final. An evaluator reads the weights with TypeSnapshot requests
+// (Client.Snapshot): the snapshot of each epoch end, taken when the shard
+// has consumed e·P gradients (ServerConfig.Snapshots), and the final
+// weights.
 //
 // # Checkpoints
 //

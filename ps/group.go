@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/softsync/softsync/rdma"
 )
 
-// Group runs every shard server of one parameter server in this process,
-// each on its own listener of one rdma.Network (the in-process deployment);
-// learners connect with Group.Dial. Across processes, each server process
-// runs NewServer and Serve for its shard, and learners connect with Dial.
+// Group runs the shard servers of one parameter server in this process,
+// each on its own listener of one rdma.Network: a job's parameter server
+// when everything runs in one process, and the harness of this package's
+// tests. Learners connect with Group.Dial.
 type Group struct {
-	cfg     Config
-	total   int
+	cfg     GroupConfig
 	servers []*Server
-	addrs   []string
+	addrs   []string // per shard: its server's address
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	errs    []error
@@ -28,45 +28,57 @@ type GroupConfig struct {
 	PS      Config
 	Init    []float32    // the initial flat vector
 	Network rdma.Network // the transport; its Options.Job must be PS.Job
-	// Addr is the listen address for every shard ("" for inmem,
-	// "127.0.0.1:0" for loopback TCP: each shard gets its own port).
-	Addr     string
-	Codec    rdma.Codec   // encoding of weights replies
-	OnUpdate func(Update) // see ServerConfig; called from each shard's goroutine
-	// OnPush is ServerConfig.OnPush for every shard, called from each
-	// shard's goroutine with the shard's index.
-	OnPush func(shard int, consumed uint64, w []float32)
+	// Addr is the listen address of every server ("" for inmem,
+	// "127.0.0.1:0" for loopback TCP: each server gets its own port).
+	Addr string
+	// Servers is the number of shard servers (0 means 1); shard k runs on
+	// server k mod Servers.
+	Servers   int
+	Codec     rdma.Codec // encoding of weights replies
+	Snapshots bool       // see ServerConfig
+	OnUpdate  func(shard int, u Update)
+	OnLost    func(learner, incarnation uint32)
 }
 
-// StartGroup starts one Server per shard and returns once all listen. The
-// servers run until every learner has left or ctx ends; Wait waits for
-// them.
+// StartGroup starts the servers and returns once all listen. They run
+// until Wait (after Finish) or ctx ends.
 func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
-	g := &Group{cfg: cfg.PS, total: len(cfg.Init)}
+	n := max(cfg.Servers, 1)
+	if n > cfg.PS.Shards {
+		return nil, fmt.Errorf("ps: %d servers for %d shards: %w", n, cfg.PS.Shards, ErrInvalidConfig)
+	}
+	g := &Group{cfg: cfg, addrs: make([]string, cfg.PS.Shards)}
 	var lns []rdma.Listener
-	for k := range cfg.PS.Shards {
-		scfg := ServerConfig{PS: cfg.PS, Shard: k, Init: cfg.Init, Codec: cfg.Codec, OnUpdate: cfg.OnUpdate}
-		if cfg.OnPush != nil {
-			scfg.OnPush = func(n uint64, w []float32) { cfg.OnPush(k, n, w) }
-		}
-		s, err := NewServer(scfg)
-		if err == nil {
-			var ln rdma.Listener
-			if ln, err = cfg.Network.Listen(cfg.Addr); err == nil {
-				g.servers, g.addrs, lns = append(g.servers, s), append(g.addrs, ln.Addr()), append(lns, ln)
-				continue
-			}
-		}
+	fail := func(err error) (*Group, error) {
 		for _, ln := range lns {
 			ln.Close()
 		}
-		return nil, fmt.Errorf("ps: shard %d: %w", k, err)
+		return nil, err
 	}
-	for k, s := range g.servers {
+	for i := range n {
+		var shards []int
+		for k := i; k < cfg.PS.Shards; k += n {
+			shards = append(shards, k)
+		}
+		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
+			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost})
+		if err != nil {
+			return fail(fmt.Errorf("ps: server %d: %w", i, err))
+		}
+		ln, err := cfg.Network.Listen(cfg.Addr)
+		if err != nil {
+			return fail(fmt.Errorf("ps: server %d: %w", i, err))
+		}
+		for _, k := range shards {
+			g.addrs[k] = ln.Addr()
+		}
+		g.servers, lns = append(g.servers, s), append(lns, ln)
+	}
+	for i, s := range g.servers {
 		g.wg.Go(func() {
-			if err := s.Serve(ctx, lns[k]); err != nil {
+			if err := s.Serve(ctx, lns[i]); err != nil {
 				g.mu.Lock()
-				g.errs = append(g.errs, fmt.Errorf("ps: shard %d: %w", k, err))
+				g.errs = append(g.errs, fmt.Errorf("ps: server %d: %w", i, err))
 				g.mu.Unlock()
 			}
 		})
@@ -74,61 +86,124 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 	return g, nil
 }
 
-// Addrs returns the listen address of each shard, in shard order.
-func (g *Group) Addrs() []string { return g.addrs }
+// Addrs returns, per shard, the address of the server that runs it.
+func (g *Group) Addrs() []string { return slices.Clone(g.addrs) }
 
-// Dial connects learner to every shard of the group and returns its client.
+// Servers returns the group's servers.
+func (g *Group) Servers() []*Server { return slices.Clone(g.servers) }
+
+// Dial connects learner to every server of the group and returns its
+// client (incarnation 0).
 func (g *Group) Dial(ctx context.Context, net rdma.Network, learner uint32, codec rdma.Codec) (*Client, error) {
-	return Dial(ctx, net, g.addrs, ClientConfig{Learner: learner, Protocol: g.cfg.Protocol, Total: g.total, Shards: len(g.addrs), Codec: codec})
+	return Dial(ctx, net, g.addrs, ClientConfig{Learner: learner, Protocol: g.cfg.PS.Protocol, Total: len(g.cfg.Init),
+		Shards: g.cfg.PS.Shards, Codec: codec})
 }
 
-// Wait waits for every server to end and returns their errors, joined.
+// Finish calls Finish on every server.
+func (g *Group) Finish() {
+	for _, s := range g.servers {
+		s.Finish()
+	}
+}
+
+// Evict calls Evict on every server.
+func (g *Group) Evict(learner, inc uint32) {
+	for _, s := range g.servers {
+		s.Evict(learner, inc)
+	}
+}
+
+// Final returns a channel closed once every server is final.
+func (g *Group) Final() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for _, s := range g.servers {
+			<-s.Final()
+		}
+		close(done)
+	}()
+	return done
+}
+
+// Wait waits until every server is final (see Finish) or has ended,
+// stops them and returns their errors, joined.
 func (g *Group) Wait() error {
+	for _, s := range g.servers {
+		select {
+		case <-s.Final():
+		case <-s.stopped:
+		}
+		s.Stop()
+	}
 	g.wg.Wait()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return errors.Join(g.errs...)
 }
 
-// Weights returns the final flat vector once every server has ended (after
-// Wait), nil before.
+// Weights returns the final flat vector once every server is final, nil
+// before.
 func (g *Group) Weights() []float32 {
-	w := make([]float32, g.total)
-	rs, _ := Ranges(g.total, len(g.servers))
-	for k, s := range g.servers {
-		sw := s.Weights()
-		if sw == nil {
+	w := make([]float32, len(g.cfg.Init))
+	rs, _ := Ranges(len(g.cfg.Init), g.cfg.PS.Shards)
+	for _, s := range g.servers {
+		ws := s.Weights()
+		if ws == nil {
 			return nil
 		}
-		copy(w[rs[k].Lo:], sw)
+		for i, k := range s.Shards() {
+			copy(w[rs[k].Lo:], ws[i])
+		}
 	}
 	return w
 }
 
-// Stats returns each shard server's counters.
-func (g *Group) Stats() []ServerStats {
-	st := make([]ServerStats, len(g.servers))
-	for k, s := range g.servers {
-		st[k] = s.Stats()
+// Stats returns each shard's counters, in shard order, and the servers'
+// own counters summed.
+func (g *Group) Stats() ([]Stats, ServerStats) {
+	shards := make([]Stats, g.cfg.PS.Shards)
+	var sum ServerStats
+	for _, s := range g.servers {
+		st := s.Stats()
+		for i, k := range s.Shards() {
+			shards[k] = st.Shards[i]
+		}
+		sum.BadFrames += st.BadFrames
+		sum.ErrorsDropped += st.ErrorsDropped
+		sum.Refused += st.Refused
+		sum.NotHosted += st.NotHosted
+		sum.Lost += st.Lost
 	}
-	return st
+	return shards, sum
 }
 
-// Dial connects a client to the shard servers at addrs (addrs[k] serves
-// shard k) over net.
+// Dial connects a client to the shard servers at addrs (addrs[k] is the
+// address of the server that runs shard k; a server running several
+// shards is dialled once) over net.
 func Dial(ctx context.Context, net rdma.Network, addrs []string, cfg ClientConfig) (*Client, error) {
-	var conns []rdma.Conn
-	for _, a := range addrs {
-		c, err := net.Dial(ctx, a)
-		if err != nil {
-			err = fmt.Errorf("ps client %d: %w", cfg.Learner, err)
-			return nil, errors.Join(err, (&Client{conns: conns}).Close())
+	conns := make([]rdma.Conn, len(addrs))
+	byAddr := map[string]rdma.Conn{}
+	closeAll := func() error {
+		var errs []error
+		for _, c := range byAddr {
+			errs = append(errs, c.Close())
 		}
-		conns = append(conns, c)
+		return errors.Join(errs...)
+	}
+	for k, a := range addrs {
+		c := byAddr[a]
+		if c == nil {
+			var err error
+			if c, err = net.Dial(ctx, a); err != nil {
+				return nil, errors.Join(fmt.Errorf("ps client %d: shard %d: %w", cfg.Learner, k, err), closeAll())
+			}
+			byAddr[a] = c
+		}
+		conns[k] = c
 	}
 	c, err := NewClient(cfg, conns)
 	if err != nil {
-		return nil, errors.Join(err, (&Client{conns: conns}).Close())
+		return nil, errors.Join(err, closeAll())
 	}
 	return c, nil
 }

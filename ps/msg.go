@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/softsync/softsync/ps/sgd"
-	"github.com/softsync/softsync/rdma"
 )
 
 // Rejection reasons, sent to the peer inside Reply.Err (wrapped with the
@@ -24,14 +23,6 @@ var (
 // ErrRejected is wrapped (with rdma.ErrRemote) by the client's errors for
 // error replies: a shard rejected one of the learner's messages.
 var ErrRejected = errors.New("rejected by the parameter server")
-
-// TypeWeights is the rdma message type of a shard's reply to a pull:
-// Timestamp is the weights' stamp i, Seq the pull's Seq, Payload the
-// shard's range. Learner → shard messages use the MsgType values as rdma
-// types (Timestamp: the push's stamp j or the pull's minimum clock);
-// rejections travel as rdma.TypeError with the text in Data and the
-// rejected message's Seq.
-const TypeWeights rdma.Type = 5
 
 // MsgType is the kind of a message to a shard.
 type MsgType uint8

@@ -2,114 +2,191 @@ package ps
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
+	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
 
-// ServerConfig configures the server of one shard.
+// Errors of the shard server, sent to the peer in error replies and
+// counted in ServerStats.
+var (
+	// ErrRefused: a learner message from a connection the learner is not
+	// bound to (another connection of the same incarnation is alive), or
+	// from an incarnation that is over (evicted, or older than the
+	// learner's latest).
+	ErrRefused = errors.New("learner message refused")
+	// ErrNotHosted: a message for a shard this server does not run.
+	ErrNotHosted = errors.New("shard not run by this server")
+	// errSnapshotsOff answers an epoch snapshot request to a server
+	// without ServerConfig.Snapshots.
+	errSnapshotsOff = errors.New("this server keeps no epoch snapshots")
+)
+
+// ServerConfig configures a shard server.
 type ServerConfig struct {
-	PS    Config     // the parameter server's configuration
-	Shard int        // the shard this server runs
-	Init  []float32  // the initial flat vector (the server copies its range)
-	Codec rdma.Codec // encoding of the weights it sends (zero value: none)
+	PS     Config    // the parameter server's configuration
+	Shards []int     // the shards this server runs (nil: every shard of PS)
+	Init   []float32 // the initial flat vector (each shard copies its range)
+	Codec  rdma.Codec
 	// QueueLen is the number of replies buffered per connection (default
-	// 8). A learner has at most one pull waiting, so replies queue only
-	// when a peer floods the shard with rejected messages; error replies
-	// that do not fit are dropped and counted, weights never are.
+	// 8). A learner has at most one pull waiting per shard, so replies
+	// queue only when a peer floods the server with rejected messages;
+	// error replies that do not fit are dropped and counted, weights
+	// never are.
 	QueueLen int
-	// OnUpdate, if set, is called on the shard goroutine after every
+	// Snapshots keeps a copy of each shard's weights at every epoch end
+	// for an evaluator's TypeSnapshot requests: the weights right after
+	// the shard consumed (accepted or dropped) its (e·P)-th gradient, P =
+	// PS.DataSize/PS.Batch. Accepted gradients still pending in an update
+	// (softsync with c₀ > 1) are not in them.
+	Snapshots bool
+	// OnUpdate, if set, is called on the shard's goroutine after every
 	// update; it must return quickly.
-	OnUpdate func(Update)
-	// OnPush, if set, is called on the shard goroutine after every Step
-	// that accepted or dropped a gradient, with the number of gradients
-	// the shard has consumed so far (accepted plus dropped, each standing
-	// for one mini-batch of data; duplicates and rejected pushes do not
-	// count) and a read-only view of the shard's weights after that Step,
-	// valid during the call only. Accepted gradients still pending in the
-	// next update (softsync with c > 1) are not in those weights. It must
-	// return quickly: copy what it needs.
-	OnPush func(consumed uint64, w []float32)
+	OnUpdate func(shard int, u Update)
+	// OnLost, if set, is called when the connection a learner is bound to
+	// is lost, with the learner and its incarnation; membership is then
+	// the caller's decision (Evict). Without OnLost, the server evicts
+	// the learner at once (a job with no coordinator).
+	OnLost func(learner, incarnation uint32)
 	// Logger, if set, receives connection events at debug level.
 	Logger *slog.Logger
 }
 
-// ServerStats are a shard's counters plus the runtime's own.
+// ServerStats are a shard server's counters.
 type ServerStats struct {
-	Stats
-	BadFrames     uint64 // frames the transport could not decode (answered with an error, skipped)
-	ErrorsDropped uint64 // error replies dropped because the peer's queue was full
+	Shards        []Stats // per shard, in the order of ServerConfig.Shards
+	BadFrames     uint64  // frames the transport could not decode (answered with an error, skipped)
+	ErrorsDropped uint64  // error replies dropped because the peer's queue was full
+	Refused       uint64  // learner messages refused (ErrRefused)
+	NotHosted     uint64  // messages for a shard this server does not run
+	Lost          uint64  // connections lost while learners were bound to them
 }
 
-// Server runs one shard core on one goroutine and connects it to learner
-// connections. Each connection has a reader goroutine that feeds messages
-// to the shard goroutine, and a writer goroutine that sends its replies;
-// the core is touched by the shard goroutine only. Received messages are
-// released once stepped (the core never keeps a gradient); a weights reply
-// is a pooled message holding a copy of the shard's weights taken in the
-// Step that served the pull.
+// Server runs one or more shard cores behind one listener, each core on a
+// goroutine of its own, so that shards update in parallel. Each
+// connection has a reader goroutine, which checks the learner's identity
+// and hands each message to its shard's goroutine, and a writer goroutine
+// that sends the replies. Received messages are released once stepped
+// (the core never keeps a gradient); a weights reply is a pooled message
+// holding a copy of the shard's weights taken in the Step that served the
+// pull.
+//
+// Identity: a learner (id and incarnation, from the message's Seq) is
+// bound to the connection of its first message; while that connection is
+// alive, the same incarnation's messages from any other connection are
+// refused (ErrRefused): a second connection never evicts the first. A
+// higher incarnation takes the learner over (a restarted learner), and an
+// incarnation that is over (Evict, or older than the latest) is refused.
+// A lost connection unbinds its learners, which may reconnect; whether a
+// learner has left the job is decided by the caller through Evict (see
+// ServerConfig.OnLost), or by the learner's own MsgLeave.
 //
 // Routing: weights for learner l go to the connection of l's last
-// accepted message (a rejected message never moves a route, so a bad peer
-// cannot divert another learner's weights). A lost connection becomes
-// MsgLeave for the learners routed to it. Serve returns once every learner
-// has left.
+// accepted message on that shard (a rejected message never moves a route).
+//
+// Lifecycle: Serve runs until Stop or its context ends. Finish announces
+// that the job's data is done; once every learner has then left every
+// shard, the shards are final (Final is closed): their pending gradients
+// applied, their final weights kept for Weights and for TypeSnapshot
+// requests of epoch 0.
 type Server struct {
-	cfg   ServerConfig
-	core  *Shard
-	in    chan inbound
-	done  chan struct{} // closed when the shard loop ends
-	stats chan chan ServerStats
+	cfg     ServerConfig
+	loops   []*shardLoop
+	byShard map[int]*shardLoop
+	ctrl    chan struct{} // closed when Serve starts its loops
+	ending  chan struct{} // closed when Serve stops its loops
+	stopped chan struct{} // closed when Serve has returned
+	stop    chan struct{}
+	stopMu  sync.Once
+	final   chan struct{} // closed when every shard is final
+	nFinal  atomic.Int32
+	done    atomic.Bool // Finish was called
 
-	mu       sync.Mutex // guards conns and final
-	conns    map[rdma.Conn]bool
-	final    ServerStats
-	finW     []float32
-	extra    ServerStats     // runtime counters; shard goroutine only
-	consumed uint64          // gradients accepted or dropped, as last reported to OnPush; shard goroutine only
-	ctx      context.Context // of the running Serve; shard goroutine only
+	badFrames, errorsDropped, refused, notHosted, lost atomic.Uint64
+
+	mu    sync.Mutex // guards conns and binds
+	conns map[rdma.Conn]bool
+	binds map[uint32]*binding
 }
 
-// inbound is a message from a connection, a recoverable receive error
-// (m nil, err set), or the connection's loss (both nil).
-type inbound struct {
-	m   *rdma.Msg
-	err error
-	p   *peer
+// binding is the server's view of one learner's identity.
+type binding struct {
+	inc  uint32
+	peer *peer // nil: no live connection
+	dead bool  // incarnation inc was evicted
 }
 
-// peer is one connection's writer side; out is written and closed by the
-// shard goroutine only, except after the loop ended (see serveConn).
+// peer is one connection's writer side: replies queue on out until the
+// writer sends them; gone is closed when the connection is lost.
 type peer struct {
 	conn rdma.Conn
 	out  chan *rdma.Msg
+	gone chan struct{}
 }
 
-// NewServer validates cfg and builds the shard core.
+// inbound is a message for a shard goroutine, from peer p.
+type inbound struct {
+	m *rdma.Msg
+	p *peer
+}
+
+// NewServer validates cfg and builds the shard cores.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	core, err := NewShard(cfg.PS, cfg.Shard, cfg.Init)
-	if err != nil {
-		return nil, err
-	}
 	if err := cfg.Codec.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
 	}
-	return &Server{cfg: cfg, core: core, in: make(chan inbound), done: make(chan struct{}),
-		stats: make(chan chan ServerStats), conns: map[rdma.Conn]bool{}}, nil
+	if cfg.Shards == nil {
+		for k := range cfg.PS.Shards {
+			cfg.Shards = append(cfg.Shards, k)
+		}
+	}
+	if len(cfg.Shards) == 0 {
+		return nil, sgd.Fieldf("Shards", "no shard to run")
+	}
+	s := &Server{cfg: cfg, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),
+		stop: make(chan struct{}), final: make(chan struct{}), conns: map[rdma.Conn]bool{}, binds: map[uint32]*binding{}}
+	for _, k := range cfg.Shards {
+		if s.byShard[k] != nil {
+			return nil, sgd.Fieldf("Shards", "shard %d listed twice", k)
+		}
+		core, err := NewShard(cfg.PS, k, cfg.Init)
+		if err != nil {
+			return nil, err
+		}
+		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()),
+			route: make([]*peer, cfg.PS.Learners), snaps: map[int]snapshot{}}
+		if cfg.PS.DataSize > 0 {
+			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
+		}
+		s.loops = append(s.loops, l)
+		s.byShard[k] = l
+	}
+	return s, nil
 }
 
-// Serve accepts connections from ln and runs the shard until every learner
-// has left (nil) or ctx ends (ctx.Err()). It then closes ln and every
-// connection and waits for its goroutines.
+// Shards returns the shards the server runs.
+func (s *Server) Shards() []int { return slices.Clone(s.cfg.Shards) }
+
+// Serve accepts connections from ln and runs the shards until Stop is
+// called (nil) or ctx ends (ctx.Err()). It then closes ln and every
+// connection and waits for its goroutines. Serve may be called once.
 func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	for _, l := range s.loops {
+		wg.Go(func() { l.run(ctx) })
+	}
+	close(s.ctrl)
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept(ctx)
@@ -123,7 +200,13 @@ func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 			wg.Go(func() { s.serveConn(ctx, c) })
 		}
 	})
-	err := s.run(ctx)
+	var err error
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.stop:
+	}
+	close(s.ending)
 	cancel()
 	ln.Close()
 	s.mu.Lock()
@@ -134,7 +217,100 @@ func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 		c.Close()
 	}
 	wg.Wait()
+	close(s.stopped)
 	return err
+}
+
+// Stop ends Serve. It may be called any number of times, from any
+// goroutine.
+func (s *Server) Stop() { s.stopMu.Do(func() { close(s.stop) }) }
+
+// Finish announces that the job's data is done: no learner will take a
+// step after it leaves. Once every learner has left every shard, the
+// shards are final (see Final).
+func (s *Server) Finish() {
+	s.done.Store(true)
+	s.each(func(l *shardLoop) { l.checkFinal() })
+}
+
+// Final returns a channel closed once Finish was called and every learner
+// has left every shard of the server.
+func (s *Server) Final() <-chan struct{} { return s.final }
+
+// Evict removes incarnation inc of learner from every shard (the
+// coordinator's decision that it has left: lost, or gone silent). Its
+// gradients already accepted stay in the pending update; its messages,
+// and those of any earlier incarnation, are refused from then on. An
+// Evict of an incarnation older than the learner's latest does nothing.
+func (s *Server) Evict(learner, inc uint32) {
+	if int64(learner) >= int64(s.cfg.PS.Learners) {
+		return
+	}
+	s.mu.Lock()
+	b := s.bindingOf(learner)
+	if inc < b.inc {
+		s.mu.Unlock()
+		return
+	}
+	b.inc, b.dead, b.peer = inc, true, nil
+	s.mu.Unlock()
+	s.each(func(l *shardLoop) { l.evict(learner) })
+}
+
+// each runs f on every shard's goroutine, one after the other, and
+// waits for it; it does nothing for loops that are not running.
+func (s *Server) each(f func(*shardLoop)) {
+	for _, l := range s.loops {
+		s.each1(l, func() { f(l) })
+	}
+}
+
+// Stats returns the server's counters: live while Serve runs, final once
+// it has returned. (Called before Serve, it waits for Serve to start.)
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{BadFrames: s.badFrames.Load(), ErrorsDropped: s.errorsDropped.Load(), Refused: s.refused.Load(),
+		NotHosted: s.notHosted.Load(), Lost: s.lost.Load()}
+	for _, l := range s.loops {
+		var ls Stats
+		if !s.each1(l, func() { ls = l.core.Stats() }) {
+			ls = l.last.clone()
+		}
+		st.Shards = append(st.Shards, ls)
+	}
+	return st
+}
+
+// each1 runs f on l's goroutine, waiting for Serve to start the loops,
+// and reports whether it ran: not once Serve is stopping.
+func (s *Server) each1(l *shardLoop, f func()) bool {
+	select {
+	case <-s.ctrl:
+	case <-s.ending:
+		return false
+	}
+	done := make(chan struct{})
+	select {
+	case l.do <- func() { f(); close(done) }:
+		<-done
+		return true
+	case <-s.ending:
+		return false
+	}
+}
+
+// Weights returns a copy of each shard's final weights, in the order of
+// Shards, once Final is closed; nil before.
+func (s *Server) Weights() [][]float32 {
+	select {
+	case <-s.final:
+	default:
+		return nil
+	}
+	var ws [][]float32
+	for _, l := range s.loops {
+		ws = append(ws, slices.Clone(l.finalW))
+	}
+	return ws
 }
 
 // track registers c for closing at the end; false once the server ended.
@@ -148,206 +324,170 @@ func (s *Server) track(c rdma.Conn) bool {
 	return true
 }
 
-// serveConn reads messages from c until it fails, feeding the shard loop;
-// its writer goroutine sends the replies.
+func (s *Server) bindingOf(learner uint32) *binding {
+	b := s.binds[learner]
+	if b == nil {
+		b = &binding{}
+		s.binds[learner] = b
+	}
+	return b
+}
+
+// admit checks that p may speak for learner in incarnation inc and binds
+// it (see Server).
+func (s *Server) admit(learner, inc uint32, p *peer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.bindingOf(learner)
+	switch {
+	case inc < b.inc:
+		return fmt.Errorf("%w: learner %d incarnation %d is over (latest %d)", ErrRefused, learner, inc, b.inc)
+	case inc == b.inc && b.dead:
+		return fmt.Errorf("%w: learner %d incarnation %d was removed from the job", ErrRefused, learner, inc)
+	case inc == b.inc && b.peer != nil && b.peer != p:
+		return fmt.Errorf("%w: learner %d is bound to another connection (%s)", ErrRefused, learner, b.peer.conn.RemoteAddr())
+	}
+	b.inc, b.dead, b.peer = inc, false, p
+	return nil
+}
+
+// serveConn reads messages from c until it fails, handing them to the
+// shard goroutines; its writer goroutine sends the replies.
 func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
-	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen)}
+	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen), gone: make(chan struct{})}
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		broken := false
-		for m := range p.out {
-			if broken {
-				m.Release()
-			} else if c.Send(ctx, m) != nil { // Send owns m, also on failure
-				broken = true
-				c.Close() // the reader sees the loss
-			}
-		}
-	})
+	wg.Go(func() { p.write(ctx) })
 	for {
 		m, err := c.Recv(ctx)
-		in := inbound{m: m, p: p}
-		switch {
-		case err == nil:
-		case rdma.Recoverable(err) && ctx.Err() == nil:
-			in.err = err
-		default:
+		if err != nil {
+			if rdma.Recoverable(err) && ctx.Err() == nil {
+				s.badFrames.Add(1)
+				s.reject(p, 0, 0, err)
+				continue
+			}
 			if s.cfg.Logger != nil {
-				s.cfg.Logger.Debug("ps: connection lost", "shard", s.cfg.Shard, "peer", c.RemoteAddr(), "err", err)
+				s.cfg.Logger.Debug("ps: connection lost", "peer", c.RemoteAddr(), "err", err)
 			}
+			break
 		}
-		select {
-		case s.in <- in:
-		case <-s.done:
-			if m != nil {
-				m.Release()
-			}
-			close(p.out) // the shard loop is gone: nobody else writes p.out
-			wg.Wait()
-			return
-		}
-		if m == nil && in.err == nil {
-			wg.Wait() // the shard loop closes p.out on the loss
-			return
+		if !s.dispatch(ctx, m, p) {
+			break
 		}
 	}
+	close(p.gone)
+	c.Close()
+	wg.Wait()
+	s.connLost(p)
 }
 
-// run is the shard loop.
-func (s *Server) run(ctx context.Context) error {
-	s.ctx = ctx
-	route := make([]*peer, s.cfg.PS.Learners) // where each learner's weights go
-	defer func() {
-		s.mu.Lock()
-		s.final, s.finW = s.snapshot(), slices.Clone(s.core.Weights())
-		s.mu.Unlock()
-		close(s.done)
-	}()
-	for {
-		var in inbound
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case req := <-s.stats:
-			req <- s.snapshot()
-			continue
-		case in = <-s.in:
-		}
-		switch {
-		case in.err != nil:
-			s.extra.BadFrames++
-			s.sendError(in.p, 0, in.err)
-		case in.m == nil:
-			s.lost(in.p, route)
-		default:
-			s.step(in.m, in.p, route)
-		}
-		if s.core.Active() == 0 {
-			return nil
-		}
-	}
-}
-
-// step feeds one received message to the core and releases it.
-func (s *Server) step(rm *rdma.Msg, from *peer, route []*peer) {
-	m := Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
-		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
-	// The message's connection becomes the learner's route, unless the
-	// message is rejected or is the learner's leave.
-	var prev *peer
-	known := int64(m.Learner) < int64(len(route))
-	if known {
-		prev, route[m.Learner] = route[m.Learner], from
-	}
-	r := s.core.Step(m)
-	rm.Release()
+// dispatch checks one received message and hands it to its shard's
+// goroutine; false once ctx ended.
+func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
+	l := s.byShard[int(m.Shard)]
 	switch {
-	case !known:
-	case rejected(r):
-		route[m.Learner] = prev
-	case m.Type == MsgLeave:
-		route[m.Learner] = nil
-	}
-	s.deliver(r, from, route)
-	if s.cfg.OnPush != nil {
-		if n := s.core.stats.Gradients + s.core.stats.Dropped; n != s.consumed {
-			s.consumed = n
-			s.cfg.OnPush(n, s.core.Weights())
-		}
-	}
-}
-
-func (s *Server) snapshot() ServerStats {
-	st := s.extra
-	st.Stats = s.core.Stats()
-	return st
-}
-
-// rejected reports whether the message of the Step that returned r was
-// rejected: its error reply is the only error a Step produces.
-func rejected(r Ready) bool {
-	for _, rep := range r.Replies {
-		if rep.Err != nil {
+	case l == nil:
+		s.notHosted.Add(1)
+		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, describe(m), s.cfg.Shards))
+		m.Release()
+		return true
+	case m.Type >= rdma.Type(MsgPush) && m.Type <= rdma.Type(MsgLeave) && int64(m.Learner) < int64(s.cfg.PS.Learners):
+		if err := s.admit(m.Learner, Incarnation(m.Seq), p); err != nil {
+			s.refused.Add(1)
+			s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%s: %w", describe(m), err))
+			m.Release()
 			return true
 		}
 	}
+	// Anything else (a snapshot request, an unknown learner or type) goes
+	// to the shard, whose core rejects and counts what is wrong.
+	select {
+	case l.in <- inbound{m, p}:
+		return true
+	case <-ctx.Done():
+		m.Release()
+		return false
+	}
+}
+
+// reject queues an error reply to p without blocking; it is dropped and
+// counted if p's queue is full.
+func (s *Server) reject(p *peer, shard int, seq uint64, err error) {
+	if !p.trySend(errorMsg(shard, seq, err)) {
+		s.errorsDropped.Add(1)
+	}
+}
+
+// connLost unbinds the learners bound to p and reports them (or evicts
+// them, without OnLost).
+func (s *Server) connLost(p *peer) {
+	s.mu.Lock()
+	type li struct{ l, inc uint32 }
+	var gone []li
+	for l, b := range s.binds {
+		if b.peer == p {
+			b.peer = nil
+			gone = append(gone, li{l, b.inc})
+		}
+	}
+	if s.conns != nil {
+		delete(s.conns, p.conn)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.ending: // the server closed it
+		return
+	default:
+	}
+	if len(gone) > 0 {
+		s.lost.Add(1)
+	}
+	slices.SortFunc(gone, func(a, b li) int { return int(a.l) - int(b.l) })
+	for _, g := range gone {
+		if s.cfg.OnLost != nil {
+			s.cfg.OnLost(g.l, g.inc)
+		} else {
+			s.Evict(g.l, g.inc)
+		}
+	}
+}
+
+// write sends p's replies until the connection is lost.
+func (p *peer) write(ctx context.Context) {
+	for {
+		select {
+		case m := <-p.out:
+			if p.conn.Send(ctx, m) != nil { // Send owns m, also on failure
+				p.conn.Close() // the reader sees the loss
+				return
+			}
+		case <-p.gone:
+			return
+		}
+	}
+}
+
+// trySend queues m without blocking; false (m released) if the queue is
+// full or the connection is gone.
+func (p *peer) trySend(m *rdma.Msg) bool {
+	select {
+	case p.out <- m:
+		return true
+	case <-p.gone:
+	default:
+	}
+	m.Release()
 	return false
 }
 
-// lost turns the loss of p into MsgLeave for every learner routed to it.
-func (s *Server) lost(p *peer, route []*peer) {
-	for l, rp := range route {
-		if rp == p {
-			route[l] = nil
-			s.deliver(s.core.Step(Msg{Type: MsgLeave, Job: s.cfg.PS.Job, Shard: s.cfg.Shard, Learner: uint32(l)}), p, route)
-		}
-	}
-	close(p.out)
-}
-
-// deliver sends the replies of one Step (errors to from, the connection of
-// the message) and reports the updates.
-func (s *Server) deliver(r Ready, from *peer, route []*peer) {
-	for _, rep := range r.Replies {
-		if rep.Err != nil {
-			s.sendError(from, rep.Seq, rep.Err)
-			continue
-		}
-		p := route[rep.To]
-		if p == nil {
-			continue
-		}
-		m := rdma.NewMsg(len(rep.Weights))
-		copy(m.Payload, rep.Weights)
-		m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, s.cfg.Codec, rep.To, uint32(s.cfg.Shard), rep.Clock, rep.Seq
-		select { // blocks only behind a peer that stopped reading
-		case p.out <- m:
-		case <-s.ctx.Done():
-			m.Release()
-		}
-	}
-	if s.cfg.OnUpdate != nil {
-		for _, u := range r.Updates {
-			s.cfg.OnUpdate(u)
-		}
-	}
-}
-
-// sendError queues an error reply to p without blocking; it is dropped
-// and counted if p's queue is full.
-func (s *Server) sendError(p *peer, seq uint64, err error) {
-	m := rdma.NewErrorMsg(err)
-	m.Shard, m.Seq = uint32(s.cfg.Shard), seq
+// send queues m, waiting behind a peer that stopped reading; false (m
+// released) if the connection is gone or ctx ended.
+func (p *peer) send(ctx context.Context, m *rdma.Msg) bool {
 	select {
 	case p.out <- m:
-	default:
-		m.Release()
-		s.extra.ErrorsDropped++
+		return true
+	case <-p.gone:
+	case <-ctx.Done():
 	}
-}
-
-// Stats returns the server's counters: live while it runs, final after.
-func (s *Server) Stats() ServerStats {
-	req := make(chan ServerStats, 1)
-	select {
-	case s.stats <- req:
-		return <-req
-	case <-s.done:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		st := s.final
-		st.Stats = st.Stats.clone()
-		return st
-	}
-}
-
-// Weights returns a copy of the shard's weights once the server has
-// stopped, nil before.
-func (s *Server) Weights() []float32 {
-	select {
-	case <-s.done:
-		return slices.Clone(s.finW)
-	default:
-		return nil
-	}
+	m.Release()
+	return false
 }

@@ -1,11 +1,13 @@
 package ps
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,27 +78,28 @@ func network(t testing.TB, kind string, job uint32) (rdma.Network, string) {
 
 // cluster runs a Group over the transport kind and λ learner goroutines,
 // each running steps of pull → gradient → push, then leave.
-func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []ServerStats) {
+func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32)) ([]float32, []Stats) {
 	return clusterOpts(t, kind, cfg, init, steps, grad, clusterOptions{})
 }
 
 // clusterOptions vary cluster: overlap makes each learner prefetch its
 // next weights with PullAsync while it computes (two weight buffers);
-// onPush is passed to the group.
+// servers is the number of shard servers (0: one per shard).
 type clusterOptions struct {
 	overlap bool
-	onPush  func(shard int, consumed uint64, w []float32)
+	servers int
 }
 
-func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32), o clusterOptions) ([]float32, []ServerStats) {
+func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32), o clusterOptions) ([]float32, []Stats) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	net, addr := network(t, kind, cfg.Job)
-	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr, OnPush: o.onPush})
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr, Servers: cmp.Or(o.servers, cfg.Shards)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.Finish() // final once every learner has left
 	var wg sync.WaitGroup
 	for l := range cfg.Learners {
 		wg.Go(func() {
@@ -147,7 +150,8 @@ func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps in
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	return g.Weights(), g.Stats()
+	stats, _ := g.Stats()
+	return g.Weights(), stats
 }
 
 // TestServerHardsyncExact runs hardsync through the runtime (2 shard
@@ -238,6 +242,7 @@ func TestServerRejectsAndLoss(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
+	srv.Finish()
 
 	client := func(l uint32, conn rdma.Conn) *Client {
 		c, err := NewClient(ClientConfig{Learner: l, Protocol: Hardsync, Total: 4, Shards: 1}, []rdma.Conn{conn})
@@ -291,11 +296,13 @@ func TestServerRejectsAndLoss(t *testing.T) {
 		t.Fatalf("after the loss: %v, stamp %v, w %v", err, c0.Stamps(), w)
 	}
 	c0.Leave(ctx)
+	<-srv.Final()
+	srv.Stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 	st := srv.Stats()
-	if st.Rejected.NonFinite != 1 || st.Rejected.UnknownLearner != 1 || st.Updates != 1 {
+	if sh := st.Shards[0]; sh.Rejected.NonFinite != 1 || sh.Rejected.UnknownLearner != 1 || sh.Updates != 1 || st.Lost != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -340,14 +347,9 @@ func TestClientPullAsyncStamps(t *testing.T) {
 				copy(prev, ref)
 				single.Update(ref, g, min(s, 1), 0)
 			}
-			var pushes []uint64
 			got, stats := clusterOpts(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
 				prob.gradient(w, g, 2*s, 2)
-			}, clusterOptions{overlap: true, onPush: func(shard int, consumed uint64, w []float32) {
-				if shard == 0 {
-					pushes = append(pushes, consumed)
-				}
-			}})
+			}, clusterOptions{overlap: true, servers: 1})
 			for i := range got {
 				if math.Abs(float64(got[i])-float64(ref[i])) > 1e-6 {
 					t.Fatalf("w[%d] = %g, want %g (SGD with gradients one step stale)", i, got[i], ref[i])
@@ -358,44 +360,111 @@ func TestClientPullAsyncStamps(t *testing.T) {
 					t.Errorf("shard %d: histogram %v, %d updates; want [1 %d], %d", k, st.Histogram, st.Updates, steps-1, steps)
 				}
 			}
-			if len(pushes) != steps || pushes[0] != 1 || pushes[steps-1] != steps {
-				t.Errorf("OnPush saw consumed counts %v, want 1…%d", pushes, steps)
-			}
 		})
 	}
 }
 
-// TestGroupOnPush checks that OnPush hands out the weights as they are
-// after each consumed gradient: with c = 1 the view after the last push
-// is the final weights.
-func TestGroupOnPush(t *testing.T) {
-	cfg := Config{Job: 1, Learners: 3, Protocol: Softsync, N: 3, Shards: 2, Batch: 1,
+// TestSnapshots runs three asynchronous learners through two servers of
+// two shards each with epoch snapshots (P = 6 gradients per epoch) and an
+// evaluator that asks for the snapshots of epochs 1…4 before they exist,
+// then for the final weights: each request is answered once its epoch has
+// been consumed by every shard, with the weights of that moment (the
+// snapshot of the last epoch equals the final weights, c₀ being 1), and
+// the final weights once the learners have left.
+func TestSnapshots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 1, Learners: 3, Protocol: Softsync, N: 3, Shards: 4, Batch: 2, DataSize: 12,
 		Solver: sgd.Config{LR: 0.01, LRMode: sgd.LRStaleness}}
 	prob := newLeastSquares(40)
+	net, _ := network(t, "inmem", 1)
 	var mu sync.Mutex
-	last := make([]float32, lsDim)
-	counts := make([][]uint64, 2)
-	rs, _ := Ranges(lsDim, 2)
-	got, _ := clusterOpts(t, "inmem", cfg, make([]float32, lsDim), 10, func(l, s int, w, g []float32) {
-		prob.gradient(w, g, s*3+l, 1)
-	}, clusterOptions{onPush: func(shard int, consumed uint64, w []float32) {
-		mu.Lock()
-		defer mu.Unlock()
-		counts[shard] = append(counts[shard], consumed)
-		copy(last[rs[shard].Lo:rs[shard].Hi], w)
-	}})
-	for k, c := range counts {
-		for i, n := range c {
-			if n != uint64(i+1) {
-				t.Fatalf("shard %d: consumed counts %v, want 1…30", k, c)
+	clocks := map[uint64]int{} // shard-0 clock after each update → update count
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, lsDim), Network: net, Servers: 2, Snapshots: true,
+		OnUpdate: func(shard int, u Update) {
+			if shard == 0 {
+				mu.Lock()
+				clocks[u.Clock]++
+				mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Finish()
+	eval, err := Dial(ctx, net, g.Addrs(), ClientConfig{Learner: 1 << 30, Total: lsDim, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eval.Close()
+	type snap struct {
+		w      []float32
+		stamps []uint64
+	}
+	snaps := make(chan snap, 5)
+	go func() {
+		for e := range 5 { // epochs 0 (final, asked last)… : 1, 2, 3, 4, then 0
+			w := make([]float32, lsDim)
+			st, err := eval.Snapshot(ctx, (e+1)%5, w)
+			if err != nil {
+				t.Error(err)
+			}
+			snaps <- snap{w, st}
+		}
+	}()
+	var wg sync.WaitGroup
+	for l := range 3 {
+		wg.Go(func() {
+			c, err := g.Dial(ctx, net, uint32(l), rdma.Codec{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			w, grd := make([]float32, lsDim), make([]float32, lsDim)
+			for s := range 8 {
+				if err := c.Pull(ctx, w); err != nil {
+					t.Error(err)
+					return
+				}
+				prob.gradient(w, grd, s*3+l, 1)
+				if err := c.Push(ctx, grd); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			c.Leave(ctx)
+		})
+	}
+	wg.Wait()
+	var got []snap
+	for range 5 {
+		got = append(got, <-snaps)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	final := g.Weights()
+	for e, sn := range got {
+		epoch := (e + 1) % 5
+		for k, st := range sn.stamps {
+			// c₀ = 1: after e·6 consumed gradients the clock is e·6.
+			if want := uint64(6 * epoch); epoch > 0 && st != want {
+				t.Errorf("epoch %d: shard %d stamp %d, want %d", epoch, k, st, want)
+			}
+			if epoch == 0 && st != 24 {
+				t.Errorf("final: shard %d stamp %d, want 24", k, st)
 			}
 		}
-		if len(c) != 30 {
-			t.Errorf("shard %d: %d calls, want 30", k, len(c))
+		if (epoch == 4 || epoch == 0) && !slices.Equal(sn.w, final) {
+			t.Errorf("epoch %d: snapshot differs from the final weights", epoch)
+		}
+		if epoch == 1 && slices.Equal(sn.w, final) {
+			t.Error("the snapshot of epoch 1 equals the final weights")
 		}
 	}
-	if !slices.Equal(last, got) {
-		t.Errorf("weights after the last push %v, final weights %v", last, got)
+	if len(clocks) != 24 {
+		t.Errorf("%d distinct clocks on shard 0, want 24", len(clocks))
 	}
 }
 
@@ -410,6 +479,7 @@ func TestClientPullAsyncMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.Finish()
 	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
 	if err != nil {
 		t.Fatal(err)
@@ -441,5 +511,151 @@ func TestClientPullAsyncMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+	c.Close()
+}
+
+// TestServerIdentity checks how the server binds a learner's identity to
+// its connection: a second connection of the same incarnation is refused
+// and never evicts the first; a lost connection is reported, not taken
+// for a leave, and the learner may come back on a new one; an evicted
+// incarnation, and any older one, is refused; a higher incarnation takes
+// the learner over; a shard the server does not run is refused.
+func TestServerIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 3, Learners: 2, Protocol: Softsync, N: 2, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.1}}
+	type loss struct{ l, inc uint32 }
+	lost := make(chan loss, 4)
+	srv, err := NewServer(ServerConfig{PS: cfg, Shards: []int{0}, Init: make([]float32, 64),
+		OnLost: func(l, inc uint32) { lost <- loss{l, inc} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, addr := network(t, "inmem", 3)
+	ln, err := net.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	dial := func() rdma.Conn {
+		c, err := net.Dial(ctx, ln.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var n uint32
+	// ask sends a pull of learner 0 in incarnation inc for shard on c and
+	// returns the reply's type and error.
+	ask := func(c rdma.Conn, inc uint32, shard int) (rdma.Type, error) {
+		n++
+		m := wireMsg(MsgPull, 0, shard, Seq(inc, n), 0, 0)
+		if err := c.Send(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release()
+		return r.Type, r.Err()
+	}
+	a, b := dial(), dial()
+	if typ, err := ask(a, 0, 0); typ != TypeWeights {
+		t.Fatalf("first pull: %v %v", typ, err)
+	}
+	if typ, err := ask(b, 0, 0); typ != rdma.TypeError || !strings.Contains(err.Error(), ErrRefused.Error()) || !strings.Contains(err.Error(), "another connection") {
+		t.Fatalf("pull from a second connection: %v %v", typ, err)
+	}
+	if typ, _ := ask(a, 0, 0); typ != TypeWeights {
+		t.Fatal("the first connection must keep working")
+	}
+	a.Close()
+	if l := <-lost; l != (loss{0, 0}) {
+		t.Fatalf("OnLost(%v), want learner 0 incarnation 0", l)
+	}
+	if typ, err := ask(b, 0, 0); typ != TypeWeights {
+		t.Fatalf("the same incarnation on a new connection after the loss: %v %v", typ, err)
+	}
+	srv.Evict(0, 0)
+	if typ, err := ask(b, 0, 0); typ != rdma.TypeError || !strings.Contains(err.Error(), "removed from the job") {
+		t.Fatalf("pull of an evicted incarnation: %v %v", typ, err)
+	}
+	c := dial()
+	n++
+	join := wireMsg(MsgJoin, 0, 0, Seq(1, n), 0, 0)
+	if err := c.Send(ctx, join); err != nil {
+		t.Fatal(err)
+	}
+	if typ, err := ask(c, 1, 0); typ != TypeWeights {
+		t.Fatalf("incarnation 1 after its join: %v %v", typ, err)
+	}
+	if typ, err := ask(b, 0, 0); typ != rdma.TypeError || !strings.Contains(err.Error(), "is over") {
+		t.Fatalf("incarnation 0 after incarnation 1: %v %v", typ, err)
+	}
+	if typ, err := ask(c, 1, 1); typ != rdma.TypeError || !errors.Is(err, rdma.ErrRemote) || !strings.Contains(err.Error(), ErrNotHosted.Error()) {
+		t.Fatalf("a shard the server does not run: %v %v", typ, err)
+	}
+	st := srv.Stats()
+	if st.Refused != 3 || st.NotHosted != 1 || st.Lost != 1 || st.Shards[0].Rejected.Total() != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	srv.Stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClientTopKFeedback pushes the same gradient five times with TopK
+// (a quarter of the elements each time) through a plain SGD server (rate
+// 1, no momentum): with the error feedback the client keeps per shard,
+// what the server applied plus the residual the client still holds is
+// exactly the five gradients.
+func TestClientTopKFeedback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n, pushes = 64, 5
+	cfg := Config{Job: 5, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 1}}
+	net, addr := network(t, "tcp", 5)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Finish()
+	c, err := g.Dial(ctx, net, 0, rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grad, w := make([]float32, n), make([]float32, n)
+	for i := range grad {
+		grad[i] = float32(i%7) - 3
+	}
+	for range pushes {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Push(ctx, grad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Leave(ctx)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	final := g.Weights()
+	rs, _ := Ranges(n, 2)
+	for k, r := range rs {
+		res := c.feedback[k].Residual()
+		if len(res) != r.Len() {
+			t.Fatalf("shard %d: residual of %d elements, want %d", k, len(res), r.Len())
+		}
+		for i := r.Lo; i < r.Hi; i++ {
+			// w = −Σ sent; Σ sent = 5·g − residual.
+			if got, want := -final[i]+res[i-r.Lo], pushes*grad[i]; math.Abs(float64(got-want)) > 1e-4 {
+				t.Fatalf("element %d: applied %g + residual %g ≠ %d × %g", i, -final[i], res[i-r.Lo], pushes, grad[i])
+			}
+		}
+	}
 	c.Close()
 }

@@ -92,6 +92,11 @@ func (s *Shard) Range() Range { return s.rng }
 // Active returns the number of active learners, λa.
 func (s *Shard) Active() int { return s.active }
 
+// Member reports whether learner is an active member.
+func (s *Shard) Member(learner uint32) bool {
+	return int64(learner) < int64(len(s.members)) && s.members[learner].active
+}
+
 // Clock returns the shard clock i.
 func (s *Shard) Clock() uint64 { return s.clock }
 

@@ -17,7 +17,8 @@ var benchSizes = []struct {
 var benchCodecs = []string{"none", "s2", "zstd", "shuffle+s2", "shuffle+zstd", "fp16", "bf16", "topk:0.01"}
 
 // BenchmarkEncode reports MB/s of raw payload encoded and the wire/raw
-// ratio on gradient-like data (Gaussian, σ = 1e-3).
+// ratio on gradient-like data (Gaussian, σ = 1e-3); topk encodes with a
+// Feedback.
 func BenchmarkEncode(b *testing.B) {
 	for _, size := range benchSizes {
 		src := synth.Gradient(make([]float32, size.n), 1e-3, 1)
@@ -26,11 +27,12 @@ func BenchmarkEncode(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s", name, size.name), func(b *testing.B) {
 				enc := NewEncoder()
 				defer enc.Close()
-				wire, _ := enc.Encode(nil, c, StreamKey{}, src)
+				var fb Feedback // topk with error feedback, as gradients are pushed
+				wire, _ := enc.Encode(nil, c, &fb, src)
 				b.ReportAllocs()
 				b.SetBytes(int64(4 * size.n))
 				for b.Loop() {
-					wire, _ = enc.Encode(wire, c, StreamKey{}, src)
+					wire, _ = enc.Encode(wire, c, &fb, src)
 				}
 				b.ReportMetric(float64(len(wire))/float64(4*size.n), "ratio")
 			})
@@ -48,7 +50,7 @@ func BenchmarkDecode(b *testing.B) {
 				enc, dec := NewEncoder(), NewDecoder()
 				defer enc.Close()
 				defer dec.Close()
-				wire, _ := enc.Encode(nil, c, StreamKey{}, src)
+				wire, _ := enc.Encode(nil, c, nil, src)
 				dst := make([]float32, size.n)
 				if err := dec.Decode(dst, c.ID, wire); err != nil {
 					b.Fatal(err)

@@ -16,7 +16,7 @@ type CodecID uint8
 
 // Codec ids. Lossless: None, S2, Zstd and their byte-shuffled variants.
 // Lossy: FP16, BF16 (half the bytes) and TopK (sparse, with error feedback
-// on the sender).
+// on the sender when the message carries a Feedback).
 const (
 	CodecNone        CodecID = 0 // raw little-endian float32
 	CodecS2          CodecID = 1 // S2 block of the raw bytes

@@ -211,10 +211,19 @@ func TestTopK(t *testing.T) {
 		if trial >= 300 {
 			c.Fraction = []float64{0.001, 0.01, 0.1, 0.3}[trial%4]
 		}
-		key := StreamKey{Type: 1, Shard: uint32(trial)}
-		wire, err := enc.Encode(nil, c, key, g)
+		// Without feedback the selection is the same and g stays as it is.
+		orig := slices.Clone(g)
+		plain, err := enc.Encode(nil, c, nil, g)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var fb Feedback
+		wire, err := enc.Encode(nil, c, &fb, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(plain, wire) || !slices.Equal(u32sOf(g), u32sOf(orig)) {
+			t.Fatalf("trial %d: encoding without feedback differs from the first message with it, or changed the payload", trial)
 		}
 		k := c.topK(n)
 		if len(wire) != 8*k {
@@ -224,7 +233,7 @@ func TestTopK(t *testing.T) {
 		if err := dec.Decode(got, CodecTopK, wire); err != nil {
 			t.Fatal(err)
 		}
-		res := enc.Residual(key)
+		res := fb.Residual()
 		isSent := make([]bool, n)
 		for j, i := range refTopK(g, k) {
 			isSent[i] = true
@@ -261,7 +270,7 @@ func TestTopKSampleMisjudged(t *testing.T) {
 	}
 	enc, dec := NewEncoder(), NewDecoder()
 	c := Codec{ID: CodecTopK, Fraction: 0.2}
-	wire, err := enc.Encode(nil, c, StreamKey{}, g)
+	wire, err := enc.Encode(nil, c, nil, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,13 +296,14 @@ func TestTopKConservation(t *testing.T) {
 	given, sent := make([]float64, n), make([]float64, n)
 	g, out := make([]float32, n), make([]float32, n)
 	var wire []byte
+	var fb Feedback
 	for range rounds {
 		for i := range g {
 			g[i] = float32(r.IntN(101) - 50)
 			given[i] += float64(g[i])
 		}
 		var err error
-		if wire, err = enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.05}, StreamKey{}, g); err != nil {
+		if wire, err = enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.05}, &fb, g); err != nil {
 			t.Fatal(err)
 		}
 		if err := dec.Decode(out, CodecTopK, wire); err != nil {
@@ -303,18 +313,78 @@ func TestTopKConservation(t *testing.T) {
 			sent[i] += float64(v)
 		}
 	}
-	for i, v := range enc.Residual(StreamKey{}) {
+	for i, v := range fb.Residual() {
 		if sent[i]+float64(v) != given[i] {
 			t.Fatalf("element %d: sent %v + held %v != given %v", i, sent[i], v, given[i])
 		}
 	}
-	// A different length starts the stream over.
-	if _, err := enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.5}, StreamKey{}, g[:10]); err != nil {
+	// A different length starts the stream over, and so does Reset.
+	if _, err := enc.Encode(wire, Codec{ID: CodecTopK, Fraction: 0.5}, &fb, g[:10]); err != nil {
 		t.Fatal(err)
 	}
-	if res := enc.Residual(StreamKey{}); len(res) != 10 {
+	if res := fb.Residual(); len(res) != 10 {
 		t.Fatalf("residual has %d elements after a length change", len(res))
 	}
+	fb.Reset()
+	if res := fb.Residual(); res != nil {
+		t.Fatalf("residual %v after Reset", res)
+	}
+}
+
+// TestFeedbackGiveBack: a message that was not delivered hands what it
+// took back, so that the residual is as if it had never been encoded,
+// plus what it carried; a restarted stream ignores it.
+func TestFeedbackGiveBack(t *testing.T) {
+	enc := NewEncoder()
+	c := Codec{ID: CodecTopK, Fraction: 0.25}
+	g := []float32{1, -8, 3, 0, 5, -2, 7, 4}
+	var fb Feedback
+	first, err := enc.Encode(nil, c, &fb, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := fb.Residual(); res[1] != 0 || res[6] != 0 || res[4] != 5 {
+		t.Fatalf("residual after the first message: %v", res)
+	}
+	wire, err := enc.Encode(nil, c, &fb, g) // residual 2g minus what the first sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb.giveBack(wire, len(g))
+	want := make([]float32, len(g))
+	for i, v := range g {
+		want[i] = 2 * v
+	}
+	want[1], want[6] = g[1], g[6] // the first message was delivered
+	if res := fb.Residual(); !slices.Equal(res, want) {
+		t.Fatalf("residual after giving the second message back: %v, want %v", res, want)
+	}
+	enc.Encode(nil, c, &fb, g[:4])
+	before := fb.Residual()
+	fb.giveBack(first, len(g))
+	if res := fb.Residual(); !slices.Equal(res, before) {
+		t.Fatalf("giving back a message of the previous stream changed the residual: %v, want %v", res, before)
+	}
+}
+
+// TestFeedbackAllocs: encoding with a warm Feedback allocates nothing.
+func TestFeedbackAllocs(t *testing.T) {
+	enc := NewEncoder()
+	g := synth.Gradient(make([]float32, 100_000), 1e-3, 1)
+	var fb Feedback
+	c := Codec{ID: CodecTopK, Fraction: 0.01}
+	wire, _ := enc.Encode(nil, c, &fb, g)
+	if a := testing.AllocsPerRun(20, func() { wire, _ = enc.Encode(wire, c, &fb, g) }); a > 0 {
+		t.Fatalf("%v allocations per TopK encode with feedback", a)
+	}
+}
+
+func u32sOf(f []float32) []uint32 {
+	u := make([]uint32, len(f))
+	for i, v := range f {
+		u[i] = math.Float32bits(v)
+	}
+	return u
 }
 
 func TestLosslessRoundTrip(t *testing.T) {
@@ -328,7 +398,7 @@ func TestLosslessRoundTrip(t *testing.T) {
 				clear(src[10:60])
 				src[70], src[71], src[72] = float32(math.Inf(1)), float32(math.NaN()), -0.0
 			}
-			wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, src)
+			wire, err := enc.Encode(nil, Codec{ID: id}, nil, src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -363,7 +433,7 @@ func TestDecompressionBomb(t *testing.T) {
 	enc, dec := NewEncoder(), NewDecoder()
 	big := make([]float32, 1<<20) // 4 MiB of zeros compresses to almost nothing
 	for _, id := range []CodecID{CodecS2, CodecZstd, CodecShuffleS2, CodecShuffleZstd} {
-		wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, big)
+		wire, err := enc.Encode(nil, Codec{ID: id}, nil, big)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,8 @@
 // Package rdma is softsync's transport: it moves stamped messages between
-// the parameter server and its learners, in memory or over TCP (verbs comes
-// later behind the same interface). It knows nothing of push, pull or
-// protocols: the parameter server gives its message types their meaning.
+// the parameter server and its learners, in memory, over TCP or over
+// InfiniBand/RoCE verbs, behind one interface. It knows nothing of push,
+// pull or protocols: the parameter server gives its message types their
+// meaning.
 //
 // # Messages
 //
@@ -10,16 +11,21 @@
 // belong to the transport (TypeError carries an error report for the
 // peer); the others to the application. Ownership passes with the pointer:
 // after Send the sender must not touch the Msg or its slices; after Recv
-// the receiver owns it and either sends it on or Releases it to the pool
-// that NewMsg draws from, so that steady traffic allocates nothing.
+// the receiver owns it and either sends it on or Releases it to the
+// allocator it came from, so that steady traffic allocates nothing. The
+// package's NewMsg draws from a process-wide pool; a Network's NewMsg from
+// the transport's own memory (registered memory for verbs), so that a
+// payload computed into it is sent without a copy.
 //
 // # Connections
 //
-// A Network (NewInmem, NewTCP, NewVerbs, or Open by name with a verbs→TCP
-// fallback) makes Listeners and Conns. A Conn is ordered and preserves
-// message boundaries; Send and Recv are each safe for concurrent use and
+// A Network (NewInmem, NewTCP, NewVerbs, NewAuto, or Open by name) makes
+// Listeners and Conns. A Conn is ordered and preserves message
+// boundaries; Send and Recv are each safe for concurrent use and
 // serialized, and proceed independently of each other. The full contract
-// is on Conn. Errors are *OpError values naming the peer and wrapping a
+// is on Conn; Conn.Transport says which transport carries a connection
+// and why (what auto chose for that peer). Errors are *OpError values
+// naming the peer and wrapping a
 // sentinel (ErrClosed, ErrChecksum, ErrWrongJob, ...) or a context error;
 // Recoverable says whether the connection survived: a well-framed but bad
 // frame (payload checksum, unknown codec, inconsistent length, corrupt
@@ -28,6 +34,24 @@
 // trusted (bad magic, version, header checksum, over the size limits, a
 // truncated stream) ends that connection's receive side, while its send
 // side can still report the error to the peer.
+//
+// # Authentication
+//
+// With Options.Secret (per job, shared by its processes), every TCP
+// connection runs a mutual HMAC-SHA256 challenge–response over the
+// secret, the job id and fresh nonces from both ends before any frame is
+// read (docs/wire.md, "Handshake"): Dial returns an error matching
+// ErrAuth when the server fails to prove itself or closes, and a
+// listener hands Accept only authenticated connections. It closes the
+// others without a word, counts them (ListenerStats) and reports them to
+// Options.OnAuthFailure, so that an accept loop never sees them.
+// Handshakes run on the listener's goroutines, each bounded by
+// Options.HandshakeTimeout and at most Options.MaxHandshakes at once, so
+// that stalled or numerous unauthenticated connections cannot hold up
+// other peers or exhaust goroutines and memory. Without a secret, TCP
+// listens only on loopback addresses unless Options.Insecure is set
+// (ErrInsecure). Transports built on TCP's Dial and Listen inherit the
+// handshake.
 //
 // # Wire format
 //
@@ -45,10 +69,28 @@
 //
 // # Verbs
 //
-// An RDMA verbs transport implements Network and Conn directly rather than
-// a byte stream: pooled Msg payloads can be registered memory regions, the
-// header travels as is, and the codecs apply unchanged. NewVerbs reports
-// ErrUnsupported in this build, and Open("auto") then falls back to TCP.
+// The verbs transport (NewVerbs; NewAuto for auto) moves the same frames
+// over Reliable Connected queue pairs (docs/rdma.md; the byte layout in
+// docs/wire.md): small frames by SEND into receive buffers posted ahead,
+// under credit-based flow control, larger ones (gradients, weights) by
+// RDMA WRITE WITH IMMEDIATE into buffers the receiver advertised, the
+// frame header written with the payload. Memory is registered in a few
+// large regions carved by a pool (never per message), after checking the
+// locked-memory limit; a payload from the network's NewMsg is written
+// from where it lies, and a large one received stays where it was
+// written. Connections are set up over a TCP connection of the TCP
+// transport (its Dial and Listen, with its options), which carries the
+// queue pair details, a probe, and the close. Every failure (no verbs in
+// this build, no libibverbs, no kernel support, no device or active port,
+// the memlock limit, a failed registration, a queue pair or completion
+// error) is an error value: auto connections stay on TCP and say why
+// (Conn.Transport, Options.OnConnect), verbs ones fail with an error
+// matching ErrUnsupported, ErrMemlock or ErrVerbs, and a connection whose
+// queue pair fails later is closed on both ends. The verbs operations sit
+// behind a small interface (rdma/internal/verbs) with two
+// implementations: libibverbs through cgo (build tag verbs), and an
+// in-process emulation (NewEmulation) that the tests, the conformance
+// suite included, run the whole protocol over on hosts without RDMA.
 //
 // # Codecs
 //
@@ -56,9 +98,10 @@
 // reads the --compress forms: none, s2, zstd, shuffle+s2, shuffle+zstd,
 // fp16, bf16, topk:FRACTION). Lossless codecs restore the payload bit for
 // bit; fp16 and bf16 round to nearest even (see half.go for NaN, Inf and
-// range); topk sends the largest magnitudes with error feedback, the
-// residual kept by the sending connection's Encoder per (Type, Shard)
-// stream. Decoding knows the element count from the header and fails on
+// range); topk sends the largest magnitudes, with error feedback when the
+// message carries a Feedback: the residual of its stream, which the sender
+// owns, so that it survives a change of connection (without one, topk
+// sends the largest magnitudes of the payload alone). Decoding knows the element count from the header and fails on
 // anything that would decode to more or less (no decompression bombs).
 // On amd64 with AVX2 and F16C the element-wise passes (fp16 and bf16
 // conversions, byte planes) run in assembly, bit for bit the same as the

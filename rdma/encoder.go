@@ -5,42 +5,97 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
-// StreamKey names one stream of messages on a connection for the TopK
-// codec's error feedback: messages of one Type for one Shard. The residual
-// of a stream is carried from one message to the next of the same key.
-type StreamKey struct {
-	Type  Type
-	Shard uint32
+// Feedback is the error-feedback state of one stream of TopK messages:
+// the residual of what earlier messages of the stream did not send. It
+// belongs to the sender, not to a connection: the sender attaches it to
+// every message of the stream (Msg.Feedback), so that a stream continues
+// with its residual on a new connection after the old one broke. The
+// parameter-server client keeps one per shard, for its gradients.
+//
+// Encoding a payload g with codec topk:F computes a = r + g (r is zero at
+// first), sends the k = ⌈F·n⌉ elements of largest |a| (NaN counts as
+// larger than Inf; ties go to the lower index) and keeps r = a with the
+// sent elements zeroed. Nothing is lost, only delayed: Σ sent = Σ g − r.
+// A Send that fails hands the elements it took back to the residual (the
+// peer never got them); a Send that succeeded counts as delivered. A
+// payload whose length differs from the stream's previous one starts a
+// fresh residual.
+//
+// The zero value is an empty residual. A Feedback is safe for concurrent
+// use (Sends of one stream on several connections are serialized on it)
+// and must not be copied after first use.
+type Feedback struct {
+	mu       sync.Mutex
+	residual []float32
+}
+
+// Residual returns a copy of the residual (nil before the stream's first
+// TopK message).
+func (f *Feedback) Residual() []float32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.residual)
+}
+
+// Reset drops the residual: the stream starts over.
+func (f *Feedback) Reset() {
+	f.mu.Lock()
+	f.residual = nil
+	f.mu.Unlock()
+}
+
+// accumulate adds src to the residual, starting a fresh one if the
+// length changed, and returns it; it runs under f.mu.
+func (f *Feedback) accumulate(src []float32) []float32 {
+	r := f.residual
+	if len(r) != len(src) {
+		r = make([]float32, len(src))
+		f.residual = r
+	}
+	for i, v := range src {
+		r[i] += v
+	}
+	return r
+}
+
+// giveBack returns to the residual the elements of wire, a TopK payload of
+// n elements this Feedback produced, that were not delivered.
+func (f *Feedback) giveBack(wire []byte, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.residual
+	if len(r) != n { // the stream restarted meanwhile
+		return
+	}
+	k := len(wire) / 8
+	idx, val := u32s(wire[:4*k]), u32s(wire[4*k:8*k])
+	for j, i := range idx {
+		r[i] += math.Float32frombits(val[j])
+	}
 }
 
 // Encoder encodes float32 payloads into their wire form (docs/wire.md). It
-// keeps everything that is reused from message to message: the zstd
-// encoder, shuffle scratch, and for TopK the error-feedback residual of
-// each StreamKey, so it is stateful and belongs to one sender: each
-// connection owns one for its send direction. After warm-up, encoding
-// allocates nothing when dst has room. Not safe for concurrent use.
-//
-// TopK with error feedback: for a stream with residual r (zeros at first),
-// encoding g computes a = r + g, sends the k = ⌈fraction·n⌉ elements of
-// largest |a| (NaN counts as larger than Inf; ties go to the lower index)
-// and keeps r = a with the sent elements zeroed. Nothing is lost, only
-// delayed: Σ sent = Σ g − r. A payload whose length differs from the
-// stream's previous one starts a fresh residual.
+// keeps everything that is reused from message to message (the zstd
+// encoder, shuffle and selection scratch) but no state of the payloads it
+// encodes: TopK's error feedback lives in a Feedback the caller passes.
+// Each connection owns one for its send direction. After warm-up,
+// encoding allocates nothing when dst has room. Not safe for concurrent
+// use.
 type Encoder struct {
-	zstd     *zstd.Encoder
-	scratch  []byte
-	keys     []uint32
-	cand     []uint32
-	residual map[StreamKey][]float32
+	zstd    *zstd.Encoder
+	scratch []byte
+	keys    []uint32
+	cand    []uint32
 }
 
 // NewEncoder returns an Encoder; the zstd state is created on first use.
-func NewEncoder() *Encoder { return &Encoder{residual: map[StreamKey][]float32{}} }
+func NewEncoder() *Encoder { return &Encoder{} }
 
 // Close releases the compressor state. The Encoder must not be used after.
 func (e *Encoder) Close() {
@@ -50,14 +105,12 @@ func (e *Encoder) Close() {
 	}
 }
 
-// Residual returns the TopK residual kept for key (nil if none). The slice
-// is the Encoder's own; it changes with the next Encode.
-func (e *Encoder) Residual(key StreamKey) []float32 { return e.residual[key] }
-
 // Encode writes the wire form of src under codec c into dst's storage
-// (grown if too small) and returns it. src is not modified. key selects the
-// TopK residual; other codecs ignore it. An empty src encodes to nothing.
-func (e *Encoder) Encode(dst []byte, c Codec, key StreamKey, src []float32) ([]byte, error) {
+// (grown if too small) and returns it. src is not modified. For TopK, fb
+// is the stream's error feedback (see Feedback); with fb nil, TopK sends
+// the k largest magnitudes of src alone and drops the rest (no error
+// feedback). Other codecs ignore fb. An empty src encodes to nothing.
+func (e *Encoder) Encode(dst []byte, c Codec, fb *Feedback, src []float32) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return dst[:0], err
 	}
@@ -97,7 +150,12 @@ func (e *Encoder) Encode(dst []byte, c Codec, key StreamKey, src []float32) ([]b
 		f32sToBF16(u16s(dst)[:n], src)
 		return dst, nil
 	default: // CodecTopK
-		return e.topK(dst, c.topK(n), key, src), nil
+		if fb == nil {
+			return e.topK(dst, c.topK(n), src, false), nil
+		}
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		return e.topK(dst, c.topK(n), fb.accumulate(src), true), nil
 	}
 }
 
@@ -113,25 +171,17 @@ func (e *Encoder) zstdEncoder() (*zstd.Encoder, error) {
 	return e.zstd, nil
 }
 
-// topK adds src to the stream's residual, sends the k largest magnitudes
-// (indices ascending, then values) and zeroes them in the residual.
+// topK writes the k largest magnitudes of r (indices ascending, then
+// values) and, if keep (r is a Feedback's residual), zeroes them in r.
 //
 // The k-th largest magnitude t is found among candidates: a strided
-// sample of the accumulator gives a threshold t0 that about 2k elements
-// reach, one pass collects the indices of those (in index order), and a
-// selection among them finds t exactly, since every element at least as
-// large as t is a candidate. When the sample misjudges (fewer than k or
-// more than 4k+1024 candidates) the selection runs over all elements.
-func (e *Encoder) topK(dst []byte, k int, key StreamKey, src []float32) []byte {
-	n := len(src)
-	r := e.residual[key]
-	if len(r) != n {
-		r = make([]float32, n)
-		e.residual[key] = r
-	}
-	for i, v := range src {
-		r[i] += v
-	}
+// sample of r gives a threshold t0 that about 2k elements reach, one pass
+// collects the indices of those (in index order), and a selection among
+// them finds t exactly, since every element at least as large as t is a
+// candidate. When the sample misjudges (fewer than k or more than
+// 4k+1024 candidates) the selection runs over all elements.
+func (e *Encoder) topK(dst []byte, k int, r []float32, keep bool) []byte {
+	n := len(r)
 	cand := e.candidates(r, k)
 	if cand == nil { // fall back to every index
 		e.cand = grow32(e.cand, n)
@@ -168,7 +218,9 @@ func (e *Encoder) topK(dst []byte, k int, key StreamKey, src []float32) []byte {
 			ties--
 		}
 		idx[j], val[j] = i, math.Float32bits(v)
-		r[i] = 0
+		if keep {
+			r[i] = 0
+		}
 		j++
 	}
 	return dst

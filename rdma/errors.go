@@ -18,6 +18,23 @@ var (
 	// ErrUnsupported: the transport is not available in this build or on
 	// this host (the verbs transport without libibverbs, for example).
 	ErrUnsupported = errors.New("rdma: unsupported")
+	// ErrAuth: a connection's handshake failed (Options.Secret): another
+	// secret or job id, bytes that are not a handshake, a replayed
+	// handshake, a peer that closed or did not finish in time. Dial
+	// returns it; a listener only counts it and reports it to
+	// Options.OnAuthFailure.
+	ErrAuth = errors.New("rdma: authentication failed")
+	// ErrInsecure: a TCP listener without Options.Secret on an address
+	// that is not loopback, without Options.Insecure.
+	ErrInsecure = errors.New("rdma: refusing to listen without authentication")
+	// ErrVerbs: a verbs operation failed: opening the device, registering
+	// memory, creating or connecting a queue pair, or a work completion
+	// with an error status. The connection concerned is closed (or, when
+	// setting up an auto connection, replaced by TCP).
+	ErrVerbs = errors.New("rdma: verbs error")
+	// ErrMemlock: registering RDMA buffers would exceed the process's
+	// locked-memory limit (RLIMIT_MEMLOCK, ulimit -l).
+	ErrMemlock = errors.New("rdma: locked-memory limit too low for RDMA buffers")
 
 	// ErrBadMagic: the frame does not start with the softsync magic.
 	ErrBadMagic = errors.New("rdma: bad frame magic")
@@ -51,7 +68,7 @@ var (
 )
 
 // OpError is the error type of connection operations: Op is "send",
-// "recv", "dial", "accept" or "listen", Peer the remote (or listening)
+// "recv", "dial", "accept", "listen" or "close", Peer the remote (or listening)
 // address, Err the cause (a sentinel above, a context error or a socket
 // error). Recoverable reports whether the connection is still usable in that
 // direction: a recoverable Recv error means one bad frame was consumed and

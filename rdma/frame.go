@@ -112,7 +112,7 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 		return Header{}, ErrTruncated
 	}
 	if [4]byte(b[:4]) != Magic {
-		return Header{}, fmt.Errorf("%w: % x", ErrBadMagic, b[:4])
+		return Header{}, badMagic(b)
 	}
 	if b[4] != Version || b[7]&^FlagNoPayloadCRC != 0 {
 		return Header{}, fmt.Errorf("%w: version %d, flags %#x", ErrBadVersion, b[4], b[7])
@@ -147,6 +147,15 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 		return h, fmt.Errorf("%w: job %d, expected %d", ErrWrongJob, h.Job, lim.Job)
 	}
 	return h, nil
+}
+
+// badMagic is the error for a frame that starts with b[:4] instead of
+// Magic; a handshake hello gets a hint.
+func badMagic(b []byte) error {
+	if [4]byte(b[:4]) == AuthMagic {
+		return fmt.Errorf("%w: % x, a handshake: the peer authenticates, this end has no Options.Secret", ErrBadMagic, b[:4])
+	}
+	return fmt.Errorf("%w: % x", ErrBadMagic, b[:4])
 }
 
 // skippable reports whether a ParseHeader error leaves the frame's extent

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"testing"
 
@@ -16,7 +17,7 @@ func FuzzParseFrame(f *testing.F) {
 	lim := Limits{MaxElems: 1 << 16, MaxData: 1 << 10, Job: 1}
 	enc := NewEncoder()
 	for i, c := range []Codec{{}, {ID: CodecS2}, {ID: CodecZstd}, {ID: CodecFP16}, {ID: CodecTopK, Fraction: 0.1}} {
-		wire, _ := enc.Encode(nil, c, StreamKey{}, synth.Gradient(make([]float32, 50), 1e-3, uint64(i)))
+		wire, _ := enc.Encode(nil, c, nil, synth.Gradient(make([]float32, 50), 1e-3, uint64(i)))
 		f.Add(AppendFrame(nil, Header{Type: 1, Codec: c.ID, Job: 1, Elems: 50, Seq: uint64(i)}, []byte("d"), wire))
 	}
 	f.Add(AppendFrame(nil, Header{Job: 1}, nil, nil))
@@ -48,7 +49,7 @@ func fuzzDecoder(f *testing.F, c Codec) {
 		if n > 10 {
 			src[3], src[4] = float32(math.NaN()), float32(math.Inf(-1))
 		}
-		wire, err := enc.Encode(nil, c, StreamKey{}, src)
+		wire, err := enc.Encode(nil, c, nil, src)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func FuzzLosslessRoundTrip(f *testing.F) {
 		src := make([]float32, len(b)/4)
 		copy(f32bytes(src), b)
 		for id := CodecNone; id <= CodecShuffleZstd; id++ {
-			wire, err := enc.Encode(nil, Codec{ID: id}, StreamKey{}, src)
+			wire, err := enc.Encode(nil, Codec{ID: id}, nil, src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,6 +135,68 @@ func FuzzHalfKernels(f *testing.F) {
 					t.Fatalf("%s: widen(%#04x) = %#08x, want %#08x", k.name, h, got, want)
 				}
 			}
+		}
+	})
+}
+
+// handshakePeer is one end of a handshake whose other end is scripted: it
+// reads from in and collects what is written.
+type handshakePeer struct {
+	in  *bytes.Reader
+	out []byte
+}
+
+func (p *handshakePeer) Read(b []byte) (int, error)  { return p.in.Read(b) }
+func (p *handshakePeer) Write(b []byte) (int, error) { p.out = append(p.out, b...); return len(b), nil }
+
+// FuzzHandshake feeds any bytes to both sides of the handshake. Neither
+// panics or authenticates a peer that lacks the secret; the server reads
+// at most a hello and a proof and answers only a well-formed hello of its
+// job; the client sends its proof only to a server that proved itself
+// (never, here); parseHello accepts only hellos that putHello writes back
+// byte for byte.
+func FuzzHandshake(f *testing.F) {
+	const job = 3
+	secret := []byte("0123456789abcdef")
+	hb := make([]byte, helloSize)
+	putHello(hb, &hello{role: roleClient, job: job, nonce: [nonceSize]byte{1, 2, 3}})
+	f.Add(append(hb, make([]byte, macSize)...))
+	f.Add(hb[:20])
+	sb := make([]byte, helloSize)
+	putHello(sb, &hello{role: roleServer, job: job})
+	f.Add(append(sb, authMAC(nil, secret, labelServer, append(bytes.Clone(hb), sb...))...))
+	f.Add(AppendFrame(nil, Header{Job: job}, nil, nil))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: softsync\r\nUser-Agent: probe\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, role := range []uint8{roleClient, roleServer} {
+			h, err := parseHello(b, role, job)
+			if err == nil {
+				again := make([]byte, helloSize)
+				putHello(again, &h)
+				if !bytes.Equal(again, b[:helloSize]) {
+					t.Fatalf("hello % x parses but writes back as % x", b[:helloSize], again)
+				}
+			} else if !errors.Is(err, ErrAuth) {
+				t.Fatalf("parse error %v does not match ErrAuth", err)
+			}
+		}
+		server := &handshakePeer{in: bytes.NewReader(b)}
+		err := serverHandshake(server, secret, job)
+		if err == nil || !errors.Is(err, ErrAuth) {
+			t.Fatalf("server handshake on % x: %v", b, err)
+		}
+		if read := len(b) - server.in.Len(); read > helloSize+macSize {
+			t.Fatalf("server read %d bytes", read)
+		}
+		if _, herr := parseHello(b, roleClient, job); herr != nil && len(server.out) > 0 {
+			t.Fatalf("server answered a bad hello (%v) with % x", herr, server.out)
+		}
+		client := &handshakePeer{in: bytes.NewReader(b)}
+		if err := clientHandshake(client, secret, job); err == nil || !errors.Is(err, ErrAuth) {
+			t.Fatalf("client handshake on % x: %v", b, err)
+		}
+		if len(client.out) != helloSize {
+			t.Fatalf("client wrote %d bytes, its hello alone is %d", len(client.out), helloSize)
 		}
 	})
 }

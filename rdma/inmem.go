@@ -39,6 +39,9 @@ func NewInmem(opts Options) (*Inmem, error) {
 // Name returns "inmem".
 func (n *Inmem) Name() string { return "inmem" }
 
+// NewMsg returns a message from the process-wide pool (package NewMsg).
+func (n *Inmem) NewMsg(k int) *Msg { return NewMsg(k) }
+
 // Listen listens at the name addr; "" or a name ending in ":0" picks a
 // fresh name.
 func (n *Inmem) Listen(addr string) (Listener, error) {
@@ -79,14 +82,17 @@ func (n *Inmem) Dial(ctx context.Context, addr string) (Conn, error) {
 }
 
 type inmemListener struct {
-	net   *Inmem
-	addr  string
-	conns chan *inmemConn
-	done  chan struct{}
-	once  sync.Once
+	net      *Inmem
+	addr     string
+	conns    chan *inmemConn
+	done     chan struct{}
+	once     sync.Once
+	accepted atomic.Uint64
 }
 
 func (l *inmemListener) Addr() string { return l.addr }
+
+func (l *inmemListener) Stats() ListenerStats { return ListenerStats{Accepted: l.accepted.Load()} }
 
 func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	select {
@@ -96,6 +102,7 @@ func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	}
 	select {
 	case c := <-l.conns:
+		l.accepted.Add(1)
 		return c, nil
 	case <-l.done:
 		return nil, &OpError{Op: "accept", Peer: l.addr, Err: ErrClosed}
@@ -137,6 +144,13 @@ func newInmemConn(opts Options, local, remote string) *inmemConn {
 	return c
 }
 
+// Transport reports the in-memory transport, as requested.
+func (c *inmemConn) Transport() TransportInfo {
+	t := requested
+	t.Name = "inmem"
+	return t
+}
+
 func (c *inmemConn) Send(ctx context.Context, m *Msg) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -166,17 +180,20 @@ func (c *inmemConn) send(ctx context.Context, m *Msg) error {
 		wire = len(m.wire)
 	}
 	id, elems, data := m.Codec.ID, len(m.Payload), len(m.Data) // m is the receiver's once queued
+	var err error
 	select {
 	case c.peer.in <- m:
 		c.countSent(id, elems, data, wire, d)
 		return nil
 	case <-c.done:
-		return c.opError("send", ErrClosed, false)
+		err = c.opError("send", ErrClosed, false)
 	case <-c.peer.done:
-		return c.opError("send", peerGone, false)
+		err = c.opError("send", peerGone, false)
 	case <-ctx.Done():
-		return c.opError("send", ctx.Err(), true)
+		err = c.opError("send", ctx.Err(), true)
 	}
+	unsent(m, m.wire)
+	return err
 }
 
 func (c *inmemConn) Recv(ctx context.Context) (*Msg, error) {
@@ -208,7 +225,7 @@ func (c *inmemConn) Recv(ctx context.Context) (*Msg, error) {
 // deliver decodes an encoded payload in place, as a TCP receiver would.
 func (c *inmemConn) deliver(m *Msg) (*Msg, error) {
 	id := m.Codec.ID
-	m.Codec = Codec{ID: id}
+	m.Codec, m.Feedback = Codec{ID: id}, nil
 	if id == CodecNone {
 		c.countRecv(m, id, 4*len(m.Payload), 0)
 		return m, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // Type is a message's kind. The transport gives meaning only to the types
@@ -37,6 +38,14 @@ const (
 // classes (powers of two of the payload capacity) and Release returns
 // them, so a steady stream of messages allocates nothing. A Msg built as a
 // literal may be sent too; its slices then join the pool when released.
+// A Network's NewMsg may hand out messages whose payload lies in memory
+// of that transport (registered memory, for verbs), and so may its Recv;
+// Release returns such a message's memory to that transport. The memory
+// belongs to the Msg it came with, not to the slice: Payload may be
+// replaced by another slice (the registered memory is then released with
+// the Msg all the same), but a registered payload moved into another Msg
+// is not that Msg's to keep, and must not be used after either is
+// released.
 type Msg struct {
 	Type    Type
 	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)
@@ -51,9 +60,16 @@ type Msg struct {
 	Seq     uint64
 	Payload []float32
 	Data    []byte
+	// Feedback, on Send, is the error-feedback residual of the stream the
+	// message belongs to, for codec TopK (see Feedback); nil sends TopK
+	// without error feedback. Other codecs ignore it. The sender keeps
+	// ownership of the Feedback itself. A received Msg has none.
+	Feedback *Feedback
 
 	wire     []byte // in-memory transport: encoded payload between Send and Recv
 	released bool
+	pool     *regPool // non-nil: Payload lies in blk, registered memory of pool
+	blk      block
 }
 
 // NewMsg returns a Msg from the pool with a zeroed header, len(Payload)
@@ -76,13 +92,21 @@ func NewMsg(n int) *Msg {
 	return m
 }
 
-// Release returns m to the pool. m must not be used afterwards; releasing
-// a Msg twice panics.
+// Release returns m to the allocator it came from (NewMsg's pool or a
+// Network's NewMsg). m must not be used afterwards; releasing a Msg twice
+// panics.
 func (m *Msg) Release() {
 	if m.released {
 		panic("rdma: Msg released twice")
 	}
+	if m.pool != nil {
+		m.pool.releaseMsg(m)
+		return
+	}
 	wire, payload, data := m.wire[:0], m.Payload[:0], m.Data[:0]
+	if cap(payload) > 0 && spans.contains(unsafe.Pointer(unsafe.SliceData(payload))) {
+		payload = nil // registered memory moved here from another Msg: not ours to keep
+	}
 	*m = Msg{Payload: payload, Data: data, wire: wire, released: true}
 	if c := bits.Len(uint(cap(payload))) - 1; c >= 0 && c < len(pools) {
 		pools[c].Put(m) // every Msg in pools[c] holds at least 1<<c values

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,7 +20,8 @@ import (
 // connection's encode buffer, and read straight into the received Msg's
 // payload; the payload checksum is computed piece by piece while each piece
 // is in cache (see sendChunk). In steady state neither direction
-// allocates.
+// allocates. With Options.Secret, every connection authenticates before
+// its first frame (see Listen and Dial).
 type TCP struct {
 	opts   Options
 	dialer net.Dialer
@@ -55,64 +55,9 @@ func NewTCP(opts Options) (*TCP, error) {
 // Name returns "tcp".
 func (t *TCP) Name() string { return "tcp" }
 
-// Listen listens on a TCP address ("127.0.0.1:0" picks a free port).
-func (t *TCP) Listen(addr string) (Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, &OpError{Op: "listen", Peer: addr, Err: err}
-	}
-	return &tcpListener{ln: ln.(*net.TCPListener), opts: t.opts}, nil
-}
-
-// Dial connects to a TCP listener.
-func (t *TCP) Dial(ctx context.Context, addr string) (Conn, error) {
-	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			err = &joined{ErrRefused, err, err.Error()}
-		}
-		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
-	}
-	return newTCPConn(nc.(*net.TCPConn), t.opts)
-}
-
-type tcpListener struct {
-	ln   *net.TCPListener
-	opts Options
-	mu   sync.Mutex // serializes Accept (the deadline is shared)
-}
-
-func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
-func (l *tcpListener) Close() error { return l.ln.Close() }
-
-func (l *tcpListener) Accept(ctx context.Context) (Conn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(aLongTimeAgo) })
-		defer func() {
-			if !stop() {
-				l.ln.SetDeadline(time.Time{})
-			}
-		}()
-	}
-	nc, err := l.ln.AcceptTCP()
-	for err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
-		// A previous call's cancellation landed late: clear it, go on.
-		l.ln.SetDeadline(time.Time{})
-		nc, err = l.ln.AcceptTCP()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: ctx.Err(), Recoverable: true}
-		}
-		if errors.Is(err, net.ErrClosed) {
-			err = ErrClosed
-		}
-		return nil, &OpError{Op: "accept", Peer: l.Addr(), Err: err}
-	}
-	return newTCPConn(nc, l.opts)
-}
+// NewMsg returns a message from the process-wide pool (package NewMsg):
+// TCP sends from and receives into any memory.
+func (t *TCP) NewMsg(n int) *Msg { return NewMsg(n) }
 
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -214,6 +159,13 @@ func streamErr(err error) error {
 
 var truncated = &joined{ErrTruncated, io.ErrUnexpectedEOF, ErrTruncated.Error()}
 
+// Transport reports TCP, as requested.
+func (c *tcpConn) Transport() TransportInfo {
+	t := requested
+	t.Name = "tcp"
+	return t
+}
+
 func (c *tcpConn) Send(ctx context.Context, m *Msg) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -277,6 +229,7 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 			bufs = append(bufs, c.trl[:])
 		}
 		if n, err := c.writev(ctx, bufs); err != nil {
+			unsent(m, c.swire)
 			if n == 0 && first && ctx.Err() != nil { // cancelled before any byte left
 				return c.opError("send", err, true)
 			}
@@ -340,6 +293,8 @@ func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {
 			return nil, c.opError("recv", cause, true)
 		case errors.Is(err, io.EOF) && len(hb) == 0:
 			return nil, c.fatal(peerGone)
+		case len(hb) >= len(Magic) && [4]byte(hb[:4]) != Magic:
+			return nil, c.fatal(badMagic(hb)) // what came is not a frame anyway
 		}
 		return nil, c.fatal(streamErr(err))
 	}

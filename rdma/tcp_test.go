@@ -7,11 +7,13 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // rawPeer connects a plain socket to a TCP listener and returns it with
@@ -67,7 +69,7 @@ func TestTCPRecoverable(t *testing.T) {
 	noCRC := frame(rdma.Header{Job: 4, Elems: 2, Flags: rdma.FlagNoPayloadCRC}, f32le(1, 2))
 	noCRC[len(noCRC)-1] = 1 // a frame without checksum must have a zero trailer
 	enc := rdma.NewEncoder()
-	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, rdma.StreamKey{}, make([]float32, 1<<20))
+	bomb, _ := enc.Encode(nil, rdma.Codec{ID: rdma.CodecZstd}, nil, make([]float32, 1<<20))
 	topkBad := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 5), 5), f32le(1, 2)...)
 	cases := []struct {
 		name  string
@@ -187,7 +189,7 @@ func TestDialRefused(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
-	for kind, want := range map[string]string{"inmem": "inmem", "tcp": "tcp", "auto": "tcp"} {
+	for kind, want := range map[string]string{"inmem": "inmem", "tcp": "tcp", "auto": "auto"} {
 		n, err := rdma.Open(kind, rdma.Options{})
 		if err != nil || n.Name() != want {
 			t.Errorf("Open(%q) = %v, %v", kind, n, err)
@@ -224,5 +226,168 @@ func TestTCPSendCancelMidFrame(t *testing.T) {
 	// The send side stays broken: later sends report the tear.
 	if err := c.Send(recvCtx(t), rdma.NewMsg(1)); !errors.Is(err, context.Canceled) || rdma.Recoverable(err) {
 		t.Fatalf("send after a torn frame: %v", err)
+	}
+}
+
+// noLeak fails the test if, once its cleanups have run, more goroutines
+// are left than when it was called. Call it before anything that
+// registers cleanups.
+func noLeak(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines left, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+// readFrames reads n whole frames from raw and returns their headers.
+func readFrames(t *testing.T, raw net.Conn, n int) []rdma.Header {
+	t.Helper()
+	raw.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var hs []rdma.Header
+	var buf []byte
+	chunk := make([]byte, 64<<10)
+	lim := rdma.DefaultLimits
+	for len(hs) < n {
+		h, _, _, k, err := rdma.ParseFrame(buf, &lim)
+		if errors.Is(err, rdma.ErrTruncated) {
+			m, err := raw.Read(chunk)
+			if err != nil {
+				t.Fatalf("after %d frames: %v", len(hs), err)
+			}
+			buf = append(buf, chunk[:m]...)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("frame %d: %v", len(hs), err)
+		}
+		hs = append(hs, h)
+		buf = buf[k:]
+	}
+	if len(buf) > 0 {
+		t.Fatalf("%d bytes after %d frames", len(buf), n)
+	}
+	return hs
+}
+
+// TestTCPSendCancelBeforeFirstByte: a Send cancelled while no byte of its
+// frame has left (the socket buffers are full) is recoverable; the
+// message is not counted, the stream stays in frame sync and the next
+// Send goes through. Small socket buffers make the blocked write take no
+// byte of the frame; should the kernel take part of it anyway, the
+// cancellation is fatal (TestTCPSendCancelMidFrame), and the test tries
+// again on a fresh connection.
+func TestTCPSendCancelBeforeFirstByte(t *testing.T) {
+	noLeak(t)
+	for attempt := 1; ; attempt++ {
+		raw, c := rawPeer(t, rdma.Options{SocketBuffer: 4096})
+		raw.(*net.TCPConn).SetReadBuffer(4096)
+		ctx, cancel := context.WithCancel(context.Background())
+		sent := 0
+		done := transporttest.WhenBlocked(t, "Send", func() error {
+			for {
+				m := rdma.NewMsg(0)
+				m.Seq = uint64(sent)
+				if err := c.Send(ctx, m); err != nil {
+					return err
+				}
+				sent++
+			}
+		})
+		cancel()
+		err := <-done
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled send: %v", err)
+		}
+		if !rdma.Recoverable(err) {
+			if attempt == 20 {
+				t.Fatalf("20 cancelled sends all tore their frame; the last: %v", err)
+			}
+			t.Logf("attempt %d: the kernel took part of the frame (%v); again", attempt, err)
+			continue
+		}
+		st := c.Stats()
+		if st.Sent[rdma.CodecNone].Msgs != uint64(sent) || st.FrameBytesSent != uint64(sent*(rdma.HeaderSize+rdma.TrailerSize)) {
+			t.Fatalf("stats %+v after %d sends and a cancelled one", st, sent)
+		}
+		// The next Send goes through once the peer reads, after the
+		// frames before it and nothing else.
+		next := make(chan error, 1)
+		go func() {
+			m := rdma.NewMsg(0)
+			m.Seq = uint64(sent)
+			next <- c.Send(recvCtx(t), m)
+		}()
+		for i, h := range readFrames(t, raw, sent+1) {
+			if h.Seq != uint64(i) {
+				t.Fatalf("frame %d has sequence %d", i, h.Seq)
+			}
+		}
+		if err := <-next; err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Stats().Sent[rdma.CodecNone].Msgs; n != uint64(sent+1) {
+			t.Fatalf("%d messages counted as sent, want %d", n, sent+1)
+		}
+		return
+	}
+}
+
+// TestTCPRecvInterrupted: a Recv cancelled while it skips the body of a
+// rejected frame, or while it waits for a frame's trailer, has lost frame
+// sync: the error is fatal and sticky, and nothing is counted as received
+// or dropped. A stream that ends before the trailer is a truncated frame.
+func TestTCPRecvInterrupted(t *testing.T) {
+	body := f32le(make([]float32, 1000)...)
+	wrongJob := frame(rdma.Header{Job: 5, Elems: 1000}, body) // recoverable: skipped
+	good := frame(rdma.Header{Job: 4, Elems: 1000}, body)     // read into a message
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+		close bool
+		err   error
+	}{
+		{"skip cancelled", wrongJob[:rdma.HeaderSize+100], false, context.Canceled},
+		{"trailer cancelled", good[:len(good)-2], false, context.Canceled},
+		{"trailer truncated", good[:len(good)-2], true, rdma.ErrTruncated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeak(t)
+			raw, c := rawPeer(t, rdma.Options{Job: 4})
+			if _, err := raw.Write(tc.bytes); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := transporttest.WhenBlocked(t, "Recv", func() error {
+				_, err := c.Recv(ctx)
+				return err
+			})
+			if tc.close {
+				raw.(*net.TCPConn).CloseWrite()
+			} else {
+				cancel()
+			}
+			err := <-done
+			if !errors.Is(err, tc.err) || rdma.Recoverable(err) {
+				t.Fatalf("%v, want fatal %v", err, tc.err)
+			}
+			if tc.err == rdma.ErrTruncated && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("%v does not match io.ErrUnexpectedEOF", err)
+			}
+			if _, again := c.Recv(recvCtx(t)); again != err {
+				t.Fatalf("next recv: %v, want the same error %v", again, err)
+			}
+			if st := c.Stats(); st.Dropped != 0 || st.TotalRecv().Msgs != 0 || st.FrameBytesRecv != 0 {
+				t.Fatalf("stats %+v after an interrupted frame", st)
+			}
+		})
 	}
 }

@@ -2,8 +2,8 @@ package rdma
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,7 +33,7 @@ import (
 //     are delivered, an error matching ErrClosed and io.EOF. Close may be
 //     called at any time, from any goroutine, more than once; it unblocks
 //     pending calls, which return ErrClosed.
-//   - Stats may be called at any time.
+//   - Stats and Transport may be called at any time.
 type Conn interface {
 	Send(ctx context.Context, m *Msg) error
 	Recv(ctx context.Context) (*Msg, error)
@@ -41,34 +41,82 @@ type Conn interface {
 	LocalAddr() string
 	RemoteAddr() string
 	Stats() Stats
+	// Transport says which transport carries the connection and why
+	// (an auto network's choice for this peer).
+	Transport() TransportInfo
 }
+
+// TransportInfo describes how one connection travels.
+type TransportInfo struct {
+	// Name is "inmem", "tcp" or "verbs".
+	Name string
+	// Reason says why: "requested" when the network had no choice to make,
+	// else the devices used or why verbs was not used ("local: no RDMA
+	// support in this kernel ...", "peer: ...").
+	Reason string
+	// Device is the local RDMA device and port ("mlx5_0:1"), verbs only.
+	Device string
+	// Emulated is set for verbs over the in-process emulation (see
+	// NewEmulation), which moves memory with copies instead of a device.
+	Emulated bool
+}
+
+// String is "name (reason)".
+func (t TransportInfo) String() string {
+	s := t.Name
+	if t.Emulated {
+		s += " (emulated)"
+	}
+	if t.Reason != "" {
+		s += ": " + t.Reason
+	}
+	return s
+}
+
+var requested = TransportInfo{Reason: "requested"}
 
 // Listener accepts connections at one address.
 type Listener interface {
 	// Accept waits for the next connection; after Close it returns
-	// ErrClosed.
+	// ErrClosed, and when ctx ends a recoverable error wrapping ctx.Err().
+	// Connections that fail to authenticate never reach Accept (see
+	// Options.Secret).
 	Accept(ctx context.Context) (Conn, error)
 	// Addr is the address peers dial (with the port chosen, for ":0").
 	Addr() string
+	// Close stops accepting and unblocks Accept; connections already
+	// accepted stay open.
 	Close() error
+	// Stats may be called at any time.
+	Stats() ListenerStats
 }
 
 // Network creates listeners and connections of one transport. Its methods
 // are safe for concurrent use.
 type Network interface {
-	// Name is the transport's name ("inmem", "tcp").
+	// Name is the transport's name ("inmem", "tcp", "verbs", "auto").
 	Name() string
 	Listen(addr string) (Listener, error)
 	// Dial connects to a listener; if nothing listens there the error
 	// matches ErrRefused.
 	Dial(ctx context.Context, addr string) (Conn, error)
+	// NewMsg returns a message with len(Payload) == n (contents
+	// undefined), zeroed header and empty Data, whose payload lives where
+	// this transport sends from and receives into without an extra copy:
+	// registered memory for verbs (while the network has a listener or a
+	// connection; ordinary memory otherwise), the process-wide pool
+	// (package NewMsg) for TCP and in-memory. Release returns it to the
+	// allocator it came from. Messages of any origin may be sent on any
+	// connection; one from another allocator costs a copy on verbs.
+	NewMsg(n int) *Msg
 }
 
 // Options configures a Network. The zero value is usable: zero fields
 // take the defaults listed.
 type Options struct {
 	// Job is stamped on every frame sent; frames of any other job are
-	// rejected on receipt with ErrWrongJob.
+	// rejected on receipt with ErrWrongJob. With a Secret, the handshake
+	// binds it too: peers of another job fail to connect.
 	Job uint32
 	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
 	// at most MaxElems); MaxData its byte payload (default
@@ -89,6 +137,49 @@ type Options struct {
 	// throughput. Headers stay checksummed, and frames from peers are
 	// verified whenever they carry a checksum.
 	NoPayloadChecksum bool
+
+	// Secret, when not empty, makes every TCP connection authenticate
+	// both ways before any frame is read: a challenge–response handshake
+	// with fresh nonces from both sides and HMAC-SHA256 under Secret over
+	// the job id (docs/wire.md, "Handshake"), so that only processes that
+	// hold the job's secret can connect, and recorded handshakes cannot be
+	// replayed. Both ends need the same Secret and Job. It must have at
+	// least 16 bytes; 32 random bytes per job are the usual choice. The
+	// handshake authenticates the peers once; it neither encrypts nor
+	// signs the frames that follow. The in-memory transport, whose peers
+	// are in one process, ignores it.
+	Secret []byte
+	// Insecure lets a TCP listener without a Secret bind to an address
+	// that is not loopback; without it such a Listen fails with
+	// ErrInsecure, as anyone who reaches the port could end or poison the
+	// job. Loopback addresses (127.0.0.0/8, ::1, localhost) need neither.
+	Insecure bool
+	// HandshakeTimeout bounds a handshake, on either side (default 5 s);
+	// a listener closes a peer that has not finished by then.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds how many connections a listener authenticates
+	// at once, counting authenticated ones not yet accepted (default 64):
+	// a connection beyond that is closed at once, unread, so that
+	// connections that never finish their handshake cost at most this
+	// many goroutines and sockets.
+	MaxHandshakes int
+	// OnAuthFailure, if not nil, is called with the peer's address and the
+	// reason (matching ErrAuth) for every connection a listener closes
+	// without accepting it. It is called from the listener's goroutines,
+	// possibly concurrently, must return promptly and must not close the
+	// listener. The peer itself is told nothing: its connection is reset.
+	OnAuthFailure func(peer string, err error)
+	// Verbs configures the verbs transport and the verbs side of auto.
+	Verbs VerbsOptions
+	// OnConnect, if not nil, is called by verbs and auto networks once for
+	// every TCP connection they dial or accept, when its handshake ends,
+	// on either end, with the connection's addresses, its transport and
+	// why, and err when the connection could not be made (on Dial the
+	// error is returned too; an accepted connection that fails its
+	// handshake is dropped and only reported here). It runs on the goroutine that set the connection up
+	// and must not block. The library never logs: this is how callers
+	// learn what auto chose for each peer.
+	OnConnect func(local, remote string, t TransportInfo, err error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -101,7 +192,20 @@ func (o Options) withDefaults() (Options, error) {
 	if o.QueueLen == 0 {
 		o.QueueLen = 16
 	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.MaxHandshakes == 0 {
+		o.MaxHandshakes = 64
+	}
+	o.Secret = slices.Clone(o.Secret) // the caller may reuse its slice
 	switch {
+	case len(o.Secret) > 0 && len(o.Secret) < minSecret:
+		return o, fmt.Errorf("rdma: Options.Secret has %d bytes, want at least %d", len(o.Secret), minSecret)
+	case o.HandshakeTimeout < 0:
+		return o, fmt.Errorf("rdma: Options.HandshakeTimeout %v is negative", o.HandshakeTimeout)
+	case o.MaxHandshakes < 0:
+		return o, fmt.Errorf("rdma: Options.MaxHandshakes %d is negative", o.MaxHandshakes)
 	case o.MaxElems > MaxElems:
 		return o, fmt.Errorf("rdma: Options.MaxElems %d exceeds %d", o.MaxElems, MaxElems)
 	case o.QueueLen < 0:
@@ -109,15 +213,19 @@ func (o Options) withDefaults() (Options, error) {
 	case o.SocketBuffer < 0:
 		return o, fmt.Errorf("rdma: Options.SocketBuffer %d is negative", o.SocketBuffer)
 	}
-	return o, nil
+	var err error
+	o.Verbs, err = o.Verbs.withDefaults()
+	return o, err
 }
 
 func (o *Options) limits() Limits {
 	return Limits{MaxElems: o.MaxElems, MaxData: o.MaxData, Job: o.Job}
 }
 
-// Open returns the Network named kind: "inmem", "tcp", "verbs" (ErrUnsupported
-// in this build) or "auto" (verbs where available, else TCP).
+// Open returns the Network named kind: "inmem", "tcp", "verbs" (an error
+// matching ErrUnsupported when this build or host has no usable RDMA
+// device) or "auto" (TCP connections that each move to verbs when both
+// ends have a usable device and port; see NewAuto).
 func Open(kind string, opts Options) (Network, error) {
 	switch kind {
 	case "inmem":
@@ -127,11 +235,7 @@ func Open(kind string, opts Options) (Network, error) {
 	case "verbs":
 		return NewVerbs(opts)
 	case "auto":
-		n, err := NewVerbs(opts)
-		if errors.Is(err, ErrUnsupported) {
-			return NewTCP(opts)
-		}
-		return n, err
+		return NewAuto(opts)
 	}
 	return nil, fmt.Errorf("rdma: unknown transport %q (inmem, tcp, verbs, auto)", kind)
 }
@@ -170,7 +274,8 @@ func (s CodecStats) Sub(o CodecStats) CodecStats {
 
 // Stats counts a connection's traffic, per codec and direction. Frame
 // overhead is HeaderSize+TrailerSize bytes per message plus Data, counted
-// in FrameBytes (in-memory connections count what TCP would send).
+// in FrameBytes (in-memory and verbs connections count what TCP would
+// send).
 type Stats struct {
 	Sent, Recv     [NumCodecs]CodecStats // indexed by CodecID
 	FrameBytesSent uint64
@@ -227,6 +332,15 @@ func (e *endpoint) init(opts Options, local, remote string) {
 	e.enc, e.dec = NewEncoder(), NewDecoder()
 }
 
+// handOver replaces the limits and clears the counters of a connection
+// that carried a handshake, before it is handed to the application.
+func (e *endpoint) handOver(l Limits) {
+	e.lim = l
+	e.statsMu.Lock()
+	e.stats = Stats{}
+	e.statsMu.Unlock()
+}
+
 func (e *endpoint) LocalAddr() string  { return e.local }
 func (e *endpoint) RemoteAddr() string { return e.remote }
 
@@ -258,11 +372,19 @@ func (e *endpoint) checkSend(m *Msg) error {
 // CodecNone) and returns the time taken; it runs under sendMu.
 func (e *endpoint) encode(dst []byte, m *Msg) ([]byte, time.Duration, error) {
 	t := time.Now()
-	wire, err := e.enc.Encode(dst, m.Codec, StreamKey{m.Type, m.Shard}, m.Payload)
+	wire, err := e.enc.Encode(dst, m.Codec, m.Feedback, m.Payload)
 	if err != nil {
 		return wire, 0, e.opError("send", err, true)
 	}
 	return wire, time.Since(t), nil
+}
+
+// unsent hands what a failed Send of m took from its Feedback back (wire is
+// m's encoded payload); it runs under sendMu.
+func unsent(m *Msg, wire []byte) {
+	if m.Codec.ID == CodecTopK && m.Feedback != nil {
+		m.Feedback.giveBack(wire, len(m.Payload))
+	}
 }
 
 // countSent counts one message sent: id its codec, elems its element

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,7 +299,7 @@ func TestLoaderNoAllocs(t *testing.T) {
 // it may still be returning when Close does).
 func TestLoaderCloseStopsProducer(t *testing.T) {
 	d := indexed(20, 1, 1, 2)
-	before := runtime.NumGoroutine()
+	before := producers()
 	disp, _ := NewDispatcher(Plan{Images: 20, Batch: 2, Chunk: 2, Epochs: 5})
 	l, err := NewLoader(d, LoaderConfig{Plan: Plan{Batch: 2, Chunk: 2, Epochs: 5}, Source: Local{D: disp}, Normalizer: Normalizer{Scale: 1}})
 	if err != nil {
@@ -307,14 +308,31 @@ func TestLoaderCloseStopsProducer(t *testing.T) {
 	if _, err := l.Next(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if n := producers(); n != before+1 {
+		t.Fatalf("%d producer goroutines running with one loader open, want %d", n, before+1)
+	}
 	l.Close()
 	l.Close()
+	// Close returns once the producer has signalled its exit; the goroutine
+	// itself may still be returning, so wait for it to be gone.
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), before)
-		}
+	for producers() > before && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
+	}
+	if n := producers(); n > before {
+		t.Fatalf("%d producer goroutines after Close, %d before", n, before)
+	}
+}
+
+// producers counts the goroutines running a Loader's producer.
+func producers() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "data.(*producer).run(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

@@ -16,5 +16,9 @@
 // timed region, as a learner computes its gradient into the message. The
 // optional baseline row ("tcp-raw") moves the same bytes over a plain
 // loopback socket with no framing, checksum or codec, measured in the same
-// run as a ceiling for TCP.
+// run as a ceiling for TCP. The verbs transport runs over the host's RDMA
+// device ("verbs"), or over its in-process emulation ("verbs-emu"), whose
+// rows are marked Emulated: they measure the protocol and memory copies,
+// not RDMA hardware. Row.Conn is the transport each connection used (what
+// "auto" chose).
 package transportbench

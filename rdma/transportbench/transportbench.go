@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -15,7 +16,10 @@ import (
 
 // Config selects what Run measures. Zero fields take the defaults noted.
 type Config struct {
-	Transports []string     // "inmem", "tcp", "tcp-nocrc"; default {"inmem", "tcp"}
+	// Transports: "inmem", "tcp", "tcp-nocrc", "verbs" (the host's RDMA
+	// device), "verbs-emu" (the verbs transport over its in-process
+	// emulation: rows marked Emulated) or "auto"; default {"inmem", "tcp"}.
+	Transports []string
 	Codecs     []rdma.Codec // default: every codec, topk at 0.01
 	Sizes      []int        // gradient bytes, multiples of 4; default 1, 4 and 16 MiB
 	// MinTime is the timed duration per row (default 1 s); at least
@@ -26,11 +30,20 @@ type Config struct {
 	Warmup    int
 	Seed      uint64
 	Baseline  bool // add a "tcp-raw" row per size
+	// OnConnect is passed to the networks (rdma.Options.OnConnect): it
+	// sees which transport each verbs or auto connection uses, and why.
+	OnConnect func(local, remote string, t rdma.TransportInfo, err error)
 }
 
 // Row is one measurement.
 type Row struct {
-	Transport string  `json:"transport"`
+	Transport string `json:"transport"`
+	// Conn is the transport the connection used (for auto, what it
+	// chose), Reason why, and Emulated marks verbs over the in-process
+	// emulation, whose figures say nothing about RDMA hardware.
+	Conn      string  `json:"conn"`
+	Reason    string  `json:"reason,omitempty"`
+	Emulated  bool    `json:"emulated,omitempty"`
 	Codec     string  `json:"codec"`
 	Bytes     int     `json:"bytes"`
 	Rounds    int     `json:"rounds"`
@@ -125,7 +138,7 @@ func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
 }
 
 func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Codec, size int) (Row, error) {
-	s, err := Open(ctx, transport, codec, size, cfg.Seed)
+	s, err := open(ctx, transport, codec, size, cfg.Seed, cfg.OnConnect)
 	if err != nil {
 		return Row{}, err
 	}
@@ -150,6 +163,8 @@ func measure(ctx context.Context, cfg *Config, transport string, codec rdma.Code
 	dec := c1.Recv[codec.ID].Time - c0.Recv[codec.ID].Time + s1.Recv[codec.ID].Time - s0.Recv[codec.ID].Time
 	n := float64(row.Rounds)
 	row.Transport, row.Codec, row.Bytes = transport, codec.String(), size
+	ti := s.client.Transport()
+	row.Conn, row.Reason, row.Emulated = ti.Name, ti.Reason, ti.Emulated
 	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
 	row.Ratio, row.WireBytes = wire.Ratio(), float64(wire.WireBytes)/n
 	row.EncodeSec, row.DecodeSec = enc.Seconds()/n, dec.Seconds()/n
@@ -181,20 +196,31 @@ type Session struct {
 	codec          rdma.Codec
 	grad           []float32 // refill source for lossy codecs
 	msg            *rdma.Msg
+	fb             rdma.Feedback // the pushed stream's topk residual
 	done           chan error
 }
 
-// Open starts an echo server on transport ("inmem", "tcp" on loopback, or
-// "tcp-nocrc": TCP with Options.NoPayloadChecksum) and connects a client
-// that pushes size bytes per round with codec.
+// Open starts an echo server on transport ("inmem"; "tcp" on loopback;
+// "tcp-nocrc": TCP with Options.NoPayloadChecksum; "verbs", "verbs-emu",
+// "auto": see Config.Transports) and connects a client that pushes size
+// bytes per round with codec, from a message of the network's allocator.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
+	return open(ctx, transport, codec, size, seed, nil)
+}
+
+func open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64,
+	onConnect func(string, string, rdma.TransportInfo, error)) (*Session, error) {
 	kind, opts, err := parseTransport(transport)
 	if err != nil {
 		return nil, err
 	}
+	opts.OnConnect = onConnect
 	opts.MaxElems = uint32(max(size/4, 1))
 	n, err := rdma.Open(kind, opts)
 	if err != nil {
+		if kind == "verbs" && errors.Is(err, rdma.ErrUnsupported) {
+			err = fmt.Errorf("%w (verbs-emu runs the verbs transport over its in-process emulation)", err)
+		}
 		return nil, err
 	}
 	addr := ""
@@ -222,26 +248,37 @@ func Open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 	}
 	s := &Session{client: client, server: server, codec: codec, done: make(chan error, 1)}
 	s.grad = synth.Gradient(make([]float32, size/4), 1e-3, seed)
-	s.msg = rdma.NewMsg(size / 4)
+	s.msg = n.NewMsg(size / 4)
 	copy(s.msg.Payload, s.grad)
 	go func() { s.done <- echo(server, codec) }()
 	return s, nil
 }
 
-// parseTransport splits "tcp-nocrc" into the network kind and options.
+// TransportNames lists the transports Open accepts.
+func TransportNames() []string {
+	return []string{"inmem", "tcp", "tcp-nocrc", "verbs", "verbs-emu", "auto"}
+}
+
+// parseTransport splits a transport name into the network kind and
+// options.
 func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 	switch name {
-	case "inmem", "tcp":
+	case "inmem", "tcp", "verbs", "auto":
 		return name, opts, nil
 	case "tcp-nocrc":
 		opts.NoPayloadChecksum = true
 		return "tcp", opts, nil
+	case "verbs-emu":
+		opts.Verbs.Emulation = rdma.NewEmulation()
+		return "verbs", opts, nil
 	}
-	return "", opts, fmt.Errorf("transportbench: unknown transport %q (inmem, tcp, tcp-nocrc)", name)
+	return "", opts, fmt.Errorf("transportbench: unknown transport %q (%s)", name, strings.Join(TransportNames(), ", "))
 }
 
-// echo replies to every message with itself until the connection ends.
+// echo replies to every message with itself until the connection ends;
+// a topk reply stream has its own error feedback.
 func echo(c rdma.Conn, codec rdma.Codec) error {
+	var fb rdma.Feedback
 	for {
 		m, err := c.Recv(context.Background())
 		if err != nil {
@@ -250,7 +287,7 @@ func echo(c rdma.Conn, codec rdma.Codec) error {
 			}
 			return err
 		}
-		m.Codec = codec
+		m.Codec, m.Feedback = codec, &fb
 		if err := c.Send(context.Background(), m); err != nil {
 			return err
 		}
@@ -268,7 +305,7 @@ func (s *Session) Round(ctx context.Context) (time.Duration, error) {
 	if !s.codec.ID.Lossless() {
 		copy(m.Payload, s.grad)
 	}
-	m.Codec = s.codec
+	m.Codec, m.Feedback = s.codec, &s.fb
 	start := time.Now()
 	if err := s.client.Send(ctx, m); err != nil {
 		return 0, err
@@ -353,7 +390,7 @@ func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	row.Transport, row.Codec, row.Bytes = "tcp-raw", "-", size
+	row.Transport, row.Conn, row.Codec, row.Bytes = "tcp-raw", "tcp", "-", size
 	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
 	row.Ratio, row.WireBytes = 1, float64(2*size)
 	return row, nil

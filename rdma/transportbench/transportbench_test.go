@@ -14,26 +14,33 @@ func TestRun(t *testing.T) {
 	fp16, _ := rdma.ParseCodec("fp16")
 	var seen int
 	rows, err := Run(context.Background(), Config{
-		Codecs: []rdma.Codec{{}, fp16}, Sizes: []int{4000}, MinTime: time.Millisecond, Baseline: true,
+		Transports: []string{"inmem", "tcp", "verbs-emu", "auto"},
+		Codecs:     []rdma.Codec{{}, fp16}, Sizes: []int{40000}, MinTime: time.Millisecond, Baseline: true,
 	}, func(Row) { seen++ })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 5 || seen != 5 {
-		t.Fatalf("%d rows (%d reported), want 5", len(rows), seen)
+	if len(rows) != 9 || seen != 9 {
+		t.Fatalf("%d rows (%d reported), want 9", len(rows), seen)
 	}
 	for _, r := range rows {
-		if r.Rounds < 3 || r.RoundSec <= 0 || r.Bytes != 4000 {
+		want := map[string]string{"tcp-raw": "tcp", "inmem": "inmem", "tcp": "tcp", "verbs-emu": "verbs", "auto": ""}[r.Transport]
+		if r.Conn != want && !(r.Transport == "auto" && r.Conn != "" && r.Reason != "") || r.Emulated != (r.Transport == "verbs-emu") {
+			t.Fatalf("%s: conn %q (%s), emulated %v", r.Transport, r.Conn, r.Reason, r.Emulated)
+		}
+	}
+	for _, r := range rows {
+		if r.Rounds < 3 || r.RoundSec <= 0 || r.Bytes != 40000 {
 			t.Fatalf("row %+v", r)
 		}
-		if want := 2 * 4000 / r.RoundSec / 1e9; r.GBps != want {
+		if want := 2 * 40000 / r.RoundSec / 1e9; r.GBps != want {
 			t.Fatalf("gbps %v, want %v", r.GBps, want)
 		}
 		wantRatio := 1.0
 		if r.Codec == "fp16" {
 			wantRatio = 0.5
 		}
-		if r.Ratio != wantRatio || r.WireBytes != 2*4000*wantRatio {
+		if r.Ratio != wantRatio || r.WireBytes != 2*40000*wantRatio {
 			t.Fatalf("%s/%s: ratio %v, wire bytes %v", r.Transport, r.Codec, r.Ratio, r.WireBytes)
 		}
 		if (r.Codec == "fp16") != (r.EncodeSec > 0 && r.DecodeSec > 0) {
@@ -45,9 +52,10 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// BenchmarkRoundTrip: one push+pull per iteration. GB/s as in Row.GBps.
+// BenchmarkRoundTrip: one push+pull per iteration. GB/s as in Row.GBps
+// (verbs-emu: the verbs transport over its emulation, not a device).
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, tr := range []string{"inmem", "tcp"} {
+	for _, tr := range []string{"inmem", "tcp", "verbs-emu"} {
 		for _, name := range []string{"none", "s2", "zstd", "shuffle+zstd", "fp16", "bf16", "topk:0.01"} {
 			codec, _ := rdma.ParseCodec(name)
 			for _, size := range []int{1 << 20, 4 << 20, 16 << 20} {

@@ -38,6 +38,7 @@ func Run(t *testing.T, f Factory) {
 		{"Large", testLarge},
 		{"Codecs", testCodecs},
 		{"TopKErrorFeedback", testTopKErrorFeedback},
+		{"TopKFailedSend", testTopKFailedSend},
 		{"ErrorMsg", testErrorMsg},
 		{"Limits", testLimits},
 		{"PeerClose", testPeerClose},
@@ -50,7 +51,7 @@ func Run(t *testing.T, f Factory) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
 	t.Run("NoGoroutineLeak", func(t *testing.T) {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		before++ // this subtest's own goroutine
 		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
@@ -316,38 +317,48 @@ func testConcurrentSenders(t *testing.T, f Factory) {
 	}
 }
 
+// testFullDuplex streams in both directions at once: a few large
+// messages, then many small ones (more than any transport buffers, so
+// that flow control has to return what the receivers consume).
 func testFullDuplex(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
-	const count, size = 6, 1 << 18
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, end := range []rdma.Conn{c, s} {
-		wg.Go(func() {
-			for i := range count {
-				if err := end.Send(context.Background(), msg(i, size, rdma.Codec{})); err != nil {
-					errs <- err
-					return
-				}
+	for _, phase := range []struct{ count, size int }{{6, 1 << 18}, {600, 0}} {
+		size := func(i int) int {
+			if phase.size > 0 {
+				return phase.size
 			}
-		})
-		wg.Go(func() {
-			for i := range count {
-				m, err := end.Recv(context.Background())
-				if err != nil {
-					errs <- err
-					return
+			return i % 50
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for _, end := range []rdma.Conn{c, s} {
+			wg.Go(func() {
+				for i := range phase.count {
+					if err := end.Send(context.Background(), msg(i, size(i), rdma.Codec{})); err != nil {
+						errs <- err
+						return
+					}
 				}
-				if m.Seq != uint64(i) || len(m.Payload) != size {
-					errs <- fmt.Errorf("got seq %d, want %d", m.Seq, i)
+			})
+			wg.Go(func() {
+				for i := range phase.count {
+					m, err := end.Recv(context.Background())
+					if err != nil {
+						errs <- err
+						return
+					}
+					if m.Seq != uint64(i) || len(m.Payload) != size(i) {
+						errs <- fmt.Errorf("got seq %d (%d elements), want %d (%d)", m.Seq, len(m.Payload), i, size(i))
+					}
+					m.Release()
 				}
-				m.Release()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	}
 }
 
@@ -460,43 +471,109 @@ func checkCodec(t *testing.T, codec rdma.Codec, got, want []float32) {
 	}
 }
 
-// testTopKErrorFeedback sends the same vector twice with topk:0.5: the
-// second message carries each unsent element with its residual added (2g)
-// and the elements sent the first time once (g), so that nothing is lost.
+// testTopKErrorFeedback sends the same vector twice with topk:0.5 and one
+// Feedback, the second time on a new connection: the second message
+// carries each unsent element with its residual added (2g) and the
+// elements sent the first time once (g), so that nothing is lost when a
+// sender replaces its connection. Without a Feedback, both messages are
+// the top half of g alone.
 func testTopKErrorFeedback(t *testing.T, f Factory) {
-	c, s := pair(t, f, rdma.Options{})
 	codec := rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.5}
 	const n = 5000
 	g := msg(1, n, codec)
 	defer g.Release()
-	var first []float32
-	for round := range 2 {
-		send(t, c, msg(1, n, codec))
-		m := recv(t, s)
-		if round == 0 {
-			first = slices.Clone(m.Payload)
-			m.Release()
-			continue
+	for _, withFeedback := range []bool{true, false} {
+		var fb *rdma.Feedback
+		if withFeedback {
+			fb = new(rdma.Feedback)
 		}
-		sent := 0
-		for i, v := range m.Payload {
-			if v == 0 {
+		var first []float32
+		for round := range 2 {
+			c, s := pair(t, f, rdma.Options{})
+			m := msg(1, n, codec)
+			m.Feedback = fb
+			send(t, c, m)
+			m = recv(t, s)
+			if m.Feedback != nil {
+				t.Fatal("a received message carries a Feedback")
+			}
+			c.Close()
+			if round == 0 {
+				first = slices.Clone(m.Payload)
+				m.Release()
 				continue
 			}
-			sent++
-			want := 2 * g.Payload[i]
-			if first[i] != 0 {
-				want = g.Payload[i]
+			sent := 0
+			for i, v := range m.Payload {
+				if v == 0 {
+					continue
+				}
+				sent++
+				want := g.Payload[i]
+				if withFeedback && first[i] == 0 {
+					want = 2 * g.Payload[i]
+				}
+				if v != want {
+					t.Fatalf("feedback %v: element %d: second message %v, want %v (first message %v)", withFeedback, i, v, want, first[i])
+				}
 			}
-			if v != want {
-				t.Fatalf("element %d: second message %v, want %v (first message %v)", i, v, want, first[i])
+			if sent != n/2 {
+				t.Fatalf("feedback %v: second message sent %d elements, want %d", withFeedback, sent, n/2)
 			}
+			if !withFeedback && !slices.Equal(m.Payload, first) {
+				t.Fatal("without feedback, the second message differs from the first")
+			}
+			m.Release()
 		}
-		if sent != n/2 {
-			t.Fatalf("second message sent %d elements, want %d", sent, n/2)
-		}
-		m.Release()
 	}
+}
+
+// testTopKFailedSend: a TopK Send that fails (here: cancelled while
+// blocked on a peer that does not read) hands what it took back to its
+// Feedback, which then holds the whole payload again. TopK messages are
+// sent, each with a Feedback of its own, until one blocks. The cancel can
+// also land between two Sends, whose next then takes nothing: that run is
+// tried again.
+func testTopKFailedSend(t *testing.T, f Factory) {
+	for range 5 {
+		if topKFailedSend(t, f) {
+			return
+		}
+	}
+	t.Fatal("the cancel never reached a blocked Send")
+}
+
+// topKFailedSend runs one attempt; false if the failed Send took nothing.
+func topKFailedSend(t *testing.T, f Factory) bool {
+	// Small queues and socket buffers, so that modest messages block.
+	c, _ := pair(t, f, rdma.Options{QueueLen: 1, SocketBuffer: 4096})
+	const n = 1 << 16 // 512 KiB of indices and values
+	var fb *rdma.Feedback
+	var g []float32
+	cctx, cancel := context.WithCancel(context.Background())
+	done := WhenBlocked(t, "Send", func() error {
+		for {
+			m := msg(2, n, rdma.Codec{ID: rdma.CodecTopK, Fraction: 1})
+			g, fb = slices.Clone(m.Payload), new(rdma.Feedback)
+			m.Feedback = fb
+			if err := c.Send(cctx, m); err != nil {
+				return err
+			}
+		}
+	})
+	cancel()
+	unblocked(t, done, context.Canceled, false, "cancelled send")
+	res := fb.Residual()
+	if len(res) == 0 {
+		return false
+	}
+	if len(res) != n {
+		t.Fatalf("residual of %d elements after a failed send, want %d", len(res), n)
+	}
+	if j := firstDiff(res, g); j >= 0 {
+		t.Fatalf("residual after a failed send: element %d = %v, want %v", j, res[j], g[j])
+	}
+	return true
 }
 
 func testErrorMsg(t *testing.T, f Factory) {
@@ -574,23 +651,14 @@ func testPeerClose(t *testing.T, f Factory) {
 
 func testLocalClose(t *testing.T, f Factory) {
 	c, _ := pair(t, f, rdma.Options{})
-	done := make(chan error, 1)
-	go func() {
+	done := WhenBlocked(t, "Recv", func() error {
 		_, err := c.Recv(context.Background())
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
+		return err
+	})
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, rdma.ErrClosed) {
-			t.Fatalf("blocked recv after close: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not unblock Recv")
-	}
+	unblocked(t, done, rdma.ErrClosed, false, "blocked recv after close")
 	if err := c.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
@@ -600,6 +668,18 @@ func testLocalClose(t *testing.T, f Factory) {
 	if err := c.Send(ctx(t), rdma.NewMsg(1)); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("send after close: %v", err)
 	}
+
+	// A Send blocked because the peer does not read is unblocked too.
+	c, _ = pair(t, f, rdma.Options{QueueLen: 1, SocketBuffer: 4096})
+	done = WhenBlocked(t, "Send", func() error {
+		for {
+			if err := c.Send(context.Background(), rdma.NewMsg(1<<18)); err != nil {
+				return err
+			}
+		}
+	})
+	c.Close()
+	unblocked(t, done, rdma.ErrClosed, false, "blocked send after close")
 }
 
 func testListenerClose(t *testing.T, f Factory) {
@@ -608,36 +688,34 @@ func testListenerClose(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
+	done := WhenBlocked(t, "Accept", func() error {
 		_, err := ln.Accept(context.Background())
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
+		return err
+	})
 	ln.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, rdma.ErrClosed) {
-			t.Fatalf("accept after close: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not unblock Accept")
-	}
+	unblocked(t, done, rdma.ErrClosed, false, "accept after close")
 	if c, err := n.Dial(ctx(t), ln.Addr()); !errors.Is(err, rdma.ErrRefused) {
 		if c != nil {
 			c.Close()
 		}
 		t.Fatalf("dial to closed listener: %v", err)
 	}
-	// Cancelling Accept leaves the listener usable.
+	// Cancelling a blocked Accept leaves the listener usable.
 	ln, err = n.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := ln.Accept(cctx); !errors.Is(err, context.DeadlineExceeded) {
+	cctx, cancel := context.WithCancel(context.Background())
+	done = WhenBlocked(t, "Accept", func() error {
+		_, err := ln.Accept(cctx)
+		return err
+	})
+	cancel()
+	unblocked(t, done, context.Canceled, true, "cancelled accept")
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer dcancel()
+	if _, err := ln.Accept(dctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("accept with deadline: %v", err)
 	}
 	go func() {
@@ -655,15 +733,12 @@ func testListenerClose(t *testing.T, f Factory) {
 func testCancel(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
 	cctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	start := time.Now()
-	_, err := s.Recv(cctx)
-	if !errors.Is(err, context.Canceled) || !rdma.Recoverable(err) {
-		t.Fatalf("cancelled recv: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("cancelled recv returned after %v", d)
-	}
+	done := WhenBlocked(t, "Recv", func() error {
+		_, err := s.Recv(cctx)
+		return err
+	})
+	cancel()
+	unblocked(t, done, context.Canceled, true, "cancelled recv")
 	if _, err := s.Recv(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("recv with a cancelled context: %v", err)
 	}
@@ -684,6 +759,101 @@ func testCancel(t *testing.T, f Factory) {
 	}
 }
 
+// WhenBlocked runs call on a new goroutine and returns, with the channel
+// that will carry call's result, once that goroutine is parked inside a
+// method named method (Recv, Send, Accept): waiting on a channel, a lock
+// or the network poller, as a blocked call of any transport does. It
+// fails the test if call returns first or the goroutine is not seen
+// blocked within blockTimeout.
+func WhenBlocked(t *testing.T, method string, call func() error) <-chan error {
+	t.Helper()
+	id := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		id <- goroutineID()
+		done <- call()
+	}()
+	g := <-id
+	deadline := time.Now().Add(blockTimeout)
+	for {
+		state, stack := goroutineState(g)
+		if parkedStates[state] && strings.Contains(stack, ")."+method+"(") {
+			return done
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s returned before blocking: %v", method, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutine %s not seen blocked in %s within %v; last seen [%s]:\n%s", g, method, blockTimeout, state, stack)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// unblocked waits for the result of a call started with WhenBlocked, which
+// an action of the test must have ended: the error must match want (and
+// be recoverable, if recoverable).
+func unblocked(t *testing.T, done <-chan error, want error, recoverable bool, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) || recoverable && !rdma.Recoverable(err) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	case <-time.After(blockTimeout):
+		t.Fatalf("%s: still blocked after %v", what, blockTimeout)
+	}
+}
+
+// blockTimeout bounds the waits of WhenBlocked and unblocked: generous,
+// since a loaded machine running tests under the race detector can take
+// seconds to get a call to the point where it blocks.
+const blockTimeout = time.Minute
+
+// parkedStates are the goroutine states (as runtime.Stack prints them) of
+// a goroutine that waits for another to wake it.
+var parkedStates = map[string]bool{
+	"IO wait": true, "select": true, "chan receive": true, "chan send": true,
+	"sync.Mutex.Lock": true, "sync.RWMutex.Lock": true, "sync.RWMutex.RLock": true,
+	"sync.Cond.Wait": true, "semacquire": true,
+}
+
+// goroutineID returns the calling goroutine's id as runtime.Stack prints
+// it.
+func goroutineID() string {
+	var buf [64]byte
+	s := string(buf[:runtime.Stack(buf[:], false)])
+	s = strings.TrimPrefix(s, "goroutine ")
+	id, _, _ := strings.Cut(s, " ")
+	return id
+}
+
+// goroutineState returns the state of goroutine id ("IO wait", "select",
+// "running", ...; "" if it is gone) and its stack.
+func goroutineState(id string) (state, stack string) {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		rest, ok := strings.CutPrefix(g, "goroutine "+id+" [")
+		if !ok {
+			continue
+		}
+		state, _, _ = strings.Cut(rest, "]")
+		state, _, _ = strings.Cut(state, ",") // "IO wait, 2 minutes"
+		return state, g
+	}
+	return "", ""
+}
+
 // testAllocs checks that a round trip (send, echo, receive) allocates
 // nothing once warm, for the codecs that promise it.
 func testAllocs(t *testing.T, f Factory) {
@@ -697,6 +867,8 @@ func testAllocs(t *testing.T, f Factory) {
 			go echo(s)
 			cctx := ctx(t)
 			m := msg(1, 100_000, codec)
+			var fb rdma.Feedback // used by topk only
+			m.Feedback = &fb
 			round := func() {
 				if err := c.Send(cctx, m); err != nil {
 					t.Fatal(err)
@@ -705,7 +877,7 @@ func testAllocs(t *testing.T, f Factory) {
 				if m, err = c.Recv(cctx); err != nil {
 					t.Fatal(err)
 				}
-				m.Codec = codec
+				m.Codec, m.Feedback = codec, &fb
 			}
 			for range 5 {
 				round()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -33,6 +34,9 @@ type App struct {
 	engine  kernels.Engine
 	info    kernels.Info
 	profile *profiling // the running profile, nil if none
+
+	connMu   sync.Mutex
+	connSeen map[string]bool // transport choices logged (logConnect)
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -118,11 +119,11 @@ func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, lea
 	ds.Scale = 1.0 / 256 // inputs in MNIST's range: a stable loss for any of the networks
 	steps := max(10, images/(batch*learners))
 	warm := int64(max(1, steps/10) * learners)
-	cfg := learner.JobConfig{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
+	cfg := cluster.Config{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
 		Epochs: steps, MaxSteps: steps * learners, Protocol: proto, N: learners, Shards: 1, Transport: transport,
 		Codec: rdma.Codec{}, Overlap: overlap, Seed: 1,
 		Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
-	job, err := learner.StartJob(ctx, cfg)
+	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,11 +33,22 @@ the mean). ratio is wire bytes /
 raw bytes, encode_s and decode_s the codec time per round (both
 directions). The tcp-raw row (--baseline) moves the same bytes over a
 plain loopback socket, with no framing, checksum or codec, in the same
-run. tcp-nocrc is TCP without payload checksums.`,
+run. tcp-nocrc is TCP without payload checksums. verbs needs an RDMA
+device (softsync doctor lists them; docs/rdma.md shows Soft-RoCE);
+verbs-emu runs the verbs transport over its in-process emulation, whose
+rows are labelled emulated: they measure the protocol and memory copies,
+not RDMA hardware. auto picks verbs or TCP per connection as softsync
+train would, and the "via" column (conn in JSON, with the reason) says
+which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1}
+			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1, OnConnect: app.logConnect}
 			cfg.Transports = strings.Split(transports, ",")
+			for _, name := range cfg.Transports {
+				if !slices.Contains(transportbench.TransportNames(), name) {
+					return fmt.Errorf("--transports: unknown transport %q (%s)", name, strings.Join(transportbench.TransportNames(), ", "))
+				}
+			}
 			for _, name := range strings.Split(codecs, ",") {
 				codec, err := rdma.ParseCodec(name)
 				if err != nil {
@@ -43,13 +58,16 @@ run. tcp-nocrc is TCP without payload checksums.`,
 			}
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := parseByteSize(s)
+				if err == nil && n%4 != 0 {
+					err = fmt.Errorf("size %q is not a whole number of float32 values (a multiple of 4 bytes)", s)
+				}
 				if err != nil {
 					return fmt.Errorf("--sizes: %w", err)
 				}
 				cfg.Sizes = append(cfg.Sizes, n)
 			}
 			rows, err := transportbench.Run(cmd.Context(), cfg, func(r transportbench.Row) {
-				app.Log.Debug("transport", "transport", r.Transport, "codec", r.Codec, "bytes", r.Bytes, "gbps", r.GBps)
+				app.Log.Debug("transport", "transport", r.Transport, "via", r.Conn, "emulated", r.Emulated, "codec", r.Codec, "bytes", r.Bytes, "gbps", r.GBps)
 			})
 			if err != nil {
 				return err
@@ -58,9 +76,13 @@ run. tcp-nocrc is TCP without payload checksums.`,
 				return app.printJSON(rows)
 			}
 			w := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(w, "transport\tcodec\tbytes\tGB/s\tGB/s mean\tratio\twire MB/round\tencode ms\tdecode ms\trounds\t\n")
+			fmt.Fprintf(w, "transport\tvia\tcodec\tbytes\tGB/s\tGB/s mean\tratio\twire MB/round\tencode ms\tdecode ms\trounds\t\n")
 			for _, r := range rows {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Transport, r.Codec, r.Bytes,
+				via := r.Conn
+				if r.Emulated {
+					via += " (emulated)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.2f\t%d\t\n", r.Transport, via, r.Codec, r.Bytes,
 					r.GBps, r.GBpsMean, r.Ratio, r.WireBytes/1e6, 1e3*r.EncodeSec, 1e3*r.DecodeSec, r.Rounds)
 			}
 			return w.Flush()
@@ -68,7 +90,7 @@ run. tcp-nocrc is TCP without payload checksums.`,
 	}
 	f := c.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of {transport, codec, bytes, gbps, ratio, ...}")
-	f.StringVar(&transports, "transports", "inmem,tcp", "comma-separated transports: inmem, tcp, tcp-nocrc")
+	f.StringVar(&transports, "transports", "inmem,tcp", "comma-separated transports: inmem, tcp, tcp-nocrc, verbs, verbs-emu (emulated verbs), auto")
 	f.StringVar(&codecs, "codecs", "none,s2,zstd,shuffle+s2,shuffle+zstd,fp16,bf16,topk:0.01", "comma-separated --compress values")
 	f.StringVar(&sizes, "sizes", "1M,4M,16M", "comma-separated gradient sizes in bytes (K and M suffixes are ×1024)")
 	f.DurationVar(&minTime, "min-time", time.Second, "minimum timed duration per row")
@@ -79,16 +101,41 @@ run. tcp-nocrc is TCP without payload checksums.`,
 // parseByteSize reads "4096", "64K" or "16M" (binary multiples).
 func parseByteSize(s string) (int, error) {
 	s = strings.TrimSpace(s)
-	mult := 1
+	num, mult := s, 1
 	switch {
 	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+		num, mult = strings.TrimSuffix(s, "K"), 1<<10
 	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+		num, mult = strings.TrimSuffix(s, "M"), 1<<20
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q is not a positive number of bytes", s)
+	n, err := strconv.Atoi(num)
+	if err != nil || n <= 0 || n > math.MaxInt32/mult {
+		return 0, fmt.Errorf("size %q is not a positive number of bytes below 2 GiB", s)
 	}
 	return n * mult, nil
+}
+
+// logConnect logs the transport a verbs or auto connection uses and why
+// (rdma.Options.OnConnect): at info level the first time a peer is seen on
+// each transport, at debug level afterwards, and a connection that could
+// not be set up as a warning.
+func (app *App) logConnect(local, remote string, t rdma.TransportInfo, err error) {
+	if err != nil {
+		app.Log.Warn("connection failed", "local", local, "peer", remote, "err", err)
+		return
+	}
+	key := t.Name + " " + t.Reason
+	app.connMu.Lock()
+	seen := app.connSeen[key]
+	if app.connSeen == nil {
+		app.connSeen = map[string]bool{}
+	}
+	app.connSeen[key] = true
+	app.connMu.Unlock()
+	level := slog.LevelInfo
+	if seen {
+		level = slog.LevelDebug
+	}
+	app.Log.Log(context.Background(), level, "transport", "local", local, "peer", remote,
+		"transport", t.Name, "emulated", t.Emulated, "device", t.Device, "reason", t.Reason)
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/softsync/softsync/rdma"
 )
 
 func TestBenchTransportJSON(t *testing.T) {
@@ -32,17 +35,43 @@ func TestBenchTransportJSON(t *testing.T) {
 }
 
 func TestBenchTransportBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"bench", "transport", "--codecs", "gzip"},
-		{"bench", "transport", "--codecs", "topk:2"},
-		{"bench", "transport", "--sizes", "10"},
-		{"bench", "transport", "--sizes", "-1M"},
-		{"bench", "transport", "--transports", "udp", "--sizes", "4K"},
+	for _, c := range []struct {
+		args        []string
+		flag, value string
+	}{
+		{[]string{"--codecs", "gzip"}, "--codecs", "gzip"},
+		{[]string{"--codecs", "none,topk:2"}, "--codecs", "topk fraction 2"},
+		{[]string{"--sizes", "10"}, "--sizes", `"10"`},
+		{[]string{"--sizes", "4K,-1M"}, "--sizes", `"-1M"`},
+		{[]string{"--sizes", "4096M"}, "--sizes", `"4096M"`},
+		{[]string{"--transports", "tcp,udp", "--sizes", "4K"}, "--transports", `"udp"`},
 	} {
-		root := newRootCmd(&bytes.Buffer{})
-		root.SetArgs(args)
-		if err := root.Execute(); err == nil {
-			t.Errorf("%v: no error", args)
+		args := append([]string{"bench", "transport", "--min-time", "1ms"}, c.args...)
+		_, err := runErr(args...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
+			t.Errorf("softsync %s: %v, want an error naming %s and %s", strings.Join(args, " "), err, c.flag, c.value)
 		}
+	}
+}
+
+// TestBenchTransportVerbs: the emulated verbs rows say so; verbs on a host
+// without an RDMA device fails, naming the emulation as the alternative.
+func TestBenchTransportVerbs(t *testing.T) {
+	out := run(t, "bench", "transport", "--json", "--sizes", "64K", "--codecs", "none",
+		"--transports", "verbs-emu,auto", "--min-time", "1ms", "--baseline=false")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(rows) != 2 || rows[0]["emulated"] != true || rows[0]["conn"] != "verbs" || rows[1]["conn"] == nil || rows[1]["reason"] == nil {
+		t.Fatalf("rows %v", rows)
+	}
+	if rdma.ProbeVerbs(rdma.Options{}).Usable != "" {
+		return
+	}
+	root := newRootCmd(&bytes.Buffer{})
+	root.SetArgs([]string{"bench", "transport", "--transports", "verbs", "--sizes", "4K", "--codecs", "none"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "verbs-emu") {
+		t.Fatalf("verbs without a device: %v", err)
 	}
 }

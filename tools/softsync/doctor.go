@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/rdma"
 )
 
 func init() { addCommand(newDoctorCmd) }
@@ -22,7 +24,7 @@ var cpuFeatures = []string{"AVX", "AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512
 func newDoctorCmd(app *App) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Describe the CPU, the BLAS library and kernel in use, threads and engine",
+		Short: "Describe the CPU, RDMA devices, the BLAS library and kernel in use, threads and engine",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			w := tabwriter.NewWriter(app.Out, 18, 0, 2, ' ', 0) // fixed width: flushed in two parts
@@ -37,6 +39,7 @@ func newDoctorCmd(app *App) *cobra.Command {
 				have = append(have, mark+f)
 			}
 			fmt.Fprintf(w, "CPU features\t%s\n", strings.Join(have, " "))
+			printRDMA(w, rdma.ProbeVerbs(rdma.Options{}))
 			if user := userCore(); user != "" {
 				fmt.Fprintf(w, "OPENBLAS_CORETYPE\t%s (set by the user)\n", user)
 				if m := kernels.MissingFeatures(cpu, user); len(m) > 0 {
@@ -88,5 +91,56 @@ func newDoctorCmd(app *App) *cobra.Command {
 			}
 			return w.Flush()
 		},
+	}
+}
+
+// printRDMA writes the RDMA section: the devices and ports the verbs
+// transport sees, the locked-memory limit, and what --transport auto
+// would use, or why there is nothing.
+func printRDMA(w io.Writer, p rdma.VerbsProbe) {
+	switch {
+	case p.Provider == "":
+		fmt.Fprintf(w, "RDMA\t%s\n", strings.TrimPrefix(p.Reason, "rdma: unsupported: "))
+	case len(p.Devices) == 0:
+		fmt.Fprintf(w, "RDMA devices\tnone: %s\n", strings.TrimPrefix(p.Reason, "rdma: unsupported: "))
+	}
+	for _, d := range p.Devices {
+		if d.Err != nil {
+			fmt.Fprintf(w, "RDMA device\t%s: %v\n", d.Name, d.Err)
+			continue
+		}
+		fmt.Fprintf(w, "RDMA device\t%s (firmware %s, %d port(s))\n", d.Name, d.Firmware, len(d.Ports))
+		for _, port := range d.Ports {
+			s := fmt.Sprintf("%s, %s, MTU %d", port.State, port.LinkLayer, port.MTU)
+			if port.LID != 0 {
+				s += fmt.Sprintf(", LID %d", port.LID)
+			}
+			if port.GID != "" {
+				s += ", GID " + port.GID
+			}
+			if port.Err != nil {
+				s += fmt.Sprintf(" (%v)", port.Err)
+			}
+			fmt.Fprintf(w, "  port %d\t%s\n", port.Num, s)
+		}
+	}
+	limit := "unlimited"
+	if p.Memlock != rdma.MemlockUnlimited {
+		limit = fmt.Sprintf("%d KiB (ulimit -l)", p.Memlock/1024)
+	}
+	if p.MemlockExempt {
+		limit += ", not binding: this process has CAP_IPC_LOCK"
+	}
+	fmt.Fprintf(w, "Locked memory\t%s; verbs registers %d MiB regions\n", limit, p.RegionSize>>20)
+	if p.MemlockErr != nil {
+		fmt.Fprintf(w, "WARNING\t%v\n", strings.TrimPrefix(p.MemlockErr.Error(), "rdma: "))
+	}
+	switch {
+	case p.Usable != "" && p.MemlockErr == nil:
+		fmt.Fprintf(w, "Transport auto\tverbs on %s with peers that have RDMA too, else TCP\n", p.Usable)
+	case p.Usable != "":
+		fmt.Fprintf(w, "Transport auto\tTCP: the locked-memory limit is too low for verbs on %s\n", p.Usable)
+	default:
+		fmt.Fprintf(w, "Transport auto\tTCP: no usable RDMA device\n")
 	}
 }

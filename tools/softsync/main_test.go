@@ -23,7 +23,7 @@ func run(t *testing.T, args ...string) string {
 
 func TestDoctor(t *testing.T) {
 	out := run(t, "doctor", "--threads", "1")
-	for _, want := range []string{"CPU", "CPU features", "Engine", "Pure-Go fallback", "Threads"} {
+	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Threads"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
@@ -52,16 +52,18 @@ func TestBenchGemmJSON(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"doctor", "--threads", "-1"},
-		{"doctor", "--log-level", "loud"},
-		{"doctor", "--engine", "gpu"},
-		{"bench", "gemm", "--sizes", "8x8"},
+	for _, c := range []struct {
+		args        []string
+		flag, value string
+	}{
+		{[]string{"doctor", "--threads", "-1"}, "--threads", "-1"},
+		{[]string{"doctor", "--log-level", "loud"}, "--log-level", `"loud"`},
+		{[]string{"doctor", "--engine", "gpu"}, "--engine", `"gpu"`},
+		{[]string{"bench", "gemm", "--sizes", "8x8"}, "--sizes", `"8x8"`},
 	} {
-		root := newRootCmd(&bytes.Buffer{})
-		root.SetArgs(args)
-		if err := root.Execute(); err == nil {
-			t.Errorf("softsync %s: no error", strings.Join(args, " "))
+		_, err := runErr(c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
+			t.Errorf("softsync %s: %v, want an error naming %s and %s", strings.Join(c.args, " "), err, c.flag, c.value)
 		}
 	}
 }

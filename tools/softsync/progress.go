@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 )
 
 // progress shows a training job's progress: on a terminal a one-line bar
@@ -28,14 +28,14 @@ type progress struct {
 	quiet  bool
 	epochs int
 	width  int
-	events chan learner.Epoch
+	events chan cluster.Epoch
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
 
 func newProgress(app *App, quiet bool, epochs int) *progress {
 	p := &progress{app: app, w: os.Stderr, quiet: quiet, epochs: epochs, width: 80,
-		events: make(chan learner.Epoch, 1024), done: make(chan struct{})}
+		events: make(chan cluster.Epoch, 1024), done: make(chan struct{})}
 	fd := int(os.Stderr.Fd())
 	p.tty = term.IsTerminal(fd)
 	if w, _, err := term.GetSize(fd); err == nil && w > 20 {
@@ -45,15 +45,16 @@ func newProgress(app *App, quiet bool, epochs int) *progress {
 }
 
 // epoch receives a finished epoch from the job (any goroutine).
-func (p *progress) epoch(e learner.Epoch) {
+func (p *progress) epoch(e cluster.Epoch) {
 	select {
 	case p.events <- e:
 	default: // the reporter is far behind: skip the line, the report has it
 	}
 }
 
-// run starts the reporting goroutine for job.
-func (p *progress) run(job *learner.Job) {
+// run starts the reporting goroutine for job (a *cluster.Job, or the
+// coordinator of a job of several processes).
+func (p *progress) run(job interface{ Progress() cluster.Progress }) {
 	if p.quiet {
 		return
 	}
@@ -93,7 +94,7 @@ func (p *progress) stop() {
 	p.wg.Wait()
 }
 
-func (p *progress) printEpoch(e learner.Epoch) {
+func (p *progress) printEpoch(e cluster.Epoch) {
 	te := "n/a"
 	if !math.IsNaN(e.TestError) {
 		te = fmt.Sprintf("%.2f%%", 100*e.TestError)
@@ -106,7 +107,7 @@ func (p *progress) printEpoch(e learner.Epoch) {
 		"test_error", te, "seconds", fmt.Sprintf("%.1f", e.Seconds))
 }
 
-func (p *progress) show(s learner.Progress) {
+func (p *progress) show(s cluster.Progress) {
 	if s.Steps == 0 {
 		return
 	}
@@ -122,7 +123,7 @@ func (p *progress) show(s learner.Progress) {
 
 // renderBar draws one line of at most width columns:
 // "epoch 3/10 [=====>    ] 450/937  loss 0.0412  5,120 img/s  ETA 1m23s".
-func renderBar(s learner.Progress, rate float64, eta time.Duration, width int) string {
+func renderBar(s cluster.Progress, rate float64, eta time.Duration, width int) string {
 	head := fmt.Sprintf("epoch %d/%d ", s.Epoch, s.Epochs)
 	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s  ETA %s", s.Batch, s.Batches, s.Loss, thousands(int64(rate)), eta)
 	n := width - 1 - len([]rune(head)) - len([]rune(tail)) - 2

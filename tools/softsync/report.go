@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/ps"
 )
 
@@ -53,6 +53,13 @@ type trainReport struct {
 	Traffic      traffic   `json:"traffic"`
 	ShardStats   []shard   `json:"shard_stats"`
 
+	// A job of several processes (empty in one process).
+	Processes   []cluster.Process    `json:"processes"`
+	Connections []cluster.Connection `json:"connections"`
+	Chunks      chunks               `json:"chunks"`
+	Lost        int                  `json:"learners_lost"`
+	Restarts    int                  `json:"learner_restarts"`
+
 	Solver  solver `json:"solver"`
 	Seed    uint64 `json:"seed"`
 	Threads int    `json:"threads"` // per learner
@@ -89,6 +96,12 @@ type shard struct {
 	Staleness staleness `json:"staleness"`
 }
 
+type chunks struct {
+	Handed     int `json:"handed"`
+	Completed  int `json:"completed"`
+	Reassigned int `json:"reassigned"`
+}
+
 type solver struct {
 	LR          float64 `json:"lr"`
 	Momentum    float64 `json:"momentum"`
@@ -113,7 +126,7 @@ func staleOf(st *ps.Stats) staleness {
 	return staleness{Mean: st.MeanStaleness(), Max: st.MaxStaleness, Histogram: h}
 }
 
-func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport {
+func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport {
 	c := &st.cfg
 	r := &trainReport{
 		Model: c.Spec.Name, Params: c.Spec.NumParams(), Data: st.dataName, TrainImages: c.Train.N,
@@ -127,6 +140,18 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 	}
 	if res.BatchesPerEpoch > 0 {
 		r.EpochsDone = float64(res.Steps) / float64(res.BatchesPerEpoch)
+	}
+	r.Processes = append([]cluster.Process{}, res.Processes...)
+	r.Connections = append([]cluster.Connection{}, res.Connections...)
+	r.Chunks = chunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned}
+	r.Lost, r.Restarts = res.Lost, res.Restarts
+	if len(res.Connections) > 0 {
+		r.Transport = res.Connections[0].Transport
+		for _, c := range res.Connections[1:] {
+			if c.Transport != r.Transport {
+				r.Transport = "mixed"
+			}
+		}
 	}
 	if r.Transport == "" {
 		r.Transport = "inmem"
@@ -142,9 +167,9 @@ func newReport(st *trainSetup, f *trainFlags, res *learner.Result) *trainReport 
 	}
 	r.Staleness = staleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
-		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s.Stats)})
+		r.ShardStats = append(r.ShardStats, shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)})
 		if k == 0 {
-			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s.Stats), s.Updates, s.Partial, s.Gradients, s.Dropped
+			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s), s.Updates, s.Partial, s.Gradients, s.Dropped
 		}
 	}
 	t := &res.Traffic
@@ -188,6 +213,14 @@ func (r *trainReport) writeText(w io.Writer) {
 			ratio = float64(r.Traffic.PushWireBytes) / float64(r.Traffic.PushRawBytes)
 		}
 		fmt.Fprintf(tw, "bytes sent\t%s (gradients at %.3f of raw size, codec time %s)\n", bytesText(r.BytesSent), ratio, fmtDuration(r.Traffic.CodecSeconds))
+	}
+	if len(r.Processes) > 0 {
+		hosts := map[string]bool{}
+		for _, p := range r.Processes {
+			hosts[p.Host] = true
+		}
+		fmt.Fprintf(tw, "processes\t%d on %d host(s); %d learner(s) lost, %d restart(s), %d chunk(s) reassigned\n",
+			len(r.Processes), len(hosts), r.Lost, r.Restarts, r.Chunks.Reassigned)
 	}
 	tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -345,31 +346,31 @@ func reproRuns(f *reproFlags) ([]reproRun, error) {
 
 // jobConfig is run r as a job of softsync train: the configuration real
 // runs pass to the job runner and the one reports describe.
-func (rs *reproSetup) jobConfig(r reproRun) learner.JobConfig {
+func (rs *reproSetup) jobConfig(r reproRun) cluster.Config {
 	s := rs.sched
-	return learner.JobConfig{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
+	return cluster.Config{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
 		Learners: r.learners, Batch: r.batch, Epochs: s.epochs, Protocol: r.protocol, N: r.n, Shards: 1,
 		Solver:    sgd.Config{LR: s.lr, Momentum: s.momentum, WeightDecay: s.decay, LRSteps: s.steps, LRGamma: 0.1, LRMode: r.mode},
 		Transport: "inmem", Codec: rdma.Codec{}, Seed: rs.f.seed, Normalizer: &rs.norm}
 }
 
 // realRun trains run r with real concurrent learners through the
-// in-process job runner (learner.StartJob and Wait, the code path of
+// in-process job runner (cluster.Start and Wait, the code path of
 // softsync train).
 func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, error) {
 	cfg := rs.jobConfig(r)
 	par := learner.PlanThreads(rs.spec, kernels.DefaultThreads(), r.learners, r.batch, rs.threads)
 	cfg.Workers = par.Workers
-	var history []learner.Epoch
+	var history []cluster.Epoch
 	var mu sync.Mutex
-	cfg.OnEpoch = func(e learner.Epoch) {
+	cfg.OnEpoch = func(e cluster.Epoch) {
 		mu.Lock()
 		history = append(history, e)
 		mu.Unlock()
 		rs.app.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError))
 	}
 	st := &trainSetup{cfg: cfg, threads: par.Workers, dataName: rs.dataName}
-	job, err := learner.StartJob(ctx, cfg)
+	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +386,7 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 	p := job.Progress()
 	mu.Lock()
 	defer mu.Unlock()
-	e := newReproEntry(st, r, "real", &learner.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
+	e := newReproEntry(st, r, "real", &cluster.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
 		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches})
 	e.Diverged, e.DivergedWhy = true, err.Error()
 	return e, nil

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/ps"
 )
 
@@ -35,7 +35,7 @@ type reproEntry struct {
 	lrMode   string
 }
 
-func newReproEntry(st *trainSetup, r reproRun, mode string, res *learner.Result) *reproEntry {
+func newReproEntry(st *trainSetup, r reproRun, mode string, res *cluster.Result) *reproEntry {
 	rep := newReport(st, nil, res)
 	if mode == "sim" {
 		rep.Transport = "sim"

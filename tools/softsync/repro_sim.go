@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -64,7 +65,7 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 
 	g := &simGradients{net: net, ds: rs.train, norm: rs.norm, plan: plan, lossSum: make([]float64, E), lossCnt: make([]int, E),
 		x: make([]float32, r.batch*rs.train.ImageLen()), labels: make([]int32, r.batch)}
-	history := make([]learner.Epoch, 0, E)
+	history := make([]cluster.Epoch, 0, E)
 	consumed := 0
 	pc := ps.Config{Job: 1, Learners: r.learners, Protocol: r.protocol, N: r.n, Shards: 1, Batch: r.batch,
 		DataSize: P * r.batch, Layout: net.Layout(), Solver: cfg.Solver}
@@ -79,7 +80,7 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 				return
 			}
 			e := consumed / P
-			history = append(history, learner.Epoch{Epoch: e, TrainLoss: g.meanLoss(e - 1),
+			history = append(history, cluster.Epoch{Epoch: e, TrainLoss: g.meanLoss(e - 1),
 				TestError: learner.Evaluate(evalNet, w, rs.test, rs.norm), Seconds: at})
 		},
 		Stop: func() bool { return g.diverged != nil || ctx.Err() != nil },
@@ -95,20 +96,18 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 	for _, s := range res.Steps {
 		steps += s
 	}
-	lr := &learner.Result{History: history, TestError: nan(), Normalizer: rs.norm,
+	lr := &cluster.Result{History: history, TestError: nan(), Normalizer: rs.norm,
 		Steps: int64(steps), Images: int64(steps * r.batch), Seconds: res.Time, BatchesPerEpoch: P}
 	for _, s := range res.Steps {
 		lr.LearnerSteps = append(lr.LearnerSteps, int64(s))
 	}
-	for _, st := range res.Shards {
-		lr.Shards = append(lr.Shards, ps.ServerStats{Stats: st})
-	}
+	lr.Shards = res.Shards
 	if res.Time > 0 {
 		lr.ImagesPerSec = float64(lr.Images) / res.Time
 	}
 	if g.diverged == nil {
 		lr.TestError = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
-		lr.History = append(lr.History, learner.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: lr.TestError, Seconds: res.Time})
+		lr.History = append(lr.History, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: lr.TestError, Seconds: res.Time})
 	}
 	e := newReproEntry(&trainSetup{cfg: cfg, threads: 1, dataName: rs.dataName}, r, "sim", lr)
 	if g.diverged != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -54,12 +57,42 @@ type trainFlags struct {
 	steps                             string
 	seed                              uint64
 	learners, n, maxStale, shards     int
-	protocol, lrMode, transport, comp string
+	protocol, lrMode, comp            string
 	overlap, quiet                    bool
 	jsonOut, plotOut, save, load      string
 	maxSteps, trainSubset, testSubset int
 	chunk                             int
 	expectError                       float64
+	cluster                           clusterFlags
+	// local is how many learners share this host's cores (0: --learners,
+	// all in this process).
+	local int
+}
+
+// localLearners returns how many learners share this host's cores.
+func (f *trainFlags) localLearners() int { return cmp.Or(f.local, f.learners) }
+
+// jobSettings returns the flags that define the job, as resolved (model
+// defaults applied), for the coordinator to check that every process
+// has the same.
+func jobSettings(f *trainFlags, cfg *cluster.Config) cluster.Settings {
+	s := cluster.Settings{
+		"model": f.model, "data": f.data, "epochs": strconv.Itoa(f.epochs), "batch": strconv.Itoa(f.batch),
+		"lr": fmt.Sprint(f.lr), "momentum": fmt.Sprint(f.momentum), "weight-decay": fmt.Sprint(f.decay),
+		"lr-steps": f.steps, "lr-gamma": fmt.Sprint(f.gamma), "seed": fmt.Sprint(f.seed),
+		"learners": strconv.Itoa(f.learners), "protocol": f.protocol, "n": strconv.Itoa(cfg.N),
+		"max-staleness": strconv.Itoa(f.maxStale), "lr-mode": f.lrMode, "shards": strconv.Itoa(f.shards),
+		"compress": f.comp, "overlap": strconv.FormatBool(f.overlap), "max-steps": strconv.Itoa(f.maxSteps),
+		"chunk": strconv.Itoa(f.chunk), "train-subset": strconv.Itoa(f.trainSubset), "test-subset": strconv.Itoa(f.testSubset),
+		"transport": cmp.Or(f.cluster.transport, "auto"),
+	}
+	if _, builtin := defaults[f.model]; !builtin {
+		s["model"] = fmt.Sprintf("%s (spec %x)", f.model, learner.SpecHash(cfg.Spec))
+	}
+	if cfg.Init != nil {
+		s["load"] = fmt.Sprintf("%s (%x)", f.load, sha256.Sum256(float32Bytes(cfg.Init)))
+	}
+	return s
 }
 
 func newTrainCmd(app *App) *cobra.Command {
@@ -105,7 +138,15 @@ final weights (docs/weights.md).`,
 			return runTrain(ctx, app, cmd.Flags(), &f)
 		},
 	}
-	fl := c.Flags()
+	addJobFlags(c.Flags(), &f)
+	addOutputFlags(c.Flags(), &f)
+	addClusterFlags(c.Flags(), &f.cluster, true)
+	return c
+}
+
+// addJobFlags adds the flags that define a job, which every process of a
+// multi-process job must share (docs/cluster.md).
+func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, or the path of a spec file (docs/network-spec.md)")
 	fl.StringVar(&f.data, "data", "", dataFlagHelp)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
@@ -116,26 +157,29 @@ final weights (docs/weights.md).`,
 	fl.StringVar(&f.steps, "lr-steps", "", `comma-separated epochs after which the rate is multiplied by --lr-gamma, e.g. "120,130"; "none" for none (default: per model, see above)`)
 	fl.Float64Var(&f.gamma, "lr-gamma", 0.1, "factor applied to the learning rate at each of --lr-steps")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weight initialisation and of the data shuffling")
-	fl.IntVar(&f.learners, "learners", 1, "λ, learners in this process")
+	fl.IntVar(&f.learners, "learners", 1, "λ, the job's learners (with --cluster auto: the ranks that are not shard servers)")
 	fl.StringVar(&f.protocol, "protocol", "hardsync", "hardsync or softsync")
 	fl.IntVar(&f.n, "n", 0, "softsync's n, 1 ≤ n ≤ λ: the server updates with every ⌊λ/n⌋ gradients (default: λ, fully asynchronous)")
 	fl.IntVar(&f.maxStale, "max-staleness", 0, "softsync: drop gradients staler than this and hold back pulls that would exceed it; 0 = unbounded")
 	fl.StringVar(&f.lrMode, "lr-mode", "staleness", "how staleness τ scales the rate: staleness (α0/τ per gradient), average (α0/⟨τ⟩ per update) or constant")
-	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range)")
-	fl.StringVar(&f.transport, "transport", "inmem", "inmem (in-process channels) or tcp (loopback sockets)")
+	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range); across processes, one shard-server process each")
 	fl.StringVar(&f.comp, "compress", "none", "codec of pushed gradients (weights too when lossless): none, s2, zstd, shuffle+s2, shuffle+zstd, fp16, bf16, topk:FRACTION")
 	fl.BoolVar(&f.overlap, "overlap", false, "learners prefetch the next weights while computing (adds up to one step of staleness, which is measured)")
+	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
+	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
+	fl.IntVar(&f.chunk, "chunk", cluster.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
+	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
+	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
+}
+
+// addOutputFlags adds the flags of the process that reports a job: the
+// in-process train, the evaluator of a multi-process job (its head).
+func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.jsonOut, "json", "", "write the run report as JSON to this file (docs/report.md)")
 	fl.StringVar(&f.plotOut, "plot", "", "write a PNG of training loss and test error per epoch (and the staleness histogram) to this file")
 	fl.StringVar(&f.save, "save", "", "write the final weights to this file (docs/weights.md)")
-	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
-	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
-	fl.IntVar(&f.chunk, "chunk", learner.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
-	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
-	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
 	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar or progress log lines (the final summary is still printed)")
-	return c
 }
 
 // dataFlagHelp documents --data (train and repro).
@@ -166,24 +210,32 @@ func flagError(err error) error {
 	return fmt.Errorf("%s: %s", name, fe.Reason)
 }
 
-// trainSetup is everything runTrain decides before training starts.
+// trainSetup is everything a process of a job decides before training
+// starts.
 type trainSetup struct {
-	cfg      learner.JobConfig
+	cfg      cluster.Config
 	threads  int
 	dataName string
+	settings cluster.Settings // the job's flags, as every process must have them
+	norm     data.Normalizer  // input normalisation (with data)
+	job      uint32           // the job id of a multi-process job's network
 }
 
 func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
-	st, err := prepareTrain(ctx, app, fl, f)
+	if f.cluster.mode != "" {
+		return runRank(ctx, app, fl, f)
+	}
+	st, err := prepareTrain(ctx, app, fl, f, true)
 	if err != nil {
 		return err
 	}
 	return train(ctx, app, f, st)
 }
 
-// prepareTrain checks every flag, then loads the weights and the data and
-// creates the engine. No goroutine of the job has started when it returns.
-func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) (*trainSetup, error) {
+// prepareTrain checks every flag, then loads the weights and, withData,
+// the data, and creates the engine (a shard server needs neither). No
+// goroutine of the job has started when it returns.
+func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*trainSetup, error) {
 	spec, err := nn.Load(f.model)
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
@@ -217,8 +269,8 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			f.data = "mnist"
 		}
 	}
-	cfg := learner.JobConfig{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
-		MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale, Shards: f.shards, Transport: f.transport,
+	cfg := cluster.Config{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
+		MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale, Shards: f.shards,
 		Overlap: f.overlap, Seed: f.seed,
 		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma}}
 	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
@@ -273,9 +325,30 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 		}
 		cfg.Init, cfg.Normalizer = w.Params, &w.Normalizer
 	}
+	st := &trainSetup{cfg: cfg, settings: jobSettings(f, &cfg)}
+	if !withData {
+		return st, nil
+	}
+	if err := st.loadData(ctx, f); err != nil {
+		return nil, err
+	}
+	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.localLearners(), f.batch, app.Threads)
+	app.Threads, st.cfg.Workers, st.threads = par.BLAS, par.Workers, par.Workers
+	e, info, err := app.EngineInfo()
+	if err != nil {
+		return nil, err
+	}
+	st.cfg.Engine = e
+	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
+	return st, nil
+}
+
+// loadData loads --data into the setup and decides the normalisation.
+func (st *trainSetup) loadData(ctx context.Context, f *trainFlags) error {
+	cfg := &st.cfg
 	name, trainSet, testSet, err := loadData(ctx, f.data)
 	if err != nil {
-		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+		return fmt.Errorf("--data %s: %w", f.data, err)
 	}
 	if f.trainSubset > 0 {
 		trainSet = trainSet.Subset(f.trainSubset)
@@ -283,29 +356,27 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if f.testSubset > 0 {
 		testSet = testSet.Subset(f.testSubset)
 	}
-	in := spec.Input
-	if err := trainSet.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
-		return nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
+	in := cfg.Spec.Input
+	if err := trainSet.CheckShape(in.C, in.H, in.W, cfg.Spec.Classes()); err != nil {
+		return fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
 	}
-	if round := f.batch * max(1, hardsyncRound(cfg)); trainSet.N < round {
-		return nil, fmt.Errorf("--batch: %d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
+	if round := f.batch * max(1, hardsyncRound(*cfg)); trainSet.N < round {
+		return fmt.Errorf("--batch: %d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
 			trainSet.N, round, round/f.batch, f.batch, cfg.Protocol)
 	}
-	cfg.Train, cfg.Test = trainSet, testSet
-	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.learners, f.batch, app.Threads)
-	app.Threads, cfg.Workers = par.BLAS, par.Workers
-	e, info, err := app.EngineInfo()
-	if err != nil {
-		return nil, err
+	cfg.Train, cfg.Test, st.dataName = trainSet, testSet, name
+	if cfg.Normalizer != nil {
+		st.norm = *cfg.Normalizer
+	} else {
+		st.norm = data.MeanNormalizer(trainSet)
+		cfg.Normalizer = &st.norm
 	}
-	cfg.Engine = e
-	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
-	return &trainSetup{cfg: cfg, threads: par.Workers, dataName: name}, nil
+	return nil
 }
 
 // hardsyncRound returns the mini-batches of one hardsync round (λ), 1
 // under softsync.
-func hardsyncRound(cfg learner.JobConfig) int {
+func hardsyncRound(cfg cluster.Config) int {
 	if cfg.Protocol == ps.Hardsync {
 		return cfg.Learners
 	}
@@ -392,10 +463,11 @@ func goBinary() string {
 
 // train runs the job with progress output and writes the outputs.
 func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
+	st.cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
 	cfg := st.cfg
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch
-	job, err := learner.StartJob(ctx, cfg)
+	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return flagError(err)
 	}
@@ -409,6 +481,13 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 		}
 		return err
 	}
+	return app.finish(f, st, res)
+}
+
+// finish prints the job's summary and writes --save, --json and --plot;
+// it fails above --expect-error.
+func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error {
+	cfg := &st.cfg
 	rep := newReport(st, f, res)
 	rep.writeText(app.Out)
 	if f.save != "" {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softsync/softsync/learner/cluster"
+
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
@@ -230,7 +232,7 @@ func TestBenchTrainJSON(t *testing.T) {
 }
 
 func TestRenderBar(t *testing.T) {
-	p := learner.Progress{Epoch: 3, Epochs: 10, Batch: 450, Batches: 900, Loss: 0.0412, Steps: 2250, TotalSteps: 9000}
+	p := cluster.Progress{Epoch: 3, Epochs: 10, Batch: 450, Batches: 900, Loss: 0.0412, Steps: 2250, TotalSteps: 9000}
 	for _, width := range []int{40, 80, 200} {
 		s := renderBar(p, 5120, 83*time.Second, width)
 		if n := len([]rune(s)); n > width {

@@ -1,0 +1,30 @@
+// Package cluster runs a training job as a set of roles that work the
+// same in one process (Start, Run: every role over the in-memory
+// transport) and as separate processes on many hosts (RunServer,
+// RunLearner, RunEvaluator and a Coordinator, each over TCP or verbs):
+//
+//   - The coordinator (Coordinator) holds the job together: rendezvous
+//     (every process says hello with its role and the job's settings,
+//     which must be the same everywhere; learners and the evaluator are
+//     welcomed with the shard servers' addresses once every process has
+//     arrived: the job's clock starts then), membership (learner incarnations; a learner whose control
+//     connection is lost, or that misses heartbeats, is removed: its
+//     chunks go back to the queue and every shard server evicts it), the
+//     job's data (a data.Dispatcher handing out chunks on request), the
+//     progress and the epoch history, the end of the job (when every
+//     chunk is done: it tells the shard servers to finish) and the
+//     result.
+//   - A shard server (RunServer) runs one or more shards (ps.Server)
+//     behind one listener and carries out the coordinator's evictions.
+//   - A learner (RunLearner) takes chunks from the coordinator, runs the
+//     learner loop (learner.Learner) through the shard servers and
+//     reports its progress, which is also its heartbeat.
+//   - The evaluator (RunEvaluator) pulls the weights of every epoch end
+//     and the final weights from the shard servers and measures them.
+//
+// Control messages travel over a connection from each role to the
+// coordinator, as rdma messages whose Data is JSON (control.go lists
+// them); gradients and weights travel only between learners and shard
+// servers. docs/cluster.md describes how processes are launched and find
+// each other.
+package cluster

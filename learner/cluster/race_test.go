@@ -1,0 +1,5 @@
+//go:build race
+
+package cluster
+
+func init() { raceDetector = true }

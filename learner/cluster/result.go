@@ -1,0 +1,73 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma"
+)
+
+// Epoch is one entry of a job's history.
+type Epoch struct {
+	Epoch     int     // 1-based
+	TrainLoss float64 // mean loss of the mini-batches of this epoch, over all learners
+	TestError float64 // fraction of the test set misclassified (NaN without a test set)
+	Seconds   float64 // wall time from the start of training to the epoch's end
+}
+
+// Result is what a finished job reports.
+type Result struct {
+	History   []Epoch
+	TestError float64 // on the final weights (NaN without a test set)
+	// Weights are the final weights and Normalizer the input
+	// normalisation, where this process has them (the evaluator's
+	// process: in-process jobs and the coordinator's rank).
+	Weights    []float32
+	Normalizer data.Normalizer
+	Steps      int64   // gradients pushed, all learners
+	Images     int64   // Steps·Batch
+	Seconds    float64 // training wall time: the start of the job to its last completed chunk
+	// ImagesPerSec is Images/Seconds.
+	ImagesPerSec float64
+	// LearnerSteps are the gradients each learner pushed, by learner id,
+	// all its incarnations together.
+	LearnerSteps []int64
+	// BatchesPerEpoch is P, the mini-batches of one epoch over all
+	// learners (data.Plan.BatchesPerEpoch).
+	BatchesPerEpoch int
+	Shards          []ps.Stats     // each shard's counters, in shard order
+	Server          ps.ServerStats // the shard servers' own counters, summed (Shards empty)
+	Traffic         rdma.Stats     // every learner connection, both directions
+	Chunks          data.DispatchStats
+	// Lost counts learners the coordinator removed from the job (a lost
+	// connection, missed heartbeats); Restarts the learners that joined
+	// again with a new incarnation.
+	Lost, Restarts int
+	Processes      []Process // every process that took part, in rank order
+	// Connections are the learners' connections to the shard servers and
+	// the transport each uses (as reported when the learner finished).
+	Connections []Connection
+}
+
+// Connection is one learner's connection to a shard server.
+type Connection struct {
+	Learner   int    `json:"learner"`
+	Shards    []int  `json:"shards"`
+	Peer      string `json:"peer"`
+	Transport string `json:"transport"` // "inmem", "tcp" or "verbs"
+	Reason    string `json:"reason"`    // why that transport (see rdma.TransportInfo)
+}
+
+// Progress is a snapshot of a running job.
+type Progress struct {
+	Epoch      int     // epoch in progress, 1-based (by gradients pushed)
+	Epochs     int     // epochs of the job
+	Batch      int     // mini-batches of this epoch pushed so far, all learners
+	Batches    int     // mini-batches per epoch (P)
+	Steps      int64   // gradients pushed so far, all learners
+	TotalSteps int64   // gradients the job will push
+	Loss       float64 // moving average of recent mini-batch losses (NaN before the first)
+	Images     int64
+	Elapsed    time.Duration
+}

@@ -1,0 +1,267 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/learner/nn"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma"
+)
+
+// LearnerConfig configures a learner role.
+type LearnerConfig struct {
+	Member
+	ID         int // learner id, 0 … λ−1
+	Spec       *nn.Spec
+	Engine     kernels.Engine
+	Train      *data.Dataset
+	Normalizer data.Normalizer
+	Workers    int // goroutines the network splits a mini-batch over (nn.Config.Workers)
+	Protocol   ps.Protocol
+	Shards     int
+	Codec      rdma.Codec // of the gradients it pushes
+	Overlap    bool
+	// Report is how often the learner reports its progress, which is also
+	// its heartbeat (0: half a second).
+	Report time.Duration
+}
+
+// RunLearner runs a learner: it registers with the coordinator, takes
+// chunks of the job's data from it, trains on them through the shard
+// servers until the data is done, and reports its progress. It returns
+// nil when the job's data is done, else the learner's failure (which it
+// reports to the coordinator) or the job's.
+func RunLearner(ctx context.Context, cfg LearnerConfig) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cc, w, err := cfg.join(ctx, hello{})
+	if err != nil {
+		return err
+	}
+	defer cc.conn.Close()
+	r := &worker{cfg: cfg, cc: cc, replies: make(chan chunkReply, 1), report: map[int]*epochLoss{}}
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer cancel()
+	bg.Go(func() { r.read(ctx, cancel) })
+	bg.Go(func() { r.reportEvery(ctx) })
+	err = r.train(ctx, w)
+	if err == nil {
+		err = r.flush(ctx, true)
+	}
+	if err != nil {
+		if jobErr := r.jobError(); jobErr != nil {
+			return jobErr
+		}
+		cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		return err
+	}
+	return nil
+}
+
+// learnerNets makes the learner's network (two with Overlap) for
+// mini-batches of batch.
+func learnerNets(cfg LearnerConfig, batch int) ([]*nn.Net, error) {
+	n := 1
+	if cfg.Overlap {
+		n = 2
+	}
+	var nets []*nn.Net
+	for range n {
+		net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: batch, Workers: cfg.Workers})
+		if err != nil {
+			for _, x := range nets {
+				x.Close()
+			}
+			return nil, err
+		}
+		nets = append(nets, net)
+	}
+	return nets, nil
+}
+
+// worker is a running learner role.
+type worker struct {
+	cfg     LearnerConfig
+	cc      *ctrl
+	replies chan chunkReply
+	client  *ps.Client
+
+	mu     sync.Mutex
+	report map[int]*epochLoss // since the last report
+	err    error              // the coordinator stopped the job
+}
+
+// train runs the learner loop on the welcome's plan.
+func (r *worker) train(ctx context.Context, w welcome) error {
+	cfg := r.cfg
+	nets, err := learnerNets(cfg, w.Plan.Batch)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, n := range nets {
+			n.Close()
+		}
+	}()
+	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
+		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	r.client = client
+	if w.Incarnation > 0 { // a new life: the old one was removed
+		if err := client.Join(ctx); err != nil {
+			return err
+		}
+	}
+	ld, err := data.NewLoader(cfg.Train, data.LoaderConfig{Plan: w.Plan, Source: r, Normalizer: cfg.Normalizer})
+	if err != nil {
+		return err
+	}
+	defer ld.Close()
+	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, OnStep: r.onStep}
+	if cfg.Overlap {
+		lc.Spare = nets[1]
+	}
+	l, err := learner.New(lc)
+	if err != nil {
+		return err
+	}
+	return l.Run(ctx)
+}
+
+// Next implements data.Source over the coordinator.
+func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
+	if err := r.cc.send(ctx, tChunkReq, chunkReq{Wait: wait}); err != nil {
+		return data.Chunk{}, err
+	}
+	select {
+	case rep := <-r.replies:
+		switch {
+		case rep.End:
+			return data.Chunk{}, data.ErrEnd
+		case rep.Idle:
+			return data.Chunk{}, data.ErrIdle
+		}
+		return rep.Chunk, nil
+	case <-ctx.Done():
+		if err := r.jobError(); err != nil {
+			return data.Chunk{}, err
+		}
+		return data.Chunk{}, ctx.Err()
+	}
+}
+
+// Complete implements data.Source.
+func (r *worker) Complete(ctx context.Context, c data.Chunk) error {
+	return r.cc.send(ctx, tComplete, c)
+}
+
+// onStep accounts one pushed mini-batch.
+func (r *worker) onStep(b *data.Batch, loss float32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.report[b.Epoch]
+	if e == nil {
+		e = &epochLoss{Epoch: b.Epoch}
+		r.report[b.Epoch] = e
+	}
+	e.Steps++
+	e.Loss += float64(loss)
+}
+
+// flush sends the progress since the last report; done marks the last.
+func (r *worker) flush(ctx context.Context, done bool) error {
+	r.mu.Lock()
+	p := progress{Done: done}
+	for _, e := range r.report {
+		p.Epochs = append(p.Epochs, *e)
+	}
+	clear(r.report)
+	r.mu.Unlock()
+	if done && r.client != nil {
+		st := r.client.Stats()
+		p.Traffic = &st
+		for _, c := range r.client.Connections() {
+			p.Connections = append(p.Connections, Connection{Learner: r.cfg.ID, Shards: c.Shards, Peer: c.Peer,
+				Transport: c.Transport.Name, Reason: c.Transport.Reason})
+		}
+	}
+	return r.cc.send(ctx, tProgress, p)
+}
+
+// reportEvery reports progress (the heartbeat) until ctx ends.
+func (r *worker) reportEvery(ctx context.Context) {
+	every := r.cfg.Report
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.flush(ctx, false) != nil {
+				return
+			}
+		}
+	}
+}
+
+// read receives the coordinator's messages: chunk replies for Next, and
+// the stop that ends the job (cancel).
+func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
+	defer cancel()
+	for {
+		t, b, err := r.cc.recv(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.setErr(fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, err))
+			}
+			return
+		}
+		switch t {
+		case tChunk:
+			var rep chunkReply
+			if err := decode(t, b, &rep); err != nil {
+				r.setErr(err)
+				return
+			}
+			r.replies <- rep
+		case tStop:
+			if err := stopped(t, b); err != nil {
+				r.setErr(err)
+			}
+			return
+		default:
+			r.setErr(fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t))
+			return
+		}
+	}
+}
+
+func (r *worker) setErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *worker) jobError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+var _ data.Source = (*worker)(nil)

@@ -1,5 +1,0 @@
-//go:build race
-
-package learner
-
-func init() { raceDetector = true }

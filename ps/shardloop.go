@@ -1,0 +1,181 @@
+package ps
+
+import (
+	"context"
+	"slices"
+)
+
+// shardLoop runs one shard core on its own goroutine: messages from the
+// connections' readers arrive on in, work of the Server's methods on do.
+// Everything below is touched by that goroutine only, except last and
+// finalW, which are read once the goroutine has ended or the shard is
+// final.
+type shardLoop struct {
+	s        *Server
+	core     *Shard
+	in       chan inbound
+	do       chan func()
+	route    []*peer // where each learner's weights go
+	perEpoch uint64  // P, gradients per epoch; 0 without a data-set size
+	consumed uint64  // gradients accepted or dropped, as of the last Step
+	snaps    map[int]snapshot
+	waits    []snapWait // snapshot requests for epochs not reached yet
+	final    bool
+	finalW   []float32
+	last     Stats // the core's counters when the goroutine ended
+}
+
+// snapshot is a copy of the shard's weights at an epoch end.
+type snapshot struct {
+	clock uint64
+	w     []float32
+}
+
+// snapWait is a snapshot request waiting for its epoch (0: the final
+// weights).
+type snapWait struct {
+	epoch   int
+	seq     uint64
+	learner uint32
+	p       *peer
+}
+
+func (l *shardLoop) run(ctx context.Context) {
+	defer func() { l.last = l.core.Stats() }()
+	l.checkFinal() // Finish may precede Serve
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-l.do:
+			f()
+		case in := <-l.in:
+			if in.m.Type == TypeSnapshot {
+				l.snapshotRequest(ctx, in)
+				continue
+			}
+			l.step(ctx, in)
+		}
+	}
+}
+
+// step feeds one received message to the core and releases it.
+func (l *shardLoop) step(ctx context.Context, in inbound) {
+	m := coreMsg(in.m)
+	// The message's connection becomes the learner's route, unless the
+	// message is rejected or is the learner's leave.
+	var prev *peer
+	known := int64(m.Learner) < int64(len(l.route))
+	if known {
+		prev, l.route[m.Learner] = l.route[m.Learner], in.p
+	}
+	r := l.core.Step(m)
+	in.m.Release()
+	switch {
+	case !known:
+	case rejected(r):
+		l.route[m.Learner] = prev
+	case m.Type == MsgLeave:
+		l.route[m.Learner] = nil
+	}
+	l.deliver(ctx, r, in.p)
+}
+
+// evict steps the leave the coordinator decided (a no-op for a learner
+// that is not active).
+func (l *shardLoop) evict(learner uint32) {
+	if !l.core.Member(learner) {
+		return
+	}
+	l.route[learner] = nil
+	r := l.core.Step(Msg{Type: MsgLeave, Job: l.core.cfg.Job, Shard: l.core.Index(), Learner: learner})
+	l.deliver(context.Background(), r, nil)
+}
+
+// rejected reports whether the message of the Step that returned r was
+// rejected: its error reply is the only error a Step produces.
+func rejected(r Ready) bool {
+	for _, rep := range r.Replies {
+		if rep.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// deliver sends the replies of one Step (errors to from, the connection
+// of the message), reports its updates, takes the epoch-end snapshot and
+// checks whether the shard became final.
+func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
+	s, k := l.s, l.core.Index()
+	for _, rep := range r.Replies {
+		if rep.Err != nil {
+			if from != nil {
+				s.reject(from, k, rep.Seq, rep.Err)
+			}
+			continue
+		}
+		if p := l.route[rep.To]; p != nil {
+			p.send(ctx, weightsMsg(rep.To, k, rep.Clock, rep.Seq, rep.Weights, s.cfg.Codec))
+		}
+	}
+	if s.cfg.OnUpdate != nil {
+		for _, u := range r.Updates {
+			s.cfg.OnUpdate(k, u)
+		}
+	}
+	st := &l.core.stats
+	if n := st.Gradients + st.Dropped; n != l.consumed {
+		l.consumed = n
+		if l.perEpoch > 0 && n%l.perEpoch == 0 && s.cfg.Snapshots {
+			e := int(n / l.perEpoch)
+			l.snaps[e] = snapshot{clock: l.core.Clock(), w: slices.Clone(l.core.Weights())}
+			l.answerWaits(ctx)
+		}
+	}
+	l.checkFinal()
+}
+
+// checkFinal makes the shard final once Finish was called and no learner
+// is active.
+func (l *shardLoop) checkFinal() {
+	if l.final || !l.s.done.Load() || l.core.Active() > 0 {
+		return
+	}
+	l.final, l.finalW = true, slices.Clone(l.core.Weights())
+	l.snaps[0] = snapshot{clock: l.core.Clock(), w: l.finalW}
+	l.answerWaits(context.Background())
+	if int(l.s.nFinal.Add(1)) == len(l.s.loops) {
+		close(l.s.final)
+	}
+}
+
+// snapshotRequest answers a TypeSnapshot request now, or once its epoch
+// is reached.
+func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
+	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
+	in.m.Release()
+	if !l.s.cfg.Snapshots && w.epoch > 0 {
+		l.s.reject(in.p, l.core.Index(), w.seq, errSnapshotsOff)
+		return
+	}
+	l.waits = append(l.waits, w)
+	l.answerWaits(ctx)
+}
+
+// answerWaits answers the waiting snapshot requests whose epoch has come;
+// an epoch's snapshot is dropped once it was sent.
+func (l *shardLoop) answerWaits(ctx context.Context) {
+	k := l.core.Index()
+	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
+		sn, ok := l.snaps[w.epoch]
+		if !ok {
+			return false
+		}
+		w.p.send(ctx, weightsMsg(w.learner, k, sn.clock, w.seq, sn.w, l.s.cfg.Codec))
+		if w.epoch > 0 {
+			delete(l.snaps, w.epoch)
+		}
+		return true
+	})
+}

@@ -1,0 +1,87 @@
+package ps
+
+import (
+	"fmt"
+
+	"github.com/softsync/softsync/rdma"
+)
+
+// The parameter server's messages on the wire. This file is the one place
+// where core messages (Msg, Reply) and rdma messages meet.
+//
+// Learner → shard: the rdma types 1…4 are MsgPush, MsgPull, MsgJoin and
+// MsgLeave; Learner is the learner id, Shard the shard, Seq the sequence,
+// Timestamp the push's stamp j or the pull's minimum clock, Payload the
+// gradient slice (pushes only).
+//
+// Shard → learner: TypeWeights answers a pull or a snapshot request
+// (Timestamp: the weights' stamp i; Seq: the request's Seq; Payload: the
+// shard's range); rejections travel as rdma.TypeError with the rejected
+// message's Seq and the reason in Data.
+//
+// Evaluator → shard: TypeSnapshot asks for the weights of an epoch end
+// (Timestamp: the epoch e ≥ 1, whose snapshot is taken once the shard has
+// consumed e·P gradients; 0: the final weights). Its Learner is not a
+// learner id and binds nothing.
+const (
+	// TypeWeights is the rdma type of a shard's weights.
+	TypeWeights rdma.Type = 5
+	// TypeSnapshot is the rdma type of an evaluator's request for the
+	// weights of an epoch end.
+	TypeSnapshot rdma.Type = 6
+)
+
+// Sequence numbers carry the learner's incarnation in their high 32 bits:
+// Seq = incarnation<<32 | n, n counting the messages of this life from 1.
+// A restarted learner (a higher incarnation) thus sends sequences above
+// those of every earlier life: its pushes are never taken for duplicates,
+// and late messages of an earlier life always are.
+const incarnationShift = 32
+
+// Seq returns the sequence number of a learner's n-th message in
+// incarnation inc.
+func Seq(inc uint32, n uint32) uint64 { return uint64(inc)<<incarnationShift | uint64(n) }
+
+// Incarnation returns the incarnation a sequence number belongs to.
+func Incarnation(seq uint64) uint32 { return uint32(seq >> incarnationShift) }
+
+// coreMsg maps a received learner message to the core's Msg (the gradient
+// aliases the payload: valid until rm is released).
+func coreMsg(rm *rdma.Msg) Msg {
+	return Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
+		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
+}
+
+// wireMsg returns a pooled rdma message for a learner's core message
+// with room for n payload floats (the caller fills the payload).
+func wireMsg(t MsgType, learner uint32, shard int, seq, clock uint64, n int) *rdma.Msg {
+	m := rdma.NewMsg(n)
+	m.Type, m.Learner, m.Shard, m.Seq, m.Timestamp = rdma.Type(t), learner, uint32(shard), seq, clock
+	return m
+}
+
+// weightsMsg returns a pooled TypeWeights message holding a copy of w.
+func weightsMsg(to uint32, shard int, clock, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
+	m := rdma.NewMsg(len(w))
+	copy(m.Payload, w)
+	m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, codec, to, uint32(shard), clock, seq
+	return m
+}
+
+// errorMsg returns a pooled error report answering the message seq.
+func errorMsg(shard int, seq uint64, err error) *rdma.Msg {
+	m := rdma.NewErrorMsg(err)
+	m.Shard, m.Seq = uint32(shard), seq
+	return m
+}
+
+// describe names a received message for errors: type, learner, shard, seq.
+func describe(rm *rdma.Msg) string {
+	switch rm.Type {
+	case TypeWeights:
+		return fmt.Sprintf("weights for learner %d from shard %d (seq %d)", rm.Learner, rm.Shard, rm.Seq)
+	case TypeSnapshot:
+		return fmt.Sprintf("snapshot request for shard %d (seq %d)", rm.Shard, rm.Seq)
+	}
+	return fmt.Sprintf("%v from learner %d to shard %d (seq %d)", MsgType(rm.Type), rm.Learner, rm.Shard, rm.Seq)
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package verbs
+
+func capIPCLock() bool { return false }

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/spf13/pflag"
+
+	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/tools/softsync/internal/launcher"
+)
+
+// runRank runs this process's part of a job started by a launcher
+// (train --cluster auto): ranks 0 … S−1 are the shard servers (S =
+// --shards, one shard each), rank 0 also the coordinator and the
+// evaluator, which reports the job; the other ranks are the learners
+// (learner r−S). See docs/cluster.md.
+func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
+	if f.cluster.mode != "auto" {
+		return fmt.Errorf("--cluster %q: the only mode is auto (the rank and size come from the launcher)", f.cluster.mode)
+	}
+	w, err := launcher.Detect(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("--cluster auto: %w", err)
+	}
+	S := f.shards
+	if S < 1 {
+		return fmt.Errorf("--shards: must be ≥ 1, got %d", S)
+	}
+	want := 0
+	if fl.Changed("learners") {
+		want = S + f.learners
+	}
+	if err := w.Check(want); err != nil {
+		return fmt.Errorf("--cluster auto with --shards %d --learners %d: %w", S, f.learners, err)
+	}
+	if w.Size <= S {
+		return fmt.Errorf("--cluster auto: %s, but the job needs the %d shard servers (--shards) and at least one learner: "+
+			"start more processes, or if you did, the launcher's variables did not reach softsync (found %s)", w, S, w.Vars)
+	}
+	f.learners = w.Size - S
+	oneHost := w.LocalSize == w.Size || len(w.Nodes) == 1
+	if oneHost {
+		f.local = f.learners
+	} else if w.LocalSize > 0 {
+		f.local = w.LocalSize
+	}
+	rank := w.Rank
+	head := rank == 0
+	st, err := prepareTrain(ctx, app, fl, f, head || rank >= S)
+	if err != nil {
+		return err
+	}
+	app.Log.Debug("cluster", "world", w.String(), "shards", S, "learners", f.learners)
+	coord, secret, cleanup, err := rendezvous(app, f, w, oneHost)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	network, err := app.jobNetwork(f, st, secret)
+	if err != nil {
+		return err
+	}
+	listen, err := listenAddr(f.cluster.listen, oneHost)
+	if err != nil {
+		return err
+	}
+	var expect []cluster.Process
+	for r := range w.Size {
+		p := cluster.Process{Rank: r, Role: cluster.RoleServer, ID: r}
+		if r >= S {
+			p.Role, p.ID = cluster.RoleLearner, r-S
+		}
+		expect = append(expect, p)
+	}
+	if !head {
+		m := app.member(f, st, network, coord.addr, self(rank, roleOf(rank, S), idOf(rank, S)))
+		if rank < S {
+			return app.runShardServer(ctx, f, st, m, rank, listen)
+		}
+		return app.runLearner(ctx, st, m, rank-S)
+	}
+	// Rank 0: coordinator, evaluator and shard server 0.
+	ln, err := network.Listen(coord.listen)
+	if err != nil {
+		return fmt.Errorf("coordinator: listen on %s: %w", coord.listen, err)
+	}
+	if err := coord.publish(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var serverErr error
+	wg.Go(func() {
+		m := app.member(f, st, network, ln.Addr(), self(0, cluster.RoleServer, 0))
+		if serverErr = app.runShardServer(ctx, f, st, m, 0, listen); serverErr != nil {
+			cancel()
+		}
+	})
+	err = app.runHead(ctx, f, st, network, ln, 0, expect)
+	cancel()
+	wg.Wait()
+	if err == nil {
+		err = serverErr
+	}
+	return err
+}
+
+func roleOf(rank, servers int) cluster.Role {
+	if rank < servers {
+		return cluster.RoleServer
+	}
+	return cluster.RoleLearner
+}
+
+func idOf(rank, servers int) int {
+	if rank < servers {
+		return rank
+	}
+	return rank - servers
+}
+
+// meeting is how the processes of a job find the coordinator: rank 0
+// listens on listen and publishes its address (in a rendezvous file);
+// the others dial addr.
+type meeting struct {
+	listen  string // rank 0: where the coordinator listens
+	addr    string // the others: where they dial it
+	publish func(addr string) error
+}
+
+// rendezvous decides, for this rank, where the coordinator is and the
+// job's secret: --coordinator HOST:PORT (the secret from --secret-file
+// or $SOFTSYNC_SECRET), or a rendezvous file that rank 0 writes (in
+// --rendezvous-dir, or for a job on one host in a folder of this user's),
+// holding the coordinator's address and a secret rank 0 makes unless one
+// is given. cleanup removes rank 0's file.
+func rendezvous(app *App, f *trainFlags, w launcher.World, oneHost bool) (meeting, []byte, func(), error) {
+	none := func() {}
+	secret, err := loadSecret(f.cluster.secretFile)
+	if err != nil {
+		return meeting{}, nil, none, err
+	}
+	c := &f.cluster
+	if c.coordinator != "" {
+		if secret == nil && !c.insecure && !isLoopbackAddr(c.coordinator) {
+			return meeting{}, nil, none, fmt.Errorf("--coordinator %s: the job needs a secret on every rank: --secret-file PATH or $%s (e.g. mpirun -x %[2]s), or --insecure", c.coordinator, secretEnv)
+		}
+		return meeting{listen: c.coordinator, addr: c.coordinator, publish: func(string) error { return nil }}, secret, none, nil
+	}
+	dir := c.rendezvousDir
+	if dir == "" {
+		if !oneHost {
+			return meeting{}, nil, none, fmt.Errorf("--cluster auto: the job runs on several hosts (%s): give every rank --coordinator HOST:PORT (rank 0's host) or --rendezvous-dir DIR (a folder all hosts share); see docs/cluster.md",
+				strings.Join(w.Nodes, ", "))
+		}
+		if dir, err = localRendezvousDir(); err != nil {
+			return meeting{}, nil, none, err
+		}
+	}
+	path := filepath.Join(dir, "softsync-"+jobKey(w)+".json")
+	if w.Rank != 0 {
+		r, fileSecret, err := readRendezvous(path, c.rendezvous, func() {
+			app.Log.Info("waiting for rank 0's rendezvous file", "file", path, "me", w.String())
+		})
+		if err != nil {
+			return meeting{}, nil, none, err
+		}
+		if secret == nil {
+			secret = fileSecret
+		}
+		return meeting{addr: r.Coordinator}, secret, none, nil
+	}
+	if secret == nil {
+		secret = newSecret()
+	}
+	listen, err := listenAddr(c.listen, oneHost)
+	if err != nil {
+		return meeting{}, nil, none, err
+	}
+	os.Remove(path) // a previous job's
+	host, _ := os.Hostname()
+	m := meeting{listen: listen, publish: func(addr string) error {
+		return writeRendezvous(path, rendezvousFile{Coordinator: addr, Secret: base64.StdEncoding.EncodeToString(secret), Host: host, PID: os.Getpid()})
+	}}
+	return m, secret, func() { os.Remove(path) }, nil
+}
+
+// jobKey names a launcher's job for its rendezvous file: the launcher's
+// job id, or the launching process shared by the ranks of one host.
+func jobKey(w launcher.World) string {
+	key := w.JobID
+	if w.StepID != "" {
+		key += "." + w.StepID
+	}
+	if key == "" {
+		key = fmt.Sprintf("ppid%d", os.Getppid())
+	}
+	return fmt.Sprintf("%s-%s", w.Launcher, strings.NewReplacer("/", "_", "@", "_").Replace(key))
+}
+
+func isLoopbackAddr(addr string) bool {
+	host := addr
+	if i := strings.LastIndex(addr, ":"); i >= 0 {
+		host = strings.Trim(addr[:i], "[]")
+	}
+	return host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1"
+}

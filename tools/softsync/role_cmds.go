@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/softsync/softsync/learner/cluster"
+)
+
+func init() {
+	addCommand(newPSCmd)
+	addCommand(newLearnerCmd)
+	addCommand(newEvalCmd)
+}
+
+const roleHelp = `
+Every process of a job runs with the same job flags (those of softsync
+train: model, data, batch, learning rate, protocol, shards, …), which the
+coordinator checks when the process arrives. softsync launch starts a whole
+job of such processes on this host; mpirun and srun start one with
+softsync train --cluster auto (docs/cluster.md).`
+
+// roleContext is a command's context, cancelled by SIGINT and SIGTERM.
+func roleContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
+// roleSetup prepares a role command: flags, the secret, the network.
+func roleSetup(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*trainSetup, []byte, error) {
+	if f.cluster.coordinator == "" {
+		return nil, nil, fmt.Errorf("--coordinator: required (HOST:PORT of the job's coordinator)")
+	}
+	secret, err := loadSecret(f.cluster.secretFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if secret == nil && !f.cluster.insecure {
+		return nil, nil, fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
+	}
+	st, err := prepareTrain(ctx, app, fl, f, withData)
+	return st, secret, err
+}
+
+func newPSCmd(app *App) *cobra.Command {
+	var f trainFlags
+	c := &cobra.Command{
+		Use:   "ps",
+		Short: "Run one shard server of a job of several processes",
+		Long: `Run shard server --id K of a job: it serves shard K of the parameter
+server to the job's learners and evaluator, listening on --listen (default:
+loopback for --coordinator on loopback, else this host's address, a free
+port), until the coordinator ends the job.` + roleHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := roleContext(cmd)
+			defer stop()
+			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, false)
+			if err != nil {
+				return err
+			}
+			if f.cluster.id < 0 || f.cluster.id >= f.shards {
+				return fmt.Errorf("--id: shard servers are 0…%d (--shards %d), got %d", f.shards-1, f.shards, f.cluster.id)
+			}
+			network, err := app.jobNetwork(&f, st, secret)
+			if err != nil {
+				return err
+			}
+			listen, err := listenAddr(f.cluster.listen, isLoopbackAddr(f.cluster.coordinator))
+			if err != nil {
+				return err
+			}
+			m := app.member(&f, st, network, f.cluster.coordinator, self(-1, cluster.RoleServer, f.cluster.id))
+			return app.runShardServer(ctx, &f, st, m, f.cluster.id, listen)
+		},
+	}
+	addJobFlags(c.Flags(), &f)
+	addClusterFlags(c.Flags(), &f.cluster, false)
+	c.Flags().IntVar(&f.cluster.id, "id", 0, "the shard this server runs, 0 … --shards−1")
+	return c
+}
+
+func newLearnerCmd(app *App) *cobra.Command {
+	var f trainFlags
+	c := &cobra.Command{
+		Use:   "learner",
+		Short: "Run one learner of a job of several processes",
+		Long: `Run learner --id R of a job: it takes chunks of the training data from the
+coordinator, trains on them through the shard servers and reports its
+progress, until the job's data is done. A learner that starts again with the
+same --id after it was lost rejoins the job (a new incarnation).` + roleHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := roleContext(cmd)
+			defer stop()
+			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, true)
+			if err != nil {
+				return err
+			}
+			if f.cluster.id < 0 || f.cluster.id >= f.learners {
+				return fmt.Errorf("--id: learners are 0…%d (--learners %d), got %d", f.learners-1, f.learners, f.cluster.id)
+			}
+			network, err := app.jobNetwork(&f, st, secret)
+			if err != nil {
+				return err
+			}
+			m := app.member(&f, st, network, f.cluster.coordinator, self(-1, cluster.RoleLearner, f.cluster.id))
+			return app.runLearner(ctx, st, m, f.cluster.id)
+		},
+	}
+	addJobFlags(c.Flags(), &f)
+	addClusterFlags(c.Flags(), &f.cluster, false)
+	c.Flags().IntVar(&f.cluster.id, "id", 0, "this learner's id, 0 … --learners−1")
+	c.Flags().IntVar(&f.local, "local-learners", 0, "learners sharing this host's cores, for the default --threads (default: --learners)")
+	return c
+}
+
+func newEvalCmd(app *App) *cobra.Command {
+	var f trainFlags
+	c := &cobra.Command{
+		Use:   "eval",
+		Short: "Run the coordinator and the evaluator of a job of several processes, and report it",
+		Long: `Run the head of a job: its coordinator, listening on --coordinator
+(HOST:PORT; port 0 picks one, which is printed), and its evaluator, which
+measures the test error at every epoch end. It shows the job's progress and,
+at the end, prints the summary and writes --json, --plot and --save, as
+softsync train does. The job's secret comes from --secret-file or
+$SOFTSYNC_SECRET; without either, one is made and written next to --json
+(or in the current folder) as softsync.secret, readable by the owner only,
+for the other processes' --secret-file.` + roleHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := roleContext(cmd)
+			defer stop()
+			if f.cluster.coordinator == "" {
+				f.cluster.coordinator = "127.0.0.1:0"
+			}
+			secret, err := loadSecret(f.cluster.secretFile)
+			if err != nil {
+				return err
+			}
+			if secret == nil {
+				secret = newSecret()
+				path := "softsync.secret"
+				if err := os.WriteFile(path, secret, 0o600); err != nil {
+					return fmt.Errorf("writing the job's secret: %w", err)
+				}
+				app.Log.Info("made the job's secret: give the other processes --secret-file", "file", path)
+			}
+			st, err := prepareTrain(ctx, app, cmd.Flags(), &f, true)
+			if err != nil {
+				return err
+			}
+			network, err := app.jobNetwork(&f, st, secret)
+			if err != nil {
+				return err
+			}
+			ln, err := network.Listen(f.cluster.coordinator)
+			if err != nil {
+				return fmt.Errorf("--coordinator: listen: %w", err)
+			}
+			fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
+			return app.runHead(ctx, &f, st, network, ln, -1, nil)
+		},
+	}
+	addJobFlags(c.Flags(), &f)
+	addOutputFlags(c.Flags(), &f)
+	addClusterFlags(c.Flags(), &f.cluster, false)
+	return c
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// secretEnv forwards a job's secret to its processes: launch sets it for
+// the processes it starts; with mpirun, `-x SOFTSYNC_SECRET` forwards it.
+const secretEnv = "SOFTSYNC_SECRET"
+
+// minSecret is the shortest secret softsync accepts (rdma.Options.Secret).
+const minSecret = 16
+
+// loadSecret returns the job's secret from --secret-file or
+// $SOFTSYNC_SECRET, or nil if neither is set. A secret file readable by
+// group or others is refused.
+func loadSecret(file string) ([]byte, error) {
+	if file != "" {
+		fi, err := os.Stat(file)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("--secret-file %s: readable by group or others (mode %#o): chmod 600 %[1]s", file, fi.Mode().Perm())
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		b = bytes.TrimSpace(b)
+		if len(b) < minSecret {
+			return nil, fmt.Errorf("--secret-file %s: %d bytes, want at least %d (e.g. openssl rand -hex 32 > %[1]s)", file, len(b), minSecret)
+		}
+		return b, nil
+	}
+	if v := os.Getenv(secretEnv); v != "" {
+		if len(v) < minSecret {
+			return nil, fmt.Errorf("$%s: %d bytes, want at least %d (e.g. export %[1]s=$(openssl rand -hex 32))", secretEnv, len(v), minSecret)
+		}
+		return []byte(v), nil
+	}
+	return nil, nil
+}
+
+// newSecret returns a fresh random secret (hex, so that it can travel in
+// an environment variable).
+func newSecret() []byte {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return fmt.Appendf(nil, "%x", b)
+}
+
+// jobID derives the job id stamped on every frame from the secret, so
+// that frames of two jobs never mix (0 without a secret: job 1).
+func jobID(secret []byte) uint32 {
+	if len(secret) == 0 {
+		return 1
+	}
+	h := sha256.Sum256(secret)
+	return binary.LittleEndian.Uint32(h[:]) | 1
+}
+
+// rendezvousFile is what the coordinator's process writes for the others
+// of a job: where the coordinator listens, and the job's secret.
+type rendezvousFile struct {
+	Coordinator string `json:"coordinator"`
+	Secret      string `json:"secret"` // base64
+	Host        string `json:"host"`
+	PID         int    `json:"pid"`
+}
+
+// writeRendezvous writes r to path atomically (a temporary file renamed),
+// readable by its owner only.
+func writeRendezvous(path string, r rendezvousFile) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readRendezvous waits for the rendezvous file at path, written by a
+// coordinator whose process is alive when it is on this host, until
+// timeout; log is called every few seconds while it waits.
+func readRendezvous(path string, timeout time.Duration, log func()) (rendezvousFile, []byte, error) {
+	host, _ := os.Hostname()
+	deadline, last := time.Now().Add(timeout), time.Now()
+	for {
+		var r rendezvousFile
+		b, err := os.ReadFile(path)
+		if err == nil && json.Unmarshal(b, &r) == nil && r.Coordinator != "" && (r.Host != host || alive(r.PID)) {
+			secret, err := base64.StdEncoding.DecodeString(r.Secret)
+			if err != nil {
+				return r, nil, fmt.Errorf("rendezvous file %s: bad secret: %w", path, err)
+			}
+			return r, secret, nil
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return r, nil, fmt.Errorf("rendezvous file: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return r, nil, fmt.Errorf("rendezvous: no coordinator wrote %s within %v: is rank 0 running, with the same flags?", path, timeout)
+		}
+		if time.Since(last) > 5*time.Second {
+			log()
+			last = time.Now()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// alive reports whether process pid exists on this host.
+func alive(pid int) bool {
+	_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+	return err == nil
+}
+
+// localRendezvousDir is the folder of this host's rendezvous files,
+// private to the user.
+func localRendezvousDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("softsync-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("rendezvous folder %s is open to group or others (mode %#o): chmod 700 %[1]s", dir, fi.Mode().Perm())
+	}
+	return dir, nil
+}
+
+// float32Bytes returns the bytes of v (little-endian hosts), for hashing.
+func float32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
