@@ -107,10 +107,11 @@ func parseSimProtocols(s string) ([]simProtocol, error) {
 var simPresets = map[string]simInputs{
 	// Rudra on an IBM P775 (the paper's cluster): cifar10_full at μ = 4,
 	// 4 POWER7 threads per learner and per shard, 192 GB/s of
-	// interconnect per node, MPI latency of a few microseconds. The
-	// compute time is fitted (--fit-speedup 28: 30-softsync at λ = 30
-	// runs 28× one learner, the top of the paper's 22–28×); the log-normal
-	// σ = 0.15 of the compute time then puts hardsync at the bottom.
+	// interconnect per node, MPI latency of a few microseconds, a shard
+	// core that updates at 8 GB/s and copies at 10 GB/s (assumed). The
+	// compute time is fitted: --fit-speedup 22, 25 and 28 (30-softsync at
+	// λ = 30 over one learner, the paper's 22–28×) give 1.7, 2.0 and
+	// 2.5 ms; 2 ms is taken (docs/sim.md).
 	"p775": {Model: "cifar10_full", Batch: 4, ComputeSec: 2e-3, ComputeSpread: 0.15, Codec: "none", WireRatio: 1,
 		Bandwidth: 192e9, ShardBW: 192e9, LatencySec: 5e-6, ShardRate: 8e9, CopyRate: 10e9, MessageSec: 2e-6,
 		Shards: 1, Steps: 200, Source: "preset p775"},
@@ -317,7 +318,9 @@ func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*simInputs, error) {
 	return &in, nil
 }
 
-// network is the ps/sim model of in for one shard count.
+// network is the ps/sim model of in. Besides the codec, a learner's
+// client copies its gradient into the push and the pulled weights into its
+// network each step (ps.Client): both are learner time at the copy rate.
 func (in *simInputs) network() *sim.Network {
 	codecLossless := true
 	if c, err := rdma.ParseCodec(in.Codec); err == nil {
@@ -328,11 +331,11 @@ func (in *simInputs) network() *sim.Network {
 		LearnerBandwidth: in.Bandwidth, ShardBandwidth: in.ShardBW, SharedLink: in.SharedLink,
 		PushFixed: in.MessageSec, PushPerElem: 4/in.ShardRate + in.DecodeSec/p,
 		PullFixed: in.MessageSec, PullPerElem: 4 / in.CopyRate,
-		EncodePerElem: in.EncodeSec / p}
+		EncodePerElem: in.EncodeSec/p + 4/in.CopyRate, DecodePerElem: 4 / in.CopyRate}
 	if codecLossless && in.Codec != "none" {
 		n.WeightBytes = 4 * in.WireRatio
 		n.PullPerElem += in.EncodeSec / p
-		n.DecodePerElem = in.DecodeSec / p
+		n.DecodePerElem += in.DecodeSec / p
 	}
 	return n
 }
@@ -416,9 +419,18 @@ func fitCompute(in *simInputs, speedup float64, learners int) (float64, error) {
 func writeSimText(app *App, in *simInputs, rows []simRow) {
 	fmt.Fprintf(app.Out, "%s, μ = %d: %s parameters, compute %s per mini-batch (log-normal σ %.2g), codec %s (wire ratio %.3f)\n",
 		in.Model, in.Batch, thousands(int64(in.Params)), fmtDuration(in.ComputeSec), in.ComputeSpread, in.Codec, in.WireRatio)
-	fmt.Fprintf(app.Out, "links %s/s per direction (shard servers %s/s), latency %s; shard update %s/s, copy %s/s, %d shard(s); %s\n\n",
-		bytesText(uint64(in.Bandwidth)), bytesText(uint64(in.ShardBW)), fmtDuration(in.LatencySec),
-		bytesText(uint64(in.ShardRate)), bytesText(uint64(in.CopyRate)), in.Shards, in.Source)
+	rate := func(bps float64) string {
+		if bps == 0 {
+			return "unlimited"
+		}
+		return bytesText(uint64(bps)) + "/s"
+	}
+	link := fmt.Sprintf("links %s per direction (shard servers %s)", rate(in.Bandwidth), rate(in.ShardBW))
+	if in.SharedLink {
+		link = fmt.Sprintf("one link of %s for all traffic", rate(in.ShardBW))
+	}
+	fmt.Fprintf(app.Out, "%s, latency %s; shard update %s, copy %s, %d shard(s); %s\n\n",
+		link, fmtDuration(in.LatencySec), rate(in.ShardRate), rate(in.CopyRate), in.Shards, in.Source)
 	tw := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "λ\tprotocol\tn\timages/s\tspeedup\tefficiency\tmean τ\t")
 	for _, r := range rows {

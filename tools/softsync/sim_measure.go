@@ -73,7 +73,7 @@ func measureSimInputs(ctx context.Context, app *App, spec *nn.Spec, f *simFlags,
 
 // measureCompute times one mini-batch's forward and backward pass of
 // spec at batch images over workers goroutines, on the synthetic data of
-// softsync bench train; it returns the median time and a gradient.
+// softsync bench train; it returns the mean time and a gradient.
 func measureCompute(e kernels.Engine, spec *nn.Spec, batch, workers int) (float64, []float32, error) {
 	net, err := nn.New(spec, e, nn.Config{Batch: batch, Workers: workers})
 	if err != nil {
@@ -90,7 +90,7 @@ func measureCompute(e kernels.Engine, spec *nn.Spec, batch, workers int) (float6
 		break
 	}
 	times := timeCalls(func() { net.Gradient(x, labels) })
-	return median(times), slices.Clone(net.Grads()), nil
+	return mean(times), slices.Clone(net.Grads()), nil
 }
 
 // timeCalls calls f a few times to warm up, then for at least
@@ -111,11 +111,15 @@ func timeCalls(f func()) []float64 {
 	return ts
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	return (s[(n-1)/2] + s[n/2]) / 2
+// mean is the average of v: over back-to-back calls, the time a call
+// takes on this machine as loaded as it is, which is what a job's steps
+// get (a median would keep the calls that no other work interrupted).
+func mean(v []float64) float64 {
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v))
 }
 
 // measureLink measures push+pull rounds over the link (softsync bench
@@ -184,7 +188,7 @@ func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
 			}
 			i++
 		})
-		return median(ts), failed
+		return mean(ts), failed
 	}
 	tPush, err := rate(grad)
 	if err != nil {
@@ -201,5 +205,5 @@ func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
 // of a shard answering a pull.
 func measureCopy(n int) float64 {
 	src, dst := make([]float32, n), make([]float32, n)
-	return 4 * float64(n) / median(timeCalls(func() { copy(dst, src) }))
+	return 4 * float64(n) / mean(timeCalls(func() { copy(dst, src) }))
 }

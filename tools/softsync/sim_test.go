@@ -28,7 +28,8 @@ func runSimJSON(t *testing.T, args ...string) simOut {
 // TestSimGiven predicts from inputs given on the command line (nothing is
 // measured) and checks one learner's images/s against the step written
 // out by hand: the push's and the pull's service at the shard, the two
-// transfers and latencies, and the compute time (no jitter). The run's
+// transfers and latencies, the compute time (no jitter) and the client's
+// copies of the gradient and the weights. The run's
 // first pull and last push differ from a steady step by a fraction of one
 // step, a thousandth of a 50-step run.
 func TestSimGiven(t *testing.T) {
@@ -40,7 +41,9 @@ func TestSimGiven(t *testing.T) {
 		t.Fatalf("inputs %+v", in)
 	}
 	p := float64(in.Params)
-	step := 4*p/2e9 + 4*p/4e9 + 2*(56+4*p)/1e9 + 2*50e-6 + 10e-3
+	// shard: push update and pull copy; links: two transfers and
+	// latencies; learner: compute and the client's two copies.
+	step := 4*p/2e9 + 4*p/4e9 + 2*(56+4*p)/1e9 + 2*50e-6 + 10e-3 + 2*4*p/4e9
 	if len(o.Rows) != 6 {
 		t.Fatalf("%d rows, want 6", len(o.Rows))
 	}
