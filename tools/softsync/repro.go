@@ -386,8 +386,12 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 	p := job.Progress()
 	mu.Lock()
 	defer mu.Unlock()
-	e := newReproEntry(st, r, "real", &cluster.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
-		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches})
+	res = &cluster.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
+		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches}
+	if res.Seconds > 0 {
+		res.ImagesPerSec = float64(res.Images) / res.Seconds
+	}
+	e := newReproEntry(st, r, "real", res)
 	e.Diverged, e.DivergedWhy = true, err.Error()
 	return e, nil
 }
