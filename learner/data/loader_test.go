@@ -404,3 +404,38 @@ func TestGoMNIST(t *testing.T) {
 		t.Fatalf("bad go binary: %v", err)
 	}
 }
+
+// TestIdentify recognises the real MNIST test labels (through the Go
+// module proxy, as TestGoMNIST) and Fashion-MNIST's when Debian's
+// dataset-fashion-mnist is installed; other data is not recognised.
+func TestIdentify(t *testing.T) {
+	syn := Synthetic(100, 1, 28, 28, 10, 1)
+	if got := Identify(syn, syn); got != "" {
+		t.Fatalf("synthetic data identified as %q", got)
+	}
+	train := &Dataset{N: 60000} // Identify reads only the size of the training set
+	dir, err := LocateGoMNIST(context.Background(), filepath.Join(runtime.GOROOT(), "bin", "go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := ReadIDX(filepath.Join(dir, MNISTTestImages+".gz"), filepath.Join(dir, MNISTTestLabels+".gz"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Identify(train, test); got != NameMNIST {
+		t.Fatalf("MNIST identified as %q", got)
+	}
+	if got := Identify(train, test.Subset(9999)); got != "" {
+		t.Fatalf("a subset of MNIST identified as %q", got)
+	}
+	if _, err := os.Stat(FashionMNISTDir); err != nil {
+		t.Skipf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): %v", err)
+	}
+	test, err = ReadIDX(filepath.Join(FashionMNISTDir, MNISTTestImages+".gz"), filepath.Join(FashionMNISTDir, MNISTTestLabels+".gz"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Identify(train, test); got != NameFashionMNIST {
+		t.Fatalf("Fashion-MNIST identified as %q", got)
+	}
+}

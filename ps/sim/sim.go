@@ -29,6 +29,13 @@
 // nothing but its Config. The package is meant to grow: heterogeneous
 // learners (Speed), latency models, shard service times and failures fit
 // the same loop.
+//
+// # Throughput
+//
+// With Config.Net the same loop predicts a job's speed: messages have
+// sizes and cross links of finite bandwidth, shards serve one message at a
+// time for a service time, learners spend time in the codec (see
+// Network). A run's images/s is then TotalSteps·Batch / Result.Time.
 package sim
 
 import (
@@ -45,6 +52,9 @@ import (
 // ErrDeadlock reports a run whose event queue emptied before every learner
 // finished its steps.
 var ErrDeadlock = errors.New("sim: no event left but learners are not done")
+
+// ErrStopped reports a run ended early by Config.Stop.
+var ErrStopped = errors.New("sim: stopped")
 
 // Dist is a distribution of positive durations.
 type Dist struct {
@@ -94,6 +104,18 @@ type Config struct {
 	// Observe, if set, is called after every Step of every shard with the
 	// message and the outputs (valid only during the call).
 	Observe func(shard int, in ps.Msg, out ps.Ready)
+	// ObserveWeights, if set, is called after every Step (after Observe)
+	// with the simulated time, the message and the shard's weights, a
+	// read-only view of its range valid only during the call: a job's
+	// evaluator takes its epoch-end snapshots here.
+	ObserveWeights func(at float64, shard int, in ps.Msg, w []float32)
+	// Net, if set, models message sizes, link bandwidth, shard service
+	// times and codec time (see Network).
+	Net *Network
+	// Stop, if set, is called before every event; once it returns true
+	// the run ends there and Run returns its Result so far with
+	// ErrStopped.
+	Stop func() bool
 }
 
 // Result is the outcome of a run.
@@ -115,6 +137,9 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	s.ranges = rs
+	if cfg.Net != nil {
+		s.ns = newNetState(cfg.Net, rs, len(cfg.Init), cfg.PS.Learners)
+	}
 	for k := range rs {
 		sh, err := ps.NewShard(cfg.PS, k, cfg.Init)
 		if err != nil {
@@ -134,7 +159,11 @@ func Run(cfg Config) (*Result, error) {
 		s.learners = append(s.learners, l)
 		s.next(l)
 	}
+	stopped := false
 	for s.queue.Len() > 0 {
+		if stopped = cfg.Stop != nil && cfg.Stop(); stopped {
+			break
+		}
 		e := heap.Pop(&s.queue).(*event)
 		s.now = e.at
 		e.run()
@@ -143,6 +172,12 @@ func Run(cfg Config) (*Result, error) {
 	for k, sh := range s.shards {
 		res.Shards = append(res.Shards, sh.Stats())
 		copy(res.Weights[rs[k].Lo:], sh.Weights())
+	}
+	if stopped {
+		for _, l := range s.learners {
+			res.Steps = append(res.Steps, l.step)
+		}
+		return res, ErrStopped
 	}
 	pushed := 0
 	for _, l := range s.learners {
@@ -178,6 +213,11 @@ func (c *Config) validate() error {
 	case !(c.Jitter >= 0):
 		return param.Fieldf("Jitter", "must be ≥ 0, got %g", c.Jitter)
 	}
+	if c.Net != nil {
+		if err := c.Net.validate(); err != nil {
+			return err
+		}
+	}
 	for i, v := range c.Speed {
 		if !(v > 0) {
 			return param.Fieldf(fmt.Sprintf("Speed[%d]", i), "must be > 0, got %g", v)
@@ -208,6 +248,7 @@ type sim struct {
 	nextID   uint64
 	net      *rand.Rand       // latency jitter, its own stream
 	links    map[link]float64 // last arrival time per link
+	ns       *netState        // with Config.Net
 }
 
 type link struct {
@@ -235,27 +276,36 @@ func (s *sim) deliver(learner, shard int, toShard bool, f func()) {
 	s.at(at-s.now, f)
 }
 
-// send delivers m to its shard; replies come back to the learners the
-// same way.
+// send delivers m to its shard, whose core steps it once served;
+// replies come back to the learners the same way.
 func (s *sim) send(m ps.Msg) {
-	s.deliver(int(m.Learner), m.Shard, true, func() {
-		out := s.shards[m.Shard].Step(m)
-		if s.cfg.Observe != nil {
-			s.cfg.Observe(m.Shard, m, out)
+	s.transfer(int(m.Learner), m.Shard, true, s.msgBytes(m), func() { s.serve(m, func() { s.step(m) }) })
+}
+
+// step steps m on its shard and sends the replies.
+func (s *sim) step(m ps.Msg) {
+	out := s.shards[m.Shard].Step(m)
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(m.Shard, m, out)
+	}
+	if s.cfg.ObserveWeights != nil {
+		s.cfg.ObserveWeights(s.now, m.Shard, m, s.shards[m.Shard].Weights())
+	}
+	for _, r := range out.Replies {
+		if r.Err != nil {
+			panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
 		}
-		for _, r := range out.Replies {
-			if r.Err != nil {
-				panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
-			}
-			l := s.learners[r.To]
-			var w []float32
-			if l.w != nil {
-				w = append(w, r.Weights...) // the view is only valid during this Step
-			}
-			shard, clock := m.Shard, r.Clock
-			s.deliver(l.id, shard, false, func() { s.receive(l, shard, clock, w) })
+		l := s.learners[r.To]
+		if l.w != nil {
+			// The view is only valid during this Step. The learner
+			// is waiting for this reply and reads its weights only
+			// once every shard's has arrived, so they can go to its
+			// buffer now, in place of a copy in flight.
+			copy(l.w[s.ranges[m.Shard].Lo:], r.Weights)
 		}
-	})
+		shard, clock := m.Shard, r.Clock
+		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock) })
+	}
 }
 
 func (s *sim) msg(t ps.MsgType, l *learner, shard int) ps.Msg {
@@ -275,18 +325,15 @@ func (s *sim) pullAll(l *learner) {
 	}
 }
 
-func (s *sim) receive(l *learner, shard int, clock uint64, w []float32) {
+func (s *sim) receive(l *learner, shard int, clock uint64) {
 	l.stamps[shard] = clock
-	if l.w != nil {
-		copy(l.w[s.ranges[shard].Lo:], w)
-	}
 	if l.replies++; l.replies < len(s.shards) {
 		return
 	}
 	if s.cfg.Gradient != nil {
 		s.cfg.Gradient(l.id, l.step, l.w, l.grad)
 	}
-	s.at(s.cfg.Compute.draw(l.rng)*l.speed, func() { s.pushAll(l) })
+	s.at(s.cfg.Compute.draw(l.rng)*l.speed+s.codecTime(), func() { s.pushAll(l) })
 }
 
 func (s *sim) pushAll(l *learner) {

@@ -30,9 +30,14 @@ type App struct {
 	BLASLib string // --blas-lib
 	Engine  string // --engine: auto, native or reference
 	ISA     string // --isa, else SOFTSYNC_ISA: auto, avx512, avx2 or generic
+	// Profile (--profile) and ProfileDir (--profile-dir) select a
+	// runtime profile recorded while the subcommand runs (profile.go).
+	Profile    string
+	ProfileDir string
 
-	engine kernels.Engine
-	info   kernels.Info
+	engine  kernels.Engine
+	info    kernels.Info
+	profile *profiling // the running profile, nil if none
 
 	interrupts *interrupts // the running command's signal handling
 	metrics    *metrics    // --metrics, served until the command ends
@@ -77,9 +82,12 @@ func newRootCmd(out io.Writer) *cobra.Command {
 	f.StringVar(&app.BLASLib, "blas-lib", "", "path of libopenblas.so (default: the loader's search path, then the build-time libdir)")
 	f.StringVar(&app.Engine, "engine", "auto", "compute engine: auto, native or reference")
 	f.StringVar(&app.ISA, "isa", "", "highest instruction set of the kernels: auto, avx512, avx2 or generic (default: $"+isaEnv+", else auto, the best this CPU runs)")
+	f.StringVar(&app.Profile, "profile", "", "record a profile of the run: cpu, mem, block, mutex or trace (read it with go tool pprof, or go tool trace)")
+	f.StringVar(&app.ProfileDir, "profile-dir", ".", "folder the --profile file is written to (cpu.pprof, mem.pprof, block.pprof, mutex.pprof or trace.out)")
 	for _, c := range commands {
 		root.AddCommand(c(app))
 	}
+	stopProfileAfterRun(root, app)
 	return root
 }
 
@@ -108,7 +116,7 @@ func (a *App) setup() error {
 	// kernels (kernels.Config.ISA, set in EngineInfo).
 	sgd.LimitISA(want)
 	rdma.LimitISA(want)
-	return nil
+	return a.startProfile()
 }
 
 // isaEnv names the environment variable that sets --isa's default.

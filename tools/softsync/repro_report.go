@@ -1,0 +1,214 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/ps"
+)
+
+// reproEntry is one run of softsync repro in report.json: the run report
+// of softsync train --json (docs/report.md) plus the run's label, how it
+// ran and whether it diverged (docs/repro.md).
+type reproEntry struct {
+	Run         string `json:"run"`
+	Mode        string `json:"mode"` // "real" or "sim"
+	Diverged    bool   `json:"diverged"`
+	DivergedWhy string `json:"diverged_reason"`
+	*trainReport
+
+	protocol ps.Protocol
+	n        int
+	lrMode   string
+}
+
+func newReproEntry(st *trainSetup, r reproRun, mode string, res *cluster.Result) *reproEntry {
+	rep := newReport(st, nil, res)
+	if mode == "sim" {
+		rep.Transport = "sim"
+	}
+	return &reproEntry{Run: r.name(), Mode: mode, trainReport: rep, protocol: r.protocol, n: r.n, lrMode: r.mode.String()}
+}
+
+// writeJSONFile writes v as indented JSON to path.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// reproTable is table.md. In --sim mode every figure in it is a function
+// of the flags and the seed alone.
+func reproTable(rs *reproSetup, entries []*reproEntry) string {
+	var b strings.Builder
+	s := rs.sched
+	fmt.Fprintf(&b, "# softsync repro: %s, %s\n\n", rs.dataName, rs.spec.Name)
+	mode := "real: concurrent learners in one process (softsync train's job runner)"
+	ips := "images/s"
+	if rs.f.sim {
+		mode = fmt.Sprintf("sim: the deterministic simulator, virtual time (compute %.2g ms per image, log-normal σ = %g; messages %g–%g µs); seed %d",
+			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, 1e6*(simLatency+simJitter), rs.f.seed)
+		ips = "images/s (virtual)"
+	}
+	fmt.Fprintf(&b, "Mode: %s.  \n", mode)
+	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, thousands(int64(rs.train.N)), thousands(int64(rs.test.N)))
+	steps := "no rate steps"
+	if len(s.steps) > 0 {
+		steps = fmt.Sprintf("rate ×0.1 after epoch(s) %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.steps)), ", "), "[]"))
+	}
+	fmt.Fprintf(&b, "Schedule: %d epochs; α0 = %g, momentum %g, weight decay %g, %s.  \n", s.epochs, s.lr, s.momentum, s.decay, steps)
+	fmt.Fprintf(&b, "Distributed runs: λ = %d learners × μ = %d; single learner: μ = %d. α0 is the constant rate, α0/τ the staleness-aware one.\n\n",
+		rs.f.learners, rs.f.batch, rs.f.single)
+	fmt.Fprintf(&b, "| run | λ × μ | test error | mean τ | max τ | updates | %s |\n|---|---|---:|---:|---:|---:|---:|\n", ips)
+	for _, e := range entries {
+		fmt.Fprintf(&b, "| %s | %d × %d | %s | %.2f | %d | %s | %s |\n", e.Run, e.Learners, e.Batch, errorText(e),
+			e.Staleness.Mean, e.Staleness.Max, thousands(int64(e.Updates)), thousands(int64(e.ImagesPerSec+0.5)))
+	}
+	return b.String()
+}
+
+// writeReproErrorPlot draws the test error per epoch of every run, one
+// panel per rate mode of the softsync runs; the single learner and
+// hardsync appear in each panel. The axis is logarithmic: errors of a
+// few tenths of a percent and of a diverged run share it.
+func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) error {
+	var modes []string
+	for _, e := range entries {
+		if e.protocol == ps.Softsync && !slices.Contains(modes, e.lrMode) {
+			modes = append(modes, e.lrMode)
+		}
+	}
+	if len(modes) == 0 {
+		modes = []string{""}
+	}
+	var plots []*plot.Plot
+	for _, m := range modes {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("%s, %s: test error", rs.dataName, rs.spec.Name)
+		if m != "" {
+			p.Title.Text += ", softsync with lr-mode " + m
+		}
+		p.X.Label.Text = "epoch"
+		p.Y.Label.Text = "test error (%)"
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
+		p.X.Tick.Marker = integerTicks{}
+		p.Legend.Top = true
+		p.Add(plotter.NewGrid())
+		k := 0
+		for _, e := range entries {
+			if e.protocol == ps.Softsync && e.lrMode != m {
+				continue
+			}
+			c := plotutil.Color(k)
+			if e.protocol == ps.Hardsync {
+				c = color.Gray{Y: uint8(40 + 80*min(k, 1))}
+			}
+			k++
+			if e.Diverged { // a cross at 100%, at the epoch of the NaN
+				sc, err := plotter.NewScatter(plotter.XYs{{X: e.EpochsDone, Y: 100}})
+				if err != nil {
+					return err
+				}
+				sc.Shape, sc.Color, sc.Radius = draw.CrossGlyph{}, c, vg.Points(5)
+				p.Add(sc)
+				p.Legend.Add(fmt.Sprintf("%s: diverged in epoch %d", e.Run, int(e.EpochsDone)+1), sc)
+			}
+			var xy plotter.XYs
+			for _, h := range e.History {
+				if h.TestError != nil && *h.TestError > 0 {
+					xy = append(xy, plotter.XY{X: float64(h.Epoch), Y: 100 * *h.TestError})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			line, points, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return err
+			}
+			if e.protocol == ps.Hardsync {
+				line.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+			}
+			line.Color, points.Color, points.Shape = c, c, draw.CircleGlyph{}
+			line.Width = vg.Points(1.5)
+			p.Add(line, points)
+			p.Legend.Add(e.Run, line, points)
+		}
+		plots = append(plots, p)
+	}
+	// One scale for every panel, from epoch 0.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, p := range plots {
+		lo, hi = min(lo, p.Y.Min), max(hi, p.Y.Max)
+	}
+	for _, p := range plots {
+		p.X.Min, p.Y.Min, p.Y.Max = 0, lo, hi
+	}
+	return drawGrid(path, [][]*plot.Plot{plots}, 6*vg.Inch, 4.5*vg.Inch)
+}
+
+// writeReproStalenessPlot draws the staleness histogram of every softsync
+// run, a row per rate mode.
+func writeReproStalenessPlot(path string, entries []*reproEntry) error {
+	var rows [][]*plot.Plot
+	var modes []string
+	for _, e := range entries {
+		if e.protocol != ps.Softsync || len(e.Staleness.Histogram) == 0 {
+			continue
+		}
+		p, err := histPlot(e.trainReport)
+		if err != nil {
+			return err
+		}
+		p.Title.Text = fmt.Sprintf("%s (mean %.2f, max %d)", e.Run, e.Staleness.Mean, e.Staleness.Max)
+		i := slices.Index(modes, e.lrMode)
+		if i < 0 {
+			modes, rows = append(modes, e.lrMode), append(rows, nil)
+			i = len(rows) - 1
+		}
+		rows[i] = append(rows[i], p)
+	}
+	if len(rows) == 0 {
+		p := plot.New()
+		p.Title.Text = "no softsync run"
+		rows = [][]*plot.Plot{{p}}
+	}
+	return drawGrid(path, rows, 4*vg.Inch, 3*vg.Inch)
+}
+
+// logTicks labels a logarithmic axis at 1, 2 and 5 times the powers of
+// ten within its range, with minor ticks at the other integer multiples.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= hi; p *= 10 {
+		for m := 1; m < 10; m++ {
+			v := float64(m) * p
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
