@@ -135,6 +135,8 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerCo
 			continue
 		case <-grace:
 			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		t, b, err := m.t, m.b, m.err
 		if err != nil {
