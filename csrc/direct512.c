@@ -538,7 +538,7 @@ static ptrdiff_t s16_dw_floats(const ss_conv_shape *s)
 {
 	const wgeom g = s16_wgeom(s);
 	const int nc = s16_wchunk(&g, s->n);
-	return g.k * g.ocp + 16 + nc * g.img + SLACK + nc * g.p * g.ocp + ss_threads() * g.ocp;
+	return g.k * g.ocp + 16 + nc * g.img + SLACK + nc * g.p * g.ocp + nc * g.ocp;
 }
 
 /* DW_R is the kernel rows of a tile of OCV vectors and segments of SW
@@ -651,16 +651,19 @@ typedef struct {
 	const float *dy;
 	ptrdiff_t dy_n, dy_c;    /* plane (n, oc) at dy + n*dy_n + oc*dy_c */
 	float *buf, *dyt;        /* the chunk's padded images and transposed output gradient */
-	float *dbp;              /* per part: ocp partial sums of dy, for db (NULL: no db) */
+	float *dbp;              /* per image slot of a chunk: ocp sums of dy, for db (NULL: no db) */
 	int n0, nc;
 	int rows, vblocks;       /* tiles: row groups per segment, blocks of up to 4 output-channel vectors */
 	float *dwt;              /* [tap][ocp] */
 } s16_dw_job;
 
 /* s16_dw_prep_part pads and transposes images [lo, hi) of the chunk,
- * adding the output gradient's sums per channel to the part's dbp. */
+ * adding the output gradient's sums per channel to the image slot's
+ * dbp: per slot, not per part, so that db's summation order does not
+ * depend on which thread took which image. */
 SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
+	(void)part;
 	const s16_dw_job *j = ctx;
 	const wgeom *g = j->g;
 	for (ptrdiff_t n = lo; n < hi; n++) {
@@ -699,7 +702,7 @@ SS_AVX512 static void s16_dw_prep_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 					sum = _mm512_add_ps(sum, r[i]);
 				}
 				if (j->dbp) {
-					float *p = j->dbp + part * g->ocp + oc0;
+					float *p = j->dbp + n * g->ocp + oc0;
 					_mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), sum));
 				}
 			}
@@ -743,11 +746,11 @@ SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, co
 	const wgeom g = s16_wgeom(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
-	const int nc = s16_wchunk(&g, s->n), parts = ss_threads();
+	const int nc = s16_wchunk(&g, s->n);
 	float *dwt = ws, *buf = align64(dwt + g.k * g.ocp), *dyt = buf + nc * g.img + SLACK;
 	float *dbp = db ? dyt + nc * g.p * g.ocp : NULL;
 	memset(dwt, 0, sizeof(float) * (size_t)(g.k * g.ocp));
-	memset(buf, 0, sizeof(float) * (size_t)(nc * g.img + SLACK + nc * g.p * g.ocp + (db ? parts * g.ocp : 0)));
+	memset(buf, 0, sizeof(float) * (size_t)(nc * g.img + SLACK + nc * g.p * g.ocp + (db ? nc * g.ocp : 0)));
 	/* Tiles: row groups sized for the widest block of vectors (4, or
 	 * fewer when ocp has fewer), so that every block's tiles cover all
 	 * rows (a narrower last block has more rows per tile and skips the
@@ -759,13 +762,13 @@ SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, co
 		s16_dw_job j = {.g = &g, .x = x, .x_n = xn, .x_c = xc, .dy = dy, .dy_n = yn, .dy_c = yc, .buf = buf,
 		                .dyt = dyt, .dbp = dbp, .n0 = n0, .nc = ss_imin(nc, s->n - n0), .rows = rows,
 		                .vblocks = vblocks, .dwt = dwt};
-		ss_parallel_for(parts, j.nc, 1, s16_dw_prep_part, &j);
+		ss_parallel_for(0, j.nc, 1, s16_dw_prep_part, &j);
 		ss_parallel_for(0, tiles, 1, s16_dw_tile_part, &j);
 	}
 	for (int oc = 0; db && oc < g.co; oc++) {
 		float sum = 0.0f;
-		for (int p = 0; p < parts; p++)
-			sum += dbp[p * g.ocp + oc];
+		for (int i = 0; i < nc; i++)
+			sum += dbp[i * g.ocp + oc];
 		db[oc] = sum;
 	}
 	/* dw[oc][t] = dwT[t][oc], in blocks of 16 x 16. */

@@ -1,6 +1,7 @@
 package kerneltest
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -110,17 +111,30 @@ func testAllocs(t *testing.T, e kernels.Engine) {
 }
 
 // testConcurrent runs forward and backward passes from two goroutines on
-// the same engine, each with its own workspace, and checks both results.
+// the same engine, each with its own workspace: each must give the bits
+// it gives alone (how the engine's threads are shared between callers
+// must not change a summation order), and the right results.
 func testConcurrent(t *testing.T, e kernels.Engine) {
 	s := kernels.ConvShape{N: 6, C: 4, H: 10, W: 10, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	type out struct{ y, dx, dw, db []float32 }
 	type job struct {
-		x, w, dy, y, dw []float32
+		x, w, dy  []float32
+		alone, at out
+	}
+	newOut := func() out {
+		return out{make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]float32, s.WeightLen()),
+			make([]float32, s.OC)}
+	}
+	run := func(j *job, o out, ws *kernels.Workspace) {
+		e.ConvForward(s, j.x, j.w, nil, o.y, ws)
+		e.ConvBackward(s, j.x, j.w, j.dy, o.dx, o.dw, o.db, ws)
 	}
 	jobs := make([]job, 2)
 	for i := range jobs {
 		r := newRand(uint64(1100 + i))
-		jobs[i] = job{uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OutputLen()),
-			make([]float32, s.OutputLen()), make([]float32, s.WeightLen())}
+		jobs[i] = job{x: uniform(r, s.InputLen()), w: uniform(r, s.WeightLen()), dy: uniform(r, s.OutputLen()),
+			alone: newOut(), at: newOut()}
+		run(&jobs[i], jobs[i].alone, &kernels.Workspace{})
 	}
 	done := make(chan struct{})
 	for i := range jobs {
@@ -128,18 +142,25 @@ func testConcurrent(t *testing.T, e kernels.Engine) {
 			defer func() { done <- struct{}{} }()
 			ws := &kernels.Workspace{}
 			for range 5 {
-				e.ConvForward(s, j.x, j.w, nil, j.y, ws)
-				e.ConvBackward(s, j.x, j.w, j.dy, nil, j.dw, nil, ws)
+				run(j, j.at, ws)
 			}
 		}(&jobs[i])
 	}
 	for range jobs {
 		<-done
 	}
-	for _, j := range jobs {
+	for i, j := range jobs {
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"y", j.at.y, j.alone.y}, {"dx", j.at.dx, j.alone.dx}, {"dw", j.at.dw, j.alone.dw}, {"db", j.at.db, j.alone.db}} {
+			if !slices.Equal(c.got, c.want) {
+				t.Errorf("caller %d: %s of concurrent calls differs from the same call alone", i, c.name)
+			}
+		}
 		want, mag := naiveConvForward(s, j.x, j.w, nil)
-		approx(t, "y", j.y, want, mag, sumTol(s.C*s.KH*s.KW))
+		approx(t, "y", j.at.y, want, mag, sumTol(s.C*s.KH*s.KW))
 		g := naiveConvBackward(s, j.x, j.w, j.dy)
-		approx(t, "dw", j.dw, g.dw, g.dwMag, sumTol(s.N*s.OutH()*s.OutW()))
+		approx(t, "dw", j.at.dw, g.dw, g.dwMag, sumTol(s.N*s.OutH()*s.OutW()))
 	}
 }
