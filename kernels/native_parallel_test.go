@@ -21,10 +21,7 @@ import (
 // the CPU runs.
 func TestNativeParallel(t *testing.T) {
 	kernels.SetMinParallelFloats(1)
-	defer func() {
-		kernels.SetMinParallelFloats(4096)
-		kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	}()
+	defer kernels.SetMinParallelFloats(4096)
 	for _, l := range isa.All {
 		t.Run(l.String(), func(t *testing.T) {
 			if !isa.Supported(l) {
@@ -78,7 +75,6 @@ func TestNativeConvPlans(t *testing.T) {
 // networks' shapes and on shapes off the vector paths (odd sizes,
 // padding, strides 1 and 3).
 func TestLevelsAgree(t *testing.T) {
-	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	var engines []kernels.Engine
 	for _, l := range []isa.Level{isa.Generic, isa.AVX2, isa.AVX512} {
 		if !isa.Supported(l) {
