@@ -37,17 +37,17 @@ SS_INLINE void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int par
 	}
 }
 
-/* Element-wise jobs are bound by memory bandwidth, which two cores share:
- * split only very large ones (measured: 0.8 M elements take 0.65 ms on
- * one thread, 0.73 ms on two). */
+/* Element-wise jobs are bound by memory bandwidth, which the cores share:
+ * split only very large ones (`go test -bench Layers ./kernels` compares
+ * the ReLU at one thread and at two). */
 static ptrdiff_t relu_grain(void) { return 256 * ss_grain(1); }
 
 SS_ISA_VARIANTS(relu_forward_part);
 SS_ISA_VARIANTS(relu_backward_part);
 
 /* ReLU streams memory: at level AVX-512 it runs the 256-bit loops, which
- * move more bytes per second than 512-bit ones on AMD's Zen 5 (61-77
- * against 83-101 GB/s in cache, written out with intrinsics or not). */
+ * move more bytes per second than 512-bit ones on AMD's Zen 5, written out
+ * with intrinsics or not (`go test -bench Layers ./kernels`). */
 static int relu_level(int isa) { return isa > SS_ISA_AVX2 ? SS_ISA_AVX2 : isa; }
 
 void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y)
@@ -344,25 +344,6 @@ SS_AVX2 static void fc_dots(int in, const float *w0, const float *w1, const floa
 	out[9] = ss_hsum(b3), out[10] = ss_hsum(b4), out[11] = ss_hsum(b5);
 }
 
-SS_AVX2 static void fc_forward_small(int n, int in, int out, const float *x, const float *w,
-                                     const float *b, float *y)
-{
-	for (int r0 = 0; r0 < n; r0 += 6) {
-		const int nr = ss_imin(6, n - r0);
-		const float *xs[6];
-		for (int r = 0; r < 6; r++)
-			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
-		for (int o = 0; o < out; o += 2) {
-			const int no = ss_imin(2, out - o);
-			float d[12];
-			fc_dots(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
-			for (int k = 0; k < no; k++)
-				for (int r = 0; r < nr; r++)
-					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
-		}
-	}
-}
-
 /* fc_backward_small computes dw (and dx, zeroed first, unless NULL) two
  * weight rows at a time: dw[o] = sum_r dy[r][o] x[r], dx[r] += dy[r][o]
  * w[o]. */
@@ -444,26 +425,6 @@ SS_AVX512 static void fc_dots16(int in, const float *w0, const float *w1, const 
 	out[9] = _mm512_reduce_add_ps(b3), out[10] = _mm512_reduce_add_ps(b4), out[11] = _mm512_reduce_add_ps(b5);
 }
 
-/* fc_forward_small16 is fc_forward_small on fc_dots16. */
-SS_AVX512 static void fc_forward_small16(int n, int in, int out, const float *x, const float *w,
-                                         const float *b, float *y)
-{
-	for (int r0 = 0; r0 < n; r0 += 6) {
-		const int nr = ss_imin(6, n - r0);
-		const float *xs[6];
-		for (int r = 0; r < 6; r++)
-			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
-		for (int o = 0; o < out; o += 2) {
-			const int no = ss_imin(2, out - o);
-			float d[12];
-			fc_dots16(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
-			for (int k = 0; k < no; k++)
-				for (int r = 0; r < nr; r++)
-					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
-		}
-	}
-}
-
 /* fc_backward_small16 is fc_backward_small with 16 lanes. */
 SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x, const float *w,
                                           const float *dy, float *dx, float *dw)
@@ -501,19 +462,46 @@ SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x
 
 #endif /* SS_HAVE_AVX512 */
 
+#if defined(SS_HAVE_AVX2) || defined(SS_HAVE_AVX512)
+/* fc_dots_fn is fc_dots or fc_dots16: the dot products of two weight
+ * rows with six input rows. */
+typedef void (*fc_dots_fn)(int in, const float *w0, const float *w1, const float *const x[6], float out[12]);
+
+/* fc_forward_small computes y = x w^T + b for at most FC_SMALL rows, two
+ * weight rows against up to six input rows per call of dots. */
+static void fc_forward_small(fc_dots_fn dots, int n, int in, int out, const float *x, const float *w,
+                             const float *b, float *y)
+{
+	for (int r0 = 0; r0 < n; r0 += 6) {
+		const int nr = ss_imin(6, n - r0);
+		const float *xs[6];
+		for (int r = 0; r < 6; r++)
+			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
+		for (int o = 0; o < out; o += 2) {
+			const int no = ss_imin(2, out - o);
+			float d[12];
+			dots(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
+			for (int k = 0; k < no; k++)
+				for (int r = 0; r < nr; r++)
+					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
+		}
+	}
+}
+#endif
+
 void ss_fc_forward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y)
 {
 	isa = ss_isa(isa);
 #ifdef SS_HAVE_AVX512
 	if (n <= FC_SMALL && isa >= SS_ISA_AVX512) {
-		fc_forward_small16(n, in, out, x, w, b, y);
+		fc_forward_small(fc_dots16, n, in, out, x, w, b, y);
 		return;
 	}
 #endif
 #ifdef SS_HAVE_AVX2
 	if (n <= FC_SMALL && isa >= SS_ISA_AVX2) {
-		fc_forward_small(n, in, out, x, w, b, y);
+		fc_forward_small(fc_dots, n, in, out, x, w, b, y);
 		return;
 	}
 #endif
