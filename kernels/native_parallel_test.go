@@ -91,13 +91,7 @@ func TestLevelsAgree(t *testing.T) {
 		t.Skipf("one level only here (%s)", isa.Reason())
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	uniform := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = 2*r.Float32() - 1
-		}
-		return x
-	}
+	uniform := func(n int) []float32 { return randSlice(r, n) }
 	same := func(what string, l isa.Level, got, want []float32) {
 		t.Helper()
 		for i := range want {
@@ -120,16 +114,9 @@ func TestLevelsAgree(t *testing.T) {
 		for _, mode := range []kernels.PoolMode{kernels.MaxPool, kernels.AvgPool} {
 			s.Mode = mode
 			x, dy := uniform(s.InputLen()), uniform(s.OutputLen())
-			var want [3][]float32
+			var want [][]float32
 			for i, e := range engines {
-				y, dx, mask := make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]int32, s.OutputLen())
-				e.PoolForward(s, x, y, mask)
-				e.PoolBackward(s, dy, mask, dx)
-				m := make([]float32, len(mask))
-				for k, v := range mask {
-					m[k] = float32(v)
-				}
-				got := [3][]float32{y, dx, m}
+				got := kerneltest.PoolPasses(e, s, x, dy)
 				if i == 0 {
 					want = got
 					continue
@@ -208,13 +195,7 @@ func TestEnginesOwnThreads(t *testing.T) {
 	ps := kernels.PoolShape{N: 4, C: 3, H: 10, W: 10, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
 	ls := kernels.LRNShape{N: 4, C: 3, H: 10, W: 10, Size: 3, Alpha: 1e-4, Beta: 0.75, K: 1}
 	r := rand.New(rand.NewPCG(11, 12))
-	uniform := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = 2*r.Float32() - 1
-		}
-		return x
-	}
+	uniform := func(n int) []float32 { return randSlice(r, n) }
 	x, w, dy := uniform(cs.InputLen()), uniform(cs.WeightLen()), uniform(cs.OutputLen())
 	ws := &kernels.Workspace{}
 	ops := []struct {

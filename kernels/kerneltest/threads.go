@@ -125,16 +125,7 @@ func threadCases(e kernels.Engine) []threadCase {
 			x, dy := uniform(r, s.InputLen()), uniform(r, s.OutputLen())
 			cases = append(cases, threadCase{
 				name: fmt.Sprintf("pool %+v", s), outs: []string{"y", "dx", "mask"}, exact: true,
-				run: func(e kernels.Engine, _ bool) [][]float32 {
-					y, dx, mask := make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]int32, s.OutputLen())
-					e.PoolForward(s, x, y, mask)
-					e.PoolBackward(s, dy, mask, dx)
-					m := make([]float32, len(mask))
-					for k, v := range mask {
-						m[k] = float32(v)
-					}
-					return [][]float32{y, dx, m}
-				},
+				run: func(e kernels.Engine, _ bool) [][]float32 { return PoolPasses(e, s, x, dy) },
 			})
 		}
 	}
@@ -164,4 +155,17 @@ func threadCases(e kernels.Engine) []threadCase {
 		},
 	})
 	return cases
+}
+
+// PoolPasses runs PoolForward on x and PoolBackward on dy with e and
+// returns y, dx and the mask (as floats), for tests that compare engines.
+func PoolPasses(e kernels.Engine, s kernels.PoolShape, x, dy []float32) [][]float32 {
+	y, dx, mask := make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]int32, s.OutputLen())
+	e.PoolForward(s, x, y, mask)
+	e.PoolBackward(s, dy, mask, dx)
+	m := make([]float32, len(mask))
+	for k, v := range mask {
+		m[k] = float32(v)
+	}
+	return [][]float32{y, dx, m}
 }
