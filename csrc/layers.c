@@ -50,16 +50,16 @@ SS_ISA_VARIANTS(relu_backward_part);
  * with intrinsics or not (`go test -bench Layers ./kernels`). */
 static int relu_level(int isa) { return isa > SS_ISA_AVX2 ? SS_ISA_AVX2 : isa; }
 
-void ss_relu_forward(int isa, ptrdiff_t n, const float *x, float *y)
+void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y)
 {
 	relu_job j = {.x = x, .out = y};
-	ss_parallel_for(0, n, relu_grain(), relu_forward_part_isa[relu_level(ss_isa(isa))], &j);
+	ss_parallel_for(threads, n, relu_grain(), relu_forward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
-void ss_relu_backward(int isa, ptrdiff_t n, const float *y, const float *dy, float *dx)
+void ss_relu_backward(int isa, int threads, ptrdiff_t n, const float *y, const float *dy, float *dx)
 {
 	relu_job j = {.y = y, .dy = dy, .out = dx};
-	ss_parallel_for(0, n, relu_grain(), relu_backward_part_isa[relu_level(ss_isa(isa))], &j);
+	ss_parallel_for(threads, n, relu_grain(), relu_backward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
 SS_MULTIVERSION
@@ -251,34 +251,32 @@ SS_INLINE void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 	}
 }
 
-ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s)
+ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s)
 {
-	return 2 * (ptrdiff_t)s->h * s->w * ss_threads();
+	return 2 * (ptrdiff_t)s->h * s->w * ss_threads_of(threads);
 }
 
-static int lrn_parts(const ss_lrn_shape *s, ptrdiff_t ws_len)
+static int lrn_threads(int threads, const ss_lrn_shape *s, ptrdiff_t ws_len)
 {
-	ptrdiff_t per = 2 * (ptrdiff_t)s->h * s->w;
-	ptrdiff_t parts = ws_len / per;
-	return parts < 1 ? 1 : parts > 1 << 20 ? 1 << 20 : (int)parts;
+	return ss_ws_threads(threads, ws_len, 2 * (ptrdiff_t)s->h * s->w);
 }
 
 SS_ISA_VARIANTS(lrn_forward_part);
 SS_ISA_VARIANTS(lrn_backward_part);
 
-void ss_lrn_forward(int isa, const ss_lrn_shape *s, const float *x, float *y, float *scale,
+void ss_lrn_forward(int isa, int threads, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .out = y, .scale = scale, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
 	                lrn_forward_part_isa[j.isa], &j);
 }
 
-void ss_lrn_backward(int isa, const ss_lrn_shape *s, const float *x, const float *y,
+void ss_lrn_backward(int isa, int threads, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
 	                lrn_backward_part_isa[j.isa], &j);
 }
 
@@ -491,7 +489,7 @@ static void fc_forward_small(fc_dots_fn dots, int n, int in, int out, const floa
 }
 #endif
 
-void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float *w,
+void ss_fc_forward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y)
 {
 	isa = ss_isa(isa);
@@ -507,7 +505,7 @@ void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float 
 		return;
 	}
 #endif
-	ss_sgemm(0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+	ss_sgemm(threads, 0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 	if (b == NULL)
 		return;
 	for (int r = 0; r < n; r++) {
@@ -517,7 +515,7 @@ void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float 
 	}
 }
 
-void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float *w,
+void ss_fc_backward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db)
 {
 	isa = ss_isa(isa);
@@ -532,9 +530,9 @@ void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float
 	} else
 #endif
 	{
-		ss_sgemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
+		ss_sgemm(threads, 1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
 		if (dx)
-			ss_sgemm(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+			ss_sgemm(threads, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 	}
 	if (db == NULL)
 		return;
