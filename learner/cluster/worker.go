@@ -109,10 +109,11 @@ type worker struct {
 	addrs   chan addr // the coordinator's answers to where
 	redial  sync.Mutex
 
-	mu     sync.Mutex
-	client *ps.Client         // set once train has dialed the shard servers
-	report map[int]*epochLoss // since the last report
-	err    error              // the coordinator stopped the job
+	flushMu sync.Mutex // serialises flush
+	mu      sync.Mutex
+	client  *ps.Client         // set once train has dialed the shard servers
+	report  map[int]*epochLoss // since the last report
+	err     error              // the coordinator stopped the job
 }
 
 // train runs the learner loop on the welcome's plan.
@@ -203,6 +204,10 @@ func (r *worker) onStep(b *data.Batch, loss float32) {
 
 // flush sends the progress since the last report; done marks the last.
 func (r *worker) flush(ctx context.Context, done bool) error {
+	// One flush at a time, so that reports reach the coordinator in the
+	// order they were taken and the last (done) one is last.
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	p := progress{Done: done}
 	for _, e := range r.report {
