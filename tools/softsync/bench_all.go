@@ -28,6 +28,8 @@ type benchAllOptions struct {
 	goBench        []string
 	quick          bool
 	repeat         int
+	images         int     // per training run
+	torchSeconds   float64 // per PyTorch network
 	trainThreads   []int
 	skip           []string
 	python, script string
@@ -74,8 +76,13 @@ that everything runs, not a measurement.`,
   softsync bench all --go-bench build/bench/go-bench.txt --doc docs/performance.md`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.repeat < 1 {
+			switch {
+			case o.repeat < 1:
 				return fmt.Errorf("--repeat: must be ≥ 1, got %d", o.repeat)
+			case o.images < 1:
+				return fmt.Errorf("--train-images: must be ≥ 1, got %d", o.images)
+			case o.torchSeconds <= 0:
+				return fmt.Errorf("--torch-seconds: must be > 0, got %g", o.torchSeconds)
 			}
 			for _, s := range o.skip {
 				if !slices.Contains(benchSteps, s) {
@@ -96,6 +103,8 @@ that everything runs, not a measurement.`,
 	f.StringSliceVar(&o.goBench, "go-bench", nil, "files of go test -bench output to add (comma-separated)")
 	f.BoolVar(&o.quick, "quick", false, "tiny sizes and times: checks that every step runs")
 	f.IntVar(&o.repeat, "repeat", 3, "runs of each training and PyTorch figure (median kept)")
+	f.IntVar(&o.images, "train-images", 10000, "images per training run (a tenth of them warm up)")
+	f.Float64Var(&o.torchSeconds, "torch-seconds", 5, "timed seconds per PyTorch network and run")
 	f.IntSliceVar(&o.trainThreads, "train-threads", []int{2, 1}, "thread counts of the trainings, softsync and PyTorch")
 	f.StringSliceVar(&o.skip, "skip", nil, "steps not to run: "+strings.Join(benchSteps, ", "))
 	f.StringVar(&o.python, "python", "/usr/bin/python3", "Python with Debian's python3-torch")
@@ -253,7 +262,7 @@ func (r *benchRun) train() error {
 	case isa.Supported(isa.AVX512):
 		levels = []string{"avx512", "avx2"} // both levels appear on an AVX-512 host
 	}
-	images, seconds := 20000, 8.0
+	images, seconds := r.o.images, r.o.torchSeconds
 	if r.o.quick {
 		images, seconds = 100, 0.2
 	}
@@ -316,9 +325,9 @@ func (r *benchRun) train() error {
 		}
 		level := rs[0].ISA
 		params := map[string]any{"model": k.model, "batch": k.batch, "threads": k.threads, "isa": level, "images": images}
-		name := fmt.Sprintf("%s μ=%d, %d thread(s), %s", k.model, k.batch, k.threads, level)
+		name := fmt.Sprintf("%s μ=%d, %s, %s", k.model, k.batch, plural(k.threads, "thread"), level)
 		f := benchFigure{Group: "train", Name: name, Params: params, Value: median(ips), Unit: "images/s",
-			Stat: fmt.Sprintf("median of %d runs", len(rs)), Runs: ips, Extra: map[string]float64{"images_per_cpu_s": median(cpu)}}
+			Stat: medianOf(len(rs)), Runs: ips, Extra: map[string]float64{"images_per_cpu_s": median(cpu)}}
 		tk := trainKey{k.model, k.batch, k.threads, ""}
 		switch ts := torch[tk]; {
 		case len(ts) > 0:
@@ -341,7 +350,7 @@ func (r *benchRun) train() error {
 		// all cores.
 		if k.threads == r.res.Machine.Cores {
 			ff := benchFigure{Group: "train-flops", Name: name, Params: params, Value: median(gf), Unit: "GFLOP/s",
-				Stat: fmt.Sprintf("median of %d runs", len(rs)), Runs: gf}
+				Stat: medianOf(len(rs)), Runs: gf}
 			ff.compare(fmt.Sprintf("bench peak %s, %d cores, same process", level, k.threads), median(pk), "GFLOP/s", pk)
 			r.add(ff)
 		}
@@ -467,4 +476,20 @@ func (r *benchRun) speedup() error {
 		r.add(f)
 	}
 	return nil
+}
+
+// medianOf names the statistic of a figure taken over n runs.
+func medianOf(n int) string {
+	if n == 1 {
+		return "one run"
+	}
+	return fmt.Sprintf("median of %d runs", n)
+}
+
+// plural returns "1 thread", "2 threads".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
