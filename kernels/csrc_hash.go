@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "41840744c273e83148e146e15ff2df20cf565976d3a07b5bb9987c5e66280a5f"
+const csrcHash = "0d7b6bfcbc323edd7bc6e767372c20fbf422e07c8d8be6a0ac54ea54408c8af4"

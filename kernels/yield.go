@@ -15,8 +15,8 @@ import (
 // takes its P at every tick (20 µs) it finds it in a call, wakes another
 // thread for the P, and keeps ticking at that rate; on return the
 // goroutine must win a P back. On cores that OpenBLAS keeps busy that is
-// several context switches per C call: about six per 500×64×800 GEMM
-// here, ten percent of its rate. yieldSlice starts a fresh slice, with
+// several context switches per C call, which `softsync bench gemm` shows as
+// the Go API's rate falling below the raw C loop's on short calls. yieldSlice starts a fresh slice, with
 // runtime.Gosched, once the process has gone yieldPeriod without one, so
 // that no goroutine reaches the 10 ms mark while it keeps calling C.
 

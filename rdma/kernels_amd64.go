@@ -10,8 +10,8 @@ func asmFor(l isa.Level) asm {
 	switch {
 	case l >= isa.AVX512:
 		// fp16 rounding keeps the 256-bit VCVTPS2PH: the 512-bit one
-		// runs at a quarter of its speed on AMD's Zen 4 and Zen 5
-		// (BenchmarkHalf), and the 256-bit one already outruns memory.
+		// is slower on AMD's Zen 4 and Zen 5 (BenchmarkHalf), and the
+		// 256-bit one already outruns memory.
 		return asm{level: isa.AVX512, conv: 32, planes: 64,
 			f32ToF16: f32ToF16AVX2, f16ToF32: f16ToF32AVX512, f32ToBF16: f32ToBF16AVX512, bf16ToF32: bf16ToF32AVX512,
 			shuffle: shuffleAVX512, unshuffle: unshuffleAVX512}

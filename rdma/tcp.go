@@ -35,7 +35,7 @@ var _ Network = (*TCP)(nil)
 // bytes, checksummed right after the socket copy wrote them. Without
 // checksums, the payload goes to the socket in one vectored write. Pieces
 // of 256 KiB, which fit a core's L2 cache, made round trips of 4 and 16
-// MiB up to a fifth slower than 1 MiB pieces in side-by-side runs: each
+// MiB slower than 1 MiB pieces (`softsync bench transport`): each
 // write that fills the socket buffer parks the writer until the reader
 // has drained part of it.
 const (

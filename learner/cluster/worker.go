@@ -99,9 +99,9 @@ type worker struct {
 	replies chan chunkReply
 	addrs   chan addr // the coordinator's answers to where
 	redial  sync.Mutex
-	client  *ps.Client
 
 	mu     sync.Mutex
+	client *ps.Client         // set once train has dialed the shard servers
 	report map[int]*epochLoss // since the last report
 	err    error              // the coordinator stopped the job
 }
@@ -125,7 +125,9 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 		return err
 	}
 	defer client.Close()
+	r.mu.Lock()
 	r.client = client
+	r.mu.Unlock()
 	if cfg.OnClient != nil {
 		cfg.OnClient(cfg.ID, client)
 	}
@@ -198,14 +200,15 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		p.Epochs = append(p.Epochs, *e)
 	}
 	clear(r.report)
+	client := r.client
 	r.mu.Unlock()
-	if r.client != nil {
-		p.Pushes = r.client.Pushes()
+	if client != nil {
+		p.Pushes = client.Pushes()
 	}
-	if done && r.client != nil {
-		st := r.client.Stats()
+	if done && client != nil {
+		st := client.Stats()
 		p.Traffic = &st
-		for _, c := range r.client.Connections() {
+		for _, c := range client.Connections() {
 			p.Connections = append(p.Connections, Connection{Learner: r.cfg.ID, Shards: c.Shards, Peer: c.Peer,
 				Transport: c.Transport.Name, Reason: c.Transport.Reason})
 		}

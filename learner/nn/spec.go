@@ -158,11 +158,10 @@ func (s *Spec) TrainFLOPs() int {
 }
 
 // workerFLOPsPerParam is the work, per parameter, that a network worker's
-// share of a mini-batch must bring (measured on LeNet and cifar10_full
-// with the native engine on two cores, one worker against two: LeNet
-// batch 4 loses a quarter, batch 8 is even, batch 16 gains 13-26%;
-// cifar10_full gains from batch 2 on): each worker keeps a gradient vector
-// of its own that the step sums, and reads every weight.
+// share of a mini-batch must bring for a second worker to pay: each
+// worker keeps a gradient vector of its own that the step sums, and reads
+// every weight. `softsync bench train --threads 1` against `--threads 2`
+// at several batches of LeNet and cifar10_full is how it is chosen.
 const workerFLOPsPerParam = 240
 
 // WorkerBatch is the smallest share of a mini-batch worth a network worker

@@ -298,6 +298,11 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {
 		return nil, err
 	}
+	switch f.cluster.transport {
+	case "", "inmem", "tcp", "verbs", "auto": // which of them fits this process is checked where it is opened
+	default:
+		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", f.cluster.transport)
+	}
 	if cfg.Codec, err = rdma.ParseCodec(f.comp); err != nil {
 		return nil, fmt.Errorf("--compress: %w", err)
 	}
