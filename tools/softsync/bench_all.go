@@ -313,7 +313,24 @@ func (r *benchRun) train() error {
 			}
 		}
 	}
-	refName := "PyTorch " + torchVersion + " (bench/torch_train_throughput.py), same threads"
+	r.addTrain(keys, runs, trainRefs{torch, torchErr, torchVersion}, images)
+	return nil
+}
+
+// trainRefs are the PyTorch runs of the train step: results per
+// configuration (isa ""), the error of each thread count whose runs
+// failed, and PyTorch's version.
+type trainRefs struct {
+	runs    map[trainKey][]torchResult
+	err     map[int]error
+	version string
+}
+
+// addTrain adds the trainings' figures: per configuration the median
+// images/s beside PyTorch's, and for the runs on all cores the median
+// GFLOP/s beside the peak the same processes measured.
+func (r *benchRun) addTrain(keys []trainKey, runs map[trainKey][]benchTrainResult, torch trainRefs, images int) {
+	refName := "PyTorch " + torch.version + " (bench/torch_train_throughput.py), same threads"
 	for _, k := range keys {
 		rs := runs[k]
 		ips, cpu, gf, pk := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
@@ -329,7 +346,7 @@ func (r *benchRun) train() error {
 		f := benchFigure{Group: "train", Name: name, Params: params, Value: median(ips), Unit: "images/s",
 			Stat: medianOf(len(rs)), Runs: ips, Extra: map[string]float64{"images_per_cpu_s": median(cpu)}}
 		tk := trainKey{k.model, k.batch, k.threads, ""}
-		switch ts := torch[tk]; {
+		switch ts := torch.runs[tk]; {
 		case len(ts) > 0:
 			tips, tcpu := make([]float64, len(ts)), make([]float64, len(ts))
 			for i, t := range ts {
@@ -340,10 +357,10 @@ func (r *benchRun) train() error {
 			if c := median(tcpu); c > 0 {
 				f.Extra["ratio_per_cpu_s"] = median(cpu) / c
 			}
-		case torchErr[k.threads] != nil:
-			f.Ref = &benchRef{Name: "PyTorch", Missing: torchErr[k.threads].Error()}
+		case torch.err[k.threads] != nil:
+			f.Ref = &benchRef{Name: "PyTorch", Missing: torch.err[k.threads].Error()}
 		default:
-			f.Ref = &benchRef{Name: "PyTorch", Missing: "not run (--skip pytorch)"}
+			f.Ref = &benchRef{Name: "PyTorch", Missing: "no PyTorch run of this configuration (--skip pytorch?)"}
 		}
 		r.add(f)
 		// The FLOP rate against the peak of all cores, for the runs on
@@ -355,7 +372,6 @@ func (r *benchRun) train() error {
 			r.add(ff)
 		}
 	}
-	return nil
 }
 
 // goBench adds the results of a go test -bench output file: the
