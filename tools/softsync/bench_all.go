@@ -291,7 +291,8 @@ func (r *benchRun) train() error {
 						"--images", strconv.Itoa(images), "--json")
 					var res benchTrainResult
 					if err := r.self(&res, args...); err != nil {
-						return err
+						r.fail("train", err, true) // the other runs go on
+						continue
 					}
 					runs[k] = append(runs[k], res)
 				}
@@ -333,6 +334,9 @@ func (r *benchRun) addTrain(keys []trainKey, runs map[trainKey][]benchTrainResul
 	refName := "PyTorch " + torch.version + " (bench/torch_train_throughput.py), same threads"
 	for _, k := range keys {
 		rs := runs[k]
+		if len(rs) == 0 {
+			continue // every run failed (listed under failed)
+		}
 		ips, cpu, gf, pk := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
 		for i, x := range rs {
 			ips[i], gf[i], pk[i] = x.ImagesPerSec, x.GFlops, x.PeakGFlops
