@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* dladdr */
 #endif
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -80,25 +81,41 @@ const char *ss_blas_path(void) { return blas.path; }
 const char *ss_blas_config(void) { return blas.config ? blas.config() : ""; }
 const char *ss_blas_corename(void) { return blas.corename ? blas.corename() : ""; }
 
+/* OpenBLAS's thread count as last set here (0: never), read without the
+ * lock (one atomic load per GEMM) and written under it, so that a change
+ * calls openblas_set_num_threads once, never concurrently with another. */
+static int blas_threads_set;
+static pthread_mutex_t blas_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void ss_blas_set_threads(int n)
 {
-	if (blas.set_threads)
+	if (n < 1)
+		n = 1;
+	if (__atomic_load_n(&blas_threads_set, __ATOMIC_ACQUIRE) == n || blas.set_threads == NULL)
+		return;
+	pthread_mutex_lock(&blas_threads_lock);
+	if (blas_threads_set != n) {
 		blas.set_threads(n);
+		__atomic_store_n(&blas_threads_set, n, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&blas_threads_lock);
 }
 
 int ss_blas_threads(void) { return blas.get_threads ? blas.get_threads() : 0; }
 
-void ss_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
+void ss_sgemm(int threads, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb,
               float beta, float *c, int ldc)
 {
+	ss_blas_set_threads(threads);
 	blas.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
 	           trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb,
 	           beta, c, ldc);
 }
 
-double ss_sgemm_loop(int m, int n, int k, const float *a, const float *b, float *c, int reps)
+double ss_sgemm_loop(int threads, int m, int n, int k, const float *a, const float *b, float *c, int reps)
 {
+	ss_blas_set_threads(threads);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < reps; i++)

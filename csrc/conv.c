@@ -17,7 +17,8 @@
  *                 of y. Best when output rows are long.
  * Activations are addressed by plane: plane (n, c) of x at x + n*xn + c*xc
  * and of y at y + n*yn + c*yc, which covers both NCHW and CNHW. The GEMMs
- * run on OpenBLAS's threads; everything else on ours (ss_parallel_for). */
+ * run on OpenBLAS's threads; everything else on ours (ss_parallel_for), the
+ * caller's thread count for both. */
 #include <string.h>
 
 #include "internal.h"
@@ -50,10 +51,11 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
  *   xT   L*g      (g > 1, CHWN)
  *   dcol K*P*g    (backward)
  *   dxT  L*g      (backward, g > 1, CHWN) */
-ptrdiff_t ss_conv_workspace(int isa, const ss_conv_shape *s, int group, int method, int backward)
+ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                            int backward)
 {
 	if (method == SS_CONV_DIRECT)
-		return ss_conv_direct_workspace(isa, s, backward);
+		return ss_conv_direct_workspace(isa, threads, s, backward);
 	const ptrdiff_t gp = (ptrdiff_t)group * conv_p(s);
 	const ptrdiff_t gl = group > 1 && method == SS_CONV_CHWN ? (ptrdiff_t)group * conv_l(s) : 0;
 	ptrdiff_t need = conv_k(s) * gp + gl;
@@ -66,6 +68,7 @@ ptrdiff_t ss_conv_workspace(int isa, const ss_conv_shape *s, int group, int meth
 
 typedef struct {
 	const ss_conv_shape *s;
+	int threads;                /* the caller's thread count */
 	int g;
 	ptrdiff_t k, p, hw, ld;     /* rows of col, output pixels, input pixels, row stride of col */
 	ptrdiff_t xn, xc, yn, yc;   /* plane strides of x and y */
@@ -200,22 +203,22 @@ static void expand(conv_job *j, int method, const float *x, float *xT, float *co
 	if (j->g > 1 && method == SS_CONV_CHWN) {
 		j->src = x;
 		j->dst = xT;
-		ss_parallel_for(0, j->s->c * j->hw, ss_grain(j->g), to_chwn_part, j);
+		ss_parallel_for(j->threads, j->s->c * j->hw, ss_grain(j->g), to_chwn_part, j);
 		j->src = xT;
 		j->dst = col;
-		ss_parallel_for(0, j->k, ss_grain(j->ld), im2col_part, j);
+		ss_parallel_for(j->threads, j->k, ss_grain(j->ld), im2col_part, j);
 		return;
 	}
 	j->src = x;
 	j->dst = col;
-	ss_parallel_for(0, j->g * j->k, ss_grain(j->p), im2col_img_part, j);
+	ss_parallel_for(j->threads, j->g * j->k, ss_grain(j->p), im2col_img_part, j);
 }
 
-void ss_conv_forward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,
                      const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len)
 {
 	if (method == SS_CONV_DIRECT) {
-		ss_conv_direct_forward(isa, s, x, w, b, y, ws, ws_len);
+		ss_conv_direct_forward(isa, threads, s, x, w, b, y, ws, ws_len);
 		return;
 	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s);
@@ -230,17 +233,17 @@ void ss_conv_forward(int isa, const ss_conv_shape *s, int group, int method, con
 		float *col = ws, *Y = g > 1 ? col + k * cols : y + n0 * yn;
 		const ptrdiff_t ldY = g > 1 ? cols : yc;
 		float *xT = chwn ? Y + s->oc * cols : NULL;
-		conv_job j = {.s = s, .g = g, .k = k, .p = p, .hw = (ptrdiff_t)s->h * s->w, .ld = cols,
+		conv_job j = {.s = s, .threads = threads, .g = g, .k = k, .p = p, .hw = (ptrdiff_t)s->h * s->w, .ld = cols,
 		              .xn = xn, .xc = xc, .yn = yn, .yc = yc, .bias = b};
 		expand(&j, method, x + n0 * xn, xT, col);
-		ss_sgemm(0, 0, s->oc, (int)cols, (int)k, 1.0f, w, (int)k, col, (int)cols, 0.0f, Y, (int)ldY);
+		ss_sgemm(threads, 0, 0, s->oc, (int)cols, (int)k, 1.0f, w, (int)k, col, (int)cols, 0.0f, Y, (int)ldY);
 		j.src = Y;
 		j.dst = y + n0 * yn;
 		j.ld = ldY;
 		if (chwn)
-			ss_parallel_for(0, s->oc, ss_grain(cols), scatter_part, &j);
+			ss_parallel_for(j.threads, s->oc, ss_grain(cols), scatter_part, &j);
 		else if (g > 1 || b)
-			ss_parallel_for(0, (ptrdiff_t)g * s->oc, ss_grain(p), scatter_img_part, &j);
+			ss_parallel_for(j.threads, (ptrdiff_t)g * s->oc, ss_grain(p), scatter_img_part, &j);
 	}
 }
 
@@ -256,27 +259,27 @@ static void db_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db)
+void ss_conv_bias_grad(int threads, const ss_conv_shape *s, const float *dy, float *db)
 {
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
-	conv_job j = {.s = s, .p = conv_p(s), .yn = yn, .yc = yc, .src = dy, .dst = db};
-	ss_parallel_for(0, s->oc, ss_grain(s->n * j.p), db_part, &j);
+	conv_job j = {.s = s, .threads = threads, .p = conv_p(s), .yn = yn, .yc = yc, .src = dy, .dst = db};
+	ss_parallel_for(j.threads, s->oc, ss_grain(s->n * j.p), db_part, &j);
 }
 
-void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
+void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
 	if (method == SS_CONV_DIRECT) {
-		ss_conv_direct_backward(isa, s, x, w, dy, dx, dw, db, ws, ws_len);
+		ss_conv_direct_backward(isa, threads, s, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
 	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s), hw = (ptrdiff_t)s->h * s->w, l = conv_l(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
 	if (db)
-		ss_conv_bias_grad(s, dy, db);
+		ss_conv_bias_grad(threads, s, dy, db);
 	for (int n0 = 0; n0 < s->n; n0 += group) {
 		const int g = ss_imin(group, s->n - n0);
 		const ptrdiff_t cols = g * p;
@@ -286,7 +289,7 @@ void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, co
 		float *xT = chwn ? dY + s->oc * cols : NULL;
 		float *dcol = chwn ? xT + g * l : g > 1 ? dY + s->oc * cols : col + k * cols;
 		float *dxT = chwn ? dcol + k * cols : NULL;
-		conv_job j = {.s = s, .g = g, .k = k, .p = p, .hw = hw, .ld = cols,
+		conv_job j = {.s = s, .threads = threads, .g = g, .k = k, .p = p, .hw = hw, .ld = cols,
 		              .xn = xn, .xc = xc, .yn = yn, .yc = yc};
 		/* With g = 1, row oc of dY is plane (n0, oc) of dy. */
 		const float *dYg = dy + n0 * yn;
@@ -295,28 +298,28 @@ void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, co
 			j.src = dYg;
 			j.dst = dY;
 			if (chwn)
-				ss_parallel_for(0, s->oc, ss_grain(cols), gather_part, &j);
+				ss_parallel_for(j.threads, s->oc, ss_grain(cols), gather_part, &j);
 			else
-				ss_parallel_for(0, (ptrdiff_t)g * s->oc, ss_grain(p), gather_img_part, &j);
+				ss_parallel_for(j.threads, (ptrdiff_t)g * s->oc, ss_grain(p), gather_img_part, &j);
 			dYg = dY;
 			ldY = cols;
 		}
 		expand(&j, method, x + n0 * xn, xT, col);
-		ss_sgemm(0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
+		ss_sgemm(threads, 0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
 		         n0 == 0 ? 0.0f : 1.0f, dw, (int)k);
 		if (dx == NULL)
 			continue;
-		ss_sgemm(1, 0, (int)k, (int)cols, s->oc, 1.0f, w, (int)k, dYg, (int)ldY, 0.0f, dcol, (int)cols);
+		ss_sgemm(threads, 1, 0, (int)k, (int)cols, s->oc, 1.0f, w, (int)k, dYg, (int)ldY, 0.0f, dcol, (int)cols);
 		j.src = dcol;
 		if (chwn) {
 			j.dst = dxT;
-			ss_parallel_for(0, s->c, ss_grain(hw * g), col2im_part, &j);
+			ss_parallel_for(j.threads, s->c, ss_grain(hw * g), col2im_part, &j);
 			j.src = dxT;
 			j.dst = dx + n0 * xn;
-			ss_parallel_for(0, l, ss_grain(g), to_planes_part, &j);
+			ss_parallel_for(j.threads, l, ss_grain(g), to_planes_part, &j);
 		} else {
 			j.dst = dx + n0 * xn;
-			ss_parallel_for(0, (ptrdiff_t)g * s->c, ss_grain(hw), col2im_img_part, &j);
+			ss_parallel_for(j.threads, (ptrdiff_t)g * s->c, ss_grain(hw), col2im_img_part, &j);
 		}
 	}
 }

@@ -141,15 +141,15 @@ static ptrdiff_t scatter_floats(const ss_conv_shape *s, const dgeom *f)
 	return s->c * f->plane + (ptrdiff_t)s->oc * f->ho * f->ur * 8;
 }
 
-ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward)
+ptrdiff_t ss_conv_direct_workspace(int isa, int threads, const ss_conv_shape *s, int backward)
 {
 #ifdef SS_HAVE_AVX512
 	if (ss_isa(isa) >= SS_ISA_AVX512)
-		return ss_d512_workspace(s, backward);
+		return ss_d512_workspace(threads, s, backward);
 #else
 	(void)isa;
 #endif
-	const ptrdiff_t t = ss_threads();
+	const ptrdiff_t t = ss_threads_of(threads);
 	dgeom f = dgeom_forward(s);
 	if (!backward)
 		return fwd_fixed(&f) + t * fwd_part(&f, s->n);
@@ -298,15 +298,14 @@ SS_AVX2 static void corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 
 /* corr runs the correlation over n images with weights already packed,
  * koff and the padded images in ws. */
-static void corr(const dgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
+static void corr(int threads, const dgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
                  ptrdiff_t out_n, ptrdiff_t out_c, const float *wpk, const float *bias, int *koff,
                  float *bufs, ptrdiff_t buf_len)
 {
 	taps(g, koff);
 	corr_job j = {.g = g, .nc = corr_chunk(g, n), .in = in, .in_n = in_n, .in_c = in_c, .out = out,
 	              .out_n = out_n, .out_c = out_c, .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
-	ptrdiff_t parts = buf_len / fwd_part(g, n);
-	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), n, 1, corr_part, &j);
+	ss_parallel_for(ss_ws_threads(threads, buf_len, fwd_part(g, n)), n, 1, corr_part, &j);
 }
 
 /* corr_ws splits the workspace of a correlation (see fwd_fixed): packed
@@ -319,12 +318,12 @@ static void corr_ws(const dgeom *g, float *ws, float **wpk, float **bias, int **
 	*bufs = (float *)(*koff + g->k);
 }
 
-void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
-                            float *y, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                            const float *b, float *y, float *ws, ptrdiff_t ws_len)
 {
 #ifdef SS_HAVE_AVX512
 	if (ss_isa(isa) >= SS_ISA_AVX512) {
-		ss_d512_forward(s, x, w, b, y, ws, ws_len);
+		ss_d512_forward(threads, s, x, w, b, y, ws, ws_len);
 		return;
 	}
 #else
@@ -344,7 +343,7 @@ void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, con
 			d[4 * t] = o < g.co ? w[o * g.k + t] : 0.0f;
 		bias[o] = o < g.co && b ? b[o] : 0.0f;
 	}
-	corr(&g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
+	corr(threads, &g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
 }
 
 /* ---- weight gradient ---- */
@@ -427,7 +426,7 @@ SS_AVX2 static void dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 	}
 }
 
-static void weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
+static void weight_grad(int threads, const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws)
 {
 	const dgeom g = dgeom_forward(s);
 	ptrdiff_t xn, xc, yn, yc;
@@ -462,8 +461,8 @@ static void weight_grad(const ss_conv_shape *s, const float *x, const float *dy,
 				}
 			j.dy = rows, j.dy_n = g.ho * rowu, j.dy_c = nc * g.ho * rowu;
 		}
-		ss_parallel_for(0, cn, 1, dw_pad_part, &j);
-		ss_parallel_for(0, tiles, 1, dw_tile_part, &j);
+		ss_parallel_for(threads, cn, 1, dw_pad_part, &j);
+		ss_parallel_for(threads, tiles, 1, dw_tile_part, &j);
 	}
 }
 
@@ -562,37 +561,36 @@ SS_AVX2 static void scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 	}
 }
 
-static void scatter(const ss_conv_shape *s, const dgeom *f, const float *w, const float *dy, float *dx,
+static void scatter(int threads, const ss_conv_shape *s, const dgeom *f, const float *w, const float *dy, float *dx,
                     float *ws, ptrdiff_t ws_len)
 {
 	float *wpk = ws;
 	ss_pack_scatter(s, w, wpk);
 	scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .bufs = wpk + scatter_fixed_floats(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
-	ptrdiff_t parts = (ws_len - scatter_fixed_floats(s)) / scatter_floats(s, f);
-	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,
+	ss_parallel_for(ss_ws_threads(threads, ws_len - scatter_fixed_floats(s), scatter_floats(s, f)), s->n, 1,
 	                scatter_image_part, &j);
 }
 
-void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
 #ifdef SS_HAVE_AVX512
 	if (ss_isa(isa) >= SS_ISA_AVX512) {
-		ss_d512_backward(s, x, w, dy, dx, dw, db, ws, ws_len);
+		ss_d512_backward(threads, s, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
 	}
 #else
 	(void)isa;
 #endif
 	if (db)
-		ss_conv_bias_grad(s, dy, db);
-	weight_grad(s, x, dy, dw, ws);
+		ss_conv_bias_grad(threads, s, dy, db);
+	weight_grad(threads, s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
 	const dgeom f = dgeom_forward(s), g = dgeom_data(s);
 	if (dx_scatter(s, &f, &g)) {
-		scatter(s, &f, w, dy, dx, ws, ws_len);
+		scatter(threads, s, &f, w, dy, dx, ws, ws_len);
 		return;
 	}
 	ptrdiff_t xn, xc, yn, yc;
@@ -610,21 +608,21 @@ void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, co
 				d[4 * (o * kk + t)] = c < g.co ? w[((ptrdiff_t)o * s->c + c) * kk + kk - 1 - t] : 0.0f;
 		bias[c] = 0.0f;
 	}
-	corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
+	corr(threads, &g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - fwd_fixed(&g));
 }
 
 #else /* !SS_HAVE_AVX2 */
 
-void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
-                            float *y, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                            const float *b, float *y, float *ws, ptrdiff_t ws_len)
 {
-	(void)isa, (void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
+	(void)isa, (void)threads, (void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
 }
 
-void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
+void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	(void)isa, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
+	(void)isa, (void)threads, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
 }
 
 #endif

@@ -176,9 +176,9 @@ static ptrdiff_t s16_scatter_part_floats(const ss_conv_shape *s, const sgeom *f)
 
 static ptrdiff_t s16_dw_floats(const ss_conv_shape *s);
 
-ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward)
+ptrdiff_t ss_d512_workspace(int threads, const ss_conv_shape *s, int backward)
 {
-	const ptrdiff_t t = ss_threads();
+	const ptrdiff_t t = ss_threads_of(threads);
 	const sgeom f = s16_sgeom_forward(s, 1);
 	if (!backward)
 		return s16_corr_fixed(&f) + t * s16_corr_part_floats(&f, s->n);
@@ -437,15 +437,14 @@ SS_AVX512 static void s16_corr_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int p
 
 /* s16_corr runs the correlation over n images with the weights already
  * packed; koff and the parts' buffers are in ws (see s16_corr_ws). */
-static void s16_corr(const sgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
+static void s16_corr(int threads, const sgeom *g, int n, const float *in, ptrdiff_t in_n, ptrdiff_t in_c, float *out,
                  ptrdiff_t out_n, ptrdiff_t out_c, const float *wpk, const float *bias, int *koff,
                  float *bufs, ptrdiff_t buf_len)
 {
 	s16_taps(g, koff);
 	s16_corr_job j = {.g = g, .nc = s16_corr_chunk(g, n), .cb = s16_channel_block(g), .in = in, .in_n = in_n, .in_c = in_c, .out = out,
 	              .out_n = out_n, .out_c = out_c, .w = wpk, .bias = bias, .koff = koff, .buf = bufs};
-	ptrdiff_t parts = buf_len / s16_corr_part_floats(g, n);
-	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), n, 1, s16_corr_part, &j);
+	ss_parallel_for(ss_ws_threads(threads, buf_len, s16_corr_part_floats(g, n)), n, 1, s16_corr_part, &j);
 }
 
 /* s16_corr_ws splits the workspace of a correlation (see s16_corr_fixed): packed
@@ -458,8 +457,8 @@ static void s16_corr_ws(const sgeom *g, float *ws, float **wpk, float **bias, in
 	*bufs = (float *)(*koff + g->k);
 }
 
-void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
-                     float *ws, ptrdiff_t ws_len)
+void ss_d512_forward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y, float *ws, ptrdiff_t ws_len)
 {
 	const sgeom g = s16_sgeom_forward(s, 1);
 	ptrdiff_t xn, xc, yn, yc;
@@ -477,7 +476,7 @@ void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, con
 		}
 		s16_pack4(r, 0, g.k, wpk + o * g.k);
 	}
-	s16_corr(&g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
+	s16_corr(threads, &g, s->n, x, xn, xc, y, yn, yc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
 }
 
 /* ---- weight gradient ----
@@ -740,7 +739,7 @@ SS_AVX512 static void s16_dw_tile_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, in
 
 /* s16_weight_grad computes dw and, unless db is NULL, db (from the sums
  * the transposition makes on its way). */
-SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *db,
+SS_AVX512 static void s16_weight_grad(int threads, const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *db,
                                       float *ws)
 {
 	const wgeom g = s16_wgeom(s);
@@ -762,8 +761,8 @@ SS_AVX512 static void s16_weight_grad(const ss_conv_shape *s, const float *x, co
 		s16_dw_job j = {.g = &g, .x = x, .x_n = xn, .x_c = xc, .dy = dy, .dy_n = yn, .dy_c = yc, .buf = buf,
 		                .dyt = dyt, .dbp = dbp, .n0 = n0, .nc = ss_imin(nc, s->n - n0), .rows = rows,
 		                .vblocks = vblocks, .dwt = dwt};
-		ss_parallel_for(0, j.nc, 1, s16_dw_prep_part, &j);
-		ss_parallel_for(0, tiles, 1, s16_dw_tile_part, &j);
+		ss_parallel_for(threads, j.nc, 1, s16_dw_prep_part, &j);
+		ss_parallel_for(threads, tiles, 1, s16_dw_tile_part, &j);
 	}
 	for (int oc = 0; db && oc < g.co; oc++) {
 		float sum = 0.0f;
@@ -861,7 +860,7 @@ SS_AVX512 static void s16_scatter_image_part(void *ctx, ptrdiff_t lo, ptrdiff_t 
 	}
 }
 
-static void s16_scatter(const ss_conv_shape *s, const sgeom *f, const float *w, const float *dy, float *dx,
+static void s16_scatter(int threads, const ss_conv_shape *s, const sgeom *f, const float *w, const float *dy, float *dx,
                     float *ws, ptrdiff_t ws_len)
 {
 	float *wpk = ws;
@@ -872,20 +871,19 @@ static void s16_scatter(const ss_conv_shape *s, const sgeom *f, const float *w, 
 	s16_scatter_job j = {.s = s, .f = f, .dy = dy, .dx = dx, .w = wpk, .ooff = ooff,
 	                     .bufs = wpk + s16_scatter_fixed(s)};
 	ss_conv_planes(s, &j.xn, &j.xc, &j.yn, &j.yc);
-	ptrdiff_t parts = (ws_len - s16_scatter_fixed(s)) / s16_scatter_part_floats(s, f);
-	ss_parallel_for((int)(parts < 1 ? 1 : parts > SS_MAX_THREADS ? SS_MAX_THREADS : parts), s->n, 1,
-	                s16_scatter_image_part, &j);
+	ss_parallel_for(ss_ws_threads(threads, ws_len - s16_scatter_fixed(s), s16_scatter_part_floats(s, f)), s->n,
+	                1, s16_scatter_image_part, &j);
 }
 
-void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *db, float *ws, ptrdiff_t ws_len)
+void ss_d512_backward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	s16_weight_grad(s, x, dy, dw, db, ws);
+	s16_weight_grad(threads, s, x, dy, dw, db, ws);
 	if (dx == NULL)
 		return;
 	const sgeom f = s16_sgeom_forward(s, 0), g = s16_sgeom_data(s);
 	if (s16_dx_scatter(&f, &g)) {
-		s16_scatter(s, &f, w, dy, dx, ws, ws_len);
+		s16_scatter(threads, s, &f, w, dy, dx, ws, ws_len);
 		return;
 	}
 	ptrdiff_t xn, xc, yn, yc;
@@ -905,7 +903,7 @@ void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, co
 			}
 			s16_pack4(r, 1, kk, wpk + c * g.k + 4 * (ptrdiff_t)o * kk);
 		}
-	s16_corr(&g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
+	s16_corr(threads, &g, s->n, dy, yn, yc, dx, xn, xc, wpk, bias, koff, bufs, ws_len - s16_corr_fixed(&g));
 }
 
 #else /* !SS_HAVE_AVX512: never called (ss_isa stays below SS_ISA_AVX512) */
@@ -918,22 +916,22 @@ int ss_d512_fits(const ss_conv_shape *s)
 
 static ptrdiff_t s16_dw_floats(const ss_conv_shape *s);
 
-ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward)
+ptrdiff_t ss_d512_workspace(int threads, const ss_conv_shape *s, int backward)
 {
-	(void)s, (void)backward;
+	(void)threads, (void)s, (void)backward;
 	return 0;
 }
 
-void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
-                     float *ws, ptrdiff_t ws_len)
+void ss_d512_forward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y, float *ws, ptrdiff_t ws_len)
 {
-	(void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
+	(void)threads, (void)s, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)ws_len;
 }
 
-void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *db, float *ws, ptrdiff_t ws_len)
+void ss_d512_backward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	(void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
+	(void)threads, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)ws_len;
 }
 
 #endif

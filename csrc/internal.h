@@ -97,22 +97,40 @@ static inline int ss_isa(int isa)
 	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_generic, name##_generic}
 #endif
 
-/* SS_MAX_THREADS bounds the thread pool, so that per-part results can
- * live in fixed arrays. */
+/* SS_MAX_THREADS bounds the thread count of a call (and the pool), so
+ * that per-part results can live in fixed arrays. */
 #define SS_MAX_THREADS 256
 
+/* ss_threads_of returns the threads a call asked for with threads: at
+ * least 1, at most SS_MAX_THREADS. Workspace sizes per thread use it. */
+static inline int ss_threads_of(int threads)
+{
+	return threads < 1 ? 1 : threads > SS_MAX_THREADS ? SS_MAX_THREADS : threads;
+}
+
+/* ss_ws_threads returns the threads a call given threads can use when
+ * each needs per floats of the floats of workspace it got: at most
+ * ss_threads_of(threads), at least 1. */
+static inline int ss_ws_threads(int threads, ptrdiff_t floats, ptrdiff_t per)
+{
+	const ptrdiff_t t = ss_threads_of(threads), fit = per > 0 ? floats / per : t;
+	return fit < 1 ? 1 : fit < t ? (int)fit : (int)t;
+}
+
 /* ss_range_fn processes items [lo, hi) of a job; ctx is the job's data
- * and part the index, below ss_threads(), of the range (for per-thread
- * scratch memory). */
+ * and part the index of the range, below the threads the job was given
+ * (for per-thread scratch memory). */
 typedef void (*ss_range_fn)(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part);
 
-/* ss_parallel_for runs fn over [0, n), split into contiguous ranges of at
- * least grain items over the threads of ss_threads_init (at most
- * max_parts ranges unless max_parts is 0), the caller included, and
- * returns when all are done. Ranges never overlap, so fn
- * may write per-item outputs without synchronisation. If another thread's
- * job is running, fn runs serially on the caller instead. */
-void ss_parallel_for(int max_parts, ptrdiff_t n, ptrdiff_t grain, ss_range_fn fn, void *ctx);
+/* ss_parallel_for runs fn over [0, n), split into at most threads
+ * contiguous ranges of at least grain items each, run by the caller and
+ * the pool's workers (ss_threads_init), and returns when all are done;
+ * threads <= 1 runs fn serially on the caller. Kernels pass the thread
+ * count their caller (the engine) gave them, never a process-wide one.
+ * Ranges never overlap, so fn may write per-item outputs without
+ * synchronisation. If another thread's job is running, fn runs serially on
+ * the caller instead: results must not depend on how the items are split. */
+void ss_parallel_for(int threads, ptrdiff_t n, ptrdiff_t grain, ss_range_fn fn, void *ctx);
 
 /* ss_grain returns the minimum number of items of ss_item_floats floats
  * each that make a range worth running on another thread. */
@@ -129,8 +147,8 @@ void ss_transpose(const float *src, ptrdiff_t src_ld, float *dst, ptrdiff_t dst_
 float ss_sum(const float *x, ptrdiff_t n);
 
 /* ss_conv_bias_grad writes db, the sums of dy's planes per output
- * channel (conv.c). */
-void ss_conv_bias_grad(const ss_conv_shape *s, const float *dy, float *db);
+ * channel, over threads threads (conv.c). */
+void ss_conv_bias_grad(int threads, const ss_conv_shape *s, const float *dy, float *db);
 
 /* ss_pack_scatter packs the weights of a direct convolution's input
  * gradient by scattering: wpk[cb][t][oc][m] = w[oc][4cb + m][t] for taps
@@ -141,11 +159,11 @@ void ss_pack_scatter(const ss_conv_shape *s, const float *w, float *wpk);
  * ss_conv_direct_* entry points at level SS_ISA_AVX512: whether a
  * stride-1 shape fits its int offsets, its workspace, its passes. */
 int ss_d512_fits(const ss_conv_shape *s);
-ptrdiff_t ss_d512_workspace(const ss_conv_shape *s, int backward);
-void ss_d512_forward(const ss_conv_shape *s, const float *x, const float *w, const float *b, float *y,
-                     float *ws, ptrdiff_t ws_len);
-void ss_d512_backward(const ss_conv_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *db, float *ws, ptrdiff_t ws_len);
+ptrdiff_t ss_d512_workspace(int threads, const ss_conv_shape *s, int backward);
+void ss_d512_forward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y, float *ws, ptrdiff_t ws_len);
+void ss_d512_backward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }

@@ -50,16 +50,16 @@ SS_ISA_VARIANTS(relu_backward_part);
  * with intrinsics or not (`go test -bench Layers ./kernels`). */
 static int relu_level(int isa) { return isa > SS_ISA_AVX2 ? SS_ISA_AVX2 : isa; }
 
-void ss_relu_forward(int isa, ptrdiff_t n, const float *x, float *y)
+void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y)
 {
 	relu_job j = {.x = x, .out = y};
-	ss_parallel_for(0, n, relu_grain(), relu_forward_part_isa[relu_level(ss_isa(isa))], &j);
+	ss_parallel_for(threads, n, relu_grain(), relu_forward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
-void ss_relu_backward(int isa, ptrdiff_t n, const float *y, const float *dy, float *dx)
+void ss_relu_backward(int isa, int threads, ptrdiff_t n, const float *y, const float *dy, float *dx)
 {
 	relu_job j = {.y = y, .dy = dy, .out = dx};
-	ss_parallel_for(0, n, relu_grain(), relu_backward_part_isa[relu_level(ss_isa(isa))], &j);
+	ss_parallel_for(threads, n, relu_grain(), relu_backward_part_isa[relu_level(ss_isa(isa))], &j);
 }
 
 SS_MULTIVERSION
@@ -251,34 +251,32 @@ SS_INLINE void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 	}
 }
 
-ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s)
+ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s)
 {
-	return 2 * (ptrdiff_t)s->h * s->w * ss_threads();
+	return 2 * (ptrdiff_t)s->h * s->w * ss_threads_of(threads);
 }
 
-static int lrn_parts(const ss_lrn_shape *s, ptrdiff_t ws_len)
+static int lrn_threads(int threads, const ss_lrn_shape *s, ptrdiff_t ws_len)
 {
-	ptrdiff_t per = 2 * (ptrdiff_t)s->h * s->w;
-	ptrdiff_t parts = ws_len / per;
-	return parts < 1 ? 1 : parts > 1 << 20 ? 1 << 20 : (int)parts;
+	return ss_ws_threads(threads, ws_len, 2 * (ptrdiff_t)s->h * s->w);
 }
 
 SS_ISA_VARIANTS(lrn_forward_part);
 SS_ISA_VARIANTS(lrn_backward_part);
 
-void ss_lrn_forward(int isa, const ss_lrn_shape *s, const float *x, float *y, float *scale,
+void ss_lrn_forward(int isa, int threads, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .out = y, .scale = scale, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
 	                lrn_forward_part_isa[j.isa], &j);
 }
 
-void ss_lrn_backward(int isa, const ss_lrn_shape *s, const float *x, const float *y,
+void ss_lrn_backward(int isa, int threads, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
-	ss_parallel_for(lrn_parts(s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
+	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
 	                lrn_backward_part_isa[j.isa], &j);
 }
 
@@ -344,25 +342,6 @@ SS_AVX2 static void fc_dots(int in, const float *w0, const float *w1, const floa
 	out[3] = ss_hsum(a3), out[4] = ss_hsum(a4), out[5] = ss_hsum(a5);
 	out[6] = ss_hsum(b0), out[7] = ss_hsum(b1), out[8] = ss_hsum(b2);
 	out[9] = ss_hsum(b3), out[10] = ss_hsum(b4), out[11] = ss_hsum(b5);
-}
-
-SS_AVX2 static void fc_forward_small(int n, int in, int out, const float *x, const float *w,
-                                     const float *b, float *y)
-{
-	for (int r0 = 0; r0 < n; r0 += 6) {
-		const int nr = ss_imin(6, n - r0);
-		const float *xs[6];
-		for (int r = 0; r < 6; r++)
-			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
-		for (int o = 0; o < out; o += 2) {
-			const int no = ss_imin(2, out - o);
-			float d[12];
-			fc_dots(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
-			for (int k = 0; k < no; k++)
-				for (int r = 0; r < nr; r++)
-					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
-		}
-	}
 }
 
 /* fc_backward_small computes dw (and dx, zeroed first, unless NULL) two
@@ -446,26 +425,6 @@ SS_AVX512 static void fc_dots16(int in, const float *w0, const float *w1, const 
 	out[9] = _mm512_reduce_add_ps(b3), out[10] = _mm512_reduce_add_ps(b4), out[11] = _mm512_reduce_add_ps(b5);
 }
 
-/* fc_forward_small16 is fc_forward_small on fc_dots16. */
-SS_AVX512 static void fc_forward_small16(int n, int in, int out, const float *x, const float *w,
-                                         const float *b, float *y)
-{
-	for (int r0 = 0; r0 < n; r0 += 6) {
-		const int nr = ss_imin(6, n - r0);
-		const float *xs[6];
-		for (int r = 0; r < 6; r++)
-			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
-		for (int o = 0; o < out; o += 2) {
-			const int no = ss_imin(2, out - o);
-			float d[12];
-			fc_dots16(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
-			for (int k = 0; k < no; k++)
-				for (int r = 0; r < nr; r++)
-					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
-		}
-	}
-}
-
 /* fc_backward_small16 is fc_backward_small with 16 lanes. */
 SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x, const float *w,
                                           const float *dy, float *dx, float *dw)
@@ -503,23 +462,50 @@ SS_AVX512 static void fc_backward_small16(int n, int in, int out, const float *x
 
 #endif /* SS_HAVE_AVX512 */
 
-void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float *w,
+#if defined(SS_HAVE_AVX2) || defined(SS_HAVE_AVX512)
+/* fc_dots_fn is fc_dots or fc_dots16: the dot products of two weight
+ * rows with six input rows. */
+typedef void (*fc_dots_fn)(int in, const float *w0, const float *w1, const float *const x[6], float out[12]);
+
+/* fc_forward_small computes y = x w^T + b for at most FC_SMALL rows, two
+ * weight rows against up to six input rows per call of dots. */
+static void fc_forward_small(fc_dots_fn dots, int n, int in, int out, const float *x, const float *w,
+                             const float *b, float *y)
+{
+	for (int r0 = 0; r0 < n; r0 += 6) {
+		const int nr = ss_imin(6, n - r0);
+		const float *xs[6];
+		for (int r = 0; r < 6; r++)
+			xs[r] = x + (ptrdiff_t)(r0 + ss_imin(r, nr - 1)) * in;
+		for (int o = 0; o < out; o += 2) {
+			const int no = ss_imin(2, out - o);
+			float d[12];
+			dots(in, w + (ptrdiff_t)o * in, w + (ptrdiff_t)(o + no - 1) * in, xs, d);
+			for (int k = 0; k < no; k++)
+				for (int r = 0; r < nr; r++)
+					y[(ptrdiff_t)(r0 + r) * out + o + k] = d[6 * k + r] + (b ? b[o + k] : 0.0f);
+		}
+	}
+}
+#endif
+
+void ss_fc_forward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y)
 {
 	isa = ss_isa(isa);
 #ifdef SS_HAVE_AVX512
 	if (n <= FC_SMALL && isa >= SS_ISA_AVX512) {
-		fc_forward_small16(n, in, out, x, w, b, y);
+		fc_forward_small(fc_dots16, n, in, out, x, w, b, y);
 		return;
 	}
 #endif
 #ifdef SS_HAVE_AVX2
 	if (n <= FC_SMALL && isa >= SS_ISA_AVX2) {
-		fc_forward_small(n, in, out, x, w, b, y);
+		fc_forward_small(fc_dots, n, in, out, x, w, b, y);
 		return;
 	}
 #endif
-	ss_sgemm(0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+	ss_sgemm(threads, 0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 	if (b == NULL)
 		return;
 	for (int r = 0; r < n; r++) {
@@ -529,7 +515,7 @@ void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float 
 	}
 }
 
-void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float *w,
+void ss_fc_backward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db)
 {
 	isa = ss_isa(isa);
@@ -544,9 +530,9 @@ void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float
 	} else
 #endif
 	{
-		ss_sgemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
+		ss_sgemm(threads, 1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
 		if (dx)
-			ss_sgemm(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+			ss_sgemm(threads, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 	}
 	if (db == NULL)
 		return;

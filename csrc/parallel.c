@@ -1,6 +1,11 @@
 /* A small fork-join thread pool for the non-GEMM kernels: persistent
  * POSIX threads that sleep on a condition variable between jobs, so that
- * while idle they leave the cores to OpenBLAS's threads and to Go. */
+ * while idle they leave the cores to OpenBLAS's threads and to Go.
+ *
+ * The pool is process-wide and only grows (ss_threads_init); how many of
+ * its threads a job uses is the caller's: every kernel passes the thread
+ * count of the engine that called it to ss_parallel_for, so that engines
+ * with different counts share the pool without changing each other's. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -14,7 +19,6 @@ static struct {
 	pthread_cond_t done;     /* the last worker of a job finished */
 	pthread_mutex_t submit;  /* held by the one caller whose job runs */
 	int started;             /* worker threads started */
-	int active;              /* threads a job is split over, caller included */
 	unsigned long gen;       /* job generation */
 	int pending;             /* workers of the current job still running */
 	int parts;               /* ranges of the current job */
@@ -26,8 +30,11 @@ static struct {
 	.wake = PTHREAD_COND_INITIALIZER,
 	.done = PTHREAD_COND_INITIALIZER,
 	.submit = PTHREAD_MUTEX_INITIALIZER,
-	.active = 1,
 };
+
+/* The most parts of the jobs the calling thread ran since the last
+ * ss_parallel_max_parts (a test hook; one store per job). */
+static __thread int max_parts_seen;
 
 static void run_part(ss_range_fn fn, void *ctx, ptrdiff_t n, int part, int parts)
 {
@@ -68,7 +75,7 @@ int ss_threads_init(int n)
 		n = 1;
 	if (n > SS_MAX_THREADS)
 		n = SS_MAX_THREADS;
-	pthread_mutex_lock(&pool.submit); /* no job runs while resizing */
+	pthread_mutex_lock(&pool.submit); /* no job runs while growing */
 	pthread_mutex_lock(&pool.lock);
 	int rc = 0;
 	while (pool.started < n - 1) {
@@ -82,7 +89,6 @@ int ss_threads_init(int n)
 			break;
 		pool.started++;
 	}
-	pool.active = pool.started + 1 < n ? pool.started + 1 : n;
 	pthread_mutex_unlock(&pool.lock);
 	pthread_mutex_unlock(&pool.submit);
 	return rc == 0 ? 0 : -1;
@@ -111,34 +117,52 @@ ptrdiff_t ss_grain(ptrdiff_t item_floats)
 int ss_threads(void)
 {
 	pthread_mutex_lock(&pool.lock);
-	int n = pool.active;
+	int n = pool.started + 1;
 	pthread_mutex_unlock(&pool.lock);
 	return n;
 }
 
-void ss_parallel_for(int max_parts, ptrdiff_t n, ptrdiff_t grain, ss_range_fn fn, void *ctx)
+int ss_parallel_max_parts(void)
+{
+	int n = max_parts_seen;
+	max_parts_seen = 0;
+	return n;
+}
+
+/* serial runs a whole job on the caller. */
+static void serial(ptrdiff_t n, ss_range_fn fn, void *ctx)
+{
+	if (max_parts_seen < 1)
+		max_parts_seen = 1;
+	fn(ctx, 0, n, 0);
+}
+
+void ss_parallel_for(int threads, ptrdiff_t n, ptrdiff_t grain, ss_range_fn fn, void *ctx)
 {
 	if (n <= 0)
 		return;
 	if (grain < 1)
 		grain = 1;
-	/* Another caller's job in progress: run here, serially. */
-	if (n < 2 * grain || pthread_mutex_trylock(&pool.submit) != 0) {
-		fn(ctx, 0, n, 0);
+	/* Too little work, a serial caller, or another caller's job in
+	 * progress: run here, serially. */
+	if (threads <= 1 || n < 2 * grain || pthread_mutex_trylock(&pool.submit) != 0) {
+		serial(n, fn, ctx);
 		return;
 	}
 	pthread_mutex_lock(&pool.lock);
-	int parts = pool.active;
-	if (max_parts > 0 && max_parts < parts)
-		parts = max_parts;
+	int parts = pool.started + 1;
+	if (threads < parts)
+		parts = threads;
 	if (n / grain < parts)
 		parts = (int)(n / grain);
 	if (parts <= 1) {
 		pthread_mutex_unlock(&pool.lock);
 		pthread_mutex_unlock(&pool.submit);
-		fn(ctx, 0, n, 0);
+		serial(n, fn, ctx);
 		return;
 	}
+	if (max_parts_seen < parts)
+		max_parts_seen = parts;
 	pool.fn = fn;
 	pool.ctx = ctx;
 	pool.n = n;

@@ -613,20 +613,21 @@ SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 SS_ISA_VARIANTS(forward_part);
 SS_ISA_VARIANTS(backward_part);
 
-void ss_pool_forward(int isa, const ss_pool_shape *s, const float *x, float *y, int *mask)
+void ss_pool_forward(int isa, int threads, const ss_pool_shape *s, const float *x, float *y, int *mask)
 {
 	pool_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .mask = s->mode == SS_POOL_MAX ? mask : NULL,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part_isa[j.isa], &j);
+	ss_parallel_for(threads, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), forward_part_isa[j.isa], &j);
 }
 
-ptrdiff_t ss_pool_backward(int isa, const ss_pool_shape *s, const float *dy, const int *mask, float *dx)
+ptrdiff_t ss_pool_backward(int isa, int threads, const ss_pool_shape *s, const float *dy, const int *mask,
+                           float *dx)
 {
 	pool_job j = {.s = s, .isa = ss_isa(isa), .dy = dy, .dx = dx, .cmask = mask,
 	              .oh = ss_pool_out(s->h, s->kh, s->pad_h, s->stride_h),
 	              .ow = ss_pool_out(s->w, s->kw, s->pad_w, s->stride_w)};
-	ss_parallel_for(0, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part_isa[j.isa], &j);
+	ss_parallel_for(threads, (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w), backward_part_isa[j.isa], &j);
 	ptrdiff_t bad = 0;
 	for (int i = 0; i < SS_MAX_THREADS; i++)
 		bad += j.bad[i];

@@ -20,6 +20,18 @@
  * OpenBLAS.
  *
  * Indices are ptrdiff_t wherever a product of sizes can exceed INT_MAX.
+ *
+ * Threads. Every kernel that can split its work takes the number of
+ * threads to split it over (threads, the caller included; <= 1 runs it
+ * serially), next to its instruction-set level: the caller (the Go
+ * package's engine) owns that count, so that callers with different
+ * counts share the process without changing each other's. The non-GEMM
+ * work runs on a process-wide pool that only grows (ss_threads_init);
+ * GEMMs run on OpenBLAS's threads, whose count is process-wide too:
+ * ss_sgemm sets it to the call's count when it differs from the last one
+ * set (see ss_sgemm). Results never depend on the thread count, nor on
+ * how concurrent callers share the pool: work is split by items (images,
+ * planes, rows, tiles) whose sums run in a fixed order.
  */
 #ifndef SOFTSYNC_H
 #define SOFTSYNC_H
@@ -101,33 +113,47 @@ const char *ss_blas_path(void);
 /* openblas_get_config() and openblas_get_corename(). */
 const char *ss_blas_config(void);
 const char *ss_blas_corename(void);
-/* openblas_set_num_threads / openblas_get_num_threads. */
+/* ss_blas_set_threads sets OpenBLAS's thread count
+ * (openblas_set_num_threads) to n (at least 1) unless it was last set to
+ * n here already; ss_blas_threads returns openblas_get_num_threads(). */
 void ss_blas_set_threads(int n);
 int ss_blas_threads(void);
 
 /* ss_sgemm computes C = alpha*op(A)*op(B) + beta*C, row-major, where
  * op(A) is m x k, op(B) is k x n, op(X) = X^T when trans_x is nonzero.
- * lda, ldb, ldc are the row strides of A, B, C as stored. Requires
- * ss_blas_load. */
-void ss_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
+ * lda, ldb, ldc are the row strides of A, B, C as stored. It runs on
+ * threads OpenBLAS threads: OpenBLAS's count is process-wide, so it
+ * first calls ss_blas_set_threads(threads), which costs one comparison
+ * when the count is unchanged. Two concurrent calls with different counts
+ * may therefore run with each other's count (never a wrong result: only
+ * the speed changes). Requires ss_blas_load. */
+void ss_sgemm(int threads, int trans_a, int trans_b, int m, int n, int k, float alpha,
               const float *a, int lda, const float *b, int ldb,
               float beta, float *c, int ldc);
 
 /* ss_sgemm_loop calls cblas_sgemm reps times (no transposes, packed
- * operands) and returns the elapsed seconds: the raw C baseline that the
- * Go API's overhead is measured against. */
-double ss_sgemm_loop(int m, int n, int k, const float *a, const float *b,
+ * operands) on threads OpenBLAS threads (as ss_sgemm) and returns the
+ * elapsed seconds: the raw C baseline that the Go API's overhead is
+ * measured against. */
+double ss_sgemm_loop(int threads, int m, int n, int k, const float *a, const float *b,
                      float *c, int reps);
 
 /* ---- threads (parallel.c) ---- */
 
-/* ss_threads_init sets the number of threads (the caller included) that
- * the non-GEMM kernels split their work over, starting worker threads as
- * needed; n <= 1 makes them serial. Workers sleep between jobs. Returns 0,
- * or -1 if a thread could not be started (fewer are then used). */
+/* ss_threads_init grows the process-wide pool the non-GEMM kernels split
+ * their work over to n threads (the caller included, at most 256),
+ * starting worker threads as needed; it never stops any, so a smaller n
+ * changes nothing. How many threads a call uses is its threads argument,
+ * bounded by the pool's size. Workers sleep between jobs. Returns 0, or
+ * -1 if a thread could not be started (calls then use fewer). */
 int ss_threads_init(int n);
-/* ss_threads returns the number of threads set by ss_threads_init. */
+/* ss_threads returns the pool's size: its workers plus the caller. */
 int ss_threads(void);
+/* ss_parallel_max_parts returns the most threads any job the calling
+ * thread ran since its previous call was split over (1 for a job run
+ * serially, 0 if none ran), and starts counting again: tests check with it
+ * that a kernel uses the threads it was given. */
+int ss_parallel_max_parts(void);
 /* ss_set_min_parallel_floats sets how much work (in floats touched) a
  * range needs before it is given to another thread (default 4096);
  * tests lower it to 1 to exercise the parallel paths on small shapes. */
@@ -183,34 +209,37 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 /* ss_conv_workspace returns the number of floats of scratch memory
  * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
  * for a group size and method; for the direct method it depends on the
- * level and on the thread count (ss_threads_init). */
-ptrdiff_t ss_conv_workspace(int isa, const ss_conv_shape *s, int group, int method, int backward);
+ * level and on the thread count threads. */
+ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                            int backward);
 
 /* ss_conv_forward computes y = conv(x, w) + b for the batch with a method
- * (group images per GEMM for the GEMM methods); b may be NULL. ws holds
- * ws_len >= ss_conv_workspace(s, group, method, 0) floats (taken when the
- * thread count was what it is now; with less, fewer threads are used). */
-void ss_conv_forward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
+ * (group images per GEMM for the GEMM methods) over threads threads; b
+ * may be NULL. ws holds ws_len >= ss_conv_workspace(isa, threads, s,
+ * group, method, 0) floats (with less, the direct method uses fewer
+ * threads). */
+void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,
                      const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len);
 
 /* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
  * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
- * ws_len >= ss_conv_workspace(s, group, method, 1) floats. */
-void ss_conv_backward(int isa, const ss_conv_shape *s, int group, int method, const float *x,
+ * ws_len >= ss_conv_workspace(isa, threads, s, group, method, 1)
+ * floats. */
+void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- direct convolution (direct.c) ---- */
 
 /* ss_conv_direct_workspace is ss_conv_workspace for SS_CONV_DIRECT. */
-ptrdiff_t ss_conv_direct_workspace(int isa, const ss_conv_shape *s, int backward);
+ptrdiff_t ss_conv_direct_workspace(int isa, int threads, const ss_conv_shape *s, int backward);
 /* ss_conv_direct_forward and ss_conv_direct_backward are ss_conv_forward
  * and ss_conv_backward for SS_CONV_DIRECT; they require
  * ss_conv_direct_supported(isa, s). */
-void ss_conv_direct_forward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *b,
-                            float *y, float *ws, ptrdiff_t ws_len);
-void ss_conv_direct_backward(int isa, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
-                             float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
+void ss_conv_direct_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                            const float *b, float *y, float *ws, ptrdiff_t ws_len);
+void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- pooling (pool.c) ---- */
 
@@ -223,43 +252,45 @@ int ss_pool_out(int in, int k, int pad, int stride);
  * unused and may be NULL, and each output is the sum of the window's
  * pixels inside the image divided by the window's size clipped to the
  * padded image. */
-void ss_pool_forward(int isa, const ss_pool_shape *s, const float *x, float *y, int *mask);
+void ss_pool_forward(int isa, int threads, const ss_pool_shape *s, const float *x, float *y, int *mask);
 
 /* ss_pool_backward overwrites dx with the gradient of the pooling from
  * dy: through mask for max pooling, spread evenly over each window for
  * average pooling. Mask entries outside [0, H*W) are skipped and counted:
  * the count is returned (0 for a mask written by ss_pool_forward). */
-ptrdiff_t ss_pool_backward(int isa, const ss_pool_shape *s, const float *dy, const int *mask, float *dx);
+ptrdiff_t ss_pool_backward(int isa, int threads, const ss_pool_shape *s, const float *dy, const int *mask,
+                           float *dx);
 
 /* ---- element-wise, LRN, FC, loss (layers.c) ---- */
 
 /* ss_relu_forward: y = max(x, 0); y may alias x. */
-void ss_relu_forward(int isa, ptrdiff_t n, const float *x, float *y);
+void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y);
 /* ss_relu_backward: dx = y > 0 ? dy : 0; dx may alias dy. */
-void ss_relu_backward(int isa, ptrdiff_t n, const float *y, const float *dy, float *dx);
+void ss_relu_backward(int isa, int threads, ptrdiff_t n, const float *y, const float *dy, float *dx);
 
 /* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
- * use with the current thread count (2*H*W per thread); with less, they
- * use fewer threads (at least 2*H*W floats are required). */
-ptrdiff_t ss_lrn_workspace(const ss_lrn_shape *s);
+ * use over threads threads (2*H*W per thread); with less, they use fewer
+ * threads (at least 2*H*W floats are required). */
+ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s);
 /* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len
  * floats (see ss_lrn_workspace). */
-void ss_lrn_forward(int isa, const ss_lrn_shape *s, const float *x, float *y, float *scale,
+void ss_lrn_forward(int isa, int threads, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len);
 /* ss_lrn_backward computes dx from x, y, scale and dy:
  * dx_q = dy_q*scale_q^(-beta)
  *        - 2*alpha*beta/size^2 * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
  * ws holds ws_len floats (see ss_lrn_workspace). */
-void ss_lrn_backward(int isa, const ss_lrn_shape *s, const float *x, const float *y,
+void ss_lrn_backward(int isa, int threads, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len);
 
 /* ss_fc_forward: y (n x out) = x (n x in) * w^T (w is out x in) + b; b may
- * be NULL. */
-void ss_fc_forward(int isa, int n, int in, int out, const float *x, const float *w,
+ * be NULL. Batches of more than a few rows (or at level SS_ISA_GENERIC)
+ * run an OpenBLAS GEMM on threads threads; the others run serially. */
+void ss_fc_forward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                    const float *b, float *y);
 /* ss_fc_backward: dw = dy^T x, db = column sums of dy (NULL to skip),
  * dx = dy w (NULL to skip), all overwritten. */
-void ss_fc_backward(int isa, int n, int in, int out, const float *x, const float *w,
+void ss_fc_backward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, float *db);
 
 /* ss_softmax_xent computes prob = softmax of each of the n rows of k

@@ -88,10 +88,8 @@ func BenchmarkConv(b *testing.B) {
 }
 
 // forLevels runs f with the native engine on one thread at each of levels
-// the CPU runs (the others are logged), and restores the process-wide
-// thread count after.
+// the CPU runs (the others are logged).
 func forLevels(b *testing.B, levels []isa.Level, f func(e kernels.Engine)) {
-	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	for _, l := range levels {
 		if !isa.Supported(l) {
 			b.Logf("native-%v: %s", l, isa.Reason())

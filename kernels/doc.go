@@ -15,7 +15,22 @@
 //
 // Threads: the native engine runs GEMMs on OpenBLAS's threads and splits
 // the rest (convolutions, pooling, LRN, ReLU) over a small pool of C
-// threads that sleep between jobs; Config.Threads sets both.
+// threads that sleep between jobs. Each engine owns its thread count
+// (Config.Threads, reported by Info.Threads and ThreadsOf): a later New
+// with another count leaves the engines already made as they were. The C
+// pool is process-wide and only grows, to the largest count asked for;
+// every call passes its engine's count down to the C kernels, which split
+// their jobs over at most that many of the pool's threads and size their
+// per-thread workspace by it. OpenBLAS's thread count is process-wide
+// too: before each GEMM the engine compares it with its own count (one
+// atomic load) and changes it, under a lock, only when they differ. The
+// caveat: when two engines with different counts run GEMMs at the same
+// moment, one of them may run that GEMM with the other's count, which
+// changes its speed, and its result within rounding (OpenBLAS splits a
+// product differently for another count), never beyond. Everything else is
+// independent of the thread count and of concurrent callers: the C
+// kernels split work by items whose sums run in a fixed order, so their
+// bits are the same for every count (kerneltest.ThreadsAgree).
 //
 // Convolutions: at instruction-set levels AVX2 and AVX-512, stride-1
 // convolutions run on direct kernels (csrc/direct.c, csrc/direct512.c)

@@ -34,9 +34,12 @@ var (
 // loaded; New therefore sets OPENBLAS_CORETYPE and OPENBLAS_THREAD_TIMEOUT
 // in the process environment just before loading it. It reads none.
 type Config struct {
-	// Threads is the number of threads of OpenBLAS and of the C kernels;
-	// 0 means the number of cores available to the process (its CPU
-	// affinity set).
+	// Threads is the number of threads the engine's GEMMs (on OpenBLAS's
+	// threads) and C kernels split their work over, the calling thread
+	// included; 0 means the number of cores available to the process (its
+	// CPU affinity set). At most 256 are used. It is the engine's own:
+	// engines made later with other counts do not change it (see the
+	// package doc for OpenBLAS's process-wide count).
 	Threads int
 	// CoreType is an OpenBLAS core the user asked for (the value of
 	// OPENBLAS_CORETYPE, read by the caller). Empty means: choose from the
@@ -92,7 +95,7 @@ type Info struct {
 	CoreName   string // openblas_get_corename(): the kernel in use
 	CoreType   string // OPENBLAS_CORETYPE in force when OpenBLAS was loaded ("" = OpenBLAS's own detection)
 	CoreReason string // why that core type
-	Threads    int    // BLAS threads in use (and threads of the C kernels)
+	Threads    int    // the engine's threads (OpenBLAS's and the C kernels'; 1 for the reference engine)
 	// ThreadTimeout is the OPENBLAS_THREAD_TIMEOUT OpenBLAS was loaded with.
 	ThreadTimeout int
 	// Fallback is set when the reference engine runs although the native
@@ -117,7 +120,9 @@ func DefaultThreads() int { return runtime.NumCPU() }
 //
 // OpenBLAS is loaded once per process: the first New that loads it fixes
 // its library and core type for the life of the process; later calls reuse
-// it and only change the thread count.
+// it. Each engine keeps the thread count it was made with (Config.Threads):
+// a later New with another count does not change the engines already
+// returned.
 func New(cfg Config) (Engine, Info, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, Info{}, err
@@ -168,4 +173,14 @@ func ISAOf(e Engine) isa.Level {
 		return l.ISA()
 	}
 	return isa.Generic
+}
+
+// ThreadsOf returns the number of threads e splits its work over: the
+// native engine's own count (Info.Threads when New made it), 1 for any
+// other engine.
+func ThreadsOf(e Engine) int {
+	if t, ok := e.(interface{ Threads() int }); ok {
+		return t.Threads()
+	}
+	return 1
 }

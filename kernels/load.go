@@ -49,13 +49,12 @@ func newNative(cfg Config, level isa.Level) (Engine, Info, error) {
 	if openblas.err != nil {
 		return nil, info, openblas.err
 	}
-	C.ss_blas_set_threads(C.int(cfg.Threads))
-	C.ss_threads_init(C.int(cfg.Threads))
-	info.Threads = int(C.ss_blas_threads())
 	cb := cBest()
 	info.ISA = min(level, cb)
 	info.ISAReason = isaReason(cfg.ISA, info.ISA, cb)
-	return native{isa: cISA(info.ISA)}, info, nil
+	e := newNativeAt(cISA(info.ISA), cfg.Threads)
+	info.Threads = e.Threads()
+	return e, info, nil
 }
 
 // libraryCandidates lists what to dlopen, in order.
@@ -108,8 +107,7 @@ func loadBLAS(cfg Config) (Info, error) {
 		info.Library = C.GoString(C.ss_blas_path())
 		info.BLASConfig = C.GoString(C.ss_blas_config())
 		info.CoreName = C.GoString(C.ss_blas_corename())
-		C.ss_blas_set_threads(C.int(cfg.Threads))
-		if err := verifyGemm(native{}); err != nil {
+		if err := verifyGemm(newNativeAt(C.SS_ISA_GENERIC, cfg.Threads)); err != nil {
 			return info, fmt.Errorf("%w: core %s (%s): %v", ErrVerify, info.CoreName, lib, err)
 		}
 		return info, nil

@@ -45,6 +45,12 @@ package kernels
 #cgo nocallback ss_lrn_workspace
 #cgo noescape ss_isa_best
 #cgo nocallback ss_isa_best
+#cgo noescape ss_threads_init
+#cgo nocallback ss_threads_init
+#cgo noescape ss_parallel_max_parts
+#cgo nocallback ss_parallel_max_parts
+#cgo noescape ss_blas_threads
+#cgo nocallback ss_blas_threads
 #include <stdlib.h>
 #include "softsync.h"
 */
@@ -60,8 +66,10 @@ import (
 // NativeBuilt reports whether this binary contains the native engine.
 func NativeBuilt() bool { return true }
 
-// native is the cgo engine: csrc kernels with OpenBLAS GEMM. It is stateless
-// apart from the process-wide OpenBLAS, so it is safe for concurrent use.
+// native is the cgo engine: csrc kernels with OpenBLAS GEMM. Its fields are
+// fixed when it is made, so it is safe for concurrent use; what it shares
+// with other native engines (OpenBLAS, the C kernels' thread pool) each
+// call sets up for its own thread count (see the package doc).
 type native struct {
 	// budget bounds, in floats, the column matrix of one convolution
 	// GEMM, which decides how many images it covers (ss_conv_group);
@@ -74,7 +82,27 @@ type native struct {
 	// isa is the C kernels' instruction-set level (SS_ISA_*, see
 	// cISA).
 	isa C.int
+	// threads is the number of threads the engine's kernels and GEMMs
+	// split their work over, the calling thread included (1 to
+	// maxThreads).
+	threads C.int
 }
+
+// maxThreads bounds an engine's threads (SS_MAX_THREADS of the C kernels).
+const maxThreads = 256
+
+// newNativeAt returns the native engine at C level l over threads threads
+// (bounded to 1..maxThreads), the C kernels' thread pool grown to them.
+func newNativeAt(l C.int, threads int) native {
+	t := C.int(min(max(threads, 1), maxThreads))
+	// A pool that cannot grow (no thread could be started) only makes
+	// the calls use fewer threads: not an error.
+	C.ss_threads_init(t)
+	return native{isa: l, threads: t}
+}
+
+// Threads returns the number of threads the engine splits its work over.
+func (e native) Threads() int { return int(e.threads) }
 
 // The C levels (SS_ISA_*) are the concrete isa.Levels, in the same order,
 // counted from SS_ISA_GENERIC (checked at compile time: the array types
@@ -142,7 +170,7 @@ func cbool(b bool) C.int {
 	return 0
 }
 
-func (native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
+func (e native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	fits32("Gemm", m, n, k, lda, ldb, ldc)
@@ -164,7 +192,7 @@ func (native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		return
 	}
 	yieldSlice()
-	C.ss_sgemm(cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+	C.ss_sgemm(e.threads, cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		fptr(a), C.int(lda), fptr(b), C.int(ldb), C.float(beta), fptr(c), C.int(ldc))
 }
 
@@ -187,7 +215,7 @@ func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.i
 		method = C.int(e.method - 1)
 	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(e.isa, cs, g, method, cbool(backward))
+	need := C.ss_conv_workspace(e.isa, e.threads, cs, g, method, cbool(backward))
 	return g, method, ws.Floats(int(need))
 }
 
@@ -196,7 +224,7 @@ func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, false, ws)
 	yieldSlice()
-	C.ss_conv_forward(e.isa, &cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_conv_forward(e.isa, e.threads, &cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
@@ -204,7 +232,7 @@ func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Wo
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, true, ws)
 	yieldSlice()
-	C.ss_conv_backward(e.isa, &cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func poolShape(s PoolShape) C.ss_pool_shape {
@@ -222,7 +250,7 @@ func (e native) PoolForward(s PoolShape, x, y []float32, mask []int32) {
 		m = iptr(mask)
 	}
 	yieldSlice()
-	C.ss_pool_forward(e.isa, &ps, fptr(x), fptr(y), m)
+	C.ss_pool_forward(e.isa, e.threads, &ps, fptr(x), fptr(y), m)
 }
 
 func (e native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float32) {
@@ -235,7 +263,7 @@ func (e native) PoolBackward(s PoolShape, dy []float32, mask []int32, dx []float
 	yieldSlice()
 	// The C kernel skips and counts mask entries outside the input plane,
 	// so a corrupted mask never writes out of bounds; report the first.
-	if C.ss_pool_backward(e.isa, &ps, fptr(dy), m, fptr(dx)) != 0 {
+	if C.ss_pool_backward(e.isa, e.threads, &ps, fptr(dy), m, fptr(dx)) != 0 {
 		plane := s.H * s.W
 		for _, v := range mask[:s.OutputLen()] {
 			checkMaskEntry(v, plane)
@@ -247,7 +275,7 @@ func (e native) ReLUForward(x, y []float32) {
 	checkReLUForward(x, y)
 	if len(x) > 0 {
 		yieldSlice()
-		C.ss_relu_forward(e.isa, C.ptrdiff_t(len(x)), fptr(x), fptr(y))
+		C.ss_relu_forward(e.isa, e.threads, C.ptrdiff_t(len(x)), fptr(x), fptr(y))
 	}
 }
 
@@ -255,7 +283,7 @@ func (e native) ReLUBackward(y, dy, dx []float32) {
 	checkReLUBackward(y, dy, dx)
 	if len(y) > 0 {
 		yieldSlice()
-		C.ss_relu_backward(e.isa, C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
+		C.ss_relu_backward(e.isa, e.threads, C.ptrdiff_t(len(y)), fptr(y), fptr(dy), fptr(dx))
 	}
 }
 
@@ -268,31 +296,31 @@ func lrnShape(s LRNShape) C.ss_lrn_shape {
 func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
 	ls := lrnShape(s)
-	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()
-	C.ss_lrn_forward(e.isa, &ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_lrn_forward(e.isa, e.threads, &ls, fptr(x), fptr(y), fptr(scale), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (e native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
 	ls := lrnShape(s)
-	buf := ws.Floats(int(C.ss_lrn_workspace(&ls)))
+	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()
-	C.ss_lrn_backward(e.isa, &ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
+	C.ss_lrn_backward(e.isa, e.threads, &ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
 }
 
 func (e native) FCForward(n, in, out int, x, w, b, y []float32) {
 	checkFCForward(n, in, out, x, w, b, y)
 	fits32("FCForward", n, in, out)
 	yieldSlice()
-	C.ss_fc_forward(e.isa, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
+	C.ss_fc_forward(e.isa, e.threads, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(b), fptr(y))
 }
 
 func (e native) FCBackward(n, in, out int, x, w, dy, dx, dw, db []float32) {
 	checkFCBackward(n, in, out, x, w, dy, dx, dw, db)
 	fits32("FCBackward", n, in, out)
 	yieldSlice()
-	C.ss_fc_backward(e.isa, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
+	C.ss_fc_backward(e.isa, e.threads, C.int(n), C.int(in), C.int(out), fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db))
 }
 
 func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, prob, dlogits []float32) float32 {
@@ -306,3 +334,11 @@ func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, pr
 // before it runs on another thread (tests lower it to reach the parallel
 // paths with small shapes).
 func setMinParallelFloats(n int) { C.ss_set_min_parallel_floats(C.ptrdiff_t(n)) }
+
+// parallelMaxParts returns the most threads a C kernel's job run by the
+// calling OS thread was split over since the previous call, 0 if none
+// ran (tests lock the goroutine to its thread around the calls).
+func parallelMaxParts() int { return int(C.ss_parallel_max_parts()) }
+
+// blasThreads returns OpenBLAS's thread count now.
+func blasThreads() int { return int(C.ss_blas_threads()) }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -20,10 +21,7 @@ import (
 // the CPU runs.
 func TestNativeParallel(t *testing.T) {
 	kernels.SetMinParallelFloats(1)
-	defer func() {
-		kernels.SetMinParallelFloats(4096)
-		kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
-	}()
+	defer kernels.SetMinParallelFloats(4096)
 	for _, l := range isa.All {
 		t.Run(l.String(), func(t *testing.T) {
 			if !isa.Supported(l) {
@@ -77,7 +75,6 @@ func TestNativeConvPlans(t *testing.T) {
 // networks' shapes and on shapes off the vector paths (odd sizes,
 // padding, strides 1 and 3).
 func TestLevelsAgree(t *testing.T) {
-	defer kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")})
 	var engines []kernels.Engine
 	for _, l := range []isa.Level{isa.Generic, isa.AVX2, isa.AVX512} {
 		if !isa.Supported(l) {
@@ -94,13 +91,7 @@ func TestLevelsAgree(t *testing.T) {
 		t.Skipf("one level only here (%s)", isa.Reason())
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	uniform := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = 2*r.Float32() - 1
-		}
-		return x
-	}
+	uniform := func(n int) []float32 { return randSlice(r, n) }
 	same := func(what string, l isa.Level, got, want []float32) {
 		t.Helper()
 		for i := range want {
@@ -123,16 +114,9 @@ func TestLevelsAgree(t *testing.T) {
 		for _, mode := range []kernels.PoolMode{kernels.MaxPool, kernels.AvgPool} {
 			s.Mode = mode
 			x, dy := uniform(s.InputLen()), uniform(s.OutputLen())
-			var want [3][]float32
+			var want [][]float32
 			for i, e := range engines {
-				y, dx, mask := make([]float32, s.OutputLen()), make([]float32, s.InputLen()), make([]int32, s.OutputLen())
-				e.PoolForward(s, x, y, mask)
-				e.PoolBackward(s, dy, mask, dx)
-				m := make([]float32, len(mask))
-				for k, v := range mask {
-					m[k] = float32(v)
-				}
-				got := [3][]float32{y, dx, m}
+				got := kerneltest.PoolPasses(e, s, x, dy)
 				if i == 0 {
 					want = got
 					continue
@@ -180,4 +164,91 @@ func TestLevelsAgree(t *testing.T) {
 		same("ReLU y", kernels.ISAOf(e), y, want[0])
 		same("ReLU dx", kernels.ISAOf(e), dx, want[1])
 	}
+}
+
+// TestEnginesOwnThreads makes an engine of two threads, then one of one
+// thread: each keeps its count (Info, ThreadsOf), splits its C kernels'
+// jobs over that many threads, and runs its GEMMs on that many OpenBLAS
+// threads, whichever engine was made or called last; both compute the
+// same results (kerneltest.ThreadsAgree), alone and at once.
+func TestEnginesOwnThreads(t *testing.T) {
+	kernels.SetMinParallelFloats(1)
+	defer kernels.SetMinParallelFloats(4096)
+	core := os.Getenv("OPENBLAS_CORETYPE")
+	a, ia, err := kernels.New(kernels.Config{Threads: 2, CoreType: core})
+	if err != nil || ia.Fallback {
+		t.Fatal(err, ia.FallbackErr)
+	}
+	b, ib, err := kernels.New(kernels.Config{Threads: 1, CoreType: core})
+	if err != nil || ib.Fallback {
+		t.Fatal(err, ib.FallbackErr)
+	}
+	if ia.Threads != 2 || kernels.ThreadsOf(a) != 2 || ib.Threads != 1 || kernels.ThreadsOf(b) != 1 {
+		t.Fatalf("threads: first engine Info %d, ThreadsOf %d; second Info %d, ThreadsOf %d; want 2, 2, 1, 1",
+			ia.Threads, kernels.ThreadsOf(a), ib.Threads, kernels.ThreadsOf(b))
+	}
+
+	// The jobs of the C kernels, as the goroutine's thread runs them.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cs := kernels.ConvShape{N: 4, C: 3, H: 10, W: 10, OC: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1}
+	ps := kernels.PoolShape{N: 4, C: 3, H: 10, W: 10, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+	ls := kernels.LRNShape{N: 4, C: 3, H: 10, W: 10, Size: 3, Alpha: 1e-4, Beta: 0.75, K: 1}
+	r := rand.New(rand.NewPCG(11, 12))
+	uniform := func(n int) []float32 { return randSlice(r, n) }
+	x, w, dy := uniform(cs.InputLen()), uniform(cs.WeightLen()), uniform(cs.OutputLen())
+	ws := &kernels.Workspace{}
+	ops := []struct {
+		name string
+		run  func(e kernels.Engine)
+	}{
+		{"ConvForward", func(e kernels.Engine) { e.ConvForward(cs, x, w, nil, make([]float32, cs.OutputLen()), ws) }},
+		{"ConvBackward", func(e kernels.Engine) {
+			e.ConvBackward(cs, x, w, dy, make([]float32, cs.InputLen()), make([]float32, cs.WeightLen()),
+				make([]float32, cs.OC), ws)
+		}},
+		{"PoolForward", func(e kernels.Engine) {
+			e.PoolForward(ps, x, make([]float32, ps.OutputLen()), make([]int32, ps.OutputLen()))
+		}},
+		{"LRNForward", func(e kernels.Engine) {
+			e.LRNForward(ls, x, make([]float32, ls.Len()), make([]float32, ls.Len()), ws)
+		}},
+		{"ReLUForward", func(e kernels.Engine) { e.ReLUForward(x, make([]float32, len(x))) }},
+	}
+	for _, op := range ops {
+		// Alternate, so that each call follows the other engine's.
+		for range 2 {
+			for _, c := range []struct {
+				e    kernels.Engine
+				want int
+			}{{a, 2}, {b, 1}} {
+				kernels.ParallelMaxParts()
+				op.run(c.e)
+				if got := kernels.ParallelMaxParts(); got != c.want {
+					t.Errorf("%s on the engine of %d threads: jobs split over up to %d threads", op.name, c.want, got)
+				}
+			}
+		}
+	}
+
+	// OpenBLAS's count follows the engine that runs a GEMM.
+	m := uniform(64 * 64)
+	gemm := func(e kernels.Engine) int {
+		e.Gemm(false, false, 64, 64, 64, 1, m, 64, m, 64, 0, make([]float32, 64*64), 64)
+		return kernels.BLASThreads()
+	}
+	if gemm(a) == 1 {
+		t.Log("OpenBLAS runs one thread: its count is not checked")
+	} else {
+		for i, c := range []struct {
+			e    kernels.Engine
+			want int
+		}{{b, 1}, {a, 2}, {b, 1}} {
+			if got := gemm(c.e); got != c.want {
+				t.Errorf("GEMM %d on the engine of %d threads ran on %d OpenBLAS threads", i, c.want, got)
+			}
+		}
+	}
+
+	kerneltest.ThreadsAgree(t, a, b)
 }

@@ -14,6 +14,6 @@ func NativeBuilt() bool { return false }
 func newNative(Config, isa.Level) (Engine, Info, error) { return nil, Info{}, ErrNotBuilt }
 
 // RawGemmLoop needs the native engine, which this build lacks.
-func RawGemmLoop(m, n, k int, a, b, c []float32, reps int) (time.Duration, error) {
+func RawGemmLoop(threads, m, n, k int, a, b, c []float32, reps int) (time.Duration, error) {
 	return 0, ErrNotBuilt
 }

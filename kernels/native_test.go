@@ -23,7 +23,7 @@ func TestNativeInfo(t *testing.T) {
 	if cores, err := LibraryCores(info.Library); err != nil || !slices.Contains(cores, "HASWELL") {
 		t.Errorf("LibraryCores(%s) = %v, %v; want a DYNAMIC_ARCH list with HASWELL", info.Library, cores, err)
 	}
-	// A second New reuses the loaded library and only changes threads.
+	// A second New reuses the loaded library, with threads of its own.
 	_, info2, _ := New(Config{Threads: 2})
 	if info2.Library != info.Library || info2.CoreName != info.CoreName || info2.Threads != 2 {
 		t.Errorf("second New: %+v", info2)
@@ -48,17 +48,24 @@ func (w wrongGemm) Gemm(tA, tB bool, m, n, k int, alpha float32, a []float32, ld
 	c[ldc+1] += 1e-2
 }
 
-// SetMinParallelFloats is exported to the external tests.
-var SetMinParallelFloats = setMinParallelFloats
+// SetMinParallelFloats, ParallelMaxParts and BLASThreads are exported to
+// the external tests.
+var (
+	SetMinParallelFloats = setMinParallelFloats
+	ParallelMaxParts     = parallelMaxParts
+	BLASThreads          = blasThreads
+)
 
 // NativeWith returns the native engine with a given convolution
 // column-matrix budget (floats; 0 = default), a forced convolution method
 // ("chwn", "image", "direct" where the shape and level allow it, or "" to
 // choose per shape) and instruction-set level (lowered to what the CPU
-// runs), for tests and tuning.
+// runs), over DefaultThreads threads, for tests and tuning.
 func NativeWith(floats int, method string, l isa.Level) Engine {
 	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
-	return native{budget: floats, method: m, isa: cISA(min(l, isa.Best()))}
+	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
+	e.budget, e.method = floats, m
+	return e
 }
 
 func TestYieldSlice(t *testing.T) {

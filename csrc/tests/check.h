@@ -24,7 +24,7 @@ static int failures;
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
 /* uniform returns a value in [-1, 1) (xorshift64*). */
-static float uniform(void)
+static inline float uniform(void)
 {
 	rng_state ^= rng_state >> 12;
 	rng_state ^= rng_state << 25;
@@ -38,7 +38,7 @@ static float uniform(void)
 #define GUARD 8
 #define GUARD_VALUE 4242.0f
 
-static float *guarded(size_t n)
+static inline float *guarded(size_t n)
 {
 	float *p = n < ((size_t)1 << 40) ? malloc(sizeof(float) * (n + 2 * GUARD)) : NULL;
 	if (p == NULL) {
@@ -50,7 +50,7 @@ static float *guarded(size_t n)
 	return p + GUARD;
 }
 
-static void check_guards(const float *p, size_t n, const char *name)
+static inline void check_guards(const float *p, size_t n, const char *name)
 {
 	for (int i = 1; i <= GUARD; i++) {
 		CHECK(p[-i] == GUARD_VALUE, "%s: write before the buffer", name);
@@ -58,10 +58,10 @@ static void check_guards(const float *p, size_t n, const char *name)
 	}
 }
 
-static void release(float *p) { free(p - GUARD); }
+static inline void release(float *p) { free(p - GUARD); }
 
 /* zeros returns n zeroed doubles. */
-static double *zeros(size_t n)
+static inline double *zeros(size_t n)
 {
 	double *p = n < ((size_t)1 << 40) ? calloc(n ? n : 1, sizeof(double)) : NULL;
 	if (p == NULL) {
@@ -71,7 +71,7 @@ static double *zeros(size_t n)
 	return p;
 }
 
-static int report(const char *name)
+static inline int report(const char *name)
 {
 	if (failures) {
 		fprintf(stderr, "%s: %d failures\n", name, failures);

@@ -6,9 +6,11 @@
 #include "check.h"
 #include "softsync.h"
 
-/* isa is the instruction-set level every kernel is called at; main runs
- * the tests at each (levels above the CPU's run as its best). */
-static int isa;
+/* isa is the instruction-set level every kernel is called at and threads
+ * the threads it splits its work over; main runs the tests at each level
+ * (levels above the CPU's run as its best), serially and over three
+ * threads. */
+static int isa, threads;
 
 static int out_dim(int in, int k, int pad, int stride) { return (in + 2 * pad - k) / stride + 1; }
 
@@ -26,7 +28,7 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
 	const size_t out = (size_t)s.n * s.oc * oh * ow;
 	const int g = ss_conv_group(&s, budget);
-	const size_t wsf = (size_t)ss_conv_workspace(isa, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, &s, g, method, 1);
+	const size_t wsf = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 1);
 	const size_t wsl = wsf > wsb ? wsf : wsb;
 	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
 	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
@@ -60,9 +62,9 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
-	ss_conv_forward(isa, &s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
+	ss_conv_forward(isa, threads, &s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
 	check_guards(ws, wsl, "forward workspace");
-	ss_conv_backward(isa, &s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
+	ss_conv_backward(isa, threads, &s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
 	check_guards(ws, wsl, "backward workspace");
 	for (size_t i = 0; i < out; i++)
 		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "method %d layout %d g=%d y[%zu] = %g, want %g", method, s.layout, g, i, y[i], wy[i]);
@@ -95,8 +97,8 @@ static void test_fc(int n, int in, int out)
 		b[i] = uniform();
 	for (int i = 0; i < n * out; i++)
 		dy[i] = uniform();
-	ss_fc_forward(isa, n, in, out, x, w, b, y);
-	ss_fc_backward(isa, n, in, out, x, w, dy, dx, dw, db);
+	ss_fc_forward(isa, threads, n, in, out, x, w, b, y);
+	ss_fc_backward(isa, threads, n, in, out, x, w, dy, dx, dw, db);
 	for (int r = 0; r < n; r++)
 		for (int o = 0; o < out; o++) {
 			double want = b[o];
@@ -124,7 +126,7 @@ static void test_fc(int n, int in, int out)
 				want += (double)dy[r * out + o] * w[o * in + i];
 			CHECK(fabs(dx[r * in + i] - want) <= 1e-4 * (1 + fabs(want)), "fc %dx%dx%d dx[%d][%d]", n, in, out, r, i);
 		}
-	ss_fc_backward(isa, n, in, out, x, w, dy, NULL, dw, NULL);
+	ss_fc_backward(isa, threads, n, in, out, x, w, dy, NULL, dw, NULL);
 	check_guards(y, (size_t)n * out, "fc y"), check_guards(dx, (size_t)n * in, "fc dx");
 	check_guards(dw, (size_t)out * in, "fc dw"), check_guards(db, (size_t)out, "fc db");
 	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db);
@@ -133,7 +135,7 @@ static void test_fc(int n, int in, int out)
 static void test_lrn(ss_lrn_shape s)
 {
 	const size_t n = (size_t)s.n * s.c * s.h * s.w;
-	const size_t wsl = (size_t)ss_lrn_workspace(&s);
+	const size_t wsl = (size_t)ss_lrn_workspace(threads, &s);
 	float *x = guarded(n), *y = guarded(n), *sc = guarded(n), *dy = guarded(n), *dx = guarded(n);
 	float *ws = guarded(wsl);
 	double *wsc = zeros(n), *wy = zeros(n);
@@ -156,12 +158,12 @@ static void test_lrn(ss_lrn_shape s)
 				wsc[k] = s.k + s.alpha / (s.size * s.size) * sum;
 				wy[k] = x[k] * pow(wsc[k], -s.beta);
 			}
-	ss_lrn_forward(isa, &s, x, y, sc, ws, (ptrdiff_t)wsl);
+	ss_lrn_forward(isa, threads, &s, x, y, sc, ws, (ptrdiff_t)wsl);
 	for (size_t i = 0; i < n; i++) {
 		CHECK(fabs(sc[i] - wsc[i]) <= 1e-5 * wsc[i], "scale[%zu] = %g, want %g", i, sc[i], wsc[i]);
 		CHECK(fabs(y[i] - wy[i]) <= 1e-5 * (1e-3 + fabs(wy[i])), "y[%zu] = %g, want %g", i, y[i], wy[i]);
 	}
-	ss_lrn_backward(isa, &s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
+	ss_lrn_backward(isa, threads, &s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
 	const double c = 2.0 * s.alpha * s.beta / (s.size * s.size);
 	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
 		for (int h = 0; h < s.h; h++)
@@ -211,7 +213,7 @@ int main(void)
 		{1, 2, 1, 3, 3, 1.5f, 1.3f, 1.2f},
 		{2, 2, 3, 2, 5, 1.0f, 1.0f, 1.0f},
 	};
-	for (int threads = 1; threads <= 3; threads += 2)
+	for (threads = 1; threads <= 3; threads += 2)
 		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
 			ss_threads_init(threads);
 			ss_set_min_parallel_floats(1);

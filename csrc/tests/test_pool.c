@@ -21,9 +21,11 @@ static void test_sizes(void)
 	}
 }
 
-/* isa is the instruction-set level the kernels are called at; main runs
- * the tests at each (levels above the CPU's run as its best). */
-static int isa;
+/* isa is the instruction-set level the kernels are called at and threads
+ * the threads they split their work over; main runs the tests at each
+ * level (levels above the CPU's run as its best), serially and over three
+ * threads. */
+static int isa, threads;
 
 static void test_shape(ss_pool_shape s)
 {
@@ -43,7 +45,7 @@ static void test_shape(ss_pool_shape s)
 		x[i] = uniform();
 	for (size_t i = 0; i < out; i++)
 		dy[i] = uniform();
-	ss_pool_forward(isa, &s, x, y, s.mode == SS_POOL_MAX ? mask : NULL);
+	ss_pool_forward(isa, threads, &s, x, y, s.mode == SS_POOL_MAX ? mask : NULL);
 	for (size_t q = 0; q < planes; q++) {
 		const float *xp = x + q * s.h * s.w;
 		for (int py = 0; py < oh; py++)
@@ -78,14 +80,14 @@ static void test_shape(ss_pool_shape s)
 	CHECK(mask[out] == -77, "mask written past its end");
 	for (size_t i = 0; i < in; i++)
 		dx[i] = NAN;
-	CHECK(ss_pool_backward(isa, &s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx) == 0, "bad mask entries reported");
+	CHECK(ss_pool_backward(isa, threads, &s, dy, s.mode == SS_POOL_MAX ? mask : NULL, dx) == 0, "bad mask entries reported");
 	for (size_t i = 0; i < in; i++)
 		CHECK(fabs(dx[i] - want[i]) <= 1e-6 * (1.0 + fabs(want[i])), "dx[%zu] = %g, want %g", i, dx[i], want[i]);
 	if (s.mode == SS_POOL_MAX && out >= 2) {
 		/* A corrupted mask is skipped and counted, never followed. */
 		mask[0] = -5;
 		mask[out - 1] = s.h * s.w;
-		CHECK(ss_pool_backward(isa, &s, dy, mask, dx) == 2, "corrupted mask entries not counted");
+		CHECK(ss_pool_backward(isa, threads, &s, dy, mask, dx) == 2, "corrupted mask entries not counted");
 		check_guards(dx, in, "dx after a corrupted mask");
 	}
 	check_guards(x, in, "x");
@@ -117,7 +119,7 @@ int main(void)
 	};
 	test_sizes();
 	/* Serially, then split over three threads down to single planes. */
-	for (int threads = 1; threads <= 3; threads += 2)
+	for (threads = 1; threads <= 3; threads += 2)
 		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
 			CHECK(ss_threads_init(threads) == 0 && ss_threads() == threads, "ss_threads_init(%d)", threads);
 			ss_set_min_parallel_floats(1);

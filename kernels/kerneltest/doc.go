@@ -14,4 +14,7 @@
 // level the CPU runs), so that layer and network tests run on every
 // variant of the kernels alike; levels the CPU lacks are reported as
 // skipped, with the reason.
+//
+// ThreadsAgree checks that two engines which differ only in their thread
+// counts give the same results, one after the other and at once.
 package kerneltest

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
@@ -71,12 +72,15 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 	var mu sync.Mutex
 	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(cc, addrs, &mu), interrupted)
 	if err != nil {
+		// A shard server gone is often the end of a job that failed
+		// elsewhere: give the coordinator a moment to say so, as its
+		// reason explains more.
 		select {
-		case serr := <-stopped: // the job ended first: its reason explains more
+		case serr := <-stopped:
 			if serr != nil {
 				return nil, serr
 			}
-		default:
+		case <-time.After(stopGrace):
 			cc.send(context.Background(), tFail, failure{Err: err.Error()})
 		}
 		return nil, err
@@ -86,6 +90,10 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 	}
 	return final, nil
 }
+
+// stopGrace is how long a role whose own work failed waits for the
+// coordinator's stop before it reports its failure as the job's.
+const stopGrace = 2 * time.Second
 
 // evaluate measures every epoch and the final weights, and returns them.
 // Once interrupted, it measures the weights as they are instead (epoch
@@ -131,7 +139,9 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		}
 		return cc.send(ctx, tEpoch, r)
 	}
-	for e := max(w.FirstEpoch-1, 0); e <= full; e++ {
+	// The final weights are always measured, even when a resumed job
+	// has passed every epoch end before its checkpoint.
+	for e := min(max(w.FirstEpoch-1, 0), full); e <= full; e++ {
 		epoch := e + 1
 		if e == full {
 			epoch = 0

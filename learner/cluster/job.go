@@ -86,6 +86,9 @@ type Config struct {
 	// their counters (see ServerConfig.OnServe, LearnerConfig.OnClient).
 	OnServe  func(*ps.Server)
 	OnClient func(learner int, c *ps.Client)
+	// Report is how often each learner reports its progress (0: half a
+	// second; see LearnerConfig.Report).
+	Report time.Duration
 	// Checkpoints, if set, is where the job writes checkpoints, every
 	// CheckpointEvery mini-batches or CheckpointInterval (0: not) and
 	// when it is interrupted (see CoordinatorConfig).
@@ -325,7 +328,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.wg.Go(func() {
 			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, r), ID: r, Spec: cfg.Spec, Engine: cfg.Engine,
 				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
-				Codec: cfg.Codec, Overlap: cfg.Overlap, OnClient: cfg.OnClient}))
+				Codec: cfg.Codec, Overlap: cfg.Overlap, Report: cfg.Report, OnClient: cfg.OnClient}))
 		})
 	}
 	return j, nil

@@ -343,6 +343,46 @@ func TestJobInterrupt(t *testing.T) {
 	}
 }
 
+// TestJobResumeAfterTheData interrupts a job after its last mini-batch
+// but before the final weights were measured (the evaluator is slowed by
+// a large test set): the resumed job has no data left and must still
+// measure the final weights and end.
+func TestJobResumeAfterTheData(t *testing.T) {
+	train, test := mnistSubset(t, 400, 10000)
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 10,
+		Protocol: ps.Softsync, N: 2, Shards: 1, Epochs: 2, Chunk: 5, Report: 2 * time.Millisecond, Seed: 1,
+		Checkpoints: store, Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}
+	j, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := j.Progress(); p.Steps < p.TotalSteps || p.TotalSteps == 0; p = j.Progress() {
+		time.Sleep(time.Millisecond)
+	}
+	j.Interrupt()
+	if _, err := j.Wait(); !errors.Is(err, ErrInterrupted) {
+		t.Skipf("the job ended before the interrupt (%v): the window this test needs was missed", err)
+	}
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume, cfg.Checkpoints = re, nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("resumed job with no data left: %v", err)
+	}
+	if len(res.History) != 2 || math.IsNaN(res.TestError) {
+		t.Errorf("resumed: history %+v, test error %v", res.History, res.TestError)
+	}
+}
+
 // TestJobCheckpointResume interrupts a job that writes checkpoints, then
 // resumes it from the checkpoint written at the interruption onto another
 // number of shards: the resumed job finishes the data exactly (the chunks
@@ -356,7 +396,8 @@ func TestJobCheckpointResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 10,
-		Protocol: ps.Softsync, N: 2, Shards: 2, Epochs: 4, Seed: 1, Checkpoints: store, CheckpointEvery: 200,
+		Protocol: ps.Softsync, N: 2, Shards: 2, Epochs: 4, Chunk: 5, Report: 2 * time.Millisecond, Seed: 1,
+		Checkpoints: store, CheckpointEvery: 200,
 		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 	j, err := Start(context.Background(), cfg)
 	if err != nil {
@@ -369,6 +410,9 @@ func TestJobCheckpointResume(t *testing.T) {
 	first, err := j.Wait()
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("interrupt: %v", err)
+	}
+	if first.Chunks.Batches >= 4*first.BatchesPerEpoch {
+		t.Fatalf("the interrupt came after the last chunk (%d batches done): nothing to resume", first.Chunks.Batches)
 	}
 	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 3)
 	if err != nil || len(skipped) != 0 {

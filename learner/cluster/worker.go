@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -62,6 +63,14 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		err = r.flush(ctx, true)
 	}
 	if err != nil {
+		if !errors.Is(err, learner.ErrDiverged) {
+			// A shard server gone is often the end of a job that failed
+			// elsewhere: give the coordinator a moment to say so.
+			select {
+			case <-ctx.Done():
+			case <-time.After(stopGrace):
+			}
+		}
 		if jobErr := r.jobError(); jobErr != nil {
 			return jobErr
 		}

@@ -112,7 +112,7 @@ func benchGemm(e kernels.Engine, m, n, k int, minTime time.Duration, rounds int)
 	reps := calibrate(goCall, minTime)
 	native := e.Name() == "native"
 	cCall := func() {
-		if d, err := kernels.RawGemmLoop(m, n, k, a, b, c, reps); err == nil && d > 0 {
+		if d, err := kernels.RawGemmLoop(kernels.ThreadsOf(e), m, n, k, a, b, c, reps); err == nil && d > 0 {
 			res.GFlopsC = max(res.GFlopsC, flop*float64(reps)/d.Seconds()/1e9)
 		}
 	}
