@@ -9,14 +9,18 @@
 #   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
 #                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
-#   make bench        kernel benchmarks (go test -bench), softsync bench peak, bench gemm
-#                     and bench train
+#   make bench        every benchmark beside its reference (softsync bench all: peak,
+#                     gemm, training against PyTorch, transport against iperf3, speedup;
+#                     go test -bench of the convolution, memory-bound and solver kernels)
+#                     into bench/results.json and bench/summary.md, and the tables of
+#                     docs/performance.md (installs iperf3 and python3-torch; BENCH_FLAGS)
 #   make repro-quick  the paper's accuracy table (softsync repro --quick), MNIST and
 #                     Fashion-MNIST, into build/repro/*-quick (REPRO_FLAGS, default --sim)
 #   make repro        the same with the full schedule (long), into build/repro/*
 #   make profile      a CPU profile (PROFILE=cpu|mem|block|mutex|trace) of a short LeNet
 #                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
+#   make deps-bench   the same for the references of make bench (iperf3, python3-torch)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make chaos        a longer job under softsync launch with learners and a shard server
 #                     killed at random (CHAOS_SEED), against the same job undisturbed
@@ -48,6 +52,10 @@ NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
 FUZZ ?= .
 BENCHTIME ?= 1s
+# Flags of softsync bench all in make bench (e.g. --quick, --repeat 1).
+BENCH_FLAGS ?=
+# The references make bench measures softsync against.
+BENCH_PACKAGES := iperf3 python3-torch
 PROFILE ?= cpu
 # softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
 REPRO_FLAGS ?= --sim
@@ -63,7 +71,7 @@ TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-fashion-mnist check-memory test-c fuzz chaos csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -99,14 +107,15 @@ test: deps csrc-hash test-c check-memory
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
-bench: deps build
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/
-	bin/softsync bench peak
-	bin/softsync bench gemm
-	bin/softsync bench train --model lenet --batch 64
-	bin/softsync bench train --model lenet --batch 8
-	bin/softsync bench train --model lenet --batch 8 --learners 2
-	bin/softsync bench train --model cifar10_full --batch 100
+# The go test -bench results (one thread per kernel, per level) are merged
+# into bench/results.json by softsync bench all, beside this run's peak.
+bench: deps deps-bench build
+	@mkdir -p build/bench
+	$(GO) test -run '^$$' -bench 'Conv/native-avx.*-1thread/./^(fwd|bwd)$$' -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/ > build/bench/go-bench.txt
+	$(GO) test -run '^$$' -bench 'Layers' -benchtime $(BENCHTIME) -ldflags '$(LDFLAGS)' ./kernels/ >> build/bench/go-bench.txt
+	$(GO) test -run '^$$' -bench 'Update/n=431080$$/^(c=1|memmove)$$' -benchtime $(BENCHTIME) ./ps/sgd/ >> build/bench/go-bench.txt
+	$(GO) test -run '^$$' -bench 'FirstNonFinite' -benchtime $(BENCHTIME) ./ps/sgd/ >> build/bench/go-bench.txt
+	bin/softsync bench all --out bench --go-bench build/bench/go-bench.txt --doc docs/performance.md $(BENCH_FLAGS)
 
 # The accuracy table on each data set (docs/repro.md).
 repro-quick: deps deps-fashion-mnist build
@@ -173,6 +182,10 @@ deps:
 		fi; \
 		update-alternatives --set mpirun /usr/bin/mpirun.openmpi; \
 	fi
+
+# The references of make bench: iperf3 (TCP over loopback) and PyTorch.
+deps-bench:
+	$(call apt-install,$(BENCH_PACKAGES))
 
 # Fashion-MNIST for softsync repro (docs/data.md).
 deps-fashion-mnist:

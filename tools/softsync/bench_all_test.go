@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestBenchAllQuick runs bench all with tiny sizes, each step in
+// processes of its own, without the trainings (TestBenchTrainJSON runs
+// bench train, TestBenchAddTrain the figures bench all makes of it), the
+// speedup (make bench runs it) and the references that need Debian
+// packages. Every step produces figures, beside their references.
+func TestBenchAllQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several softsync processes")
+	}
+	out := t.TempDir()
+	run(t, "bench", "all", "--quick", "--out", out, "--skip", "train,speedup,iperf3",
+		"--go-bench", filepath.Join("testdata", "bench", "go-bench.txt"))
+	res, err := readResults(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Quick || res.Machine.Cores < 1 || len(res.Machine.ISAAvailable) == 0 || res.Machine.Go == "" {
+		t.Errorf("header: %+v", res)
+	}
+	seen := map[string]int{}
+	for _, f := range res.Figures {
+		seen[f.Group]++
+		if f.Value <= 0 || f.Unit == "" || f.Stat == "" || len(f.Runs) == 0 {
+			t.Errorf("figure %+v", f)
+		}
+	}
+	for _, g := range []string{"peak", "gemm", "transport", "kernels", "solver"} {
+		if seen[g] == 0 {
+			t.Errorf("no %s figures: %v", g, seen)
+		}
+	}
+	for _, f := range res.Figures {
+		if f.Group == "transport" && f.Params["transport"] == "tcp" && f.Params["codec"] == "none" {
+			if f.Ref == nil || f.Ref.Missing == "" {
+				t.Errorf("tcp beside a skipped iperf3: %+v", f.Ref)
+			}
+		}
+	}
+	if i := slices.IndexFunc(res.Failed, func(f benchFailure) bool { return f.Step != "transport verbs-emu" }); i >= 0 {
+		t.Errorf("failed steps: %+v", res.Failed)
+	}
+	if _, err := os.Stat(filepath.Join(out, "summary.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBenchAddTrain(t *testing.T) {
+	r := &benchRun{res: &benchResults{Machine: benchMachine{Cores: 2}}}
+	lenet2, lenet1 := trainKey{"lenet", 64, 2, "avx512"}, trainKey{"lenet", 64, 1, "avx512"}
+	cifar := trainKey{"cifar10_full", 4, 2, "avx2"}
+	run := func(ips, gflops, peak float64) benchTrainResult {
+		return benchTrainResult{ISA: "avx512", ImagesPerSec: ips, Seconds: 2, CPUSeconds: 4, GFlops: gflops, PeakGFlops: peak}
+	}
+	runs := map[trainKey][]benchTrainResult{
+		lenet2: {run(3000, 30, 200), run(1000, 10, 100), run(2000, 20, 300)},
+		lenet1: {run(1500, 15, 200)},
+		cifar:  {{ISA: "avx2", ImagesPerSec: 500, Seconds: 1, CPUSeconds: 1, GFlops: 40, PeakGFlops: 80}},
+	}
+	torch := trainRefs{version: "1.13", err: map[int]error{1: errors.New("no torch")},
+		runs: map[trainKey][]torchResult{{"lenet", 64, 2, ""}: {{"lenet", 64, 2, 400, 300}, {"lenet", 64, 2, 500, 250}, {"lenet", 64, 2, 600, 200}}}}
+	r.addTrain([]trainKey{lenet2, lenet1, cifar}, runs, torch, 1000)
+	var names []string
+	for _, f := range r.res.Figures {
+		names = append(names, f.Group+": "+f.Name)
+	}
+	want := []string{"train: lenet μ=64, 2 threads, avx512", "train-flops: lenet μ=64, 2 threads, avx512",
+		"train: lenet μ=64, 1 thread, avx512", "train: cifar10_full μ=4, 2 threads, avx2", "train-flops: cifar10_full μ=4, 2 threads, avx2"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("figures %q, want %q", names, want)
+	}
+	f := r.res.Figures[0]
+	if f.Value != 2000 || f.Stat != "median of 3 runs" || f.Ref == nil || f.Ref.Value != 500 || f.Ref.Ratio != 4 ||
+		f.Extra["images_per_cpu_s"] != 1000 || f.Extra["ratio_per_cpu_s"] != 4 || f.Ref.Extra["images_per_cpu_s"] != 250 {
+		t.Errorf("lenet, 2 threads: %+v, reference %+v", f, f.Ref)
+	}
+	if ff := r.res.Figures[1]; ff.Value != 20 || ff.Ref.Value != 200 || ff.Ref.Ratio != 0.1 {
+		t.Errorf("FLOP rate: %+v, reference %+v", ff, ff.Ref)
+	}
+	if f := r.res.Figures[2]; f.Ref == nil || f.Ref.Missing != "no torch" || f.Ref.Ratio != 0 || f.Stat != "one run" {
+		t.Errorf("lenet, 1 thread, PyTorch failed: %+v, reference %+v", f, f.Ref)
+	}
+	if f := r.res.Figures[3]; f.Ref == nil || f.Ref.Missing == "" {
+		t.Errorf("cifar10_full, no PyTorch run: %+v", f.Ref)
+	}
+}
