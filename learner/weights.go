@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
+	"github.com/softsync/softsync/ps/checkpoint"
 )
 
 // Errors of LoadWeights, wrapped with the file name; test with errors.Is.
@@ -105,25 +107,11 @@ func SaveWeights(path string, spec *nn.Spec, w Weights) error {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(mean)))
 	b = appendFloats(b, mean)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
+	_, err := checkpoint.WriteAtomic(filepath.Dir(path), filepath.Base(path), func(w io.Writer) error {
+		_, err := w.Write(b)
 		return err
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o644) // CreateTemp makes it private
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	})
+	return err
 }
 
 func appendFloats(b []byte, v []float32) []byte {

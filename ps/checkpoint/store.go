@@ -174,7 +174,7 @@ func (v *Version) WriteFile(name string, write func(io.Writer) error) (FileSum, 
 	if err := checkName(name); err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", v.dir, err)
 	}
-	return writeAtomic(v.dir, name, write)
+	return WriteAtomic(v.dir, name, write)
 }
 
 func checkName(name string) error {
@@ -204,7 +204,7 @@ func (s *sumWriter) Write(p []byte) (int, error) {
 
 // writeAtomic writes dir/name through a temporary file: write, flush,
 // fsync, rename, fsync the folder.
-func writeAtomic(dir, name string, write func(io.Writer) error) (FileSum, error) {
+func WriteAtomic(dir, name string, write func(io.Writer) error) (FileSum, error) {
 	path := filepath.Join(dir, name)
 	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
@@ -327,7 +327,7 @@ func (s *Store) commit(v uint64, files []FileSum, meta Meta) error {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
 	b = append(b, '\n')
-	_, err = writeAtomic(dir, ManifestName, func(w io.Writer) error { _, err := w.Write(b); return err })
+	_, err = WriteAtomic(dir, ManifestName, func(w io.Writer) error { _, err := w.Write(b); return err })
 	return err
 }
 
