@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -237,8 +238,11 @@ func Open(kind string, opts Options) (Network, error) {
 	case "auto":
 		return NewAuto(opts)
 	}
-	return nil, fmt.Errorf("rdma: unknown transport %q (inmem, tcp, verbs, auto)", kind)
+	return nil, fmt.Errorf("rdma: unknown transport %q (%s)", kind, strings.Join(Kinds(), ", "))
 }
+
+// Kinds returns the names Open knows, in the order of its documentation.
+func Kinds() []string { return []string{"inmem", "tcp", "verbs", "auto"} }
 
 // NumCodecs is the number of codec ids (the length of Stats' arrays).
 const NumCodecs = int(numCodecs)

@@ -262,9 +262,10 @@ func TransportNames() []string {
 // parseTransport splits a transport name into the network kind and
 // options.
 func parseTransport(name string) (kind string, opts rdma.Options, err error) {
-	switch name {
-	case "inmem", "tcp", "verbs", "auto":
+	if slices.Contains(rdma.Kinds(), name) {
 		return name, opts, nil
+	}
+	switch name {
 	case "tcp-nocrc":
 		opts.NoPayloadChecksum = true
 		return "tcp", opts, nil

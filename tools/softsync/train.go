@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -298,10 +299,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {
 		return nil, err
 	}
-	switch f.cluster.transport {
-	case "", "inmem", "tcp", "verbs", "auto": // which of them fits this process is checked where it is opened
-	default:
-		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", f.cluster.transport)
+	// Which known transport fits this process is checked where it is opened.
+	if t := f.cluster.transport; t != "" && !slices.Contains(rdma.Kinds(), t) {
+		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", t)
 	}
 	if cfg.Codec, err = rdma.ParseCodec(f.comp); err != nil {
 		return nil, fmt.Errorf("--compress: %w", err)
