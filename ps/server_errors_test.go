@@ -15,6 +15,7 @@ import (
 
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // The error paths of the server and the client, over loopback TCP: each
@@ -28,14 +29,7 @@ func noLeaks(t *testing.T) func() {
 	base := runtime.NumGoroutine()
 	return func() {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > base {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines left running, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
-		}
+		transporttest.WaitGoroutines(t, base, 10*time.Second)
 	}
 }
 

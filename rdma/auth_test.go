@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 var (
@@ -440,13 +441,7 @@ func TestAuthFlood(t *testing.T) {
 	for range clients {
 		<-s.reports
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > baseGoroutines+2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > baseGoroutines+2 {
-		t.Fatalf("%d goroutines after the flood, %d before", g, baseGoroutines)
-	}
+	transporttest.WaitGoroutines(t, baseGoroutines+2, 20*time.Second)
 	grown = heapInUse() - baseHeap
 	t.Logf("after the flood: %d goroutines, heap %+d KiB", runtime.NumGoroutine(), grown>>10)
 	if grown > 1<<20 {

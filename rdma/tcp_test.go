@@ -235,16 +235,7 @@ func TestTCPSendCancelMidFrame(t *testing.T) {
 func noLeak(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(20 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("%d goroutines left, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	t.Cleanup(func() { transporttest.WaitGoroutines(t, before, 20*time.Second) })
 }
 
 // readFrames reads n whole frames from raw and returns their headers.

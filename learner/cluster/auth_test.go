@@ -13,6 +13,7 @@ import (
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // TestJobRefusesStrangers attacks the listeners of a job running over
@@ -99,12 +100,5 @@ func TestJobRefusesStrangers(t *testing.T) {
 	if n := failures.Load(); n < 4 || n > attacks {
 		t.Errorf("%d authentication failures reported for %d attacks", n, attacks)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > base+2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > base+2 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines after the job, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
-	}
+	transporttest.WaitGoroutines(t, base+2, 20*time.Second)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // TestJobCleanup ends jobs early, over both transports: cancelled before
@@ -62,14 +63,7 @@ func TestJobCleanup(t *testing.T) {
 						}
 					}
 				}
-				deadline := time.Now().Add(10 * time.Second)
-				for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-				}
-				if n := runtime.NumGoroutine(); n > base {
-					buf := make([]byte, 1<<20)
-					t.Errorf("%d goroutines left running, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
-				}
+				transporttest.WaitGoroutines(t, base, 10*time.Second)
 			})
 		}
 	}

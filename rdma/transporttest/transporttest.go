@@ -51,16 +51,24 @@ func Run(t *testing.T, f Factory) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
 	t.Run("NoGoroutineLeak", func(t *testing.T) {
-		deadline := time.Now().Add(30 * time.Second)
-		before++ // this subtest's own goroutine
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines left (started with %d):\n%s", n, before, buf[:runtime.Stack(buf, true)])
-		}
+		WaitGoroutines(t, before+1, 30*time.Second) // +1: this subtest's own goroutine
 	})
+}
+
+// WaitGoroutines waits, polling for up to within, until at most limit
+// goroutines run, and otherwise fails t with the stacks of all of them:
+// the goroutine-leak check of this suite and of the tests of the
+// transports' users.
+func WaitGoroutines(t testing.TB, limit int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for runtime.NumGoroutine() > limit && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > limit {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines left running, at most %d expected:\n%s", n, limit, buf[:runtime.Stack(buf, true)])
+	}
 }
 
 // pair returns two connected ends of a fresh network, closed at cleanup.
