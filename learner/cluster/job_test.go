@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -22,10 +23,21 @@ import (
 	"github.com/softsync/softsync/ps/sgd"
 )
 
-// engine returns the fastest engine of the build (native when built).
+// engine returns the fastest engine of the build (native when built) on
+// one thread, as softsync train gives its in-process learners
+// (learner.PlanThreads): several learners calling a multi-threaded
+// OpenBLAS at once wait for each other's threads.
 func engine(t testing.TB) kernels.Engine {
 	es := kerneltest.Engines(t)
-	return es[len(es)-1]
+	e := es[len(es)-1]
+	if kernels.ThreadsOf(e) == 1 {
+		return e
+	}
+	one, _, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: kernels.ISAOf(e), Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return one
 }
 
 var mnist struct {
