@@ -55,8 +55,10 @@ func TestJobOnServeOnClient(t *testing.T) {
 		if p := c.Pushes(); int64(p[0]) != res.LearnerSteps[l] || p[1] != p[0] {
 			t.Errorf("learner %d: pushes %v, steps %d", l, p, res.LearnerSteps[l])
 		}
-		if tr := c.Stats(); tr.TotalSent().Msgs == 0 || tr.TotalRecv().WireBytes == 0 {
-			t.Errorf("learner %d: no traffic counted: %+v", l, tr)
+		// A learner the job ended before its first step may have
+		// pulled nothing; one with steps has pushed and pulled.
+		if tr := c.Stats(); res.LearnerSteps[l] > 0 && (tr.TotalSent().Msgs == 0 || tr.TotalRecv().WireBytes == 0) {
+			t.Errorf("learner %d: %d steps, no traffic counted: %+v", l, res.LearnerSteps[l], tr)
 		}
 	}
 }

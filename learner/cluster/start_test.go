@@ -37,6 +37,9 @@ func TestJobCleanup(t *testing.T) {
 				if end == "cancelled at start" {
 					cancel()
 				}
+				if end == "cancelled while training" {
+					cfg.Epochs = 1000 // far more than the test waits for
+				}
 				j, err := Start(ctx, cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -49,7 +52,7 @@ func TestJobCleanup(t *testing.T) {
 				}
 				res, err := j.Wait()
 				if !errors.Is(err, want) || res != nil {
-					t.Errorf("Wait: result %v, %v; want %v", res, err, want)
+					t.Errorf("Wait: a result (%t), error %v; want no result and %v", res != nil, err, want)
 				}
 				net, err := rdma.Open(transport, rdma.Options{Job: 1})
 				if err != nil {
