@@ -31,5 +31,9 @@
 // (in parallel, by range). With the engine's BLAS on one thread this
 // parallelises every kernel, not only GEMM, and is the fastest way to run
 // a single learner on a multi-core machine; with one learner per core,
-// keep Workers = 1.
+// keep Workers = 1. With several workers, each cuts its share into parts
+// of a few images (Config.Part, Spec.PartBatch) and Gradient runs each
+// part forward and backward before the next, so that the part's
+// activations are read back from the core's L2 cache rather than from
+// memory, which the cores share.
 package nn

@@ -23,6 +23,16 @@ type Config struct {
 	// (kernels.Config.Threads = 1); with several learners per process,
 	// keep 1.
 	Workers int
+	// Part is the number of images a worker runs through the layers at a
+	// time: its share of the batch is cut into parts of at most Part
+	// images, each with its own activations, and Gradient runs each part
+	// forward then backward before the next one starts, so that a part's
+	// activations are still in the core's cache when they are read back.
+	// The parts' parameter gradients are summed into the worker's. 0
+	// means Spec.PartBatch(Workers): with several workers, parts whose
+	// activations fit a core's share of the last-level cache; a negative
+	// value means no cutting (one part per worker).
+	Part int
 }
 
 // Net is a network from a Spec, instantiated for a fixed batch size on one
@@ -47,7 +57,8 @@ type Net struct {
 	spec    *Spec
 	e       kernels.Engine
 	batch   int
-	workers int // as configured; len(reps) may be fewer
+	workers int // as configured; len(groups) may be fewer
+	part    int // as configured
 	params  []float32
 	grads   []float32
 	layout  []param.Segment
@@ -55,8 +66,9 @@ type Net struct {
 	prob    []float32
 	dlogits []float32
 	loss    float32
-	reps    []*replica // one per worker; reps[0] writes grads directly
-	pool    *pool      // nil with one worker
+	reps    []*replica   // every part, in batch order; reps[0] writes grads directly
+	groups  [][]*replica // the parts of each worker, a contiguous run of reps
+	pool    *pool        // nil with one worker
 }
 
 // replica runs the layers on a contiguous part of the batch.
@@ -73,7 +85,13 @@ type replica struct {
 	prob    []float32 // this part's rows of the Net's buffers
 	dlogits []float32
 	grads   []float32
-	ws      kernels.Workspace
+	// accum is the worker's gradient sum when this part is not the
+	// worker's first: backward writes each layer's parameter gradients
+	// into grads (a scratch vector the worker's other parts share) and
+	// adds them into accum. The first part writes accum directly.
+	accum  []float32
+	params [][2]int // the range of layer i's weights and bias in the parameter vector
+	ws     kernels.Workspace
 	// firstParam is the first layer with parameters: layers before it
 	// need no backward pass, and it needs no input gradient.
 	firstParam int
@@ -91,7 +109,7 @@ func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
 // batch size (for example to evaluate with a larger batch) that shares
 // this Net's parameter vector; it has its own gradients and buffers.
 func (n *Net) WithBatch(batch int) (*Net, error) {
-	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers}, n.params)
+	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers, Part: n.part}, n.params)
 }
 
 func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, error) {
@@ -110,21 +128,43 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 	}
 	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, params: params, grads: make([]float32, np),
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, params: params, grads: make([]float32, np),
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
 	n.layout = spec.layout()
 	w := min(max(cfg.Workers, 1), cfg.Batch)
+	part := cfg.Part
+	if part == 0 {
+		part = spec.PartBatch(w)
+	}
+	if part <= 0 {
+		part = cfg.Batch
+	}
 	for i := range w {
 		lo, hi := i*cfg.Batch/w, (i+1)*cfg.Batch/w
-		grads := n.grads
+		accum := n.grads
 		if i > 0 {
-			grads = make([]float32, np)
+			accum = make([]float32, np)
 		}
-		n.reps = append(n.reps, n.newReplica(lo, hi, grads))
+		parts := (hi - lo + part - 1) / part
+		var scratch []float32
+		if parts > 1 {
+			scratch = make([]float32, np)
+		}
+		var group []*replica
+		for j := range parts {
+			plo, phi := lo+j*(hi-lo)/parts, lo+(j+1)*(hi-lo)/parts
+			if j == 0 {
+				group = append(group, n.newReplica(plo, phi, accum, nil))
+			} else {
+				group = append(group, n.newReplica(plo, phi, scratch, accum))
+			}
+		}
+		n.reps = append(n.reps, group...)
+		n.groups = append(n.groups, group)
 	}
 	if w > 1 {
-		n.pool = startPool(n.reps)
+		n.pool = startPool(n.groups)
 		runtime.AddCleanup(n, (*pool).stop, n.pool)
 	}
 	return n, nil
@@ -149,14 +189,16 @@ func (s *Spec) layout() []param.Segment {
 }
 
 // newReplica builds the layers for images lo…hi−1 of the batch, writing
-// parameter gradients into grads.
-func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
+// parameter gradients into grads, and adding them into accum when it is
+// not nil.
+func (n *Net) newReplica(lo, hi int, grads, accum []float32) *replica {
 	spec, batch, k := n.spec, hi-lo, n.spec.Classes()
 	L := len(spec.Layers) - 1
 	r := &replica{
 		e: n.e, n: batch, off: lo, il: spec.Input.Len(), k: k, scale: float32(batch) / float32(n.batch),
 		layers: make([]layer, L), acts: make([][]float32, L+1), inPlace: make([]bool, L),
-		prob: n.prob[lo*k : hi*k], dlogits: n.dlogits[lo*k : hi*k], grads: grads, firstParam: L,
+		prob: n.prob[lo*k : hi*k], dlogits: n.dlogits[lo*k : hi*k], grads: grads, accum: accum,
+		params: make([][2]int, L), firstParam: L,
 	}
 	off, maxGrad, seg := 0, 0, 0
 	cnhw := false // the layout of layer i's input: NCHW for the caller's images
@@ -184,6 +226,7 @@ func (n *Net) newReplica(lo, hi int, grads []float32) *replica {
 		var w, b, dw, db []float32
 		if ls.HasParams() {
 			wl, bl := n.layout[seg].Len, n.layout[seg+1].Len
+			r.params[i] = [2]int{off, off + wl + bl}
 			w, dw = n.params[off:off+wl:off+wl], grads[off:off+wl:off+wl]
 			off += wl
 			b, db = n.params[off:off+bl:off+bl], grads[off:off+bl:off+bl]
@@ -261,8 +304,12 @@ func (n *Net) Engine() kernels.Engine { return n.e }
 // Batch is the number of images per Forward.
 func (n *Net) Batch() int { return n.batch }
 
-// Workers is the number of parts each batch is split into.
-func (n *Net) Workers() int { return len(n.reps) }
+// Workers is the number of goroutines each batch is split over.
+func (n *Net) Workers() int { return len(n.groups) }
+
+// Parts is the number of parts each batch is cut into, all workers
+// together (Config.Part).
+func (n *Net) Parts() int { return len(n.reps) }
 
 // Input is the shape of one input image.
 func (n *Net) Input() Shape { return n.spec.Input }
@@ -327,6 +374,13 @@ func fill(v []float32, f Filler, fanIn int, r *rand.Rand) {
 // returns. Wrong lengths or a label out of range panic: validate data
 // when it is read (package data does).
 func (n *Net) Forward(x []float32, labels []int32) float32 {
+	n.checkBatch(x, labels)
+	n.run(phaseForward, x, labels)
+	return n.loss
+}
+
+// checkBatch panics on a batch of the wrong size or a label out of range.
+func (n *Net) checkBatch(x []float32, labels []int32) {
 	if want := n.batch * n.spec.Input.Len(); len(x) != want {
 		panic(fmt.Sprintf("nn.Forward: x has %d values, want %d (batch %d × %v)", len(x), want, n.batch, n.spec.Input))
 	}
@@ -339,36 +393,43 @@ func (n *Net) Forward(x []float32, labels []int32) float32 {
 			panic(fmt.Sprintf("nn.Forward: label %d of image %d outside [0, %d)", l, i, k))
 		}
 	}
+}
+
+// run performs phase ph on every worker (on the caller's goroutine alone
+// with one worker), then the reduction of the workers' gradients after a
+// backward pass, and sets the loss after a forward pass.
+func (n *Net) run(ph phase, x []float32, labels []int32) {
 	if n.pool == nil {
-		n.loss = n.reps[0].forward(x, labels)
-		return n.loss
+		runGroup(n.groups[0], ph, x, labels)
+	} else {
+		n.pool.x, n.pool.labels = x, labels
+		n.pool.run(ph)
+		if ph != phaseForward {
+			n.pool.run(phaseReduce)
+		}
 	}
-	n.pool.x, n.pool.labels = x, labels
-	n.pool.run(phaseForward)
-	n.loss = 0
-	for _, r := range n.reps {
-		n.loss += r.scale * r.loss
+	if ph != phaseBackward {
+		n.loss = 0
+		for _, r := range n.reps {
+			n.loss += r.scale * r.loss
+		}
 	}
-	return n.loss
 }
 
 // Backward computes Grads, the gradient of the mean loss of the last
 // Forward with respect to every parameter (so averaged over the batch),
 // overwriting the previous gradients.
 func (n *Net) Backward() {
-	if n.pool == nil {
-		n.reps[0].backward()
-		return
-	}
-	n.pool.run(phaseBackward)
-	n.pool.run(phaseReduce)
+	n.run(phaseBackward, nil, nil)
 }
 
-// Gradient runs Forward and Backward and returns the loss.
+// Gradient runs Forward and Backward and returns the loss, with the same
+// results, faster: each worker runs each of its parts backward right
+// after its forward pass, while the part's activations are in cache.
 func (n *Net) Gradient(x []float32, labels []int32) float32 {
-	loss := n.Forward(x, labels)
-	n.Backward()
-	return loss
+	n.checkBatch(x, labels)
+	n.run(phaseGradient, x, labels)
+	return n.loss
 }
 
 // forward runs this part's images (its rows of the Net's batch) and
@@ -402,7 +463,18 @@ func (r *replica) backward() {
 			}
 		}
 		r.layers[i].backward(r.acts[i], r.acts[i+1], g, dx)
+		if p := r.params[i]; r.accum != nil && p[1] > p[0] {
+			add(r.accum[p[0]:p[1]], r.grads[p[0]:p[1]])
+		}
 		g = dx
+	}
+}
+
+// add adds src into dst, element by element.
+func add(dst, src []float32) {
+	src = src[:len(dst)]
+	for j := range dst {
+		dst[j] += src[j]
 	}
 }
 

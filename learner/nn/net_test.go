@@ -336,34 +336,58 @@ func TestConcurrentNets(t *testing.T) {
 	})
 }
 
-// TestWorkers: splitting the batch over workers gives the loss, logits
-// and gradients of one worker, up to float32 summation order.
+// TestWorkers: splitting the batch over workers, and each worker's share
+// into parts (Config.Part), gives the loss, logits and gradients of one
+// worker and one part, up to float32 summation order; and Gradient gives
+// exactly what Forward then Backward give.
 func TestWorkers(t *testing.T) {
 	for name, batch := range map[string]int{"lenet": 7, "cifar10_full": 5} {
 		spec, _ := Builtin(name)
 		kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
-			one := mustNet(t, spec, e, batch, 5)
+			one := mustNetW(t, spec, e, Config{Batch: batch, Part: -1}, 5)
 			x, labels := randomBatch(one, 2)
 			loss := one.Gradient(x, labels)
-			for _, w := range []int{2, 9} {
-				n := mustNetW(t, spec, e, Config{Batch: batch, Workers: w}, 5)
-				if n.Workers() != min(w, batch) {
-					t.Fatalf("%d workers, want %d", n.Workers(), min(w, batch))
+			// parts: how many with LeNet's batch of 7 and cifar10_full's of 5.
+			for _, c := range []struct {
+				Config
+				parts [2]int
+			}{
+				{Config{Workers: 2, Part: -1}, [2]int{2, 2}},
+				{Config{Workers: 9}, [2]int{7, 5}},
+				{Config{Part: 2}, [2]int{4, 3}},
+				{Config{Workers: 2, Part: 1}, [2]int{7, 5}},
+				{Config{Workers: 2, Part: 2}, [2]int{4, 3}}, // shares of 3 and 4, 2 and 3
+			} {
+				c.Batch = batch
+				what := fmt.Sprintf("%s, %d workers, part %d", name, c.Workers, c.Part)
+				n := mustNetW(t, spec, e, c.Config, 5)
+				w, parts := min(max(c.Workers, 1), batch), c.parts[0]
+				if name == "cifar10_full" {
+					parts = c.parts[1]
+				}
+				if n.Workers() != w || n.Parts() != parts {
+					t.Fatalf("%s: %d workers and %d parts, want %d and %d", what, n.Workers(), n.Parts(), w, parts)
 				}
 				for range 2 { // nothing accumulates across steps
 					if l := n.Gradient(x, labels); math.Abs(float64(l-loss)) > 1e-6*float64(loss) {
-						t.Fatalf("%s, %d workers: loss %g, want %g", name, w, l, loss)
+						t.Fatalf("%s: loss %g, want %g", what, l, loss)
 					}
-					closeTo(t, fmt.Sprintf("%s, %d workers: logits", name, w), n.Logits(), one.Logits(), 1e-5)
-					closeTo(t, fmt.Sprintf("%s, %d workers: probabilities", name, w), n.Probs(), one.Probs(), 1e-5)
+					closeTo(t, what+": logits", n.Logits(), one.Logits(), 1e-5)
+					closeTo(t, what+": probabilities", n.Probs(), one.Probs(), 1e-5)
 					for _, s := range n.Layout() {
-						closeTo(t, fmt.Sprintf("%s, %d workers: %s gradient", name, w, s.Name),
+						closeTo(t, fmt.Sprintf("%s: %s gradient", what, s.Name),
 							n.Grads()[s.Offset:s.Offset+s.Len], one.Grads()[s.Offset:s.Offset+s.Len], 1e-5)
 					}
 				}
 				c1, _ := one.Score(labels)
 				if cw, _ := n.Score(labels); c1 != cw {
-					t.Fatalf("%d correct with %d workers, %d with one", cw, w, c1)
+					t.Fatalf("%s: %d correct, %d with one worker", what, cw, c1)
+				}
+				grads, loss := slices.Clone(n.Grads()), n.Loss()
+				n.Forward(x, labels)
+				n.Backward()
+				if !slices.Equal(n.Grads(), grads) || n.Loss() != loss {
+					t.Fatalf("%s: Forward and Backward differ from Gradient", what)
 				}
 				n.Close()
 				n.Close()

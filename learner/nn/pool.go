@@ -6,28 +6,42 @@ import "sync"
 type phase int
 
 const (
-	phaseForward  phase = iota // every replica runs forward on its images
-	phaseBackward              // every replica computes its gradients
-	phaseReduce                // replica i adds the others' gradients into range i of reps[0].grads
+	phaseForward  phase = iota // every worker runs its parts forward
+	phaseBackward              // every worker runs its parts backward
+	phaseGradient              // every worker runs each part forward, then backward
+	phaseReduce                // worker i adds the others' gradients into range i of the Net's
 )
 
-// pool runs the replicas of a Net with several workers: reps[0] on the
-// caller's goroutine, each other one on its own goroutine, started once
-// and woken by a channel per phase, so that a step allocates nothing. The
+// runGroup runs phase ph (not phaseReduce) on one worker's parts, in order:
+// the first part writes the worker's gradients, the others add to them.
+func runGroup(group []*replica, ph phase, x []float32, labels []int32) {
+	for _, r := range group {
+		if ph != phaseBackward {
+			r.forward(x, labels)
+		}
+		if ph != phaseForward {
+			r.backward()
+		}
+	}
+}
+
+// pool runs the workers of a Net with several: worker 0 on the caller's
+// goroutine, each other one on its own goroutine, started once and woken
+// by a channel per phase, so that a step allocates nothing. The
 // goroutines hold no reference to the Net, so an unreachable Net can be
 // collected and its pool stopped.
 type pool struct {
-	reps   []*replica
-	cmd    []chan phase // cmd[i] wakes the goroutine of reps[i], i ≥ 1
+	groups [][]*replica
+	cmd    []chan phase // cmd[i] wakes the goroutine of groups[i], i ≥ 1
 	done   chan struct{}
 	x      []float32 // the batch of the current Forward
 	labels []int32
 	once   sync.Once
 }
 
-func startPool(reps []*replica) *pool {
-	p := &pool{reps: reps, cmd: make([]chan phase, len(reps)), done: make(chan struct{}, len(reps))}
-	for i := 1; i < len(reps); i++ {
+func startPool(groups [][]*replica) *pool {
+	p := &pool{groups: groups, cmd: make([]chan phase, len(groups)), done: make(chan struct{}, len(groups))}
+	for i := 1; i < len(groups); i++ {
 		p.cmd[i] = make(chan phase)
 		go func() {
 			for ph := range p.cmd[i] {
@@ -39,34 +53,26 @@ func startPool(reps []*replica) *pool {
 	return p
 }
 
-// run performs phase ph on every replica and returns when all are done.
+// run performs phase ph on every worker and returns when all are done.
 func (p *pool) run(ph phase) {
-	for i := 1; i < len(p.reps); i++ {
+	for i := 1; i < len(p.groups); i++ {
 		p.cmd[i] <- ph
 	}
 	p.do(0, ph)
-	for i := 1; i < len(p.reps); i++ {
+	for i := 1; i < len(p.groups); i++ {
 		<-p.done
 	}
 }
 
 func (p *pool) do(i int, ph phase) {
-	r := p.reps[i]
-	switch ph {
-	case phaseForward:
-		r.forward(p.x, p.labels)
-	case phaseBackward:
-		r.backward()
-	case phaseReduce:
-		dst := p.reps[0].grads
-		lo, hi := i*len(dst)/len(p.reps), (i+1)*len(dst)/len(p.reps)
-		dst = dst[lo:hi]
-		for _, o := range p.reps[1:] {
-			src := o.grads[lo:hi]
-			for j := range dst {
-				dst[j] += src[j]
-			}
-		}
+	if ph != phaseReduce {
+		runGroup(p.groups[i], ph, p.x, p.labels)
+		return
+	}
+	dst := p.groups[0][0].grads
+	lo, hi := i*len(dst)/len(p.groups), (i+1)*len(dst)/len(p.groups)
+	for _, g := range p.groups[1:] {
+		add(dst[lo:hi], g[0].grads[lo:hi])
 	}
 }
 

@@ -175,6 +175,38 @@ func (s *Spec) WorkerBatch() int {
 	return max(1, (workerFLOPsPerParam*s.NumParams()+f-1)/f)
 }
 
+// partCacheBytes is the cache the largest activation of a part of a
+// worker's share (Config.Part) should fit: a core's L2 cache (1 MiB on
+// the AMD EPYC hosts, 2 MiB on the Intel Xeon ones) less room for the
+// weights and the layer's other operands. partFLOPsPerParam is the work
+// per parameter a part must bring to pay for adding its parameter
+// gradients into its worker's. `go test -bench TrainStepParts
+// ./learner/nn` at several part sizes is how both are chosen.
+const (
+	partCacheBytes    = 768 << 10
+	partFLOPsPerParam = 2000
+)
+
+// PartBatch is the default part size of Config.Part for a Net of the
+// given number of workers: with one worker, the whole share (0), as that
+// core has the memory bandwidth to itself and the kernels run fastest on
+// many images per call; with several, the most images whose largest
+// activation fits partCacheBytes, but no fewer than bring
+// partFLOPsPerParam. That is 6 images for cifar10_full, whose first
+// convolution writes 128 KiB per image, and 66 for LeNet, whose weights
+// are large for its work (so its shares are not cut).
+func (s *Spec) PartBatch(workers int) int {
+	f := s.TrainFLOPs()
+	if workers <= 1 || f == 0 {
+		return 0
+	}
+	largest := 0
+	for _, sh := range s.shapes[1:] {
+		largest = max(largest, 4*sh.Len())
+	}
+	return max(1, partCacheBytes/largest, (partFLOPsPerParam*s.NumParams()+f-1)/f)
+}
+
 // paramLens returns the weight and bias lengths of layer i.
 func (s *Spec) paramLens(i int) (w, b int) {
 	l := &s.Layers[i]

@@ -196,3 +196,17 @@ func TestTrainFLOPs(t *testing.T) {
 		}
 	}
 }
+
+// TestPartBatch: the default part sizes the doc comment of PartBatch
+// quotes, from the built-in specs' sizes and costs.
+func TestPartBatch(t *testing.T) {
+	for _, c := range []struct {
+		net           string
+		workers, part int
+	}{{"cifar10_full", 1, 0}, {"cifar10_full", 2, 6}, {"lenet", 1, 0}, {"lenet", 2, 66}} {
+		spec, _ := Builtin(c.net)
+		if got := spec.PartBatch(c.workers); got != c.part {
+			t.Errorf("%s, %d workers: part %d, want %d", c.net, c.workers, got, c.part)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func engineFor(b *testing.B, s benchSetup) kernels.Engine {
 var benchNets = []struct {
 	net   string
 	batch int
-}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 4}}
+}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 50}, {"cifar10_full", 4}}
 
 // BenchmarkTrainStep measures a full training step (forward, backward and
 // an SGD-momentum update) on fixed random data, per engine, BLAS threads
@@ -263,6 +263,35 @@ func BenchmarkTrainStep(b *testing.B) {
 				// which a busy machine disturbs less than wall time.
 				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N*c.batch), "cpu-µs/image")
 			})
+		}
+	}
+}
+
+// BenchmarkTrainStepParts measures the training step of LeNet (μ = 64)
+// and cifar10_full (μ = 100) on the native engine with one BLAS thread,
+// one and two workers, at several part sizes (Config.Part; -1 is one
+// part per worker, 0 the default): how PartBatch's cache budget is
+// chosen.
+func BenchmarkTrainStepParts(b *testing.B) {
+	for _, c := range []struct {
+		net   string
+		batch int
+		parts []int
+	}{{"lenet", 64, []int{-1, 0, 8, 16}}, {"cifar10_full", 100, []int{-1, 0, 2, 4, 6, 8, 12}}} {
+		for _, workers := range []int{1, 2} {
+			for _, part := range c.parts {
+				b.Run(fmt.Sprintf("%s/batch=%d/workers=%d/part=%d", c.net, c.batch, workers, part), func(b *testing.B) {
+					spec, _ := Builtin(c.net)
+					net := mustNetW(b, spec, engineFor(b, benchSetup{"native", 1, workers}), Config{Batch: c.batch, Workers: workers, Part: part}, 1)
+					x, labels := randomBatch(net, 1)
+					net.Gradient(x, labels)
+					b.ResetTimer()
+					for b.Loop() {
+						net.Gradient(x, labels)
+					}
+					b.ReportMetric(float64(b.N*c.batch)/b.Elapsed().Seconds(), "images/s")
+				})
+			}
 		}
 	}
 }
@@ -302,7 +331,7 @@ func BenchmarkLayers(b *testing.B) {
 		for _, s := range benchSetups[:2] {
 			b.Run(fmt.Sprintf("%s/batch=%d/%s/threads=%d", c.net, c.batch, s.name, s.threads), func(b *testing.B) {
 				spec, _ := Builtin(c.net)
-				n := mustNet(b, spec, engineFor(b, s), c.batch, 1)
+				n := mustNetW(b, spec, engineFor(b, s), Config{Batch: c.batch, Part: -1}, 1)
 				x, labels := randomBatch(n, 1)
 				r := n.reps[0]
 				timed := make([]*timedLayer, len(r.layers))
