@@ -20,7 +20,10 @@ import (
 // wait until it is dead, then for the duration args[2] (time for a
 // launcher to kill them, if it does), and report that they survived. A
 // survivor that receives SIGTERM, SIGINT or SIGHUP reports it and exits
-// 143. Nobody waits longer than two minutes.
+// 143. Reports are files, args[0]/survived-RANK or args[0]/terminated-RANK,
+// and a line of output: a launcher that follows its SIGTERM with a
+// SIGKILL may drop the output of the processes it kills. Nobody waits
+// longer than two minutes.
 func dieMain(args []string) int {
 	w, err := launcher.Detect(os.Getenv)
 	if err != nil {
@@ -63,6 +66,7 @@ func dieMain(args []string) int {
 	for {
 		select {
 		case s := <-sigs:
+			report(args[0], "terminated", w.Rank)
 			fmt.Printf("rank %d got %v\n", w.Rank, s)
 			return 143
 		case <-deadline:
@@ -78,10 +82,27 @@ func dieMain(args []string) int {
 				}
 			}
 		} else if time.Since(dead) > grace {
+			report(args[0], "survived", w.Rank)
 			fmt.Printf("rank %d survived\n", w.Rank)
 			return 0
 		}
 	}
+}
+
+// report creates dir/what-RANK.
+func report(dir, what string, rank int) {
+	if err := os.WriteFile(filepath.Join(dir, what+"-"+strconv.Itoa(rank)), nil, 0o644); err != nil {
+		fmt.Println(err)
+	}
+}
+
+// reports counts the processes that reported what (see dieMain).
+func reports(t *testing.T, dir, what string) int {
+	m, err := filepath.Glob(filepath.Join(dir, what+"-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
 }
 
 func exists(path string) bool {
@@ -143,13 +164,13 @@ func checkDeath(t *testing.T, l *Launcher, tc deathCase) {
 		if !tc.survive {
 			grace = "1m"
 		}
-		argv := Self("die", t.TempDir(), "1", grace)
+		dir := t.TempDir()
+		argv := Self("die", dir, "1", grace)
 		r := l.Run(t, Spec{N: 4, Argv: argv, KeepGoing: tc.keepGoing, Timeout: 3 * time.Minute})
 		if r.TimedOut {
 			t.Fatalf("the launcher did not end: %s", r)
 		}
-		survived := strings.Count(r.Output, "survived")
-		termed := strings.Count(r.Output, "got terminated")
+		survived, termed := reports(t, dir, "survived"), reports(t, dir, "terminated")
 		switch {
 		case tc.survive && survived != 3:
 			t.Errorf("%d of 3 survived, want all: %s", survived, r)
