@@ -299,6 +299,9 @@ func TestLoaderNoAllocs(t *testing.T) {
 // it may still be returning when Close does).
 func TestLoaderCloseStopsProducer(t *testing.T) {
 	d := indexed(20, 1, 1, 2)
+	// The loaders of earlier tests are closed, but their producers may
+	// still be returning: wait for them to be gone (or counted as leaks).
+	waitProducers(t, 0)
 	before := producers()
 	disp, _ := NewDispatcher(Plan{Images: 20, Batch: 2, Chunk: 2, Epochs: 5})
 	l, err := NewLoader(d, LoaderConfig{Plan: Plan{Batch: 2, Chunk: 2, Epochs: 5}, Source: Local{D: disp}, Normalizer: Normalizer{Scale: 1}})
@@ -315,12 +318,19 @@ func TestLoaderCloseStopsProducer(t *testing.T) {
 	l.Close()
 	// Close returns once the producer has signalled its exit; the goroutine
 	// itself may still be returning, so wait for it to be gone.
+	waitProducers(t, before)
+}
+
+// waitProducers waits up to 10 s for at most n producer goroutines to be
+// running, and fails the test if more remain.
+func waitProducers(t *testing.T, n int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for producers() > before && time.Now().Before(deadline) {
+	for producers() > n && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if n := producers(); n > before {
-		t.Fatalf("%d producer goroutines after Close, %d before", n, before)
+	if got := producers(); got > n {
+		t.Fatalf("%d producer goroutines running, want at most %d", got, n)
 	}
 }
 
