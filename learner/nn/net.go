@@ -30,8 +30,8 @@ type Config struct {
 	// activations are still in the core's cache when they are read back.
 	// The parts' parameter gradients are summed into the worker's. 0
 	// means Spec.PartBatch(Workers): with several workers, parts whose
-	// activations fit a core's share of the last-level cache; a negative
-	// value means no cutting (one part per worker).
+	// largest activation fits a core's L2 cache; a negative value means
+	// no cutting (one part per worker).
 	Part int
 }
 
