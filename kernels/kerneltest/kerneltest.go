@@ -22,7 +22,7 @@ func Engines(t testing.TB) []kernels.Engine {
 	t.Helper()
 	engines := []kernels.Engine{kernels.Reference()}
 	for _, l := range isa.All {
-		e, err := nativeAt(t, l)
+		e, err := nativeAt(t, l, 0)
 		if err != nil {
 			t.Logf("%s: %v", Label(nil, l), err)
 			continue
@@ -46,9 +46,26 @@ func Fastest(t testing.TB) kernels.Engine {
 	return es[0]
 }
 
-// nativeAt returns the native engine at level l: nil, nil in builds
-// without it; nil and the reason when the CPU or build cannot run l.
-func nativeAt(t testing.TB, l isa.Level) (kernels.Engine, error) {
+// Serial returns the native engine at level l on one thread, as softsync
+// train gives its in-process learners (learner.PlanThreads), or the
+// reference engine in builds without the native one. A level the CPU
+// cannot run fails the test.
+func Serial(t testing.TB, l isa.Level) kernels.Engine {
+	t.Helper()
+	e, err := nativeAt(t, l, 1)
+	switch {
+	case err != nil:
+		t.Fatalf("%s: %v", Label(nil, l), err)
+	case e == nil:
+		return kernels.Reference()
+	}
+	return e
+}
+
+// nativeAt returns the native engine at level l on threads threads (0:
+// the default): nil, nil in builds without it; nil and the reason when
+// the CPU or build cannot run l.
+func nativeAt(t testing.TB, l isa.Level, threads int) (kernels.Engine, error) {
 	t.Helper()
 	if !kernels.NativeBuilt() {
 		return nil, nil
@@ -56,7 +73,7 @@ func nativeAt(t testing.TB, l isa.Level) (kernels.Engine, error) {
 	if _, err := isa.Resolve(l); err != nil {
 		return nil, err
 	}
-	e, info, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l})
+	e, info, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: l, Threads: threads})
 	if err != nil {
 		t.Fatalf("kernels.New: %v", err)
 	}
@@ -90,7 +107,7 @@ func ForEachEngine(t *testing.T, f func(t *testing.T, e kernels.Engine)) {
 		return
 	}
 	for _, l := range isa.All {
-		e, err := nativeAt(t, l)
+		e, err := nativeAt(t, l, 0)
 		t.Run(Label(nil, l), func(t *testing.T) {
 			if err != nil {
 				t.Skip(err)

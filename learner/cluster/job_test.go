@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/kernels/isa"
 	"github.com/softsync/softsync/kernels/kerneltest"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
@@ -23,21 +23,12 @@ import (
 	"github.com/softsync/softsync/ps/sgd"
 )
 
-// engine returns the fastest engine of the build (native when built) on
-// one thread, as softsync train gives its in-process learners
-// (learner.PlanThreads): several learners calling a multi-threaded
-// OpenBLAS at once wait for each other's threads.
+// engine returns the engine the job tests run on: the native one at the
+// generic level (the reference engine without it), on one thread, as
+// softsync train gives its in-process learners: several learners calling
+// a multi-threaded OpenBLAS at once wait for each other's threads.
 func engine(t testing.TB) kernels.Engine {
-	es := kerneltest.Engines(t)
-	e := es[len(es)-1]
-	if kernels.ThreadsOf(e) == 1 {
-		return e
-	}
-	one, _, err := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: kernels.ISAOf(e), Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return one
+	return kerneltest.Serial(t, isa.Generic)
 }
 
 var mnist struct {
