@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,7 +111,10 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	err = app.runHead(ctx, f, st, network, ln, 0, expect)
 	cancel()
 	wg.Wait()
-	if err == nil {
+	// The head's end cancels the shard server of its process, which may
+	// see the cancellation before the coordinator's stop: that is the
+	// job's end, not a failure.
+	if err == nil && !errors.Is(serverErr, context.Canceled) {
 		err = serverErr
 	}
 	return err
