@@ -45,7 +45,7 @@ const (
 )
 
 // AuthMagic is the first four bytes of a handshake hello.
-var AuthMagic = [4]byte{'S', 'S', 'Y', 'A'}
+const AuthMagic = "SSYA"
 
 var (
 	labelServer = []byte("softsync-auth-v1-server")
@@ -62,7 +62,7 @@ type hello struct {
 // putHello writes h into b[:helloSize].
 func putHello(b []byte, h *hello) {
 	_ = b[helloSize-1]
-	copy(b, AuthMagic[:])
+	copy(b, AuthMagic)
 	b[4], b[5], b[6], b[7] = AuthVersion, h.role, 0, 0
 	binary.LittleEndian.PutUint32(b[8:], h.job)
 	copy(b[12:helloSize], h.nonce[:])
@@ -76,9 +76,9 @@ func parseHello(b []byte, role uint8, job uint32) (hello, error) {
 		return hello{}, fmt.Errorf("%w: handshake hello of %d bytes, want %d", ErrAuth, len(b), helloSize)
 	}
 	switch {
-	case [4]byte(b[:4]) == Magic:
+	case string(b[:4]) == Magic:
 		return hello{}, fmt.Errorf("%w: the peer sent a frame without authenticating (it has no Options.Secret)", ErrAuth)
-	case [4]byte(b[:4]) != AuthMagic:
+	case string(b[:4]) != AuthMagic:
 		return hello{}, fmt.Errorf("%w: not a softsync handshake (starts % x)", ErrAuth, b[:4])
 	case b[4] != AuthVersion:
 		return hello{}, fmt.Errorf("%w: handshake version %d, this end speaks %d", ErrAuth, b[4], AuthVersion)

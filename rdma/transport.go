@@ -119,9 +119,9 @@ type Options struct {
 	// rejected on receipt with ErrWrongJob. With a Secret, the handshake
 	// binds it too: peers of another job fail to connect.
 	Job uint32
-	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
+	// MaxElems bounds a message's payload (default DefaultLimits().MaxElems,
 	// at most MaxElems); MaxData its byte payload (default
-	// DefaultLimits.MaxData). Larger messages fail on Send and are
+	// DefaultLimits().MaxData). Larger messages fail on Send and are
 	// rejected on receipt with ErrFrameTooLarge.
 	MaxElems uint32
 	MaxData  uint32
@@ -184,11 +184,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	def := DefaultLimits()
 	if o.MaxElems == 0 {
-		o.MaxElems = DefaultLimits.MaxElems
+		o.MaxElems = def.MaxElems
 	}
 	if o.MaxData == 0 {
-		o.MaxData = DefaultLimits.MaxData
+		o.MaxData = def.MaxData
 	}
 	if o.QueueLen == 0 {
 		o.QueueLen = 16
