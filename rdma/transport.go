@@ -159,10 +159,15 @@ type Options struct {
 	// a listener closes a peer that has not finished by then.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds how many connections a listener authenticates
-	// at once, counting authenticated ones not yet accepted (default 64):
-	// a connection beyond that is closed at once, unread, so that
-	// connections that never finish their handshake cost at most this
-	// many goroutines and sockets.
+	// at once, counting authenticated ones not yet accepted (default 64),
+	// so that connections that never finish their handshake cost at most
+	// this many goroutines and sockets. A connection beyond that sheds
+	// the connection in its handshake that has kept the listener waiting
+	// longest for its next message (connected, or sent its hello,
+	// longest ago), so that idle or slow connections, however many, do
+	// not keep peers that hold the secret out; with every slot held by
+	// authenticated connections the new one is closed unread. Both are
+	// counted in ListenerStats.Rejected and reported to OnAuthFailure.
 	MaxHandshakes int
 	// OnAuthFailure, if not nil, is called with the peer's address and the
 	// reason (matching ErrAuth) for every connection a listener closes
