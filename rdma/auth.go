@@ -45,7 +45,7 @@ const (
 )
 
 // AuthMagic is the first four bytes of a handshake hello.
-var AuthMagic = [4]byte{'S', 'S', 'Y', 'A'}
+const AuthMagic = "SSYA"
 
 var (
 	labelServer = []byte("softsync-auth-v1-server")
@@ -62,7 +62,7 @@ type hello struct {
 // putHello writes h into b[:helloSize].
 func putHello(b []byte, h *hello) {
 	_ = b[helloSize-1]
-	copy(b, AuthMagic[:])
+	copy(b, AuthMagic)
 	b[4], b[5], b[6], b[7] = AuthVersion, h.role, 0, 0
 	binary.LittleEndian.PutUint32(b[8:], h.job)
 	copy(b[12:helloSize], h.nonce[:])
@@ -76,9 +76,9 @@ func parseHello(b []byte, role uint8, job uint32) (hello, error) {
 		return hello{}, fmt.Errorf("%w: handshake hello of %d bytes, want %d", ErrAuth, len(b), helloSize)
 	}
 	switch {
-	case [4]byte(b[:4]) == Magic:
+	case string(b[:4]) == Magic:
 		return hello{}, fmt.Errorf("%w: the peer sent a frame without authenticating (it has no Options.Secret)", ErrAuth)
-	case [4]byte(b[:4]) != AuthMagic:
+	case string(b[:4]) != AuthMagic:
 		return hello{}, fmt.Errorf("%w: not a softsync handshake (starts % x)", ErrAuth, b[:4])
 	case b[4] != AuthVersion:
 		return hello{}, fmt.Errorf("%w: handshake version %d, this end speaks %d", ErrAuth, b[4], AuthVersion)
@@ -104,8 +104,9 @@ func authMAC(dst, secret, label, transcript []byte) []byte {
 // serverHandshake authenticates the client at the other end of rw for
 // job under secret; the caller bounds it with a deadline. It reads at
 // most helloSize+macSize bytes and writes only its own hello and MAC,
-// and those only after the client's hello checked out.
-func serverHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
+// and those only after the client's hello checked out, which it tells
+// helloOK (if not nil) first.
+func serverHandshake(rw io.ReadWriter, secret []byte, job uint32, helloOK func()) error {
 	var t [transcriptSize]byte
 	ch, sh := t[:helloSize], t[helloSize:2*helloSize]
 	smac, cmac := t[2*helloSize:2*helloSize+macSize], t[2*helloSize+macSize:]
@@ -114,6 +115,9 @@ func serverHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	}
 	if _, err := parseHello(ch, roleClient, job); err != nil {
 		return err
+	}
+	if helloOK != nil {
+		helloOK()
 	}
 	s := hello{role: roleServer, job: job}
 	rand.Read(s.nonce[:]) // never fails: the runtime aborts if the system's source does
@@ -147,7 +151,7 @@ func clientHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 	}
 	if _, err := io.ReadFull(rw, t[helloSize:2*helloSize+macSize]); err != nil {
 		return handshakeIOError("reading the server's hello",
-			"the server is in another job, does not authenticate, or has reached its limit of handshakes in progress", err)
+			"the server is in another job, does not authenticate, or shed the connection to make room for others", err)
 	}
 	if _, err := parseHello(sh, roleServer, job); err != nil {
 		return err
@@ -165,7 +169,7 @@ func clientHandshake(rw io.ReadWriter, secret []byte, job uint32) error {
 
 // handshakeIOError describes a socket error during a handshake step; hint
 // says why a peer may close at that step, as peers answer a handshake they
-// reject by closing.
+// reject by closing. A close matches ErrHandshakeClosed too.
 func handshakeIOError(step, hint string, err error) error {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
@@ -173,7 +177,7 @@ func handshakeIOError(step, hint string, err error) error {
 		if hint != "" {
 			hint = " (" + hint + ")"
 		}
-		return fmt.Errorf("%w: the peer closed the connection while %s%s", ErrAuth, step, hint)
+		return &joined{ErrAuth, ErrHandshakeClosed, fmt.Sprintf("%v: the peer closed the connection while %s%s", ErrAuth, step, hint)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w: timed out %s: %w", ErrAuth, step, err)
 	}

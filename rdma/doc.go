@@ -48,10 +48,18 @@
 // Handshakes run on the listener's goroutines, each bounded by
 // Options.HandshakeTimeout and at most Options.MaxHandshakes at once, so
 // that stalled or numerous unauthenticated connections cannot hold up
-// other peers or exhaust goroutines and memory. Without a secret, TCP
-// listens only on loopback addresses unless Options.Insecure is set
-// (ErrInsecure). Transports built on TCP's Dial and Listen inherit the
-// handshake.
+// other peers or exhaust goroutines and memory. When a connection comes
+// and every slot is taken, the listener sheds the connection in its
+// handshake that has been silent longest (counting from its connect, or
+// from its hello once that arrived): a peer that holds the secret sends
+// its hello as it connects and finishes within a round trip, so that
+// however many idle or slow connections are held open, it gets in; it is
+// shed only if MaxHandshakes other connections connect or send their
+// hello while it is in its handshake. Its Dial then fails with an error
+// matching ErrHandshakeClosed (and ErrAuth), which is worth retrying
+// after a pause. Without a secret, TCP listens only on loopback
+// addresses unless Options.Insecure is set (ErrInsecure). Transports
+// built on TCP's Dial and Listen inherit the handshake.
 //
 // # Wire format
 //

@@ -24,6 +24,13 @@ var (
 	// returns it; a listener only counts it and reports it to
 	// Options.OnAuthFailure.
 	ErrAuth = errors.New("rdma: authentication failed")
+	// ErrHandshakeClosed: the peer closed the connection in the middle
+	// of the handshake, without a word; the error matches ErrAuth too.
+	// A listener does that to peers of another job or without a
+	// secret, and to the connections it sheds when its handshake slots
+	// are full (Options.MaxHandshakes): a Dial that fails with it may
+	// succeed when tried again after a pause.
+	ErrHandshakeClosed = errors.New("rdma: the peer closed the connection during the handshake")
 	// ErrInsecure: a TCP listener without Options.Secret on an address
 	// that is not loopback, without Options.Insecure.
 	ErrInsecure = errors.New("rdma: refusing to listen without authentication")

@@ -45,7 +45,7 @@ const (
 const FlagNoPayloadCRC = 0x01
 
 // Magic is the first four bytes of every frame.
-var Magic = [4]byte{'S', 'S', 'Y', 'F'}
+const Magic = "SSYF"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -78,13 +78,14 @@ type Limits struct {
 	Job uint32
 }
 
-// DefaultLimits: 64 Mi elements (256 MiB of float32) and 1 MiB of data.
-var DefaultLimits = Limits{MaxElems: 1 << 26, MaxData: 1 << 20}
+// DefaultLimits returns the limits of Options' zero values: 64 Mi
+// elements (256 MiB of float32) and 1 MiB of data, for job 0.
+func DefaultLimits() Limits { return Limits{MaxElems: 1 << 26, MaxData: 1 << 20} }
 
 // PutHeader writes h (with its header checksum) into b[:HeaderSize].
 func PutHeader(b []byte, h *Header) {
 	_ = b[HeaderSize-1]
-	copy(b, Magic[:])
+	copy(b, Magic)
 	b[4], b[5], b[6], b[7] = Version, byte(h.Type), byte(h.Codec), h.Flags
 	le := binary.LittleEndian
 	le.PutUint32(b[8:], h.Job)
@@ -111,7 +112,7 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, ErrTruncated
 	}
-	if [4]byte(b[:4]) != Magic {
+	if string(b[:4]) != Magic {
 		return Header{}, badMagic(b)
 	}
 	if b[4] != Version || b[7]&^FlagNoPayloadCRC != 0 {
@@ -152,7 +153,7 @@ func ParseHeader(b []byte, lim *Limits) (Header, error) {
 // badMagic is the error for a frame that starts with b[:4] instead of
 // Magic; a handshake hello gets a hint.
 func badMagic(b []byte) error {
-	if [4]byte(b[:4]) == AuthMagic {
+	if string(b[:4]) == AuthMagic {
 		return fmt.Errorf("%w: % x, a handshake: the peer authenticates, this end has no Options.Secret", ErrBadMagic, b[:4])
 	}
 	return fmt.Errorf("%w: % x", ErrBadMagic, b[:4])

@@ -181,7 +181,7 @@ func FuzzHandshake(f *testing.F) {
 			}
 		}
 		server := &handshakePeer{in: bytes.NewReader(b)}
-		err := serverHandshake(server, secret, job)
+		err := serverHandshake(server, secret, job, nil)
 		if err == nil || !errors.Is(err, ErrAuth) {
 			t.Fatalf("server handshake on % x: %v", b, err)
 		}

@@ -293,7 +293,7 @@ func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {
 			return nil, c.opError("recv", cause, true)
 		case errors.Is(err, io.EOF) && len(hb) == 0:
 			return nil, c.fatal(peerGone)
-		case len(hb) >= len(Magic) && [4]byte(hb[:4]) != Magic:
+		case len(hb) >= len(Magic) && string(hb[:4]) != Magic:
 			return nil, c.fatal(badMagic(hb)) // what came is not a frame anyway
 		}
 		return nil, c.fatal(streamErr(err))

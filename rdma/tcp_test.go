@@ -16,6 +16,25 @@ import (
 	"github.com/softsync/softsync/rdma/transporttest"
 )
 
+// The magics are constants and DefaultLimits a function: no importer can
+// change them for the rest of the process.
+const _, _ = rdma.Magic, rdma.AuthMagic
+
+var _ func() rdma.Limits = rdma.DefaultLimits
+
+// TestConstants: the frame and handshake magics are the bytes docs/wire.md
+// gives, and each DefaultLimits is a value of its own.
+func TestConstants(t *testing.T) {
+	if rdma.Magic != "SSYF" || rdma.AuthMagic != "SSYA" {
+		t.Errorf("magics %q and %q, docs/wire.md says SSYF and SSYA", rdma.Magic, rdma.AuthMagic)
+	}
+	lim := rdma.DefaultLimits()
+	lim.MaxData = 1
+	if got := rdma.DefaultLimits(); got.MaxElems != 1<<26 || got.MaxData != 1<<20 || got.Job != 0 {
+		t.Errorf("DefaultLimits() = %+v after a caller changed its copy", got)
+	}
+}
+
 // rawPeer connects a plain socket to a TCP listener and returns it with
 // the accepted rdma connection.
 func rawPeer(t *testing.T, opts rdma.Options) (net.Conn, rdma.Conn) {
@@ -142,7 +161,7 @@ func TestTCPFatal(t *testing.T) {
 			raw.SetReadDeadline(time.Now().Add(10 * time.Second))
 			n, err := io.ReadAtLeast(raw, buf, rdma.HeaderSize+rdma.TrailerSize)
 			for err == nil {
-				lim := rdma.DefaultLimits
+				lim := rdma.DefaultLimits()
 				h, data, _, _, perr := rdma.ParseFrame(buf[:n], &lim)
 				if errors.Is(perr, rdma.ErrTruncated) {
 					var k int
@@ -245,7 +264,7 @@ func readFrames(t *testing.T, raw net.Conn, n int) []rdma.Header {
 	var hs []rdma.Header
 	var buf []byte
 	chunk := make([]byte, 64<<10)
-	lim := rdma.DefaultLimits
+	lim := rdma.DefaultLimits()
 	for len(hs) < n {
 		h, _, _, k, err := rdma.ParseFrame(buf, &lim)
 		if errors.Is(err, rdma.ErrTruncated) {

@@ -119,9 +119,9 @@ type Options struct {
 	// rejected on receipt with ErrWrongJob. With a Secret, the handshake
 	// binds it too: peers of another job fail to connect.
 	Job uint32
-	// MaxElems bounds a message's payload (default DefaultLimits.MaxElems,
+	// MaxElems bounds a message's payload (default DefaultLimits().MaxElems,
 	// at most MaxElems); MaxData its byte payload (default
-	// DefaultLimits.MaxData). Larger messages fail on Send and are
+	// DefaultLimits().MaxData). Larger messages fail on Send and are
 	// rejected on receipt with ErrFrameTooLarge.
 	MaxElems uint32
 	MaxData  uint32
@@ -159,10 +159,15 @@ type Options struct {
 	// a listener closes a peer that has not finished by then.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds how many connections a listener authenticates
-	// at once, counting authenticated ones not yet accepted (default 64):
-	// a connection beyond that is closed at once, unread, so that
-	// connections that never finish their handshake cost at most this
-	// many goroutines and sockets.
+	// at once, counting authenticated ones not yet accepted (default 64),
+	// so that connections that never finish their handshake cost at most
+	// this many goroutines and sockets. A connection beyond that sheds
+	// the connection in its handshake that has kept the listener waiting
+	// longest for its next message (connected, or sent its hello,
+	// longest ago), so that idle or slow connections, however many, do
+	// not keep peers that hold the secret out; with every slot held by
+	// authenticated connections the new one is closed unread. Both are
+	// counted in ListenerStats.Rejected and reported to OnAuthFailure.
 	MaxHandshakes int
 	// OnAuthFailure, if not nil, is called with the peer's address and the
 	// reason (matching ErrAuth) for every connection a listener closes
@@ -184,11 +189,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	def := DefaultLimits()
 	if o.MaxElems == 0 {
-		o.MaxElems = DefaultLimits.MaxElems
+		o.MaxElems = def.MaxElems
 	}
 	if o.MaxData == 0 {
-		o.MaxData = DefaultLimits.MaxData
+		o.MaxData = def.MaxData
 	}
 	if o.QueueLen == 0 {
 		o.QueueLen = 16

@@ -102,3 +102,38 @@ func TestJobRefusesStrangers(t *testing.T) {
 	}
 	transporttest.WaitGoroutines(t, base+2, 20*time.Second)
 }
+
+// TestJobAmidACrowd holds hundreds of connections that never
+// authenticate (idle, a byte a second, stalled after a hello) open on the
+// coordinator's and the shard server's ports of a job over loopback TCP
+// before any of its roles dials: every role still gets in, and the job
+// ends as it would have.
+func TestJobAmidACrowd(t *testing.T) {
+	base := runtime.NumGoroutine()
+	train, test := mnistSubset(t, 1000, 200)
+	var failures atomic.Int64
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 3, Batch: 8,
+		Protocol: ps.Softsync, N: 3, Shards: 2, Epochs: 1, Seed: 1, Transport: "tcp", PSTimeout: time.Minute,
+		Solver:        sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness},
+		OnAuthFailure: func(string, error) { failures.Add(1) }}
+	const idle, slow, stalled = 200, 50, 50
+	cfg.listening = func(coord, server rdma.Listener) {
+		for _, ln := range []rdma.Listener{coord, server} {
+			transporttest.Crowd(t, ln, 1, idle, slow, stalled)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the job amid %d connections on each port: %v", idle+slow+stalled, err)
+	}
+	checkResult(t, cfg, res)
+	if res.Steps != int64(res.BatchesPerEpoch) {
+		t.Errorf("%d steps of %d", res.Steps, res.BatchesPerEpoch)
+	}
+	if n := failures.Load(); n < 2*(idle+slow+stalled-64) {
+		t.Errorf("%d connections refused, want at least %d", n, 2*(idle+slow+stalled-64))
+	}
+	transporttest.WaitGoroutines(t, base+3, 20*time.Second)
+}

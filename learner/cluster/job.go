@@ -81,6 +81,10 @@ type Config struct {
 	// OnAuthFailure, if set, is told of every connection to the job's TCP
 	// listeners that failed authentication (rdma.Options.OnAuthFailure).
 	OnAuthFailure func(peer string, err error)
+	// PSTimeout is every role's Member.PSTimeout: how long a dial that
+	// the listener closes during the handshake, or a lost connection to
+	// the shard server, is tried again (0: the job fails at once).
+	PSTimeout time.Duration
 	// OnServe and OnClient, if set, receive the live ps.Server of the
 	// job's shard server and each learner's ps.Client as they start, for
 	// their counters (see ServerConfig.OnServe, LearnerConfig.OnClient).
@@ -101,6 +105,10 @@ type Config struct {
 	// Logger, if set, receives the roles' events (checkpoints, lost
 	// learners).
 	Logger *slog.Logger
+
+	// listening, if set (by tests), is called with the coordinator's and
+	// the shard server's listeners before any role starts.
+	listening func(coord, server rdma.Listener)
 }
 
 // ResumeKeys are the settings a job must share with the checkpoint it
@@ -142,6 +150,8 @@ func (c *Config) ValidateSettings() error {
 		return param.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
 	case c.Workers < 0:
 		return param.Fieldf("Workers", "must be ≥ 0, got %d", c.Workers)
+	case c.PSTimeout < 0:
+		return param.Fieldf("PSTimeout", "must be ≥ 0 (0: none), got %v", c.PSTimeout)
 	}
 	if err := c.Codec.Validate(); err != nil {
 		return param.Fieldf("Codec", "%v", err)
@@ -294,10 +304,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j.coord, j.addrs = coord, []string{coordLn.Addr(), psLn.Addr()}
+	if cfg.listening != nil {
+		cfg.listening(coordLn, psLn)
+	}
 	parent := ctx
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
-		return Member{Network: network, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
+		return Member{Network: network, Coordinator: coordLn.Addr(), PSTimeout: cfg.PSTimeout,
+			Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
 	}
 	j.wg.Go(func() {
 		res, err := coord.Serve(ctx, coordLn)

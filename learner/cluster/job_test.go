@@ -276,6 +276,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Shards", func(c *Config) { c.Shards = 1 << 20 }},
 		{"Epochs", func(c *Config) { c.Epochs = -1 }},
 		{"Transport", func(c *Config) { c.Transport = "udp" }},
+		{"PSTimeout", func(c *Config) { c.PSTimeout = -time.Second }},
 		{"Solver.LR", func(c *Config) { c.Solver.LR = 0 }},
 		{"Solver.Momentum", func(c *Config) { c.Solver.Momentum = 1 }},
 		{"Init", func(c *Config) { c.Init = make([]float32, 3) }},

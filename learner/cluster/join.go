@@ -28,7 +28,10 @@ type Member struct {
 	// PSTimeout bounds how long a learner or the evaluator tries to reach
 	// a shard server again after its connection failed (the server may be
 	// restarting), with backoff, before it fails naming the shard and the
-	// address (0: it fails at once).
+	// address (0: it fails at once). It bounds the same way how long
+	// every role dials again a listener that closes the connection during
+	// the handshake, as a listener full of unauthenticated connections
+	// does to some (see dial).
 	PSTimeout time.Duration
 	Logger    *slog.Logger // nil: no log
 }
@@ -40,8 +43,68 @@ func (m *Member) log() *slog.Logger {
 	return m.Logger
 }
 
-// join dials the coordinator (again and again while nothing listens
-// there yet), says hello and waits for the welcome.
+// dial connects to addr, trying again with backoff (50 ms, doubling up
+// to 1 s) after a failure that may pass: nothing listens there yet
+// (rdma.ErrRefused), until ctx ends, or the listener closed the
+// connection during the handshake (rdma.ErrHandshakeClosed: a listener
+// whose handshake slots are full sheds connections), until PSTimeout has
+// passed since the first such failure (at once without a PSTimeout). It
+// gives up at once on any other error. failed, if set, is told of each
+// failure before the pause.
+func (m *Member) dial(ctx context.Context, addr string, failed func(error)) (rdma.Conn, error) {
+	wait, closedSince := 50*time.Millisecond, time.Time{}
+	for {
+		conn, err := m.Network.Dial(ctx, addr)
+		switch {
+		case err == nil:
+			return conn, nil
+		case errors.Is(err, rdma.ErrHandshakeClosed):
+			if closedSince.IsZero() {
+				closedSince = time.Now()
+			}
+			switch {
+			case m.PSTimeout <= 0:
+				return nil, err
+			case time.Since(closedSince) >= m.PSTimeout:
+				return nil, fmt.Errorf("closed during the handshake again and again for --ps-timeout %v: %w", m.PSTimeout, err)
+			}
+		case !errors.Is(err, rdma.ErrRefused):
+			return nil, err
+		}
+		if failed != nil {
+			failed(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (the last try: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// shardNetwork is the member's network as learners and the evaluator use
+// it to reach the shard servers: Dial tries again as dial does, for
+// PSTimeout at most (only once without a PSTimeout).
+type shardNetwork struct {
+	rdma.Network
+	m *Member
+}
+
+func (n shardNetwork) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	if n.m.PSTimeout <= 0 {
+		return n.Network.Dial(ctx, addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.m.PSTimeout)
+	defer cancel()
+	return n.m.dial(ctx, addr, func(err error) {
+		n.m.log().Info("dialing a shard server again", "addr", addr, "err", err)
+	})
+}
+
+// join dials the coordinator (again while nothing listens there yet or
+// its listener closes the connection during the handshake, see dial),
+// says hello and waits for the welcome.
 func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	h.Process, h.Settings = m.Process, m.Settings
 	if m.Rendezvous > 0 {
@@ -50,27 +113,18 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 		defer cancel()
 	}
 	log := m.log()
-	var conn rdma.Conn
-	wait, lastLog := 50*time.Millisecond, time.Time{}
-	for {
-		var err error
-		conn, err = m.Network.Dial(ctx, m.Coordinator)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, rdma.ErrRefused) {
-			return nil, welcome{}, fmt.Errorf("%s: dial the coordinator at %s: %w", m.Process, m.Coordinator, err)
-		}
+	lastLog := time.Time{}
+	conn, err := m.dial(ctx, m.Coordinator, func(err error) {
 		if time.Since(lastLog) > 5*time.Second {
-			log.Info("waiting for the coordinator", "addr", m.Coordinator, "me", m.Process.String())
+			log.Info("waiting for the coordinator", "addr", m.Coordinator, "me", m.Process.String(), "err", err)
 			lastLog = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return nil, welcome{}, fmt.Errorf("%w: %s: the coordinator at %s did not answer: %v", ErrRendezvous, m.Process, m.Coordinator, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, welcome{}, fmt.Errorf("%w: %s: the coordinator at %s did not answer: %v", ErrRendezvous, m.Process, m.Coordinator, err)
+	case err != nil:
+		return nil, welcome{}, fmt.Errorf("%s: dial the coordinator at %s: %w", m.Process, m.Coordinator, err)
 	}
 	c := &ctrl{conn: conn}
 	if err := c.send(ctx, tHello, h); err != nil {

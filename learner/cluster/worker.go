@@ -128,7 +128,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 			n.Close()
 		}
 	}()
-	client, err := ps.Dial(ctx, cfg.Network, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
+	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
 		Redial: cfg.redialer(r.cc, r.addrs, &r.redial)})
 	if err != nil {

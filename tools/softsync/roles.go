@@ -24,14 +24,12 @@ import (
 // train --cluster auto wire them.
 
 // jobNetwork opens the transport of a multi-process job, authenticated by
-// secret, logging refused connections and the transport chosen per peer.
+// secret, logging refused connections (at most a line per authLogEvery)
+// and the transport chosen per peer.
 func (app *App) jobNetwork(f *trainFlags, st *trainSetup, secret []byte) (rdma.Network, error) {
 	st.job = jobID(secret)
 	opts := rdma.Options{Job: jobID(secret), Secret: secret, Insecure: f.cluster.insecure, OnConnect: app.logConnect,
-		OnAuthFailure: func(peer string, err error) {
-			app.metrics.authFailure()
-			app.Log.Warn("refused a connection that failed authentication", "peer", peer, "err", err)
-		}}
+		OnAuthFailure: app.onAuthFailure()}
 	n, err := rdma.Open(cmp.Or(f.cluster.transport, "auto"), opts)
 	if err != nil {
 		return nil, fmt.Errorf("--transport: %w", err)

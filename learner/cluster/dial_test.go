@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/rdma"
+)
+
+// flakyNetwork is an in-memory network whose first fails dials fail with
+// err (all of them when fails < 0).
+type flakyNetwork struct {
+	rdma.Network
+	err error
+
+	mu           sync.Mutex
+	fails, dials int
+}
+
+func newFlaky(t *testing.T, fails int, err error) *flakyNetwork {
+	n, err2 := rdma.Open("inmem", rdma.Options{Job: 1})
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	return &flakyNetwork{Network: n, err: err, fails: fails}
+}
+
+func (n *flakyNetwork) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	n.mu.Lock()
+	n.dials++
+	fail := n.fails != 0
+	if n.fails > 0 {
+		n.fails--
+	}
+	n.mu.Unlock()
+	if fail {
+		return nil, &rdma.OpError{Op: "dial", Peer: addr, Err: n.err}
+	}
+	return n.Network.Dial(ctx, addr)
+}
+
+func (n *flakyNetwork) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dials
+}
+
+// closedHandshake is what Dial returns when the listener sheds the
+// connection during the handshake.
+var closedHandshake = fmt.Errorf("%w: the peer closed the connection while reading the server's hello (%w)", rdma.ErrAuth, rdma.ErrHandshakeClosed)
+
+// TestJoinRetriesClosedHandshake: a role whose dials to the coordinator
+// are closed during the handshake (as a listener full of unauthenticated
+// connections sheds some) dials again and joins.
+func TestJoinRetriesClosedHandshake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := newFlaky(t, 3, closedHandshake)
+	ln, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a coordinator that welcomes the first hello
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		cc := &ctrl{conn: c}
+		if t, _, err := cc.recv(ctx); err == nil && t == tHello {
+			cc.send(ctx, tWelcome, welcome{})
+		}
+		<-ctx.Done()
+	}()
+	m := Member{Network: n, Coordinator: ln.Addr(), PSTimeout: time.Minute, Process: Process{Role: RoleLearner}}
+	cc, _, err := m.join(ctx, hello{})
+	if err != nil {
+		t.Fatalf("join after 3 closed handshakes: %v", err)
+	}
+	cc.conn.Close()
+	if d := n.count(); d != 4 {
+		t.Errorf("%d dials, want 4", d)
+	}
+}
+
+// TestDialRetry: which dial failures are tried again, and for how long.
+func TestDialRetry(t *testing.T) {
+	errOther := fmt.Errorf("%w: the server's proof does not match (another secret)", rdma.ErrAuth)
+	for _, tc := range []struct {
+		name      string
+		fails     int // -1: every dial
+		err       error
+		psTimeout time.Duration
+		ctxTime   time.Duration // 0: 20 s
+		shard     bool          // through shardNetwork
+		wantDials int           // 0: more than one
+		wantErr   []error       // nil: success
+		wantText  string
+	}{
+		{name: "closed then through", fails: 3, err: closedHandshake, psTimeout: time.Minute, wantDials: 4},
+		{name: "refused then through", fails: 2, err: rdma.ErrRefused, psTimeout: time.Minute, wantDials: 3},
+		{name: "closed past PSTimeout", fails: -1, err: closedHandshake, psTimeout: 300 * time.Millisecond,
+			wantErr: []error{rdma.ErrHandshakeClosed, rdma.ErrAuth}, wantText: "--ps-timeout 300ms"},
+		{name: "closed without PSTimeout", fails: -1, err: closedHandshake, wantDials: 1,
+			wantErr: []error{rdma.ErrHandshakeClosed}},
+		{name: "refused until ctx ends", fails: -1, err: rdma.ErrRefused, ctxTime: 300 * time.Millisecond,
+			wantErr: []error{context.DeadlineExceeded, rdma.ErrRefused}},
+		{name: "another secret", fails: -1, err: errOther, psTimeout: time.Minute, wantDials: 1, wantErr: []error{rdma.ErrAuth}},
+		{name: "shard: closed then through", fails: 2, err: closedHandshake, psTimeout: time.Minute, shard: true, wantDials: 3},
+		{name: "shard: refused for PSTimeout", fails: -1, err: rdma.ErrRefused, psTimeout: 300 * time.Millisecond, shard: true,
+			wantErr: []error{context.DeadlineExceeded, rdma.ErrRefused}},
+		{name: "shard: refused without PSTimeout", fails: -1, err: rdma.ErrRefused, shard: true, wantDials: 1,
+			wantErr: []error{rdma.ErrRefused}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.ctxTime, 20*time.Second))
+			defer cancel()
+			n := newFlaky(t, tc.fails, tc.err)
+			ln, err := n.Listen("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept(context.Background())
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			m := &Member{Network: n, PSTimeout: tc.psTimeout}
+			failed := 0
+			var c rdma.Conn
+			if tc.shard {
+				c, err = shardNetwork{n, m}.Dial(ctx, ln.Addr())
+			} else {
+				c, err = m.dial(ctx, ln.Addr(), func(error) { failed++ })
+			}
+			if c != nil {
+				c.Close()
+			}
+			dials := n.count()
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("dial: %v", err)
+			case tc.wantErr != nil && err == nil:
+				t.Fatalf("dial succeeded after %d tries, want %v", dials, tc.wantErr)
+			case tc.wantDials != 0 && dials != tc.wantDials, tc.wantDials == 0 && dials < 2:
+				t.Errorf("%d dials, want %d (0: several)", dials, tc.wantDials)
+			case !tc.shard && err == nil && failed != dials-1:
+				t.Errorf("told of %d failures in %d dials", failed, dials)
+			}
+			for _, want := range tc.wantErr {
+				if !errors.Is(err, want) {
+					t.Errorf("error %v does not match %v", err, want)
+				}
+			}
+			if !strings.Contains(fmt.Sprint(err), tc.wantText) {
+				t.Errorf("error %v does not mention %q", err, tc.wantText)
+			}
+			if tc.ctxTime == 0 && errors.Is(err, context.DeadlineExceeded) && !tc.shard {
+				t.Errorf("the dial went on until the test's deadline: %v", err)
+			}
+		})
+	}
+}
