@@ -229,7 +229,12 @@ type Job struct {
 // them. The last epoch is measured on the final weights, after every
 // learner has left and every accepted gradient is applied. Evaluation
 // runs on its own goroutine and network, concurrently with training.
-func Start(ctx context.Context, cfg Config) (*Job, error) {
+func Start(ctx context.Context, cfg Config) (*Job, error) { return start(ctx, cfg, nil) }
+
+// start is Start with the network of every role but the coordinator
+// passed through wrap (nil: as it is), so that tests can stand between a
+// role and the rest of the job.
+func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.Network) (*Job, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -297,7 +302,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	parent := ctx
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
-		return Member{Network: network, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
+		n := network
+		if wrap != nil {
+			n = wrap(role, n)
+		}
+		return Member{Network: n, Coordinator: coordLn.Addr(), Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
 	}
 	j.wg.Go(func() {
 		res, err := coord.Serve(ctx, coordLn)
