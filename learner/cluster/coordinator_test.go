@@ -3,11 +3,13 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 	"github.com/softsync/softsync/rdma/transporttest"
@@ -105,4 +107,61 @@ func TestJobCountsChunksHandedOut(t *testing.T) {
 	if res.Chunks.Batches != total || res.Steps != int64(total) || res.Chunks.Completed != 2*((res.BatchesPerEpoch+2)/3) {
 		t.Errorf("chunks %+v, %d steps: want %d batches of %d chunks handed out", res.Chunks, res.Steps, total, 2*((res.BatchesPerEpoch+2)/3))
 	}
+}
+
+// checkResumeRendezvous checks that a coordinator resumed from store's
+// checkpoint of a job of cfg (one shard server, an evaluator) does not
+// start the job once the shard server and the evaluator are there: it
+// waits for the learners too, which would otherwise find a job with no
+// data left over, or even gone, when they come.
+func checkResumeRendezvous(t *testing.T, cfg Config, store *checkpoint.Store) {
+	t.Helper()
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := NewCoordinator(CoordinatorConfig{Plan: cfg.Plan(cfg.Train.N), Learners: cfg.Learners, Servers: [][]int{{0}},
+		Evaluator: true, Resume: re})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := rdma.Open("inmem", rdma.Options{Job: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var roles sync.WaitGroup
+	defer roles.Wait()
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		_, err := coord.Serve(ctx, ln)
+		served <- err
+	}()
+	for _, h := range []hello{{Process: Process{Role: RoleServer}, Addr: "shards", Shards: []int{0}}, {Process: Process{Role: RoleEvaluator}}} {
+		m := Member{Network: net, Coordinator: ln.Addr(), Process: h.Process}
+		roles.Go(func() {
+			if cc, _, err := m.join(ctx, h); err == nil { // welcomed: the job started
+				<-ctx.Done()
+				cc.conn.Close()
+			}
+		})
+	}
+	transporttest.Eventually(t, 10*time.Second, "the shard server and the evaluator to register", func() bool {
+		coord.mu.Lock()
+		defer coord.mu.Unlock()
+		return len(coord.procs) == 2
+	})
+	coord.mu.Lock()
+	started := coord.started
+	coord.mu.Unlock()
+	if started {
+		t.Error("the resumed job started without its learners")
+	}
+	cancel()
+	transporttest.Receive(t, served, 10*time.Second, "the coordinator to stop when its context ended")
 }
