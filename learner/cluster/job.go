@@ -103,12 +103,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ResumeKeys are the settings a job must share with the checkpoint it
+// ResumeKeys returns the settings a job must share with the checkpoint it
 // resumes from (Settings keys: the flag names): the network, the data,
 // the batch, the seed of the data order, the learners and the protocol
 // (the chunks of the data). The rest (rates, epochs, shards, …) may
-// change.
-var ResumeKeys = []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+// change. It returns a new slice at every call.
+func ResumeKeys() []string {
+	return []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+}
 
 // Validate returns a *param.FieldError naming the first invalid field.
 // Data sets are checked against the network by StartJob.

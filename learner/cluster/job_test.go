@@ -298,6 +298,21 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestResumeKeys: the settings a resumed job must share with its
+// checkpoint (docs/checkpoint.md) are the same for every caller: what one
+// does with the slice it got changes nothing for the others.
+func TestResumeKeys(t *testing.T) {
+	want := []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+	keys := ResumeKeys()
+	if !slices.Equal(keys, want) {
+		t.Fatalf("resume keys %q, want %q", keys, want)
+	}
+	keys[0] = "lr"
+	if got := ResumeKeys(); !slices.Equal(got, want) {
+		t.Errorf("resume keys %q after a caller changed its copy, want %q", got, want)
+	}
+}
+
 // TestJobDiverges: a learning rate that blows the loss up stops the job
 // with ErrDiverged rather than pushing NaN.
 func TestJobDiverges(t *testing.T) {
