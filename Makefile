@@ -26,7 +26,8 @@
 #                     killed at random (CHAOS_SEED), against the same job undisturbed
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in
-#                     testdata/fuzz/ (commit them)
+#                     testdata/fuzz/ (commit them); then TestHalfKernelsExhaustive
+#                     (rdma's fp16/bf16 kernels on every float32, about a minute a level)
 #   make csrc-hash    refresh kernels/csrc_hash.go and rdma/internal/verbs/csrc_hash.go
 #                     after editing csrc/
 #
@@ -142,7 +143,9 @@ profile: deps build
 # seeds are run once to check them: commit them. A failing input is
 # written there by go itself, and fails the run. A run that ends in error
 # without one is go 1.26's fuzzing coordinator racing its own deadline
-# (go.dev/issue/75804), reported and passed over.
+# (go.dev/issue/75804), reported and passed over. The exhaustive half-
+# precision test, too long for make test (which runs TestHalfKernels, its
+# sample of every rounding case), runs last when FUZZ matches its name.
 chaos: deps csrc-hash
 	$(GO) test -tags 'chaos $(TAGS)' -run '^TestChaos$$' -v -timeout 60m -ldflags '$(LDFLAGS)' ./tools/softsync/
 
@@ -170,6 +173,10 @@ fuzz: csrc-hash
 			echo "fuzz: $$new new inputs in $${corpus#$$PWD/}"; \
 		done; \
 	done
+	@if [[ TestHalfKernelsExhaustive =~ $(FUZZ) ]]; then \
+		echo "fuzz: ./rdma/ TestHalfKernelsExhaustive (every float32 bit pattern, each assembly level)"; \
+		$(GO) test -count=1 -run '^TestHalfKernelsExhaustive$$' -timeout 0 -ldflags '$(LDFLAGS)' ./rdma/ -exhaustive; \
+	fi
 
 # Installs what is missing, then makes Open MPI the default mpirun (Debian's
 # alternatives already prefer it, priority 50 against MPICH's 40, whatever

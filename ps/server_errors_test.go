@@ -36,6 +36,7 @@ func noLeaks(t *testing.T) func() {
 // tcpServer is a Server running on its own TCP listener.
 type tcpServer struct {
 	*Server
+	t    testing.TB
 	addr string
 	done chan error
 }
@@ -51,15 +52,23 @@ func serveTCP(t *testing.T, ctx context.Context, net rdma.Network, sc ServerConf
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &tcpServer{Server: srv, addr: ln.Addr(), done: make(chan error, 1)}
+	s := &tcpServer{Server: srv, t: t, addr: ln.Addr(), done: make(chan error, 1)}
 	go func() { s.done <- srv.Serve(ctx, ln) }()
 	return s
 }
 
 // stop stops the server and returns Serve's error.
 func (s *tcpServer) stop() error {
+	s.t.Helper()
 	s.Stop()
-	return <-s.done
+	return s.wait("Serve to return after Stop")
+}
+
+// wait returns Serve's error, failing the test if Serve has not returned
+// within 10 s.
+func (s *tcpServer) wait(what string) error {
+	s.t.Helper()
+	return transporttest.Receive(s.t, s.done, 10*time.Second, what)
 }
 
 func softConfig(job uint32, learners int) Config {
@@ -165,7 +174,7 @@ func TestServerBadFrames(t *testing.T) {
 		t.Fatalf("stats after two bad frames: %+v", st)
 	}
 	c.write(bytes.Repeat([]byte{'x'}, rdma.HeaderSize)) // not a frame: fatal
-	if l := <-lost; l != 0 {
+	if l := transporttest.Receive(t, lost, 10*time.Second, "the server to report the learner of the broken stream lost"); l != 0 {
 		t.Fatalf("OnLost(%d), want learner 0", l)
 	}
 	if st := s.Stats(); st.BadFrames != 2 || st.Lost != 1 {
@@ -201,7 +210,7 @@ func TestServerSendFails(t *testing.T) {
 	if err := c.Pull(ctx, make([]float32, 64)); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("pull whose reply cannot be sent: %v, want the connection closed", err)
 	}
-	if l := <-lost; l != 0 {
+	if l := transporttest.Receive(t, lost, 10*time.Second, "the server to report the learner of the failed send lost"); l != 0 {
 		t.Fatalf("OnLost(%d), want learner 0", l)
 	}
 	if st := s.Stats(); st.Lost != 1 || st.Shards[0].Rejected.Total() != 0 {
@@ -301,14 +310,12 @@ func TestServerStopsOnCancel(t *testing.T) {
 	}
 	pulled := make(chan error, 1)
 	go func() { pulled <- c.Pull(context.Background(), w) }() // waits for learner 1's push
-	for s.Stats().Shards[1].Gradients != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	transporttest.Eventually(t, 10*time.Second, "shard 1 to count learner 0's push", func() bool { return s.Stats().Shards[1].Gradients == 1 })
 	cancel()
-	if err := <-s.done; !errors.Is(err, context.Canceled) {
+	if err := s.wait("Serve to return after its context was cancelled"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Serve after cancel: %v", err)
 	}
-	if err := <-pulled; err == nil {
+	if err := transporttest.Receive(t, pulled, 10*time.Second, "the waiting pull to return after the server stopped"); err == nil {
 		t.Fatal("the waiting pull returned no error when the server stopped")
 	}
 	st := s.Stats()
@@ -447,7 +454,7 @@ func TestClientStaleReply(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := <-updates; got != clock {
+		if got := transporttest.Receive(t, updates, 10*time.Second, "the round's update"); got != clock {
 			t.Fatalf("update to clock %d, want %d", got, clock)
 		}
 	}
@@ -468,8 +475,10 @@ func TestClientStaleReply(t *testing.T) {
 	if err := cs[1].Push(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	<-updates // clock 1: learner 0's given-up pull is answered now
-	round(2)  // its pull skips that answer
+	// Clock 1: learner 0's given-up pull is answered now; its next pull
+	// skips that answer.
+	transporttest.Receive(t, updates, 10*time.Second, "the update to clock 1")
+	round(2)
 	round(3)
 	if st := s.Stats().Shards[0]; st.Updates != 3 || st.Rejected.Total() != 0 {
 		t.Errorf("stats %+v", st)
@@ -559,7 +568,7 @@ func TestClientOddReplies(t *testing.T) {
 		t.Fatalf("pull rejected: %v", err)
 	}
 	c.Close()
-	<-done
+	transporttest.Receive(t, done, 10*time.Second, "the fake shard to end after the client closed")
 }
 
 // TestClientJoinAfterLeave: a learner that left is refused until it joins
@@ -622,7 +631,7 @@ func TestClientJoinAfterLeave(t *testing.T) {
 	if err := c.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-g.Final()
+	transporttest.Receive(t, g.Final(), 10*time.Second, "the group's shards to be final")
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -702,7 +711,7 @@ func TestClientSnapshot(t *testing.T) {
 	if err := l2.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil || final[0] != -1 {
+	if err := transporttest.Receive(t, got, 10*time.Second, "the snapshot of an epoch never reached to return"); err != nil || final[0] != -1 {
 		t.Fatalf("epoch 3, never reached: %v, w[0] = %g; want the final weights (−1)", err, final[0])
 	}
 	for _, s := range []*tcpServer{plain, snaps} {
@@ -794,7 +803,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 	if err := c.PullAsync(ctx, next); err != nil {
 		t.Fatal(err)
 	}
-	<-redialed
+	transporttest.Receive(t, redialed, 10*time.Second, "the prefetch to redial")
 	if err := c.Push(ctx, g); err != nil { // computed on the old server's weights
 		t.Fatal(err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // TestServerStatsWhileStopping reads the counters from other goroutines
@@ -37,7 +39,7 @@ func TestServerStatsWhileStopping(t *testing.T) {
 		}
 		srv.Stop()
 		wg.Wait()
-		if err := <-done; err != nil {
+		if err := transporttest.Receive(t, done, 10*time.Second, "Serve to return after Stop"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // leastSquares is the objective of the runtime tests: mean over samples of
@@ -298,9 +299,9 @@ func TestServerRejectsAndLoss(t *testing.T) {
 		t.Fatalf("after the loss: %v, stamp %v, w %v", err, c0.Stamps(), w)
 	}
 	c0.Leave(ctx)
-	<-srv.Final()
+	transporttest.Receive(t, srv.Final(), 10*time.Second, "the shard to be final after the last learner left")
 	srv.Stop()
-	if err := <-done; err != nil {
+	if err := transporttest.Receive(t, done, 10*time.Second, "Serve to return after Stop"); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 	st := srv.Stats()
@@ -441,7 +442,7 @@ func TestSnapshots(t *testing.T) {
 	wg.Wait()
 	var got []snap
 	for range 5 {
-		got = append(got, <-snaps)
+		got = append(got, transporttest.Receive(t, snaps, 10*time.Second, "the evaluator's next snapshot"))
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
@@ -574,7 +575,7 @@ func TestServerIdentity(t *testing.T) {
 		t.Fatal("the first connection must keep working")
 	}
 	a.Close()
-	if l := <-lost; l != (loss{0, 0}) {
+	if l := transporttest.Receive(t, lost, 10*time.Second, "the server to report the closed connection's learner lost"); l != (loss{0, 0}) {
 		t.Fatalf("OnLost(%v), want learner 0 incarnation 0", l)
 	}
 	if typ, err := ask(b, 0, 0); typ != TypeWeights {
@@ -604,7 +605,7 @@ func TestServerIdentity(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	srv.Stop()
-	if err := <-done; err != nil {
+	if err := transporttest.Receive(t, done, 10*time.Second, "Serve to return after Stop"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -775,7 +776,7 @@ func TestClientRedialRestoredServer(t *testing.T) {
 	c.Push(ctx, g) // lost with the server
 	step()         // lost too
 	a.Stop()
-	<-doneA
+	transporttest.Receive(t, doneA, 10*time.Second, "the first server's Serve to return after Stop")
 	b, addrB, doneB := serve(ServerConfig{PS: cfg, Init: init, Restore: cps, Identities: ids})
 	mu.Lock()
 	addr = addrB
@@ -800,5 +801,5 @@ func TestClientRedialRestoredServer(t *testing.T) {
 		t.Errorf("%d redials for one server restart, want 1", redials)
 	}
 	b.Stop()
-	<-doneB
+	transporttest.Receive(t, doneB, 10*time.Second, "the restarted server's Serve to return after Stop")
 }

@@ -170,11 +170,13 @@ var exhaustive = flag.Bool("exhaustive", false, "TestHalfKernelsExhaustive: roun
 
 // TestHalfKernelsExhaustive rounds every one of the 2³² float32 bit
 // patterns with the assembly kernels of every level and compares with the
-// scalar functions. It takes about a minute per level: go test -run
-// Exhaustive -exhaustive.
+// scalar functions. It takes about a minute per level, so it runs only
+// with -exhaustive: make fuzz runs it (go test -run Exhaustive ./rdma/
+// -exhaustive); make test runs TestHalfKernels, which covers every
+// rounding case of both formats.
 func TestHalfKernelsExhaustive(t *testing.T) {
 	if !*exhaustive {
-		t.Skip("run with -exhaustive")
+		t.Skip("about a minute per level: make fuzz runs it (go test -run Exhaustive ./rdma/ -exhaustive)")
 	}
 	forPaths(t, func(t *testing.T) {
 		if kern.level == isa.Generic {

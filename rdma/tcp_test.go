@@ -312,7 +312,7 @@ func TestTCPSendCancelBeforeFirstByte(t *testing.T) {
 			}
 		})
 		cancel()
-		err := <-done
+		err := transporttest.Receive(t, done, time.Minute, "the cancelled Send to return")
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled send: %v", err)
 		}
@@ -340,7 +340,7 @@ func TestTCPSendCancelBeforeFirstByte(t *testing.T) {
 				t.Fatalf("frame %d has sequence %d", i, h.Seq)
 			}
 		}
-		if err := <-next; err != nil {
+		if err := transporttest.Receive(t, next, time.Minute, "the Send after the cancelled one to return"); err != nil {
 			t.Fatal(err)
 		}
 		if n := c.Stats().Sent[rdma.CodecNone].Msgs; n != uint64(sent+1) {
@@ -385,7 +385,7 @@ func TestTCPRecvInterrupted(t *testing.T) {
 			} else {
 				cancel()
 			}
-			err := <-done
+			err := transporttest.Receive(t, done, time.Minute, "the interrupted Recv to return")
 			if !errors.Is(err, tc.err) || rdma.Recoverable(err) {
 				t.Fatalf("%v, want fatal %v", err, tc.err)
 			}

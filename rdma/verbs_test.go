@@ -412,8 +412,13 @@ func TestVerbsBufferReuse(t *testing.T) {
 	pinned := e.emu.Pinned()
 	m.Release()
 	c.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the echo server did not end within a minute of the client's close")
 	}
 	ln.Close()
 	if pinned == 0 || pinned > 3*32<<20 {
@@ -516,7 +521,12 @@ func TestVerbsQPErrorMidTransfer(t *testing.T) {
 		m.Release()
 	}
 	emu.BreakQP(s.qp.Num())
-	err := <-errc
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("the sender still sends a minute after the peer's queue pair failed")
+	}
 	if !errors.Is(err, ErrVerbs) || Recoverable(err) {
 		t.Fatalf("sender after the peer's queue pair failed: %v", err)
 	}
@@ -702,7 +712,11 @@ func TestVerbsAutoMixed(t *testing.T) {
 	if _, _, err := vpair(t, v, ln); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "no RDMA support in this kernel") {
 		t.Fatalf("verbs dialer to an auto listener without devices: %v", err)
 	}
-	<-done
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the auto listener did not report the refused connection within a minute")
+	}
 	if !errors.Is(accepted, ErrUnsupported) {
 		t.Fatalf("auto listener: %v", accepted)
 	}

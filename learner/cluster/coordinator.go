@@ -329,7 +329,9 @@ func (c *Coordinator) missing() string {
 		}
 	}
 	for i, l := range c.learners {
-		if l.c == nil && l.lives == 0 {
+		// Until it registers with this coordinator: a resumed job's
+		// learners have lives from before, and must come back too.
+		if l.c == nil {
 			out = append(out, name(Process{Role: RoleLearner, ID: i}))
 		}
 	}

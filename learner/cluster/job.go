@@ -111,12 +111,14 @@ type Config struct {
 	listening func(coord, server rdma.Listener)
 }
 
-// ResumeKeys are the settings a job must share with the checkpoint it
+// ResumeKeys returns the settings a job must share with the checkpoint it
 // resumes from (Settings keys: the flag names): the network, the data,
 // the batch, the seed of the data order, the learners and the protocol
 // (the chunks of the data). The rest (rates, epochs, shards, …) may
-// change.
-var ResumeKeys = []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+// change. It returns a new slice at every call.
+func ResumeKeys() []string {
+	return []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+}
 
 // Validate returns a *param.FieldError naming the first invalid field.
 // Data sets are checked against the network by StartJob.
@@ -239,7 +241,12 @@ type Job struct {
 // them. The last epoch is measured on the final weights, after every
 // learner has left and every accepted gradient is applied. Evaluation
 // runs on its own goroutine and network, concurrently with training.
-func Start(ctx context.Context, cfg Config) (*Job, error) {
+func Start(ctx context.Context, cfg Config) (*Job, error) { return start(ctx, cfg, nil) }
+
+// start is Start with the network of every role but the coordinator
+// passed through wrap (nil: as it is), so that tests can stand between a
+// role and the rest of the job.
+func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.Network) (*Job, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -310,8 +317,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	parent := ctx
 	ctx, j.cancel = context.WithCancel(ctx)
 	member := func(role Role, id int) Member {
-		return Member{Network: network, Coordinator: coordLn.Addr(), PSTimeout: cfg.PSTimeout,
-			Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
+		n := network
+		if wrap != nil {
+			n = wrap(role, n)
+		}
+		return Member{Network: n, Coordinator: coordLn.Addr(), PSTimeout: cfg.PSTimeout, Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
 	}
 	j.wg.Go(func() {
 		res, err := coord.Serve(ctx, coordLn)

@@ -21,6 +21,8 @@ import (
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // engine returns the engine the job tests run on: the native one at the
@@ -297,6 +299,21 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestResumeKeys: the settings a resumed job must share with its
+// checkpoint (docs/checkpoint.md) are the same for every caller: what one
+// does with the slice it got changes nothing for the others.
+func TestResumeKeys(t *testing.T) {
+	want := []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+	keys := ResumeKeys()
+	if !slices.Equal(keys, want) {
+		t.Fatalf("resume keys %q, want %q", keys, want)
+	}
+	keys[0] = "lr"
+	if got := ResumeKeys(); !slices.Equal(got, want) {
+		t.Errorf("resume keys %q after a caller changed its copy, want %q", got, want)
+	}
+}
+
 // TestJobDiverges: a learning rate that blows the loss up stops the job
 // with ErrDiverged rather than pushing NaN.
 func TestJobDiverges(t *testing.T) {
@@ -321,11 +338,9 @@ func TestJobInterrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for j.Progress().Steps < 600 {
-		time.Sleep(time.Millisecond)
-	}
+	transporttest.Eventually(t, 2*time.Minute, "the job to push 600 gradients", func() bool { return j.Progress().Steps >= 600 })
 	j.Interrupt()
-	res, err := j.Wait()
+	res, err := waitJob(t, j, time.Minute)
 	if !errors.Is(err, ErrInterrupted) || res == nil || !res.Interrupted {
 		t.Fatalf("interrupted job: result %v, err %v", res, err)
 	}
@@ -348,11 +363,12 @@ func TestJobInterrupt(t *testing.T) {
 }
 
 // TestJobResumeAfterTheData interrupts a job after its last mini-batch
-// but before the final weights were measured (the evaluator is slowed by
-// a large test set): the resumed job has no data left and must still
-// measure the final weights and end.
+// but before the final weights were measured (the evaluator's request
+// for them never reaches the shard server, so that it still waits for
+// them when the interrupt comes): the resumed job has no data left and
+// must still wait for its learners, measure the final weights and end.
 func TestJobResumeAfterTheData(t *testing.T) {
-	train, test := mnistSubset(t, 400, 10000)
+	train, test := mnistSubset(t, 400, 500)
 	store, err := checkpoint.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -360,17 +376,20 @@ func TestJobResumeAfterTheData(t *testing.T) {
 	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 10,
 		Protocol: ps.Softsync, N: 2, Shards: 1, Epochs: 2, Chunk: 5, Report: 2 * time.Millisecond, Seed: 1,
 		Checkpoints: store, Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}
-	j, err := Start(context.Background(), cfg)
+	finalLost := func(m *rdma.Msg) bool { return m.Type != ps.TypeSnapshot || m.Timestamp != 0 } // 0: the final weights
+	j, err := start(context.Background(), cfg, tamper(RoleEvaluator, finalLost))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p := j.Progress(); p.Steps < p.TotalSteps || p.TotalSteps == 0; p = j.Progress() {
-		time.Sleep(time.Millisecond)
-	}
+	transporttest.Eventually(t, 2*time.Minute, "the learners to push every mini-batch", func() bool {
+		p := j.Progress()
+		return p.TotalSteps > 0 && p.Steps >= p.TotalSteps
+	})
 	j.Interrupt()
-	if _, err := j.Wait(); !errors.Is(err, ErrInterrupted) {
-		t.Skipf("the job ended before the interrupt (%v): the window this test needs was missed", err)
+	if _, err := waitJob(t, j, time.Minute); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("the job interrupted while the evaluator waited for the final weights: %v, want ErrInterrupted", err)
 	}
+	checkResumeRendezvous(t, cfg, store)
 	re, _, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -407,11 +426,9 @@ func TestJobCheckpointResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for j.Progress().Steps < 500 {
-		time.Sleep(time.Millisecond)
-	}
+	transporttest.Eventually(t, 2*time.Minute, "the job to push 500 gradients", func() bool { return j.Progress().Steps >= 500 })
 	j.Interrupt()
-	first, err := j.Wait()
+	first, err := waitJob(t, j, time.Minute)
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("interrupt: %v", err)
 	}

@@ -45,12 +45,10 @@ func TestJobCleanup(t *testing.T) {
 					t.Fatal(err)
 				}
 				if end == "cancelled while training" {
-					for j.Progress().Steps < 50 {
-						time.Sleep(time.Millisecond)
-					}
+					transporttest.Eventually(t, 2*time.Minute, "the job to push 50 gradients", func() bool { return j.Progress().Steps >= 50 })
 					cancel()
 				}
-				res, err := j.Wait()
+				res, err := waitJob(t, j, time.Minute)
 				if !errors.Is(err, want) || res != nil {
 					t.Errorf("Wait: a result (%t), error %v; want no result and %v", res != nil, err, want)
 				}

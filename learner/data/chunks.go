@@ -123,7 +123,7 @@ type DispatchStats struct {
 	Handed     int `json:"handed"` // chunks handed out, reassigned ones included
 	Completed  int `json:"completed"`
 	Reassigned int `json:"reassigned"` // chunks released by a lost learner and handed out again
-	Batches    int `json:"batches"`    // mini-batches of completed chunks
+	Batches    int `json:"batches"`    // mini-batches of completed chunks, as handed out
 }
 
 // Dispatcher hands out a Plan's chunks to learners on request (dynamic
@@ -217,7 +217,9 @@ func (d *Dispatcher) Done() bool {
 	return d.next >= d.total && len(d.pending) == 0 && len(d.held) == 0
 }
 
-// Complete records that learner has pushed every mini-batch of c.
+// Complete records that learner has pushed every mini-batch of the chunk
+// it was handed as (c.Epoch, c.First); the counters take that chunk's
+// Count, whatever c.Count says.
 func (d *Dispatcher) Complete(learner int, c Chunk) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -227,7 +229,7 @@ func (d *Dispatcher) Complete(learner int, c Chunk) error {
 	}
 	delete(d.held, c.key())
 	d.stats.Completed++
-	d.stats.Batches += c.Count
+	d.stats.Batches += h.chunk.Count
 	d.notify()
 	return nil
 }

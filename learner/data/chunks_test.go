@@ -81,6 +81,28 @@ func TestPlanChunks(t *testing.T) {
 	}
 }
 
+// TestDispatcherCountsHandedOut: the mini-batches counted are those of
+// the chunk handed out, whatever count the completing learner claims.
+func TestDispatcherCountsHandedOut(t *testing.T) {
+	d, err := NewDispatcher(Plan{Images: 40, Batch: 2, Chunk: 5, Epochs: 1}) // 20 batches: 4 chunks
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, claim := range []int{100, 0, -7, 5} {
+		c, err := d.Next(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Count = claim
+		if err := d.Complete(0, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := d.Stats(); st.Batches != 20 || st.Completed != 4 || !d.Done() {
+		t.Errorf("stats %+v (done %t), want 20 batches of 4 chunks", st, d.Done())
+	}
+}
+
 // TestDispatcherRelease checks reassignment: a lost learner's chunks are
 // handed out again before new ones, only the holder completes a chunk, a
 // learner asking while chunks are held elsewhere is told to wait, and the

@@ -18,11 +18,14 @@ const (
 	cifarRecord = 1 + cifarPixels
 )
 
-// CIFAR10TrainFiles and CIFAR10TestFile are the published file names.
-var (
-	CIFAR10TrainFiles = []string{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"}
-	CIFAR10TestFile   = "test_batch.bin"
-)
+// CIFAR10TestFile is the published name of the CIFAR-10 test set's file.
+const CIFAR10TestFile = "test_batch.bin"
+
+// CIFAR10TrainFiles returns the published names of the five files of the
+// CIFAR-10 training set, in order (a new slice at every call).
+func CIFAR10TrainFiles() []string {
+	return []string{"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"}
+}
 
 // LoadCIFAR10 reads the CIFAR-10 training set (data_batch_1.bin …
 // data_batch_5.bin) and test set (test_batch.bin) from dir, or from its
@@ -35,8 +38,8 @@ func LoadCIFAR10(dir string) (train, test *Dataset, err error) {
 			dir = sub
 		}
 	}
-	paths := make([]string, len(CIFAR10TrainFiles))
-	for i, n := range CIFAR10TrainFiles {
+	paths := CIFAR10TrainFiles()
+	for i, n := range paths {
 		paths[i] = filepath.Join(dir, n)
 	}
 	if train, err = ReadCIFAR10(paths...); err != nil {

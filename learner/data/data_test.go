@@ -177,12 +177,20 @@ func TestMNISTErrors(t *testing.T) {
 	}
 }
 
+// TestCIFAR10: the published file names and layout, read back from the
+// archive's sub-folder. The names are the same for every caller: what one
+// does with the slice it got changes nothing for the others.
 func TestCIFAR10(t *testing.T) {
+	names := CIFAR10TrainFiles()
+	names[0] = "elsewhere.bin"
+	if got := CIFAR10TrainFiles(); len(got) != 5 || got[0] != "data_batch_1.bin" || got[4] != "data_batch_5.bin" {
+		t.Fatalf("CIFAR-10 training files %q after a caller changed its copy", got)
+	}
 	dir := t.TempDir()
 	sub := filepath.Join(dir, "cifar-10-batches-bin")
 	os.Mkdir(sub, 0o755)
 	var parts []*Dataset
-	for i, name := range CIFAR10TrainFiles {
+	for i, name := range CIFAR10TrainFiles() {
 		p := Synthetic(3+i, 3, 32, 32, 10, uint64(i))
 		parts = append(parts, p)
 		if err := WriteCIFAR10(filepath.Join(sub, name), p); err != nil {

@@ -116,7 +116,8 @@ func TestLoaderShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a loader that never ends fails
+	defer cancel()
 	var mu sync.Mutex
 	seen := map[[2]int]int{}
 	var wg sync.WaitGroup
@@ -135,7 +136,7 @@ func TestLoaderShared(t *testing.T) {
 				case errors.Is(err, ErrIdle):
 					continue // the next Next waits
 				case err != nil:
-					t.Error(err)
+					t.Errorf("learner %d, waiting for its next mini-batch: %v", r, err)
 					return
 				}
 				mu.Lock()

@@ -15,7 +15,8 @@ import (
 
 // goldenDir is the folder of the golden results: weights, a batch, logits,
 // loss and every parameter gradient of lenet and cifar10_full computed by
-// PyTorch with Caffe's layer semantics (see its README.md).
+// PyTorch with Caffe's layer semantics (see its README.md), written by its
+// generate.py (which needs PyTorch).
 const goldenDir = "testdata/golden"
 
 type goldenManifest struct {

@@ -173,7 +173,7 @@ func TestLearnCIFARFormat(t *testing.T) {
 func learnCIFAR(t *testing.T, e kernels.Engine, dataSeed, planSeed uint64) (first, last, acc float64) {
 	dir := t.TempDir()
 	held := &data.Dataset{C: 3, H: 32, W: 32, Classes: 10, Scale: 1}
-	for i, name := range data.CIFAR10TrainFiles {
+	for i, name := range data.CIFAR10TrainFiles() {
 		d := data.Synthetic(120, 3, 32, 32, 10, dataSeed+uint64(i))
 		il := d.ImageLen()
 		held.N += 20

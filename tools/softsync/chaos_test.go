@@ -38,7 +38,11 @@ func TestChaos(t *testing.T) {
 	waitOutput(t, j, "checkpoint written")
 	start := time.Now()
 	serverKilled := false
-	for !strings.Contains(j.Output(), "model ") {
+	// startLaunch kills the job after 4 minutes: by then it has ended.
+	for deadline := start.Add(4 * time.Minute); !strings.Contains(j.Output(), "model "); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no end report after 4 minutes (CHAOS_SEED=%d):\n%s", seed, j.Output())
+		}
 		time.Sleep(time.Duration(2000+rng.IntN(4000)) * time.Millisecond)
 		if strings.Contains(j.Output(), "model ") {
 			break

@@ -19,6 +19,7 @@ import (
 
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma/transporttest"
 )
 
 // scrape is one scrape of a metrics endpoint, parsed.
@@ -123,6 +124,8 @@ func TestMetricsTrain(t *testing.T) {
 	case addr = <-addrs:
 	case err := <-done:
 		t.Fatalf("train ended before it served metrics: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("train served no metrics within a minute")
 	}
 	ended := false
 	defer func() { // a failed test interrupts the job, if it still runs
@@ -131,7 +134,7 @@ func TestMetricsTrain(t *testing.T) {
 		default:
 			if !ended {
 				syscall.Kill(os.Getpid(), syscall.SIGINT)
-				<-done
+				transporttest.Receive(t, done, time.Minute, "train to return after SIGINT")
 			}
 		}
 	}()
@@ -188,7 +191,7 @@ func TestMetricsTrain(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	err := <-done
+	err := transporttest.Receive(t, done, time.Minute, "train to return after SIGINT")
 	ended = true
 	if !errors.Is(err, cluster.ErrInterrupted) && !errors.Is(err, context.Canceled) {
 		t.Errorf("train interrupted: %v", err)

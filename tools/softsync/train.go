@@ -395,7 +395,7 @@ func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
 			return fmt.Errorf("--resume %s: %w", c.resume, err)
 		}
 	}
-	re, skipped, err := cluster.LoadResume(from, st.settings, cluster.ResumeKeys, st.cfg.Spec.NumParams(), f.shards)
+	re, skipped, err := cluster.LoadResume(from, st.settings, cluster.ResumeKeys(), st.cfg.Spec.NumParams(), f.shards)
 	for _, s := range skipped {
 		app.Log.Warn("checkpoint version skipped", "err", s)
 	}

@@ -280,7 +280,7 @@ func TestClipTail(t *testing.T) {
 // neither MNIST nor Fashion-MNIST, so the report names the folder.
 func TestTrainDataFolders(t *testing.T) {
 	cifar := t.TempDir()
-	for i, name := range data.CIFAR10TrainFiles {
+	for i, name := range data.CIFAR10TrainFiles() {
 		if err := data.WriteCIFAR10(filepath.Join(cifar, name), data.Synthetic(40, 3, 32, 32, 10, uint64(i))); err != nil {
 			t.Fatal(err)
 		}
