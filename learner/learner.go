@@ -16,9 +16,11 @@ import (
 // value as param.ErrInvalidConfig).
 var ErrConfig = param.ErrInvalidConfig
 
-// ErrDiverged reports a mini-batch whose loss is NaN or infinite: the
-// learner stops before pushing its gradient (the server would reject it).
-var ErrDiverged = errors.New("training diverged (loss is NaN or infinite)")
+// ErrDiverged reports that training diverged: a mini-batch whose loss is
+// NaN or infinite (the learner stops before pushing its gradient, which
+// the server would reject), or a shard that refuses updates in a row
+// (ps.ErrDiverged: each would have made a weight NaN or infinite).
+var ErrDiverged = errors.New("training diverged")
 
 // Batches is a learner's stream of training mini-batches (a
 // *data.Loader): Next returns the next batch, valid until the following
@@ -142,6 +144,15 @@ func (l *Learner) Run(ctx context.Context) error {
 	}
 }
 
+// psError is the error of step s for err of the parameter server: a
+// shard's ErrDiverged rejection is the job's divergence (ErrDiverged).
+func (l *Learner) psError(s int, err error) error {
+	if errors.Is(err, ps.ErrDiverged) {
+		return fmt.Errorf("learner %d step %d: %w: %w", l.cfg.ID, s, ErrDiverged, err)
+	}
+	return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+}
+
 // step computes and pushes the gradient of b; fresh pulls the weights
 // first even with Overlap (no prefetched weights are current).
 func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) error {
@@ -158,18 +169,18 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 		err = c.PullAsync(ctx, l.nets[1].Params())
 	}
 	if err != nil {
-		return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+		return l.psError(s, err)
 	}
 	loss := net.Gradient(b.X, b.Labels)
 	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
-		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v: %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
+		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
 	}
 	if err := c.Push(ctx, net.Grads()); err != nil {
-		return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+		return l.psError(s, err)
 	}
 	if l.cfg.Overlap {
 		if err := c.WaitPull(); err != nil {
-			return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+			return l.psError(s, err)
 		}
 		l.nets[0], l.nets[1] = l.nets[1], l.nets[0]
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/ps/sgd"
 )
 
 // Errors of LoadWeights, wrapped with the file name; test with errors.Is.
@@ -27,6 +28,9 @@ var (
 	ErrWeightsChecksum = errors.New("weights file checksum mismatch (corrupt file)")
 	// ErrWeightsMismatch: the file holds weights of another network.
 	ErrWeightsMismatch = errors.New("weights are for another network")
+	// ErrWeightsNonFinite: a parameter, the input scale or a mean value
+	// is NaN or infinite.
+	ErrWeightsNonFinite = errors.New("weights file holds a NaN or infinite value")
 )
 
 // Weights file layout (docs/weights.md), all integers little-endian:
@@ -131,7 +135,8 @@ func readFloats(b []byte, n int) []float32 {
 
 // LoadWeights reads a weights file written by SaveWeights for spec's
 // network. Errors name the file and wrap ErrWeightsFormat,
-// ErrWeightsChecksum or ErrWeightsMismatch (or the file system's error).
+// ErrWeightsChecksum, ErrWeightsMismatch or ErrWeightsNonFinite (or the
+// file system's error).
 func LoadWeights(path string, spec *nn.Spec) (*Weights, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -179,6 +184,14 @@ func LoadWeights(path string, spec *nn.Spec) (*Weights, error) {
 	w.Normalizer.Scale = math.Float32frombits(binary.LittleEndian.Uint32(b[p:]))
 	if m > 0 {
 		w.Normalizer.Mean = readFloats(b[p+8:], int(m))
+	}
+	for _, a := range []struct {
+		name string
+		v    []float32
+	}{{"parameter", w.Params}, {"input scale", []float32{w.Normalizer.Scale}}, {"mean value", w.Normalizer.Mean}} {
+		if k := sgd.FirstNonFinite(a.v); k >= 0 {
+			return nil, fmt.Errorf("%s: %w: %s %d is %g", path, ErrWeightsNonFinite, a.name, k, a.v[k])
+		}
 	}
 	return w, nil
 }

@@ -3,6 +3,7 @@ package learner
 import (
 	"errors"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -111,6 +112,26 @@ func TestWeightsErrors(t *testing.T) {
 		_, err := LoadWeights(tc.path, tc.spec)
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.path) {
 			t.Errorf("%s: %v, want %v naming %s", tc.name, err, tc.want, tc.path)
+		}
+	}
+	// A file intact but for a non-finite value is refused, naming the
+	// file and the first bad value.
+	for _, tc := range []struct {
+		what  string
+		spoil func(*Weights)
+	}{
+		{"parameter 17 is -Inf", func(w *Weights) { w.Params[17], w.Params[40] = float32(math.Inf(-1)), float32(math.NaN()) }},
+		{"input scale 0 is NaN", func(w *Weights) { w.Normalizer.Scale = float32(math.NaN()) }},
+		{"mean value 783 is +Inf", func(w *Weights) { w.Normalizer.Mean[783] = float32(math.Inf(1)) }},
+	} {
+		w := Weights{Params: randomParams(mlp, 2), Normalizer: data.Normalizer{Scale: 1, Mean: make([]float32, 784)}}
+		tc.spoil(&w)
+		p := filepath.Join(dir, "nonfinite.bin")
+		if err := SaveWeights(p, mlp, w); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadWeights(p, mlp); !errors.Is(err, ErrWeightsNonFinite) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tc.what) {
+			t.Errorf("%s: %v, want ErrWeightsNonFinite naming %s and %q", tc.what, err, p, tc.what)
 		}
 	}
 	if err := SaveWeights(filepath.Join(dir, "x"), mlp, Weights{Params: make([]float32, 3)}); !errors.Is(err, ErrWeightsMismatch) {

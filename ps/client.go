@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -15,8 +16,9 @@ import (
 // ClientConfig configures the learner side of the parameter server.
 type ClientConfig struct {
 	Learner uint32 // this learner's id, < the server's Learners
-	// Incarnation counts the learner's lives (restarts), from 0; it is
-	// the high half of every sequence number (see Seq).
+	// Incarnation counts the learner's lives (restarts), from 0, up to
+	// MaxIncarnation; it is the high part of every sequence number (see
+	// Seq).
 	Incarnation uint32
 	Protocol    Protocol   // decides the minimum clock of pulls
 	Total       int        // length of the flat vector
@@ -54,7 +56,7 @@ type Client struct {
 	gens    []int         // per shard, the generation of its link those stamps come from
 	pulls   []uint64      // per shard, sequence of the request in flight
 	pushed  bool          // a push was sent since the last pull
-	n       atomic.Uint32 // messages sent in this incarnation
+	n       atomic.Uint64 // messages sent in this incarnation
 	// feedback is, per shard, the error-feedback residual of the pushes
 	// (lossy codecs that keep one, TopK): optimizer state of the learner,
 	// kept across reconnections.
@@ -104,6 +106,9 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err := cfg.Codec.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Incarnation > MaxIncarnation {
+		return nil, param.Fieldf("Incarnation", "%d is above the highest a learner can have, %d", cfg.Incarnation, MaxIncarnation)
+	}
 	if cfg.NewMsg == nil {
 		cfg.NewMsg = rdma.NewMsg
 	}
@@ -129,9 +134,13 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 
 // msg returns a pooled message of type t for shard with n payload floats
-// and the next sequence number.
-func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
-	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, c.n.Add(1)), 0, n)
+// and the next sequence number, or ErrSeqExhausted.
+func (c *Client) msg(t MsgType, shard, n int) (*rdma.Msg, error) {
+	k := c.n.Add(1)
+	if k > MaxMessages {
+		return nil, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
+	}
+	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, k), 0, n), nil
 }
 
 // errRedialed reports a message lost with a connection that was then
@@ -281,7 +290,10 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 			return err
 		}
 		for _, k := range shards {
-			m := c.msg(MsgPull, k, 0)
+			var m *rdma.Msg
+			if m, err = c.msg(MsgPull, k, 0); err != nil {
+				return err
+			}
 			if c.gens[k] == gen {
 				m.Timestamp = c.stamps[k]
 				if afterPush && c.cfg.Protocol == Hardsync {
@@ -326,7 +338,7 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, 
 			mine := slices.Contains(left, k)
 			switch {
 			case m.Type == rdma.TypeError:
-				err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
+				err := rejection(m)
 				if mine && m.Seq == c.pulls[k] { // the request itself: no weights will come
 					m.Release()
 					return errors.Join(append(rejections, err)...)
@@ -350,6 +362,26 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, 
 	return errors.Join(rejections...)
 }
 
+// rejection returns the error of a shard's error reply: its text, matching
+// ErrRejected, rdma.ErrRemote and the rejection reason (ErrDiverged,
+// ErrNonFinite, …) the text names, so that errors.Is finds the reason on
+// the learner's side too.
+func rejection(m *rdma.Msg) error {
+	err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
+	for _, reason := range rejectionReasons {
+		if strings.Contains(string(m.Data), reason.Error()) {
+			return &reasonError{err, reason}
+		}
+	}
+	return err
+}
+
+// reasonError is an error reply that names a rejection reason.
+type reasonError struct{ err, reason error }
+
+func (e *reasonError) Error() string   { return e.err.Error() }
+func (e *reasonError) Unwrap() []error { return []error{e.err, e.reason} }
+
 // Snapshot fills w (the flat vector) with every shard's weights at the end
 // of epoch (≥ 1: the snapshot of the servers' ServerConfig.Snapshots; 0:
 // the final weights, once the servers are final; −1: the weights as they
@@ -361,7 +393,10 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 	}
 	ask := func(l *link, shards []int) error {
 		for _, k := range shards {
-			m := c.msg(0, k, 0)
+			m, err := c.msg(0, k, 0)
+			if err != nil {
+				return err
+			}
 			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
 			c.pulls[k] = m.Seq
 			if err := c.send(ctx, m); err != nil {
@@ -398,7 +433,10 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 		if gen != c.gens[k] {
 			continue // computed on weights of a server since replaced: lost
 		}
-		m := c.msg(MsgPush, k, r.Len())
+		m, err := c.msg(MsgPush, k, r.Len())
+		if err != nil {
+			return err
+		}
 		copy(m.Payload, grad[r.Lo:r.Hi])
 		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
 		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
@@ -434,7 +472,11 @@ func (c *Client) Leave(ctx context.Context) error {
 
 func (c *Client) all(ctx context.Context, t MsgType) error {
 	for k := range c.byShard {
-		if err := c.send(ctx, c.msg(t, k, 0)); err != nil && !errors.Is(err, errRedialed) {
+		m, err := c.msg(t, k, 0)
+		if err != nil {
+			return err
+		}
+		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}

@@ -103,6 +103,48 @@
 // The pull rule reduces drops; it does not remove them (learners already
 // computing may still push more than S updates' worth of gradients).
 //
+// # Finite weights
+//
+// A shard never holds or serves a NaN or ±Inf weight or momentum value.
+// Its initial weights must be finite (NewShard and Restore refuse others,
+// naming the first), gradients with a NaN or ±Inf element are rejected
+// (ErrNonFinite), and an update that would make any weight or momentum
+// value non-finite — finite gradients and weights can overflow float32
+// (3e38 pushed four times at rate 0.5 reaches −Inf) — is refused as a
+// whole:
+//
+//   - no element moves: the weights and the momentum stay exactly as
+//     they were, bit for bit, the finite elements of the update included;
+//   - the update's gradients are discarded, all of them: under hardsync
+//     the round's (every learner's of that round), under softsync the c
+//     gradients the update combines (c₀, or fewer in a partial update);
+//   - otherwise it takes its place like an applied update: the clock
+//     advances (the round ends: waiting pulls are answered, with the
+//     unchanged weights), its gradients count as accepted and their
+//     samples toward the epoch; Ready.Updates reports it with
+//     UpdateInfo.Refused set and Update.Learners listing who pushed its
+//     gradients;
+//   - it is counted in Stats.Refused, and each of its gradients against
+//     the learner that pushed it in Stats.RefusedGradients (a learner with
+//     two gradients in one softsync update counts twice; a learner whose
+//     gradient of a hardsync round stayed pending after it left counts
+//     too). Which gradient made the combination overflow cannot be told:
+//     every learner that took part is counted.
+//
+// The job goes on: the learners are not told, and the next update is
+// made of the gradients that arrive next. RefusedLimit (16) updates
+// refused in a row, though, are a job whose updates keep overflowing (a
+// rate that diverges, say): the shard then rejects every later push with
+// ErrDiverged, which ends the learners, and so the job, as diverged. An
+// applied update starts the count again; a restored shard starts it at 0.
+//
+// The check costs the update nothing it did not do already: the solver
+// bounds the magnitudes an update can reach from the largest magnitude of
+// each gradient (the shard's scan for NaN and Inf computes it, sgd.MaxAbs)
+// and of the weights and momentum, and applies the update in place when
+// the bound is below the float32 range; only an update near that range is
+// computed on copies first and kept if finite (see package sgd).
+//
 // # Pulls
 //
 // A pull is answered when the shard clock has reached its minimum clock
@@ -114,29 +156,37 @@
 // # Sequences, duplicates and rejections
 //
 // Each push carries a sequence number, strictly increasing per learner
-// (gaps allowed). The core remembers the next expected sequence of each
-// learner across leaves and joins; a push whose sequence is below it is a
-// duplicate (a resend after a reconnect): it is counted in
-// Stats.Duplicates and ignored, so that every push is applied at most once.
-// Dropped pushes consume their sequence; rejected ones do not.
+// (gaps allowed), from 1 to 2⁶⁴−1. The core remembers the sequence of
+// each learner's last accepted push across leaves and joins; a push whose
+// sequence is at or below it is a duplicate (a resend after a reconnect):
+// it is counted in Stats.Duplicates and ignored, so that every push is
+// applied at most once. Nothing wraps: 2⁶⁴−1 is a push like any other,
+// and every push after it is a duplicate. Dropped pushes consume their
+// sequence; rejected ones do not. The runtime's sequences are
+// incarnation<<44 | n (Seq; docs/wire.md): a learner has at most 2²⁰
+// lives (MaxIncarnation) of at most 2⁴⁴−1 messages each (MaxMessages),
+// and its client refuses, rather than wraps, past either
+// (ErrSeqExhausted for the messages).
 //
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
 // (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
 // comes from a learner id outside the roster or, except for MsgJoin, not
-// active (ErrUnknownLearner), or is a push whose gradient has the wrong
-// length (ErrBadLength), a stamp ahead of the shard clock
+// active (ErrUnknownLearner), or is a push to a shard that took the job
+// for diverged (ErrDiverged, see "Finite weights"), a push whose gradient
+// has the wrong length (ErrBadLength), a stamp ahead of the shard clock
 // (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
 // hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
 // the duplicate check after the stamp check and before the scan for NaN
-// and Inf.
+// and Inf. The client recognises the reason in an error reply's text, so
+// that errors.Is finds it on the learner's side too.
 //
 // # Epochs and the schedule
 //
 // The step schedule (sgd.Config.LRSteps) needs the epoch. Each push stands
 // for Config.Batch samples (the learners' mini-batch μ; the paper's
-// learners all use the same μ). The shard counts the samples of applied
-// and dropped gradients (a dropped gradient still consumed its data); an
+// learners all use the same μ). The shard counts the samples of applied,
+// refused and dropped gradients (those still consumed their data); an
 // update uses epoch = ⌊samples before this update / Config.DataSize⌋, so
 // that λ = 1 matches a single learner that counts epochs in iterations
 // (Caffe). With DataSize = 0 the epoch stays 0 and the schedule must be
@@ -144,8 +194,10 @@
 //
 // # Statistics
 //
-// Stats counts, per shard: updates; accepted, dropped and duplicate
-// gradients; rejections per reason; the staleness of accepted gradients
+// Stats counts, per shard: updates, applied and refused (and per learner
+// the gradients refused updates discarded); accepted, dropped and
+// duplicate gradients; rejections per reason; the staleness of accepted
+// gradients
 // as a histogram (index τ; the last bucket collects τ ≥ HistogramLen−1),
 // their sum (for the mean) and maximum. Each shard sees every gradient
 // (its slice), so the stats of one shard describe the run; shards may
@@ -163,7 +215,7 @@
 // where core messages meet rdma messages.
 //
 // Identity and membership: a learner's identity (id and incarnation, the
-// high half of its sequence numbers) is bound to its connection, and a
+// top 20 bits of its sequence numbers) is bound to its connection, and a
 // second connection claiming it is refused; a lost connection is reported
 // to the server's owner (ServerConfig.OnLost), who decides whether the
 // learner has left (Server.Evict). Learners leave by themselves when they
@@ -180,10 +232,12 @@
 //
 // A shard's durable state is its weights, the solver state (momentum and
 // the pending accumulation), clock, sample count, membership, per-learner
-// next sequences and, for hardsync, who pushed in the current round, plus
-// its counters: Shard.Checkpoint copies it and Restore rebuilds a Shard
-// from it. Waiting pulls and the computing set are not saved: learners
-// reconnect and pull again. Package ps/checkpoint stores checkpoints in
+// last sequences, the learners of the pending gradients and, for hardsync,
+// who pushed in the current round, plus its counters: Shard.Checkpoint
+// copies it and Restore rebuilds a Shard from it (refusing non-finite
+// weights, momentum or accumulation). Waiting pulls, the computing set and
+// the count of updates refused in a row are not saved: learners reconnect
+// and pull again. Package ps/checkpoint stores checkpoints in
 // files and re-splits them onto another number of shards
 // (docs/checkpoint.md); RangeOf gives one shard's range for it.
 package ps

@@ -8,12 +8,14 @@ import (
 )
 
 // FuzzShardStep feeds arbitrary message sequences (any type, learner,
-// sequence, stamp, job, gradient length, NaN) to a shard and checks that it
-// never panics, answers at most one error per Step, keeps its weights
-// finite, and accounts for every push exactly once.
+// sequence, stamp, job, gradient length, NaN, finite gradients near the
+// float32 maximum) to a shard and checks that it never panics, answers at
+// most one error per Step, keeps its weights and momentum finite, and
+// accounts for every push and every clock tick exactly once.
 func FuzzShardStep(f *testing.F) {
 	f.Add([]byte{1, 3, 2, 0, 1, 0, 0, 1, 1, 0, 0, 1, 2, 1, 0, 2})
 	f.Add([]byte{0, 2, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0, 2, 0, 3, 5, 1, 1, 9, 0})
+	f.Add([]byte{1, 0, 0, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0, 1, 0})
 	f.Fuzz(fuzzShard)
 }
 
@@ -36,6 +38,9 @@ func fuzzShard(t *testing.T, data []byte) {
 		seq := make([]uint64, learners+1)
 		for data = data[4:]; len(data) >= 4; data = data[4:] {
 			m := Msg{Type: MsgType(data[0] % 6), Job: 1, Learner: uint32(data[1] % uint8(learners+1)), Grad: []float32{0.5, -1, 2}}
+			if data[1]&0x80 != 0 {
+				m.Grad = []float32{1.5e38, -3e38, 1e38}
+			}
 			l := m.Learner % uint32(learners+1)
 			seq[l] += uint64(data[2]%4) - 1 // sometimes repeats or goes back
 			m.Seq = seq[l]
@@ -65,16 +70,14 @@ func fuzzShard(t *testing.T, data []byte) {
 				pushes++
 				pushRejects += uint64(errs)
 			}
-			for _, x := range s.Weights() {
-				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-					t.Fatalf("weights became %v", s.Weights())
-				}
+			if v := s.Checkpoint().Solver.Momentum; sgd.FirstNonFinite(s.Weights()) >= 0 || sgd.FirstNonFinite(v) >= 0 {
+				t.Fatalf("weights became %v, momentum %v", s.Weights(), v)
 			}
 		}
 		st := s.Stats()
-		if st.Gradients+st.Dropped+st.Duplicates+pushRejects != pushes || st.Clock != st.Updates {
-			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d rejected %d; clock %d updates %d",
-				pushes, st.Gradients, st.Dropped, st.Duplicates, pushRejects, st.Clock, st.Updates)
+		if st.Gradients+st.Dropped+st.Duplicates+pushRejects != pushes || st.Clock != st.Updates+st.Refused {
+			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d rejected %d; clock %d updates %d refused %d",
+				pushes, st.Gradients, st.Dropped, st.Duplicates, pushRejects, st.Clock, st.Updates, st.Refused)
 		}
 		if cfg.MaxStaleness > 0 && st.MaxStaleness > cfg.MaxStaleness {
 			t.Fatalf("accepted staleness %d > bound %d", st.MaxStaleness, cfg.MaxStaleness)

@@ -18,7 +18,18 @@ var (
 	ErrFutureClock    = errors.New("timestamp is ahead of the shard clock")
 	ErrNonFinite      = errors.New("gradient has a NaN or Inf element")
 	ErrAlreadyPushed  = errors.New("learner already pushed a gradient for this clock (hardsync)")
+	ErrDiverged       = errors.New("the job diverged: its updates keep being refused")
 )
+
+// rejectionReasons lists the reasons above, for a client to recognise
+// them in an error reply's text.
+var rejectionReasons = []error{ErrWrongJob, ErrWrongShard, ErrUnknownLearner, ErrBadType, ErrBadLength,
+	ErrFutureClock, ErrNonFinite, ErrAlreadyPushed, ErrDiverged}
+
+// RefusedLimit is the number of updates in a row a shard refuses (each
+// would have made a weight or its momentum NaN or infinite) before it
+// takes the job for diverged and rejects every later push (ErrDiverged).
+const RefusedLimit = 16
 
 // ErrRejected is wrapped (with rdma.ErrRemote) by the client's errors for
 // error replies: a shard rejected one of the learner's messages.
@@ -82,11 +93,16 @@ type Update struct {
 	Clock uint64 // the clock after the update (i+1)
 	Epoch int    // epoch used by the schedule
 	sgd.UpdateInfo
+	// Learners lists the learner of each of the update's gradients, in
+	// the order they arrived (a learner may appear more than once under
+	// softsync): those a refused update (UpdateInfo.Refused) counts in
+	// Stats.RefusedGradients. A view valid until the next Step.
+	Learners []uint32
 }
 
 // Ready is the output of one Step: replies to send, in order, and the
-// updates applied (at most one per Step). Its slices are reused by the next
-// Step.
+// updates applied or refused (at most one per Step). Its slices are reused
+// by the next Step.
 type Ready struct {
 	Replies []Reply
 	Updates []Update

@@ -48,7 +48,8 @@ type ServerConfig struct {
 	// (softsync with c₀ > 1) are not in them.
 	Snapshots bool
 	// OnUpdate, if set, is called on the shard's goroutine after every
-	// update; it must return quickly.
+	// update, applied or refused (Update.Refused; u.Learners is valid
+	// during the call only); it must return quickly.
 	OnUpdate func(shard int, u Update)
 	// OnLost, if set, is called when the connection a learner is bound to
 	// is lost, with the learner and its incarnation; membership is then

@@ -189,7 +189,7 @@ func testHardsyncExactOpts(t *testing.T, kind string, o clusterOptions) {
 	ref, g := slices.Clone(init), make([]float32, lsDim)
 	for s := range steps {
 		prob.gradient(ref, g, s*mu*learners, mu*learners)
-		single.Update(ref, g, 0, s*mu*learners/n)
+		single.Update(ref, g, sgd.MaxAbs(g), 0, s*mu*learners/n)
 	}
 
 	got, stats := clusterOpts(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
@@ -348,7 +348,7 @@ func TestClientPullAsyncStamps(t *testing.T) {
 			for s := range steps {
 				prob.gradient(prev, g, 2*s, 2) // computed on w_{s−1} (w_0 for s = 0)
 				copy(prev, ref)
-				single.Update(ref, g, min(s, 1), 0)
+				single.Update(ref, g, sgd.MaxAbs(g), min(s, 1), 0)
 			}
 			got, stats := clusterOpts(t, kind, cfg, init, steps, func(l, s int, w, g []float32) {
 				prob.gradient(w, g, 2*s, 2)
@@ -548,7 +548,7 @@ func TestServerIdentity(t *testing.T) {
 		}
 		return c
 	}
-	var n uint32
+	var n uint64
 	// ask sends a pull of learner 0 in incarnation inc for shard on c and
 	// returns the reply's type and error.
 	ask := func(c rdma.Conn, inc uint32, shard int) (rdma.Type, error) {

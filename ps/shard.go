@@ -3,6 +3,7 @@ package ps
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/softsync/softsync/ps/param"
@@ -15,19 +16,21 @@ import (
 // it is not safe for concurrent use (the Server runs each shard on one
 // goroutine).
 type Shard struct {
-	cfg     Config
-	index   int
-	total   int
-	rng     Range
-	w       []float32
-	solver  *sgd.Solver
-	clock   uint64
-	samples uint64
-	members []member // indexed by learner id
-	active  int      // active members, λa
-	pushed  int      // hardsync: active members whose gradient of this round is pending
-	stats   Stats
-	ready   Ready
+	cfg       Config
+	index     int
+	total     int
+	rng       Range
+	w         []float32
+	solver    *sgd.Solver
+	clock     uint64
+	samples   uint64
+	members   []member // indexed by learner id
+	active    int      // active members, λa
+	pushed    int      // hardsync: active members whose gradient of this round is pending
+	pendingBy []uint32 // the learner of each pending gradient, in arrival order
+	refusals  int      // updates refused in a row since the last one applied
+	stats     Stats
+	ready     Ready
 }
 
 // member is the shard's view of one learner.
@@ -36,7 +39,7 @@ type member struct {
 	roundPushed bool   // hardsync: its gradient of the current round is pending
 	pulling     bool   // a pull is waiting
 	computing   bool   // holds weights from an answered pull and has not pushed or pulled since
-	nextSeq     uint64 // pushes with a lower sequence are duplicates
+	lastSeq     uint64 // pushes with this sequence or a lower one are duplicates
 	pullMin     uint64 // minimum clock of the waiting pull
 	pullSeq     uint64 // sequence of the waiting pull
 	holds       uint64 // stamp of the weights last handed to it
@@ -50,8 +53,20 @@ func NewShard(cfg Config, index int, init []float32) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := finite("init", init[s.rng.Lo:s.rng.Hi], s.rng.Lo); err != nil {
+		return nil, err
+	}
 	copy(s.w, init[s.rng.Lo:s.rng.Hi])
 	return s, nil
+}
+
+// finite returns a *param.FieldError naming field and the first NaN or
+// ±Inf of v (at flat index lo+k), or nil.
+func finite(field string, v []float32, lo int) error {
+	if k := sgd.FirstNonFinite(v); k >= 0 {
+		return param.Fieldf(field, "element %d (flat index %d) is %g: weights and momentum must be finite", k, lo+k, v[k])
+	}
+	return nil
 }
 
 func newShard(cfg Config, index, total int) (*Shard, error) {
@@ -77,6 +92,7 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 	}
 	s := &Shard{cfg: cfg, index: index, total: total, rng: r, w: make([]float32, r.Len()),
 		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners}
+	s.stats.RefusedGradients = make([]uint64, cfg.Learners)
 	for i := range s.members {
 		s.members[i].active = true
 	}
@@ -158,24 +174,29 @@ func (s *Shard) step(m Msg) error {
 }
 
 func (s *Shard) push(l *member, m Msg) error {
+	if s.refusals >= RefusedLimit {
+		return fmt.Errorf("%w: the last %d updates were refused (each would have made a weight or its momentum NaN or infinite)", ErrDiverged, s.refusals)
+	}
 	if len(m.Grad) != s.rng.Len() {
 		return fmt.Errorf("%w: %d elements, shard range [%d, %d) has %d", ErrBadLength, len(m.Grad), s.rng.Lo, s.rng.Hi, s.rng.Len())
 	}
 	if m.Clock > s.clock {
 		return fmt.Errorf("%w: stamp %d, clock %d", ErrFutureClock, m.Clock, s.clock)
 	}
-	if m.Seq < l.nextSeq {
+	if m.Seq <= l.lastSeq {
 		s.stats.Duplicates++
 		return nil
 	}
-	if k := sgd.FirstNonFinite(m.Grad); k >= 0 {
+	gmax := sgd.MaxAbs(m.Grad) // bounds the update the gradient goes into
+	if !(gmax <= math.MaxFloat32) {
+		k := sgd.FirstNonFinite(m.Grad)
 		return fmt.Errorf("%w: element %d (flat index %d) is %g", ErrNonFinite, k, s.rng.Lo+k, m.Grad[k])
 	}
 	hard := s.cfg.Protocol == Hardsync
 	if hard && l.roundPushed && m.Clock == s.clock {
 		return fmt.Errorf("%w %d", ErrAlreadyPushed, s.clock)
 	}
-	l.nextSeq, l.computing = m.Seq+1, false
+	l.lastSeq, l.computing = m.Seq, false
 	tau := int(s.clock - m.Clock)
 	if (hard && tau > 0) || (s.cfg.MaxStaleness > 0 && tau > s.cfg.MaxStaleness) {
 		s.stats.Dropped++
@@ -187,10 +208,11 @@ func (s *Shard) push(l *member, m Msg) error {
 		l.roundPushed = true
 		s.pushed++
 	}
+	s.pendingBy = append(s.pendingBy, m.Learner)
 	if s.due(s.solver.Pending() + 1) {
-		s.update(m.Grad, tau)
+		s.update(m.Grad, gmax, tau)
 	} else {
-		s.solver.Add(m.Grad, tau)
+		s.solver.Add(m.Grad, gmax, tau)
 	}
 	return nil
 }
@@ -207,15 +229,29 @@ func (s *Shard) due(pending int) bool {
 	}
 }
 
-// update applies the pending gradients plus last (nil for none).
-func (s *Shard) update(last []float32, tau int) {
+// update applies the pending gradients plus last (nil for none), whose
+// magnitudes gmax bounds. A refused update ends its round as an applied
+// one does (the clock advances, its samples count), with the weights and
+// the momentum left as they were; its gradients are counted against the
+// learners that pushed them.
+func (s *Shard) update(last []float32, gmax float32, tau int) {
 	epoch := s.epoch()
-	info := s.solver.Update(s.w, last, tau, epoch)
+	info := s.solver.Update(s.w, last, gmax, tau, epoch)
 	s.clock++
 	s.samples += uint64(info.Gradients * s.cfg.Batch)
-	s.stats.Updates++
-	if info.Gradients < s.cfg.Quorum() {
-		s.stats.Partial++
+	switch {
+	case info.Refused:
+		s.stats.Refused++
+		s.refusals++
+		for _, l := range s.pendingBy {
+			s.stats.RefusedGradients[l]++
+		}
+	default:
+		s.refusals = 0
+		s.stats.Updates++
+		if info.Gradients < s.cfg.Quorum() {
+			s.stats.Partial++
+		}
 	}
 	if s.cfg.Protocol == Hardsync {
 		for i := range s.members {
@@ -223,7 +259,8 @@ func (s *Shard) update(last []float32, tau int) {
 		}
 		s.pushed = 0
 	}
-	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info})
+	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info, Learners: s.pendingBy})
+	s.pendingBy = s.pendingBy[:0] // Learners stays valid until the next Step appends
 }
 
 func (s *Shard) epoch() int {
@@ -251,7 +288,7 @@ func (s *Shard) leave(l *member) {
 		s.pushed-- // its gradient stays pending; the flag counts it again on a rejoin this round
 	}
 	if s.due(s.solver.Pending()) {
-		s.update(nil, 0)
+		s.update(nil, 0, 0)
 	}
 }
 
@@ -280,16 +317,9 @@ func (s *Shard) servePulls() {
 
 // count adds one rejection of the reason err wraps.
 func (r *Rejections) count(err error) {
-	for _, c := range []struct {
-		target error
-		n      *uint64
-	}{
-		{ErrWrongJob, &r.WrongJob}, {ErrWrongShard, &r.WrongShard}, {ErrUnknownLearner, &r.UnknownLearner},
-		{ErrBadType, &r.BadType}, {ErrBadLength, &r.BadLength}, {ErrFutureClock, &r.FutureClock},
-		{ErrNonFinite, &r.NonFinite}, {ErrAlreadyPushed, &r.AlreadyPush},
-	} {
-		if errors.Is(err, c.target) {
-			*c.n++
+	for i, reason := range rejectionReasons {
+		if errors.Is(err, reason) {
+			*r.counters()[i]++
 			return
 		}
 	}
@@ -305,25 +335,33 @@ type Checkpoint struct {
 	Weights     []float32 // the shard's range
 	Solver      sgd.State
 	Active      []bool   // per learner id
-	NextSeq     []uint64 // per learner id
+	LastSeq     []uint64 // per learner id: the sequence of its last accepted push (0: none)
 	RoundPushed []bool   // per learner id, hardsync
-	Stats       Stats
+	// Pending counts, per learner id, its gradients in the pending
+	// accumulation (Solver.Pending in all); nil when unknown (a refused
+	// update then counts only the gradients accepted after Restore).
+	Pending []uint32
+	Stats   Stats
 }
 
 // Checkpoint returns a copy of the shard's durable state.
 func (s *Shard) Checkpoint() *Checkpoint {
 	cp := &Checkpoint{Shard: s.index, Total: s.total, Clock: s.clock, Samples: s.samples,
-		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats()}
+		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members))}
 	for _, l := range s.members {
 		cp.Active = append(cp.Active, l.active)
-		cp.NextSeq = append(cp.NextSeq, l.nextSeq)
+		cp.LastSeq = append(cp.LastSeq, l.lastSeq)
 		cp.RoundPushed = append(cp.RoundPushed, l.roundPushed)
+	}
+	for _, l := range s.pendingBy {
+		cp.Pending[l]++
 	}
 	return cp
 }
 
 // Restore rebuilds a shard from a checkpoint taken under the same cfg. No
-// pull is waiting and no learner is computing afterwards.
+// pull is waiting and no learner is computing afterwards. A checkpoint
+// whose weights, momentum or accumulation hold a NaN or ±Inf is refused.
 func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 	s, err := newShard(cfg, cp.Shard, cp.Total)
 	if err != nil {
@@ -333,17 +371,30 @@ func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 	switch {
 	case len(cp.Weights) != s.rng.Len():
 		return nil, param.Fieldf("Checkpoint.Weights", "has %d elements, shard %d owns %d", len(cp.Weights), cp.Shard, s.rng.Len())
-	case len(cp.Active) != n || len(cp.NextSeq) != n || len(cp.RoundPushed) != n:
-		return nil, param.Fieldf("Checkpoint.Active", "per-learner state for %d/%d/%d learners, config has %d", len(cp.Active), len(cp.NextSeq), len(cp.RoundPushed), n)
+	case len(cp.Active) != n || len(cp.LastSeq) != n || len(cp.RoundPushed) != n:
+		return nil, param.Fieldf("Checkpoint.Active", "per-learner state for %d/%d/%d learners, config has %d", len(cp.Active), len(cp.LastSeq), len(cp.RoundPushed), n)
+	case cp.Pending != nil && (len(cp.Pending) != n || sum(cp.Pending) != uint64(cp.Solver.Pending)):
+		return nil, param.Fieldf("Checkpoint.Pending", "%d gradients of %d learners pending, the solver holds %d", sum(cp.Pending), len(cp.Pending), cp.Solver.Pending)
+	case len(cp.Stats.RefusedGradients) > n:
+		return nil, param.Fieldf("Checkpoint.Stats.RefusedGradients", "counts for %d learners, config has %d", len(cp.Stats.RefusedGradients), n)
+	}
+	for _, f := range []struct {
+		name string
+		v    []float32
+	}{{"Checkpoint.Weights", cp.Weights}, {"Checkpoint.Solver.Momentum", cp.Solver.Momentum}, {"Checkpoint.Solver.Acc", cp.Solver.Acc}} {
+		if err := finite(f.name, f.v, s.rng.Lo); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.solver.SetState(cp.Solver); err != nil {
 		return nil, err
 	}
 	copy(s.w, cp.Weights)
 	s.clock, s.samples, s.active, s.stats = cp.Clock, cp.Samples, 0, cp.Stats.clone()
+	s.stats.RefusedGradients = append(s.stats.RefusedGradients, make([]uint64, n-len(s.stats.RefusedGradients))...)
 	for i := range s.members {
 		l := &s.members[i]
-		l.active, l.nextSeq, l.roundPushed = cp.Active[i], cp.NextSeq[i], cp.RoundPushed[i]
+		l.active, l.lastSeq, l.roundPushed = cp.Active[i], cp.LastSeq[i], cp.RoundPushed[i]
 		if l.active {
 			s.active++
 			if l.roundPushed {
@@ -351,5 +402,18 @@ func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 			}
 		}
 	}
+	for l, k := range cp.Pending {
+		for range k {
+			s.pendingBy = append(s.pendingBy, uint32(l))
+		}
+	}
 	return s, nil
+}
+
+func sum(v []uint32) uint64 {
+	var t uint64
+	for _, x := range v {
+		t += uint64(x)
+	}
+	return t
 }

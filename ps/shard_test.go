@@ -465,3 +465,152 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("ParseProtocol(async): %v", err)
 	}
 }
+
+// finiteAll reports whether every element of v is finite.
+func finiteAll(v []float32) bool { return sgd.FirstNonFinite(v) < 0 }
+
+// momentum returns the shard's momentum.
+func (h *harness) momentum() []float32 { return h.s.Checkpoint().Solver.Momentum }
+
+// TestHugeGradients pushes finite but huge gradients, 3e38 four times at
+// rate 0.5, which took a weight to −1.5e38, −3e38, −Inf and NaN: the
+// first two updates are applied, the two that would reach −Inf are
+// refused as a whole and counted against their learners, no pull is ever
+// served a non-finite weight, and later good pushes are applied.
+func TestHugeGradients(t *testing.T) {
+	h := newHarness(t, plainConfig(2, Softsync, 2), []float32{0, 1}) // c = 1, no momentum
+	wants := [][]float32{{-1.5e38, 1}, {-3e38, 1}, {-3e38, 1}, {-3e38, 1}}
+	for i, want := range wants {
+		l := uint32(i % 2)
+		r := h.push(l, h.s.Clock(), []float32{3e38, 0})
+		if len(r.Updates) != 1 || r.Updates[0].Refused != (i >= 2) || !slices.Equal(r.Updates[0].Learners, []uint32{l}) {
+			t.Fatalf("push %d: updates %+v", i+1, r.Updates)
+		}
+		if !slices.Equal(h.s.Weights(), want) || !finiteAll(h.momentum()) {
+			t.Fatalf("push %d: weights %v (want %v), momentum %v", i+1, h.s.Weights(), want, h.momentum())
+		}
+		if r := h.pull(l, 0); len(r.Replies) != 1 || !finiteAll(r.Replies[0].Weights) || r.Replies[0].Clock != uint64(i+1) {
+			t.Fatalf("pull after push %d: %+v", i+1, r.Replies)
+		}
+	}
+	st := h.s.Stats()
+	if st.Updates != 2 || st.Refused != 2 || !slices.Equal(st.RefusedGradients, []uint64{1, 1}) || st.Clock != 4 || st.Gradients != 4 || st.Rejected.Total() != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The job goes on: a good gradient is applied to the weights as they
+	// were before the refused updates.
+	g := []float32{-1e38, 2}
+	h.push(0, h.s.Clock(), g)
+	want := []float32{wants[3][0] - 0.5*g[0], 1 - 0.5*g[1]}
+	if w := h.s.Weights(); !slices.Equal(w, want) || h.s.Stats().Updates != 3 {
+		t.Fatalf("good push after the refused ones: weights %v, want %v; stats %+v", w, want, h.s.Stats())
+	}
+}
+
+// TestRefusedRound: an update that combines several gradients is refused
+// as a whole when its combination would make any weight or momentum value
+// non-finite: no element moves (the finite ones neither), the round ends
+// (the clock advances, waiting pulls are answered with the weights as
+// they were), and each of its gradients is counted against the learner
+// that pushed it, also in a round a leave completes and in a softsync
+// update holding two gradients of one learner.
+func TestRefusedRound(t *testing.T) {
+	cfg := plainConfig(3, Hardsync, 0)
+	cfg.Solver.Momentum = 0.5
+	h := newHarness(t, cfg, []float32{1, -3e38})
+	w0, v0 := slices.Clone(h.s.Weights()), h.momentum()
+	h.push(0, 0, []float32{1, 3e38})
+	h.pull(0, 1)
+	h.push(1, 0, []float32{2, 3e38})
+	r := h.push(2, 0, []float32{3, 3e38}) // mean (2, 3e38): w[1] −= 1.5e38, past −MaxFloat32
+	if len(r.Updates) != 1 || !r.Updates[0].Refused || r.Updates[0].Gradients != 3 || !slices.Equal(r.Updates[0].Learners, []uint32{0, 1, 2}) {
+		t.Fatalf("round of three: updates %+v", r.Updates)
+	}
+	if !slices.Equal(h.s.Weights(), w0) || !slices.Equal(h.momentum(), v0) {
+		t.Fatalf("refused round moved weights %v → %v or momentum %v → %v", w0, h.s.Weights(), v0, h.momentum())
+	}
+	if to, stamps := served(r); !slices.Equal(to, []uint32{0}) || !slices.Equal(stamps, []uint64{1}) || !slices.Equal(r.Replies[0].Weights, w0) {
+		t.Fatalf("the waiting pull after a refused round: %+v", r.Replies)
+	}
+	// Good gradients: the next round is applied, and only its gradients.
+	for l := range uint32(3) {
+		r = h.push(l, 1, []float32{2, 0})
+	}
+	if len(r.Updates) != 1 || r.Updates[0].Refused || !slices.Equal(h.s.Weights(), []float32{0, -3e38}) {
+		t.Fatalf("good round after a refused one: %+v, weights %v", r.Updates, h.s.Weights())
+	}
+	// A round that a leave completes: only the gradients in it count.
+	h.push(2, 2, []float32{0, 3e38})
+	h.push(0, 2, []float32{0, 3e38})
+	if r := h.member(MsgLeave, 1); len(r.Updates) != 1 || !r.Updates[0].Refused || !slices.Equal(r.Updates[0].Learners, []uint32{2, 0}) {
+		t.Fatalf("round completed by a leave: %+v", r.Updates)
+	}
+	st := h.s.Stats()
+	if st.Refused != 2 || st.Updates != 1 || st.Partial != 0 || !slices.Equal(st.RefusedGradients, []uint64{2, 1, 2}) || st.Clock != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// Softsync, c₀ = 2: one learner's two gradients in a refused update
+	// count twice.
+	h = newHarness(t, plainConfig(4, Softsync, 2), []float32{-3e38})
+	h.push(3, 0, []float32{2e38})
+	r = h.push(3, 0, []float32{4e38 / 2})
+	if len(r.Updates) != 1 || !r.Updates[0].Refused || !slices.Equal(h.s.Stats().RefusedGradients, []uint64{0, 0, 0, 2}) || h.s.Weights()[0] != -3e38 {
+		t.Fatalf("softsync update of two gradients of learner 3: %+v, stats %+v, weights %v", r.Updates, h.s.Stats(), h.s.Weights())
+	}
+}
+
+// TestRefusedDiverges: updates refused RefusedLimit times in a row make
+// the shard take the job for diverged: every later push is rejected with
+// ErrDiverged (counted), pulls are still served the last finite weights.
+// An applied update in between starts the count again.
+func TestRefusedDiverges(t *testing.T) {
+	h := newHarness(t, plainConfig(2, Softsync, 2), []float32{-3e38})
+	huge, good := []float32{3e38}, []float32{-1e38}
+	for range RefusedLimit - 1 {
+		h.push(0, h.s.Clock(), huge)
+	}
+	h.push(1, h.s.Clock(), good)
+	for range RefusedLimit - 1 {
+		if r := h.push(1, h.s.Clock(), huge); len(r.Replies) != 0 {
+			t.Fatalf("refused push answered %+v before %d refusals in a row", r.Replies, RefusedLimit)
+		}
+	}
+	if r := h.push(0, h.s.Clock(), huge); len(r.Replies) != 0 || h.s.Stats().Refused != 2*RefusedLimit-1 {
+		t.Fatalf("push %d in a row: %+v, stats %+v", RefusedLimit, r, h.s.Stats())
+	}
+	w := slices.Clone(h.s.Weights())
+	r := h.push(1, h.s.Clock(), good)
+	if len(r.Replies) != 1 || !errors.Is(r.Replies[0].Err, ErrDiverged) || len(r.Updates) != 0 {
+		t.Fatalf("push after %d refused updates in a row: %+v", RefusedLimit, r)
+	}
+	if r := h.pull(0, 0); len(r.Replies) != 1 || r.Replies[0].Err != nil || !slices.Equal(r.Replies[0].Weights, w) {
+		t.Fatalf("pull of a diverged shard: %+v", r.Replies)
+	}
+	if st := h.s.Stats(); st.Rejected.Diverged != 1 || st.Updates != 1 || !finiteAll(h.s.Weights()) {
+		t.Fatalf("stats %+v, weights %v", st, h.s.Weights())
+	}
+}
+
+// TestSeqLimits: the largest sequence number, 2⁶⁴ − 1, is a push like
+// any other, and every push after it, at or below it, is a duplicate.
+func TestSeqLimits(t *testing.T) {
+	h := newHarness(t, plainConfig(1, Softsync, 1), []float32{0})
+	top := Msg{Type: MsgPush, Job: 7, Learner: 0, Seq: Seq(MaxIncarnation, MaxMessages), Grad: []float32{1}}
+	if top.Seq != math.MaxUint64 {
+		t.Fatalf("Seq(MaxIncarnation, MaxMessages) = %#x", top.Seq)
+	}
+	if r := h.s.Step(top); len(r.Updates) != 1 {
+		t.Fatalf("push of seq 2^64-1: %+v", r)
+	}
+	for _, seq := range []uint64{math.MaxUint64, 5, math.MaxUint64 - 1} {
+		m := top
+		m.Seq, m.Clock = seq, h.s.Clock()
+		if r := h.s.Step(m); len(r.Updates) != 0 || len(r.Replies) != 0 {
+			t.Fatalf("push of seq %#x after seq 2^64-1: %+v", seq, r)
+		}
+	}
+	if st := h.s.Stats(); st.Duplicates != 3 || st.Updates != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -11,26 +11,40 @@ const HistogramLen = 1024
 type Rejections struct {
 	WrongJob, WrongShard, UnknownLearner, BadType  uint64
 	BadLength, FutureClock, NonFinite, AlreadyPush uint64
+	Diverged                                       uint64
 }
 
 // Total returns the number of rejected messages.
 func (r Rejections) Total() uint64 {
-	return r.WrongJob + r.WrongShard + r.UnknownLearner + r.BadType +
-		r.BadLength + r.FutureClock + r.NonFinite + r.AlreadyPush
+	var t uint64
+	for _, n := range r.counters() {
+		t += *n
+	}
+	return t
+}
+
+// counters returns the counters in the order of rejectionReasons.
+func (r *Rejections) counters() []*uint64 {
+	return []*uint64{&r.WrongJob, &r.WrongShard, &r.UnknownLearner, &r.BadType, &r.BadLength,
+		&r.FutureClock, &r.NonFinite, &r.AlreadyPush, &r.Diverged}
 }
 
 // Stats are the counters of one shard.
 type Stats struct {
-	Shard      int    // shard index
-	Clock      uint64 // current clock i
-	Updates    uint64 // updates applied (equals Clock unless restored)
-	Partial    uint64 // updates of fewer than c₀ gradients, at a rate scaled by c/c₀ (Config.Quorum)
-	Gradients  uint64 // accepted gradients (applied, or pending in the next update)
-	Dropped    uint64 // gradients dropped as too stale
-	Duplicates uint64 // pushes ignored as duplicates
-	Rejected   Rejections
-	Samples    uint64 // samples of applied and dropped gradients (Batch each)
-	Epoch      int    // ⌊Samples / DataSize⌋, 0 without DataSize
+	Shard   int    // shard index
+	Clock   uint64 // current clock i
+	Updates uint64 // updates applied (Updates + Refused equals Clock unless restored)
+	Partial uint64 // updates of fewer than c₀ gradients, at a rate scaled by c/c₀ (Config.Quorum)
+	Refused uint64 // updates refused: each would have made a weight or its momentum NaN or infinite
+	// RefusedGradients counts, per learner id, the learner's gradients
+	// that refused updates discarded.
+	RefusedGradients []uint64
+	Gradients        uint64 // accepted gradients (applied, pending in the next update, or discarded with a refused one)
+	Dropped          uint64 // gradients dropped as too stale
+	Duplicates       uint64 // pushes ignored as duplicates
+	Rejected         Rejections
+	Samples          uint64 // samples of applied, refused and dropped gradients (Batch each)
+	Epoch            int    // ⌊Samples / DataSize⌋, 0 without DataSize
 	// Histogram[τ] counts accepted gradients of staleness τ; trailing
 	// zero buckets are trimmed, the last of HistogramLen buckets collects
 	// τ ≥ HistogramLen−1.
@@ -62,5 +76,6 @@ func (s *Stats) record(tau int) {
 // clone returns a deep copy.
 func (s Stats) clone() Stats {
 	s.Histogram = slices.Clone(s.Histogram)
+	s.RefusedGradients = slices.Clone(s.RefusedGradients)
 	return s
 }

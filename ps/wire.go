@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/softsync/softsync/rdma"
@@ -36,16 +37,30 @@ const (
 // weights as they are (an interrupted job's last weights).
 const SnapshotNow = 1<<64 - 1
 
-// Sequence numbers carry the learner's incarnation in their high 32 bits:
-// Seq = incarnation<<32 | n, n counting the messages of this life from 1.
-// A restarted learner (a higher incarnation) thus sends sequences above
-// those of every earlier life: its pushes are never taken for duplicates,
-// and late messages of an earlier life always are.
-const incarnationShift = 32
+// Sequence numbers carry the learner's incarnation in their high 20 bits
+// and a count of the messages of that life in the low 44: Seq =
+// incarnation<<44 | n, n counting from 1. A restarted learner (a higher
+// incarnation) thus sends sequences above those of every earlier life:
+// its pushes are never taken for duplicates, and late messages of an
+// earlier life always are. Neither part wraps: a client refuses an
+// incarnation above MaxIncarnation and its message after the
+// MaxMessages-th (ErrSeqExhausted).
+const (
+	incarnationShift = 44
+	// MaxIncarnation is the highest incarnation of a learner: 2²⁰ − 1.
+	MaxIncarnation = 1<<(64-incarnationShift) - 1
+	// MaxMessages is the most messages a client sends in one
+	// incarnation: 2⁴⁴ − 1.
+	MaxMessages = 1<<incarnationShift - 1
+)
 
-// Seq returns the sequence number of a learner's n-th message in
-// incarnation inc.
-func Seq(inc uint32, n uint32) uint64 { return uint64(inc)<<incarnationShift | uint64(n) }
+// ErrSeqExhausted: a client has sent MaxMessages messages in its
+// incarnation; a new incarnation (a restart) sends again.
+var ErrSeqExhausted = errors.New("the learner's sequence numbers are used up in this incarnation")
+
+// Seq returns the sequence number of a learner's n-th message (1 ≤ n ≤
+// MaxMessages) in incarnation inc (≤ MaxIncarnation).
+func Seq(inc uint32, n uint64) uint64 { return uint64(inc)<<incarnationShift | n }
 
 // Incarnation returns the incarnation a sequence number belongs to.
 func Incarnation(seq uint64) uint32 { return uint32(seq >> incarnationShift) }

@@ -16,6 +16,10 @@
 //     result.
 //   - A shard server (RunServer) runs one or more shards (ps.Server)
 //     behind one listener and carries out the coordinator's evictions.
+//     It logs the updates its shards refuse (ps.Update.Refused: each
+//     would have made a weight or its momentum NaN or infinite) to its
+//     Member.Logger with the learners whose gradients they held, a
+//     shard's first at once, then at most one line every 10 seconds.
 //   - A learner (RunLearner) takes chunks from the coordinator, runs the
 //     learner loop (learner.Learner) through the shard servers and
 //     reports its progress, which is also its heartbeat.
@@ -28,7 +32,8 @@
 // servers. docs/cluster.md describes how processes are launched and find
 // each other.
 //
-// Monitoring: the package serves and prints nothing. ServerConfig.OnServe
+// Monitoring: the package serves and prints nothing (it logs only to the
+// caller's Logger). ServerConfig.OnServe
 // and LearnerConfig.OnClient (Config.OnServe and Config.OnClient for a
 // job in this process) hand the caller the live ps.Server and ps.Client
 // of the roles, whose counters are safe to read from any goroutine, and

@@ -337,7 +337,9 @@ func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.N
 		wcodec = cfg.Codec
 	}
 	j.wg.Go(func() {
-		j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, 0), PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
+		m := member(RoleServer, 0)
+		m.Logger = cfg.Logger
+		j.fail(RunServer(ctx, ServerConfig{Member: m, PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
 			Init: init, Codec: wcodec, Listener: psLn, Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, OnServe: cfg.OnServe}))
 	})
 	j.wg.Go(func() {

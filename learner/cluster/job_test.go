@@ -326,6 +326,31 @@ func TestJobDiverges(t *testing.T) {
 	}
 }
 
+// TestJobRefusedDiverges: at a rate that makes every update overflow
+// (1e39 is +Inf in float32), the shards refuse every update and keep the
+// initial weights, counting each refused gradient against its learner,
+// and the job ends as diverged, with the refusals as the reason.
+func TestJobRefusedDiverges(t *testing.T) {
+	train, _ := mnistSubset(t, 2000, 0)
+	var srv *ps.Server
+	_, err := Run(context.Background(), Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train,
+		Learners: 2, Batch: 10, Protocol: ps.Softsync, N: 2, Shards: 2, Epochs: 1, Seed: 1,
+		Solver:  sgd.Config{LR: 1e39},
+		OnServe: func(s *ps.Server) { srv = s }})
+	if !errors.Is(err, learner.ErrDiverged) || !errors.Is(err, ps.ErrDiverged) {
+		t.Fatalf("LR 1e39: %v, want ErrDiverged for updates refused in a row", err)
+	}
+	for k, st := range srv.Stats().Shards { // final: the job is over
+		var refused uint64
+		for _, n := range st.RefusedGradients {
+			refused += n
+		}
+		if st.Updates != 0 || st.Refused < ps.RefusedLimit-1 || refused != st.Refused || st.Rejected.Total() != st.Rejected.Diverged {
+			t.Errorf("shard %d: %+v", k, st)
+		}
+	}
+}
+
 // TestJobInterrupt interrupts a job while it trains: Wait returns
 // ErrInterrupted with the result so far: the weights reached (trained,
 // measured) and the completed epochs only.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/softsync/softsync/ps"
@@ -63,7 +65,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
 	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
-		NewMsg: cfg.Network.NewMsg,
+		NewMsg: cfg.Network.NewMsg, OnUpdate: refusalLog(cfg.log(), time.Now),
 		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
 	if cfg.Resume != nil {
 		cfg.Resume.restoreConfig(&pcfg)
@@ -95,6 +97,41 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("%s: %w", cfg.Process, err)
 	}
 	return nil
+}
+
+// refusalEvery is the least time between two log lines of one shard about
+// refused updates; the refusals in between are counted in the next line
+// (and all of them in the shard's counters).
+const refusalEvery = 10 * time.Second
+
+// refusalLog returns the hook (ps.ServerConfig.OnUpdate) that logs refused
+// updates at warning level with the learners whose gradients they held:
+// a shard's first at once, then at most one line per refusalEvery.
+func refusalLog(log *slog.Logger, now func() time.Time) func(int, ps.Update) {
+	type shardLog struct {
+		last  time.Time
+		since int // refused since the last line
+	}
+	var mu sync.Mutex // shards call from their own goroutines
+	logs := map[int]*shardLog{}
+	return func(shard int, u ps.Update) {
+		if !u.Refused {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		l := logs[shard]
+		if l == nil {
+			l = &shardLog{}
+			logs[shard] = l
+		}
+		l.since++
+		if t := now(); l.last.IsZero() || t.Sub(l.last) >= refusalEvery {
+			log.Warn("update refused: it would have made a weight or its momentum NaN or infinite; its gradients are discarded",
+				"shard", shard, "clock", u.Clock, "learners", u.Learners, "refused_since_last_line", l.since)
+			l.last, l.since = t, 0
+		}
+	}
 }
 
 // serverCommands carries out the coordinator's commands until it stops

@@ -55,7 +55,9 @@
 // state) in a versioned little-endian binary format with a CRC32C over
 // its header and one over the whole file. DecodeShard is strict: it
 // never panics on any input, allocates in proportion to the bytes it has
-// read, and returns errors wrapping ErrFormat or ErrChecksum.
+// read, refuses a NaN or an infinity in the weights, the momentum or the
+// accumulation (naming the first), and returns errors wrapping ErrFormat
+// or ErrChecksum. It reads format versions 1 and 2; EncodeShard writes 2.
 //
 // # Another number of shards
 //

@@ -28,7 +28,7 @@ type ResplitInfo struct {
 //   - its range of the weights and of the momentum, copied exactly;
 //   - clock: the largest old clock; samples: the smallest old count (so
 //     that no epoch is counted twice) and the epoch counter of that shard;
-//   - per learner: the largest next sequence and incarnation of any old
+//   - per learner: the largest last sequence and incarnation of any old
 //     shard, evicted if an old shard evicted that incarnation, active if
 //     active in any old shard and not evicted, not pushed in the round;
 //   - no pending gradients: an accumulation is a sum over one shard's
@@ -66,7 +66,7 @@ func Resplit(old []*Shard, total, shards int) ([]*Shard, ResplitInfo, error) {
 	learners := old[0].Learners()
 	merged := &Shard{
 		Checkpoint: ps.Checkpoint{Total: total, Samples: old[0].Samples, Active: make([]bool, learners),
-			NextSeq: make([]uint64, learners), RoundPushed: make([]bool, learners)},
+			LastSeq: make([]uint64, learners), RoundPushed: make([]bool, learners)},
 		Shards: shards, Incarnations: make([]uint32, learners), Evicted: make([]bool, learners),
 	}
 	epoch := old[0].Stats.Epoch
@@ -77,7 +77,7 @@ func Resplit(old []*Shard, total, shards int) ([]*Shard, ResplitInfo, error) {
 			merged.Samples, epoch = o.Samples, o.Stats.Epoch
 		}
 		for l := range learners {
-			merged.NextSeq[l] = max(merged.NextSeq[l], o.NextSeq[l])
+			merged.LastSeq[l] = max(merged.LastSeq[l], o.LastSeq[l])
 			if o.Incarnations[l] > merged.Incarnations[l] {
 				merged.Incarnations[l], merged.Evicted[l] = o.Incarnations[l], false
 			}
@@ -98,9 +98,10 @@ func Resplit(old []*Shard, total, shards int) ([]*Shard, ResplitInfo, error) {
 	for k, r := range ranges {
 		s := &Shard{Checkpoint: merged.Checkpoint, Shards: shards}
 		s.Shard = k
-		s.Active, s.NextSeq, s.RoundPushed = slices.Clone(merged.Active), slices.Clone(merged.NextSeq), slices.Clone(merged.RoundPushed)
+		s.Active, s.LastSeq, s.RoundPushed = slices.Clone(merged.Active), slices.Clone(merged.LastSeq), slices.Clone(merged.RoundPushed)
 		s.Incarnations, s.Evicted = slices.Clone(merged.Incarnations), slices.Clone(merged.Evicted)
-		s.Stats = ps.Stats{Shard: k, Clock: merged.Clock, Samples: merged.Samples, Epoch: epoch}
+		s.Pending = make([]uint32, learners)
+		s.Stats = ps.Stats{Shard: k, Clock: merged.Clock, Samples: merged.Samples, Epoch: epoch, RefusedGradients: make([]uint64, learners)}
 		s.Weights, s.Solver.Momentum = make([]float32, r.Len()), make([]float32, r.Len())
 		for _, o := range old {
 			or, _ := o.Range() // checked by checkLayout

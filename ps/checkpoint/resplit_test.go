@@ -47,7 +47,7 @@ func TestResplit(t *testing.T) {
 		// disagree as shards of different servers can.
 		wantInc, wantEvicted, wantActive := []uint32{0, 1, 2, 0}, []bool{false, true, false, false}, []bool{true, false, true, false}
 		if last := old[len(old)-1]; tc.from > 1 {
-			old[0].NextSeq[0] += 5
+			old[0].LastSeq[0] += 5
 			last.Incarnations[2], last.Evicted[2] = 7, true // evicted, active in the other shards
 			old[0].Incarnations[2], old[0].Evicted[2] = 6, false
 			old[0].Incarnations[0], old[0].Evicted[0] = 4, true // evicted, but a later incarnation elsewhere
@@ -87,16 +87,16 @@ func TestResplit(t *testing.T) {
 			if s.Stats.Gradients != 0 || s.Stats.Histogram != nil || s.Stats.Clock != maxClock || s.Stats.Shard != k {
 				t.Fatalf("new shard %d: stats %+v", k, s.Stats)
 			}
-			wantSeq := slices.Clone(old[0].NextSeq)
+			wantSeq := slices.Clone(old[0].LastSeq)
 			for _, o := range old {
 				for l := range wantSeq {
-					wantSeq[l] = max(wantSeq[l], o.NextSeq[l])
+					wantSeq[l] = max(wantSeq[l], o.LastSeq[l])
 				}
 			}
-			if !slices.Equal(s.NextSeq, wantSeq) ||
+			if !slices.Equal(s.LastSeq, wantSeq) ||
 				!slices.Equal(s.Incarnations, wantInc) || !slices.Equal(s.Evicted, wantEvicted) ||
 				!slices.Equal(s.Active, wantActive) || slices.Contains(s.RoundPushed, true) {
-				t.Fatalf("%d → %d: new shard %d: learners seq %v inc %v evicted %v active %v", tc.from, tc.to, k, s.NextSeq, s.Incarnations, s.Evicted, s.Active)
+				t.Fatalf("%d → %d: new shard %d: learners seq %v inc %v evicted %v active %v", tc.from, tc.to, k, s.LastSeq, s.Incarnations, s.Evicted, s.Active)
 			}
 			if _, err := ps.Restore(cfg, &s.Checkpoint); err != nil {
 				t.Fatalf("restore of new shard %d: %v", k, err)

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/sgd"
 )
 
 // Errors of the shard file codec and of the store, wrapped with the file
@@ -74,9 +75,12 @@ func (s *Shard) check() (ps.Range, error) {
 		return bad("%d weights and %d momentum values, the range [%d, %d) has %d", len(s.Weights), len(st.Momentum), r.Lo, r.Hi, n)
 	case st.Pending < 0 || (st.Pending > 0) != (len(st.Acc) > 0) || (st.Pending > 0 && len(st.Acc) != n):
 		return bad("%d accumulated values with %d pending gradients (want %d, or none with 0 pending)", len(st.Acc), st.Pending, n)
-	case len(s.NextSeq) != l || len(s.RoundPushed) != l || len(s.Incarnations) != l || len(s.Evicted) != l:
-		return bad("per-learner state of %d/%d/%d/%d/%d learners (Active, NextSeq, RoundPushed, Incarnations, Evicted)",
-			l, len(s.NextSeq), len(s.RoundPushed), len(s.Incarnations), len(s.Evicted))
+	case len(s.LastSeq) != l || len(s.RoundPushed) != l || len(s.Incarnations) != l || len(s.Evicted) != l ||
+		len(s.Stats.RefusedGradients) != l || (s.Pending != nil && len(s.Pending) != l):
+		return bad("per-learner state of %d/%d/%d/%d/%d/%d/%d learners (Active, LastSeq, RoundPushed, Incarnations, Evicted, Stats.RefusedGradients, Pending)",
+			l, len(s.LastSeq), len(s.RoundPushed), len(s.Incarnations), len(s.Evicted), len(s.Stats.RefusedGradients), len(s.Pending))
+	case s.Pending != nil && sumOf(s.Pending) != uint64(st.Pending):
+		return bad("the pending gradients of each learner sum to %d, %d are pending", sumOf(s.Pending), st.Pending)
 	case uint64(l) > math.MaxUint32 || uint64(st.Pending) > math.MaxUint32 || uint64(s.Shards) > math.MaxUint32 || s.Total > maxVectorSize:
 		return bad("%d learners, %d pending gradients, %d shards, a %d-vector: too many for the format", l, st.Pending, s.Shards, s.Total)
 	case len(s.Stats.Histogram) > ps.HistogramLen:
@@ -87,12 +91,12 @@ func (s *Shard) check() (ps.Range, error) {
 	return r, nil
 }
 
-// Shard file layout, version 1 (docs/checkpoint.md has the table). All
+// Shard file layout, version 2 (docs/checkpoint.md has the table). All
 // integers little-endian; signed ones two's complement.
 //
 //	offset      size  field
 //	0           8     magic "SSCKSHRD"
-//	8           4     format version, 1
+//	8           4     format version, 2
 //	12          4     reserved, 0
 //	16          4     shard index k
 //	20          4     shards S
@@ -107,20 +111,30 @@ func (s *Shard) check() (ps.Range, error) {
 //	80          8     Σ s_l of the pending gradients, float64
 //	88          8     Σ τ_l of the pending gradients
 //	96          8     max τ_l of the pending gradients
-//	104         152   the 19 counters of ps.Stats, 8 bytes each (statsFields)
+//	104         152   19 counters of ps.Stats, 8 bytes each (statsFields)
 //	256         4     CRC32C of bytes 0–255
 //	260         4     reserved, 0
-//	264         8L    next sequence per learner
+//	264         8L    last sequence per learner
 //	…           8H    staleness histogram
 //	…           4L    incarnation per learner
+//	…           8     refused updates (ps.Stats.Refused)
+//	…           8     pushes rejected as diverged (ps.Stats.Rejected.Diverged)
+//	…           8L    gradients discarded with refused updates, per learner
+//	…           4L    pending gradients per learner (all 0: unknown)
 //	…           4n    weights, float32
 //	…           4n    momentum, float32
 //	…           4n    pending accumulation, float32, only if p > 0
 //	…           L     flags per learner: bit 0 active, 1 pushed this round, 2 evicted
 //	size−4      4     CRC32C of every byte before it
+//
+// Version 1 has no refusal counts and no pending gradients per learner
+// (the lines from "refused updates" to "pending gradients per learner"),
+// and holds the next sequence per learner (the last + 1, 0 for none) in
+// place of the last one. DecodeShard reads both; EncodeShard writes
+// version 2.
 const (
 	shardMagic    = "SSCKSHRD"
-	shardVersion  = 1
+	shardVersion  = 2
 	headerSize    = 264
 	headerSumAt   = 256
 	trailerSize   = 4
@@ -132,7 +146,7 @@ const (
 	maxVectorSize = math.MaxInt64 / 16
 )
 
-// statsFields lists the counters of ps.Stats in file order.
+// statsFields lists the counters of ps.Stats in the header, in file order.
 func statsFields(s *ps.Stats) []*uint64 {
 	r := &s.Rejected
 	return []*uint64{nil, &s.Clock, &s.Updates, &s.Partial, &s.Gradients, &s.Dropped, &s.Duplicates,
@@ -140,13 +154,26 @@ func statsFields(s *ps.Stats) []*uint64 {
 		&s.Samples, nil, &s.StalenessSum, nil}
 }
 
-// fileSize returns the length of a shard file with these counts.
-func fileSize(learners, hist, n uint64, pending bool) uint64 {
+func sumOf(v []uint32) uint64 {
+	var t uint64
+	for _, x := range v {
+		t += uint64(x)
+	}
+	return t
+}
+
+// fileSize returns the length of a shard file of format version with
+// these counts.
+func fileSize(version uint32, learners, hist, n uint64, pending bool) uint64 {
 	arrays := uint64(2)
 	if pending {
 		arrays = 3
 	}
-	return headerSize + 13*learners + 8*hist + 4*arrays*n + trailerSize
+	size := headerSize + 13*learners + 8*hist + 4*arrays*n + trailerSize
+	if version >= 2 {
+		size += 16 + 12*learners
+	}
+	return size
 }
 
 // EncodeShard writes s to w in the shard file format. It returns an error
@@ -192,13 +219,24 @@ func EncodeShard(w io.Writer, s *Shard) error {
 	}
 	le.PutUint32(h[headerSumAt:], crc32.Checksum(h[:headerSumAt], castagnoli))
 	e := &encoder{w: w, buf: h}
-	for _, v := range s.NextSeq {
+	for _, v := range s.LastSeq {
 		e.put(le.AppendUint64(e.room(8), v))
 	}
 	for _, v := range s.Stats.Histogram {
 		e.put(le.AppendUint64(e.room(8), v))
 	}
 	for _, v := range s.Incarnations {
+		e.put(le.AppendUint32(e.room(4), v))
+	}
+	e.put(le.AppendUint64(le.AppendUint64(e.room(16), s.Stats.Refused), s.Stats.Rejected.Diverged))
+	for _, v := range s.Stats.RefusedGradients {
+		e.put(le.AppendUint64(e.room(8), v))
+	}
+	for l := range s.Active {
+		var v uint32
+		if s.Pending != nil {
+			v = s.Pending[l]
+		}
 		e.put(le.AppendUint32(e.room(4), v))
 	}
 	for _, a := range [][]float32{s.Weights, st.Momentum, st.Acc} {
@@ -268,10 +306,12 @@ func (e *encoder) flush() {
 	e.buf = e.buf[:0]
 }
 
-// DecodeShard reads one shard file from r, up to its end: bytes after the
-// trailer are an error. It checks the header (magic, version, its own
-// CRC32C, counts consistent with each other and with the layout), reads
-// the arrays and checks the trailer. It allocates in proportion to the
+// DecodeShard reads one shard file (format version 1 or 2) from r, up to
+// its end: bytes after the trailer are an error. It checks the header
+// (magic, version, its own CRC32C, counts consistent with each other and
+// with the layout), reads the arrays, checks the trailer, and refuses a
+// NaN or an infinity in the weights, the momentum or the accumulation,
+// naming the array and the first bad index. It allocates in proportion to the
 // bytes it has read, never to what a header claims, and if r reports its
 // remaining length (a Len() int method, as bytes.Reader has, or an
 // *os.File) it checks the length the header implies against it before
@@ -402,8 +442,9 @@ func (d *decoder) decode() (*Shard, error) {
 	if string(h[:8]) != shardMagic {
 		return nil, d.formatErr("no %q magic at the start", shardMagic)
 	}
-	if v := le.Uint32(h[8:]); v != shardVersion {
-		return nil, d.formatErr("format version %d, this softsync reads version %d", v, shardVersion)
+	version := le.Uint32(h[8:])
+	if version < 1 || version > shardVersion {
+		return nil, d.formatErr("format version %d, this softsync reads versions 1 to %d", version, shardVersion)
 	}
 	if b, err = d.read(headerSize - 16); err != nil {
 		return nil, err
@@ -435,7 +476,7 @@ func (d *decoder) decode() (*Shard, error) {
 		return nil, d.formatErr("%d pending gradients", pending)
 	}
 	n := hi - lo
-	d.size = fileSize(learners, hist, n, pending > 0)
+	d.size = fileSize(version, learners, hist, n, pending > 0)
 	if d.remain >= 0 && uint64(d.remain) != d.size {
 		return nil, d.formatErr("the header implies %d bytes (%d learners, %d histogram buckets, %d floats per array), the file has %d",
 			d.size, learners, hist, n, d.remain)
@@ -455,8 +496,8 @@ func (d *decoder) decode() (*Shard, error) {
 	}
 	s.Stats.Shard, s.Stats.Epoch, s.Stats.MaxStaleness = int(ints[0]), int(ints[1]), int(ints[2])
 
-	s.NextSeq = grow[uint64](d, learners, 8)
-	if err := d.words(learners, 8, func(b []byte) { s.NextSeq = append(s.NextSeq, le.Uint64(b)) }); err != nil {
+	s.LastSeq = grow[uint64](d, learners, 8)
+	if err := d.words(learners, 8, func(b []byte) { s.LastSeq = append(s.LastSeq, le.Uint64(b)) }); err != nil {
 		return nil, err
 	}
 	if hist > 0 {
@@ -467,6 +508,9 @@ func (d *decoder) decode() (*Shard, error) {
 	}
 	s.Incarnations = grow[uint32](d, learners, 4)
 	if err := d.words(learners, 4, func(b []byte) { s.Incarnations = append(s.Incarnations, le.Uint32(b)) }); err != nil {
+		return nil, err
+	}
+	if err := d.refusals(s, version, learners); err != nil {
 		return nil, err
 	}
 	arrays := []*[]float32{&s.Weights, &st.Momentum}
@@ -506,6 +550,52 @@ func (d *decoder) decode() (*Shard, error) {
 		return nil, d.formatErr("unknown learner flags %#x", flags&^flagsKnown)
 	case st.SumTau < 0 || st.MaxTau < 0 || s.Stats.Shard < 0 || s.Stats.Epoch < 0 || s.Stats.MaxStaleness < 0:
 		return nil, d.formatErr("negative count")
+	case s.Pending != nil && sumOf(s.Pending) != pending:
+		return nil, d.formatErr("the pending gradients of each learner sum to %d, the header says %d", sumOf(s.Pending), pending)
+	case math.IsNaN(st.SumS) || math.IsInf(st.SumS, 0):
+		return nil, d.formatErr("Σ s of the pending gradients is %g", st.SumS)
+	}
+	for _, a := range []struct {
+		name string
+		v    []float32
+	}{{"weights", s.Weights}, {"momentum", st.Momentum}, {"pending accumulation", st.Acc}} {
+		if k := sgd.FirstNonFinite(a.v); k >= 0 {
+			return nil, d.formatErr("%s element %d (flat index %d) is %g: a shard holds finite values only", a.name, k, lo+uint64(k), a.v[k])
+		}
 	}
 	return s, nil
+}
+
+// refusals reads the refusal counts and the pending gradients per learner
+// of a version-2 file; for version 1 it sets them to none and unknown,
+// and turns the next sequences it read into last ones.
+func (d *decoder) refusals(s *Shard, version uint32, learners uint64) error {
+	le := binary.LittleEndian
+	if version == 1 {
+		for l, next := range s.LastSeq {
+			s.LastSeq[l] = next - min(next, 1)
+		}
+		s.Stats.RefusedGradients = make([]uint64, learners)
+		if s.Solver.Pending == 0 {
+			s.Pending = make([]uint32, learners)
+		}
+		return nil
+	}
+	b, err := d.read(16)
+	if err != nil {
+		return err
+	}
+	s.Stats.Refused, s.Stats.Rejected.Diverged = le.Uint64(b), le.Uint64(b[8:])
+	s.Stats.RefusedGradients = grow[uint64](d, learners, 8)
+	if err := d.words(learners, 8, func(b []byte) { s.Stats.RefusedGradients = append(s.Stats.RefusedGradients, le.Uint64(b)) }); err != nil {
+		return err
+	}
+	s.Pending = grow[uint32](d, learners, 4)
+	if err := d.words(learners, 4, func(b []byte) { s.Pending = append(s.Pending, le.Uint32(b)) }); err != nil {
+		return err
+	}
+	if s.Solver.Pending > 0 && sumOf(s.Pending) == 0 {
+		s.Pending = nil // unknown
+	}
+	return nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -57,7 +59,7 @@ func TestShardRoundTrip(t *testing.T) {
 	shards = append(shards, one)
 	for _, s := range shards {
 		b := encode(t, s)
-		if want := fileSize(uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
+		if want := fileSize(shardVersion, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
 			t.Fatalf("shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
 		}
 		for _, r := range []io.Reader{bytes.NewReader(b), onlyReader{bytes.NewReader(b)}} {
@@ -131,14 +133,89 @@ func TestDecodeShardErrors(t *testing.T) {
 		}
 	}
 	c := bytes.Clone(b)
-	c[8] = 2
-	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("version 2: %v", err)
+	c[8] = 3
+	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("version 3: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "bad.ckpt")
 	os.WriteFile(path, b[:len(b)-1], 0o644)
 	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("truncated file: %v", err)
+	}
+}
+
+// TestDecodeNonFinite: a shard file whose weights, momentum or pending
+// accumulation hold a NaN or an infinity (intact, its checksums right) is
+// refused, the error naming the file, the array and the first bad index.
+func TestDecodeNonFinite(t *testing.T) {
+	for _, tc := range []struct {
+		array string
+		k     int
+		mut   func(*Shard)
+	}{
+		{"weights", 3, func(s *Shard) { s.Weights[3], s.Weights[9] = float32(math.NaN()), float32(math.Inf(1)) }},
+		{"momentum", 5, func(s *Shard) { s.Solver.Momentum[5] = float32(math.Inf(-1)) }},
+		{"pending accumulation", 0, func(s *Shard) { s.Solver.Acc[0] = float32(math.Inf(1)) }},
+	} {
+		var s *Shard
+		for _, sh := range testShards(t) {
+			if sh.Solver.Pending > 0 {
+				s = sh
+			}
+		}
+		tc.mut(s)
+		r, _ := s.Range()
+		path := filepath.Join(t.TempDir(), ShardFile(s.Shard))
+		if err := os.WriteFile(path, encode(t, s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s element %d (flat index %d)", tc.array, tc.k, r.Lo+tc.k)
+		if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want ErrFormat naming %s and %q", tc.array, err, path, want)
+		}
+	}
+}
+
+// v1 returns s in the shard file format version 1: no refusal counts or
+// pending gradients per learner, the next sequence per learner.
+func v1(t testing.TB, s *Shard) []byte {
+	t.Helper()
+	le := binary.LittleEndian
+	b := encode(t, s)
+	l := len(s.Active)
+	le.PutUint32(b[8:], 1)
+	le.PutUint32(b[headerSumAt:], crc32.Checksum(b[:headerSumAt], castagnoli))
+	for i, last := range s.LastSeq {
+		if last > 0 {
+			le.PutUint64(b[headerSize+8*i:], last+1)
+		}
+	}
+	ext := headerSize + 12*l + 8*len(s.Stats.Histogram)
+	b = append(b[:ext], b[ext+16+12*l:]...)
+	le.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	return b
+}
+
+// TestDecodeVersion1 reads a shard file of version 1: the same state, with
+// no refusals counted and, with gradients pending, their learners unknown.
+func TestDecodeVersion1(t *testing.T) {
+	for _, s := range testShards(t) {
+		s.Stats.Refused, s.Stats.Rejected.Diverged, s.Stats.RefusedGradients[0] = 4, 2, 3
+		b := v1(t, s)
+		if want := fileSize(1, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
+			t.Fatalf("version 1 of shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
+		}
+		got, err := DecodeShard(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Stats.Refused, s.Stats.Rejected.Diverged, s.Stats.RefusedGradients = 0, 0, make([]uint64, len(s.Active))
+		if s.Solver.Pending > 0 {
+			s.Pending = nil
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Fatalf("version 1 of shard %d:\n got %+v\nwant %+v", s.Shard, got, s)
+		}
 	}
 }
 

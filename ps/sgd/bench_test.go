@@ -26,15 +26,16 @@ func BenchmarkUpdate(b *testing.B) {
 					}
 					r := rand.New(rand.NewPCG(1, 1))
 					w, g := randVec(r, n), randVec(r, n)
-					s.Add(g, 0) // allocate the accumulator before timing
-					s.Update(w, g, 0, 0)
+					gm := MaxAbs(g) // the bound the shard's check computes on arrival
+					s.Add(g, gm, 0) // allocate the accumulator before timing
+					s.Update(w, g, gm, 0, 0)
 					b.SetBytes(int64(4 * n * c))
 					b.ReportAllocs()
 					for b.Loop() {
 						for l := 1; l < c; l++ {
-							s.Add(g, l)
+							s.Add(g, gm, l)
 						}
-						s.Update(w, g, 0, 0)
+						s.Update(w, g, gm, 0, 0)
 					}
 				})
 			}

@@ -65,14 +65,44 @@
 // index 120 (the 121st epoch) uses LR·LRGamma. The caller counts epochs; the
 // parameter-server shard derives them from the samples it has received.
 //
+// # Finite updates
+//
+// An update that would make any θ_k or v_k NaN or ±Inf is refused as a
+// whole (UpdateInfo.Refused): θ and v keep their values bit for bit, and
+// the pending gradients are discarded. Gradients are finite (the caller
+// checks them), and so are θ and v, since no update makes them otherwise;
+// but float32 sums of finite values can overflow.
+//
+// The check costs the fused pass nothing. Add and Update take with each
+// gradient a bound of its magnitudes (MaxAbs, which the caller's check
+// for NaN and Inf computes in the same pass), and the solver keeps bounds
+// of |θ_k| and |v_k| from what its updates wrote. Before the pass it
+// bounds the result of each element, per segment, in float64:
+//
+//	T = m·V + |a_acc|·A + |a_last|·L + |b|·W     (V, A, L, W: the bounds of |v|, |acc|, |last|, |θ|)
+//
+// (the factors a and b of the pass, A = Σ s_l·MaxAbs(Δθ_l)), each rounded
+// float32 operation growing a value by at most (1+2⁻²⁴): with 2c+8 of
+// them, W' = (W+T)·(1+2⁻²⁴)^(2c+8) bounds |θ'| and T·(1+2⁻²⁴)^(2c+8)
+// bounds |v'|. If W' is below half the largest float32, the pass runs in
+// place, as without the check, and W' and T become the next bounds.
+// Otherwise the bounds, which only grow, are first replaced by the
+// measured magnitudes (MaxAbs of θ, v and the accumulator: three read
+// passes, about once in millions of updates of ordinary training); if the
+// update is still near the float32 range it runs on copies of θ and v
+// with the same kernels, and the copies replace θ and v only if every
+// value is finite. The two paths give the same bits.
+//
 // # Memory
 //
 // Parameters, gradients and momentum are float32. A Solver for [lo, hi)
 // holds hi−lo floats of momentum and, once an update collects a second
-// gradient, hi−lo floats of accumulator; nothing else is allocated after
-// NewSolver. Passes over memory per update of c gradients: c−1
-// accumulations (the first a scaled copy) and one fused pass that reads the
-// accumulator, the last gradient, θ and v and writes θ and v. On amd64 the
+// gradient, hi−lo floats of accumulator; the first update near the
+// float32 range (see above) allocates 2(hi−lo) floats for the copies;
+// nothing else is allocated after NewSolver. Passes over memory per update
+// of c gradients: c−1 accumulations (the first a scaled copy) and one
+// fused pass that reads the accumulator, the last gradient, θ and v and
+// writes θ and v. On amd64 the
 // passes run in assembly, AVX-512 or AVX2+FMA after the CPU (the level
 // isa.Best reports, decided at run time; LimitISA lowers it), otherwise,
 // and with the purego build tag, in plain Go loops.

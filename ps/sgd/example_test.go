@@ -25,7 +25,7 @@ func ExampleSolver_single() {
 	w := []float32{1, -1, 0}
 	grad := []float32{0.5, 0.5, 1}
 	for epoch := range 2 {
-		info := s.Update(w, grad, 0, epoch)
+		info := s.Update(w, grad, sgd.MaxAbs(grad), 0, epoch)
 		fmt.Printf("epoch %d: rate %.2g, w = %.4f\n", epoch, info.Rate, w)
 	}
 	// Output:

@@ -1,6 +1,10 @@
 package sgd
 
-import "github.com/softsync/softsync/kernels/isa"
+import (
+	"math"
+
+	"github.com/softsync/softsync/kernels/isa"
+)
 
 // The memory passes of the solver. Each is one streaming pass over equal-
 // length slices; callers guarantee the lengths. On amd64 the bulk of each
@@ -14,12 +18,12 @@ import "github.com/softsync/softsync/kernels/isa"
 // asm is the assembly of one level: the passes on a multiple of block
 // floats.
 type asm struct {
-	level     isa.Level
-	block     int
-	scale     func(dst, x *float32, n int, a float32)
-	axpy      func(dst, x *float32, n int, a float32)
-	step      func(w, v, g, l *float32, n int, m, a, al, b float32)
-	nonFinite func(x *float32, n int) bool
+	level  isa.Level
+	block  int
+	scale  func(dst, x *float32, n int, a float32)
+	axpy   func(dst, x *float32, n int, a float32)
+	step   func(w, v, g, l *float32, n int, m, a, al, b float32)
+	maxAbs func(x *float32, n int) uint32 // the largest bits&0x7fffffff of x
 }
 
 // kern is the assembly in use (level isa.Generic: none).
@@ -92,17 +96,49 @@ func step(w, v, g, l []float32, m, a, al, b float32) {
 	}
 }
 
-// FirstNonFinite returns the index of the first NaN or ±Inf in x, or −1 if
-// every element is finite. It is one read pass, at memory speed with the
-// assembly.
-func FirstNonFinite(x []float32) int {
+// absBits is the bit pattern of |x|: finite magnitudes order as unsigned
+// integers as their values do, +Inf (infBits) is above them and every NaN
+// above +Inf.
+func absBits(x float32) uint32 { return math.Float32bits(x) &^ (1 << 31) }
+
+const infBits = 0x7f800000
+
+// maxAbsBits returns the largest absBits of x (0 for none): one read pass,
+// at memory speed with the assembly.
+func maxAbsBits(x []float32) uint32 {
+	var m uint32
 	k := bulk(len(x))
-	start := k
-	if k > 0 && kern.nonFinite(&x[0], k) {
-		start = 0
+	if k > 0 {
+		m = kern.maxAbs(&x[0], k)
 	}
-	for i := start; i < len(x); i++ {
-		if v := x[i]; v-v != 0 { // NaN for NaN and ±Inf, 0 otherwise
+	x = x[k:]
+	var m1, m2, m3 uint32 // four running maxima, so that the loop does not wait on one
+	for ; len(x) >= 4; x = x[4:] {
+		m, m1 = max(m, absBits(x[0])), max(m1, absBits(x[1]))
+		m2, m3 = max(m2, absBits(x[2])), max(m3, absBits(x[3]))
+	}
+	for _, v := range x {
+		m = max(m, absBits(v))
+	}
+	return max(m, m1, m2, m3)
+}
+
+// MaxAbs returns the largest magnitude |x[k]| (0 for an empty x): +Inf if
+// x holds an infinity, a NaN if it holds a NaN. It is one read pass, at
+// memory speed with the assembly: the check a shard runs on every gradient
+// it receives, whose result bounds the update the gradient goes into (see
+// the package doc).
+func MaxAbs(x []float32) float32 { return math.Float32frombits(maxAbsBits(x)) }
+
+// FirstNonFinite returns the index of the first NaN or ±Inf in x, or −1 if
+// every element is finite. It is the pass of MaxAbs, then, only if x is
+// not finite, a scan for the index.
+func FirstNonFinite(x []float32) int {
+	if maxAbsBits(x) < infBits {
+		return -1
+	}
+	for i, v := range x {
+		if absBits(v) >= infBits {
 			return i
 		}
 	}

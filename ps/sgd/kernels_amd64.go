@@ -9,9 +9,9 @@ import "github.com/softsync/softsync/kernels/isa"
 func asmFor(l isa.Level) asm {
 	switch {
 	case l >= isa.AVX512:
-		return asm{level: isa.AVX512, block: 8, scale: scaleAVX512, axpy: axpyAVX512, step: stepAVX512, nonFinite: nonFiniteAVX512}
+		return asm{level: isa.AVX512, block: 8, scale: scaleAVX512, axpy: axpyAVX512, step: stepAVX512, maxAbs: maxAbsAVX512}
 	case l >= isa.AVX2:
-		return asm{level: isa.AVX2, block: 8, scale: scaleAVX2, axpy: axpyAVX2, step: stepAVX2, nonFinite: nonFiniteAVX2}
+		return asm{level: isa.AVX2, block: 8, scale: scaleAVX2, axpy: axpyAVX2, step: stepAVX2, maxAbs: maxAbsAVX2}
 	}
 	return asm{level: isa.Generic}
 }
@@ -28,7 +28,7 @@ func axpyAVX2(dst, x *float32, n int, a float32)
 func stepAVX2(w, v, grad, l *float32, n int, m, a, al, b float32)
 
 //go:noescape
-func nonFiniteAVX2(x *float32, n int) bool
+func maxAbsAVX2(x *float32, n int) uint32
 
 //go:noescape
 func scaleAVX512(dst, x *float32, n int, a float32)
@@ -40,4 +40,4 @@ func axpyAVX512(dst, x *float32, n int, a float32)
 func stepAVX512(w, v, grad, l *float32, n int, m, a, al, b float32)
 
 //go:noescape
-func nonFiniteAVX512(x *float32, n int) bool
+func maxAbsAVX512(x *float32, n int) uint32

@@ -143,49 +143,56 @@ stepdone:
 	VZEROUPPER
 	RET
 
-// func nonFiniteAVX2(x *float32, n int) bool
-// An element is NaN or ±Inf iff its exponent bits are all ones; the OR of
-// the per-lane (x & 0x7f800000) == 0x7f800000 masks is tested at the end.
-TEXT ·nonFiniteAVX2(SB), NOSPLIT, $0-17
+// MAXLANES sets AX to the largest of the eight uint32 lanes of Y1; X2 is
+// scratch.
+#define MAXLANES \
+	VEXTRACTI128 $1, Y1, X2 \
+	VPMAXUD      X2, X1, X1 \
+	VPSHUFD      $0x4e, X1, X2 \
+	VPMAXUD      X2, X1, X1 \
+	VPSHUFD      $0xb1, X1, X2 \
+	VPMAXUD      X2, X1, X1 \
+	VMOVD        X1, AX
+
+// func maxAbsAVX2(x *float32, n int) uint32
+// The largest of the per-element bit patterns x & 0x7fffffff (|x| as an
+// unsigned integer: finite magnitudes order as their values, +Inf above
+// them, NaN above +Inf), per lane over the pass, then across the lanes.
+TEXT ·maxAbsAVX2(SB), NOSPLIT, $0-20
 	MOVQ         x+0(FP), SI
 	MOVQ         n+8(FP), CX
-	MOVL         $0x7f800000, AX
+	MOVL         $0x7fffffff, AX
 	MOVQ         AX, X0
 	VPBROADCASTD X0, Y0
 	VPXOR        Y1, Y1, Y1
 
-nf32:
-	CMPQ     CX, $32
-	JLT      nf8
-	VPAND    (SI), Y0, Y2
-	VPAND    32(SI), Y0, Y3
-	VPAND    64(SI), Y0, Y4
-	VPAND    96(SI), Y0, Y5
-	VPCMPEQD Y0, Y2, Y2
-	VPCMPEQD Y0, Y3, Y3
-	VPCMPEQD Y0, Y4, Y4
-	VPCMPEQD Y0, Y5, Y5
-	VPOR     Y2, Y3, Y3
-	VPOR     Y4, Y5, Y5
-	VPOR     Y3, Y1, Y1
-	VPOR     Y5, Y1, Y1
-	ADDQ     $128, SI
-	SUBQ     $32, CX
-	JMP      nf32
+ma32:
+	CMPQ    CX, $32
+	JLT     ma8
+	VPAND   (SI), Y0, Y2
+	VPAND   32(SI), Y0, Y3
+	VPAND   64(SI), Y0, Y4
+	VPAND   96(SI), Y0, Y5
+	VPMAXUD Y2, Y3, Y3
+	VPMAXUD Y4, Y5, Y5
+	VPMAXUD Y3, Y1, Y1
+	VPMAXUD Y5, Y1, Y1
+	ADDQ    $128, SI
+	SUBQ    $32, CX
+	JMP     ma32
 
-nf8:
-	TESTQ    CX, CX
-	JEQ      nfdone
-	VPAND    (SI), Y0, Y2
-	VPCMPEQD Y0, Y2, Y2
-	VPOR     Y2, Y1, Y1
-	ADDQ     $32, SI
-	SUBQ     $8, CX
-	JMP      nf8
+ma8:
+	TESTQ   CX, CX
+	JEQ     madone
+	VPAND   (SI), Y0, Y2
+	VPMAXUD Y2, Y1, Y1
+	ADDQ    $32, SI
+	SUBQ    $8, CX
+	JMP     ma8
 
-nfdone:
-	VPTEST     Y1, Y1
-	SETNE      ret+16(FP)
+madone:
+	MAXLANES
+	MOVL AX, ret+16(FP)
 	VZEROUPPER
 	RET
 
@@ -338,54 +345,49 @@ zstepdone:
 	VZEROUPPER
 	RET
 
-// func nonFiniteAVX512(x *float32, n int) bool
-// Lanes whose exponent bits are all ones set bits of K1, OR-ed over the
-// pass and tested at the end.
-TEXT ·nonFiniteAVX512(SB), NOSPLIT, $0-17
+// func maxAbsAVX512(x *float32, n int) uint32
+// maxAbsAVX2 on 512-bit registers, reduced to 256 bits at the end.
+TEXT ·maxAbsAVX512(SB), NOSPLIT, $0-20
 	MOVQ         x+0(FP), SI
 	MOVQ         n+8(FP), CX
-	MOVL         $0x7f800000, AX
+	MOVL         $0x7fffffff, AX
 	VPBROADCASTD AX, Z0
-	KXORW        K1, K1, K1
+	VPXORD       Z1, Z1, Z1
 
-znf64:
-	CMPQ     CX, $64
-	JLT      znf16
-	VPANDD   (SI), Z0, Z2
-	VPANDD   64(SI), Z0, Z3
-	VPANDD   128(SI), Z0, Z4
-	VPANDD   192(SI), Z0, Z5
-	VPCMPEQD Z0, Z2, K2
-	VPCMPEQD Z0, Z3, K3
-	VPCMPEQD Z0, Z4, K4
-	VPCMPEQD Z0, Z5, K5
-	KORW     K2, K3, K3
-	KORW     K4, K5, K5
-	KORW     K3, K1, K1
-	KORW     K5, K1, K1
-	ADDQ     $256, SI
-	SUBQ     $64, CX
-	JMP      znf64
+zma64:
+	CMPQ    CX, $64
+	JLT     zma16
+	VPANDD  (SI), Z0, Z2
+	VPANDD  64(SI), Z0, Z3
+	VPANDD  128(SI), Z0, Z4
+	VPANDD  192(SI), Z0, Z5
+	VPMAXUD Z2, Z3, Z3
+	VPMAXUD Z4, Z5, Z5
+	VPMAXUD Z3, Z1, Z1
+	VPMAXUD Z5, Z1, Z1
+	ADDQ    $256, SI
+	SUBQ    $64, CX
+	JMP     zma64
 
-znf16:
-	CMPQ     CX, $16
-	JLT      znf8
-	VPANDD   (SI), Z0, Z2
-	VPCMPEQD Z0, Z2, K2
-	KORW     K2, K1, K1
-	ADDQ     $64, SI
-	SUBQ     $16, CX
-	JMP      znf16
+zma16:
+	CMPQ    CX, $16
+	JLT     zma8
+	VPANDD  (SI), Z0, Z2
+	VPMAXUD Z2, Z1, Z1
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JMP     zma16
 
-znf8:
-	TESTQ    CX, CX
-	JEQ      znfdone
-	VPANDD   (SI), Y0, Y2
-	VPCMPEQD Y0, Y2, K2
-	KORW     K2, K1, K1
+zma8:
+	VEXTRACTI64X4 $1, Z1, Y2
+	VPMAXUD       Y2, Y1, Y1
+	TESTQ         CX, CX
+	JEQ           zmadone
+	VPAND         (SI), Y0, Y2
+	VPMAXUD       Y2, Y1, Y1
 
-znfdone:
-	KORTESTW K1, K1
-	SETNE    ret+16(FP)
+zmadone:
+	MAXLANES
+	MOVL AX, ret+16(FP)
 	VZEROUPPER
 	RET

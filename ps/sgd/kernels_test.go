@@ -105,6 +105,43 @@ func testFirstNonFinite(t *testing.T) {
 	}
 }
 
+// TestMaxAbs checks MaxAbs on every path at every length from 0 to 140
+// and at unaligned starts against a loop written out here: the largest
+// magnitude, +Inf for an infinity of either sign, a NaN for a NaN whatever
+// else the vector holds.
+func TestMaxAbs(t *testing.T) { forImpls(t, testMaxAbs) }
+
+func testMaxAbs(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := 0; n <= 140; n++ {
+		for _, start := range []int{0, 1, 3} {
+			x := randVec(r, n+start)[start:]
+			var want float64
+			for _, v := range x {
+				want = math.Max(want, math.Abs(float64(v)))
+			}
+			if got := MaxAbs(x); float64(got) != want {
+				t.Fatalf("n=%d start=%d: MaxAbs %g, want %g", n, start, got, want)
+			}
+			for p := 0; p < n; p++ {
+				y := clone(x)
+				y[p] = -math.MaxFloat32
+				if got := MaxAbs(y); got != math.MaxFloat32 {
+					t.Fatalf("n=%d: -MaxFloat32 at %d: MaxAbs %g", n, p, got)
+				}
+				y[p] = float32(math.Inf(-1))
+				if got := MaxAbs(y); !math.IsInf(float64(got), 1) {
+					t.Fatalf("n=%d: -Inf at %d: MaxAbs %g", n, p, got)
+				}
+				y[n-1-(p%max(1, n/2))] = math.Float32frombits(0xffc00001) // a negative NaN, before or after the Inf
+				if got := MaxAbs(y); !math.IsNaN(float64(got)) {
+					t.Fatalf("n=%d: NaN and -Inf: MaxAbs %g", n, got)
+				}
+			}
+		}
+	}
+}
+
 // TestLevelsAgree checks that the assembly levels give the same bits:
 // both do the same fused multiply-adds in the same order.
 func TestLevelsAgree(t *testing.T) {

@@ -2,6 +2,7 @@ package sgd
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/softsync/softsync/ps/param"
@@ -21,6 +22,25 @@ type Solver struct {
 	sumS   float64   // Σ s_l of the pending gradients
 	sumTau int64     // Σ τ_l of the pending gradients
 	maxTau int       // max τ_l of the pending gradients
+	bounds bounds    // of the magnitudes the next update reads
+	coefs  []coefs   // per span, the factors of the update being applied
+	ws, vs []float32 // scratch of a checked update; allocated on first need
+}
+
+// bounds are upper bounds of the magnitudes an update reads (see "Finite
+// updates" in the package doc); +Inf where unknown.
+type bounds struct {
+	w, v  float64  // of |θ_k| and |v_k|
+	acc   float64  // of |acc_k|: Σ s_l·(the gradients' MaxAbs), rounding aside
+	exact bool     // w and v were measured (MaxAbs) since the last fast update
+	at    *float32 // &θ[0] of the weights w bounds
+}
+
+// coefs are the factors of one span's pass, v = m·v + a1·g1 + a2·g2 + b·θ.
+type coefs struct {
+	a1, a2, b  float32
+	g1, g2     []float32 // the two gradient streams over [lo, hi): the accumulator or the last gradient
+	acc1, acc2 bool      // g1, g2 is the accumulator
 }
 
 type span struct {
@@ -35,6 +55,10 @@ type UpdateInfo struct {
 	Alpha         float64 // ᾱ·η: the mean effective rate α(τ_l) of the update's gradients, times c/c₀ for a partial update
 	MeanStaleness float64 // mean τ_l of the update's gradients
 	MaxStaleness  int     // max τ_l of the update's gradients
+	// Refused: the update would have made a weight or a momentum value
+	// NaN or ±Inf, so it was not applied: the weights and the momentum
+	// are as they were, bit for bit, and its gradients are discarded.
+	Refused bool
 }
 
 // NewSolver returns a solver for [lo, hi) of a vector laid out by layout (nil:
@@ -58,7 +82,7 @@ func NewSolver(cfg Config, layout []param.Segment, lo, hi int) (*Solver, error) 
 		return nil, param.Fieldf("range", "[%d, %d) is not a non-empty range inside [0, %d)", lo, hi, total)
 	}
 	cfg.LRSteps = slices.Clone(cfg.LRSteps)
-	s := &Solver{cfg: cfg, lo: lo, hi: hi, mom: make([]float32, hi-lo)}
+	s := &Solver{cfg: cfg, lo: lo, hi: hi, mom: make([]float32, hi-lo), bounds: bounds{w: math.Inf(1)}}
 	if layout == nil {
 		layout = []param.Segment{{Name: "all", Len: total, LRMult: 1, DecayMult: 1}}
 	}
@@ -99,8 +123,11 @@ func (s *Solver) checkGrad(g []float32, tau int) {
 
 // Add accumulates gradient g (hi−lo floats, averaged over its mini-batch)
 // of staleness tau into the pending update: one pass over g, which is not
-// retained. A wrong length or negative tau panics.
-func (s *Solver) Add(g []float32, tau int) {
+// retained. gmax bounds its magnitudes, gmax ≥ |g[k]| for every k: MaxAbs(g),
+// which the caller's check that g is finite computes anyway (+Inf if
+// unknown: the update then checks every value it writes). A wrong length
+// or negative tau panics.
+func (s *Solver) Add(g []float32, gmax float32, tau int) {
 	s.checkGrad(g, tau)
 	f := s.factor(tau)
 	if s.n == 0 {
@@ -115,13 +142,20 @@ func (s *Solver) Add(g []float32, tau int) {
 	s.sumS += f
 	s.sumTau += int64(tau)
 	s.maxTau = max(s.maxTau, tau)
+	s.bounds.acc += float64(float32(f)) * float64(gmax)
 }
 
 // Update applies the pending gradients plus last (nil for none; otherwise
-// one more gradient of staleness tau, folded into the same pass) to w, the
-// hi−lo weights of the solver's range, with the schedule at epoch. It panics
-// if there is no gradient at all or w has the wrong length.
-func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
+// one more gradient of staleness tau, folded into the same pass, whose
+// magnitudes lastMax bounds as gmax does for Add) to w, the hi−lo weights
+// of the solver's range, with the schedule at epoch. w must hold what the
+// previous Update left in it (the solver bounds its magnitudes from what it
+// wrote; other weights are measured first). An update that would make a
+// weight or a momentum value NaN or ±Inf is refused (UpdateInfo.Refused):
+// w and the momentum keep their values and the pending gradients are
+// discarded. It panics if there is no gradient at all or w has the wrong
+// length.
+func (s *Solver) Update(w, last []float32, lastMax float32, tau, epoch int) UpdateInfo {
 	if len(w) != s.hi-s.lo {
 		panic(fmt.Sprintf("sgd: weights have %d elements, solver range [%d, %d) has %d", len(w), s.lo, s.hi, s.hi-s.lo))
 	}
@@ -142,7 +176,7 @@ func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
 	d := float64(max(c, s.cfg.Quorum)) // the divisor: c₀ for a partial update
 	eta := s.cfg.Rate(epoch)
 	abar := u * sumS / d
-	m := float32(s.cfg.Momentum)
+	s.coefs = s.coefs[:0]
 	for _, sp := range s.spans {
 		k := eta * sp.lrMult
 		aAcc := float32(k * u / d)
@@ -150,18 +184,110 @@ func (s *Solver) Update(w, last []float32, tau, epoch int) UpdateInfo {
 		b := float32(k * abar * s.cfg.WeightDecay * sp.decayMult)
 		// Two gradient streams: the accumulator and the last gradient, or
 		// one of them twice with factor 0 for the second (an exact +0).
-		g1, a1, g2, a2 := last, aLast, last, float32(0)
+		cf := coefs{a1: aLast, b: b, g1: last, g2: last}
 		if s.n > 0 {
-			g1, a1, g2 = s.acc, aAcc, s.acc
+			cf.a1, cf.g1, cf.g2, cf.acc1, cf.acc2 = aAcc, s.acc, s.acc, true, true
 			if last != nil {
-				g2, a2 = last, aLast
+				cf.a2, cf.g2, cf.acc2 = aLast, last, false
 			}
 		}
-		step(w[sp.off:sp.end], s.mom[sp.off:sp.end], g1[sp.off:sp.end], g2[sp.off:sp.end], m, a1, a2, b)
+		s.coefs = append(s.coefs, cf)
 	}
-	s.n, s.sumS, s.sumTau, s.maxTau = 0, 0, 0, 0
-	return UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar,
+	info := UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar,
 		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau}
+	info.Refused = !s.apply(w, float64(lastMax), c)
+	clear(s.coefs) // the gradients are not retained
+	s.n, s.sumS, s.sumTau, s.maxTau, s.bounds.acc = 0, 0, 0, 0, 0
+	return info
+}
+
+// limit is the bound below which an update takes the fast path: half the
+// largest float32, a margin over the rounding the slack already covers.
+const limit = math.MaxFloat32 / 2
+
+// apply runs the update's passes over w and the momentum (coefs set) and
+// reports whether it was applied: on the fast path in place, when the
+// bounds prove every result finite; otherwise checked, into scratch
+// copies that replace w and the momentum only if every value is finite.
+// c is the number of gradients, which sets the rounding slack.
+func (s *Solver) apply(w []float32, lastMax float64, c int) bool {
+	if len(w) > 0 && &w[0] != s.bounds.at {
+		s.bounds.w, s.bounds.exact, s.bounds.at = math.Inf(1), false, &w[0]
+	}
+	// Each value an update writes is a sum of at most 2c+8 rounded
+	// operations on the bounded terms; (1+2⁻²⁴)^(2c+8) bounds their
+	// relative growth.
+	slack := math.Exp(float64(2*c+8) * 0x1p-24)
+	t := s.stepBound(lastMax)
+	if !((s.bounds.w+t)*slack < limit) && !s.bounds.exact {
+		s.measure(w)
+		t = s.stepBound(lastMax)
+	}
+	if (s.bounds.w+t)*slack < limit {
+		m := float32(s.cfg.Momentum)
+		for i, sp := range s.spans {
+			cf := &s.coefs[i]
+			step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], m, cf.a1, cf.a2, cf.b)
+		}
+		s.bounds.w, s.bounds.v, s.bounds.exact = (s.bounds.w+t)*slack, t*slack, false
+		return true
+	}
+	return s.applyChecked(w)
+}
+
+// stepBound returns a bound of |m·v + a1·g1 + a2·g2 + b·θ| over every span
+// before rounding, lastMax bounding the last gradient: +Inf or NaN when a
+// bound or a factor is not finite.
+func (s *Solver) stepBound(lastMax float64) float64 {
+	m := float64(float32(s.cfg.Momentum))
+	stream := func(acc bool) float64 {
+		if acc {
+			return s.bounds.acc
+		}
+		return lastMax
+	}
+	var t float64
+	for i := range s.coefs {
+		cf := &s.coefs[i]
+		sum := m*s.bounds.v + math.Abs(float64(cf.a1))*stream(cf.acc1) + math.Abs(float64(cf.a2))*stream(cf.acc2) + math.Abs(float64(cf.b))*s.bounds.w
+		if !(sum <= t) {
+			t = sum // also takes a NaN
+		}
+	}
+	return t
+}
+
+// measure replaces the bounds of the weights, the momentum and the
+// accumulator by their magnitudes: three read passes.
+func (s *Solver) measure(w []float32) {
+	s.bounds.w, s.bounds.v, s.bounds.exact = float64(MaxAbs(w)), float64(MaxAbs(s.mom)), true
+	if s.n > 0 {
+		s.bounds.acc = float64(MaxAbs(s.acc))
+	}
+}
+
+// applyChecked runs the update on copies of w and the momentum and keeps
+// the result only if all of it is finite: the same passes as the fast
+// path, so both give the same bits.
+func (s *Solver) applyChecked(w []float32) bool {
+	if s.ws == nil {
+		s.ws, s.vs = make([]float32, len(w)), make([]float32, len(w))
+	}
+	copy(s.ws, w)
+	copy(s.vs, s.mom)
+	m := float32(s.cfg.Momentum)
+	for i, sp := range s.spans {
+		cf := &s.coefs[i]
+		step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], m, cf.a1, cf.a2, cf.b)
+	}
+	wm, vm := MaxAbs(s.ws), MaxAbs(s.vs)
+	if !(wm <= math.MaxFloat32 && vm <= math.MaxFloat32) {
+		return false
+	}
+	copy(w, s.ws)
+	copy(s.mom, s.vs)
+	s.bounds.w, s.bounds.v, s.bounds.exact = float64(wm), float64(vm), true
+	return true
 }
 
 // State is the solver's mutable state, for checkpoints: the momentum
@@ -202,5 +328,9 @@ func (s *Solver) SetState(st State) error {
 		copy(s.acc, st.Acc)
 	}
 	s.n, s.sumS, s.sumTau, s.maxTau = st.Pending, st.SumS, st.SumTau, st.MaxTau
+	s.bounds = bounds{w: math.Inf(1), v: math.Inf(1)} // measured by the next update
+	if s.n > 0 {
+		s.bounds.acc = math.Inf(1)
+	}
 	return nil
 }

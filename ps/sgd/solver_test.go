@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,7 +56,7 @@ func TestCaffeSingleLearner(t *testing.T) {
 		}
 		for epoch := range 6 {
 			g := randVec(r, hi-lo)
-			info := s.Update(w, g, 0, epoch)
+			info := update(s, w, g, 0, epoch)
 			lr := 0.05 * math.Pow(0.1, float64(min(epoch/2, 2)))
 			if info.Gradients != 1 || math.Abs(info.Rate-lr) > 1e-15 || math.Abs(info.Alpha-lr) > 1e-15 {
 				t.Fatalf("%v epoch %d: info %+v, want 1 gradient at rate %g", mode, epoch, info, lr)
@@ -99,17 +100,17 @@ func TestStalenessModes(t *testing.T) {
 			// momentum term is checked too.
 			w := clone(w0)
 			prev := randVec(r, testTotal)
-			s.Update(w, prev, 0, 0)
+			update(s, w, prev, 0, 0)
 			wMid := clone(w)
 			for l := range 2 {
-				s.Add(grads[l], taus[l])
+				add(s, grads[l], taus[l])
 			}
 			var info UpdateInfo
 			if fused {
-				info = s.Update(w, grads[2], taus[2], 1)
+				info = update(s, w, grads[2], taus[2], 1)
 			} else {
-				s.Add(grads[2], taus[2])
-				info = s.Update(w, nil, 0, 1)
+				add(s, grads[2], taus[2])
+				info = update(s, w, nil, 0, 1)
 			}
 			abar := (alpha[0] + alpha[1] + alpha[2]) / 3
 			if info.Gradients != 3 || math.Abs(info.Alpha-abar) > 1e-12 || info.MeanStaleness != 7.0/3 || info.MaxStaleness != 5 {
@@ -152,18 +153,18 @@ func TestQuorumPartialUpdate(t *testing.T) {
 		wa := randVec(r, testTotal)
 		// A full update first gives the momentum a history.
 		for range 3 {
-			a.Add(randVec(r, testTotal), 0)
+			add(a, randVec(r, testTotal), 0)
 		}
-		a.Update(wa, randVec(r, testTotal), 0, 0)
+		update(a, wa, randVec(r, testTotal), 0, 0)
 		wb := clone(wa)
 		if err := b.SetState(a.State()); err != nil {
 			t.Fatal(err)
 		}
 		g1, g2 := randVec(r, testTotal), randVec(r, testTotal)
-		a.Add(g1, 1)
-		info := a.Update(wa, g2, 3, 1)
-		b.Add(g1, 1)
-		ref := b.Update(wb, g2, 3, 1)
+		add(a, g1, 1)
+		info := update(a, wa, g2, 3, 1)
+		add(b, g1, 1)
+		ref := update(b, wb, g2, 3, 1)
 		for i := range wa {
 			if !near(wa[i], float64(wb[i]), 1e-6) {
 				t.Fatalf("%v: w[%d] = %g, at half the rate %g", mode, i, wa[i], wb[i])
@@ -184,9 +185,9 @@ func TestQuorumPartialUpdate(t *testing.T) {
 		}
 		r := rand.New(rand.NewPCG(11, 12))
 		ws[k] = randVec(r, testTotal)
-		s.Add(randVec(r, testTotal), 2)
-		s.Add(randVec(r, testTotal), 0)
-		s.Update(ws[k], randVec(r, testTotal), 1, 0)
+		add(s, randVec(r, testTotal), 2)
+		add(s, randVec(r, testTotal), 0)
+		update(s, ws[k], randVec(r, testTotal), 1, 0)
 	}
 	for i := range ws[0] {
 		if ws[0][i] != ws[1][i] {
@@ -203,8 +204,8 @@ func TestAverageModeCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := []float32{1, 1, 1, 1}
-	s.Add([]float32{1, 2, 3, 4}, 0)
-	info := s.Update(w, []float32{1, 2, 3, 4}, 1, 0)
+	add(s, []float32{1, 2, 3, 4}, 0)
+	info := update(s, w, []float32{1, 2, 3, 4}, 1, 0)
 	if info.Alpha != 0.1 {
 		t.Fatalf("mean rate %g, want 0.1", info.Alpha)
 	}
@@ -213,6 +214,14 @@ func TestAverageModeCap(t *testing.T) {
 			t.Fatalf("w[%d] = %g, want %g", i, w[i], want)
 		}
 	}
+}
+
+// add and update call Add and Update with the gradient's MaxAbs as its
+// bound, as a shard does.
+func add(s *Solver, g []float32, tau int) { s.Add(g, MaxAbs(g), tau) }
+
+func update(s *Solver, w, last []float32, tau, epoch int) UpdateInfo {
+	return s.Update(w, last, MaxAbs(last), tau, epoch)
 }
 
 func TestRateSchedule(t *testing.T) {
@@ -238,17 +247,17 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	a := mk()
 	w := randVec(r, 40)
-	a.Update(w, randVec(r, 40), 0, 0)
+	update(a, w, randVec(r, 40), 0, 0)
 	g1, g2 := randVec(r, 40), randVec(r, 40)
-	a.Add(g1, 3)
+	add(a, g1, 3)
 	st := a.State()
 	b := mk()
 	if err := b.SetState(st); err != nil {
 		t.Fatal(err)
 	}
 	wa, wb := clone(w), clone(w)
-	a.Update(wa, g2, 1, 1)
-	b.Update(wb, g2, 1, 1)
+	update(a, wa, g2, 1, 1)
+	update(b, wb, g2, 1, 1)
 	for i := range wa {
 		if wa[i] != wb[i] {
 			t.Fatalf("restored solver diverges at %d: %g vs %g", i, wb[i], wa[i])
@@ -319,10 +328,10 @@ func TestMisusePanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, f := range map[string]func(){
-		"short gradient": func() { s.Add(make([]float32, 7), 0) },
-		"negative tau":   func() { s.Add(make([]float32, 8), -1) },
-		"no gradient":    func() { s.Update(make([]float32, 8), nil, 0, 0) },
-		"short weights":  func() { s.Update(make([]float32, 4), make([]float32, 8), 0, 0) },
+		"short gradient": func() { add(s, make([]float32, 7), 0) },
+		"negative tau":   func() { add(s, make([]float32, 8), -1) },
+		"no gradient":    func() { update(s, make([]float32, 8), nil, 0, 0) },
+		"short weights":  func() { update(s, make([]float32, 4), make([]float32, 8), 0, 0) },
 	} {
 		func() {
 			defer func() {
@@ -332,5 +341,99 @@ func TestMisusePanics(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// sameBits reports whether a and b hold the same float32 bit patterns.
+func sameBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
+
+// TestUpdateRefused drives weights to the edge of the float32 range and
+// past it, on every kernel path: an update whose results are finite is
+// applied, however large they are; one that would make a weight or a
+// momentum value infinite is refused as a whole (the weights and the
+// momentum keep their bits) and its pending gradients are discarded: the
+// next update is the one a solver that never saw them makes.
+func TestUpdateRefused(t *testing.T) { forImpls(t, testUpdateRefused) }
+
+func testUpdateRefused(t *testing.T) {
+	const big = 40 // in fc1.bias: lr_mult 2, no decay
+	for _, mode := range []LRMode{LRConstant, LRStaleness, LRAverage} {
+		cfg := Config{LR: 0.5, Momentum: 0.5, WeightDecay: 0.004, LRMode: mode}
+		s, err := NewSolver(cfg, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(13, 14))
+		w := randVec(r, testTotal)
+		w[big] = -3e38
+		for range 3 { // finite, the largest weight within 1% of the float32 maximum
+			if info := update(s, w, randVec(r, testTotal), 0, 0); info.Refused {
+				t.Fatalf("%v: an update with finite results was refused: %+v", mode, info)
+			}
+		}
+		if w[big] > -3e38 || w[big] < -math.MaxFloat32 {
+			t.Fatalf("%v: w[%d] = %g after small steps from -3e38", mode, big, w[big])
+		}
+		w0, st0 := clone(w), s.State()
+		ref, err := NewSolver(cfg, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.SetState(st0); err != nil {
+			t.Fatal(err)
+		}
+		huge := randVec(r, testTotal)
+		huge[big] = 3e38 // a step of lr·lr_mult·3e38 = 3e38 further down: −Inf
+		add(s, randVec(r, testTotal), 1)
+		if info := update(s, w, huge, 0, 0); !info.Refused || info.Gradients != 2 {
+			t.Fatalf("%v: an update to −Inf: %+v, want refused", mode, info)
+		}
+		if !sameBits(w, w0) || !sameBits(s.State().Momentum, st0.Momentum) || s.Pending() != 0 {
+			t.Fatalf("%v: a refused update changed the weights or the momentum, or left %d pending", mode, s.Pending())
+		}
+		g := randVec(r, testTotal)
+		wr := clone(w0)
+		a, b := update(s, w, g, 0, 1), update(ref, wr, g, 0, 1)
+		if a.Refused || b.Refused || !sameBits(w, wr) || !sameBits(s.State().Momentum, ref.State().Momentum) {
+			t.Fatalf("%v: after a refused update: %+v; the solver that never saw it: %+v, weights differ: %t", mode, a, b, !sameBits(w, wr))
+		}
+	}
+}
+
+// TestCheckedSameBits runs the same updates on the fast path (gradients
+// with their MaxAbs) and on the checked one (bounds unknown: +Inf): both
+// give the same bits, and neither refuses.
+func TestCheckedSameBits(t *testing.T) { forImpls(t, testCheckedSameBits) }
+
+func testCheckedSameBits(t *testing.T) {
+	cfg := testConfig(LRStaleness)
+	var ss [2]*Solver
+	for i := range ss {
+		var err error
+		if ss[i], err = NewSolver(cfg, testLayout, 0, testTotal); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	w0 := randVec(r, testTotal)
+	ws := [2][]float32{clone(w0), clone(w0)}
+	inf := float32(math.Inf(1))
+	for u := range 6 {
+		grads := [][]float32{randVec(r, testTotal), randVec(r, testTotal), randVec(r, testTotal)}
+		c := 1 + u%3
+		for i, s := range ss {
+			bound := func(g []float32) float32 { return [2]float32{MaxAbs(g), inf}[i] }
+			for _, g := range grads[:c-1] {
+				s.Add(g, bound(g), u%2)
+			}
+			if info := s.Update(ws[i], grads[c-1], bound(grads[c-1]), 1, u); info.Refused {
+				t.Fatalf("update %d (path %d) refused: %+v", u, i, info)
+			}
+		}
+		if !sameBits(ws[0], ws[1]) || !sameBits(ss[0].State().Momentum, ss[1].State().Momentum) {
+			t.Fatalf("update %d of %d gradients: the fast and the checked path differ", u, c)
+		}
 	}
 }

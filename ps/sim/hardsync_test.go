@@ -117,7 +117,7 @@ func TestHardsyncEqualsLargeBatch(t *testing.T) {
 	grad := make([]float32, smTotal)
 	for s := range steps {
 		prob.gradient(ref, grad, s*mu*learners, mu*learners)
-		single.Update(ref, grad, 0, s*mu*learners/n)
+		single.Update(ref, grad, sgd.MaxAbs(grad), 0, s*mu*learners/n)
 	}
 
 	run := func(proto ps.Protocol, nSoft int) []float32 {

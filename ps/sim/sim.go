@@ -126,7 +126,9 @@ type Result struct {
 	Steps   []int      // gradients each learner pushed
 }
 
-// Run simulates cfg to completion.
+// Run simulates cfg to completion. A run whose updates keep being refused
+// (a shard rejects a push with ps.ErrDiverged) ends at that push: Run
+// returns its Result so far and an error wrapping ps.ErrDiverged.
 func Run(cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -160,7 +162,7 @@ func Run(cfg Config) (*Result, error) {
 		s.next(l)
 	}
 	stopped := false
-	for s.queue.Len() > 0 {
+	for s.queue.Len() > 0 && s.diverged == nil {
 		if stopped = cfg.Stop != nil && cfg.Stop(); stopped {
 			break
 		}
@@ -173,9 +175,12 @@ func Run(cfg Config) (*Result, error) {
 		res.Shards = append(res.Shards, sh.Stats())
 		copy(res.Weights[rs[k].Lo:], sh.Weights())
 	}
-	if stopped {
+	if stopped || s.diverged != nil {
 		for _, l := range s.learners {
 			res.Steps = append(res.Steps, l.step)
+		}
+		if s.diverged != nil {
+			return res, fmt.Errorf("sim: at time %g: %w", s.now, s.diverged)
 		}
 		return res, ErrStopped
 	}
@@ -249,6 +254,7 @@ type sim struct {
 	net      *rand.Rand       // latency jitter, its own stream
 	links    map[link]float64 // last arrival time per link
 	ns       *netState        // with Config.Net
+	diverged error            // a shard's ErrDiverged rejection: the run ends
 }
 
 type link struct {
@@ -292,6 +298,10 @@ func (s *sim) step(m ps.Msg) {
 		s.cfg.ObserveWeights(s.now, m.Shard, m, s.shards[m.Shard].Weights())
 	}
 	for _, r := range out.Replies {
+		if errors.Is(r.Err, ps.ErrDiverged) {
+			s.diverged = r.Err
+			return
+		}
 		if r.Err != nil {
 			panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
 		}

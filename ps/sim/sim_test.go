@@ -314,3 +314,35 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDiverges: with a rate at which every update would overflow, the
+// shards refuse every update, keep their initial weights, and the run ends
+// at the first push a shard rejects as diverged.
+func TestRunDiverges(t *testing.T) {
+	for _, proto := range []ps.Protocol{ps.Hardsync, ps.Softsync} {
+		cfg := baseConfig(4, proto, 2)
+		cfg.PS.Solver.LR = 1e39 // a float32 rate of +Inf
+		cfg.Gradient = func(_, _ int, _, grad []float32) {
+			for i := range grad {
+				grad[i] = 1
+			}
+		}
+		res, err := Run(cfg)
+		if !errors.Is(err, ps.ErrDiverged) || res == nil {
+			t.Fatalf("%v: %v, want ps.ErrDiverged and the result so far", proto, err)
+		}
+		if !slices.Equal(res.Weights, cfg.Init) {
+			t.Fatalf("%v: weights moved: %v", proto, res.Weights)
+		}
+		diverged := false
+		for k, st := range res.Shards {
+			if st.Updates != 0 || st.Refused < ps.RefusedLimit-1 || st.Refused > ps.RefusedLimit {
+				t.Fatalf("%v: shard %d: %d updates applied, %d refused", proto, k, st.Updates, st.Refused)
+			}
+			diverged = diverged || st.Rejected.Diverged == 1
+		}
+		if !diverged {
+			t.Fatalf("%v: no shard rejected a push as diverged: %+v", proto, res.Shards)
+		}
+	}
+}

@@ -60,6 +60,8 @@ var (
 
 	descUpdates       = newDesc("updates_total", "Updates the shard applied to its weights.", "shard")
 	descPartial       = newDesc("partial_updates_total", "Updates of fewer than c0 gradients, at a scaled rate (the end of the job, lost learners).", "shard")
+	descRefused       = newDesc("refused_updates_total", "Updates the shard refused: each would have made a weight or its momentum NaN or infinite.", "shard")
+	descRefusedGrads  = newDesc("refused_gradients_total", "The learner's gradients that refused updates discarded.", "shard", "learner")
 	descGradients     = newDesc("gradients_total", "Gradients the shard received, by outcome: accepted (applied or pending), dropped (too stale), duplicate (ignored).", "shard", "outcome")
 	descRejected      = newDesc("rejected_total", "Messages the shard rejected, by reason.", "shard", "reason")
 	descStaleness     = newDesc("staleness", "Staleness τ of the gradients the shard accepted.", "shard")
@@ -83,7 +85,7 @@ var (
 	descLastTestError = newDesc("job_test_error", "Test error (fraction misclassified) of the last epoch completed.")
 	descLastTrainLoss = newDesc("job_train_loss", "Mean training loss of the last epoch completed.")
 
-	allDescs = []*prometheus.Desc{descRoles, descAuthFailures, descUpdates, descPartial, descGradients, descRejected,
+	allDescs = []*prometheus.Desc{descRoles, descAuthFailures, descUpdates, descPartial, descRefused, descRefusedGrads, descGradients, descRejected,
 		descStaleness, descStalenessMax, descShardEpoch, descServerErrors, descLearnerSteps, descImagesPerSec,
 		descWireBytes, descRawBytes, descMessages, descFrameBytes, descJobEpoch, descJobEpochs, descJobSteps,
 		descJobStepsPlan, descJobImages, descJobLoss, descJobElapsed, descLastEpoch, descLastTestError, descLastTrainLoss}
@@ -453,6 +455,10 @@ func collectServer(ch chan<- prometheus.Metric, st ps.ServerStats, counter func(
 		k := strconv.Itoa(sh.Shard)
 		counter(descUpdates, sh.Updates, k)
 		counter(descPartial, sh.Partial, k)
+		counter(descRefused, sh.Refused, k)
+		for l, n := range sh.RefusedGradients {
+			counter(descRefusedGrads, n, k, strconv.Itoa(l))
+		}
 		counter(descGradients, sh.Gradients, k, "accepted")
 		counter(descGradients, sh.Dropped, k, "dropped")
 		counter(descGradients, sh.Duplicates, k, "duplicate")
@@ -461,7 +467,8 @@ func collectServer(ch chan<- prometheus.Metric, st ps.ServerStats, counter func(
 			reason string
 			n      uint64
 		}{{"wrong_job", r.WrongJob}, {"wrong_shard", r.WrongShard}, {"unknown_learner", r.UnknownLearner}, {"bad_type", r.BadType},
-			{"bad_length", r.BadLength}, {"future_clock", r.FutureClock}, {"non_finite", r.NonFinite}, {"already_pushed", r.AlreadyPush}} {
+			{"bad_length", r.BadLength}, {"future_clock", r.FutureClock}, {"non_finite", r.NonFinite}, {"already_pushed", r.AlreadyPush},
+			{"diverged", r.Diverged}} {
 			counter(descRejected, c.n, k, c.reason)
 		}
 		count, sum, buckets := stalenessHistogram(sh)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -155,9 +156,14 @@ func TestMetricsTrain(t *testing.T) {
 			t.Errorf("softsync_roles{role=%q} = %v, want %v", role, v, want)
 		}
 	}
-	for _, r := range []string{"wrong_job", "wrong_shard", "unknown_learner", "bad_type", "bad_length", "future_clock", "non_finite", "already_pushed"} {
+	for _, r := range []string{"wrong_job", "wrong_shard", "unknown_learner", "bad_type", "bad_length", "future_clock", "non_finite", "already_pushed", "diverged"} {
 		if _, ok := first.get("softsync_rejected_total", "shard=1", "reason="+r); !ok {
 			t.Errorf("no softsync_rejected_total{reason=%q}", r)
+		}
+	}
+	for _, m := range [][]string{{"softsync_refused_updates_total", "shard=0"}, {"softsync_refused_gradients_total", "shard=1", "learner=1"}} {
+		if v, ok := first.get(m[0], m[1:]...); !ok || v != 0 {
+			t.Errorf("%v = %v (exported: %t), want 0", m, v, ok)
 		}
 	}
 	if v, ok := first.get("softsync_auth_failures_total"); !ok || v != 0 {
@@ -321,6 +327,31 @@ func TestStalenessHistogram(t *testing.T) {
 	count, _, b = stalenessHistogram(ps.Stats{Histogram: []uint64{2}})
 	if count != 2 || b[0] != 2 || b[768] != 2 {
 		t.Errorf("trimmed histogram: count %d, buckets %v", count, b)
+	}
+}
+
+// TestRefusedMetrics: a shard's refused updates, and per learner its
+// gradients they discarded, and its pushes rejected as diverged, are
+// counters of the shard.
+func TestRefusedMetrics(t *testing.T) {
+	st := ps.ServerStats{Shards: []ps.Stats{{Shard: 3, Refused: 4, RefusedGradients: []uint64{1, 0, 5}, Rejected: ps.Rejections{Diverged: 2}}}}
+	got := map[string]uint64{}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		got[d.String()+strings.Join(labels, ",")] = v
+	}
+	ch := make(chan prometheus.Metric, 64)
+	collectServer(ch, st, counter, func(*prometheus.Desc, float64, ...string) {})
+	for _, c := range []struct {
+		desc   *prometheus.Desc
+		labels string
+		want   uint64
+	}{
+		{descRefused, "3", 4}, {descRefusedGrads, "3,0", 1}, {descRefusedGrads, "3,1", 0}, {descRefusedGrads, "3,2", 5},
+		{descRejected, "3,diverged", 2},
+	} {
+		if v, ok := got[c.desc.String()+c.labels]; !ok || v != c.want {
+			t.Errorf("%v{%s} = %d (exported: %t), want %d", c.desc, c.labels, v, ok, c.want)
+		}
 	}
 }
 

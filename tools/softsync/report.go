@@ -89,14 +89,16 @@ type traffic struct {
 }
 
 type shard struct {
-	Shard     int       `json:"shard"`
-	Pushed    uint64    `json:"pushed"`
-	Lost      uint64    `json:"lost"`
-	Updates   uint64    `json:"updates"`
-	Partial   uint64    `json:"partial_updates"`
-	Gradients uint64    `json:"gradients"`
-	Dropped   uint64    `json:"gradients_dropped"`
-	Staleness staleness `json:"staleness"`
+	Shard            int       `json:"shard"`
+	Pushed           uint64    `json:"pushed"`
+	Lost             uint64    `json:"lost"`
+	Updates          uint64    `json:"updates"`
+	Partial          uint64    `json:"partial_updates"`
+	Refused          uint64    `json:"refused_updates"`
+	RefusedGradients []uint64  `json:"gradients_refused"` // per learner id
+	Gradients        uint64    `json:"gradients"`
+	Dropped          uint64    `json:"gradients_dropped"`
+	Staleness        staleness `json:"staleness"`
 }
 
 type chunks struct {
@@ -176,7 +178,8 @@ func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport 
 	}
 	r.Staleness = staleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
-		sh := shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)}
+		sh := shard{Shard: k, Updates: s.Updates, Partial: s.Partial, Refused: s.Refused, RefusedGradients: append([]uint64{}, s.RefusedGradients...),
+			Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)}
 		if k < len(res.Pushes) {
 			sh.Pushed = res.Pushes[k]
 			sh.Lost = sh.Pushed - min(sh.Pushed, s.Gradients+s.Dropped)
@@ -227,6 +230,11 @@ func (r *trainReport) writeText(w io.Writer) {
 			ratio = float64(r.Traffic.PushWireBytes) / float64(r.Traffic.PushRawBytes)
 		}
 		fmt.Fprintf(tw, "bytes sent\t%s (gradients at %.3f of raw size, codec time %s)\n", bytesText(r.BytesSent), ratio, fmtDuration(r.Traffic.CodecSeconds))
+	}
+	if len(r.ShardStats) > 0 && r.ShardStats[0].Refused > 0 {
+		sh := r.ShardStats[0]
+		fmt.Fprintf(tw, "refused updates\t%s on shard 0 (each would have made a weight NaN or infinite); gradients discarded per learner %v\n",
+			thousands(int64(sh.Refused)), sh.RefusedGradients)
 	}
 	if len(r.Processes) > 0 {
 		hosts := map[string]bool{}

@@ -117,8 +117,9 @@ times drawn from a seeded model, every gradient really computed on the weights
 that learner pulled, mini-batches handed out in one global order per epoch as the
 learners start computing, the test error measured at each epoch end on the
 shard's weights. The same seed gives the same table, bit for bit; --parallel
-runs several simulations at once. A run whose loss becomes NaN or infinite stops
-and is reported as diverged.`,
+runs several simulations at once. A run whose loss becomes NaN or infinite, or
+whose updates keep being refused (each would make a weight NaN or infinite),
+stops and is reported as diverged.`,
 		Example: `  softsync repro --quick --sim
   softsync repro --sim --data fashion-mnist --out repro/fashion-mnist
   softsync repro --data ~/cifar-10-batches-bin --out repro/cifar10`,
@@ -397,9 +398,10 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 }
 
 // diverged reports whether a job failed because its loss or a gradient
-// became NaN or infinite.
+// became NaN or infinite, or its updates kept being refused.
 func diverged(err error) bool {
-	return errors.Is(err, learner.ErrDiverged) || strings.Contains(err.Error(), ps.ErrNonFinite.Error())
+	return errors.Is(err, learner.ErrDiverged) || strings.Contains(err.Error(), ps.ErrNonFinite.Error()) ||
+		strings.Contains(err.Error(), ps.ErrDiverged.Error())
 }
 
 // errorText is a run's test error for logs and the table.

@@ -86,6 +86,9 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		Stop: func() bool { return g.diverged != nil || ctx.Err() != nil },
 	}
 	res, err := sim.Run(sc)
+	if errors.Is(err, ps.ErrDiverged) && g.diverged == nil { // the shards kept refusing updates
+		g.diverged, err = fmt.Errorf("%w: %w", learner.ErrDiverged, err), nil
+	}
 	if err != nil && !errors.Is(err, sim.ErrStopped) {
 		return nil, err
 	}
@@ -131,7 +134,7 @@ type simGradients struct {
 	labels   []int32
 	lossSum  []float64 // per epoch
 	lossCnt  []int
-	diverged error // set at the first non-finite loss or gradient
+	diverged error // set at the first non-finite loss or gradient, or when the shards keep refusing updates
 }
 
 // next fills x and labels with the next mini-batch of the plan and

@@ -160,6 +160,27 @@ func TestTrainDistributed(t *testing.T) {
 	if len(r["shard_stats"].([]any)) != 2 || len(r["history"].([]any)) != 0 {
 		t.Errorf("shard_stats %v, history %v (a partial epoch has none)", r["shard_stats"], r["history"])
 	}
+	for _, sh := range r["shard_stats"].([]any) {
+		sh := sh.(map[string]any)
+		if g, ok := sh["gradients_refused"].([]any); sh["refused_updates"] != 0.0 || !ok || len(g) != 3 || g[0] != 0.0 {
+			t.Errorf("shard %v: refused_updates %v, gradients_refused %v; want 0 and a 0 per learner", sh["shard"], sh["refused_updates"], sh["gradients_refused"])
+		}
+	}
+}
+
+// TestReportRefused: the summary tells of refused updates, with the
+// gradients each learner lost to them.
+func TestReportRefused(t *testing.T) {
+	var b strings.Builder
+	(&trainReport{ShardStats: []shard{{Refused: 3, RefusedGradients: []uint64{0, 2, 1}}}}).writeText(&b)
+	if want := "refused updates  3 on shard 0 (each would have made a weight NaN or infinite); gradients discarded per learner [0 2 1]"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary:\n%s\nwant a line %q", b.String(), want)
+	}
+	b.Reset()
+	(&trainReport{ShardStats: []shard{{RefusedGradients: []uint64{0}}}}).writeText(&b)
+	if strings.Contains(b.String(), "refused") {
+		t.Errorf("summary without refusals:\n%s", b.String())
+	}
 }
 
 // TestTrainBadFlags: every bad flag is an error naming it, before any
