@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -131,7 +134,9 @@ at the end, prints the summary and writes --json, --plot and --save, as
 softsync train does. The job's secret comes from --secret-file or
 $SOFTSYNC_SECRET; without either, one is made and written next to --json
 (or in the current folder) as softsync.secret, readable by the owner only,
-for the other processes' --secret-file.` + roleHelp,
+for the other processes' --secret-file. A softsync.secret already there is
+never replaced: the head refuses to start (pass it with --secret-file, or
+remove it).` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := roleContext(cmd, app)
@@ -143,17 +148,14 @@ for the other processes' --secret-file.` + roleHelp,
 			if err != nil {
 				return err
 			}
-			if secret == nil {
-				secret = newSecret()
-				path := "softsync.secret"
-				if err := os.WriteFile(path, secret, 0o600); err != nil {
-					return fmt.Errorf("writing the job's secret: %w", err)
-				}
-				app.Log.Info("made the job's secret: give the other processes --secret-file", "file", path)
-			}
 			st, err := prepareTrain(ctx, app, cmd.Flags(), &f, true)
 			if err != nil {
 				return err
+			}
+			if secret == nil {
+				if secret, err = app.makeSecretFile(headSecretPath(f.jsonOut)); err != nil {
+					return err
+				}
 			}
 			network, err := app.jobNetwork(&f, st, secret)
 			if err != nil {
@@ -171,4 +173,28 @@ for the other processes' --secret-file.` + roleHelp,
 	addOutputFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
 	return c
+}
+
+// headSecretPath is where a head that makes the job's secret writes it:
+// softsync.secret next to the report (--json), else in the current folder.
+func headSecretPath(jsonOut string) string {
+	dir := "."
+	if jsonOut != "" {
+		dir = filepath.Dir(jsonOut)
+	}
+	return filepath.Join(dir, "softsync.secret")
+}
+
+// makeSecretFile makes a secret for the job and writes it to path
+// (writeSecretFile), for the other processes' --secret-file.
+func (app *App) makeSecretFile(path string) ([]byte, error) {
+	secret := newSecret()
+	if err := writeSecretFile(path, secret); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("the job's secret: %s already exists (a previous job's?): pass it with --secret-file %[1]s, or remove it", path)
+		}
+		return nil, fmt.Errorf("writing the job's secret: %w", err)
+	}
+	app.Log.Info("made the job's secret: give the other processes --secret-file", "file", path)
+	return secret, nil
 }

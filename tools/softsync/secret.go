@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -81,18 +82,44 @@ type rendezvousFile struct {
 	PID         int    `json:"pid"`
 }
 
-// writeRendezvous writes r to path atomically (a temporary file renamed),
-// readable by its owner only.
+// writeSecretFile creates the file path holding b, readable and
+// writable by its owner only (mode 0600). It never replaces a file nor
+// follows a symbolic link: when anything exists at path, the error is
+// fs.ErrExist. Every file softsync writes that holds a secret is written
+// with it.
+func writeSecretFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// writeRendezvous writes r to path atomically: a secret file of a random
+// name beside it (writeSecretFile), renamed to path.
 func writeRendezvous(path string, r rendezvousFile) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	tmp := fmt.Sprintf("%s.tmp-%x", path, suffix)
+	if err := writeSecretFile(tmp, b); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // readRendezvous waits for the rendezvous file at path, written by a
