@@ -51,6 +51,12 @@ Go and C runs alternate, each starting every other round; each figure is
 the best of --rounds runs of at least --min-time.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			switch {
+			case rounds < 1:
+				return fmt.Errorf("--rounds: must be ≥ 1, got %d", rounds)
+			case minTime < 0:
+				return fmt.Errorf("--min-time: must be ≥ 0, got %v", minTime)
+			}
 			e, info, err := app.EngineInfo()
 			if err != nil {
 				return err

@@ -86,6 +86,9 @@ of --rounds runs of at least --min-time.`,
   softsync bench peak --json`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if rounds < 1 {
+				return fmt.Errorf("--rounds: must be ≥ 1, got %d", rounds)
+			}
 			want, _, err := app.isaLevel()
 			if err != nil {
 				return err

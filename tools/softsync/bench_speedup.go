@@ -40,6 +40,14 @@ is not in it; the head (coordinator and evaluator) and the shard server run
 on the same cores as the learners.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, c := range []struct {
+				flag string
+				v    int
+			}{{"--steps", steps}, {"--batch", batch}} {
+				if c.v < 1 {
+					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
+				}
+			}
 			ctx, stop := roleContext(cmd, app)
 			defer stop()
 			var rows []speedupRow

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -40,11 +41,30 @@ func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	fl.StringVar(&c.rendezvousDir, "rendezvous-dir", "", "a folder shared by the job's hosts where the coordinator writes its address and the job's secret for the others (instead of --coordinator)")
 	fl.StringVar(&c.secretFile, "secret-file", "", "file holding the job's secret (at least 16 bytes; must not be readable by group or others); default: $SOFTSYNC_SECRET, or one made for the job")
 	fl.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without a secret (anyone who reaches the port can disturb the job)")
-	fl.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "a learner silent for this long is removed from the job (its chunks go to others)")
-	fl.DurationVar(&c.rendezvous, "rendezvous-timeout", 2*time.Minute, "how long to wait for every process of the job to arrive")
+	fl.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "a learner silent for this long is removed from the job (its chunks go to others); > 0")
+	fl.DurationVar(&c.rendezvous, "rendezvous-timeout", 2*time.Minute, "how long to wait for every process of the job to arrive; > 0")
 	fl.StringVar(&c.ckptDir, "checkpoint-dir", "", "write checkpoints into this folder (shared by the job's hosts): every --checkpoint-every, when the job is interrupted, and when a shard server is stopped (docs/checkpoint.md)")
 	fl.StringVar(&c.ckptEvery, "checkpoint-every", "", "with --checkpoint-dir: a checkpoint every N mini-batches (all learners) or every DURATION (e.g. 10m); default: only when interrupted or stopped")
 	fl.StringVar(&c.resume, "resume", "", "continue the job from the newest complete checkpoint in this folder (another number of --shards is fine); checkpoints then go on there unless --checkpoint-dir says otherwise")
 	fl.StringVar(&c.metrics, "metrics", "", "HOST:PORT where this process serves Prometheus metrics at /metrics while it runs (docs/metrics.md); port 0 picks a free one, which is logged. With --cluster auto rank r serves on PORT+r; for launch this is the head's, and its shard servers and learners get the ports after it (see launch --help)")
-	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails; also how long every process dials again a listener that closes its connection during the handshake (one busy with unauthenticated connections)")
+	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails; also how long every process dials again a listener that closes its connection during the handshake (one busy with unauthenticated connections); 0: the job fails at once")
+}
+
+// check refuses the values that would silently turn a safeguard off: a
+// heartbeat or a rendezvous timeout that is not positive (no learner
+// would ever be removed, the rendezvous would wait for ever), a negative
+// --ps-timeout.
+func (c *clusterFlags) check() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--heartbeat", c.heartbeat}, {"--rendezvous-timeout", c.rendezvous}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: must be > 0, got %v", d.flag, d.v)
+		}
+	}
+	if c.psTimeout < 0 {
+		return fmt.Errorf("--ps-timeout: must be ≥ 0 (0: the job fails as soon as a shard server is lost), got %v", c.psTimeout)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/isa"
@@ -67,11 +68,38 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "gemm", "--sizes", "8x8"}, "--sizes", `"8x8"`},
 		{[]string{"doctor", "--isa", "avx1024"}, "--isa", `"avx1024"`},
 		{[]string{"bench", "peak", "--copy-sizes", "12"}, "--copy-sizes", "12"},
+		{[]string{"bench", "peak", "--rounds", "0"}, "--rounds", "0"},
+		{[]string{"bench", "gemm", "--rounds", "0", "--sizes", "8x8x8"}, "--rounds", "0"},
+		{[]string{"bench", "gemm", "--min-time", "-1s", "--sizes", "8x8x8"}, "--min-time", "-1s"},
+		{[]string{"bench", "speedup", "--steps", "0"}, "--steps", "0"},
+		{[]string{"bench", "speedup", "--batch", "-1"}, "--batch", "-1"},
 	} {
-		_, err := runErr(c.args...)
+		_, err := runErrWithin(t, time.Minute, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
 			t.Errorf("softsync %s: %v, want an error naming %s and %s", strings.Join(c.args, " "), err, c.flag, c.value)
 		}
+	}
+}
+
+// runErrWithin is runErr, failing the test if the command has not
+// returned within d.
+func runErrWithin(t *testing.T, d time.Duration, args ...string) (string, error) {
+	t.Helper()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := runErr(args...)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-time.After(d):
+		t.Fatalf("softsync %s: still running after %v", strings.Join(args, " "), d)
+		return "", nil
 	}
 }
 

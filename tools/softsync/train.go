@@ -309,10 +309,16 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--max-steps", f.maxSteps}, {"--train-subset", f.trainSubset}, {"--test-subset", f.testSubset}} {
+	}{{"--max-steps", f.maxSteps}, {"--train-subset", f.trainSubset}, {"--test-subset", f.testSubset}, {"--local-learners", f.local}} {
 		if c.v < 0 {
 			return nil, fmt.Errorf("%s: must be ≥ 0, got %d", c.name, c.v)
 		}
+	}
+	if f.chunk < 1 {
+		return nil, fmt.Errorf("--chunk: must be ≥ 1, got %d", f.chunk)
+	}
+	if err := f.cluster.check(); err != nil {
+		return nil, err
 	}
 	if err := cfg.ValidateSettings(); err != nil {
 		return nil, flagError(err)

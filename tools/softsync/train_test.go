@@ -222,8 +222,14 @@ func TestTrainBadFlags(t *testing.T) {
 		{[]string{"--expect-error", "2"}, "--expect-error"},
 		{[]string{"--data", "/no/such/dir"}, "--data"},
 		{[]string{"--threads", "-1"}, "--threads"},
+		{[]string{"--chunk", "0"}, "--chunk"},
+		{[]string{"--heartbeat", "0"}, "--heartbeat"},
+		{[]string{"--heartbeat", "-1s"}, "--heartbeat"},
+		{[]string{"--rendezvous-timeout", "0"}, "--rendezvous-timeout"},
+		{[]string{"--rendezvous-timeout", "-1s"}, "--rendezvous-timeout"},
+		{[]string{"--ps-timeout", "-1s"}, "--ps-timeout"},
 	} {
-		_, err := runErr(append([]string{"train"}, c.args...)...)
+		_, err := runErrWithin(t, time.Minute, append([]string{"train"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("train %s: %v, want an error naming %s", strings.Join(c.args, " "), err, c.flag)
 		}
@@ -233,13 +239,38 @@ func TestTrainBadFlags(t *testing.T) {
 		// Before any data is read: a data folder that does not exist
 		// must not be what the error is about.
 		args := append([]string{"train", "--data", "/no/such/data"}, c.args...)
-		if _, err := runErr(args...); err == nil || !strings.Contains(err.Error(), c.flag) {
+		if _, err := runErrWithin(t, time.Minute, args...); err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%s: %v, want the error naming %s before the one about the data", strings.Join(args, " "), err, c.flag)
 		}
 	}
 	// Shapes: CIFAR-10 files into LeNet, batch larger than a learner's share.
 	if _, err := runErr("train", "--train-subset", "100", "--learners", "4", "--batch", "32"); err == nil || !strings.Contains(err.Error(), "--batch") {
 		t.Errorf("batch 32 with 25 images per learner: %v", err)
+	}
+}
+
+// TestRoleBadFlags: the role commands and launch refuse the bad values
+// of the flags that only jobs of several processes use, naming the flag,
+// before they dial or listen anywhere.
+func TestRoleBadFlags(t *testing.T) {
+	to := []string{"--coordinator", "127.0.0.1:1", "--insecure", "--data", "/no/such/data"}
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{append([]string{"learner", "--local-learners", "-1"}, to...), "--local-learners"},
+		{append([]string{"learner", "--heartbeat", "0"}, to...), "--heartbeat"},
+		{append([]string{"ps", "--heartbeat", "-1s"}, to...), "--heartbeat"},
+		{append([]string{"ps", "--rendezvous-timeout", "0"}, to...), "--rendezvous-timeout"},
+		{[]string{"eval", "--heartbeat", "-5s", "--data", "/no/such/data"}, "--heartbeat"},
+		{[]string{"eval", "--ps-timeout", "-1m", "--data", "/no/such/data"}, "--ps-timeout"},
+		{[]string{"launch", "-n", "1", "--", "--heartbeat", "0", "--data", "/no/such/data"}, "--heartbeat"},
+		{[]string{"launch", "-n", "1", "--", "--rendezvous-timeout", "-1s", "--data", "/no/such/data"}, "--rendezvous-timeout"},
+	} {
+		_, err := runErrWithin(t, time.Minute, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("softsync %s: %v, want an error naming %s", strings.Join(c.args, " "), err, c.flag)
+		}
 	}
 }
 
