@@ -38,8 +38,9 @@ func newLaunchCmd(app *App) *cobra.Command {
 this process as the job's coordinator and evaluator, which shows one progress
 bar for the whole job and writes one report (the flags after -- are softsync
 train's: --json, --save, --plot, --expect-error included). The processes
-authenticate with a secret launch makes for the job and passes them in
-$SOFTSYNC_SECRET; they listen on loopback only. Their log lines are shown
+authenticate with the job's secret, which launch passes them in
+$SOFTSYNC_SECRET: the one of --secret-file after -- or of $SOFTSYNC_SECRET,
+else one launch makes for the job; they listen on loopback only. Their log lines are shown
 prefixed with their role.
 
 A learner process that dies is removed from the job, which goes on without
@@ -106,11 +107,17 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 		}
 	}
 	f.local = lf.learners
+	secret, err := loadSecret(f.cluster.secretFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if secret == nil {
+		secret = newSecret()
+	}
 	st, err := prepareTrain(ctx, app, fl, f, true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	secret := newSecret()
 	network, err := app.jobNetwork(f, st, secret)
 	if err != nil {
 		return nil, nil, nil, err

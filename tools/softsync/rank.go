@@ -145,7 +145,8 @@ type meeting struct {
 
 // rendezvous decides, for this rank, where the coordinator is and the
 // job's secret: --coordinator HOST:PORT (the secret from --secret-file
-// or $SOFTSYNC_SECRET), or a rendezvous file that rank 0 writes (in
+// or $SOFTSYNC_SECRET, none only with --insecure), or a rendezvous file
+// that rank 0 writes (in
 // --rendezvous-dir, or for a job on one host in a folder of this user's),
 // holding the coordinator's address and a secret rank 0 makes unless one
 // is given. cleanup removes rank 0's file.
@@ -157,8 +158,9 @@ func rendezvous(app *App, f *trainFlags, w launcher.World, oneHost bool) (meetin
 	}
 	c := &f.cluster
 	if c.coordinator != "" {
-		if secret == nil && !c.insecure && !isLoopbackAddr(c.coordinator) {
-			return meeting{}, nil, none, fmt.Errorf("--coordinator %s: the job needs a secret on every rank: --secret-file PATH or $%s (e.g. mpirun -x %[2]s), or --insecure", c.coordinator, secretEnv)
+		if secret == nil && !c.insecure {
+			return meeting{}, nil, none, fmt.Errorf("--coordinator %s: the job needs the same secret on every rank: --secret-file PATH or $%s (e.g. export %[2]s=$(openssl rand -hex 32); mpirun -x %[2]s …), "+
+				"or leave out --coordinator to have rank 0 make one and hand it out in the rendezvous file; --insecure runs without one", c.coordinator, secretEnv)
 		}
 		return meeting{listen: c.coordinator, addr: c.coordinator, publish: func(string) error { return nil }}, secret, none, nil
 	}

@@ -132,7 +132,7 @@ func newEvalCmd(app *App) *cobra.Command {
 measures the test error at every epoch end. It shows the job's progress and,
 at the end, prints the summary and writes --json, --plot and --save, as
 softsync train does. The job's secret comes from --secret-file or
-$SOFTSYNC_SECRET; without either, one is made and written next to --json
+$SOFTSYNC_SECRET; without either (and without --insecure), one is made and written next to --json
 (or in the current folder) as softsync.secret, readable by the owner only,
 for the other processes' --secret-file. A softsync.secret already there is
 never replaced: the head refuses to start (pass it with --secret-file, or
@@ -152,7 +152,7 @@ remove it).` + roleHelp,
 			if err != nil {
 				return err
 			}
-			if secret == nil {
+			if secret == nil && !f.cluster.insecure {
 				if secret, err = app.makeSecretFile(headSecretPath(f.jsonOut)); err != nil {
 					return err
 				}

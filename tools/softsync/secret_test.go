@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // withUmask runs f with the process's umask set to mask, so that a file
@@ -197,4 +198,65 @@ func TestNoSecretFileTracked(t *testing.T) {
 	if len(found) > 0 {
 		t.Errorf("secret files in the repository: %v (git rm them; .gitignore has *.secret)", found)
 	}
+}
+
+// setRank0 makes this process rank 0 of a job of three under Open MPI.
+func setRank0(t *testing.T, job string) {
+	for k, v := range map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3",
+		"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "OMPI_MCA_ess_base_jobid": job} {
+		t.Setenv(k, v)
+	}
+}
+
+// TestClusterCoordinatorNeedsSecret: a rank of train --cluster auto
+// --coordinator (loopback included) without a secret refuses to start and
+// says how to give one; with $SOFTSYNC_SECRET, or with --insecure, it
+// runs (and gives up at rendezvous: the other ranks never come).
+func TestClusterCoordinatorNeedsSecret(t *testing.T) {
+	setRank0(t, "secret-test")
+	t.Setenv(secretEnv, "")
+	report := filepath.Join(t.TempDir(), "r.json")
+	job := append([]string{"train", "--cluster", "auto", "--coordinator", "127.0.0.1:0", "--rendezvous-timeout", "1s"}, clusterJob("mlp", report)...)
+	_, err := runErrWithin(t, time.Minute, job...)
+	if err == nil || !strings.Contains(err.Error(), "--secret-file") || !strings.Contains(err.Error(), secretEnv) || !strings.Contains(err.Error(), "--insecure") {
+		t.Errorf("--coordinator on loopback without a secret: %v, want a refusal naming --secret-file, $%s and --insecure", err, secretEnv)
+	}
+	_, err = runErrWithin(t, time.Minute, append(job, "--insecure")...)
+	if err == nil || !strings.Contains(err.Error(), "rendezvous") {
+		t.Errorf("with --insecure: %v, want the job to run until its rendezvous fails", err)
+	}
+	t.Setenv(secretEnv, string(newSecret()))
+	_, err = runErrWithin(t, time.Minute, job...)
+	if err == nil || !strings.Contains(err.Error(), "rendezvous") {
+		t.Errorf("with $%s: %v, want the job to run until its rendezvous fails", secretEnv, err)
+	}
+}
+
+// TestClusterLaunchSecret: launch takes the job's secret from
+// --secret-file after -- (which its processes are given too) or from
+// $SOFTSYNC_SECRET, and the job completes.
+func TestClusterLaunchSecret(t *testing.T) {
+	multiProcess(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "job.secret")
+	if err := writeSecretFile(file, newSecret()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("secret-file", func(t *testing.T) {
+		report := filepath.Join(dir, "file.json")
+		j, _ := startLaunch(t, append([]string{"-n", "1", "--"}, clusterJob("mlp", report, "--secret-file", file, "--rendezvous-timeout", "30s")...)...)
+		if res := j.Wait(); res.ExitCode != 0 {
+			t.Fatalf("launch -- --secret-file: %s", res)
+		}
+		checkClusterReport(t, report, 3, 1, 1)
+	})
+	t.Run("environment", func(t *testing.T) {
+		report := filepath.Join(dir, "env.json")
+		t.Setenv(secretEnv, string(newSecret()))
+		j, _ := startLaunch(t, append([]string{"-n", "1", "--"}, clusterJob("mlp", report, "--rendezvous-timeout", "30s")...)...)
+		if res := j.Wait(); res.ExitCode != 0 {
+			t.Fatalf("launch with $%s: %s", secretEnv, res)
+		}
+		checkClusterReport(t, report, 3, 1, 1)
+	})
 }
