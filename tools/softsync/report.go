@@ -54,8 +54,9 @@ type trainReport struct {
 	Traffic      traffic   `json:"traffic"`
 	ShardStats   []shard   `json:"shard_stats"`
 
-	// A job of several processes (empty in one process).
-	Processes   []cluster.Process    `json:"processes"`
+	// The processes of the job (one for a job in one process), and what
+	// a job of several processes adds.
+	Processes   []reportProcess      `json:"processes"`
 	Connections []cluster.Connection `json:"connections"`
 	Chunks      chunks               `json:"chunks"`
 	Lost        int                  `json:"learners_lost"`
@@ -99,6 +100,53 @@ type shard struct {
 	Gradients        uint64    `json:"gradients"`
 	Dropped          uint64    `json:"gradients_dropped"`
 	Staleness        staleness `json:"staleness"`
+}
+
+// reportProcess is one process of the job and the roles it ran.
+type reportProcess struct {
+	Rank     int      `json:"rank"` // -1 when not started by a launcher
+	Host     string   `json:"host"`
+	PID      int      `json:"pid"`
+	Roles    []string `json:"roles"`    // "server", "learner", "evaluator", in that order
+	Servers  []int    `json:"servers"`  // the shard servers it ran, by index
+	Learners []int    `json:"learners"` // the learners it ran, by id
+}
+
+// processesOf lists the processes that ran the roles ps (in their order),
+// one entry per host and pid.
+func processesOf(ps []cluster.Process) []reportProcess {
+	type key struct {
+		host string
+		pid  int
+	}
+	var out []reportProcess
+	at := map[key]int{}
+	for _, p := range ps {
+		i, ok := at[key{p.Host, p.PID}]
+		if !ok {
+			i = len(out)
+			at[key{p.Host, p.PID}] = i
+			out = append(out, reportProcess{Rank: p.Rank, Host: p.Host, PID: p.PID, Servers: []int{}, Learners: []int{}})
+		}
+		rp := &out[i]
+		switch p.Role {
+		case cluster.RoleServer:
+			rp.Servers = append(rp.Servers, p.ID)
+		case cluster.RoleLearner:
+			rp.Learners = append(rp.Learners, p.ID)
+		}
+		if !slices.Contains(rp.Roles, string(p.Role)) {
+			rp.Roles = append(rp.Roles, string(p.Role))
+		}
+	}
+	order := []string{string(cluster.RoleServer), string(cluster.RoleLearner), string(cluster.RoleEvaluator)}
+	for i := range out {
+		rp := &out[i]
+		slices.SortFunc(rp.Roles, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+		slices.Sort(rp.Servers)
+		slices.Sort(rp.Learners)
+	}
+	return out
 }
 
 type chunks struct {
@@ -152,7 +200,7 @@ func newReport(st *trainSetup, f *trainFlags, res *cluster.Result) *trainReport 
 		r.EpochsDone = float64(done) / float64(res.BatchesPerEpoch)
 	}
 	r.Interrupted = res.Interrupted
-	r.Processes = append([]cluster.Process{}, res.Processes...)
+	r.Processes = append([]reportProcess{}, processesOf(res.Processes)...)
 	r.Connections = append([]cluster.Connection{}, res.Connections...)
 	r.Chunks = chunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned, Batches: res.Chunks.Batches}
 	r.Lost, r.Restarts = res.Lost, res.Restarts
@@ -241,8 +289,8 @@ func (r *trainReport) writeText(w io.Writer) {
 		for _, p := range r.Processes {
 			hosts[p.Host] = true
 		}
-		fmt.Fprintf(tw, "processes\t%d on %d host(s); %d learner(s) lost, %d restart(s), %d chunk(s) reassigned\n",
-			len(r.Processes), len(hosts), r.Lost, r.Restarts, r.Chunks.Reassigned)
+		fmt.Fprintf(tw, "processes\t%s on %s; %d learner(s) lost, %d restart(s), %d chunk(s) reassigned\n",
+			count(len(r.Processes), "process", "processes"), count(len(hosts), "host", "hosts"), r.Lost, r.Restarts, r.Chunks.Reassigned)
 	}
 	tw.Flush()
 }
@@ -254,6 +302,14 @@ func (r *trainReport) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// count shows n with the singular or plural noun.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // spread shows per-learner counts as "min–max (mean m)".

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -123,12 +124,19 @@ func TestTrainDistributed(t *testing.T) {
 	out := run(t, "train", "--model", "mlp", "--epochs", "1", "--max-steps", "120", "--train-subset", "3000",
 		"--test-subset", "300", "--batch", "8", "--learners", "3", "--protocol", "softsync", "--n", "3",
 		"--shards", "2", "--transport", "tcp", "--compress", "shuffle+s2", "--overlap", "--json", js, "--quiet")
-	for _, want := range []string{"staleness", "updates", "bytes sent", "3-softsync"} {
+	for _, want := range []string{"staleness", "updates", "bytes sent", "3-softsync", "1 process on 1 host;"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
 	r := readReport(t, js)
+	// One process, listed once with every role it ran.
+	if ps := r["processes"].([]any); len(ps) != 1 {
+		t.Errorf("processes %v, want this one process", ps)
+	} else if p := ps[0].(map[string]any); fmt.Sprint(p["roles"]) != "[server learner evaluator]" ||
+		fmt.Sprint(p["learners"]) != "[0 1 2]" || fmt.Sprint(p["servers"]) != "[0]" || p["pid"] != float64(os.Getpid()) {
+		t.Errorf("process %v, want roles [server learner evaluator], learners [0 1 2], servers [0], pid %d", p, os.Getpid())
+	}
 	if r["learners"] != 3.0 || r["protocol"] != "softsync" || r["n"] != 3.0 || r["shards"] != 2.0 ||
 		r["transport"] != "tcp" || r["compress"] != "shuffle+s2" || r["lr_mode"] != "staleness" || r["overlap"] != true {
 		t.Errorf("report %v", r)
