@@ -76,8 +76,9 @@ func kill(t *testing.T, marker string, args ...string) int {
 // TestFailures runs the failures clusters have under softsync launch,
 // each against the same job undisturbed (same seed): a learner process
 // killed with SIGKILL after the job's first checkpoint, without and with
-// --restarts: the job completes, every mini-batch of every epoch is done
-// exactly once (the dead learner's chunk goes to another learner), and the
+// --restarts: the job completes, every chunk of every epoch is completed
+// once (the dead learner's chunk goes to another learner, which pushes
+// again the mini-batches of it the dead one had pushed), and the
 // final test error is within 0.3 percentage points of the undisturbed
 // job's; a shard server killed the same way and restarted by launch from
 // the checkpoint: the learners reconnect, the job completes, the pushes
