@@ -41,7 +41,28 @@ const (
 	tCheckpointed                           // shard server → coordinator: ckptReport
 	tCheckpointReq                          // shard server → coordinator: (no data) checkpoint now, I am stopping
 	tCheckpointDone                         // coordinator → shard server: (no data) the checkpoint it asked for is over
+	tPart                                   // either way: the next ctrlPart bytes of a message too large for one frame
 )
+
+// A control message whose JSON is longer than ctrlPart bytes travels as
+// parts: frames of type tPart carrying ctrlPart bytes each, then a frame
+// of the message's own type with the rest. The network must carry frames
+// of ctrlPart bytes of data (rdma.Options.MaxData, 1 MiB by default), and
+// a message is at most maxControl bytes in all, which bounds what a peer
+// can make the receiver hold.
+const (
+	ctrlPart   = 64 << 10
+	maxControl = 64 << 20
+)
+
+// MaxShards is the most shards a job may have (Config.Shards), so that
+// every control message fits in maxControl bytes. The largest grows with
+// the shards of one server: the counters of a shard server that runs them
+// all (a job in one process), ps.ServerStats in tFinal and tServerStats,
+// up to 22 KB a shard when its staleness histogram is full, 45 MB for
+// 2048 shards (TestControlMessagesFit builds the largest of each
+// message).
+const MaxShards = 2048
 
 // Role names a process's part in a job.
 type Role string
@@ -177,34 +198,66 @@ type ctrl struct {
 	mu   sync.Mutex
 }
 
-// send sends message t with v as its JSON (v nil: no data).
+// send sends message t with v as its JSON (v nil: no data), in parts if
+// it is longer than ctrlPart bytes.
 func (c *ctrl) send(ctx context.Context, t rdma.Type, v any) error {
-	m := rdma.NewMsg(0)
-	m.Type = t
+	var b []byte
 	if v != nil {
-		b, err := json.Marshal(v)
-		if err != nil {
-			m.Release()
+		var err error
+		if b, err = json.Marshal(v); err != nil {
 			return err
 		}
-		m.Data = append(m.Data, b...)
+	}
+	if len(b) > maxControl {
+		return fmt.Errorf("%w: control message %#x of %d bytes, more than %d", ErrProtocol, t, len(b), maxControl)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.conn.Send(ctx, m)
+	for len(b) > ctrlPart {
+		if err := c.sendFrame(ctx, tPart, b[:ctrlPart]); err != nil {
+			return err
+		}
+		b = b[ctrlPart:]
+	}
+	return c.sendFrame(ctx, t, b)
 }
 
-// recv receives the next message: its type and data (copied).
+// sendFrame sends one frame of type t with data b; c.mu is held.
+func (c *ctrl) sendFrame(ctx context.Context, t rdma.Type, b []byte) error {
+	m := rdma.NewMsg(0)
+	m.Type = t
+	m.Data = append(m.Data, b...)
+	if err := c.conn.Send(ctx, m); err != nil {
+		return fmt.Errorf("control message %#x: %w", t, err)
+	}
+	return nil
+}
+
+// recv receives the next message, joining its parts: its type and data
+// (copied).
 func (c *ctrl) recv(ctx context.Context) (rdma.Type, []byte, error) {
-	m, err := c.conn.Recv(ctx)
-	if err != nil {
-		return 0, nil, err
+	var data []byte
+	for {
+		m, err := c.conn.Recv(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		t := m.Type
+		if t == rdma.TypeError {
+			err := m.Err()
+			m.Release()
+			return t, nil, err
+		}
+		if len(data)+len(m.Data) > maxControl {
+			m.Release()
+			return 0, nil, fmt.Errorf("%w: a control message of more than %d bytes", ErrProtocol, maxControl)
+		}
+		data = append(data, m.Data...)
+		m.Release()
+		if t != tPart {
+			return t, data, nil
+		}
 	}
-	defer m.Release()
-	if m.Type == rdma.TypeError {
-		return m.Type, nil, m.Err()
-	}
-	return m.Type, append([]byte(nil), m.Data...), nil
 }
 
 // decode unmarshals the data of a message of type t into v.

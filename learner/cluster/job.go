@@ -53,7 +53,7 @@ type Config struct {
 	Protocol     ps.Protocol
 	N            int // softsync's n, 1 ≤ N ≤ Learners
 	MaxStaleness int // softsync only; 0 = unbounded
-	Shards       int // ≥ 1
+	Shards       int // 1 … MaxShards
 	Solver       sgd.Config
 
 	Transport string // "inmem" (also "") or "tcp" (loopback)
@@ -161,6 +161,9 @@ func (c *Config) ValidateSettings() error {
 	pc := c.PSConfig(nil, 1) // the data-set size is known once the data streams are made
 	if err := pc.Validate(); err != nil {
 		return err
+	}
+	if c.Shards > MaxShards {
+		return param.Fieldf("Shards", "at most %d shards (the control messages that carry every shard's counters must stay within %d MiB), got %d", MaxShards, maxControl>>20, c.Shards)
 	}
 	if c.Spec == nil {
 		return nil

@@ -53,7 +53,9 @@ type Result struct {
 	// job (a lost connection, missed heartbeats); Restarts the times a
 	// removed learner joined again with a new incarnation.
 	Lost, Restarts int
-	Processes      []Process // every process that took part, in rank order
+	// Processes are the roles that took part, in rank order: a process
+	// that runs several (the same Host and PID) is there once for each.
+	Processes []Process
 	// Connections are the learners' connections to the shard servers and
 	// the transport each uses (as reported when the learner finished).
 	Connections []Connection

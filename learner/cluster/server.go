@@ -81,14 +81,20 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.OnServe != nil {
 		cfg.OnServe(srv)
 	}
+	// Reports sent off the command loop (the final counters, checkpoint
+	// reports): a report that cannot be sent fails the server, as the
+	// coordinator would wait for it.
+	reports := make(chan error, 2)
 	go func() {
 		select {
 		case <-srv.Final():
-			cc.send(ctx, tFinal, srv.Stats())
+			if err := cc.send(ctx, tFinal, srv.Stats()); err != nil {
+				reports <- fmt.Errorf("the final counters to the coordinator: %w", err)
+			}
 		case <-ctx.Done():
 		}
 	}()
-	err = serverCommands(ctx, cc, srv, &cfg)
+	err = serverCommands(ctx, cc, srv, &cfg, reports)
 	srv.Stop()
 	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, context.Canceled) {
 		err = serr
@@ -135,8 +141,9 @@ func refusalLog(log *slog.Logger, now func() time.Time) func(int, ps.Update) {
 }
 
 // serverCommands carries out the coordinator's commands until it stops
-// the job, or until cfg.Stop asks the server to stop after a checkpoint.
-func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerConfig) error {
+// the job, or until cfg.Stop asks the server to stop after a checkpoint,
+// or a report could not be sent (reports).
+func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerConfig, reports chan error) error {
 	type msg struct {
 		t   rdma.Type
 		b   []byte
@@ -172,6 +179,8 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerCo
 			continue
 		case <-grace:
 			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
+		case err := <-reports:
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -189,7 +198,9 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerCo
 		case tFinish:
 			srv.Finish()
 		case tStats:
-			cc.send(ctx, tServerStats, srv.Stats())
+			if err := cc.send(ctx, tServerStats, srv.Stats()); err != nil {
+				return fmt.Errorf("the counters to the coordinator: %w", err)
+			}
 		case tCheckpoint:
 			var o ckptOrder
 			if err := decode(t, b, &o); err != nil {
@@ -204,7 +215,9 @@ func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerCo
 				} else {
 					rep.Files = sums
 				}
-				cc.send(ctx, tCheckpointed, rep)
+				if err := cc.send(ctx, tCheckpointed, rep); err != nil {
+					reports <- fmt.Errorf("the checkpoint report to the coordinator: %w", err)
+				}
 			}()
 		case tCheckpointDone:
 			if stopping {

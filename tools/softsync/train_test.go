@@ -251,6 +251,14 @@ func TestTrainBadFlags(t *testing.T) {
 			t.Errorf("%s: %v, want the error naming %s before the one about the data", strings.Join(args, " "), err, c.flag)
 		}
 	}
+	// --shards beyond the limit of the control messages, or one shard per
+	// parameter of LeNet: refused at once, naming the limit.
+	for _, n := range []string{"2049", "6000", "431080"} {
+		_, err := runErrWithin(t, time.Minute, "train", "--shards", n, "--data", "/no/such/data")
+		if err == nil || !strings.Contains(err.Error(), "--shards") || !strings.Contains(err.Error(), "at most 2048") {
+			t.Errorf("train --shards %s: %v, want an error naming --shards and its limit, 2048", n, err)
+		}
+	}
 	// Shapes: CIFAR-10 files into LeNet, batch larger than a learner's share.
 	if _, err := runErr("train", "--train-subset", "100", "--learners", "4", "--batch", "32"); err == nil || !strings.Contains(err.Error(), "--batch") {
 		t.Errorf("batch 32 with 25 images per learner: %v", err)
