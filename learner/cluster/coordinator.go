@@ -262,6 +262,9 @@ func (c *Coordinator) check(ctx context.Context) (*Result, error, bool) {
 	if c.err != nil {
 		return nil, c.err, true
 	}
+	if !c.started && c.interrupted {
+		return nil, fmt.Errorf("%w at rendezvous, still waiting for %s", ErrInterrupted, c.missing()), true
+	}
 	if !c.started {
 		return nil, nil, false
 	}
@@ -1008,6 +1011,9 @@ func (c *Coordinator) stopAll(ctx context.Context, err error) {
 		msg.Err = err.Error()
 	}
 	c.mu.Lock()
+	// Interrupted before it started: the processes waiting for their
+	// welcome stop as interrupted.
+	msg.Interrupted = errors.Is(err, ErrInterrupted) && !c.started
 	var ccs []*ctrl
 	for _, s := range c.servers {
 		if s != nil {
@@ -1030,7 +1036,9 @@ func (c *Coordinator) stopAll(ctx context.Context, err error) {
 
 // Interrupt ends the job early (the user's Ctrl-C): the learners are
 // stopped, the evaluator measures the weights as they are, and Serve
-// returns the result so far with ErrInterrupted. It is safe to call from
+// returns the result so far with ErrInterrupted; before the job has
+// started (at rendezvous), Serve returns ErrInterrupted at once, without
+// a result, and the processes that arrived are stopped. It is safe to call from
 // any goroutine, more than once.
 func (c *Coordinator) Interrupt() {
 	c.mu.Lock()
@@ -1039,6 +1047,11 @@ func (c *Coordinator) Interrupt() {
 		return
 	}
 	c.interrupted = true
+	if !c.started { // Serve stops every process that arrived
+		c.notify()
+		c.mu.Unlock()
+		return
+	}
 	var learners []*ctrl
 	for _, l := range c.learners {
 		if l.live && !l.done {

@@ -331,7 +331,7 @@ func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.N
 		j.mu.Lock()
 		j.res, j.stopped = res, parent.Err()
 		j.mu.Unlock()
-		if !errors.Is(err, ErrInterrupted) {
+		if !errors.Is(err, ErrInterrupted) || res == nil { // interrupted before it started: no result
 			j.fail(err)
 		}
 	})
@@ -407,7 +407,8 @@ func (j *Job) cause() error {
 func (j *Job) Progress() Progress { return j.coord.Progress() }
 
 // Interrupt ends the job early (see Coordinator.Interrupt): Wait then
-// returns the result so far with ErrInterrupted.
+// returns the result so far with ErrInterrupted (no result if the job
+// had not started).
 func (j *Job) Interrupt() { j.coord.Interrupt() }
 
 // Wait waits for the job to end and returns its result: the final

@@ -141,6 +141,9 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 		var s stop
 		decode(t, b, &s)
 		err = fmt.Errorf("%w: the coordinator refused %s: %s", ErrRendezvous, m.Process, s.Err)
+		if s.Interrupted {
+			err = fmt.Errorf("%w: %s: the job was interrupted before it started", ErrInterrupted, m.Process)
+		}
 	case t != tWelcome:
 		err = fmt.Errorf("%w: %s: message %#x from the coordinator, want a welcome", ErrProtocol, m.Process, t)
 	default:
@@ -154,14 +157,18 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 }
 
 // stopErr turns the coordinator's stop message into the role's result:
-// nil, or the job's failure.
+// nil, the job's failure, or ErrInterrupted for a job interrupted before
+// it started.
 func stopErr(t rdma.Type, b []byte) error {
 	var s stop
 	if err := decode(t, b, &s); err != nil {
 		return err
 	}
-	if s.Err != "" {
+	switch {
+	case s.Err != "":
 		return fmt.Errorf("%w: %s", ErrJobFailed, s.Err)
+	case s.Interrupted:
+		return fmt.Errorf("%w before the job started", ErrInterrupted)
 	}
 	return nil
 }

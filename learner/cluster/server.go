@@ -34,7 +34,8 @@ type ServerConfig struct {
 	// Stop, when closed, makes the server ask the coordinator for a
 	// checkpoint, wait for it (a minute at most) and stop, returning
 	// ErrInterrupted: a shard server told to stop (SIGTERM) loses nothing
-	// and can be restarted with its checkpoint.
+	// and can be restarted with its checkpoint. Closed before the job has
+	// welcomed the server, it stops it at once.
 	Stop <-chan struct{}
 	// OnServe, if set, is called with the shard server's ps.Server once it
 	// serves (after the coordinator welcomed it), so that the caller can
@@ -55,7 +56,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = cfg.Listener.Addr()
 	}
-	cc, w, err := cfg.join(ctx, hello{Addr: addr, Shards: cfg.Shards})
+	cc, w, err := joinUnlessStopped(ctx, &cfg, hello{Addr: addr, Shards: cfg.Shards})
 	if err != nil {
 		return err
 	}
@@ -137,6 +138,34 @@ func refusalLog(log *slog.Logger, now func() time.Time) func(int, ps.Update) {
 				"shard", shard, "clock", u.Clock, "learners", u.Learners, "refused_since_last_line", l.since)
 			l.last, l.since = t, 0
 		}
+	}
+}
+
+// joinUnlessStopped joins the job (Member.join) unless cfg.Stop is closed
+// first: a server stopped before its welcome has nothing to checkpoint,
+// and returns ErrInterrupted at once.
+func joinUnlessStopped(ctx context.Context, cfg *ServerConfig, h hello) (*ctrl, welcome, error) {
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-cfg.Stop:
+			close(stopped)
+			cancel()
+		case <-jctx.Done():
+		}
+	}()
+	cc, w, err := cfg.join(jctx, h)
+	if err == nil {
+		return cc, w, nil
+	}
+	cancel()
+	select {
+	case <-stopped:
+		return nil, welcome{}, fmt.Errorf("%w: %s stopped before the job started", ErrInterrupted, cfg.Process)
+	default:
+		return nil, welcome{}, err
 	}
 }
 

@@ -146,7 +146,8 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 		g.start(ctx, "learner", r, slices.Concat(learnerArgs, childMetrics(f, 1+lf.shards+r)))
 	}
 	res, err := app.head(ctx, f, st, network, ln, -1, nil)
-	g.stop(err != nil)
+	app.onInterrupt(nil) // the job is over: a signal now stops its processes at once
+	g.stop(ctx, err != nil)
 	return f, st, res, err
 }
 
@@ -242,8 +243,10 @@ func (g *procGroup) start(ctx context.Context, role string, id int, common []str
 }
 
 // stop waits for the processes to end (the coordinator told them to),
-// and kills those still running after a grace period; at once if failed.
-func (g *procGroup) stop(failed bool) {
+// sends SIGTERM to those still running after a grace period (2 s if the
+// job failed, at once when ctx ends: launch was interrupted), and kills
+// those still running 3 s later.
+func (g *procGroup) stop(ctx context.Context, failed bool) {
 	g.mu.Lock()
 	g.ending = true
 	g.mu.Unlock()
@@ -256,6 +259,7 @@ func (g *procGroup) stop(failed bool) {
 	select {
 	case <-done:
 		return
+	case <-ctx.Done():
 	case <-time.After(grace):
 	}
 	g.mu.Lock()
@@ -265,7 +269,7 @@ func (g *procGroup) stop(failed bool) {
 	g.mu.Unlock()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(3 * time.Second): // within an interrupted launch's own stopGrace
 		g.mu.Lock()
 		for cmd := range g.procs {
 			cmd.Process.Kill()

@@ -61,7 +61,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		return err
 	}
 	app.Log.Debug("cluster", "world", w.String(), "shards", S, "learners", f.learners)
-	coord, secret, cleanup, err := rendezvous(app, f, w, oneHost)
+	coord, secret, cleanup, err := rendezvous(ctx, app, f, w, oneHost)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ type meeting struct {
 // --rendezvous-dir, or for a job on one host in a folder of this user's),
 // holding the coordinator's address and a secret rank 0 makes unless one
 // is given. cleanup removes rank 0's file.
-func rendezvous(app *App, f *trainFlags, w launcher.World, oneHost bool) (meeting, []byte, func(), error) {
+func rendezvous(ctx context.Context, app *App, f *trainFlags, w launcher.World, oneHost bool) (meeting, []byte, func(), error) {
 	none := func() {}
 	secret, err := loadSecret(f.cluster.secretFile)
 	if err != nil {
@@ -176,7 +176,7 @@ func rendezvous(app *App, f *trainFlags, w launcher.World, oneHost bool) (meetin
 	}
 	path := filepath.Join(dir, "softsync-"+jobKey(w)+".json")
 	if w.Rank != 0 {
-		r, fileSecret, err := readRendezvous(path, c.rendezvous, func() {
+		r, fileSecret, err := readRendezvous(ctx, path, c.rendezvous, func() {
 			app.Log.Info("waiting for rank 0's rendezvous file", "file", path, "me", w.String())
 		})
 		if err != nil {

@@ -153,12 +153,12 @@ func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network
 	prog.run(coord)
 	app.onInterrupt(coord.Interrupt)
 	res, err := coord.Serve(ctx, ln)
-	if err != nil && !errors.Is(err, cluster.ErrInterrupted) {
+	if res == nil { // failed, or interrupted before it started
 		cancel()
 	}
 	wg.Wait()
 	prog.stop()
-	interrupted := errors.Is(err, cluster.ErrInterrupted)
+	interrupted := res != nil && errors.Is(err, cluster.ErrInterrupted)
 	if (err == nil || interrupted) && evalErr != nil {
 		err = evalErr
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -124,8 +125,9 @@ func writeRendezvous(path string, r rendezvousFile) error {
 
 // readRendezvous waits for the rendezvous file at path, written by a
 // coordinator whose process is alive when it is on this host, until
-// timeout; log is called every few seconds while it waits.
-func readRendezvous(path string, timeout time.Duration, log func()) (rendezvousFile, []byte, error) {
+// timeout or until ctx ends; log is called every few seconds while it
+// waits.
+func readRendezvous(ctx context.Context, path string, timeout time.Duration, log func()) (rendezvousFile, []byte, error) {
 	host, _ := os.Hostname()
 	deadline, last := time.Now().Add(timeout), time.Now()
 	for {
@@ -148,7 +150,11 @@ func readRendezvous(path string, timeout time.Duration, log func()) (rendezvousF
 			log()
 			last = time.Now()
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return r, nil, fmt.Errorf("rendezvous: waiting for %s: %w", path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

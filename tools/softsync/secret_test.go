@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -259,4 +260,26 @@ func TestClusterLaunchSecret(t *testing.T) {
 		}
 		checkClusterReport(t, report, 3, 1, 1)
 	})
+}
+
+// TestReadRendezvousCancelled: a rank waiting for rank 0's rendezvous
+// file stops waiting when its context ends (a signal), long before the
+// rendezvous timeout.
+func TestReadRendezvousCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := readRendezvous(ctx, filepath.Join(t.TempDir(), "never.json"), time.Hour, func() {})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("readRendezvous: %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("readRendezvous still waits a minute after its context ended")
+	}
 }

@@ -553,7 +553,7 @@ func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
 	prog.run(job)
 	res, err := job.Wait()
 	prog.stop()
-	if err != nil && !errors.Is(err, cluster.ErrInterrupted) {
+	if err != nil && (res == nil || !errors.Is(err, cluster.ErrInterrupted)) {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped: %w", ctx.Err())
 		}
