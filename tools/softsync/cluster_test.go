@@ -227,10 +227,7 @@ func TestClusterMismatch(t *testing.T) {
 // TestRendezvousTimeout: rank 0 of a job whose other ranks never come
 // gives up after --rendezvous-timeout, naming the ranks it waited for.
 func TestRendezvousTimeout(t *testing.T) {
-	for k, v := range map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3",
-		"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "OMPI_MCA_ess_base_jobid": "timeout-test"} {
-		t.Setenv(k, v)
-	}
+	setRank0(t)
 	report := filepath.Join(t.TempDir(), "r.json")
 	_, err := runErr(append([]string{"train", "--cluster", "auto", "--rendezvous-timeout", "1s"}, clusterJob("mlp", report)...)...)
 	if err == nil || !strings.Contains(err.Error(), "learner 0 (rank 1)") || !strings.Contains(err.Error(), "learner 1 (rank 2)") {

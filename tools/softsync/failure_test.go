@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,10 +23,7 @@ var failureJob = []string{"--model", "lenet", "--epochs", "3", "--lr-steps", "2"
 // marked so that its processes can be found, and returns the job and the
 // marker.
 func startLaunch(t *testing.T, args ...string) (*clustertest.Job, string) {
-	marker := fmt.Sprintf("job%x", rand.Uint64())
-	j := clustertest.Exec().Start(t, clustertest.Spec{N: 1, Argv: clustertest.Self("softsync", append([]string{"launch"}, args...)...),
-		Env: []string{"SOFTSYNC_TEST_JOB=" + marker}, Timeout: 4 * time.Minute})
-	return j, marker
+	return startMarked(t, nil, append([]string{"launch"}, args...)...)
 }
 
 // waitOutput waits until the job's output contains s.

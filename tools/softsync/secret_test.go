@@ -202,9 +202,9 @@ func TestNoSecretFileTracked(t *testing.T) {
 }
 
 // setRank0 makes this process rank 0 of a job of three under Open MPI.
-func setRank0(t *testing.T, job string) {
-	for k, v := range map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "3",
-		"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "OMPI_MCA_ess_base_jobid": job} {
+func setRank0(t *testing.T) {
+	for _, kv := range openMPIRank(0, 3) {
+		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 }
@@ -214,7 +214,7 @@ func setRank0(t *testing.T, job string) {
 // says how to give one; with $SOFTSYNC_SECRET, or with --insecure, it
 // runs (and gives up at rendezvous: the other ranks never come).
 func TestClusterCoordinatorNeedsSecret(t *testing.T) {
-	setRank0(t, "secret-test")
+	setRank0(t)
 	t.Setenv(secretEnv, "")
 	report := filepath.Join(t.TempDir(), "r.json")
 	job := append([]string{"train", "--cluster", "auto", "--coordinator", "127.0.0.1:0", "--rendezvous-timeout", "1s"}, clusterJob("mlp", report)...)
