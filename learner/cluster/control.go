@@ -55,14 +55,25 @@ const (
 	maxControl = 64 << 20
 )
 
-// MaxShards is the most shards a job may have (Config.Shards), so that
-// every control message fits in maxControl bytes. The largest grows with
-// the shards of one server: the counters of a shard server that runs them
-// all (a job in one process), ps.ServerStats in tFinal and tServerStats,
-// up to 22 KB a shard when its staleness histogram is full, 45 MB for
-// 2048 shards (TestControlMessagesFit builds the largest of each
-// message).
+// MaxShards is the most shards a job may have (Config.Shards); a job of
+// many learners may have fewer (MaxShardsFor).
 const MaxShards = 2048
+
+// MaxShardsFor returns the most shards a job of learners learners may
+// have, so that every control message fits in maxControl bytes. The
+// largest grows with the shards of one server: the counters of a shard
+// server that runs them all (a job in one process), ps.ServerStats in
+// tFinal and tServerStats, at most shardStatsBytes a shard (every counter
+// at its largest, the staleness histogram full) and learnerStatsBytes
+// more a shard for each learner (its refused gradients). That is 45 MB
+// for 2048 shards of one learner; beyond 487 learners it takes fewer
+// than 2048 shards to reach maxControl. TestControlMessagesFit builds the
+// largest of each message.
+func MaxShardsFor(learners int) int {
+	return min(MaxShards, maxControl/(shardStatsBytes+learnerStatsBytes*max(learners, 1)))
+}
+
+const shardStatsBytes, learnerStatsBytes = 22 << 10, 21
 
 // Role names a process's part in a job.
 type Role string

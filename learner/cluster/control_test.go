@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -129,25 +130,65 @@ func TestControlParts(t *testing.T) {
 	}
 }
 
+// fillLargest sets every integer of v (a pointer to a struct, its
+// structs included) to its largest value, and every []uint64 to n of
+// them: HistogramLen for a Histogram, learners for the others (per
+// learner counts).
+func fillLargest(v reflect.Value, learners int) {
+	v = v.Elem()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		switch f.Kind() {
+		case reflect.Uint64, reflect.Uint32, reflect.Uint:
+			f.SetUint(math.MaxUint64 >> (64 - f.Type().Bits()))
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			f.SetInt(math.MaxInt64 >> (64 - f.Type().Bits()))
+		case reflect.Struct:
+			fillLargest(f.Addr(), learners)
+		case reflect.Slice:
+			if f.Type().Elem().Kind() != reflect.Uint64 {
+				continue
+			}
+			n := learners
+			if name == "Histogram" {
+				n = ps.HistogramLen
+			}
+			s := make([]uint64, n)
+			for k := range s {
+				s[k] = math.MaxUint64
+			}
+			f.Set(reflect.ValueOf(s))
+		}
+	}
+}
+
 // TestControlMessagesFit builds the largest control message of each kind
-// that grows with the shards, for a job of MaxShards shards: every value
-// at its largest, every staleness histogram full, addresses of the
-// longest host name; each fits in maxControl bytes.
+// that grows with the shards, for a job of MaxShardsFor(λ) shards: every
+// counter at its largest, every histogram full, addresses of the longest
+// host name; each fits in maxControl bytes, and a shard's counters in
+// the bytes MaxShardsFor counts for them.
 func TestControlMessagesFit(t *testing.T) {
+	for _, learners := range []int{1, 487, 488, 5000} {
+		S := MaxShardsFor(learners)
+		var one ps.Stats
+		fillLargest(reflect.ValueOf(&one), learners)
+		b, _ := json.Marshal(one)
+		if len(b)+1 > shardStatsBytes+learnerStatsBytes*learners { // a comma between shards
+			t.Errorf("a shard's counters with %d learners: %d bytes, MaxShardsFor counts %d", learners, len(b)+1, shardStatsBytes+learnerStatsBytes*learners)
+		}
+		var stats ps.ServerStats
+		fillLargest(reflect.ValueOf(&stats), learners)
+		stats.Shards = make([]ps.Stats, S)
+		for k := range stats.Shards {
+			stats.Shards[k] = one
+		}
+		if b, _ := json.Marshal(stats); len(b) > maxControl {
+			t.Errorf("a shard server's counters, %d shards of %d learners: %d bytes, more than maxControl (%d)", S, learners, len(b), maxControl)
+		} else {
+			t.Logf("a shard server's counters, %d shards of %d learners: %d bytes", S, learners, len(b))
+		}
+	}
 	const S = MaxShards
-	big := uint64(math.MaxUint64)
-	hist := make([]uint64, ps.HistogramLen)
-	for i := range hist {
-		hist[i] = big
-	}
-	var stats ps.ServerStats
-	for k := range S {
-		stats.Shards = append(stats.Shards, ps.Stats{Shard: k, Clock: big, Updates: big, Partial: big, Gradients: big,
-			Dropped: big, Duplicates: big, Rejected: ps.Rejections{WrongJob: big, WrongShard: big, UnknownLearner: big, BadType: big,
-				BadLength: big, FutureClock: big, NonFinite: big, AlreadyPush: big}, Samples: big,
-			Epoch: math.MaxInt, Histogram: hist, StalenessSum: big, MaxStaleness: math.MaxInt})
-	}
-	stats.BadFrames, stats.ErrorsDropped, stats.Refused, stats.NotHosted, stats.Lost = big, big, big, big, big
 	addr := strings.Repeat("h", 253) + ":65535"
 	shards := make([]int, S)
 	w := welcome{Incarnation: math.MaxUint32, Plan: data.Plan{Images: math.MaxInt, Batch: math.MaxInt}}
@@ -157,12 +198,11 @@ func TestControlMessagesFit(t *testing.T) {
 		shards[k] = k
 		w.Addrs = append(w.Addrs, addr)
 		report.Files = append(report.Files, checkpoint.FileSum{Name: fmt.Sprintf("shard-%05d.ckpt", k), Size: math.MaxInt64})
-		p.Pushes = append(p.Pushes, big)
+		p.Pushes = append(p.Pushes, math.MaxUint64)
 		p.Connections = append(p.Connections, Connection{Learner: math.MaxInt, Shards: []int{k}, Peer: addr,
 			Transport: "verbs", Reason: strings.Repeat("r", 200)})
 	}
 	for name, v := range map[string]any{
-		"a shard server's counters (final, stats)": stats,
 		"the welcome":                        w,
 		"a shard server's hello":             hello{Addr: addr, Shards: shards, Settings: Settings{"model": strings.Repeat("m", 4096)}},
 		"a learner's last progress":          p,
@@ -195,10 +235,18 @@ func TestJobMaxShards(t *testing.T) {
 	}
 	checkResult(t, cfg, res)
 
-	cfg.Shards = MaxShards + 1
-	var fe *param.FieldError
-	err = cfg.Validate()
-	if !errors.As(err, &fe) || fe.Field != "Shards" || !strings.Contains(err.Error(), fmt.Sprint(MaxShards)) {
-		t.Errorf("%d shards: %v, want a FieldError for Shards naming %d", cfg.Shards, err, MaxShards)
+	for _, learners := range []int{2, 5000} {
+		cfg.Learners, cfg.N = learners, learners
+		max := MaxShardsFor(learners)
+		cfg.Shards = max
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%d shards of %d learners: %v", max, learners, err)
+		}
+		cfg.Shards = max + 1
+		var fe *param.FieldError
+		err = cfg.Validate()
+		if !errors.As(err, &fe) || fe.Field != "Shards" || !strings.Contains(err.Error(), fmt.Sprintf("at most %d shards", max)) {
+			t.Errorf("%d shards of %d learners: %v, want a FieldError for Shards naming %d", cfg.Shards, learners, err, max)
+		}
 	}
 }

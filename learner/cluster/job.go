@@ -53,7 +53,7 @@ type Config struct {
 	Protocol     ps.Protocol
 	N            int // softsync's n, 1 ≤ N ≤ Learners
 	MaxStaleness int // softsync only; 0 = unbounded
-	Shards       int // 1 … MaxShards
+	Shards       int // 1 … MaxShardsFor(Learners)
 	Solver       sgd.Config
 
 	Transport string // "inmem" (also "") or "tcp" (loopback)
@@ -162,8 +162,9 @@ func (c *Config) ValidateSettings() error {
 	if err := pc.Validate(); err != nil {
 		return err
 	}
-	if c.Shards > MaxShards {
-		return param.Fieldf("Shards", "at most %d shards (the control messages that carry every shard's counters must stay within %d MiB), got %d", MaxShards, maxControl>>20, c.Shards)
+	if max := MaxShardsFor(c.Learners); c.Shards > max {
+		return param.Fieldf("Shards", "at most %d shards with %d learner(s) (the control message that carries every shard's counters must stay within %d MiB), got %d",
+			max, c.Learners, maxControl>>20, c.Shards)
 	}
 	if c.Spec == nil {
 		return nil

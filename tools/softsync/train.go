@@ -165,7 +165,7 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.IntVar(&f.n, "n", 0, "softsync's n, 1 ≤ n ≤ λ: the server updates with every ⌊λ/n⌋ gradients (default: λ, fully asynchronous)")
 	fl.IntVar(&f.maxStale, "max-staleness", 0, "softsync: drop gradients staler than this and hold back pulls that would exceed it; 0 = unbounded")
 	fl.StringVar(&f.lrMode, "lr-mode", "staleness", "how staleness τ scales the rate: staleness (α0/τ per gradient), average (α0/⟨τ⟩ per update) or constant")
-	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range), 1 … 2048 and at most the network's parameters (docs/training.md); across processes, one shard-server process each")
+	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range), 1 … 2048 (fewer beyond 487 learners) and at most the network's parameters (docs/training.md); across processes, one shard-server process each")
 	fl.StringVar(&f.comp, "compress", "none", "codec of pushed gradients (weights too when lossless): none, s2, zstd, shuffle+s2, shuffle+zstd, fp16, bf16, topk:FRACTION")
 	fl.BoolVar(&f.overlap, "overlap", false, "learners prefetch the next weights while computing (adds up to one step of staleness, which is measured)")
 	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")

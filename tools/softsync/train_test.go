@@ -259,6 +259,10 @@ func TestTrainBadFlags(t *testing.T) {
 			t.Errorf("train --shards %s: %v, want an error naming --shards and its limit, 2048", n, err)
 		}
 	}
+	if _, err := runErrWithin(t, time.Minute, "train", "--learners", "5000", "--shards", "600", "--data", "/no/such/data"); err == nil ||
+		!strings.Contains(err.Error(), "--shards") || !strings.Contains(err.Error(), "at most 526") {
+		t.Errorf("train --learners 5000 --shards 600: %v, want an error naming --shards and its limit for 5000 learners, 526", err)
+	}
 	// Shapes: CIFAR-10 files into LeNet, batch larger than a learner's share.
 	if _, err := runErr("train", "--train-subset", "100", "--learners", "4", "--batch", "32"); err == nil || !strings.Contains(err.Error(), "--batch") {
 		t.Errorf("batch 32 with 25 images per learner: %v", err)
