@@ -99,10 +99,7 @@ func openMPIRank(r, size int) []string {
 func TestClusterSIGTERMAtRendezvous(t *testing.T) {
 	multiProcess(t)
 	dir := t.TempDir()
-	secret := filepath.Join(dir, "job.secret")
-	if err := writeSecretFile(secret, newSecret()); err != nil {
-		t.Fatal(err)
-	}
+	secret := jobSecretFile(t, dir)
 	job := []string{"--model", "mlp", "--train-subset", "2000", "--test-subset", "500", "--learners", "2", "--secret-file", secret}
 	nobody := freeAddr(t)
 	for _, c := range []struct {

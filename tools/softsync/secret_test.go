@@ -233,16 +233,23 @@ func TestClusterCoordinatorNeedsSecret(t *testing.T) {
 	}
 }
 
+// jobSecretFile writes a new secret to dir/job.secret and returns its path.
+func jobSecretFile(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "job.secret")
+	if err := writeSecretFile(path, newSecret()); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestClusterLaunchSecret: launch takes the job's secret from
 // --secret-file after -- (which its processes are given too) or from
 // $SOFTSYNC_SECRET, and the job completes.
 func TestClusterLaunchSecret(t *testing.T) {
 	multiProcess(t)
 	dir := t.TempDir()
-	file := filepath.Join(dir, "job.secret")
-	if err := writeSecretFile(file, newSecret()); err != nil {
-		t.Fatal(err)
-	}
+	file := jobSecretFile(t, dir)
 	t.Run("secret-file", func(t *testing.T) {
 		report := filepath.Join(dir, "file.json")
 		j, _ := startLaunch(t, append([]string{"-n", "1", "--"}, clusterJob("mlp", report, "--secret-file", file, "--rendezvous-timeout", "30s")...)...)
