@@ -54,8 +54,8 @@ func clusterJob(model, report string, more ...string) []string {
 }
 
 // checkClusterReport reads a cluster run's report and checks that every
-// process took part: ranks (or roles) as expected, every learner pushed
-// gradients, the counters add up, the test error is that of a trained
+// process took part: ranks (or roles) as expected, every learner reached
+// every shard, the counters add up, the test error is that of a trained
 // network.
 func checkClusterReport(t *testing.T, path string, procs, learners, shards int) map[string]any {
 	t.Helper()
@@ -81,11 +81,8 @@ func checkClusterReport(t *testing.T, path string, procs, learners, shards int) 
 		t.Errorf("roles %v, want %d learners, %d servers and an evaluator", roles, learners, shards)
 	}
 	var steps float64
-	for i, n := range r["learner_steps"].([]any) {
-		if n.(float64) == 0 {
-			t.Errorf("learner %d pushed nothing: %v", i, r["learner_steps"])
-		}
-		steps += n.(float64)
+	for _, n := range r["learner_steps"].([]any) {
+		steps += n.(float64) // a learner that arrives last may find every chunk taken: 0 is fine
 	}
 	if len(r["learner_steps"].([]any)) != learners || steps != r["steps"].(float64) || steps == 0 {
 		t.Errorf("learner_steps %v, steps %v", r["learner_steps"], r["steps"])
@@ -99,8 +96,19 @@ func checkClusterReport(t *testing.T, path string, procs, learners, shards int) 
 	if te, ok := r["test_error"].(float64); !ok || te > 0.3 {
 		t.Errorf("test error %v, want a trained network (≤ 0.3)", r["test_error"])
 	}
-	if c := r["connections"].([]any); len(c) != learners*shards {
-		t.Errorf("%d connections reported, want %d", len(c), learners*shards)
+	// Every learner took part: it reached every shard server.
+	conns := r["connections"].([]any)
+	if len(conns) != learners*shards {
+		t.Errorf("%d connections reported, want %d", len(conns), learners*shards)
+	}
+	perLearner := map[int]int{}
+	for _, c := range conns {
+		perLearner[int(c.(map[string]any)["learner"].(float64))] += len(c.(map[string]any)["shards"].([]any))
+	}
+	for l := range learners {
+		if perLearner[l] != shards {
+			t.Errorf("learner %d reached %d of the %d shards: connections %v", l, perLearner[l], shards, conns)
+		}
 	}
 	return r
 }
