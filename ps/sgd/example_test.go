@@ -32,3 +32,25 @@ func ExampleSolver_single() {
 	// epoch 0: rate 0.1, w = [0.9000 -1.0000 -0.2000]
 	// epoch 1: rate 0.01, w = [0.8005 -1.0000 -0.4000]
 }
+
+// A parameter-server shard under "dc:0.5": a gradient of staleness 1
+// comes with the weights its learner pulled, which the rule compares with
+// the current ones. By hand: g' = g + 0.5·g²·(w − pulled) = (1 + 0.5·1·0.5,
+// 2 + 0.5·4·0) = (1.25, 2); without momentum w −= 0.1·g'.
+func ExampleSolver_UpdateGrad() {
+	cfg := sgd.Config{LR: 0.1}
+	if err := cfg.ParseRule("dc:0.5"); err != nil {
+		panic(err)
+	}
+	s, err := sgd.NewSolver(cfg, nil, 0, 2)
+	if err != nil {
+		panic(err)
+	}
+	w := []float32{1, 2}
+	g := sgd.Grad{G: []float32{1, 2}, Tau: 1, Pulled: []float32{0.5, 2}}
+	g.Max = sgd.MaxAbs(g.G)
+	s.UpdateGrad(w, g, 0)
+	fmt.Printf("%s: w = %.4f\n", cfg.RuleString(), w)
+	// Output:
+	// dc:0.5: w = [0.8750 1.8000]
+}

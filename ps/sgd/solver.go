@@ -24,7 +24,30 @@ type Solver struct {
 	maxTau int       // max τ_l of the pending gradients
 	bounds bounds    // of the magnitudes the next update reads
 	coefs  []coefs   // per span, the factors of the update being applied
+	m      float32   // the momentum of the update being applied
 	ws, vs []float32 // scratch of a checked update; allocated on first need
+	// The rules' running statistics (see State), allocated by NewSolver
+	// for the rules that keep them.
+	meanSq []float32 // CorrDCAdaptive: mean square of the gradients
+	stepSq []float32 // CorrGap: mean of the squared steps
+	steps  uint64    // CorrGap: updates applied
+	window tauWindow // MomentumComp: τ of the recent gradients
+	poly   []float64 // LRPoly: the factors of τ = 0 … polyTable−1
+}
+
+// polyTable is the number of LRPoly factors a solver computes ahead, so
+// that the common staleness costs a load rather than a power.
+const polyTable = 64
+
+// Grad is one gradient as the solver takes it.
+type Grad struct {
+	G   []float32 // hi−lo floats, averaged over its mini-batch; read once, not retained
+	Max float32   // a bound of its magnitudes, ≥ |G[k]| for every k: MaxAbs(G), which the caller's finite check computes (+Inf: unknown)
+	Tau int       // its staleness τ ≥ 0
+	// Pulled holds the weights of the solver's range that G was computed
+	// on (hi−lo floats, read, not retained), for the rules that compare
+	// them with the current weights (Config.NeedsPulled); nil otherwise.
+	Pulled []float32
 }
 
 // bounds are upper bounds of the magnitudes an update reads (see "Finite
@@ -55,6 +78,7 @@ type UpdateInfo struct {
 	Alpha         float64 // ᾱ·η: the mean effective rate α(τ_l) of the update's gradients, times c/c₀ for a partial update
 	MeanStaleness float64 // mean τ_l of the update's gradients
 	MaxStaleness  int     // max τ_l of the update's gradients
+	Momentum      float64 // the momentum of the update: Config.Momentum, lowered under MomentumComp
 	// Refused: the update would have made a weight or a momentum value
 	// NaN or ±Inf, so it was not applied: the weights and the momentum
 	// are as they were, bit for bit, and its gradients are discarded.
@@ -83,6 +107,21 @@ func NewSolver(cfg Config, layout []param.Segment, lo, hi int) (*Solver, error) 
 	}
 	cfg.LRSteps = slices.Clone(cfg.LRSteps)
 	s := &Solver{cfg: cfg, lo: lo, hi: hi, mom: make([]float32, hi-lo), bounds: bounds{w: math.Inf(1)}}
+	switch cfg.Correction {
+	case CorrDCAdaptive:
+		s.meanSq = make([]float32, hi-lo)
+	case CorrGap:
+		s.stepSq = make([]float32, hi-lo)
+	}
+	if cfg.MomentumComp {
+		s.window.taus = make([]int64, 0, MomentumWindow)
+	}
+	if cfg.LRMode == LRPoly {
+		s.poly = make([]float64, polyTable)
+		for tau := range s.poly {
+			s.poly[tau] = cfg.factor(tau)
+		}
+	}
 	if layout == nil {
 		layout = []param.Segment{{Name: "all", Len: total, LRMult: 1, DecayMult: 1}}
 	}
@@ -106,10 +145,10 @@ func (s *Solver) Pending() int { return s.n }
 
 // factor returns s_l for a gradient of staleness tau.
 func (s *Solver) factor(tau int) float64 {
-	if s.cfg.LRMode == LRStaleness && tau > 1 {
-		return 1 / float64(tau)
+	if tau < len(s.poly) {
+		return s.poly[tau]
 	}
-	return 1
+	return s.cfg.factor(tau)
 }
 
 func (s *Solver) checkGrad(g []float32, tau int) {
@@ -121,50 +160,99 @@ func (s *Solver) checkGrad(g []float32, tau int) {
 	}
 }
 
-// Add accumulates gradient g (hi−lo floats, averaged over its mini-batch)
-// of staleness tau into the pending update: one pass over g, which is not
-// retained. gmax bounds its magnitudes, gmax ≥ |g[k]| for every k: MaxAbs(g),
-// which the caller's check that g is finite computes anyway (+Inf if
-// unknown: the update then checks every value it writes). A wrong length
-// or negative tau panics.
+// Add is AddGrad(nil, Grad{G: g, Max: gmax, Tau: tau}), for the rules
+// that need no pulled weights.
 func (s *Solver) Add(g []float32, gmax float32, tau int) {
-	s.checkGrad(g, tau)
-	f := s.factor(tau)
-	if s.n == 0 {
-		if s.acc == nil {
-			s.acc = make([]float32, len(g))
-		}
-		scaleTo(s.acc, g, float32(f))
-	} else {
-		axpy(s.acc, g, float32(f))
+	s.AddGrad(nil, Grad{G: g, Max: gmax, Tau: tau})
+}
+
+// AddGrad accumulates g into the pending update: one pass over g.G (and,
+// for the rules of Config.NeedsPulled, over g.Pulled and w, the current
+// weights of the solver's range: what the next Update receives; nil for
+// the other rules). A wrong length, a negative τ or missing pulled
+// weights panic.
+func (s *Solver) AddGrad(w []float32, g Grad) {
+	s.checkGrad(g.G, g.Tau)
+	f := s.factor(g.Tau)
+	if s.acc == nil {
+		s.acc = make([]float32, len(g.G))
 	}
+	gmax := g.Max
+	switch {
+	case s.cfg.NeedsPulled():
+		gmax = s.correct(w, g, float32(f))
+	case s.n == 0:
+		scaleTo(s.acc, g.G, float32(f))
+	default:
+		axpy(s.acc, g.G, float32(f))
+	}
+	s.record(f, g.Tau)
+	s.bounds.acc += float64(float32(f)) * float64(gmax)
+}
+
+// record counts one more gradient of factor f and staleness tau.
+func (s *Solver) record(f float64, tau int) {
 	s.n++
 	s.sumS += f
 	s.sumTau += int64(tau)
 	s.maxTau = max(s.maxTau, tau)
-	s.bounds.acc += float64(float32(f)) * float64(gmax)
+	if s.cfg.MomentumComp {
+		s.window.add(tau)
+	}
 }
 
-// Update applies the pending gradients plus last (nil for none; otherwise
-// one more gradient of staleness tau, folded into the same pass, whose
-// magnitudes lastMax bounds as gmax does for Add) to w, the hi−lo weights
-// of the solver's range, with the schedule at epoch. w must hold what the
-// previous Update left in it (the solver bounds its magnitudes from what it
-// wrote; other weights are measured first). An update that would make a
-// weight or a momentum value NaN or ±Inf is refused (UpdateInfo.Refused):
-// w and the momentum keep their values and the pending gradients are
-// discarded. It panics if there is no gradient at all or w has the wrong
-// length.
+// correct adds f·g' to the accumulator, g' the gradient corrected by the
+// rule, and returns a bound of |g'|.
+func (s *Solver) correct(w []float32, g Grad, f float32) float32 {
+	n := s.hi - s.lo
+	if len(w) != n || len(g.Pulled) != n {
+		panic(fmt.Sprintf("sgd: rule %s needs the current and the pulled weights of the range (%d elements), got %d and %d", s.cfg.RuleString(), n, len(w), len(g.Pulled)))
+	}
+	if s.n == 0 {
+		clear(s.acc)
+	}
+	switch s.cfg.Correction {
+	case CorrDC:
+		return dcInto(s.acc, g.G, w, g.Pulled, f, s.cfg.DCLambda)
+	case CorrDCAdaptive:
+		return dcAdaptiveInto(s.acc, s.meanSq, g.G, w, g.Pulled, f, float32(s.cfg.DCLambda))
+	}
+	gapInto(s.acc, s.stepSq, g.G, w, g.Pulled, f, gapCorrection(s.steps))
+	return g.Max
+}
+
+// Update is UpdateGrad with last given as a slice (nil for none), its
+// bound and its staleness, for the rules that need no pulled weights.
 func (s *Solver) Update(w, last []float32, lastMax float32, tau, epoch int) UpdateInfo {
+	return s.UpdateGrad(w, Grad{G: last, Max: lastMax, Tau: tau}, epoch)
+}
+
+// UpdateGrad applies the pending gradients plus last (last.G nil for
+// none; otherwise one more gradient, folded into the same pass) to w, the
+// hi−lo weights of the solver's range, with the schedule at epoch. w must
+// hold what the previous Update left in it (the solver bounds its
+// magnitudes from what it wrote; other weights are measured first). An
+// update that would make a weight or a momentum value NaN or ±Inf is
+// refused (UpdateInfo.Refused): w and the momentum keep their values and
+// the pending gradients are discarded. It panics if there is no gradient
+// at all or w has the wrong length, and on the misuse AddGrad panics on.
+func (s *Solver) UpdateGrad(w []float32, last Grad, epoch int) UpdateInfo {
 	if len(w) != s.hi-s.lo {
 		panic(fmt.Sprintf("sgd: weights have %d elements, solver range [%d, %d) has %d", len(w), s.lo, s.hi, s.hi-s.lo))
 	}
+	if last.G != nil && s.cfg.NeedsPulled() {
+		s.AddGrad(w, last) // the correction's own pass, then the update of the accumulator
+		last = Grad{}
+	}
 	c, sumS, sumTau, maxTau := s.n, s.sumS, s.sumTau, s.maxTau
 	var fl float64
-	if last != nil {
-		s.checkGrad(last, tau)
-		fl = s.factor(tau)
-		c, sumS, sumTau, maxTau = c+1, sumS+fl, sumTau+int64(tau), max(maxTau, tau)
+	if last.G != nil {
+		s.checkGrad(last.G, last.Tau)
+		fl = s.factor(last.Tau)
+		c, sumS, sumTau, maxTau = c+1, sumS+fl, sumTau+int64(last.Tau), max(maxTau, last.Tau)
+		if s.cfg.MomentumComp {
+			s.window.add(last.Tau)
+		}
 	}
 	if c == 0 {
 		panic("sgd: Update with no gradient")
@@ -184,18 +272,27 @@ func (s *Solver) Update(w, last []float32, lastMax float32, tau, epoch int) Upda
 		b := float32(k * abar * s.cfg.WeightDecay * sp.decayMult)
 		// Two gradient streams: the accumulator and the last gradient, or
 		// one of them twice with factor 0 for the second (an exact +0).
-		cf := coefs{a1: aLast, b: b, g1: last, g2: last}
+		cf := coefs{a1: aLast, b: b, g1: last.G, g2: last.G}
 		if s.n > 0 {
 			cf.a1, cf.g1, cf.g2, cf.acc1, cf.acc2 = aAcc, s.acc, s.acc, true, true
-			if last != nil {
-				cf.a2, cf.g2, cf.acc2 = aLast, last, false
+			if last.G != nil {
+				cf.a2, cf.g2, cf.acc2 = aLast, last.G, false
 			}
 		}
 		s.coefs = append(s.coefs, cf)
 	}
+	m := s.cfg.Momentum
+	if s.cfg.MomentumComp {
+		m = compensated(m, s.window.mean())
+	}
+	s.m = float32(m)
 	info := UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar,
-		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau}
-	info.Refused = !s.apply(w, float64(lastMax), c)
+		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau, Momentum: m}
+	info.Refused = !s.apply(w, float64(last.Max), c)
+	if !info.Refused && s.stepSq != nil {
+		observeSteps(s.stepSq, s.mom)
+		s.steps++
+	}
 	clear(s.coefs) // the gradients are not retained
 	s.n, s.sumS, s.sumTau, s.maxTau, s.bounds.acc = 0, 0, 0, 0, 0
 	return info
@@ -224,10 +321,9 @@ func (s *Solver) apply(w []float32, lastMax float64, c int) bool {
 		t = s.stepBound(lastMax)
 	}
 	if (s.bounds.w+t)*slack < limit {
-		m := float32(s.cfg.Momentum)
 		for i, sp := range s.spans {
 			cf := &s.coefs[i]
-			step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], m, cf.a1, cf.a2, cf.b)
+			step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 		}
 		s.bounds.w, s.bounds.v, s.bounds.exact = (s.bounds.w+t)*slack, t*slack, false
 		return true
@@ -239,7 +335,7 @@ func (s *Solver) apply(w []float32, lastMax float64, c int) bool {
 // before rounding, lastMax bounding the last gradient: +Inf or NaN when a
 // bound or a factor is not finite.
 func (s *Solver) stepBound(lastMax float64) float64 {
-	m := float64(float32(s.cfg.Momentum))
+	m := float64(s.m)
 	stream := func(acc bool) float64 {
 		if acc {
 			return s.bounds.acc
@@ -275,10 +371,9 @@ func (s *Solver) applyChecked(w []float32) bool {
 	}
 	copy(s.ws, w)
 	copy(s.vs, s.mom)
-	m := float32(s.cfg.Momentum)
 	for i, sp := range s.spans {
 		cf := &s.coefs[i]
-		step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], m, cf.a1, cf.a2, cf.b)
+		step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 	}
 	wm, vm := MaxAbs(s.ws), MaxAbs(s.vs)
 	if !(wm <= math.MaxFloat32 && vm <= math.MaxFloat32) {
@@ -291,7 +386,11 @@ func (s *Solver) applyChecked(w []float32) bool {
 }
 
 // State is the solver's mutable state, for checkpoints: the momentum
-// history and the pending accumulation. Slices are copies.
+// history, the pending accumulation and the rules' running statistics.
+// Slices are copies. A statistic is nil when the rule keeps none; given
+// to SetState, an empty one starts afresh (as NewSolver does) and one the
+// solver's rule does not keep is ignored, so that a job can resume under
+// another rule.
 type State struct {
 	Momentum []float32 // v for [lo, hi)
 	Acc      []float32 // Σ s_l·Δθ_l of the pending gradients; nil when Pending is 0
@@ -299,19 +398,34 @@ type State struct {
 	SumS     float64   // Σ s_l of the pending gradients
 	SumTau   int64     // Σ τ_l of the pending gradients
 	MaxTau   int       // max τ_l of the pending gradients
+	// MeanSquare is CorrDCAdaptive's running mean square of the
+	// gradients, per element of [lo, hi).
+	MeanSquare []float32
+	// StepSquare is CorrGap's running mean of the squared steps, per
+	// element of [lo, hi), and Steps the updates folded into it.
+	StepSquare []float32
+	Steps      uint64
+	// RecentTau holds, under MomentumComp, the staleness of the last
+	// gradients received (at most MomentumWindow), oldest first.
+	RecentTau []int64
 }
 
 // State returns a deep copy of the solver's mutable state.
 func (s *Solver) State() State {
-	st := State{Momentum: slices.Clone(s.mom), Pending: s.n, SumS: s.sumS, SumTau: s.sumTau, MaxTau: s.maxTau}
+	st := State{Momentum: slices.Clone(s.mom), Pending: s.n, SumS: s.sumS, SumTau: s.sumTau, MaxTau: s.maxTau,
+		MeanSquare: slices.Clone(s.meanSq), StepSquare: slices.Clone(s.stepSq), Steps: s.steps}
 	if s.n > 0 {
 		st.Acc = slices.Clone(s.acc)
+	}
+	if s.cfg.MomentumComp {
+		st.RecentTau = s.window.ordered()
 	}
 	return st
 }
 
 // SetState restores a state taken with State from a solver of the same
-// range. It returns a *param.FieldError if the lengths do not match.
+// range. It returns a *param.FieldError if a length does not match or a
+// statistic is out of its range (negative, NaN or infinite).
 func (s *Solver) SetState(st State) error {
 	n := s.hi - s.lo
 	switch {
@@ -319,6 +433,29 @@ func (s *Solver) SetState(st State) error {
 		return param.Fieldf("State.Momentum", "has %d elements, want %d", len(st.Momentum), n)
 	case st.Pending < 0 || (st.Pending > 0 && len(st.Acc) != n) || (st.Pending == 0 && len(st.Acc) != 0):
 		return param.Fieldf("State.Acc", "has %d elements with %d pending gradients, want %d (or none with 0 pending)", len(st.Acc), st.Pending, n)
+	}
+	for _, f := range []struct {
+		name string
+		v    []float32
+		kept bool
+	}{{"State.MeanSquare", st.MeanSquare, s.meanSq != nil}, {"State.StepSquare", st.StepSquare, s.stepSq != nil}} {
+		if err := checkStatistic(f.name, f.v, n); f.kept && err != nil {
+			return err
+		}
+	}
+	if s.cfg.MomentumComp {
+		if len(st.RecentTau) > MomentumWindow {
+			return param.Fieldf("State.RecentTau", "has %d entries, at most %d", len(st.RecentTau), MomentumWindow)
+		}
+		if k := slices.IndexFunc(st.RecentTau, func(t int64) bool { return t < 0 }); k >= 0 {
+			return param.Fieldf("State.RecentTau", "entry %d is %d, staleness is ≥ 0", k, st.RecentTau[k])
+		}
+		s.window.set(st.RecentTau)
+	}
+	restore(s.meanSq, st.MeanSquare)
+	restore(s.stepSq, st.StepSquare)
+	if s.steps = 0; len(s.stepSq) > 0 && len(st.StepSquare) > 0 {
+		s.steps = st.Steps
 	}
 	copy(s.mom, st.Momentum)
 	if st.Pending > 0 {
@@ -333,4 +470,28 @@ func (s *Solver) SetState(st State) error {
 		s.bounds.acc = math.Inf(1)
 	}
 	return nil
+}
+
+// checkStatistic returns a *param.FieldError unless v is empty or holds
+// n finite values ≥ 0.
+func checkStatistic(name string, v []float32, n int) error {
+	switch {
+	case len(v) == 0:
+		return nil
+	case len(v) != n:
+		return param.Fieldf(name, "has %d elements, want %d", len(v), n)
+	}
+	if k := slices.IndexFunc(v, func(x float32) bool { return !(x >= 0 && x <= math.MaxFloat32) }); k >= 0 {
+		return param.Fieldf(name, "element %d is %g: a mean of squares is finite and ≥ 0", k, v[k])
+	}
+	return nil
+}
+
+// restore sets dst (a statistic the solver keeps, or nil) to src, or to
+// zeros when src is empty.
+func restore(dst, src []float32) {
+	if len(src) == 0 {
+		clear(dst)
+	}
+	copy(dst, src)
 }

@@ -350,17 +350,21 @@ func sameBits(a, b []float32) bool {
 }
 
 // TestUpdateRefused drives weights to the edge of the float32 range and
-// past it, on every kernel path: an update whose results are finite is
-// applied, however large they are; one that would make a weight or a
-// momentum value infinite is refused as a whole (the weights and the
-// momentum keep their bits) and its pending gradients are discarded: the
-// next update is the one a solver that never saw them makes.
+// past it, on every kernel path and under the rules without a per-gradient
+// statistic: an update whose results are finite is applied, however large
+// they are; one that would make a weight or a momentum value infinite is
+// refused as a whole (the weights, the momentum and gap's step statistic
+// keep their bits) and its pending gradients are discarded: the next
+// update is the one a solver that never saw them makes.
 func TestUpdateRefused(t *testing.T) { forImpls(t, testUpdateRefused) }
 
 func testUpdateRefused(t *testing.T) {
 	const big = 40 // in fc1.bias: lr_mult 2, no decay
-	for _, mode := range []LRMode{LRConstant, LRStaleness, LRAverage} {
-		cfg := Config{LR: 0.5, Momentum: 0.5, WeightDecay: 0.004, LRMode: mode}
+	for _, rule := range []string{"constant", "staleness", "average", "poly:0.5", "hinge:0,2", "dc:0.5", "gap"} {
+		cfg := Config{LR: 0.5, Momentum: 0.5, WeightDecay: 0.004}
+		if err := cfg.ParseRule(rule); err != nil {
+			t.Fatal(err)
+		}
 		s, err := NewSolver(cfg, testLayout, 0, testTotal)
 		if err != nil {
 			t.Fatal(err)
@@ -369,12 +373,12 @@ func testUpdateRefused(t *testing.T) {
 		w := randVec(r, testTotal)
 		w[big] = -3e38
 		for range 3 { // finite, the largest weight within 1% of the float32 maximum
-			if info := update(s, w, randVec(r, testTotal), 0, 0); info.Refused {
-				t.Fatalf("%v: an update with finite results was refused: %+v", mode, info)
+			if info := pushUpdate(s, w, randVec(r, testTotal), 0, 0); info.Refused {
+				t.Fatalf("%s: an update with finite results was refused: %+v", rule, info)
 			}
 		}
 		if w[big] > -3e38 || w[big] < -math.MaxFloat32 {
-			t.Fatalf("%v: w[%d] = %g after small steps from -3e38", mode, big, w[big])
+			t.Fatalf("%s: w[%d] = %g after small steps from -3e38", rule, big, w[big])
 		}
 		w0, st0 := clone(w), s.State()
 		ref, err := NewSolver(cfg, testLayout, 0, testTotal)
@@ -386,54 +390,74 @@ func testUpdateRefused(t *testing.T) {
 		}
 		huge := randVec(r, testTotal)
 		huge[big] = 3e38 // a step of lr·lr_mult·3e38 = 3e38 further down: −Inf
-		add(s, randVec(r, testTotal), 1)
-		if info := update(s, w, huge, 0, 0); !info.Refused || info.Gradients != 2 {
-			t.Fatalf("%v: an update to −Inf: %+v, want refused", mode, info)
+		push(s, w, randVec(r, testTotal), 1)
+		if info := pushUpdate(s, w, huge, 0, 0); !info.Refused || info.Gradients != 2 {
+			t.Fatalf("%s: an update to −Inf: %+v, want refused", rule, info)
 		}
-		if !sameBits(w, w0) || !sameBits(s.State().Momentum, st0.Momentum) || s.Pending() != 0 {
-			t.Fatalf("%v: a refused update changed the weights or the momentum, or left %d pending", mode, s.Pending())
+		if !sameBits(w, w0) || !sameState(s.State(), st0) {
+			t.Fatalf("%s: a refused update changed the weights, the momentum or the statistics, or left %d pending", rule, s.Pending())
 		}
 		g := randVec(r, testTotal)
 		wr := clone(w0)
-		a, b := update(s, w, g, 0, 1), update(ref, wr, g, 0, 1)
-		if a.Refused || b.Refused || !sameBits(w, wr) || !sameBits(s.State().Momentum, ref.State().Momentum) {
-			t.Fatalf("%v: after a refused update: %+v; the solver that never saw it: %+v, weights differ: %t", mode, a, b, !sameBits(w, wr))
+		a, b := pushUpdate(s, w, g, 0, 1), pushUpdate(ref, wr, g, 0, 1)
+		if a.Refused || b.Refused || !sameBits(w, wr) || !sameState(s.State(), ref.State()) {
+			t.Fatalf("%s: after a refused update: %+v; the solver that never saw it: %+v, weights differ: %t", rule, a, b, !sameBits(w, wr))
 		}
 	}
 }
 
+// push and pushUpdate call AddGrad and UpdateGrad as a shard does, with
+// the gradient's MaxAbs as its bound, for a gradient computed on the
+// current weights w: its pulled weights.
+func push(s *Solver, w, g []float32, tau int) {
+	s.AddGrad(w, Grad{G: g, Max: MaxAbs(g), Tau: tau, Pulled: w})
+}
+
+func pushUpdate(s *Solver, w, last []float32, tau, epoch int) UpdateInfo {
+	return s.UpdateGrad(w, Grad{G: last, Max: MaxAbs(last), Tau: tau, Pulled: w}, epoch)
+}
+
 // TestCheckedSameBits runs the same updates on the fast path (gradients
-// with their MaxAbs) and on the checked one (bounds unknown: +Inf): both
-// give the same bits, and neither refuses.
+// with their MaxAbs) and on the checked one (bounds unknown: +Inf), under
+// rules with and without corrections: both give the same bits, and
+// neither refuses.
 func TestCheckedSameBits(t *testing.T) { forImpls(t, testCheckedSameBits) }
 
 func testCheckedSameBits(t *testing.T) {
-	cfg := testConfig(LRStaleness)
-	var ss [2]*Solver
-	for i := range ss {
-		var err error
-		if ss[i], err = NewSolver(cfg, testLayout, 0, testTotal); err != nil {
+	for _, rule := range []string{"staleness", "gap+staleness", "dc-adaptive:2"} {
+		cfg := testConfig(LRConstant)
+		if err := cfg.ParseRule(rule); err != nil {
 			t.Fatal(err)
 		}
-	}
-	r := rand.New(rand.NewPCG(15, 16))
-	w0 := randVec(r, testTotal)
-	ws := [2][]float32{clone(w0), clone(w0)}
-	inf := float32(math.Inf(1))
-	for u := range 6 {
-		grads := [][]float32{randVec(r, testTotal), randVec(r, testTotal), randVec(r, testTotal)}
-		c := 1 + u%3
-		for i, s := range ss {
-			bound := func(g []float32) float32 { return [2]float32{MaxAbs(g), inf}[i] }
-			for _, g := range grads[:c-1] {
-				s.Add(g, bound(g), u%2)
-			}
-			if info := s.Update(ws[i], grads[c-1], bound(grads[c-1]), 1, u); info.Refused {
-				t.Fatalf("update %d (path %d) refused: %+v", u, i, info)
+		var ss [2]*Solver
+		for i := range ss {
+			var err error
+			if ss[i], err = NewSolver(cfg, testLayout, 0, testTotal); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if !sameBits(ws[0], ws[1]) || !sameBits(ss[0].State().Momentum, ss[1].State().Momentum) {
-			t.Fatalf("update %d of %d gradients: the fast and the checked path differ", u, c)
+		r := rand.New(rand.NewPCG(15, 16))
+		w0 := randVec(r, testTotal)
+		ws := [2][]float32{clone(w0), clone(w0)}
+		inf := float32(math.Inf(1))
+		for u := range 6 {
+			grads := [][]float32{randVec(r, testTotal), randVec(r, testTotal), randVec(r, testTotal)}
+			c := 1 + u%3
+			for i, s := range ss {
+				// Each gradient was computed on the initial weights.
+				grad := func(g []float32, tau int) Grad {
+					return Grad{G: g, Max: [2]float32{MaxAbs(g), inf}[i], Tau: tau, Pulled: w0}
+				}
+				for _, g := range grads[:c-1] {
+					s.AddGrad(ws[i], grad(g, u%2))
+				}
+				if info := s.UpdateGrad(ws[i], grad(grads[c-1], 1), u); info.Refused {
+					t.Fatalf("%s: update %d (path %d) refused: %+v", rule, u, i, info)
+				}
+			}
+			if !sameBits(ws[0], ws[1]) || !sameState(ss[0].State(), ss[1].State()) {
+				t.Fatalf("%s: update %d of %d gradients: the fast and the checked path differ", rule, u, c)
+			}
 		}
 	}
 }
