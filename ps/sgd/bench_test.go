@@ -50,6 +50,93 @@ func BenchmarkUpdate(b *testing.B) {
 	}
 }
 
+// BenchmarkRules measures each rule beside the staleness rule, on the
+// best kernel path, as BenchmarkUpdate does (c gradients per update,
+// bytes of gradient per second), for LeNet's 431,080 parameters. The
+// gradients of the correction rules come with τ = 3 and pulled weights
+// that differ from the current ones, and the rate is small enough that
+// the weights stay near them (no update is refused: the benchmark fails
+// if one is). Besides time it reports the rule's
+// memory: state-B, the solver's own statistics for the range, and
+// pulled-B/learner, the pulled weights the caller keeps per learner.
+func BenchmarkRules(b *testing.B) {
+	const n = 431080
+	for _, c := range []int{1, 4} {
+		for _, rc := range []struct {
+			rule string
+			comp bool
+		}{{"staleness", false}, {"constant", false}, {"poly:0.5", false}, {"hinge:4,10", false},
+			{"dc:0.04", false}, {"dc-adaptive:2", false}, {"gap", false}, {"staleness", true}} {
+			name := rc.rule
+			if rc.comp {
+				name += "+momentum-comp"
+			}
+			b.Run(fmt.Sprintf("n=%d/c=%d/rule=%s", n, c, name), func(b *testing.B) {
+				cfg := Config{LR: 1e-6, Momentum: 0.9, WeightDecay: 0.004, MomentumComp: rc.comp}
+				if err := cfg.ParseRule(rc.rule); err != nil {
+					b.Fatal(err)
+				}
+				s, err := NewSolver(cfg, nil, 0, n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := rand.New(rand.NewPCG(1, 1))
+				w, pulled := randVec(r, n), randVec(r, n)
+				for k := range pulled {
+					pulled[k] = w[k] + 1e-3*pulled[k]
+				}
+				g := Grad{G: randVec(r, n), Tau: 3, Pulled: pulled}
+				g.Max = MaxAbs(g.G)
+				s.AddGrad(w, g) // allocate the accumulator before timing
+				s.UpdateGrad(w, g, 0)
+				b.SetBytes(int64(4 * n * c))
+				b.ReportAllocs()
+				for b.Loop() {
+					for range c - 1 {
+						s.AddGrad(w, g)
+					}
+					if s.UpdateGrad(w, g, 0).Refused {
+						b.Fatal("update refused")
+					}
+				}
+				b.ReportMetric(float64(4*(len(s.meanSq)+len(s.stepSq))+8*cap(s.window.taus)), "state-B")
+				pulledBytes := 0
+				if cfg.NeedsPulled() {
+					pulledBytes = 4 * n
+				}
+				b.ReportMetric(float64(pulledBytes), "pulled-B/learner")
+			})
+		}
+	}
+}
+
+// BenchmarkRateFactor measures what the stateless rates add per gradient
+// beside their common passes: the factor s(τ), for τ cycling through 0 …
+// 127 (LRPoly's table covers τ < 64, a power beyond).
+func BenchmarkRateFactor(b *testing.B) {
+	for _, rule := range []string{"staleness", "poly:0.5", "hinge:4,10"} {
+		b.Run("rule="+rule, func(b *testing.B) {
+			cfg := Config{LR: 1}
+			if err := cfg.ParseRule(rule); err != nil {
+				b.Fatal(err)
+			}
+			s, err := NewSolver(cfg, nil, 0, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sum float64
+			tau := 0
+			for b.Loop() {
+				sum += s.factor(tau)
+				tau = (tau + 1) & 127
+			}
+			if !(sum > 0) {
+				b.Fatal("no factor computed")
+			}
+		})
+	}
+}
+
 // BenchmarkFirstNonFinite measures the finite check a shard runs on every
 // gradient it receives.
 func BenchmarkFirstNonFinite(b *testing.B) {
