@@ -19,7 +19,8 @@ type NStep struct {
 // entries in increasing order of From, the first from epoch 0; entry k
 // holds from its From to the next entry's. The epoch is the one the step
 // schedule uses (complete passes over the data before the update), and
-// the full update's size follows it: c₀ = ⌊λ/n⌋ (Quorum).
+// the full update's size follows it: c₀ = ⌊λ/n⌋ (Quorum; Solver.SetQuorum
+// sets it in the solver).
 type NSchedule []NStep
 
 // ParseNSchedule parses an n schedule for λ = learners: entries "N@E"

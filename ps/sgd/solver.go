@@ -143,6 +143,16 @@ func (s *Solver) Range() (lo, hi int) { return s.lo, s.hi }
 // Pending returns the number of gradients added since the last Update.
 func (s *Solver) Pending() int { return s.n }
 
+// SetQuorum sets c₀ (Config.Quorum) for the updates from now on, for a
+// full-update size that changes during a job (an NSchedule at an epoch
+// boundary); the pending gradients are kept. A negative c₀ panics.
+func (s *Solver) SetQuorum(c0 int) {
+	if c0 < 0 {
+		panic(fmt.Sprintf("sgd: negative quorum %d", c0))
+	}
+	s.cfg.Quorum = c0
+}
+
 // factor returns s_l for a gradient of staleness tau.
 func (s *Solver) factor(tau int) float64 {
 	if tau < len(s.poly) {

@@ -134,8 +134,9 @@ func TestStalenessModes(t *testing.T) {
 
 // TestQuorumPartialUpdate checks the partial update: with Quorum c₀ = 4,
 // two gradients give the update of those two at the rate η·2/4 without a
-// quorum, in every mode, the reported mean rate scaled likewise; and a full
-// update with Quorum set is bit for bit the update without it.
+// quorum, in every mode, the reported mean rate scaled likewise; SetQuorum
+// changes c₀ for the updates that follow; and a full update with Quorum
+// set is bit for bit the update without it.
 func TestQuorumPartialUpdate(t *testing.T) {
 	for _, mode := range []LRMode{LRConstant, LRStaleness, LRAverage} {
 		partial, half := testConfig(mode), testConfig(mode)
@@ -173,6 +174,33 @@ func TestQuorumPartialUpdate(t *testing.T) {
 		if info.Gradients != 2 || math.Abs(info.Alpha-ref.Alpha) > 1e-15 {
 			t.Fatalf("%v: info %+v, want 2 gradients and mean rate %g", mode, info, ref.Alpha)
 		}
+	}
+	// SetQuorum changes c₀ for the next updates: a solver set to 4 after
+	// its first update continues as one made with Quorum 4.
+	set, made := testConfig(LRStaleness), testConfig(LRStaleness)
+	made.Quorum = 4
+	var sw [2][]float32
+	for k, cfg := range []Config{set, made} {
+		s, err := NewSolver(cfg, testLayout, 0, testTotal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(13, 12))
+		sw[k] = randVec(r, testTotal)
+		for range 3 {
+			add(s, randVec(r, testTotal), 1)
+		}
+		update(s, sw[k], randVec(r, testTotal), 2, 0)
+		if k == 0 {
+			s.SetQuorum(4)
+		}
+		add(s, randVec(r, testTotal), 1)
+		if info := update(s, sw[k], randVec(r, testTotal), 0, 0); s.Config().Quorum != 4 || info.Gradients != 2 {
+			t.Fatalf("after SetQuorum: quorum %d, %+v", s.Config().Quorum, info)
+		}
+	}
+	if !sameBits(sw[0], sw[1]) {
+		t.Fatal("SetQuorum(4) differs from a solver made with Quorum 4")
 	}
 	// A full update is unchanged by the quorum, bit for bit.
 	q := testConfig(LRStaleness)
