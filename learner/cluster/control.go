@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -322,4 +323,36 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// decodeCtrl decodes the data of a message a role sends the coordinator
+// into its struct (nil for a message without data, or of a type no role
+// sends the coordinator: the coordinator refuses those by type).
+func decodeCtrl(t rdma.Type, b []byte) (any, error) {
+	var v any
+	switch t {
+	case tHello:
+		v = new(hello)
+	case tChunkReq:
+		v = new(chunkReq)
+	case tComplete:
+		v = new(data.Chunk)
+	case tProgress:
+		v = new(progress)
+	case tEpoch:
+		v = new(epochResult)
+	case tLost:
+		v = new(member)
+	case tFinal, tServerStats:
+		v = new(ps.ServerStats)
+	case tFail:
+		v = new(failure)
+	case tWhere:
+		v = new(where)
+	case tCheckpointed:
+		v = new(ckptReport)
+	default:
+		return nil, nil
+	}
+	return v, decode(t, b, v)
 }

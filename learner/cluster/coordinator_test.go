@@ -152,14 +152,10 @@ func checkResumeRendezvous(t *testing.T, cfg Config, store *checkpoint.Store) {
 		})
 	}
 	transporttest.Eventually(t, 10*time.Second, "the shard server and the evaluator to register", func() bool {
-		coord.mu.Lock()
-		defer coord.mu.Unlock()
-		return len(coord.procs) == 2
+		arrived, _ := coord.rendezvous()
+		return arrived == 2
 	})
-	coord.mu.Lock()
-	started := coord.started
-	coord.mu.Unlock()
-	if started {
+	if _, started := coord.rendezvous(); started {
 		t.Error("the resumed job started without its learners")
 	}
 	cancel()

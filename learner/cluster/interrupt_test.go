@@ -67,9 +67,7 @@ func TestInterruptAtRendezvous(t *testing.T) {
 	}()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		coord.mu.Lock()
-		arrived := len(coord.procs)
-		coord.mu.Unlock()
+		arrived, _ := coord.rendezvous()
 		if arrived == 2 {
 			break
 		}

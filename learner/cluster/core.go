@@ -1,0 +1,873 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/rdma"
+)
+
+// The coordinator's protocol is a deterministic core in the style of
+// ps.Shard: core.step consumes one event (a control message that arrived
+// on a connection, the loss of a connection, a tick of the clock, the
+// user's interruption, the end of a checkpoint write) together with the
+// time, and returns a ready batch: the messages to send and the
+// connections to close, in order, the checkpoint files to write and
+// commit, log lines, completed epochs and, at the end, the job's result.
+// It has no goroutines, no clock and no I/O: given the same events at the
+// same times it produces the same outputs. Coordinator.Serve (the
+// runtime) feeds it from the job's connections on one goroutine and
+// carries out its outputs on others, so that nothing is sent while any
+// state is locked; the tests and the chaos simulator feed it directly.
+//
+// Connections are named by a connID the runtime gives each accepted
+// connection. A connection's first message must be a hello; the core
+// then knows it as a shard server's, a learner's or the evaluator's
+// control connection.
+
+// connID names one control connection (never 0).
+type connID uint64
+
+// eventKind says what an event is.
+type eventKind uint8
+
+const (
+	evMsg       eventKind = iota + 1 // a control message (msg, decoded; its type t) arrived on conn from peer
+	evLost                           // conn failed or its peer closed it (err)
+	evTick                           // time passed
+	evInterrupt                      // the user interrupted the job (Coordinator.Interrupt)
+	evCancel                         // the coordinator's context ended (err): stop every process, no result
+	evWritten                        // the coordinator's file of checkpoint version was written (file, err)
+	evCommitted                      // the manifest of checkpoint version was committed (err)
+)
+
+// event is one input of the core.
+type event struct {
+	kind    eventKind
+	conn    connID
+	peer    string    // evMsg: the connection's remote address
+	t       rdma.Type // evMsg
+	msg     any       // evMsg: the decoded message (see decodeCtrl)
+	err     error
+	version uint64             // evWritten, evCommitted
+	file    checkpoint.FileSum // evWritten
+}
+
+// outMsg is a message to send on a connection: type t with v as its
+// JSON (v nil: no data).
+type outMsg struct {
+	conn connID
+	t    rdma.Type
+	v    any
+}
+
+// logLine is a log record of the core, for the runtime's logger.
+type logLine struct {
+	level slog.Level
+	msg   string
+	args  []any
+}
+
+// ready is the output of one step. Sends and closes are in order: a
+// connection is closed after the messages queued for it before.
+type ready struct {
+	sends  []outMsg
+	closes []connID
+	// write, if set, asks for the coordinator's file of a checkpoint
+	// version (evWritten reports the end); commit for the version's
+	// manifest (evCommitted).
+	write  *ckptWrite
+	commit *ckptCommit
+	logs   []logLine
+	epochs []Epoch // history entries completed by this step, in order
+	// done is set once the job is over: result (nil without one) and
+	// err are Serve's. Every process has been sent its stop.
+	done   bool
+	result *Result
+	err    error
+}
+
+type ckptWrite struct {
+	version uint64
+	state   coordState
+}
+
+type ckptCommit struct {
+	version uint64
+	files   []checkpoint.FileSum
+	created time.Time
+}
+
+// core is the coordinator's state; see the comment at the top of the file.
+type core struct {
+	cfg    CoordinatorConfig
+	disp   *data.Dispatcher
+	total  int64
+	per    int
+	epochs int // complete epochs the job trains (evaluated at their ends)
+
+	now           time.Time
+	rd            ready
+	ended         bool
+	started       bool
+	start         time.Time
+	trained       time.Duration // start → last chunk completed
+	finishing     bool          // the data is done: shard servers told to finish
+	interrupted   bool
+	interruptCkpt bool // the interruption's checkpoint was started
+	firstEpoch    int  // the first epoch the evaluator measures (after a resume: not those passed)
+	before        time.Duration
+	rendezvousBy  time.Time // fail the rendezvous after (zero: never)
+	lastWaitLog   time.Time
+	err           error // the job failed
+
+	conns    map[connID]*connState
+	servers  []*serverState
+	learners []*learnerState
+	eval     *evalState
+	procs    []Process
+	// welcomes are the learners' and the evaluator's connections that
+	// registered before the job started, in order: they are welcomed when
+	// it starts.
+	welcomes       []connID
+	chunkWaits     []chunkWait // learners waiting for a chunk, in order
+	whereWaits     []whereWait // questions where a shard's server is, until it is back
+	lost, restarts int
+
+	ckpt ckptState
+
+	// progress
+	steps    int64
+	ema      float64
+	lossSum  []float64 // per epoch, 0-based
+	lossCnt  []int64
+	testErr  []float64 // per epoch, NaN until measured (or without a test set)
+	secs     []float64
+	known    []bool // the evaluator reported the epoch
+	history  []Epoch
+	finalErr float64
+	traffic  rdma.Stats
+	links    []Connection
+	pushes   []uint64 // per shard, gradients pushed by learner incarnations that have ended (see totalPushes)
+}
+
+// connState is what the core knows of a connection.
+type connState struct {
+	role Role // "" until its hello registered it
+	id   int
+	gone bool // closed by the core, or lost
+}
+
+type serverState struct {
+	conn  connID
+	proc  Process
+	addr  string
+	final bool
+	lost  time.Time // its connection was lost at (zero: connected)
+	lives int       // registrations (restarts + 1)
+	stats ps.ServerStats
+	// polled: it answered the interruption's request for its counters.
+	polled bool
+}
+
+type learnerState struct {
+	conn   connID // 0: never registered with this coordinator
+	proc   Process
+	inc    uint32
+	lives  int  // incarnations so far
+	live   bool // registered and not lost
+	done   bool // sent its last progress
+	last   time.Time
+	steps  int64
+	pushes []uint64 // per shard, as last reported by this incarnation
+}
+
+type evalState struct {
+	conn connID
+	proc Process
+	done bool
+}
+
+type chunkWait struct {
+	learner int
+	conn    connID
+}
+
+type whereWait struct {
+	conn  connID
+	shard int
+}
+
+// newCore validates cfg and builds the core, restored from cfg.Resume if
+// set.
+func newCore(cfg CoordinatorConfig, firstVersion uint64) (*core, error) {
+	disp, err := data.NewDispatcher(cfg.Plan)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	n := 0
+	for _, shards := range cfg.Servers {
+		for _, k := range shards {
+			if seen[k] {
+				return nil, fmt.Errorf("cluster: shard %d runs on two servers: %w", k, ErrRendezvous)
+			}
+			seen[k] = true
+			n++
+		}
+	}
+	if cfg.Learners < 1 || len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("cluster: %d learners and %d shard servers: %w", cfg.Learners, len(cfg.Servers), ErrRendezvous)
+	}
+	c := &core{cfg: cfg, disp: disp, total: int64(cfg.Plan.Total()), per: cfg.Plan.BatchesPerEpoch(),
+		conns: map[connID]*connState{}, servers: make([]*serverState, len(cfg.Servers)),
+		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), pushes: make([]uint64, n)}
+	for i := range c.learners {
+		c.learners[i] = &learnerState{}
+	}
+	c.epochs = int(c.total) / c.per
+	E := cfg.Plan.Epochs
+	c.lossSum, c.lossCnt = make([]float64, E), make([]int64, E)
+	c.testErr, c.secs, c.known = make([]float64, E), make([]float64, E), make([]bool, E)
+	for e := range c.testErr {
+		c.testErr[e] = math.NaN()
+	}
+	c.ckpt.next = firstVersion
+	if cfg.Resume != nil {
+		st, err := cfg.Resume.coordinatorState()
+		if err == nil {
+			err = c.restore(st)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resume from %s: %w", cfg.Resume.Snapshot.Dir(), err)
+		}
+		c.ckpt.next = max(c.ckpt.next, cfg.Resume.Snapshot.Version()+1)
+	}
+	return c, nil
+}
+
+// step consumes one event at time now and returns what to do. Once the
+// job is over (ready.done), later events produce nothing.
+func (c *core) step(ev event, now time.Time) ready {
+	c.rd, c.now = ready{}, now
+	if c.ended {
+		return c.rd
+	}
+	if c.rendezvousBy.IsZero() && c.cfg.Rendezvous > 0 && !c.started {
+		c.rendezvousBy = now.Add(c.cfg.Rendezvous)
+	}
+	switch ev.kind {
+	case evMsg:
+		c.onMsg(ev)
+	case evLost:
+		c.onLost(ev.conn, ev.err)
+	case evTick:
+		c.onTick()
+	case evInterrupt:
+		c.interrupt()
+	case evCancel:
+		c.stopAll(ev.err)
+		c.end(nil, ev.err)
+		return c.rd
+	case evWritten:
+		c.written(ev.version, ev.file, ev.err)
+	case evCommitted:
+		c.committed(ev.version, ev.err)
+	}
+	c.serveWaits()
+	c.check()
+	return c.rd
+}
+
+// Outputs.
+
+func (c *core) send(conn connID, t rdma.Type, v any) {
+	if cs := c.conns[conn]; cs != nil && !cs.gone {
+		c.rd.sends = append(c.rd.sends, outMsg{conn, t, v})
+	}
+}
+
+func (c *core) close(conn connID) {
+	if cs := c.conns[conn]; cs != nil && !cs.gone {
+		cs.gone = true
+		c.rd.closes = append(c.rd.closes, conn)
+	}
+}
+
+func (c *core) log(level slog.Level, msg string, args ...any) {
+	c.rd.logs = append(c.rd.logs, logLine{level, msg, args})
+}
+
+// fail records the job's failure (the first one wins).
+func (c *core) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// end makes the job over with result res and error err.
+func (c *core) end(res *Result, err error) {
+	c.ended, c.rd.done, c.rd.result, c.rd.err = true, true, res, err
+}
+
+// Messages.
+
+// onMsg handles a message: a connection's first must be a hello.
+func (c *core) onMsg(ev event) {
+	cs := c.conns[ev.conn]
+	if cs == nil {
+		cs = &connState{}
+		c.conns[ev.conn] = cs
+	}
+	if cs.gone {
+		return
+	}
+	if cs.role == "" {
+		h, ok := ev.msg.(*hello)
+		var err error
+		if !ok {
+			err = fmt.Errorf("%w: first message %#x from %s, want a hello", ErrProtocol, ev.t, ev.peer)
+		} else if err = ev.err; err == nil {
+			err = c.register(ev.conn, ev.peer, h)
+		}
+		if err != nil {
+			c.send(ev.conn, tStop, stop{Err: err.Error()})
+			c.close(ev.conn)
+			if errors.Is(err, ErrRendezvous) {
+				c.fail(err)
+			}
+		}
+		return
+	}
+	if ev.err != nil { // a message that does not decode
+		c.fail(ev.err)
+		return
+	}
+	switch cs.role {
+	case RoleServer:
+		c.serverMsg(ev.conn, cs.id, ev.t, ev.msg)
+	case RoleLearner:
+		c.learnerMsg(ev.conn, cs.id, ev.t, ev.msg)
+	case RoleEvaluator:
+		c.evalMsg(ev.conn, ev.t, ev.msg)
+	}
+}
+
+// register checks a hello and records the process on conn. Shard servers
+// are welcomed at once; learners and the evaluator once every process of
+// the job has arrived (see startIfAll).
+func (c *core) register(conn connID, peer string, h *hello) error {
+	p := h.Process
+	if d := c.cfg.Settings.diff(h.Settings); d != "" {
+		return fmt.Errorf("%w: %s runs with %s", ErrRendezvous, p, d)
+	}
+	cs := c.conns[conn]
+	switch p.Role {
+	case RoleServer:
+		if p.ID < 0 || p.ID >= len(c.servers) {
+			return fmt.Errorf("%w: %s: no such shard server (the job has %d)", ErrRendezvous, p, len(c.servers))
+		}
+		if !slices.Equal(h.Shards, c.cfg.Servers[p.ID]) {
+			return fmt.Errorf("%w: %s runs shards %v, the coordinator expects %v", ErrRendezvous, p, h.Shards, c.cfg.Servers[p.ID])
+		}
+		if err := checkAdvertised(h.Addr, peer); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrRendezvous, p, err)
+		}
+		old := c.servers[p.ID]
+		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1}
+		if old != nil {
+			// A new life: the old one is gone, even when the loss of its
+			// connection has not been noticed yet (a restart faster than
+			// the detection).
+			s.lives = old.lives + 1
+			c.close(old.conn)
+			c.serverGone(p.ID, old)
+			c.log(slog.LevelWarn, "shard server back", "server", p.ID, "addr", h.Addr, "life", s.lives)
+		} else {
+			c.procs = append(c.procs, p)
+		}
+		c.servers[p.ID] = s
+		cs.role, cs.id = RoleServer, p.ID
+		// Its welcome goes out first: a shard server must read its
+		// welcome before any command.
+		c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan})
+		if old != nil {
+			c.catchUp(s)
+		}
+	case RoleLearner:
+		if p.ID < 0 || p.ID >= len(c.learners) {
+			return fmt.Errorf("%w: %s: learner ids are 0…%d", ErrRendezvous, p, len(c.learners)-1)
+		}
+		l := c.learners[p.ID]
+		if l.live {
+			// A new life while the old one is still registered: the old
+			// one is gone (a restart was faster than its detection).
+			c.removeLearner(p.ID, "restarted")
+		}
+		if l.lives > 0 {
+			c.restarts++
+		}
+		c.retirePushes(l)
+		l.conn, l.proc, l.inc, l.live, l.done, l.last = conn, p, uint32(l.lives), true, false, c.now
+		l.lives++
+		c.procs = append(c.procs, p)
+		cs.role, cs.id = RoleLearner, p.ID
+		c.welcomes = append(c.welcomes, conn)
+	case RoleEvaluator:
+		if c.eval != nil || !c.cfg.Evaluator {
+			return fmt.Errorf("%w: %s: the job has no other evaluator", ErrRendezvous, p)
+		}
+		c.eval = &evalState{conn: conn, proc: p}
+		c.procs = append(c.procs, p)
+		cs.role = RoleEvaluator
+		c.welcomes = append(c.welcomes, conn)
+	default:
+		return fmt.Errorf("%w: %s: unknown role", ErrRendezvous, p)
+	}
+	c.startIfAll()
+	return nil
+}
+
+// startIfAll starts the job's clock once every process has arrived, and
+// welcomes the learners and the evaluator that arrived (at once, once it
+// has started).
+func (c *core) startIfAll() {
+	if !c.started && c.missing() == "nothing" {
+		c.started, c.start = true, c.now
+		c.ckpt.time = c.now
+		for _, l := range c.learners {
+			l.last = c.now // heartbeats count from the start
+		}
+	}
+	if !c.started {
+		return
+	}
+	c.finishIfDone() // a job with nothing to train
+	for _, conn := range c.welcomes {
+		cs := c.conns[conn]
+		if cs == nil || cs.gone {
+			continue
+		}
+		w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1)}
+		if cs.role == RoleLearner {
+			w.Incarnation = c.learners[cs.id].inc
+		}
+		c.send(conn, tWelcome, w)
+	}
+	c.welcomes = c.welcomes[:0]
+}
+
+// missing describes the processes that have not arrived.
+func (c *core) missing() string {
+	var out []string
+	name := func(p Process) string {
+		for _, e := range c.cfg.Expect {
+			if e.Role == p.Role && e.ID == p.ID && e.Rank >= 0 {
+				return fmt.Sprintf("%s %d (rank %d)", p.Role, p.ID, e.Rank)
+			}
+		}
+		if p.Role == RoleEvaluator {
+			return string(p.Role)
+		}
+		return fmt.Sprintf("%s %d", p.Role, p.ID)
+	}
+	for i, s := range c.servers {
+		if s == nil {
+			out = append(out, name(Process{Role: RoleServer, ID: i}))
+		}
+	}
+	for i, l := range c.learners {
+		// Until it registers with this coordinator: a resumed job's
+		// learners have lives from before, and must come back too.
+		if l.conn == 0 {
+			out = append(out, name(Process{Role: RoleLearner, ID: i}))
+		}
+	}
+	if c.cfg.Evaluator && c.eval == nil {
+		out = append(out, name(Process{Role: RoleEvaluator}))
+	}
+	if len(out) == 0 {
+		return "nothing"
+	}
+	return strings.Join(out, ", ")
+}
+
+// addrs returns each shard's server address.
+func (c *core) addrs() []string {
+	a := make([]string, len(c.pushes))
+	for i, shards := range c.cfg.Servers {
+		for _, k := range shards {
+			a[k] = c.servers[i].addr
+		}
+	}
+	return a
+}
+
+// serverMsg handles a message of shard server id on conn.
+func (c *core) serverMsg(conn connID, id int, t rdma.Type, msg any) {
+	s := c.servers[id]
+	if s.conn != conn {
+		return // an earlier life's
+	}
+	switch t {
+	case tLost:
+		m := msg.(*member)
+		c.log(slog.LevelDebug, "a learner's connection to a shard server was lost", "learner", m.Learner, "incarnation", m.Incarnation, "server", id)
+	case tFinal:
+		s.final, s.stats = true, *msg.(*ps.ServerStats)
+	case tServerStats:
+		s.stats, s.polled = *msg.(*ps.ServerStats), true
+	case tCheckpointed:
+		c.checkpointed(id, *msg.(*ckptReport))
+	case tCheckpointReq:
+		c.startCheckpoint(fmt.Sprintf("shard server %d is stopping", id), conn)
+	case tFail:
+		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, s.proc, msg.(*failure).Err))
+	default:
+		c.fail(fmt.Errorf("%w: message %#x from %s", ErrProtocol, t, s.proc))
+	}
+}
+
+// learnerMsg handles a message of learner id on conn.
+func (c *core) learnerMsg(conn connID, id int, t rdma.Type, msg any) {
+	l := c.learners[id]
+	if l.conn != conn {
+		return // replaced by a new life
+	}
+	l.last = c.now
+	switch t {
+	case tChunkReq:
+		if msg.(*chunkReq).Wait {
+			c.chunkWaits = append(c.chunkWaits, chunkWait{id, conn})
+			return
+		}
+		ch, err := c.disp.Next(id)
+		c.replyChunk(conn, ch, err)
+	case tComplete:
+		if err := c.disp.Complete(id, *msg.(*data.Chunk)); err != nil {
+			c.fail(err)
+			return
+		}
+		c.finishIfDone()
+	case tProgress:
+		c.addProgress(l, msg.(*progress))
+		c.dueCheckpoint()
+	case tWhere:
+		c.whereWaits = append(c.whereWaits, whereWait{conn, msg.(*where).Shard})
+	case tFail:
+		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, l.proc, msg.(*failure).Err))
+	default:
+		c.fail(fmt.Errorf("%w: message %#x from learner %d", ErrProtocol, t, id))
+	}
+}
+
+// evalMsg handles a message of the evaluator.
+func (c *core) evalMsg(conn connID, t rdma.Type, msg any) {
+	if c.eval == nil || c.eval.conn != conn {
+		return
+	}
+	switch t {
+	case tEpoch:
+		c.epochResult(msg.(*epochResult))
+	case tWhere:
+		c.whereWaits = append(c.whereWaits, whereWait{conn, msg.(*where).Shard})
+	case tFail:
+		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, c.eval.proc, msg.(*failure).Err))
+	default:
+		c.fail(fmt.Errorf("%w: message %#x from the evaluator", ErrProtocol, t))
+	}
+}
+
+// replyChunk answers a chunk request with the dispatcher's answer.
+func (c *core) replyChunk(conn connID, ch data.Chunk, err error) {
+	r := chunkReply{Chunk: ch}
+	switch {
+	case errors.Is(err, data.ErrEnd):
+		r.End = true
+	case errors.Is(err, data.ErrIdle):
+		r.Idle = true
+	case err != nil:
+		c.fail(err)
+		return
+	}
+	c.send(conn, tChunk, r)
+}
+
+// serveWaits answers the chunk requests that wait, once the dispatcher
+// has a chunk or the end for them, and the questions where a shard's
+// server is, once it is there.
+func (c *core) serveWaits() {
+	c.chunkWaits = slices.DeleteFunc(c.chunkWaits, func(w chunkWait) bool {
+		if l := c.learners[w.learner]; l.conn != w.conn || !l.live {
+			return true
+		}
+		ch, err := c.disp.Next(w.learner)
+		if errors.Is(err, data.ErrIdle) {
+			return false
+		}
+		c.replyChunk(w.conn, ch, err)
+		return true
+	})
+	c.whereWaits = slices.DeleteFunc(c.whereWaits, func(w whereWait) bool {
+		if cs := c.conns[w.conn]; cs == nil || cs.gone {
+			return true
+		}
+		for i, shards := range c.cfg.Servers {
+			if s := c.servers[i]; slices.Contains(shards, w.shard) && s != nil && s.lost.IsZero() {
+				c.send(w.conn, tAddr, addr{Shard: w.shard, Addr: s.addr})
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// finishIfDone tells every shard server that the data is done, once it
+// is.
+func (c *core) finishIfDone() {
+	if c.finishing || !c.started || !c.disp.Done() {
+		return
+	}
+	c.finishing, c.trained = true, c.elapsed()
+	for _, s := range c.servers {
+		c.send(s.conn, tFinish, nil)
+	}
+}
+
+// Losses.
+
+// onLost handles the loss of a connection.
+func (c *core) onLost(conn connID, err error) {
+	cs := c.conns[conn]
+	if cs == nil {
+		return
+	}
+	wasGone := cs.gone
+	cs.gone = true
+	if wasGone && cs.role == "" {
+		return
+	}
+	switch cs.role {
+	case RoleServer:
+		if s := c.servers[cs.id]; s.conn == conn && !s.final {
+			c.serverLost(cs.id, s, err)
+		}
+	case RoleLearner:
+		l := c.learners[cs.id]
+		switch {
+		case l.conn != conn || !l.live || l.done:
+		case c.interrupted:
+			l.live = false
+		default:
+			c.removeLearner(cs.id, fmt.Sprintf("connection lost: %v", err))
+		}
+	case RoleEvaluator:
+		if c.eval.conn == conn && !c.eval.done {
+			c.fail(fmt.Errorf("%w: lost the evaluator (%s): %v", ErrJobFailed, c.eval.proc, err))
+		}
+	}
+}
+
+// serverLost handles the loss of shard server id's connection: the job
+// fails, or waits ServerTimeout for it to come back.
+func (c *core) serverLost(id int, s *serverState, err error) {
+	if c.cfg.ServerTimeout <= 0 {
+		c.fail(fmt.Errorf("%w: lost %s: %v", ErrJobFailed, s.proc, err))
+		return
+	}
+	s.lost = c.now
+	c.serverGone(id, s)
+	c.log(slog.LevelWarn, "lost a shard server; waiting for it to come back", "server", id, "for", c.cfg.ServerTimeout, "err", err)
+}
+
+// serverGone ends what an old life of shard server id owed the job: its
+// part of a running checkpoint round.
+func (c *core) serverGone(id int, s *serverState) {
+	if r := c.ckpt.round; r != nil && r.waiting[id] {
+		c.checkpointed(id, ckptReport{Version: r.version, Err: "lost during the checkpoint"})
+	}
+}
+
+// removeLearner takes learner id out of the job: its chunks go back to
+// the queue and every shard server evicts its incarnation.
+func (c *core) removeLearner(id int, why string) {
+	l := c.learners[id]
+	l.live = false
+	c.lost++
+	n := c.disp.Release(id)
+	c.log(slog.LevelWarn, "learner removed from the job", "learner", id, "incarnation", l.inc, "why", why, "chunks_reassigned", n)
+	for _, s := range c.servers {
+		if s != nil && s.lost.IsZero() {
+			c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
+		}
+	}
+	c.close(l.conn)
+}
+
+// catchUp tells a shard server that came back what happened while it
+// was away: the learners removed since, the end of the data.
+func (c *core) catchUp(s *serverState) {
+	for id, l := range c.learners {
+		if !l.live && l.lives > 0 {
+			c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
+		}
+	}
+	if c.finishing {
+		c.send(s.conn, tFinish, nil)
+	}
+}
+
+// onTick fails a rendezvous that takes too long (logging who is missing
+// every 5 seconds meanwhile), removes learners silent for longer than the
+// heartbeat, fails the job when a lost shard server has not come back in
+// time, and starts a checkpoint when one is due.
+func (c *core) onTick() {
+	if !c.started {
+		if !c.rendezvousBy.IsZero() && !c.now.Before(c.rendezvousBy) {
+			c.fail(fmt.Errorf("%w: after %v, still waiting for %s", ErrRendezvous, c.cfg.Rendezvous, c.missing()))
+		} else if c.now.Sub(c.lastWaitLog) >= 5*time.Second {
+			c.log(slog.LevelInfo, "waiting at rendezvous", "for", c.missing())
+			c.lastWaitLog = c.now
+		}
+	}
+	for _, s := range c.servers {
+		if s != nil && !s.lost.IsZero() && c.now.Sub(s.lost) > c.cfg.ServerTimeout {
+			c.fail(fmt.Errorf("%w: %s did not come back within %v", ErrJobFailed, s.proc, c.cfg.ServerTimeout))
+		}
+	}
+	if c.cfg.Heartbeat > 0 && c.started {
+		for id, l := range c.learners {
+			if l.live && !l.done && c.now.Sub(l.last) > c.cfg.Heartbeat {
+				c.removeLearner(id, fmt.Sprintf("no heartbeat for %v", c.now.Sub(l.last).Round(time.Millisecond)))
+			}
+		}
+	}
+	c.dueCheckpoint()
+}
+
+// The end.
+
+// interrupt ends the job early (Coordinator.Interrupt): the learners are
+// stopped, the shard servers asked for their counters, the evaluator
+// measures the weights as they are; before the job has started, check
+// ends it at once.
+func (c *core) interrupt() {
+	if c.interrupted {
+		return
+	}
+	c.interrupted = true
+	if !c.started {
+		return
+	}
+	for _, l := range c.learners {
+		if l.live && !l.done {
+			c.send(l.conn, tStop, stop{Interrupted: true})
+		}
+	}
+	for _, s := range c.servers {
+		if s != nil && s.lost.IsZero() {
+			c.send(s.conn, tStats, nil)
+		}
+	}
+	if c.eval != nil {
+		c.send(c.eval.conn, tInterrupt, nil)
+	}
+}
+
+// check ends the job once it is over: every shard server final, every
+// learner done (or lost) and the evaluator done; or failed; or
+// interrupted, once what the learners did is checkpointed and measured.
+func (c *core) check() {
+	res, err, done := c.over()
+	if !done {
+		return
+	}
+	c.stopAll(err)
+	c.end(res, err)
+}
+
+func (c *core) over() (*Result, error, bool) {
+	if c.err != nil {
+		return nil, c.err, true
+	}
+	if !c.started && c.interrupted {
+		return nil, fmt.Errorf("%w at rendezvous, still waiting for %s", ErrInterrupted, c.missing()), true
+	}
+	if !c.started {
+		return nil, nil, false
+	}
+	if c.interrupted {
+		for _, l := range c.learners {
+			if l.live && !l.done {
+				return nil, nil, false
+			}
+		}
+		// Every learner has stopped and reported: the checkpoint now
+		// holds what they did.
+		if !c.interruptCkpt && c.ckpt.round == nil { // after a periodic round still running
+			c.interruptCkpt = true
+			c.startCheckpoint("the job was interrupted", 0)
+		}
+		if c.ckpt.round != nil {
+			return nil, nil, false
+		}
+		if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
+			return nil, nil, false
+		}
+		for _, s := range c.servers {
+			if s != nil && s.lost.IsZero() && !s.polled && !s.final {
+				return nil, nil, false
+			}
+		}
+		if c.trained == 0 {
+			c.trained = c.elapsed()
+		}
+		return c.result(), ErrInterrupted, true
+	}
+	for _, s := range c.servers {
+		if !s.final {
+			return nil, nil, false
+		}
+	}
+	for _, l := range c.learners {
+		if l.live && !l.done {
+			return nil, nil, false
+		}
+	}
+	if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
+		return nil, nil, false
+	}
+	return c.result(), nil, true
+}
+
+// stopAll tells every process the job is over (err: it failed).
+func (c *core) stopAll(err error) {
+	msg := stop{}
+	if err != nil && !errors.Is(err, ErrInterrupted) { // an interrupted job stops well
+		msg.Err = err.Error()
+	}
+	// Interrupted before it started: the processes waiting for their
+	// welcome stop as interrupted.
+	msg.Interrupted = errors.Is(err, ErrInterrupted) && !c.started
+	for _, s := range c.servers {
+		if s != nil {
+			c.send(s.conn, tStop, msg)
+		}
+	}
+	for _, l := range c.learners {
+		if l.conn != 0 && l.live {
+			c.send(l.conn, tStop, msg)
+		}
+	}
+	if c.eval != nil {
+		c.send(c.eval.conn, tStop, msg)
+	}
+}

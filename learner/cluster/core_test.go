@@ -1,0 +1,506 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/rdma"
+)
+
+// coreHarness drives a coordinator core with events at a fake time and
+// collects what it sends, per connection.
+type coreHarness struct {
+	t    *testing.T
+	c    *core
+	now  time.Time
+	next connID
+	sent map[connID][]outMsg // not yet taken by expect
+	shut map[connID]bool     // closed by the core
+	rd   ready               // the last step's output
+	logs []logLine
+}
+
+// corePlan is a job of 8 mini-batches in 4 chunks of 2, one epoch.
+var corePlan = data.Plan{Images: 64, Batch: 8, Chunk: 2, Epochs: 1, Seed: 1}
+
+func newHarness(t *testing.T, cfg CoordinatorConfig) *coreHarness {
+	t.Helper()
+	if cfg.Plan.Batch == 0 {
+		cfg.Plan = corePlan
+	}
+	if cfg.Learners == 0 {
+		cfg.Learners = 2
+	}
+	if cfg.Servers == nil {
+		cfg.Servers = [][]int{{0}, {1}}
+	}
+	c, err := newCore(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &coreHarness{t: t, c: c, now: time.Unix(1000, 0), sent: map[connID][]outMsg{}, shut: map[connID]bool{}}
+}
+
+func (h *coreHarness) step(ev event) ready {
+	h.rd = h.c.step(ev, h.now)
+	for _, m := range h.rd.sends {
+		if h.shut[m.conn] {
+			h.t.Fatalf("sent %#x on connection %d after closing it", m.t, m.conn)
+		}
+		h.sent[m.conn] = append(h.sent[m.conn], m)
+	}
+	for _, id := range h.rd.closes {
+		h.shut[id] = true
+	}
+	h.logs = append(h.logs, h.rd.logs...)
+	return h.rd
+}
+
+// connect returns a new connection's id.
+func (h *coreHarness) connect() connID {
+	h.next++
+	return h.next
+}
+
+// hello registers a process on a new connection.
+func (h *coreHarness) hello(p Process, hl hello) connID {
+	id := h.connect()
+	hl.Process = p
+	h.step(event{kind: evMsg, conn: id, peer: "peer", t: tHello, msg: &hl})
+	return id
+}
+
+func (h *coreHarness) server(id int) connID {
+	return h.hello(Process{Rank: -1, Role: RoleServer, ID: id}, hello{Addr: fmt.Sprintf("server%d", id), Shards: h.c.cfg.Servers[id]})
+}
+
+func (h *coreHarness) learner(id int) connID {
+	return h.hello(Process{Rank: -1, Role: RoleLearner, ID: id}, hello{})
+}
+
+func (h *coreHarness) evaluator() connID {
+	return h.hello(Process{Rank: -1, Role: RoleEvaluator}, hello{})
+}
+
+func (h *coreHarness) msg(conn connID, t rdma.Type, v any) ready {
+	return h.step(event{kind: evMsg, conn: conn, peer: "peer", t: t, msg: v})
+}
+
+func (h *coreHarness) lost(conn connID) ready {
+	return h.step(event{kind: evLost, conn: conn, err: rdma.ErrClosed})
+}
+
+func (h *coreHarness) tick(d time.Duration) ready {
+	h.now = h.now.Add(d)
+	return h.step(event{kind: evTick})
+}
+
+// take returns and forgets the messages sent on conn.
+func (h *coreHarness) take(conn connID) []outMsg {
+	m := h.sent[conn]
+	delete(h.sent, conn)
+	return m
+}
+
+// expect takes the messages sent on conn and checks their types.
+func (h *coreHarness) expect(conn connID, types ...rdma.Type) []outMsg {
+	h.t.Helper()
+	got := h.take(conn)
+	var gt []rdma.Type
+	for _, m := range got {
+		gt = append(gt, m.t)
+	}
+	if fmt.Sprint(gt) != fmt.Sprint(types) {
+		h.t.Fatalf("connection %d was sent types %#x, want %#x", conn, gt, types)
+	}
+	return got
+}
+
+// job is a started job: two shard servers, two learners, the evaluator.
+type job struct {
+	srv  []connID
+	lrn  []connID
+	eval connID
+}
+
+func (h *coreHarness) startJob() job {
+	h.t.Helper()
+	j := job{srv: []connID{h.server(0), h.server(1)}}
+	j.lrn = []connID{h.learner(0), h.learner(1)}
+	if h.c.started {
+		h.t.Fatal("the job started before the evaluator arrived")
+	}
+	j.eval = h.evaluator()
+	if !h.c.started {
+		h.t.Fatalf("the job did not start; missing %s", h.c.missing())
+	}
+	for _, s := range j.srv {
+		h.expect(s, tWelcome)
+	}
+	for i, l := range j.lrn {
+		w := h.expect(l, tWelcome)[0].v.(welcome)
+		if w.Incarnation != 0 || strings.Join(w.Addrs, ",") != "server0,server1" {
+			h.t.Fatalf("learner %d welcome %+v", i, w)
+		}
+	}
+	h.expect(j.eval, tWelcome)
+	return j
+}
+
+// chunk asks for a chunk on behalf of learner conn and returns the reply.
+func (h *coreHarness) chunk(conn connID, wait bool) chunkReply {
+	h.t.Helper()
+	h.msg(conn, tChunkReq, &chunkReq{Wait: wait})
+	m := h.take(conn)
+	if len(m) != 1 || m[0].t != tChunk {
+		h.t.Fatalf("chunk request: sent %+v, want one chunk reply", m)
+	}
+	return m[0].v.(chunkReply)
+}
+
+func TestCoreRendezvous(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Settings: Settings{"lr": "0.1"}, Evaluator: true, Rendezvous: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Settings: Settings{"lr": "0.1"}})
+	h.expect(s0, tWelcome) // shard servers are welcomed at once
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Settings: Settings{"lr": "0.1"}})
+	h.expect(l0)
+	// Another learner with other settings is refused, and fails the job.
+	bad := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Settings: Settings{"lr": "0.2"}})
+	m := h.expect(bad, tStop)
+	if !strings.Contains(m[0].v.(stop).Err, "--lr") || !h.shut[bad] {
+		t.Errorf("stop %+v, closed %v: want the flag named and the connection closed", m[0].v, h.shut[bad])
+	}
+	if !h.rd.done || !errors.Is(h.rd.err, ErrRendezvous) {
+		t.Fatalf("done %v, err %v: want the job failed at rendezvous", h.rd.done, h.rd.err)
+	}
+	h.expect(s0, tStop)
+	h.expect(l0, tStop)
+
+	// Missing processes: the deadline fails the job, naming them.
+	h = newHarness(t, CoordinatorConfig{Evaluator: true, Rendezvous: time.Minute})
+	h.server(0)
+	h.learner(1)
+	h.tick(59 * time.Second)
+	if h.rd.done {
+		t.Fatal("failed before the rendezvous deadline")
+	}
+	h.tick(2 * time.Second)
+	if !h.rd.done || !errors.Is(h.rd.err, ErrRendezvous) || !strings.Contains(h.rd.err.Error(), "server 1, learner 0, evaluator") {
+		t.Fatalf("after the deadline: done %v, err %v", h.rd.done, h.rd.err)
+	}
+}
+
+// TestCoreJob runs a job through its end: chunks, completions, the
+// finish, the servers' final counters, the learners' last reports and
+// the evaluator's final measure, then the result.
+func TestCoreJob(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	j := h.startJob()
+	var held [2][]data.Chunk
+	for round := 0; ; round++ {
+		progressed := false
+		for i, l := range j.lrn {
+			r := h.chunk(l, false)
+			if r.End || r.Idle {
+				continue
+			}
+			progressed = true
+			held[i] = append(held[i], r.Chunk)
+			h.msg(l, tProgress, &progress{Epochs: []epochLoss{{Epoch: 0, Steps: int64(r.Chunk.Count), Loss: float64(r.Chunk.Count)}}})
+			h.msg(l, tComplete, &r.Chunk)
+		}
+		if !progressed {
+			break
+		}
+	}
+	if len(held[0])+len(held[1]) != 4 {
+		t.Fatalf("chunks handed out %v, want 4", held)
+	}
+	for _, s := range j.srv {
+		h.expect(s, tFinish)
+	}
+	if h.rd.done {
+		t.Fatal("done before the servers were final")
+	}
+	for _, s := range j.srv {
+		h.msg(s, tFinal, &ps.ServerStats{Shards: []ps.Stats{{Gradients: 8}}})
+	}
+	for _, l := range j.lrn {
+		h.msg(l, tProgress, &progress{Done: true, Pushes: []uint64{4, 4}})
+	}
+	if h.rd.done {
+		t.Fatal("done before the evaluator measured the final weights")
+	}
+	te := 0.25
+	h.msg(j.eval, tEpoch, &epochResult{Epoch: 0, TestError: &te})
+	if !h.rd.done || h.rd.err != nil {
+		t.Fatalf("done %v, err %v", h.rd.done, h.rd.err)
+	}
+	res := h.rd.result
+	if res.Steps != 8 || res.TestError != 0.25 || len(res.History) != 1 || res.History[0].TrainLoss != 1 || res.Chunks.Batches != 8 {
+		t.Errorf("result %+v", res)
+	}
+	if len(h.rd.epochs) != 1 {
+		t.Errorf("epochs reported with the end: %v", h.rd.epochs)
+	}
+	for _, c := range append(append(j.srv, j.lrn...), j.eval) {
+		h.expect(c, tStop)
+	}
+	// Nothing happens after the end.
+	if rd := h.lost(j.srv[0]); rd.done || len(rd.sends) > 0 {
+		t.Errorf("a step after the end: %+v", rd)
+	}
+}
+
+// TestCoreWaitingChunks: a learner that waits for a chunk is answered
+// when another learner's chunks come back (it was lost), and told the
+// end once nothing is left but its own.
+func TestCoreWaitingChunks(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Plan: data.Plan{Images: 32, Batch: 8, Chunk: 2, Epochs: 1}})
+	j := h.startJob()
+	a := h.chunk(j.lrn[0], false)
+	b := h.chunk(j.lrn[0], false)
+	if a.End || a.Idle || b.End || b.Idle {
+		t.Fatalf("replies %+v %+v", a, b)
+	}
+	if r := h.chunk(j.lrn[1], false); !r.Idle {
+		t.Fatalf("learner 1: %+v, want idle (learner 0 holds every chunk)", r)
+	}
+	h.msg(j.lrn[1], tChunkReq, &chunkReq{Wait: true})
+	h.expect(j.lrn[1])
+	h.msg(j.lrn[0], tComplete, &a.Chunk)
+	h.expect(j.lrn[1]) // still one held by learner 0
+	h.lost(j.lrn[0])
+	m := h.expect(j.lrn[1], tChunk)
+	if got := m[0].v.(chunkReply); got.Chunk != b.Chunk {
+		t.Fatalf("after learner 0 was lost, learner 1 got %+v, want its chunk %+v", got, b.Chunk)
+	}
+	for _, s := range j.srv {
+		h.expect(s, tEvict)
+	}
+	// Nothing left but its own chunk: the end, for this learner.
+	h.msg(j.lrn[1], tChunkReq, &chunkReq{Wait: true})
+	if m := h.expect(j.lrn[1], tChunk); !m[0].v.(chunkReply).End {
+		t.Fatalf("reply %+v, want the end", m[0].v)
+	}
+}
+
+// TestCoreHeartbeat: a learner silent for longer than the heartbeat is
+// removed: its connection closed, its incarnation evicted by every shard
+// server; one that reports stays.
+func TestCoreHeartbeat(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Heartbeat: 3 * time.Second})
+	h.tick(time.Hour) // the rendezvous does not count
+	j := h.startJob()
+	for range 5 {
+		h.tick(time.Second)
+		h.msg(j.lrn[1], tProgress, &progress{})
+	}
+	if !h.shut[j.lrn[0]] || h.shut[j.lrn[1]] {
+		t.Fatalf("closed: learner 0 %v, learner 1 %v; want learner 0 only", h.shut[j.lrn[0]], h.shut[j.lrn[1]])
+	}
+	for _, s := range j.srv {
+		m := h.expect(s, tEvict)
+		if ev := m[0].v.(member); ev.Learner != 0 || ev.Incarnation != 0 {
+			t.Errorf("evict %+v", ev)
+		}
+	}
+	if h.c.lost != 1 {
+		t.Errorf("lost %d, want 1", h.c.lost)
+	}
+}
+
+// TestCoreLearnerReturns: a learner that comes back while its previous
+// life is still registered replaces it (the restart was faster than the
+// loss's detection): the old life is evicted, the new one welcomed with
+// the next incarnation, and the old connection's late loss changes
+// nothing.
+func TestCoreLearnerReturns(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	j := h.startJob()
+	r := h.chunk(j.lrn[0], false)
+	again := h.learner(0)
+	if !h.shut[j.lrn[0]] {
+		t.Error("the old life's connection stays open")
+	}
+	w := h.expect(again, tWelcome)[0].v.(welcome)
+	if w.Incarnation != 1 {
+		t.Errorf("incarnation %d, want 1", w.Incarnation)
+	}
+	for _, s := range j.srv {
+		if ev := h.expect(s, tEvict)[0].v.(member); ev.Incarnation != 0 {
+			t.Errorf("evicted incarnation %d, want 0", ev.Incarnation)
+		}
+	}
+	if got := h.chunk(again, false); got.Chunk != r.Chunk {
+		t.Errorf("the new life got %+v, want the old life's chunk %+v first", got.Chunk, r.Chunk)
+	}
+	h.lost(j.lrn[0])
+	if h.c.lost != 1 || h.c.restarts != 1 || !h.c.learners[0].live {
+		t.Errorf("lost %d, restarts %d, live %v; want 1, 1, true", h.c.lost, h.c.restarts, h.c.learners[0].live)
+	}
+}
+
+// TestCoreServerReturnsBeforeItsLoss: a shard server restarted from its
+// checkpoint may say hello before the coordinator notices that its
+// previous life's connection is lost. It replaces the old life: it is
+// welcomed and told what it missed (the learners removed, the end of
+// the data), and the old connection is closed; the job goes on.
+func TestCoreServerReturnsBeforeItsLoss(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	j := h.startJob()
+	h.lost(j.lrn[1]) // removed: the new life must evict it too
+	h.expect(j.srv[0], tEvict)
+	again := h.server(0)
+	if h.rd.done {
+		t.Fatalf("the job ended: %v", h.rd.err)
+	}
+	m := h.expect(again, tWelcome, tEvict)
+	if ev := m[1].v.(member); ev.Learner != 1 {
+		t.Errorf("evicted %+v, want learner 1", ev)
+	}
+	if !h.shut[j.srv[0]] {
+		t.Error("the old life's connection stays open")
+	}
+	h.lost(j.srv[0]) // noticed late: nothing changes
+	if h.rd.done || !h.c.servers[0].lost.IsZero() || h.c.servers[0].lives != 2 {
+		t.Errorf("after the old life's loss: done %v, lost at %v, lives %d", h.rd.done, h.c.servers[0].lost, h.c.servers[0].lives)
+	}
+}
+
+// TestCoreServerLost: a lost shard server's shards are not offered to
+// learners until it comes back; the job fails if it does not within
+// ServerTimeout.
+func TestCoreServerLost(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: 10 * time.Second})
+	j := h.startJob()
+	h.lost(j.srv[1])
+	h.msg(j.lrn[0], tWhere, &where{Shard: 1})
+	h.expect(j.lrn[0])
+	h.tick(5 * time.Second)
+	back := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "elsewhere", Shards: []int{1}})
+	h.expect(back, tWelcome)
+	if m := h.expect(j.lrn[0], tAddr); m[0].v.(addr).Addr != "elsewhere" {
+		t.Errorf("answer %+v", m[0].v)
+	}
+	h.lost(back)
+	h.tick(9 * time.Second)
+	if h.rd.done {
+		t.Fatal("failed before ServerTimeout")
+	}
+	h.tick(2 * time.Second)
+	if !h.rd.done || !errors.Is(h.rd.err, ErrJobFailed) || !strings.Contains(h.rd.err.Error(), "server 1") {
+		t.Errorf("done %v, err %v", h.rd.done, h.rd.err)
+	}
+
+	// Without ServerTimeout, the loss fails the job at once.
+	h = newHarness(t, CoordinatorConfig{Evaluator: true})
+	j = h.startJob()
+	h.lost(j.srv[0])
+	if !h.rd.done || !errors.Is(h.rd.err, ErrJobFailed) {
+		t.Errorf("done %v, err %v", h.rd.done, h.rd.err)
+	}
+}
+
+// TestCoreInterrupt: before the job starts, an interruption ends it at
+// once, stopping the processes that arrived as interrupted; after, the
+// learners are stopped, the servers asked for their counters, a
+// checkpoint taken, and the result comes with ErrInterrupted once all
+// have answered.
+func TestCoreInterrupt(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	s := h.server(0)
+	h.expect(s, tWelcome)
+	h.step(event{kind: evInterrupt})
+	if !h.rd.done || !errors.Is(h.rd.err, ErrInterrupted) || h.rd.result != nil {
+		t.Fatalf("done %v, result %v, err %v", h.rd.done, h.rd.result, h.rd.err)
+	}
+	if m := h.expect(s, tStop); !m[0].v.(stop).Interrupted {
+		t.Errorf("stop %+v", m[0].v)
+	}
+
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = newHarness(t, CoordinatorConfig{Evaluator: true, Checkpoints: store})
+	j := h.startJob()
+	h.step(event{kind: evInterrupt})
+	for _, l := range j.lrn {
+		h.expect(l, tStop)
+	}
+	for _, s := range j.srv {
+		h.expect(s, tStats)
+	}
+	h.expect(j.eval, tInterrupt)
+	h.msg(j.lrn[0], tProgress, &progress{Done: true, Epochs: []epochLoss{{Steps: 2, Loss: 1}}})
+	if h.rd.write != nil {
+		t.Fatal("checkpoint before every learner reported")
+	}
+	h.lost(j.lrn[1]) // stopped without its report
+	if h.rd.write == nil || h.rd.write.state.Steps != 2 {
+		t.Fatalf("checkpoint order %+v, want one holding the 2 steps reported", h.rd.write)
+	}
+	v := h.rd.write.version
+	for i, s := range j.srv {
+		if o := h.expect(s, tCheckpoint)[0].v.(ckptOrder); o.Version != v {
+			t.Errorf("server %d ordered version %d, want %d", i, o.Version, v)
+		}
+		h.msg(s, tServerStats, &ps.ServerStats{})
+		h.msg(s, tCheckpointed, &ckptReport{Version: v})
+	}
+	h.step(event{kind: evWritten, version: v})
+	if h.rd.commit == nil || h.rd.commit.version != v {
+		t.Fatalf("commit %+v", h.rd.commit)
+	}
+	h.step(event{kind: evCommitted, version: v})
+	if h.rd.done {
+		t.Fatal("done before the evaluator measured the weights reached")
+	}
+	h.msg(j.eval, tEpoch, &epochResult{Epoch: 0})
+	if !h.rd.done || !errors.Is(h.rd.err, ErrInterrupted) || h.rd.result == nil || h.rd.result.Steps != 2 {
+		t.Fatalf("done %v, err %v, result %+v", h.rd.done, h.rd.err, h.rd.result)
+	}
+}
+
+// TestCoreCheckpointRequest: a shard server that stops asks for a
+// checkpoint and is told when it is over, failed or not; a server lost
+// during a round fails the round, not the job.
+func TestCoreCheckpointRequest(t *testing.T) {
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Checkpoints: store, ServerTimeout: time.Minute, CheckpointEvery: 4})
+	j := h.startJob()
+	h.msg(j.srv[0], tCheckpointReq, nil)
+	v := h.rd.write.version
+	h.expect(j.srv[0], tCheckpoint)
+	h.expect(j.srv[1], tCheckpoint)
+	h.msg(j.srv[0], tCheckpointed, &ckptReport{Version: v})
+	h.lost(j.srv[1])
+	h.step(event{kind: evWritten, version: v})
+	if h.rd.commit != nil {
+		t.Fatal("a round missing a server's files was committed")
+	}
+	h.expect(j.srv[0], tCheckpointDone)
+	if h.rd.done || h.c.ckpt.round != nil || h.c.ckpt.last != 0 {
+		t.Fatalf("done %v, round %+v, last %d", h.rd.done, h.c.ckpt.round, h.c.ckpt.last)
+	}
+	// CheckpointEvery: due once 4 more steps are reported; the next
+	// round gets the next version.
+	h.msg(j.lrn[0], tProgress, &progress{Epochs: []epochLoss{{Steps: 3}}})
+	if h.rd.write != nil {
+		t.Fatal("a round after 3 steps")
+	}
+	h.msg(j.lrn[0], tProgress, &progress{Epochs: []epochLoss{{Steps: 1}}})
+	if h.rd.write == nil || h.rd.write.version != v+1 {
+		t.Fatalf("round %+v, want version %d", h.rd.write, v+1)
+	}
+}
