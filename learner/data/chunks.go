@@ -89,6 +89,12 @@ func (p *Plan) Total() int {
 	return t
 }
 
+// ID returns the job-wide id of mini-batch b of epoch e: e·P + b + 1
+// (0 names no mini-batch). Shards accept at most one gradient per id.
+func (p *Plan) ID(epoch, b int) uint64 {
+	return uint64(epoch)*uint64(p.BatchesPerEpoch()) + uint64(b) + 1
+}
+
 // EpochOrder returns the order in which epoch e visits the n images of a
 // data set under seed (see Plan).
 func EpochOrder(seed uint64, epoch, n int) []int {
@@ -118,12 +124,43 @@ func (c Chunk) Batch(i int) int { return c.First + i*c.Stride }
 
 func (c Chunk) key() [2]int { return [2]int{c.Epoch, c.First} }
 
+// rest returns the chunk of c's mini-batches from position i on (Count
+// 0 when none is left).
+func (c Chunk) rest(i int) Chunk {
+	return Chunk{Epoch: c.Epoch, First: c.First + i*c.Stride, Count: max(c.Count-i, 0), Stride: c.Stride}
+}
+
+// runs yields the chunks of the longest runs of c's positions for which
+// keep holds, in order.
+func (c Chunk) runs(keep func(i int) bool, yield func(Chunk)) {
+	for i := 0; i < c.Count; {
+		if !keep(i) {
+			i++
+			continue
+		}
+		j := i
+		for j < c.Count && keep(j) {
+			j++
+		}
+		r := c.rest(i)
+		r.Count = j - i
+		yield(r)
+		i = j
+	}
+}
+
 // DispatchStats counts a dispatcher's chunks.
 type DispatchStats struct {
 	Handed     int `json:"handed"` // chunks handed out, reassigned ones included
 	Completed  int `json:"completed"`
 	Reassigned int `json:"reassigned"` // chunks released by a lost learner and handed out again
-	Batches    int `json:"batches"`    // mini-batches of completed chunks, as handed out
+	// Batches counts the mini-batches delivered (Delivered, Complete):
+	// at most those of the chunks handed out, whatever their learners
+	// claim.
+	Batches int `json:"batches"`
+	// Redone counts the mini-batches handed out again after they were
+	// delivered, because a shard server came back without them (Redo).
+	Redone int `json:"redone,omitempty"`
 }
 
 // Dispatcher hands out a Plan's chunks to learners on request (dynamic
@@ -143,8 +180,9 @@ type Dispatcher struct {
 }
 
 type holder struct {
-	learner int
-	chunk   Chunk
+	learner   int
+	chunk     Chunk
+	delivered int // its first delivered mini-batches reached every shard
 }
 
 // NewDispatcher validates p and returns its dispatcher.
@@ -178,7 +216,7 @@ func (d *Dispatcher) Next(learner int) (Chunk, error) {
 	default:
 		return Chunk{}, ErrEnd
 	}
-	d.held[c.key()] = holder{learner, c}
+	d.held[c.key()] = holder{learner: learner, chunk: c}
 	d.stats.Handed++
 	return c, nil
 }
@@ -186,20 +224,29 @@ func (d *Dispatcher) Next(learner int) (Chunk, error) {
 // cut returns the chunk that starts at d.next and advances d.next past
 // the last chunk of its block once every slot of the block is handed out.
 func (d *Dispatcher) cut() Chunk {
+	c, next := d.cutAt(d.next)
+	d.next = next
+	return c
+}
+
+// cutAt returns the chunk that starts at global batch next (the next
+// chunk cut in the plan's order) and the position after it.
+func (d *Dispatcher) cutAt(next int) (Chunk, int) {
 	g, k := d.plan.Group, d.plan.Chunk
-	e, b := d.next/d.per, d.next%d.per
+	e, b := next/d.per, next%d.per
 	// The block of batch b: starts at b0, holds size batches.
 	slot := b % g
 	b0 := b - slot
 	size := min(g*k, d.per-b0, d.total-(e*d.per+b0))
 	c := Chunk{Epoch: e, First: b0 + slot, Count: size / g, Stride: g}
 	if slot+1 < g {
-		d.next++
-	} else {
-		d.next = e*d.per + b0 + size
+		return c, next + 1
 	}
-	return c
+	return c, e*d.per + b0 + size
 }
+
+// id returns the job-wide id of c's i-th mini-batch (Plan.ID).
+func (d *Dispatcher) id(c Chunk, i int) uint64 { return uint64(c.Epoch*d.per+c.Batch(i)) + 1 }
 
 func (d *Dispatcher) heldByOthers(learner int) bool {
 	for _, h := range d.held {
@@ -217,20 +264,42 @@ func (d *Dispatcher) Done() bool {
 	return d.next >= d.total && len(d.pending) == 0 && len(d.held) == 0
 }
 
-// Complete records that learner has pushed every mini-batch of the chunk
-// it was handed as (c.Epoch, c.First); the counters take that chunk's
+// Complete records that every mini-batch of the chunk learner was handed
+// as (c.Epoch, c.First) was delivered; the counters take that chunk's
 // Count, whatever c.Count says.
 func (d *Dispatcher) Complete(learner int, c Chunk) error {
+	return d.Delivered(learner, c, -1)
+}
+
+// Delivered records that the first n mini-batches of the chunk learner
+// was handed as (c.Epoch, c.First) were delivered: their gradients
+// reached every shard (n < 0: all of them). Once all are, the chunk is
+// complete; a learner lost before that gives back only the rest (see
+// Release). A count at or below an earlier one changes nothing; one
+// above the chunk's Count is an error.
+func (d *Dispatcher) Delivered(learner int, c Chunk, n int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h, ok := d.held[c.key()]
-	if !ok || h.learner != learner {
-		return fmt.Errorf("%w: learner %d completed chunk %+v", ErrChunk, learner, c)
+	switch {
+	case !ok || h.learner != learner:
+		return fmt.Errorf("%w: learner %d delivered chunk %+v", ErrChunk, learner, c)
+	case n < 0:
+		n = h.chunk.Count
+	case n > h.chunk.Count:
+		return fmt.Errorf("%w: learner %d delivered %d mini-batches of chunk %+v, which has %d", ErrChunk, learner, n, c, h.chunk.Count)
 	}
-	delete(d.held, c.key())
-	d.stats.Completed++
-	d.stats.Batches += h.chunk.Count
-	d.notify()
+	if n <= h.delivered {
+		return nil
+	}
+	d.stats.Batches += n - h.delivered
+	h.delivered = n
+	d.held[c.key()] = h
+	if n == h.chunk.Count {
+		delete(d.held, c.key())
+		d.stats.Completed++
+		d.notify()
+	}
 	return nil
 }
 
@@ -243,18 +312,23 @@ func (d *Dispatcher) Release(learner int) int {
 	for k, h := range d.held {
 		if h.learner == learner {
 			delete(d.held, k)
-			d.pending = append(d.pending, h.chunk)
+			d.pending = append(d.pending, h.chunk.rest(h.delivered))
 			n++
 		}
 	}
 	if n > 0 {
-		// Oldest first, whatever the map order: by (epoch, first batch).
-		slices.SortFunc(d.pending, func(a, b Chunk) int {
-			return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.First, b.First))
-		})
+		d.sortPending()
 		d.notify()
 	}
 	return n
+}
+
+// sortPending orders the pending chunks oldest first, whatever the map
+// order they came from: by (epoch, first batch).
+func (d *Dispatcher) sortPending() {
+	slices.SortFunc(d.pending, func(a, b Chunk) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.First, b.First))
+	})
 }
 
 // DispatchState is a dispatcher's position, for checkpoints: the first
@@ -272,7 +346,7 @@ func (d *Dispatcher) State() DispatchState {
 	defer d.mu.Unlock()
 	st := DispatchState{Next: d.next, Pending: slices.Clone(d.pending), Stats: d.stats}
 	for _, h := range d.held {
-		st.Pending = append(st.Pending, h.chunk)
+		st.Pending = append(st.Pending, h.chunk.rest(h.delivered))
 	}
 	slices.SortFunc(st.Pending, func(a, b Chunk) int {
 		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.First, b.First))
