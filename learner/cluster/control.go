@@ -113,6 +113,20 @@ type hello struct {
 	Addr     string   `json:"addr,omitempty"`   // shard server: the address learners dial
 	Shards   []int    `json:"shards,omitempty"` // shard server: the shards it runs
 	Settings Settings `json:"settings"`
+	// Rejoin: the process took part in this job under a coordinator
+	// whose connection it lost without being told the job's end (the
+	// coordinator died, or the connection): it goes on where it was.
+	Rejoin bool `json:"rejoin,omitempty"`
+	// Shard server: per shard (in the order of Shards), the mini-batches
+	// whose gradients the shard has consumed, as sorted intervals of ids
+	// (data.Plan.ID); nil when unknown. Final: its final counters, once
+	// its shards are final.
+	Consumed []idRanges      `json:"consumed,omitempty"`
+	Final    *ps.ServerStats `json:"final,omitempty"`
+	// Learner, Rejoin: the incarnation it lives, and the chunks it holds
+	// with the mini-batches of each already delivered.
+	Incarnation uint32         `json:"incarnation,omitempty"`
+	Held        []data.Holding `json:"held,omitempty"`
 }
 
 type welcome struct {
@@ -136,11 +150,19 @@ type chunkReply struct {
 // it pushed per epoch and their summed loss. Done marks its last report,
 // with its connections' traffic.
 type progress struct {
-	Epochs      []epochLoss  `json:"epochs,omitempty"`
+	Epochs []epochLoss `json:"epochs,omitempty"`
+	// Delivered: chunks of which more mini-batches reached every shard
+	// since the last report, with the count delivered so far.
+	Delivered   []delivered  `json:"delivered,omitempty"`
 	Done        bool         `json:"done,omitempty"`
 	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
 	Connections []Connection `json:"connections,omitempty"` // with Done
 	Pushes      []uint64     `json:"pushes,omitempty"`      // per shard, gradients pushed so far (ps.Client.Pushes)
+}
+
+type delivered struct {
+	Chunk data.Chunk `json:"chunk"`
+	N     int        `json:"n"`
 }
 
 type epochLoss struct {

@@ -126,6 +126,13 @@ type core struct {
 	firstEpoch    int  // the first epoch the evaluator measures (after a resume: not those passed)
 	before        time.Duration
 	rendezvousBy  time.Time // fail the rendezvous after (zero: never)
+	// rejoin: processes of the job came back from a coordinator that was
+	// lost (this one was restarted): the job starts once every shard
+	// server and the evaluator are here, and its data goes out once the
+	// learners had rejoinGrace to say which chunks they hold (see
+	// dispatch).
+	rejoin      bool
+	dispatching bool // chunks are handed out
 	lastWaitLog   time.Time
 	err           error // the job failed
 
@@ -176,6 +183,9 @@ type serverState struct {
 	stats ps.ServerStats
 	// polled: it answered the interruption's request for its counters.
 	polled bool
+	// consumed: the mini-batches every shard of the server has (nil:
+	// unknown).
+	consumed idRanges
 }
 
 type learnerState struct {
@@ -187,7 +197,8 @@ type learnerState struct {
 	done   bool // sent its last progress
 	last   time.Time
 	steps  int64
-	pushes []uint64 // per shard, as last reported by this incarnation
+	pushes []uint64       // per shard, as last reported by this incarnation
+	held   []data.Holding // rejoined: the chunks it holds, until the data goes out
 }
 
 type evalState struct {
@@ -199,6 +210,7 @@ type evalState struct {
 type chunkWait struct {
 	learner int
 	conn    connID
+	wait    bool // wait for a chunk; else answer Idle when there is none
 }
 
 type whereWait struct {
@@ -383,6 +395,15 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		}
 		old := c.servers[p.ID]
 		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1}
+		if err := s.setConsumed(h); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrProtocol, p, err)
+		}
+		if h.Final != nil {
+			s.final, s.stats = true, *h.Final
+		}
+		if h.Rejoin && !c.started {
+			c.rejoin = true
+		}
 		if old != nil {
 			// A new life: the old one is gone, even when the loss of its
 			// connection has not been noticed yet (a restart faster than
@@ -391,6 +412,14 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.close(old.conn)
 			c.serverGone(p.ID, old)
 			c.log(slog.LevelWarn, "shard server back", "server", p.ID, "addr", h.Addr, "life", s.lives)
+			if c.dispatching && s.consumed != nil {
+				// Restarted from a checkpoint: what it accepted after it
+				// is gone from its shards; learners compute it again
+				// (the other shards drop what they have).
+				if n := c.disp.Redo(s.consumed.contains); n > 0 {
+					c.log(slog.LevelWarn, "mini-batches handed out again: the shard server came back without them", "server", p.ID, "mini_batches", n)
+				}
+			}
 		} else {
 			c.procs = append(c.procs, p)
 		}
@@ -403,6 +432,12 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.catchUp(s)
 		}
 	case RoleLearner:
+		if h.Rejoin {
+			if err := c.rejoinLearner(conn, h); err != nil {
+				return err
+			}
+			break
+		}
 		if p.ID < 0 || p.ID >= len(c.learners) {
 			return fmt.Errorf("%w: %s: learner ids are 0…%d", ErrRendezvous, p, len(c.learners)-1)
 		}
@@ -433,6 +468,63 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		return fmt.Errorf("%w: %s: unknown role", ErrRendezvous, p)
 	}
 	c.startIfAll()
+	return nil
+}
+
+// setConsumed records what a shard server's hello says its shards have:
+// the mini-batches all of them consumed.
+func (s *serverState) setConsumed(h *hello) error {
+	if h.Consumed == nil {
+		return nil
+	}
+	if len(h.Consumed) != len(h.Shards) {
+		return fmt.Errorf("consumed mini-batches of %d shards, it runs %d", len(h.Consumed), len(h.Shards))
+	}
+	for i, r := range h.Consumed {
+		if !r.valid() {
+			return fmt.Errorf("shard %d's consumed mini-batches are not sorted disjoint intervals", h.Shards[i])
+		}
+		if i == 0 {
+			s.consumed = r
+		} else {
+			s.consumed = intersect(s.consumed, r)
+		}
+	}
+	if s.consumed == nil {
+		s.consumed = idRanges{}
+	}
+	return nil
+}
+
+// rejoinLearner registers a learner that comes back from a coordinator
+// it lost, in the life it lives: a life this coordinator removed is
+// over (the learner stops and may start a new one); the same life on a
+// new connection replaces the old connection; a life this coordinator
+// never saw (it was restarted) is taken as it is, with the chunks it
+// holds.
+func (c *core) rejoinLearner(conn connID, h *hello) error {
+	p := h.Process
+	l := c.learners[p.ID]
+	switch {
+	case l.conn != 0 && !l.live || l.conn != 0 && l.inc != h.Incarnation:
+		return fmt.Errorf("%s: incarnation %d was removed from the job (connection lost); start the learner again", p, h.Incarnation)
+	case l.conn != 0: // the same life, a new connection
+		c.close(l.conn)
+		c.chunkWaits = slices.DeleteFunc(c.chunkWaits, func(w chunkWait) bool { return w.conn == l.conn })
+	default:
+		if !c.started {
+			c.rejoin = true
+		}
+		l.inc, l.lives, l.live, l.done, l.held = h.Incarnation, max(l.lives, int(h.Incarnation)+1), true, false, h.Held
+		c.procs = append(c.procs, p)
+		if c.dispatching {
+			c.claim(p.ID, h.Held)
+		}
+	}
+	l.conn, l.proc, l.last = conn, p, c.now
+	cs := c.conns[conn]
+	cs.role, cs.id = RoleLearner, p.ID
+	c.welcomes = append(c.welcomes, conn)
 	return nil
 }
 
@@ -486,8 +578,9 @@ func (c *core) missing() string {
 	}
 	for i, l := range c.learners {
 		// Until it registers with this coordinator: a resumed job's
-		// learners have lives from before, and must come back too.
-		if l.conn == 0 {
+		// learners have lives from before, and must come back too. A
+		// restarted coordinator's job goes on with those that rejoin.
+		if l.conn == 0 && !c.rejoin {
 			out = append(out, name(Process{Role: RoleLearner, ID: i}))
 		}
 	}
@@ -545,18 +638,15 @@ func (c *core) learnerMsg(conn connID, id int, t rdma.Type, msg any) {
 	l.last = c.now
 	switch t {
 	case tChunkReq:
-		if msg.(*chunkReq).Wait {
-			c.chunkWaits = append(c.chunkWaits, chunkWait{id, conn})
+		wait := msg.(*chunkReq).Wait
+		if wait || !c.dispatching {
+			c.chunkWaits = append(c.chunkWaits, chunkWait{id, conn, wait})
 			return
 		}
 		ch, err := c.disp.Next(id)
 		c.replyChunk(conn, ch, err)
 	case tComplete:
-		if err := c.disp.Complete(id, *msg.(*data.Chunk)); err != nil {
-			c.fail(err)
-			return
-		}
-		c.finishIfDone()
+		c.delivered(id, *msg.(*data.Chunk), -1)
 	case tProgress:
 		c.addProgress(l, msg.(*progress))
 		c.dueCheckpoint()
@@ -605,12 +695,16 @@ func (c *core) replyChunk(conn connID, ch data.Chunk, err error) {
 // has a chunk or the end for them, and the questions where a shard's
 // server is, once it is there.
 func (c *core) serveWaits() {
+	c.dispatch()
 	c.chunkWaits = slices.DeleteFunc(c.chunkWaits, func(w chunkWait) bool {
 		if l := c.learners[w.learner]; l.conn != w.conn || !l.live {
 			return true
 		}
+		if !c.dispatching {
+			return false
+		}
 		ch, err := c.disp.Next(w.learner)
-		if errors.Is(err, data.ErrIdle) {
+		if errors.Is(err, data.ErrIdle) && w.wait {
 			return false
 		}
 		c.replyChunk(w.conn, ch, err)
@@ -630,10 +724,97 @@ func (c *core) serveWaits() {
 	})
 }
 
+// rejoinGrace is how long a restarted coordinator waits, after its job
+// started, for the learners to rejoin and say which chunks they hold
+// before it hands out data (see dispatch).
+const rejoinGrace = 3 * time.Second
+
+// dispatch starts handing out the job's data once it can: at the start
+// of a job, or of a resumed one; for a restarted coordinator's job, once
+// every learner it knows of has rejoined or rejoinGrace has passed. The
+// dispatcher is then rebuilt from what the shards have (every shard
+// server's consumed mini-batches) and what the learners hold, so that
+// nothing is handed out that a shard already has or a learner computes.
+func (c *core) dispatch() {
+	if c.dispatching || !c.started {
+		return
+	}
+	if c.rejoin {
+		all := true
+		for _, l := range c.learners {
+			all = all && l.live
+		}
+		if !all && c.now.Sub(c.start) < rejoinGrace {
+			return
+		}
+		if err := c.rebuild(); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	c.dispatching = true
+	c.finishIfDone()
+}
+
+// rebuild rebuilds the dispatcher of a restarted coordinator's job.
+func (c *core) rebuild() error {
+	var done idRanges
+	for i, s := range c.servers {
+		if s.consumed == nil {
+			return fmt.Errorf("%w: %s rejoined without saying which mini-batches its shards have", ErrProtocol, s.proc)
+		}
+		if i == 0 {
+			done = s.consumed
+		} else {
+			done = intersect(done, s.consumed)
+		}
+	}
+	var held []data.Holding
+	for id, l := range c.learners {
+		if l.live {
+			for _, h := range l.held {
+				h.Learner = id
+				held = append(held, h)
+			}
+			l.held = nil
+		}
+	}
+	if err := c.disp.Rebuild(done.end(), done.contains, held); err != nil {
+		return fmt.Errorf("rebuilding the data's dispatch from the shards and the learners: %w", err)
+	}
+	c.log(slog.LevelInfo, "the job goes on from what the shards have", "mini_batches_done", c.disp.Stats().Batches,
+		"chunks_held", len(held))
+	return nil
+}
+
+// claim gives a learner that rejoined after the data went out the chunks
+// it holds, where nobody else was given them since; it pushes the others
+// anyway, and the shards drop what they already have.
+func (c *core) claim(id int, held []data.Holding) {
+	for _, h := range held {
+		h.Learner = id
+		if err := c.disp.Claim(h); err != nil {
+			c.log(slog.LevelInfo, "a rejoining learner's chunk went to another", "learner", id, "chunk", h.Chunk, "err", err)
+		}
+	}
+}
+
+// delivered records a learner's report that the first n mini-batches of
+// chunk ch reached every shard (n < 0: all of them).
+func (c *core) delivered(id int, ch data.Chunk, n int) {
+	if err := c.disp.Delivered(id, ch, n); err != nil {
+		// A chunk the learner holds no longer (it was given to another
+		// while the learner was away): the other's count is the one.
+		c.log(slog.LevelDebug, "delivery of a chunk not held", "learner", id, "chunk", ch, "err", err)
+		return
+	}
+	c.finishIfDone()
+}
+
 // finishIfDone tells every shard server that the data is done, once it
 // is.
 func (c *core) finishIfDone() {
-	if c.finishing || !c.started || !c.disp.Done() {
+	if c.finishing || !c.started || !c.dispatching || !c.disp.Done() {
 		return
 	}
 	c.finishing, c.trained = true, c.elapsed()

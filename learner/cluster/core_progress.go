@@ -28,6 +28,9 @@ func (c *core) addProgress(l *learnerState, p *progress) {
 			c.lossCnt[e.Epoch] += e.Steps
 		}
 	}
+	for _, d := range p.Delivered {
+		c.delivered(l.proc.ID, d.Chunk, d.N)
+	}
 	if p.Traffic != nil {
 		c.traffic.Add(p.Traffic)
 	}

@@ -504,3 +504,107 @@ func TestCoreCheckpointRequest(t *testing.T) {
 		t.Fatalf("round %+v, want version %d", h.rd.write, v+1)
 	}
 }
+
+// TestCoreRestarted: a coordinator started again while the job's
+// processes live on: the shard servers rejoin with what their shards
+// have, the learners with the chunks they hold. The job starts without
+// waiting for learners that do not come back; the data goes out once
+// every learner rejoined or rejoinGrace passed, rebuilt so that nothing
+// every shard has, or a learner holds, is handed out again; a learner
+// that rejoins later keeps its chunk if nobody took it meanwhile.
+func TestCoreRestarted(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 3})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: []idRanges{{{1, 5}, {6, 7}}}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: []idRanges{{{1, 4}, {6, 7}}}})
+	held := data.Chunk{Epoch: 0, First: 2, Count: 2, Stride: 1} // ids 3, 4
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Incarnation: 4, Held: []data.Holding{{Chunk: held, Delivered: 1}}})
+	ev := h.evaluator()
+	if !h.c.started {
+		t.Fatalf("not started; missing %s", h.c.missing())
+	}
+	h.expect(s0, tWelcome)
+	h.expect(s1, tWelcome)
+	h.expect(ev, tWelcome)
+	if w := h.expect(l0, tWelcome)[0].v.(welcome); w.Incarnation != 4 {
+		t.Errorf("incarnation %d, want the learner's own, 4", w.Incarnation)
+	}
+	h.msg(l0, tChunkReq, &chunkReq{})
+	h.expect(l0) // learners 1 and 2 may still rejoin
+	h.tick(rejoinGrace)
+	// Every shard has 1, 2, 3, 6; learner 0 holds 4 (3 delivered);
+	// waiting: 5, then 7, 8.
+	r := h.expect(l0, tChunk)[0].v.(chunkReply)
+	if want := (data.Chunk{Epoch: 0, First: 4, Count: 1, Stride: 1}); r.Chunk != want {
+		t.Fatalf("first chunk %+v, want %+v", r.Chunk, want)
+	}
+	// Learner 2 rejoins late holding 7, 8: still waiting, so it keeps
+	// them; learner 1 rejoins holding 5, which learner 0 has now.
+	l2 := h.hello(Process{Role: RoleLearner, ID: 2}, hello{Rejoin: true, Incarnation: 0, Held: []data.Holding{{Chunk: data.Chunk{Epoch: 0, First: 6, Count: 2, Stride: 1}}}})
+	h.expect(l2, tWelcome)
+	l1 := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true, Held: []data.Holding{{Chunk: r.Chunk}}})
+	h.expect(l1, tWelcome)
+	if got := h.chunk(l1, false); !got.Idle {
+		t.Errorf("learner 1 got %+v, want none now (the rest is held)", got)
+	}
+	for _, d := range []struct {
+		conn connID
+		c    data.Chunk
+	}{{l0, held}, {l0, r.Chunk}, {l2, data.Chunk{Epoch: 0, First: 6, Count: 2, Stride: 1}}} {
+		h.msg(d.conn, tComplete, &d.c)
+	}
+	h.expect(s0, tFinish)
+	h.expect(s1, tFinish)
+	if st := h.c.disp.Stats(); st.Batches != 8 {
+		t.Errorf("batches %d, want 8", st.Batches)
+	}
+	if got := h.chunk(l1, false); !got.End {
+		t.Errorf("learner 1 got %+v, want the end", got)
+	}
+}
+
+// TestCoreRejoinSameCoordinator: a learner whose control connection
+// dropped rejoins the same coordinator: the same life on a new
+// connection goes on; a life the coordinator removed meanwhile is told
+// to stop, and the job goes on.
+func TestCoreRejoinSameCoordinator(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	j := h.startJob()
+	c := h.chunk(j.lrn[0], false)
+	again := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Held: []data.Holding{{Chunk: c.Chunk}}})
+	h.expect(again, tWelcome)
+	if !h.shut[j.lrn[0]] || h.c.lost != 0 {
+		t.Errorf("old connection closed %v, lost %d; want closed, 0", h.shut[j.lrn[0]], h.c.lost)
+	}
+	h.msg(again, tComplete, &c.Chunk)
+	if st := h.c.disp.Stats(); st.Completed != 1 {
+		t.Errorf("completed %d, want 1", st.Completed)
+	}
+	h.lost(j.lrn[1]) // removed
+	late := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true})
+	if m := h.expect(late, tStop); !strings.Contains(m[0].v.(stop).Err, "removed") || h.rd.done {
+		t.Errorf("stop %+v, job done %v", m[0].v, h.rd.done)
+	}
+}
+
+// TestCoreServerRedo: a shard server that comes back from a checkpoint
+// older than some delivered mini-batches gets them again: they are
+// handed out first.
+func TestCoreServerRedo(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	j := h.startJob()
+	a := h.chunk(j.lrn[0], false) // ids 1, 2
+	b := h.chunk(j.lrn[1], false) // ids 3, 4
+	h.msg(j.lrn[0], tComplete, &a.Chunk)
+	h.msg(j.lrn[1], tProgress, &progress{Delivered: []delivered{{b.Chunk, 1}}})
+	h.lost(j.srv[1])
+	back := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Consumed: []idRanges{{{1, 2}}}})
+	h.expect(back, tWelcome)
+	if st := h.c.disp.Stats(); st.Redone != 2 {
+		t.Fatalf("redone %d, want 2 (ids 2 and 3)", st.Redone)
+	}
+	for _, want := range []data.Chunk{{Epoch: 0, First: 1, Count: 1, Stride: 1}, {Epoch: 0, First: 2, Count: 1, Stride: 1}} {
+		if got := h.chunk(j.lrn[0], false); got.Chunk != want {
+			t.Errorf("got %+v, want %+v", got.Chunk, want)
+		}
+	}
+}

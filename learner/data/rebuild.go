@@ -132,3 +132,57 @@ func (d *Dispatcher) Undelivered() []uint64 {
 	slices.Sort(ids)
 	return ids
 }
+
+// Claim gives learner h.Learner the chunk it holds (a learner that
+// rejoined a restarted coordinator after the data went out): its
+// mini-batches not yet delivered are taken out of the chunks waiting to
+// be handed out (cutting the plan's chunks up to them). If any of them
+// is not waiting (handed to another learner meanwhile, or delivered),
+// it takes none and returns an error matching ErrChunk; chunks it cut
+// then wait to be handed out.
+func (d *Dispatcher) Claim(h Holding) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := h.Chunk
+	if c.Count < 1 || c.Stride != d.plan.Group || h.Delivered < 0 || h.Delivered >= c.Count {
+		return fmt.Errorf("%w: learner %d claims chunk %+v (%d delivered)", ErrChunk, h.Learner, c, h.Delivered)
+	}
+	mine, want := map[uint64]bool{}, 0 // the chunk's mini-batches; those not delivered
+	for i := range c.Count {
+		mine[d.id(c, i)] = true
+	}
+	last := d.id(c, c.Count-1)
+	if last > uint64(d.total) {
+		return fmt.Errorf("%w: learner %d claims chunk %+v, beyond the job", ErrChunk, h.Learner, c)
+	}
+	// Chunks not cut yet are waiting too.
+	for d.next < d.total && uint64(d.next) < last {
+		d.pending = append(d.pending, d.cut())
+	}
+	// Its delivered mini-batches are done, its others the learner's: all
+	// leave the waiting chunks.
+	var kept []Chunk
+	done := 0 // delivered ones that were waiting
+	for _, p := range d.pending {
+		for i := range p.Count {
+			switch id := d.id(p, i); {
+			case !mine[id]:
+			case id >= d.id(c, h.Delivered):
+				want++
+			default:
+				done++
+			}
+		}
+		p.runs(func(i int) bool { return !mine[d.id(p, i)] }, func(r Chunk) { kept = append(kept, r) })
+	}
+	if want != c.Count-h.Delivered {
+		d.sortPending()
+		return fmt.Errorf("%w: learner %d claims chunk %+v, of which %d mini-batches are no longer waiting", ErrChunk, h.Learner, c, c.Count-h.Delivered-want)
+	}
+	d.pending = kept
+	d.stats.Batches += done
+	d.sortPending()
+	d.held[c.key()] = holder{learner: h.Learner, chunk: c, delivered: h.Delivered}
+	d.notify()
+	return nil
+}

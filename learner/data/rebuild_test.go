@@ -181,3 +181,33 @@ func TestDispatcherRedo(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestDispatcherClaim: a rejoining learner keeps a chunk whose
+// mini-batches still wait (cut or not); not one another was given.
+func TestDispatcherClaim(t *testing.T) {
+	d, _ := NewDispatcher(Plan{Images: 40, Batch: 2, Chunk: 5, Epochs: 1}) // ids 1…20, chunks of 5
+	a, _ := d.Next(0)                                                      // 1…5
+	far := Chunk{Epoch: 0, First: 15, Count: 5, Stride: 1}                 // 16…20, not cut yet
+	if err := d.Claim(Holding{Learner: 1, Chunk: far, Delivered: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Claim(Holding{Learner: 2, Chunk: a}); !errors.Is(err, ErrChunk) {
+		t.Errorf("claim of a chunk learner 0 holds: %v, want ErrChunk", err)
+	}
+	var got []Chunk
+	for {
+		c, err := d.Next(0)
+		if err != nil {
+			break
+		}
+		got = append(got, c)
+		d.Complete(0, c)
+	}
+	want := []Chunk{{Epoch: 0, First: 5, Count: 5, Stride: 1}, {Epoch: 0, First: 10, Count: 5, Stride: 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("handed out %v, want %v (the claimed chunk is learner 1's)", got, want)
+	}
+	if err := d.Complete(1, far); err != nil {
+		t.Errorf("learner 1 completes its claimed chunk: %v", err)
+	}
+}
