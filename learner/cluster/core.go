@@ -133,8 +133,8 @@ type core struct {
 	// dispatch).
 	rejoin      bool
 	dispatching bool // chunks are handed out
-	lastWaitLog   time.Time
-	err           error // the job failed
+	lastWaitLog time.Time
+	err         error // the job failed
 
 	conns    map[connID]*connState
 	servers  []*serverState
