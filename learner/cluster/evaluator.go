@@ -70,7 +70,7 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 		}
 	}()
 	var mu sync.Mutex
-	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(cc, addrs, &mu), interrupted)
+	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(func() *ctrl { return cc }, addrs, &mu), interrupted)
 	if err != nil {
 		// A shard server gone is often the end of a job that failed
 		// elsewhere: give the coordinator a moment to say so, as its

@@ -156,6 +156,30 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	return c, w, nil
 }
 
+// rejoin dials the coordinator again after its connection failed with
+// cause, and says hello h (a Rejoin), waiting for the welcome: for
+// PSTimeout at most (without a PSTimeout the loss is the job's end for
+// this process). The coordinator may have been restarted: it welcomes
+// the process once the job has started again.
+func (m *Member) rejoin(ctx context.Context, h hello, cause error) (*ctrl, welcome, error) {
+	if m.PSTimeout <= 0 {
+		return nil, welcome{}, fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, cause)
+	}
+	log := m.log()
+	log.Warn("lost the coordinator; dialling it again", "addr", m.Coordinator, "for", m.PSTimeout, "err", cause)
+	ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
+	defer cancel()
+	again := *m
+	again.Rendezvous = 0
+	h.Rejoin = true
+	cc, w, err := again.join(ctx, h)
+	if err != nil {
+		return nil, welcome{}, fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+	}
+	log.Info("rejoined the coordinator", "addr", m.Coordinator, "me", m.Process.String())
+	return cc, w, nil
+}
+
 // stopErr turns the coordinator's stop message into the role's result:
 // nil, the job's failure, or ErrInterrupted for a job interrupted before
 // it started.
@@ -178,7 +202,7 @@ func stopErr(t rdma.Type, b []byte) error {
 // shard is now (it may have been restarted elsewhere), and dial it, again
 // and again with backoff until PSTimeout. addrs delivers the
 // coordinator's answers; calls are serialised by mu.
-func (m *Member) redialer(cc *ctrl, addrs <-chan addr, mu *sync.Mutex) func(context.Context, int) (rdma.Conn, error) {
+func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) func(context.Context, int) (rdma.Conn, error) {
 	return func(ctx context.Context, shard int) (rdma.Conn, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -190,7 +214,7 @@ func (m *Member) redialer(cc *ctrl, addrs <-chan addr, mu *sync.Mutex) func(cont
 		log := m.log()
 		wait, last, lastErr := 100*time.Millisecond, "", error(nil)
 		for {
-			if err := cc.send(ctx, tWhere, where{Shard: shard}); err != nil {
+			if err := cc().send(ctx, tWhere, where{Shard: shard}); err != nil && rdma.Recoverable(err) {
 				return nil, fmt.Errorf("shard %d: asking the coordinator where its server is: %w", shard, err)
 			}
 			select {

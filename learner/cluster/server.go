@@ -48,6 +48,12 @@ type ServerConfig struct {
 // serves its shards until the coordinator stops the job, and reports its
 // counters once its shards are final. It returns nil when the job ended
 // well, the job's failure otherwise. It closes the listener.
+//
+// A coordinator lost without its stop (it died, or the connection did)
+// does not stop the shards: they go on serving while the server dials the
+// coordinator again, for PSTimeout at most (see Member.rejoin), and says
+// hello as a rejoining process with what its shards have consumed and,
+// once final, its final counters.
 func RunServer(ctx context.Context, cfg ServerConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -56,18 +62,23 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = cfg.Listener.Addr()
 	}
-	cc, w, err := joinUnlessStopped(ctx, &cfg, hello{Addr: addr, Shards: cfg.Shards})
+	r := &serverRole{cfg: &cfg, hello: hello{Addr: addr, Shards: cfg.Shards}}
+	if cfg.Resume != nil {
+		r.hello.Consumed = cfg.Resume.consumed(cfg.Shards)
+	}
+	cc, w, err := joinUnlessStopped(ctx, &cfg, r.hello)
 	if err != nil {
 		return err
 	}
-	defer cc.conn.Close()
+	r.setCtrl(cc)
+	defer func() { r.ctrl().conn.Close() }()
 	cfg.PS.Job = cmp.Or(cfg.Job, 1)
 	if cfg.PS.DataSize == 0 {
 		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
 	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
 		NewMsg: cfg.Network.NewMsg, OnUpdate: refusalLog(cfg.log(), time.Now),
-		OnLost: func(l, inc uint32) { cc.send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
+		OnLost: func(l, inc uint32) { r.ctrl().send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
 	if cfg.Resume != nil {
 		cfg.Resume.restoreConfig(&pcfg)
 	}
@@ -77,25 +88,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		cc.send(context.Background(), tFail, failure{Err: err.Error()})
 		return err
 	}
+	r.srv = srv
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, cfg.Listener) }()
 	if cfg.OnServe != nil {
 		cfg.OnServe(srv)
 	}
-	// Reports sent off the command loop (the final counters, checkpoint
-	// reports): a report that cannot be sent fails the server, as the
-	// coordinator would wait for it.
-	reports := make(chan error, 2)
-	go func() {
-		select {
-		case <-srv.Final():
-			if err := cc.send(ctx, tFinal, srv.Stats()); err != nil {
-				reports <- fmt.Errorf("the final counters to the coordinator: %w", err)
-			}
-		case <-ctx.Done():
-		}
-	}()
-	err = serverCommands(ctx, cc, srv, &cfg, reports)
+	err = r.commands(ctx)
 	srv.Stop()
 	if serr := <-served; err == nil && serr != nil && !errors.Is(serr, context.Canceled) {
 		err = serr
@@ -104,6 +103,187 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("%s: %w", cfg.Process, err)
 	}
 	return nil
+}
+
+// serverRole is a running shard server's connection to the coordinator.
+type serverRole struct {
+	cfg   *ServerConfig
+	srv   *ps.Server
+	hello hello // its first hello (a rejoin's adds what its shards have)
+	mu    sync.Mutex
+	cc    *ctrl // the current connection to the coordinator
+}
+
+func (r *serverRole) ctrl() *ctrl {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cc
+}
+
+func (r *serverRole) setCtrl(cc *ctrl) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cc = cc
+}
+
+// ctrlMsg is a message received on a control connection (cc).
+type ctrlMsg struct {
+	cc  *ctrl
+	t   rdma.Type
+	b   []byte
+	err error
+}
+
+// readCtrlTo receives cc's messages into msgs until an error, which it
+// delivers too, or until ctx ends.
+func readCtrlTo(ctx context.Context, cc *ctrl, msgs chan<- ctrlMsg) {
+	for {
+		t, b, err := cc.recv(ctx)
+		select {
+		case msgs <- ctrlMsg{cc, t, b, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// commands carries out the coordinator's commands until it stops the
+// job, or until cfg.Stop asks the server to stop after a checkpoint, or
+// a report could not be sent for another reason than a lost connection.
+// It sends the final counters once the shards are final, and the
+// checkpoint reports; a lost coordinator is dialled again (rejoin).
+func (r *serverRole) commands(ctx context.Context) error {
+	cfg, srv := r.cfg, r.srv
+	msgs := make(chan ctrlMsg)
+	go readCtrlTo(ctx, r.ctrl(), msgs)
+	ckpts := make(chan ckptReport)
+	stop, stopping := cfg.Stop, false
+	final := srv.Final()
+	var grace <-chan time.Time
+	// report sends a report on the current connection; a connection that
+	// fails is the reader's to notice, any other failure is the server's.
+	report := func(t rdma.Type, v any, what string) error {
+		if err := r.ctrl().send(ctx, t, v); err != nil && rdma.Recoverable(err) {
+			return fmt.Errorf("%s to the coordinator: %w", what, err)
+		}
+		return nil
+	}
+	for {
+		var m ctrlMsg
+		select {
+		case m = <-msgs:
+		case <-final:
+			final = nil
+			if err := report(tFinal, srv.Stats(), "the final counters"); err != nil {
+				return err
+			}
+			continue
+		case rep := <-ckpts:
+			if err := report(tCheckpointed, rep, "the checkpoint report"); err != nil {
+				return err
+			}
+			continue
+		case <-stop:
+			stop, stopping = nil, true
+			if cfg.Checkpoints == nil {
+				return ErrInterrupted
+			}
+			r.ctrl().send(ctx, tCheckpointReq, nil)
+			grace = time.After(time.Minute)
+			continue
+		case <-grace:
+			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if m.cc != r.ctrl() {
+			continue // a connection replaced since
+		}
+		t, b, err := m.t, m.b, m.err
+		if err != nil {
+			if stopping {
+				return fmt.Errorf("%w: lost the coordinator while stopping: %v", ErrInterrupted, err)
+			}
+			cc, err := r.rejoin(ctx, err)
+			if err != nil {
+				return err
+			}
+			m.cc.conn.Close()
+			r.setCtrl(cc)
+			go readCtrlTo(ctx, cc, msgs)
+			continue
+		}
+		switch t {
+		case tEvict:
+			var m member
+			if err := decode(t, b, &m); err != nil {
+				return err
+			}
+			srv.Evict(m.Learner, m.Incarnation)
+		case tFinish:
+			srv.Finish()
+		case tStats:
+			if err := report(tServerStats, srv.Stats(), "the counters"); err != nil {
+				return err
+			}
+		case tCheckpoint:
+			var o ckptOrder
+			if err := decode(t, b, &o); err != nil {
+				return err
+			}
+			go func() {
+				rep := ckptReport{Version: o.Version}
+				if cfg.Checkpoints == nil {
+					rep.Err = "no checkpoint folder (--checkpoint-dir)"
+				} else if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, o.Version); err != nil {
+					rep.Err = err.Error()
+				} else {
+					rep.Files = sums
+				}
+				select {
+				case ckpts <- rep:
+				case <-ctx.Done():
+				}
+			}()
+		case tCheckpointDone:
+			if stopping {
+				return ErrInterrupted
+			}
+		case tStop:
+			return stopErr(t, b)
+		default:
+			return fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t)
+		}
+	}
+}
+
+// rejoin dials the coordinator again after its connection failed with
+// cause, and says hello as a rejoining shard server: what its shards
+// have consumed, and its final counters if they are final. cfg.Stop
+// ends the attempt.
+func (r *serverRole) rejoin(ctx context.Context, cause error) (*ctrl, error) {
+	h := r.hello
+	h.Rejoin, h.Consumed = true, r.srv.Consumed()
+	select {
+	case <-r.srv.Final():
+		st := r.srv.Stats()
+		h.Final = &st
+	default:
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.cfg.Stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cc, _, err := r.cfg.rejoin(ctx, h, cause)
+	return cc, err
 }
 
 // refusalEvery is the least time between two log lines of one shard about
@@ -169,93 +349,3 @@ func joinUnlessStopped(ctx context.Context, cfg *ServerConfig, h hello) (*ctrl, 
 	}
 }
 
-// serverCommands carries out the coordinator's commands until it stops
-// the job, or until cfg.Stop asks the server to stop after a checkpoint,
-// or a report could not be sent (reports).
-func serverCommands(ctx context.Context, cc *ctrl, srv *ps.Server, cfg *ServerConfig, reports chan error) error {
-	type msg struct {
-		t   rdma.Type
-		b   []byte
-		err error
-	}
-	msgs := make(chan msg)
-	go func() {
-		for {
-			t, b, err := cc.recv(ctx)
-			select {
-			case msgs <- msg{t, b, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	stop, stopping := cfg.Stop, false
-	var grace <-chan time.Time
-	for {
-		var m msg
-		select {
-		case m = <-msgs:
-		case <-stop:
-			stop, stopping = nil, true
-			if cfg.Checkpoints == nil {
-				return ErrInterrupted
-			}
-			cc.send(ctx, tCheckpointReq, nil)
-			grace = time.After(time.Minute)
-			continue
-		case <-grace:
-			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
-		case err := <-reports:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		t, b, err := m.t, m.b, m.err
-		if err != nil {
-			return fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, err)
-		}
-		switch t {
-		case tEvict:
-			var m member
-			if err := decode(t, b, &m); err != nil {
-				return err
-			}
-			srv.Evict(m.Learner, m.Incarnation)
-		case tFinish:
-			srv.Finish()
-		case tStats:
-			if err := cc.send(ctx, tServerStats, srv.Stats()); err != nil {
-				return fmt.Errorf("the counters to the coordinator: %w", err)
-			}
-		case tCheckpoint:
-			var o ckptOrder
-			if err := decode(t, b, &o); err != nil {
-				return err
-			}
-			go func() {
-				rep := ckptReport{Version: o.Version}
-				if cfg.Checkpoints == nil {
-					rep.Err = "no checkpoint folder (--checkpoint-dir)"
-				} else if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, o.Version); err != nil {
-					rep.Err = err.Error()
-				} else {
-					rep.Files = sums
-				}
-				if err := cc.send(ctx, tCheckpointed, rep); err != nil {
-					reports <- fmt.Errorf("the checkpoint report to the coordinator: %w", err)
-				}
-			}()
-		case tCheckpointDone:
-			if stopping {
-				return ErrInterrupted
-			}
-		case tStop:
-			return stopErr(t, b)
-		default:
-			return fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t)
-		}
-	}
-}

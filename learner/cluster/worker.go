@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +46,11 @@ type LearnerConfig struct {
 // servers until the data is done, and reports its progress. It returns
 // nil when the job's data is done, else the learner's failure (which it
 // reports to the coordinator) or the job's.
+//
+// A coordinator lost without its stop does not stop the learner: it goes
+// on with the chunk it holds while it dials the coordinator again, for
+// PSTimeout at most, and says hello as a rejoining learner with its
+// incarnation and its chunks; the reports it could not send go out then.
 func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -51,8 +58,9 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	if err != nil {
 		return err
 	}
-	defer cc.conn.Close()
-	r := &worker{cfg: cfg, cc: cc, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1), report: map[int]*epochLoss{}}
+	r := &worker{cfg: cfg, cc: cc, inc: w.Incarnation, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1),
+		report: map[int]*epochLoss{}, held: map[[2]int]*data.Holding{}}
+	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	defer cancel()
@@ -74,7 +82,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		if jobErr := r.jobError(); jobErr != nil {
 			return jobErr
 		}
-		cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		r.ctrl().send(context.Background(), tFail, failure{Err: err.Error()})
 		return err
 	}
 	return nil
@@ -104,16 +112,27 @@ func learnerNets(cfg LearnerConfig, batch int) ([]*nn.Net, error) {
 // worker is a running learner role.
 type worker struct {
 	cfg     LearnerConfig
-	cc      *ctrl
+	inc     uint32
 	replies chan chunkReply
 	addrs   chan addr // the coordinator's answers to where
 	redial  sync.Mutex
 
 	flushMu sync.Mutex // serialises flush
 	mu      sync.Mutex
+	cc      *ctrl              // the current connection to the coordinator
+	asking  *chunkReq          // a chunk request not answered yet
 	client  *ps.Client         // set once train has dialed the shard servers
 	report  map[int]*epochLoss // since the last report
-	err     error              // the coordinator stopped the job
+	// held are the chunks of this life, by (epoch, first), with their
+	// mini-batches delivered: a rejoining learner tells them.
+	held map[[2]int]*data.Holding
+	err  error // the job's end: the coordinator stopped it
+}
+
+func (r *worker) ctrl() *ctrl {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cc
 }
 
 // train runs the learner loop on the welcome's plan.
@@ -130,7 +149,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	}()
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
-		Redial: cfg.redialer(r.cc, r.addrs, &r.redial)})
+		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial)})
 	if err != nil {
 		return err
 	}
@@ -141,10 +160,10 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	if cfg.OnClient != nil {
 		cfg.OnClient(cfg.ID, client)
 	}
-	if w.Incarnation > 0 { // a new life: the old one was removed
-		if err := client.Join(ctx); err != nil {
-			return err
-		}
+	// A shard restored from a checkpoint has no active learner, and a new
+	// life's predecessor was removed: the learner joins every shard.
+	if err := client.Join(ctx); err != nil {
+		return err
 	}
 	ld, err := data.NewLoader(cfg.Train, data.LoaderConfig{Plan: w.Plan, Source: r, Normalizer: cfg.Normalizer})
 	if err != nil {
@@ -162,11 +181,15 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	return l.Run(ctx)
 }
 
-// Next implements data.Source over the coordinator.
+// Next implements data.Source over the coordinator. A request sent on a
+// connection that fails goes again once the learner has rejoined.
 func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
-	if err := r.cc.send(ctx, tChunkReq, chunkReq{Wait: wait}); err != nil {
-		return data.Chunk{}, err
-	}
+	req := &chunkReq{Wait: wait}
+	r.mu.Lock()
+	r.asking = req
+	cc := r.cc
+	r.mu.Unlock()
+	cc.send(ctx, tChunkReq, req) // a failure is the reader's to notice
 	select {
 	case rep := <-r.replies:
 		switch {
@@ -175,6 +198,9 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 		case rep.Idle:
 			return data.Chunk{}, data.ErrIdle
 		}
+		r.mu.Lock()
+		r.held[[2]int{rep.Chunk.Epoch, rep.Chunk.First}] = &data.Holding{Chunk: rep.Chunk}
+		r.mu.Unlock()
 		return rep.Chunk, nil
 	case <-ctx.Done():
 		if err := r.jobError(); err != nil {
@@ -184,9 +210,16 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 	}
 }
 
-// Complete implements data.Source.
+// Complete implements data.Source: every mini-batch of c was pushed.
 func (r *worker) Complete(ctx context.Context, c data.Chunk) error {
-	return r.cc.send(ctx, tComplete, c)
+	r.mu.Lock()
+	if h := r.held[[2]int{c.Epoch, c.First}]; h != nil {
+		h.Delivered = c.Count
+	}
+	cc := r.cc
+	r.mu.Unlock()
+	cc.send(ctx, tComplete, c) // a rejoin tells it again (held)
+	return nil
 }
 
 // onStep accounts one pushed mini-batch.
@@ -214,7 +247,7 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		p.Epochs = append(p.Epochs, *e)
 	}
 	clear(r.report)
-	client := r.client
+	client, cc := r.client, r.cc
 	r.mu.Unlock()
 	if client != nil {
 		p.Pushes = client.Pushes()
@@ -227,7 +260,23 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 				Transport: c.Transport.Name, Reason: c.Transport.Reason})
 		}
 	}
-	return r.cc.send(ctx, tProgress, p)
+	if err := cc.send(ctx, tProgress, p); err != nil {
+		if ctx.Err() != nil || rdma.Recoverable(err) || done {
+			return err
+		}
+		// The connection failed: the losses and steps go with the next
+		// report, once the learner has rejoined.
+		r.mu.Lock()
+		for _, e := range p.Epochs {
+			if q := r.report[e.Epoch]; q != nil {
+				q.Steps, q.Loss = q.Steps+e.Steps, q.Loss+e.Loss
+			} else {
+				r.report[e.Epoch] = &e
+			}
+		}
+		r.mu.Unlock()
+	}
+	return nil
 }
 
 // reportEvery reports progress (the heartbeat) until ctx ends.
@@ -251,16 +300,22 @@ func (r *worker) reportEvery(ctx context.Context) {
 }
 
 // read receives the coordinator's messages: chunk replies for Next, and
-// the stop that ends the job (cancel).
+// the stop that ends the job (cancel). A connection lost without the
+// stop is dialled again (rejoin).
 func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 	defer cancel()
 	for {
-		t, b, err := r.cc.recv(ctx)
+		cc := r.ctrl()
+		t, b, err := cc.recv(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				r.setErr(fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, err))
+			if ctx.Err() != nil {
+				return
 			}
-			return
+			if err := r.rejoin(ctx, cc, err); err != nil {
+				r.setErr(err)
+				return
+			}
+			continue
 		}
 		switch t {
 		case tChunk:
@@ -269,6 +324,9 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 				r.setErr(err)
 				return
 			}
+			r.mu.Lock()
+			r.asking = nil
+			r.mu.Unlock()
 			r.replies <- rep
 		case tAddr:
 			var a addr
@@ -293,6 +351,35 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 			return
 		}
 	}
+}
+
+// rejoin dials the coordinator again after connection old failed with
+// cause and says hello as a rejoining learner (its incarnation, its
+// chunks and what of them was delivered); then the chunk request that
+// was not answered goes again.
+func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
+	old.conn.Close()
+	r.mu.Lock()
+	h := hello{Incarnation: r.inc}
+	for _, c := range r.held {
+		h.Held = append(h.Held, *c)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(h.Held, func(a, b data.Holding) int {
+		return cmp.Or(cmp.Compare(a.Chunk.Epoch, b.Chunk.Epoch), cmp.Compare(a.Chunk.First, b.Chunk.First))
+	})
+	cc, _, err := r.cfg.rejoin(ctx, h, cause)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.cc = cc
+	asking := r.asking
+	r.mu.Unlock()
+	if asking != nil {
+		cc.send(ctx, tChunkReq, asking)
+	}
+	return nil
 }
 
 func (r *worker) setErr(err error) {
