@@ -38,7 +38,7 @@ type PS interface {
 	Pull(ctx context.Context, w []float32) error
 	PullAsync(ctx context.Context, w []float32) error
 	WaitPull() error
-	Push(ctx context.Context, grad []float32) error
+	Push(ctx context.Context, grad []float32, batch uint64) error
 	Join(ctx context.Context) error
 	Leave(ctx context.Context) error
 }
@@ -58,6 +58,11 @@ type Config struct {
 	// OnStep, if set, is called after each push with the batch and its
 	// loss, on the learner's goroutine; it must return quickly.
 	OnStep func(b *data.Batch, loss float32)
+	// BatchID, if set, returns the job-wide id of b's mini-batch (its
+	// index in the job's sequence of mini-batches + 1), which the push of
+	// its gradient carries so that the shards accept at most one gradient
+	// per mini-batch (ps.Msg.Batch). nil: pushes carry no id (0).
+	BatchID func(b *data.Batch) uint64
 }
 
 // Learner is one worker of the paper's loop: getMinibatch → pull →
@@ -175,7 +180,11 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
 		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
 	}
-	if err := c.Push(ctx, net.Grads()); err != nil {
+	var id uint64
+	if l.cfg.BatchID != nil {
+		id = l.cfg.BatchID(b)
+	}
+	if err := c.Push(ctx, net.Grads(), id); err != nil {
 		return l.psError(s, err)
 	}
 	if l.cfg.Overlap {

@@ -96,7 +96,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 					if err := c.Pull(ctx, w); err != nil {
 						b.Fatal(err)
 					}
-					if err := c.Push(ctx, g); err != nil {
+					if err := c.Push(ctx, g, 0); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -418,9 +418,10 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 }
 
 // Push sends every shard its slice of grad (Total floats, averaged over
-// the mini-batch) stamped with the shard's last pulled stamp. It does not
-// wait for the shards; rejections arrive with the next Pull.
-func (c *Client) Push(ctx context.Context, grad []float32) error {
+// the mini-batch) stamped with the shard's last pulled stamp. batch is the
+// job-wide id of the mini-batch (Msg.Batch; 0: none). It does not wait
+// for the shards; rejections arrive with the next Pull.
+func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
@@ -439,6 +440,7 @@ func (c *Client) Push(ctx context.Context, grad []float32) error {
 		}
 		copy(m.Payload, grad[r.Lo:r.Hi])
 		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
+		setPushData(m, batch)
 		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}

@@ -161,12 +161,29 @@
 // sequence is at or below it is a duplicate (a resend after a reconnect):
 // it is counted in Stats.Duplicates and ignored, so that every push is
 // applied at most once. Nothing wraps: 2⁶⁴−1 is a push like any other,
-// and every push after it is a duplicate. Dropped pushes consume their
-// sequence; rejected ones do not. The runtime's sequences are
+// and every push after it is a duplicate. Dropped and redone pushes
+// consume their sequence; rejected ones do not. The runtime's sequences are
 // incarnation<<44 | n (Seq; docs/wire.md): a learner has at most 2²⁰
 // lives (MaxIncarnation) of at most 2⁴⁴−1 messages each (MaxMessages),
 // and its client refuses, rather than wraps, past either
 // (ErrSeqExhausted for the messages).
+//
+// A push may also carry the job-wide id of its mini-batch (Msg.Batch, 0
+// for none). The core keeps the ids of the gradients it accepted or
+// dropped (a BatchSet); a push of an id in it is redone (the mini-batch
+// was done again, by a restarted learner or one that took over a lost
+// learner's chunk): it is counted in Stats.Redone and never applied, and
+// its samples are not counted again. Under hardsync a redone push stamped
+// with the current clock is its learner's push of the round, without a
+// gradient: the round ends once every active learner has pushed, with an
+// update of the gradients it has (a partial one if fewer than c₀), or,
+// if every push of the round was redone, as an empty round: the clock
+// advances, the weights and the momentum stay as they were, the waiting
+// pulls are answered, and Stats.EmptyRounds counts it (a leave ends such
+// a round too). So a learner blocked on its round never waits for a
+// gradient that will not come. A redone push of an older round, or after
+// the learner's gradient of this round, counts for nothing. Rejected
+// pushes do not consume their mini-batch.
 //
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
@@ -177,8 +194,9 @@
 // has the wrong length (ErrBadLength), a stamp ahead of the shard clock
 // (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
 // hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
-// the duplicate check after the stamp check and before the scan for NaN
-// and Inf. The client recognises the reason in an error reply's text, so
+// the duplicate check before the stamp check, the redone check after it
+// and before the scan for NaN and Inf (a redone push is never applied, so
+// its elements are not read). The client recognises the reason in an error reply's text, so
 // that errors.Is finds it on the learner's side too.
 //
 // # Epochs and the schedule
@@ -195,8 +213,8 @@
 // # Statistics
 //
 // Stats counts, per shard: updates, applied and refused (and per learner
-// the gradients refused updates discarded); accepted, dropped and
-// duplicate gradients; rejections per reason; the staleness of accepted
+// the gradients refused updates discarded), and empty hardsync rounds;
+// accepted, dropped, duplicate and redone pushes; rejections per reason; the staleness of accepted
 // gradients
 // as a histogram (index τ; the last bucket collects τ ≥ HistogramLen−1),
 // their sum (for the mean) and maximum. Each shard sees every gradient

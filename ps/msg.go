@@ -65,9 +65,14 @@ type Msg struct {
 	Job     uint32
 	Shard   int
 	Learner uint32
-	Seq     uint64    // push: sequence, strictly increasing per learner; pull: echoed in the reply
-	Clock   uint64    // push: stamp j of the weights the gradient was computed on; pull: minimum clock
-	Grad    []float32 // push: the gradient for the shard's range; read during Step only, never retained
+	Seq     uint64 // push: sequence, strictly increasing per learner; pull: echoed in the reply
+	Clock   uint64 // push: stamp j of the weights the gradient was computed on; pull: minimum clock
+	// Batch (push) is the job-wide id of the mini-batch the gradient
+	// comes from: its index in the job's sequence of mini-batches + 1. A
+	// shard accepts at most one gradient per id (see "Exactly once" in
+	// the package doc); 0 is no id: no such check.
+	Batch uint64
+	Grad  []float32 // push: the gradient for the shard's range; read during Step only, never retained
 }
 
 // Reply is one message from a shard to a learner: either weights or an

@@ -73,7 +73,7 @@ type ServerConfig struct {
 // ServerStats are a shard server's counters.
 type ServerStats struct {
 	Shards        []Stats // per shard, in the order of ServerConfig.Shards
-	BadFrames     uint64  // frames the transport could not decode (answered with an error, skipped)
+	BadFrames     uint64  // frames the transport, or a push's data, could not be decoded (answered with an error, skipped)
 	ErrorsDropped uint64  // error replies dropped because the peer's queue was full
 	Refused       uint64  // learner messages refused (ErrRefused)
 	NotHosted     uint64  // messages for a shard this server does not run
@@ -455,10 +455,16 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 // goroutine; false once ctx ended.
 func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
 	l := s.byShard[int(m.Shard)]
+	bad := checkPushData(m)
 	switch {
 	case l == nil:
 		s.notHosted.Add(1)
 		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, describe(m), s.cfg.Shards))
+		m.Release()
+		return true
+	case bad != nil:
+		s.badFrames.Add(1)
+		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%s: %w", describe(m), bad))
 		m.Release()
 		return true
 	case m.Type >= rdma.Type(MsgPush) && m.Type <= rdma.Type(MsgLeave) && int64(m.Learner) < int64(s.cfg.PS.Learners):

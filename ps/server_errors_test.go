@@ -305,7 +305,7 @@ func TestServerStopsOnCancel(t *testing.T) {
 	if err := c.Pull(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(context.Background(), w); err != nil {
+	if err := c.Push(context.Background(), w, 0); err != nil {
 		t.Fatal(err)
 	}
 	pulled := make(chan error, 1)
@@ -351,7 +351,7 @@ func TestServerEvictIgnored(t *testing.T) {
 		if err := c.Pull(ctx, w); err != nil {
 			return err
 		}
-		return c.Push(ctx, g)
+		return c.Push(ctx, g, 0)
 	}
 	if err := step(); err != nil {
 		t.Fatal(err)
@@ -399,7 +399,7 @@ func TestClientRejectionReported(t *testing.T) {
 	}
 	g := make([]float32, 16)
 	g[3] = float32(math.NaN())
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	clear(w)
@@ -450,7 +450,7 @@ func TestClientStaleReply(t *testing.T) {
 			if err := c.Pull(ctx, w); err != nil || c.Stamps()[0] != clock-1 {
 				t.Fatalf("pull: %v, stamps %v, want %d", err, c.Stamps(), clock-1)
 			}
-			if err := c.Push(ctx, g); err != nil {
+			if err := c.Push(ctx, g, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -461,7 +461,7 @@ func TestClientStaleReply(t *testing.T) {
 	if err := cs[0].Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := cs[0].Push(ctx, g); err != nil {
+	if err := cs[0].Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	short, stop := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -472,7 +472,7 @@ func TestClientStaleReply(t *testing.T) {
 	if err := cs[1].Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := cs[1].Push(ctx, g); err != nil {
+	if err := cs[1].Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	// Clock 1: learner 0's given-up pull is answered now; its next pull
@@ -600,7 +600,7 @@ func TestClientJoinAfterLeave(t *testing.T) {
 	if err := c.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(ctx, grad); err != nil {
+	if err := c.Push(ctx, grad, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Join(ctx); err != nil {
@@ -610,7 +610,7 @@ func TestClientJoinAfterLeave(t *testing.T) {
 	if !errors.Is(err, ErrRejected) || strings.Count(err.Error(), ErrUnknownLearner.Error()) != 2 {
 		t.Fatalf("pull after the push of a learner that left, and its join: %v; want both shards' rejections", err)
 	}
-	if err := c.Push(ctx, grad); err != nil {
+	if err := c.Push(ctx, grad, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil || w[0] != -0.5 || w[63] != -0.5 {
@@ -675,7 +675,7 @@ func TestClientSnapshot(t *testing.T) {
 	if err := l.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Push(ctx, slices.Repeat([]float32{1}, 16)); err != nil {
+	if err := l.Push(ctx, slices.Repeat([]float32{1}, 16), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Pull(ctx, w); err != nil {
@@ -705,7 +705,7 @@ func TestClientSnapshot(t *testing.T) {
 	if err := l2.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := l2.Push(ctx, slices.Repeat([]float32{2}, 16)); err != nil {
+	if err := l2.Push(ctx, slices.Repeat([]float32{2}, 16), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l2.Leave(ctx); err != nil {
@@ -749,7 +749,7 @@ func TestClientRedialFails(t *testing.T) {
 	if err := c.Pull(ctx, w); !errors.Is(err, errGone) {
 		t.Fatalf("pull from a server gone: %v", err)
 	}
-	if err := c.Push(ctx, w); !errors.Is(err, errGone) {
+	if err := c.Push(ctx, w, 0); !errors.Is(err, errGone) {
 		t.Fatalf("push after the redial failed: %v", err)
 	}
 	if err := c.Leave(ctx); !errors.Is(err, errGone) {
@@ -789,7 +789,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 	if err := c.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil {
@@ -804,7 +804,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	transporttest.Receive(t, redialed, 10*time.Second, "the prefetch to redial")
-	if err := c.Push(ctx, g); err != nil { // computed on the old server's weights
+	if err := c.Push(ctx, g, 0); err != nil { // computed on the old server's weights
 		t.Fatal(err)
 	}
 	if err := c.WaitPull(); err != nil {
@@ -813,7 +813,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 	if st := c.Stamps(); st[0] != 1 || st[1] != 1 || next[0] != -0.5 {
 		t.Fatalf("after the restart: stamps %v, w[0] = %g; want the checkpoint's clock 1 and −0.5", st, next[0])
 	}
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil || w[0] != -1 {

@@ -132,7 +132,7 @@ func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps in
 					return
 				}
 				grad(l, s, w, grd)
-				if err := c.Push(ctx, grd); err != nil {
+				if err := c.Push(ctx, grd, 0); err != nil {
 					t.Errorf("learner %d step %d: %v", l, s, err)
 					return
 				}
@@ -291,7 +291,7 @@ func TestServerRejectsAndLoss(t *testing.T) {
 	// Learner 0 pushes; the round waits for learner 1, whose connection
 	// then drops: the round completes as a partial update (one gradient of
 	// c₀ = 2, half the rate) and learner 0 gets clock 1.
-	if err := c0.Push(ctx, []float32{1, 1, 1, 1}); err != nil {
+	if err := c0.Push(ctx, []float32{1, 1, 1, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	raw1.Close()
@@ -431,7 +431,7 @@ func TestSnapshots(t *testing.T) {
 					return
 				}
 				prob.gradient(w, grd, s*3+l, 1)
-				if err := c.Push(ctx, grd); err != nil {
+				if err := c.Push(ctx, grd, 0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -500,7 +500,7 @@ func TestClientPullAsyncMisuse(t *testing.T) {
 	if err := c.Pull(ctx, w); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Pull during PullAsync: %v", err)
 	}
-	if err := c.Push(ctx, []float32{1, 1, 1, 1}); err != nil {
+	if err := c.Push(ctx, []float32{1, 1, 1, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitPull(); err != nil {
@@ -638,7 +638,7 @@ func TestClientTopKFeedback(t *testing.T) {
 		if err := c.Pull(ctx, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Push(ctx, grad); err != nil {
+		if err := c.Push(ctx, grad, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -697,7 +697,7 @@ func TestNetworkAllocator(t *testing.T) {
 		if err := c.Pull(ctx, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Push(ctx, w); err != nil {
+		if err := c.Push(ctx, w, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -761,7 +761,7 @@ func TestClientRedialRestoredServer(t *testing.T) {
 		if err := c.Pull(ctx, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Push(ctx, g); err != nil {
+		if err := c.Push(ctx, g, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -773,8 +773,8 @@ func TestClientRedialRestoredServer(t *testing.T) {
 	if ids[0].Incarnation != 3 || cps[0].Clock != 3 {
 		t.Fatalf("checkpoint: identities %+v, clock %d", ids, cps[0].Clock)
 	}
-	c.Push(ctx, g) // lost with the server
-	step()         // lost too
+	c.Push(ctx, g, 0) // lost with the server
+	step()            // lost too
 	a.Stop()
 	transporttest.Receive(t, doneA, 10*time.Second, "the first server's Serve to return after Stop")
 	b, addrB, doneB := serve(ServerConfig{PS: cfg, Init: init, Restore: cps, Identities: ids})

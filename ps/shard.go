@@ -28,6 +28,7 @@ type Shard struct {
 	active    int      // active members, λa
 	pushed    int      // hardsync: active members whose gradient of this round is pending
 	pendingBy []uint32 // the learner of each pending gradient, in arrival order
+	consumed  BatchSet // mini-batch ids of the gradients accepted or dropped
 	refusals  int      // updates refused in a row since the last one applied
 	stats     Stats
 	ready     Ready
@@ -180,11 +181,16 @@ func (s *Shard) push(l *member, m Msg) error {
 	if len(m.Grad) != s.rng.Len() {
 		return fmt.Errorf("%w: %d elements, shard range [%d, %d) has %d", ErrBadLength, len(m.Grad), s.rng.Lo, s.rng.Hi, s.rng.Len())
 	}
+	if m.Seq <= l.lastSeq {
+		s.stats.Duplicates++
+		return nil
+	}
 	if m.Clock > s.clock {
 		return fmt.Errorf("%w: stamp %d, clock %d", ErrFutureClock, m.Clock, s.clock)
 	}
-	if m.Seq <= l.lastSeq {
-		s.stats.Duplicates++
+	hard := s.cfg.Protocol == Hardsync
+	if m.Batch != 0 && s.consumed.Contains(m.Batch) {
+		s.redone(l, m)
 		return nil
 	}
 	gmax := sgd.MaxAbs(m.Grad) // bounds the update the gradient goes into
@@ -192,11 +198,11 @@ func (s *Shard) push(l *member, m Msg) error {
 		k := sgd.FirstNonFinite(m.Grad)
 		return fmt.Errorf("%w: element %d (flat index %d) is %g", ErrNonFinite, k, s.rng.Lo+k, m.Grad[k])
 	}
-	hard := s.cfg.Protocol == Hardsync
 	if hard && l.roundPushed && m.Clock == s.clock {
 		return fmt.Errorf("%w %d", ErrAlreadyPushed, s.clock)
 	}
 	l.lastSeq, l.computing = m.Seq, false
+	s.consumed.Add(m.Batch)
 	tau := int(s.clock - m.Clock)
 	if (hard && tau > 0) || (s.cfg.MaxStaleness > 0 && tau > s.cfg.MaxStaleness) {
 		s.stats.Dropped++
@@ -215,6 +221,44 @@ func (s *Shard) push(l *member, m Msg) error {
 		s.solver.Add(m.Grad, gmax, tau)
 	}
 	return nil
+}
+
+// redone ignores a push of a mini-batch already consumed. Under hardsync,
+// stamped with the current clock, it is the learner's push of the round
+// without a gradient, so that the round completes.
+func (s *Shard) redone(l *member, m Msg) {
+	l.lastSeq, l.computing = m.Seq, false
+	s.stats.Redone++
+	if s.cfg.Protocol == Hardsync && m.Clock == s.clock && !l.roundPushed {
+		l.roundPushed = true
+		s.pushed++
+		s.settle()
+	}
+}
+
+// settle ends the round or applies the update that is due after a
+// learner's round ended without a new gradient (a redone push, a leave):
+// a hardsync round that every active learner has pushed in ends, with an
+// update of its pending gradients, or empty if it has none; otherwise the
+// pending gradients are applied if due.
+func (s *Shard) settle() {
+	if s.cfg.Protocol == Hardsync && s.pushed > 0 && s.pushed >= s.active && s.solver.Pending() == 0 {
+		s.clock++
+		s.stats.EmptyRounds++
+		s.endRound()
+		return
+	}
+	if s.due(s.solver.Pending()) {
+		s.update(nil, 0, 0)
+	}
+}
+
+// endRound clears the hardsync round's pushes.
+func (s *Shard) endRound() {
+	for i := range s.members {
+		s.members[i].roundPushed = false
+	}
+	s.pushed = 0
 }
 
 // due reports whether an update with pending gradients is due now.
@@ -254,10 +298,7 @@ func (s *Shard) update(last []float32, gmax float32, tau int) {
 		}
 	}
 	if s.cfg.Protocol == Hardsync {
-		for i := range s.members {
-			s.members[i].roundPushed = false
-		}
-		s.pushed = 0
+		s.endRound()
 	}
 	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info, Learners: s.pendingBy})
 	s.pendingBy = s.pendingBy[:0] // Learners stays valid until the next Step appends
@@ -287,9 +328,7 @@ func (s *Shard) leave(l *member) {
 	if l.roundPushed {
 		s.pushed-- // its gradient stays pending; the flag counts it again on a rejoin this round
 	}
-	if s.due(s.solver.Pending()) {
-		s.update(nil, 0, 0)
-	}
+	s.settle()
 }
 
 // servePulls answers every waiting pull that the rules allow, in learner-id
@@ -341,13 +380,17 @@ type Checkpoint struct {
 	// accumulation (Solver.Pending in all); nil when unknown (a refused
 	// update then counts only the gradients accepted after Restore).
 	Pending []uint32
-	Stats   Stats
+	// Consumed lists the mini-batch ids of the gradients the shard
+	// accepted or dropped, as BatchSet.Intervals returns them.
+	Consumed []Interval
+	Stats    Stats
 }
 
 // Checkpoint returns a copy of the shard's durable state.
 func (s *Shard) Checkpoint() *Checkpoint {
 	cp := &Checkpoint{Shard: s.index, Total: s.total, Clock: s.clock, Samples: s.samples,
-		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members))}
+		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members)),
+		Consumed: s.consumed.Intervals()}
 	for _, l := range s.members {
 		cp.Active = append(cp.Active, l.active)
 		cp.LastSeq = append(cp.LastSeq, l.lastSeq)
@@ -386,9 +429,14 @@ func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 			return nil, err
 		}
 	}
+	consumed, err := makeBatchSet("Checkpoint.Consumed", cp.Consumed)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.solver.SetState(cp.Solver); err != nil {
 		return nil, err
 	}
+	s.consumed = consumed
 	copy(s.w, cp.Weights)
 	s.clock, s.samples, s.active, s.stats = cp.Clock, cp.Samples, 0, cp.Stats.clone()
 	s.stats.RefusedGradients = append(s.stats.RefusedGradients, make([]uint64, n-len(s.stats.RefusedGradients))...)

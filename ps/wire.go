@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -13,7 +14,9 @@ import (
 // Learner → shard: the rdma types 1…4 are MsgPush, MsgPull, MsgJoin and
 // MsgLeave; Learner is the learner id, Shard the shard, Seq the sequence,
 // Timestamp the push's stamp j or the pull's minimum clock, Payload the
-// gradient slice (pushes only).
+// gradient slice (pushes only). A push's Data is empty (no mini-batch id)
+// or pushDataLen bytes: the mini-batch id Msg.Batch, uint64
+// little-endian; another length is a bad frame (errBadPushData).
 //
 // Shard → learner: TypeWeights answers a pull or a snapshot request
 // (Timestamp: the weights' stamp i; Seq: the request's Seq; Payload: the
@@ -65,11 +68,32 @@ func Seq(inc uint32, n uint64) uint64 { return uint64(inc)<<incarnationShift | n
 // Incarnation returns the incarnation a sequence number belongs to.
 func Incarnation(seq uint64) uint32 { return uint32(seq >> incarnationShift) }
 
-// coreMsg maps a received learner message to the core's Msg (the gradient
-// aliases the payload: valid until rm is released).
+// pushDataLen is the length of a push's Data when it carries ids.
+const pushDataLen = 8
+
+// errBadPushData answers a push whose Data is neither empty nor
+// pushDataLen bytes; the server counts it in ServerStats.BadFrames.
+var errBadPushData = errors.New("push data is neither empty nor 8 bytes (mini-batch id)")
+
+// checkPushData returns errBadPushData if rm is a push whose Data has
+// another length than the two a push may have.
+func checkPushData(rm *rdma.Msg) error {
+	if rm.Type == rdma.Type(MsgPush) && len(rm.Data) != 0 && len(rm.Data) != pushDataLen {
+		return fmt.Errorf("%w: %d bytes", errBadPushData, len(rm.Data))
+	}
+	return nil
+}
+
+// coreMsg maps a received learner message, checked by checkPushData, to
+// the core's Msg (the gradient aliases the payload: valid until rm is
+// released).
 func coreMsg(rm *rdma.Msg) Msg {
-	return Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
+	m := Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
 		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
+	if m.Type == MsgPush && len(rm.Data) == pushDataLen {
+		m.Batch = binary.LittleEndian.Uint64(rm.Data)
+	}
+	return m
 }
 
 // wireMsg returns a message from alloc for a learner's core message with
@@ -78,6 +102,11 @@ func wireMsg(alloc func(int) *rdma.Msg, t MsgType, learner uint32, shard int, se
 	m := alloc(n)
 	m.Type, m.Learner, m.Shard, m.Seq, m.Timestamp = rdma.Type(t), learner, uint32(shard), seq, clock
 	return m
+}
+
+// setPushData writes a push's Data: its mini-batch id.
+func setPushData(m *rdma.Msg, batch uint64) {
+	m.Data = binary.LittleEndian.AppendUint64(m.Data[:0], batch)
 }
 
 // weightsMsg returns a TypeWeights message from alloc holding a copy of w.
