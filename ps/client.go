@@ -53,6 +53,7 @@ type Client struct {
 	byShard []*link // per shard, its connection
 	ranges  []Range
 	stamps  []uint64      // per shard, the stamp of the weights last pulled
+	lives   []uint64      // per shard, the shard's life those weights come from
 	gens    []int         // per shard, the generation of its link those stamps come from
 	pulls   []uint64      // per shard, sequence of the request in flight
 	pushed  bool          // a push was sent since the last pull
@@ -92,6 +93,7 @@ type prefetcher struct {
 	w      []float32
 	done   chan error
 	stamps []uint64 // stamps of the weights being received
+	lives  []uint64 // their shards' lives
 	gens   []int    // and the generations of their links
 	busy   bool     // a pull is in flight (owner goroutine only)
 }
@@ -116,7 +118,7 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
+	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
 		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
@@ -201,7 +203,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 	if err := c.startPull(ctx, w, false); err != nil {
 		return err
 	}
-	return c.recvWeights(ctx, w, c.stamps, c.gens, func(l *link, left []int) error {
+	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens, func(l *link, left []int) error {
 		return c.sendPulls(ctx, l, left, false)
 	})
 }
@@ -222,7 +224,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
 		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
-			gens: make([]int, c.cfg.Shards)}
+			lives: make([]uint64, c.cfg.Shards), gens: make([]int, c.cfg.Shards)}
 		go c.prefetch()
 	}
 	if c.pf.busy {
@@ -246,6 +248,7 @@ func (c *Client) WaitPull() error {
 	err := <-c.pf.done
 	c.pf.busy = false
 	copy(c.stamps, c.pf.stamps)
+	copy(c.lives, c.pf.lives)
 	copy(c.gens, c.pf.gens)
 	return err
 }
@@ -254,7 +257,7 @@ func (c *Client) WaitPull() error {
 // closed (Close).
 func (c *Client) prefetch() {
 	for ctx := range c.pf.req {
-		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.gens, func(l *link, left []int) error {
+		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens, func(l *link, left []int) error {
 			return c.sendPulls(ctx, l, left, false)
 		})
 	}
@@ -312,10 +315,11 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 }
 
 // recvWeights receives every shard's reply to the requests in c.pulls
-// into w and their stamps and link generations into stamps and gens,
-// connection by connection. A connection that fails is replaced (Redial)
-// and the requests still unanswered on it are sent again (resend).
-func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, gens []int, resend func(*link, []int) error) error {
+// into w and their stamps, lives and link generations into stamps, lives
+// and gens, connection by connection. A connection that fails is replaced
+// (Redial) and the requests still unanswered on it are sent again
+// (resend).
+func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int, resend func(*link, []int) error) error {
 	var rejections []error
 	for _, l := range c.links {
 		left := slices.Clone(l.shards)
@@ -352,7 +356,7 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, 
 				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, c.ranges[k].Len(), ErrBadLength)
 			default:
 				copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
-				stamps[k], gens[k] = m.Timestamp, gen
+				stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
 				c.pulls[k] = 0 // answered: a duplicate reply is ignored
 				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
 			}
@@ -410,37 +414,32 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 			return nil, err
 		}
 	}
-	stamps, gens := make([]uint64, c.cfg.Shards), make([]int, c.cfg.Shards)
-	if err := c.recvWeights(ctx, w, stamps, gens, ask); err != nil {
+	stamps, lives, gens := make([]uint64, c.cfg.Shards), make([]uint64, c.cfg.Shards), make([]int, c.cfg.Shards)
+	if err := c.recvWeights(ctx, w, stamps, lives, gens, ask); err != nil {
 		return nil, err
 	}
 	return stamps, nil
 }
 
 // Push sends every shard its slice of grad (Total floats, averaged over
-// the mini-batch) stamped with the shard's last pulled stamp. batch is the
-// job-wide id of the mini-batch (Msg.Batch; 0: none). It does not wait
-// for the shards; rejections arrive with the next Pull.
+// the mini-batch) stamped with the shard's last pulled stamp and life.
+// batch is the job-wide id of the mini-batch (Msg.Batch; 0: none). It
+// does not wait for the shards; rejections arrive with the next Pull. A
+// gradient computed on weights of a shard since restarted is sent all the
+// same: the shard gives it up (Stats.StaleLife).
 func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		_, gen, err := c.byShard[k].get()
-		if err != nil {
-			return err // Redial gave up on that server
-		}
-		if gen != c.gens[k] {
-			continue // computed on weights of a server since replaced: lost
-		}
 		m, err := c.msg(MsgPush, k, r.Len())
 		if err != nil {
 			return err
 		}
 		copy(m.Payload, grad[r.Lo:r.Hi])
 		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
-		setPushData(m, batch)
+		setPushData(m, batch, c.lives[k])
 		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}

@@ -185,6 +185,18 @@
 // the learner's gradient of this round, counts for nothing. Rejected
 // pushes do not consume their mini-batch.
 //
+// A shard has a life (Shard.Life): a nonzero number its owner gives each
+// start, from scratch or from a checkpoint (the Server draws one at
+// random, the simulator a seeded one), on every reply. A push carries the
+// life of the weights its gradient was computed on (Msg.Life, 0 for
+// unknown); a push of another life was computed on weights the shard
+// served before it was restored, whose stamp means nothing on the
+// restored clock: it is given up, counted in Stats.StaleLife, and never
+// applied. Like a dropped push it consumes its sequence; unlike one it
+// does not consume its mini-batch. The life check comes right after the
+// duplicate check, before the stamp check (an old life's stamp may be
+// ahead of the restored clock).
+//
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
 // (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
@@ -194,10 +206,11 @@
 // has the wrong length (ErrBadLength), a stamp ahead of the shard clock
 // (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
 // hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
-// the duplicate check before the stamp check, the redone check after it
-// and before the scan for NaN and Inf (a redone push is never applied, so
-// its elements are not read). The client recognises the reason in an error reply's text, so
-// that errors.Is finds it on the learner's side too.
+// the duplicate and life checks before the stamp check, the redone check
+// after it and before the scan for NaN and Inf (a redone push is never
+// applied, so its elements are not read). The client recognises the
+// reason in an error reply's text, so that errors.Is finds it on the
+// learner's side too.
 //
 // # Epochs and the schedule
 //

@@ -31,7 +31,7 @@ func fuzzShard(t *testing.T, data []byte) {
 		if cfg.Protocol == Softsync {
 			cfg.MaxStaleness = int(data[3]/3) % 4
 		}
-		s, err := NewShard(cfg, 0, []float32{1, 2, 3})
+		s, err := NewShard(cfg, 0, []float32{1, 2, 3}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

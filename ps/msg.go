@@ -72,7 +72,12 @@ type Msg struct {
 	// shard accepts at most one gradient per id (see "Exactly once" in
 	// the package doc); 0 is no id: no such check.
 	Batch uint64
-	Grad  []float32 // push: the gradient for the shard's range; read during Step only, never retained
+	// Life (push) is the life of the shard whose weights the gradient
+	// was computed on (Reply.Life of the pull); a push of another life
+	// is given up (see "Exactly once" in the package doc). 0: unknown,
+	// no such check.
+	Life uint64
+	Grad []float32 // push: the gradient for the shard's range; read during Step only, never retained
 }
 
 // Reply is one message from a shard to a learner: either weights or an
@@ -81,6 +86,7 @@ type Reply struct {
 	To    uint32 // learner id (for an error: the id the rejected message claimed)
 	Seq   uint64 // the Seq of the pull or rejected message it answers
 	Clock uint64 // the stamp i of Weights; for an error, the shard clock
+	Life  uint64 // the shard's life (see Shard.Life)
 	// Weights is a read-only view of the shard's weights, valid until the
 	// next Step: the caller must encode or copy it before stepping again.
 	// Nil for an error.

@@ -150,7 +150,7 @@ func TestConsumedCheckpoint(t *testing.T) {
 	if !slices.Equal(cp.Consumed, []Interval{{1, 3}, {7, 7}}) {
 		t.Fatalf("checkpoint's consumed %v", cp.Consumed)
 	}
-	rs, err := Restore(cfg, cp)
+	rs, err := Restore(cfg, cp, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,61 @@ func TestConsumedCheckpoint(t *testing.T) {
 		t.Fatalf("after the restore: %+v, consumed %v", st, rs.Checkpoint().Consumed)
 	}
 	cp.Consumed = []Interval{{1, 3}, {4, 5}}
-	if _, err := Restore(cfg, cp); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Restore(cfg, cp, 2); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("adjacent intervals restored: %v", err)
+	}
+}
+
+// TestLives: a shard's life is nonzero and on every reply; a push
+// computed on weights of another life (a shard restored since) is given
+// up: not applied, counted in Stats.StaleLife, its sequence consumed (a
+// resend is a duplicate) and its mini-batch not (the mini-batch can
+// still be pushed), also when its stamp is ahead of the restored clock.
+// A push of life 0 (unknown) is accepted.
+func TestLives(t *testing.T) {
+	cfg := plainConfig(2, Softsync, 2)
+	if _, err := NewShard(cfg, 0, []float32{0}, 0); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("life 0: %v", err)
+	}
+	old, err := NewShard(cfg, 0, []float32{0}, 41)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(cfg, old.Checkpoint(), 0); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("restored in life 0: %v", err)
+	}
+	for c := range uint64(3) {
+		old.Step(Msg{Type: MsgPush, Job: 7, Learner: 0, Seq: c + 1, Clock: c, Life: 41, Grad: []float32{1}})
+	}
+	cp := old.Checkpoint()
+	old.Step(Msg{Type: MsgPush, Job: 7, Learner: 0, Seq: 4, Clock: 3, Life: 41, Grad: []float32{1}}) // after the checkpoint
+	s, err := Restore(cfg, cp, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Life() != 42 || old.Life() != 41 {
+		t.Fatalf("lives %d, %d", s.Life(), old.Life())
+	}
+	h := &harness{t: t, s: s, seq: map[uint32]uint64{0: 4, 1: 0}}
+	stale := Msg{Type: MsgPush, Job: 7, Learner: 1, Seq: 1, Clock: 4, Life: 41, Batch: 3, Grad: []float32{1}}
+	if r := s.Step(stale); len(r.Replies) != 0 || len(r.Updates) != 0 {
+		t.Fatalf("a push of the old life stamped ahead of the clock: %+v", r)
+	}
+	s.Step(stale) // its resend
+	h.check("old life", counts{gradients: 3, duplicates: 1, clock: 3, w: -1.5})
+	if st := s.Stats(); st.StaleLife != 1 {
+		t.Fatalf("stats %+v, want 1 given up", st)
+	}
+	h.pushB(0, 3, 3, []float32{1}) // life unknown: accepted, and batch 3 was not consumed
+	r := h.s.Step(Msg{Type: MsgPush, Job: 7, Learner: 1, Seq: 2, Clock: 4, Life: 42, Batch: 4, Grad: []float32{1}})
+	h.check("new life", counts{gradients: 5, duplicates: 1, clock: 5, w: -2.5})
+	if len(r.Updates) != 1 {
+		t.Fatalf("push of the current life: %+v", r)
+	}
+	if r := h.pull(0, 0); len(r.Replies) != 1 || r.Replies[0].Weights == nil || r.Replies[0].Life != 42 {
+		t.Fatalf("weights must carry the life: %+v", r.Replies)
+	}
+	if r := h.pushB(0, 9, 0, []float32{1}); len(r.Replies) != 1 || r.Replies[0].Err == nil || r.Replies[0].Life != 42 {
+		t.Fatalf("errors must carry the life: %+v", r.Replies)
 	}
 }

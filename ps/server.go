@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -187,9 +188,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			if cfg.Restore[i].Shard != k {
 				return nil, param.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
 			}
-			core, err = Restore(cfg.PS, cfg.Restore[i])
+			core, err = Restore(cfg.PS, cfg.Restore[i], newLife())
 		} else {
-			core, err = NewShard(cfg.PS, k, cfg.Init)
+			core, err = NewShard(cfg.PS, k, cfg.Init, newLife())
 		}
 		if err != nil {
 			return nil, err
@@ -212,6 +213,27 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // Shards returns the shards the server runs.
 func (s *Server) Shards() []int { return slices.Clone(s.cfg.Shards) }
+
+// newLife draws a shard's life: a random nonzero number, new at every
+// start of a server (2⁻⁶⁴ odds of meeting an earlier one).
+func newLife() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
+}
+
+// Lives returns each shard's life (Shard.Life), in the order of Shards:
+// drawn at random by NewServer, so that a gradient computed on weights
+// the shard served before a restart is told apart.
+func (s *Server) Lives() []uint64 {
+	lives := make([]uint64, len(s.loops))
+	for i, l := range s.loops {
+		lives[i] = l.core.Life()
+	}
+	return lives
+}
 
 // Serve accepts connections from ln and runs the shards until Stop is
 // called (nil) or ctx ends (ctx.Err()). It then closes ln and every

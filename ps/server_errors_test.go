@@ -533,7 +533,7 @@ func TestClientOddReplies(t *testing.T) {
 	defer cancel()
 	net, _ := network(t, "tcp", 18)
 	weights := func(req *rdma.Msg, seq uint64, n int, v float32) *rdma.Msg {
-		m := weightsMsg(rdma.NewMsg, req.Learner, 0, 5, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
+		m := weightsMsg(rdma.NewMsg, req.Learner, 0, 5, 1, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
 		return m
 	}
 	rejection := func(seq uint64) *rdma.Msg { return errorMsg(0, seq, errors.New("an earlier push was bad")) }
@@ -763,8 +763,9 @@ func TestClientRedialFails(t *testing.T) {
 // TestClientRedialDuringPrefetch restarts the server (from a checkpoint)
 // while a learner prefetches its next weights: the prefetch redials and
 // asks the new server again, and the gradient the learner pushes
-// meanwhile, computed on the old server's weights, is counted as pushed
-// but not sent; the next one, on the new weights, is applied.
+// meanwhile, computed on the old server's weights, is sent and given up
+// by the new server (another life, Stats.StaleLife); the next one, on the
+// new weights, is applied. Every start of a server draws new lives.
 func TestClientRedialDuringPrefetch(t *testing.T) {
 	leaks := noLeaks(t)
 	defer leaks()
@@ -820,9 +821,13 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 		t.Fatalf("pull: %v, w[0] = %g; want −1", err, w[0])
 	}
 	for k, sh := range b.Stats().Shards {
-		if pushed := c.Pushes()[k]; pushed != 3 || sh.Gradients != 2 || sh.Rejected.Total() != 0 {
-			t.Errorf("shard %d: %d pushed, %+v: want 3 pushed, 2 accepted (1 before the checkpoint)", k, pushed, sh)
+		if pushed := c.Pushes()[k]; pushed != 3 || sh.Gradients != 2 || sh.StaleLife != 1 || sh.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %d pushed, %+v: want 3 pushed, 2 accepted (1 before the checkpoint), 1 given up", k, pushed, sh)
 		}
+	}
+	la, lb := a.Lives(), b.Lives()
+	if len(lb) != 2 || slices.Contains(lb, 0) || slices.Contains(la, lb[0]) || slices.Contains(la, lb[1]) || lb[0] == lb[1] {
+		t.Errorf("lives %v before the restart, %v after: want nonzero and new", la, lb)
 	}
 	if err := b.stop(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 type Shard struct {
 	cfg       Config
 	index     int
+	life      uint64
 	total     int
 	rng       Range
 	w         []float32
@@ -47,10 +48,11 @@ type member struct {
 }
 
 // NewShard returns the core of shard index (0 ≤ index < cfg.Shards) of a
-// parameter server whose initial flat vector is init. It copies its range
-// of init. Errors are *param.FieldError values wrapping ErrInvalidConfig.
-func NewShard(cfg Config, index int, init []float32) (*Shard, error) {
-	s, err := newShard(cfg, index, len(init))
+// parameter server whose initial flat vector is init, in its life life
+// (nonzero; see Life). It copies its range of init. Errors are
+// *param.FieldError values wrapping ErrInvalidConfig.
+func NewShard(cfg Config, index int, init []float32, life uint64) (*Shard, error) {
+	s, err := newShard(cfg, index, len(init), life)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +72,12 @@ func finite(field string, v []float32, lo int) error {
 	return nil
 }
 
-func newShard(cfg Config, index, total int) (*Shard, error) {
+func newShard(cfg Config, index, total int, life uint64) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if life == 0 {
+		return nil, param.Fieldf("life", "must be nonzero (0 is a push's unknown life)")
 	}
 	if err := param.ValidateLayout(cfg.Layout, total); err != nil {
 		return nil, err
@@ -91,7 +96,7 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shard{cfg: cfg, index: index, total: total, rng: r, w: make([]float32, r.Len()),
+	s := &Shard{cfg: cfg, index: index, life: life, total: total, rng: r, w: make([]float32, r.Len()),
 		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners}
 	s.stats.RefusedGradients = make([]uint64, cfg.Learners)
 	for i := range s.members {
@@ -106,6 +111,12 @@ func (s *Shard) Index() int { return s.index }
 
 // Range returns the part of the flat vector the shard owns.
 func (s *Shard) Range() Range { return s.rng }
+
+// Life returns the shard's life: a nonzero number its owner gives each
+// start of the shard (NewShard, Restore), different from the lives before
+// it, so that a gradient computed on the weights of an earlier life (a
+// shard restarted from a checkpoint since) can be told apart.
+func (s *Shard) Life() uint64 { return s.life }
 
 // Active returns the number of active learners, λa.
 func (s *Shard) Active() int { return s.active }
@@ -137,7 +148,7 @@ func (s *Shard) Step(m Msg) Ready {
 	s.ready.Updates = s.ready.Updates[:0]
 	if err := s.step(m); err != nil {
 		s.stats.Rejected.count(err)
-		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock,
+		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock, Life: s.life,
 			Err: fmt.Errorf("ps shard %d: %v from learner %d (seq %d): %w", s.index, m.Type, m.Learner, m.Seq, err)})
 	}
 	s.servePulls()
@@ -183,6 +194,11 @@ func (s *Shard) push(l *member, m Msg) error {
 	}
 	if m.Seq <= l.lastSeq {
 		s.stats.Duplicates++
+		return nil
+	}
+	if m.Life != 0 && m.Life != s.life {
+		l.lastSeq, l.computing = m.Seq, false
+		s.stats.StaleLife++
 		return nil
 	}
 	if m.Clock > s.clock {
@@ -350,7 +366,7 @@ func (s *Shard) servePulls() {
 			continue
 		}
 		l.pulling, l.computing, l.holds = false, true, s.clock
-		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Weights: s.w})
+		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Life: s.life, Weights: s.w})
 	}
 }
 
@@ -402,11 +418,13 @@ func (s *Shard) Checkpoint() *Checkpoint {
 	return cp
 }
 
-// Restore rebuilds a shard from a checkpoint taken under the same cfg. No
-// pull is waiting and no learner is computing afterwards. A checkpoint
-// whose weights, momentum or accumulation hold a NaN or ±Inf is refused.
-func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
-	s, err := newShard(cfg, cp.Shard, cp.Total)
+// Restore rebuilds a shard from a checkpoint taken under the same cfg, in
+// a new life (nonzero, different from the checkpointed shard's and from
+// every earlier one; see Life). No pull is waiting and no learner is
+// computing afterwards. A checkpoint whose weights, momentum or
+// accumulation hold a NaN or ±Inf is refused.
+func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
+	s, err := newShard(cfg, cp.Shard, cp.Total, life)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 			continue
 		}
 		if p := l.route[rep.To]; p != nil {
-			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Seq, rep.Weights, s.cfg.Codec))
+			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Life, rep.Seq, rep.Weights, s.cfg.Codec))
 		}
 	}
 	if s.cfg.OnUpdate != nil {
@@ -158,7 +158,7 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
 	in.m.Release()
 	if now {
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), w.seq, l.core.Weights(), l.s.cfg.Codec))
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), l.core.Life(), w.seq, l.core.Weights(), l.s.cfg.Codec))
 		return
 	}
 	if !l.s.cfg.Snapshots && w.epoch > 0 {
@@ -183,7 +183,7 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 		if !ok {
 			return false
 		}
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, w.seq, sn.w, l.s.cfg.Codec))
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, l.core.Life(), w.seq, sn.w, l.s.cfg.Codec))
 		if w.epoch > 0 {
 			delete(l.snaps, w.epoch)
 		}

@@ -43,6 +43,7 @@ type Stats struct {
 	Dropped          uint64 // gradients dropped as too stale
 	Duplicates       uint64 // pushes ignored as duplicates (a sequence already seen)
 	Redone           uint64 // pushes ignored as redone (a mini-batch already consumed)
+	StaleLife        uint64 // pushes given up: computed on weights of another life of the shard
 	// EmptyRounds counts hardsync rounds that ended without a gradient
 	// (every push of the round redone): the clock advanced, nothing was
 	// applied. Updates + Refused + EmptyRounds equals Clock unless the

@@ -14,13 +14,15 @@ import (
 // Learner → shard: the rdma types 1…4 are MsgPush, MsgPull, MsgJoin and
 // MsgLeave; Learner is the learner id, Shard the shard, Seq the sequence,
 // Timestamp the push's stamp j or the pull's minimum clock, Payload the
-// gradient slice (pushes only). A push's Data is empty (no mini-batch id)
-// or pushDataLen bytes: the mini-batch id Msg.Batch, uint64
-// little-endian; another length is a bad frame (errBadPushData).
+// gradient slice (pushes only). A push's Data is empty (no mini-batch id,
+// life unknown) or pushDataLen bytes: the mini-batch id Msg.Batch and the
+// life Msg.Life, uint64 little-endian each; another length is a bad frame
+// (errBadPushData).
 //
 // Shard → learner: TypeWeights answers a pull or a snapshot request
-// (Timestamp: the weights' stamp i; Seq: the request's Seq; Payload: the
-// shard's range); rejections travel as rdma.TypeError with the rejected
+// (Timestamp: the weights' stamp i; Seq: the request's Seq; Data: the
+// shard's life, uint64 little-endian; Payload: the shard's range);
+// rejections travel as rdma.TypeError with the rejected
 // message's Seq and the reason in Data.
 //
 // Evaluator → shard: TypeSnapshot asks for the weights of an epoch end
@@ -69,11 +71,11 @@ func Seq(inc uint32, n uint64) uint64 { return uint64(inc)<<incarnationShift | n
 func Incarnation(seq uint64) uint32 { return uint32(seq >> incarnationShift) }
 
 // pushDataLen is the length of a push's Data when it carries ids.
-const pushDataLen = 8
+const pushDataLen = 16
 
 // errBadPushData answers a push whose Data is neither empty nor
 // pushDataLen bytes; the server counts it in ServerStats.BadFrames.
-var errBadPushData = errors.New("push data is neither empty nor 8 bytes (mini-batch id)")
+var errBadPushData = errors.New("push data is neither empty nor 16 bytes (mini-batch id, life)")
 
 // checkPushData returns errBadPushData if rm is a push whose Data has
 // another length than the two a push may have.
@@ -91,7 +93,7 @@ func coreMsg(rm *rdma.Msg) Msg {
 	m := Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
 		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
 	if m.Type == MsgPush && len(rm.Data) == pushDataLen {
-		m.Batch = binary.LittleEndian.Uint64(rm.Data)
+		m.Batch, m.Life = binary.LittleEndian.Uint64(rm.Data), binary.LittleEndian.Uint64(rm.Data[8:])
 	}
 	return m
 }
@@ -104,16 +106,26 @@ func wireMsg(alloc func(int) *rdma.Msg, t MsgType, learner uint32, shard int, se
 	return m
 }
 
-// setPushData writes a push's Data: its mini-batch id.
-func setPushData(m *rdma.Msg, batch uint64) {
-	m.Data = binary.LittleEndian.AppendUint64(m.Data[:0], batch)
+// setPushData writes a push's Data: its mini-batch id and life.
+func setPushData(m *rdma.Msg, batch, life uint64) {
+	m.Data = binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(m.Data[:0], batch), life)
 }
 
-// weightsMsg returns a TypeWeights message from alloc holding a copy of w.
-func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
+// lifeOf returns the life a weights reply carries (0 if none).
+func lifeOf(rm *rdma.Msg) uint64 {
+	if len(rm.Data) < 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(rm.Data)
+}
+
+// weightsMsg returns a TypeWeights message from alloc holding a copy of w,
+// stamped clock, of the shard's life.
+func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, life, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
 	m := alloc(len(w))
 	copy(m.Payload, w)
 	m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, codec, to, uint32(shard), clock, seq
+	m.Data = binary.LittleEndian.AppendUint64(m.Data[:0], life)
 	return m
 }
 

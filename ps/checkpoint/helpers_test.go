@@ -37,7 +37,7 @@ func newJob(t testing.TB, cfg ps.Config, total int, seed uint64) *job {
 		init[i] = float32(j.rng.NormFloat64())
 	}
 	for k := range cfg.Shards {
-		s, err := ps.NewShard(cfg, k, init)
+		s, err := ps.NewShard(cfg, k, init, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

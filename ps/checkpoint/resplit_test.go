@@ -98,7 +98,7 @@ func TestResplit(t *testing.T) {
 				!slices.Equal(s.Active, wantActive) || slices.Contains(s.RoundPushed, true) {
 				t.Fatalf("%d → %d: new shard %d: learners seq %v inc %v evicted %v active %v", tc.from, tc.to, k, s.LastSeq, s.Incarnations, s.Evicted, s.Active)
 			}
-			if _, err := ps.Restore(cfg, &s.Checkpoint); err != nil {
+			if _, err := ps.Restore(cfg, &s.Checkpoint, 1); err != nil {
 				t.Fatalf("restore of new shard %d: %v", k, err)
 			}
 		}
@@ -163,7 +163,7 @@ func TestResumeThroughStore(t *testing.T) {
 			t.Fatalf("Resplit to %d: %v, %+v", shards, err, info)
 		}
 		for k, sh := range got {
-			if b.shards[k], err = ps.Restore(b.cfg, &sh.Checkpoint); err != nil {
+			if b.shards[k], err = ps.Restore(b.cfg, &sh.Checkpoint, 1); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -92,7 +92,7 @@ func TestRestoreSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.shards[k], err = ps.Restore(b.cfg, &got.Checkpoint); err != nil {
+		if b.shards[k], err = ps.Restore(b.cfg, &got.Checkpoint, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

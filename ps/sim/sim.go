@@ -142,8 +142,10 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.Net != nil {
 		s.ns = newNetState(cfg.Net, rs, len(cfg.Init), cfg.PS.Learners)
 	}
+	lives := rand.New(rand.NewPCG(cfg.Seed, math.MaxUint64-1))
 	for k := range rs {
-		sh, err := ps.NewShard(cfg.PS, k, cfg.Init)
+		life := lives.Uint64() | 1 // seeded, nonzero
+		sh, err := ps.NewShard(cfg.PS, k, cfg.Init, life)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +153,7 @@ func Run(cfg Config) (*Result, error) {
 	}
 	for i := range cfg.PS.Learners {
 		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
-			stamps: make([]uint64, len(rs)), speed: 1}
+			stamps: make([]uint64, len(rs)), lives: make([]uint64, len(rs)), speed: 1}
 		if cfg.Speed != nil {
 			l.speed = cfg.Speed[i]
 		}
@@ -237,6 +239,8 @@ type learner struct {
 	speed   float64
 	step    int      // gradients pushed so far
 	stamps  []uint64 // per shard, stamp of the weights held
+	lives   []uint64 // per shard, the life of the shard they came from
+	batch   uint64   // id of the mini-batch of the current step
 	replies int      // shard replies received for the current pull
 	seq     uint64
 	w, grad []float32 // with Config.Gradient: pulled weights, computed gradient
@@ -313,8 +317,8 @@ func (s *sim) step(m ps.Msg) {
 			// buffer now, in place of a copy in flight.
 			copy(l.w[s.ranges[m.Shard].Lo:], r.Weights)
 		}
-		shard, clock := m.Shard, r.Clock
-		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock) })
+		shard, clock, life := m.Shard, r.Clock, r.Life
+		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock, life) })
 	}
 }
 
@@ -335,8 +339,8 @@ func (s *sim) pullAll(l *learner) {
 	}
 }
 
-func (s *sim) receive(l *learner, shard int, clock uint64) {
-	l.stamps[shard] = clock
+func (s *sim) receive(l *learner, shard int, clock, life uint64) {
+	l.stamps[shard], l.lives[shard] = clock, life
 	if l.replies++; l.replies < len(s.shards) {
 		return
 	}
@@ -350,7 +354,7 @@ func (s *sim) pushAll(l *learner) {
 	l.step++
 	for k, r := range s.ranges {
 		m := s.msg(ps.MsgPush, l, k)
-		m.Clock = l.stamps[k]
+		m.Clock, m.Life, m.Batch = l.stamps[k], l.lives[k], l.batch
 		if l.grad != nil {
 			m.Grad = append([]float32(nil), l.grad[r.Lo:r.Hi]...)
 		} else {
@@ -362,11 +366,15 @@ func (s *sim) pushAll(l *learner) {
 }
 
 // next starts the learner's next step if it has one, else makes it leave.
+// The step's mini-batch id is its place in the job's budget (TotalSteps),
+// or else step·λ + learner + 1: each mini-batch once.
 func (s *sim) next(l *learner) {
 	more := l.step < s.cfg.Steps
+	l.batch = uint64(l.step*s.cfg.PS.Learners+l.id) + 1
 	if s.cfg.TotalSteps > 0 {
 		if more = s.handed < s.cfg.TotalSteps; more {
 			s.handed++
+			l.batch = uint64(s.handed)
 		}
 	}
 	if more {
