@@ -55,7 +55,7 @@ type Client struct {
 	stamps  []uint64      // per shard, the stamp of the weights last pulled
 	lives   []uint64      // per shard, the shard's life those weights come from
 	gens    []int         // per shard, the generation of its link those stamps come from
-	pulls   []uint64      // per shard, sequence of the request in flight
+	reqs    []uint64      // per shard, sequence of the request whose answer is awaited (pull, join, leave, snapshot)
 	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint64 // messages sent in this incarnation
 	// feedback is, per shard, the error-feedback residual of the pushes
@@ -69,10 +69,15 @@ type Client struct {
 	retired rdma.Stats // traffic of connections replaced by Redial
 }
 
-// link is one connection and the shards it carries. A failed connection
-// is replaced (Redial) under mu; gen counts the replacements, so that of
-// two goroutines that saw the same failure only one redials.
+// link is one connection and the shards it carries. Messages are sent
+// under send, which also takes their sequence numbers: on a connection
+// they leave in the order of their sequences, so that a reply to request
+// s acknowledges the messages sent before it (see Leave). A failed
+// connection is replaced (Redial) under send too; mu guards the fields
+// for readers, and gen counts the replacements, so that of two
+// goroutines that saw the same failure only one redials.
 type link struct {
+	send   sync.Mutex
 	mu     sync.Mutex
 	conn   rdma.Conn
 	gen    int
@@ -119,7 +124,7 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
+		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
@@ -135,43 +140,62 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 // Stamps returns, per shard, the stamp of the weights last pulled.
 func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 
-// msg returns a pooled message of type t for shard with n payload floats
-// and the next sequence number, or ErrSeqExhausted.
-func (c *Client) msg(t MsgType, shard, n int) (*rdma.Msg, error) {
+// msg returns a pooled message of type t for shard with n payload floats;
+// send gives it its sequence number.
+func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
+	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, 0, 0, n)
+}
+
+// nextSeq returns the sequence number of the client's next message, or
+// ErrSeqExhausted.
+func (c *Client) nextSeq() (uint64, error) {
 	k := c.n.Add(1)
 	if k > MaxMessages {
-		return nil, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
+		return 0, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
 	}
-	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, k), 0, n), nil
+	return Seq(c.cfg.Incarnation, k), nil
 }
 
 // errRedialed reports a message lost with a connection that was then
 // replaced: the caller sends it again or drops it.
 var errRedialed = errors.New("connection replaced")
 
-// send sends m to its shard's server. When the connection fails and
-// Redial replaces it, m is lost and send returns errRedialed.
-func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
-	what, shard := describe(m), int(m.Shard)
-	l := c.byShard[shard]
+// send sends m, a new message, to its shard's server with the client's
+// next sequence number, and returns that number. When the connection
+// fails and Redial replaces it, m is lost and send returns errRedialed.
+func (c *Client) send(ctx context.Context, m *rdma.Msg) (uint64, error) {
+	l := c.byShard[m.Shard]
+	l.send.Lock()
+	defer l.send.Unlock()
 	conn, gen, err := l.get()
+	if err == nil {
+		m.Seq, err = c.nextSeq()
+	}
 	if err != nil {
 		m.Release()
-		return err
+		return 0, err
 	}
+	t, shard, seq := m.Type, m.Shard, m.Seq
 	if err := conn.Send(ctx, m); err != nil {
-		if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-			return fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, what, rerr)
+		if rerr := c.repairLocked(ctx, l, gen, err); rerr != nil {
+			return seq, fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), rerr)
 		}
-		return errRedialed
+		return seq, errRedialed
 	}
-	return nil
+	return seq, nil
 }
 
 // repair replaces l's connection of generation gen, which failed with
 // cause, by Redial's; nil if the connection is usable again (replaced
 // here or by another goroutine).
 func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) error {
+	l.send.Lock()
+	defer l.send.Unlock()
+	return c.repairLocked(ctx, l, gen, cause)
+}
+
+// repairLocked is repair with l.send held.
+func (c *Client) repairLocked(ctx context.Context, l *link, gen int, cause error) error {
 	if ctx.Err() != nil || rdma.Recoverable(cause) || c.cfg.Redial == nil {
 		return cause
 	}
@@ -203,9 +227,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 	if err := c.startPull(ctx, w, false); err != nil {
 		return err
 	}
-	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens, func(l *link, left []int) error {
-		return c.sendPulls(ctx, l, left, false)
-	})
+	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens)
 }
 
 // PullAsync starts a pull like Pull and returns once the requests are
@@ -257,9 +279,7 @@ func (c *Client) WaitPull() error {
 // closed (Close).
 func (c *Client) prefetch() {
 	for ctx := range c.pf.req {
-		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens, func(l *link, left []int) error {
-			return c.sendPulls(ctx, l, left, false)
-		})
+		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens)
 	}
 }
 
@@ -269,8 +289,8 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	if len(w) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
 	}
-	if c.pf != nil && c.pf.busy {
-		return fmt.Errorf("ps client %d: Pull while an asynchronous pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
+	if err := c.idle("Pull"); err != nil {
+		return err
 	}
 	for _, l := range c.links {
 		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
@@ -293,18 +313,14 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 			return err
 		}
 		for _, k := range shards {
-			var m *rdma.Msg
-			if m, err = c.msg(MsgPull, k, 0); err != nil {
-				return err
-			}
+			m := c.msg(MsgPull, k, 0)
 			if c.gens[k] == gen {
 				m.Timestamp = c.stamps[k]
 				if afterPush && c.cfg.Protocol == Hardsync {
 					m.Timestamp++
 				}
 			}
-			c.pulls[k] = m.Seq
-			if err = c.send(ctx, m); err != nil {
+			if c.reqs[k], err = c.send(ctx, m); err != nil {
 				break
 			}
 		}
@@ -314,12 +330,39 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 	}
 }
 
-// recvWeights receives every shard's reply to the requests in c.pulls
-// into w and their stamps, lives and link generations into stamps, lives
-// and gens, connection by connection. A connection that fails is replaced
-// (Redial) and the requests still unanswered on it are sent again
-// (resend).
-func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int, resend func(*link, []int) error) error {
+// idle returns an error naming call if an asynchronous pull is in
+// flight.
+func (c *Client) idle(call string) error {
+	if c.pf != nil && c.pf.busy {
+		return fmt.Errorf("ps client %d: %s while an asynchronous pull is in flight: %w", c.cfg.Learner, call, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// recvWeights receives every shard's reply to its pull in c.reqs into w
+// and their stamps, lives and link generations into stamps, lives and
+// gens (see collect).
+func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int) error {
+	return c.collect(ctx, "pull", TypeWeights, func(k int, m *rdma.Msg, gen int) error {
+		if len(m.Payload) != c.ranges[k].Len() {
+			return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
+		}
+		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
+		return nil
+	}, func(l *link, left []int) error { return c.sendPulls(ctx, l, left, false) })
+}
+
+// collect receives, connection by connection, every shard's answer to
+// its request in c.reqs: a reply of type want with the request's Seq,
+// handed to take with the generation of the connection it came on (take
+// may fail the call). A connection that fails is replaced (Redial) and
+// the requests still unanswered on it are sent again (resend). Other
+// replies are dropped, except rejections: a rejection of a request ends
+// the call with it, those of earlier messages are returned, joined and
+// wrapping ErrRejected, once every answer is in.
+func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take func(k int, m *rdma.Msg, gen int) error,
+	resend func(*link, []int) error) error {
 	var rejections []error
 	for _, l := range c.links {
 		left := slices.Clone(l.shards)
@@ -331,7 +374,7 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []u
 			m, err := conn.Recv(ctx)
 			if err != nil {
 				if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-					return fmt.Errorf("ps client %d: pull from shards %v: %w", c.cfg.Learner, l.shards, rerr)
+					return fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, what, l.shards, rerr)
 				}
 				if err := resend(l, left); err != nil && !errors.Is(err, errRedialed) {
 					return err
@@ -343,21 +386,19 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []u
 			switch {
 			case m.Type == rdma.TypeError:
 				err := rejection(m)
-				if mine && m.Seq == c.pulls[k] { // the request itself: no weights will come
+				if mine && m.Seq == c.reqs[k] { // the request itself: no answer will come
 					m.Release()
 					return errors.Join(append(rejections, err)...)
 				}
 				rejections = append(rejections, err)
-			case m.Type != TypeWeights || !mine || m.Seq != c.pulls[k]:
+			case m.Type != want || !mine || m.Seq != c.reqs[k]:
 				// a reply to an older request
-			case len(m.Payload) != c.ranges[k].Len():
-				n := len(m.Payload)
-				m.Release()
-				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, c.ranges[k].Len(), ErrBadLength)
 			default:
-				copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
-				stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
-				c.pulls[k] = 0 // answered: a duplicate reply is ignored
+				if err := take(k, m, gen); err != nil {
+					m.Release()
+					return err
+				}
+				c.reqs[k] = 0 // answered: a duplicate reply is ignored
 				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
 			}
 			m.Release()
@@ -397,13 +438,10 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 	}
 	ask := func(l *link, shards []int) error {
 		for _, k := range shards {
-			m, err := c.msg(0, k, 0)
-			if err != nil {
-				return err
-			}
+			m := c.msg(0, k, 0)
 			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
-			c.pulls[k] = m.Seq
-			if err := c.send(ctx, m); err != nil {
+			var err error
+			if c.reqs[k], err = c.send(ctx, m); err != nil {
 				return err
 			}
 		}
@@ -414,8 +452,16 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 			return nil, err
 		}
 	}
-	stamps, lives, gens := make([]uint64, c.cfg.Shards), make([]uint64, c.cfg.Shards), make([]int, c.cfg.Shards)
-	if err := c.recvWeights(ctx, w, stamps, lives, gens, ask); err != nil {
+	stamps := make([]uint64, c.cfg.Shards)
+	err := c.collect(ctx, "snapshot", TypeWeights, func(k int, m *rdma.Msg, _ int) error {
+		if len(m.Payload) != c.ranges[k].Len() {
+			return fmt.Errorf("ps client: shard %d sent %d weights, its range has %d: %w", k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
+		}
+		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		stamps[k] = m.Timestamp
+		return nil
+	}, ask)
+	if err != nil {
 		return nil, err
 	}
 	return stamps, nil
@@ -433,14 +479,11 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	}
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		m, err := c.msg(MsgPush, k, r.Len())
-		if err != nil {
-			return err
-		}
+		m := c.msg(MsgPush, k, r.Len())
 		copy(m.Payload, grad[r.Lo:r.Hi])
 		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
 		setPushData(m, batch, c.lives[k])
-		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
+		if _, err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}
@@ -461,27 +504,46 @@ func (c *Client) Pushes() []uint64 {
 }
 
 // Join announces the learner to every shard again (after a Leave or a
-// reconnect).
+// reconnect) and waits until every shard has acknowledged it (or
+// rejected it: the rejections are returned, wrapping ErrRejected). It
+// must not be called while an asynchronous pull is in flight.
 func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
 
 // Leave tells every shard that the learner is done, or pauses (a later
-// Join resumes it; its next pull asks for the current weights).
+// Join resumes it; its next pull asks for the current weights), and waits
+// until every shard has acknowledged it. An acknowledgement from shard k
+// comes after shard k stepped every message the client sent it before on
+// that connection (its pushes included): connections deliver in order,
+// the shard server steps one connection's messages to a shard in the
+// order they arrive, and the client sends a connection's messages in the
+// order of their sequence numbers. It must not be called while an
+// asynchronous pull is in flight.
 func (c *Client) Leave(ctx context.Context) error {
 	c.pushed = false
 	return c.all(ctx, MsgLeave)
 }
 
+// all sends a message of type t (join or leave) to every shard and waits
+// for the acknowledgements.
 func (c *Client) all(ctx context.Context, t MsgType) error {
-	for k := range c.byShard {
-		m, err := c.msg(t, k, 0)
-		if err != nil {
-			return err
+	if err := c.idle(t.String()); err != nil {
+		return err
+	}
+	ask := func(l *link, shards []int) error {
+		for _, k := range shards {
+			var err error
+			if c.reqs[k], err = c.send(ctx, c.msg(t, k, 0)); err != nil {
+				return err
+			}
 		}
-		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
+		return nil
+	}
+	for _, l := range c.links {
+		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}
-	return nil
+	return c.collect(ctx, t.String(), TypeAck, func(int, *rdma.Msg, int) error { return nil }, ask)
 }
 
 // Connections returns, per server connection, the shards it carries, the

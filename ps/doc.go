@@ -250,7 +250,19 @@
 // second connection claiming it is refused; a lost connection is reported
 // to the server's owner (ServerConfig.OnLost), who decides whether the
 // learner has left (Server.Evict). Learners leave by themselves when they
-// are done or idle (MsgLeave) and join again (MsgJoin).
+// are done or idle (MsgLeave) and join again (MsgJoin); a shard
+// acknowledges both (Reply.Ack, TypeAck on the wire; a leave of a learner
+// that is not active changes nothing and is acknowledged too), and
+// Client.Leave and Client.Join wait for every shard's acknowledgement.
+//
+// Order: a connection's reader hands each message to its shard's
+// goroutine before it reads the next, and that goroutine steps them one
+// at a time, so a shard steps the messages of one connection in the order
+// they arrived; the client sends each connection's messages in the order
+// of their sequence numbers (under one lock per connection, which also
+// takes the numbers). So a weights reply or an acknowledgement from shard
+// k answering request s tells the client that shard k has stepped every
+// message it sent shard k on that connection before s.
 //
 // End of a job: Server.Finish says the job's data is done; once every
 // learner has left, each shard applies what is pending (a partial update)

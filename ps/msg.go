@@ -43,9 +43,9 @@ const (
 	MsgPush MsgType = iota + 1
 	// MsgPull asks for the weights once the shard clock is ≥ Clock.
 	MsgPull
-	// MsgJoin makes the learner an active member again.
+	// MsgJoin makes the learner an active member again; acknowledged.
 	MsgJoin
-	// MsgLeave removes the learner from the active members.
+	// MsgLeave removes the learner from the active members; acknowledged.
 	MsgLeave
 )
 
@@ -80,8 +80,8 @@ type Msg struct {
 	Grad []float32 // push: the gradient for the shard's range; read during Step only, never retained
 }
 
-// Reply is one message from a shard to a learner: either weights or an
-// error.
+// Reply is one message from a shard to a learner: weights, an
+// acknowledgement, or an error.
 type Reply struct {
 	To    uint32 // learner id (for an error: the id the rejected message claimed)
 	Seq   uint64 // the Seq of the pull or rejected message it answers
@@ -89,8 +89,12 @@ type Reply struct {
 	Life  uint64 // the shard's life (see Shard.Life)
 	// Weights is a read-only view of the shard's weights, valid until the
 	// next Step: the caller must encode or copy it before stepping again.
-	// Nil for an error.
+	// Nil for an acknowledgement or an error.
 	Weights []float32
+	// Ack marks an acknowledgement of the MsgJoin or MsgLeave Seq: no
+	// weights, no error. Like an error, it answers the message of the
+	// same Step.
+	Ack bool
 	// Err is the rejection, wrapping one of the Err* values; nil for
 	// weights. An error always answers the message of the same Step, so
 	// the caller sends it back where that message came from.

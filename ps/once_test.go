@@ -219,3 +219,37 @@ func TestLives(t *testing.T) {
 		t.Fatalf("errors must carry the life: %+v", r.Replies)
 	}
 }
+
+// TestAcks: joins and leaves are acknowledged in the Step that handles
+// them, to their learner and sequence, also a leave of a learner that is
+// not active (it changes nothing) and a join of an active one.
+func TestAcks(t *testing.T) {
+	h := newHarness(t, plainConfig(2, Hardsync, 0), []float32{0})
+	h.push(0, 0, []float32{1})
+	acks := func(r Ready) (out []uint64) {
+		for _, rep := range r.Replies {
+			if rep.Ack {
+				if rep.Weights != nil || rep.Err != nil || rep.To != 1 {
+					t.Fatalf("acknowledgement %+v", rep)
+				}
+				out = append(out, rep.Seq)
+			}
+		}
+		return out
+	}
+	r := h.member(MsgLeave, 1) // completes the round
+	if got := acks(r); !slices.Equal(got, []uint64{h.seq[1]}) || len(r.Updates) != 1 || r.Replies[0].Clock != 1 {
+		t.Fatalf("leave: acks %v, outputs %+v", got, r)
+	}
+	if got := acks(h.member(MsgLeave, 1)); !slices.Equal(got, []uint64{h.seq[1]}) || h.s.Active() != 1 {
+		t.Fatalf("a second leave: acks %v, %d active", got, h.s.Active())
+	}
+	for range 2 {
+		if got := acks(h.member(MsgJoin, 1)); !slices.Equal(got, []uint64{h.seq[1]}) || h.s.Active() != 2 {
+			t.Fatalf("join: acks %v, %d active", got, h.s.Active())
+		}
+	}
+	if st := h.s.Stats(); st.Rejected.Total() != 0 {
+		t.Fatalf("rejections %+v", st.Rejected)
+	}
+}

@@ -591,6 +591,11 @@ func TestServerIdentity(t *testing.T) {
 	if err := c.Send(ctx, join); err != nil {
 		t.Fatal(err)
 	}
+	if ack, err := c.Recv(ctx); err != nil || ack.Type != TypeAck || ack.Seq != Seq(1, n) || ack.Shard != 0 || ack.Learner != 0 {
+		t.Fatalf("the join's acknowledgement: %+v, %v", ack, err)
+	} else {
+		ack.Release()
+	}
 	if typ, err := ask(c, 1, 0); typ != TypeWeights {
 		t.Fatalf("incarnation 1 after its join: %v %v", typ, err)
 	}

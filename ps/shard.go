@@ -167,22 +167,22 @@ func (s *Shard) step(m Msg) error {
 		return fmt.Errorf("%w: ids are 0…%d", ErrUnknownLearner, len(s.members)-1)
 	}
 	l := &s.members[m.Learner]
-	if m.Type == MsgJoin {
-		s.join(l)
+	switch {
+	case m.Type == MsgJoin || m.Type == MsgLeave:
+		if m.Type == MsgJoin {
+			s.join(l)
+		} else if l.active {
+			s.leave(l)
+		}
+		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock, Life: s.life, Ack: true})
+		return nil
+	case !l.active:
+		return fmt.Errorf("%w: it left", ErrUnknownLearner)
+	case m.Type == MsgPull:
+		l.pulling, l.computing, l.pullMin, l.pullSeq = true, false, m.Clock, m.Seq
 		return nil
 	}
-	if !l.active {
-		return fmt.Errorf("%w: it left", ErrUnknownLearner)
-	}
-	switch m.Type {
-	case MsgPull:
-		l.pulling, l.computing, l.pullMin, l.pullSeq = true, false, m.Clock, m.Seq
-	case MsgLeave:
-		s.leave(l)
-	case MsgPush:
-		return s.push(l, m)
-	}
-	return nil
+	return s.push(l, m)
 }
 
 func (s *Shard) push(l *member, m Msg) error {

@@ -43,7 +43,7 @@ func (h *harness) member(t MsgType, l uint32) Ready {
 // served returns the learners answered with weights in r, and their stamps.
 func served(r Ready) (to []uint32, stamps []uint64) {
 	for _, rep := range r.Replies {
-		if rep.Err == nil {
+		if rep.Weights != nil {
 			to, stamps = append(to, rep.To), append(stamps, rep.Clock)
 		}
 	}

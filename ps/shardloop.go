@@ -104,15 +104,22 @@ func rejected(r Ready) bool {
 	return false
 }
 
-// deliver sends the replies of one Step (errors to from, the connection
-// of the message), reports its updates, takes the epoch-end snapshot and
+// deliver sends the replies of one Step (errors and acknowledgements to
+// from, the connection of the message; nil for a leave the server
+// decided, which nobody waits for), reports its updates, takes the epoch-end snapshot and
 // checks whether the shard became final.
 func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 	s, k := l.s, l.core.Index()
 	for _, rep := range r.Replies {
-		if rep.Err != nil {
+		switch {
+		case rep.Err != nil:
 			if from != nil {
 				s.reject(from, k, rep.Seq, rep.Err)
+			}
+			continue
+		case rep.Ack:
+			if from != nil {
+				from.send(ctx, ackMsg(rep.To, k, rep.Clock, rep.Seq))
 			}
 			continue
 		}

@@ -22,7 +22,8 @@ import (
 // Shard → learner: TypeWeights answers a pull or a snapshot request
 // (Timestamp: the weights' stamp i; Seq: the request's Seq; Data: the
 // shard's life, uint64 little-endian; Payload: the shard's range);
-// rejections travel as rdma.TypeError with the rejected
+// TypeAck answers a join or a leave (Seq: the request's Seq; Timestamp:
+// the shard clock; no data, no payload); rejections travel as rdma.TypeError with the rejected
 // message's Seq and the reason in Data.
 //
 // Evaluator → shard: TypeSnapshot asks for the weights of an epoch end
@@ -36,6 +37,9 @@ const (
 	// TypeSnapshot is the rdma type of an evaluator's request for the
 	// weights of an epoch end.
 	TypeSnapshot rdma.Type = 6
+	// TypeAck is the rdma type of a shard's acknowledgement of a join or
+	// a leave.
+	TypeAck rdma.Type = 7
 )
 
 // SnapshotNow is the Timestamp of a TypeSnapshot request for the
@@ -137,12 +141,25 @@ func errorMsg(shard int, seq uint64, err error) *rdma.Msg {
 }
 
 // describe names a received message for errors: type, learner, shard, seq.
-func describe(rm *rdma.Msg) string {
-	switch rm.Type {
+func describe(rm *rdma.Msg) string { return describeMsg(rm.Type, rm.Learner, rm.Shard, rm.Seq) }
+
+// describeMsg names a message of type t for errors.
+func describeMsg(t rdma.Type, learner, shard uint32, seq uint64) string {
+	switch t {
 	case TypeWeights:
-		return fmt.Sprintf("weights for learner %d from shard %d (seq %d)", rm.Learner, rm.Shard, rm.Seq)
+		return fmt.Sprintf("weights for learner %d from shard %d (seq %d)", learner, shard, seq)
 	case TypeSnapshot:
-		return fmt.Sprintf("snapshot request for shard %d (seq %d)", rm.Shard, rm.Seq)
+		return fmt.Sprintf("snapshot request for shard %d (seq %d)", shard, seq)
+	case TypeAck:
+		return fmt.Sprintf("acknowledgement for learner %d from shard %d (seq %d)", learner, shard, seq)
 	}
-	return fmt.Sprintf("%v from learner %d to shard %d (seq %d)", MsgType(rm.Type), rm.Learner, rm.Shard, rm.Seq)
+	return fmt.Sprintf("%v from learner %d to shard %d (seq %d)", MsgType(t), learner, shard, seq)
+}
+
+// ackMsg returns a pooled TypeAck message answering the join or leave seq
+// of learner to on shard, whose clock is clock.
+func ackMsg(to uint32, shard int, clock, seq uint64) *rdma.Msg {
+	m := rdma.NewMsg(0)
+	m.Type, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeAck, to, uint32(shard), clock, seq
+	return m
 }

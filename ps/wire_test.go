@@ -24,12 +24,11 @@ func TestClientSeq(t *testing.T) {
 	}
 	seqs := func(k int) (out []uint64, err error) {
 		for range k {
-			m, err := c.msg(MsgPull, 0, 0)
+			seq, err := c.nextSeq()
 			if err != nil {
 				return out, err
 			}
-			out = append(out, m.Seq)
-			m.Release()
+			out = append(out, seq)
 		}
 		return out, nil
 	}

@@ -309,6 +309,9 @@ func (s *sim) step(m ps.Msg) {
 		if r.Err != nil {
 			panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
 		}
+		if r.Ack {
+			continue // the simulated learners do not wait for their leaves
+		}
 		l := s.learners[r.To]
 		if l.w != nil {
 			// The view is only valid during this Step. The learner
