@@ -87,6 +87,13 @@ type Config struct {
 // learner still computes on older weights; gradients beyond the bound are
 // still dropped by the shards.
 //
+// A pushed gradient stays unchanged until the push is delivered, as
+// ps.Client.Push requires (it keeps a reference to resend it): without
+// Overlap the next step's Pull delivers it before the gradient is
+// computed again; with Overlap a network's gradient is next overwritten
+// two steps later, after the WaitPull of the prefetch started after the
+// push.
+//
 // A Learner allocates nothing per step beyond what its Client and Batches
 // do; it is used by one goroutine.
 type Learner struct {

@@ -58,12 +58,17 @@ type Client struct {
 	reqs    []uint64      // per shard, sequence of the request whose answer is awaited (pull, join, leave, snapshot)
 	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint64 // messages sent in this incarnation
+	member  atomic.Bool   // the learner is a member: a new connection joins it again first
 	// feedback is, per shard, the error-feedback residual of the pushes
-	// (lossy codecs that keep one, TopK): optimizer state of the learner,
-	// kept across reconnections.
+	// (TopK): optimizer state of the learner, kept across reconnections.
 	feedback []rdma.Feedback
-	pushes   []atomic.Uint64 // per shard, gradients the learner pushed (sent or lost on the way)
+	enc      *rdma.Encoder   // selects TopK pushes (Push only)
+	pushes   []atomic.Uint64 // per shard, gradients the learner pushed
 	pf       *prefetcher     // started by the first PullAsync
+
+	ackMu   sync.Mutex
+	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
+	sels    [][]byte    // selection buffers of acknowledged TopK pushes, for reuse
 
 	statsMu sync.Mutex
 	retired rdma.Stats // traffic of connections replaced by Redial
@@ -124,7 +129,9 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
+		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
+		unacked: make([][]unacked, cfg.Shards)}
+	c.member.Store(true)
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
@@ -162,8 +169,11 @@ var errRedialed = errors.New("connection replaced")
 
 // send sends m, a new message, to its shard's server with the client's
 // next sequence number, and returns that number. When the connection
-// fails and Redial replaces it, m is lost and send returns errRedialed.
-func (c *Client) send(ctx context.Context, m *rdma.Msg) (uint64, error) {
+// fails and Redial replaces it, m is lost and send returns errRedialed;
+// except for a push (u, its record, not nil), which is queued as
+// unacknowledged before it is sent, and so sent again on the new
+// connection by the repair.
+func (c *Client) send(ctx context.Context, m *rdma.Msg, u *unacked) (uint64, error) {
 	l := c.byShard[m.Shard]
 	l.send.Lock()
 	defer l.send.Unlock()
@@ -176,11 +186,22 @@ func (c *Client) send(ctx context.Context, m *rdma.Msg) (uint64, error) {
 		return 0, err
 	}
 	t, shard, seq := m.Type, m.Shard, m.Seq
+	if u != nil {
+		u.seq = seq
+		c.ackMu.Lock()
+		c.unacked[shard] = append(c.unacked[shard], *u)
+		c.ackMu.Unlock()
+	}
 	if err := conn.Send(ctx, m); err != nil {
 		if rerr := c.repairLocked(ctx, l, gen, err); rerr != nil {
+			if u != nil {
+				c.unsent(int(shard), seq)
+			}
 			return seq, fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), rerr)
 		}
-		return seq, errRedialed
+		if u == nil {
+			return seq, errRedialed
+		}
 	}
 	return seq, nil
 }
@@ -194,15 +215,27 @@ func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) erro
 	return c.repairLocked(ctx, l, gen, cause)
 }
 
-// repairLocked is repair with l.send held.
+// repairLocked is repair with l.send held. A new connection is restored
+// before anything else is sent on it (see restore).
 func (c *Client) repairLocked(ctx context.Context, l *link, gen int, cause error) error {
 	if ctx.Err() != nil || rdma.Recoverable(cause) || c.cfg.Redial == nil {
 		return cause
 	}
+	conn, err := c.redial(ctx, l, gen, cause)
+	if conn == nil {
+		return err
+	}
+	return c.restore(ctx, l, conn)
+}
+
+// redial replaces l's connection of generation gen by Redial's and
+// returns the new one; nil and l's error if Redial gave up or another
+// goroutine replaced it already.
+func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdma.Conn, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gen != gen || l.dead != nil {
-		return l.dead
+		return nil, l.dead
 	}
 	st := l.conn.Stats()
 	l.conn.Close()
@@ -213,10 +246,10 @@ func (c *Client) repairLocked(ctx context.Context, l *link, gen int, cause error
 	l.gen++
 	if err != nil {
 		l.dead = fmt.Errorf("connection to shards %v lost (%v), not restored: %w", l.shards, cause, err)
-		return l.dead
+		return nil, l.dead
 	}
 	l.conn = conn
-	return nil
+	return conn, nil
 }
 
 // Pull asks every shard for its weights and writes them into w (the flat
@@ -320,7 +353,7 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 					m.Timestamp++
 				}
 			}
-			if c.reqs[k], err = c.send(ctx, m); err != nil {
+			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
 				break
 			}
 		}
@@ -357,8 +390,9 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []u
 // its request in c.reqs: a reply of type want with the request's Seq,
 // handed to take with the generation of the connection it came on (take
 // may fail the call). A connection that fails is replaced (Redial) and
-// the requests still unanswered on it are sent again (resend). Other
-// replies are dropped, except rejections: a rejection of a request ends
+// the requests still unanswered on it are sent again (resend). An answer
+// acknowledges the pushes to its shard sent before the request (acked).
+// Other replies are dropped, except rejections: a rejection of a request ends
 // the call with it, those of earlier messages are returned, joined and
 // wrapping ErrRejected, once every answer is in.
 func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take func(k int, m *rdma.Msg, gen int) error,
@@ -398,6 +432,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 					m.Release()
 					return err
 				}
+				c.acked(k, m.Seq)
 				c.reqs[k] = 0 // answered: a duplicate reply is ignored
 				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
 			}
@@ -441,7 +476,7 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 			m := c.msg(0, k, 0)
 			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
 			var err error
-			if c.reqs[k], err = c.send(ctx, m); err != nil {
+			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
 				return err
 			}
 		}
@@ -473,17 +508,32 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 // does not wait for the shards; rejections arrive with the next Pull. A
 // gradient computed on weights of a shard since restarted is sent all the
 // same: the shard gives it up (Stats.StaleLife).
+//
+// Until every shard has acknowledged the push (see Leave), the client
+// keeps it, and sends it again, with the same sequence number, stamp,
+// life and mini-batch, on the connection that replaces a failed one: the
+// shard ignores it if it had it (a duplicate) and steps it if not. The
+// client keeps a reference to grad, not a copy: grad must stay unchanged
+// until the push is delivered, that is until a Pull or Leave called after
+// Push returns, or the WaitPull of a PullAsync called after it. A TopK
+// push (Codec) is sent as its selection (the k elements of largest
+// magnitude of the gradient plus the shard's residual, taken from the
+// residual once), kept until acknowledged: a resend carries exactly the
+// same elements, and the residual never takes them twice.
 func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		m := c.msg(MsgPush, k, r.Len())
-		copy(m.Payload, grad[r.Lo:r.Hi])
-		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
-		setPushData(m, batch, c.lives[k])
-		if _, err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
+		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, grad: grad[r.Lo:r.Hi]}
+		if c.cfg.Codec.ID == rdma.CodecTopK {
+			var err error
+			if u.sel, err = c.selectTopK(k, u.grad); err != nil {
+				return fmt.Errorf("ps client %d: push to shard %d: %w", c.cfg.Learner, k, err)
+			}
+		}
+		if _, err := c.send(ctx, c.pushMsg(k, &u), &u); err != nil {
 			return err
 		}
 	}
@@ -507,7 +557,10 @@ func (c *Client) Pushes() []uint64 {
 // reconnect) and waits until every shard has acknowledged it (or
 // rejected it: the rejections are returned, wrapping ErrRejected). It
 // must not be called while an asynchronous pull is in flight.
-func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
+func (c *Client) Join(ctx context.Context) error {
+	c.member.Store(true)
+	return c.all(ctx, MsgJoin)
+}
 
 // Leave tells every shard that the learner is done, or pauses (a later
 // Join resumes it; its next pull asks for the current weights), and waits
@@ -517,10 +570,16 @@ func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
 // the shard server steps one connection's messages to a shard in the
 // order they arrive, and the client sends a connection's messages in the
 // order of their sequence numbers. It must not be called while an
-// asynchronous pull is in flight.
+// asynchronous pull is in flight. Once it has returned nil, the
+// learner's pushes are all delivered and it is no member: a connection
+// replaced from then on joins it to no shard, until Join.
 func (c *Client) Leave(ctx context.Context) error {
 	c.pushed = false
-	return c.all(ctx, MsgLeave)
+	if err := c.all(ctx, MsgLeave); err != nil {
+		return err
+	}
+	c.member.Store(false)
+	return nil
 }
 
 // all sends a message of type t (join or leave) to every shard and waits
@@ -532,7 +591,7 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	ask := func(l *link, shards []int) error {
 		for _, k := range shards {
 			var err error
-			if c.reqs[k], err = c.send(ctx, c.msg(t, k, 0)); err != nil {
+			if c.reqs[k], err = c.send(ctx, c.msg(t, k, 0), nil); err != nil {
 				return err
 			}
 		}
@@ -585,6 +644,10 @@ func (c *Client) Close() error {
 	if c.pf != nil && c.pf.req != nil {
 		defer close(c.pf.req)
 		c.pf.req = nil
+	}
+	if c.enc != nil {
+		c.enc.Close()
+		c.enc = nil
 	}
 	var errs []error
 	for _, l := range c.links {

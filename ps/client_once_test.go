@@ -2,10 +2,13 @@ package ps
 
 import (
 	"context"
+	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 	"github.com/softsync/softsync/rdma/transporttest"
 )
@@ -67,5 +70,155 @@ func TestClientLeaveWaits(t *testing.T) {
 	g.Finish()
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lossyConn is a client connection that loses the first message drop
+// picks: Send takes it and reports success, then the connection fails
+// (closed), as when a link goes down with the message in flight.
+type lossyConn struct {
+	rdma.Conn
+	drop func(m *rdma.Msg) bool
+	lost atomic.Bool
+}
+
+func (c *lossyConn) Send(ctx context.Context, m *rdma.Msg) error {
+	if !c.lost.Load() && c.drop(m) {
+		c.lost.Store(true)
+		m.Release()
+		c.Conn.Close()
+		return nil
+	}
+	return c.Conn.Send(ctx, m)
+}
+
+// TestClientResend loses a push on a failing connection, over the
+// in-memory transport, under both protocols: the connection carries both
+// shards of one server, and fails right after the push to shard 1 was
+// sent, so that shard 0 steps its push before the failure and shard 1
+// never gets it. The client's next pull redials (once the server saw the
+// loss), joins again, resends the push with its sequence, stamp and
+// mini-batch, and pulls: each shard applies each gradient exactly once
+// (shard 0 ignores the resend as a duplicate), and the weights are those
+// of both pushes.
+func TestClientResend(t *testing.T) {
+	for _, proto := range []Protocol{Softsync, Hardsync} {
+		t.Run(proto.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := Config{Job: 25, Learners: 1, Protocol: proto, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+			c, g := lossyClient(t, ctx, cfg, rdma.Codec{}, func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 1 && m.Seq > Seq(0, 4) })
+			w := make([]float32, 64)
+			for b := uint64(1); b <= 2; b++ {
+				if err := c.Pull(ctx, w); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Push(ctx, slices.Repeat([]float32{float32(b)}, 64), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Pull(ctx, w); err != nil {
+				t.Fatalf("pull across the failure: %v", err)
+			}
+			if w[0] != -1.5 || w[63] != -1.5 || !slices.Equal(c.Stamps(), []uint64{2, 2}) {
+				t.Fatalf("w[0] = %g, w[63] = %g, stamps %v: want both gradients applied once (−1.5) at clock 2", w[0], w[63], c.Stamps())
+			}
+			if err := c.Leave(ctx); err != nil {
+				t.Fatal(err)
+			}
+			shards, _ := g.Stats()
+			for k, dup := range []uint64{1, 0} {
+				if sh := shards[k]; sh.Gradients != 2 || sh.Duplicates != dup || sh.Redone != 0 || sh.Rejected.Total() != 0 {
+					t.Errorf("shard %d: %+v; want 2 gradients, %d duplicate", k, sh, dup)
+				}
+			}
+			g.Finish()
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// lossyClient starts a group for cfg (one server, 64 floats) and a
+// client of learner 0 whose first connection loses the message drop
+// picks; its Redial waits until the server has seen the lost connection
+// (OnLost, with no eviction) and dials again.
+func lossyClient(t *testing.T, ctx context.Context, cfg Config, codec rdma.Codec, drop func(*rdma.Msg) bool) (*Client, *Group) {
+	t.Helper()
+	net, addr := network(t, "inmem", cfg.Job)
+	lost := make(chan uint32, 4)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net, Addr: addr,
+		OnLost: func(l, _ uint32) { lost <- l }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := net.Dial(ctx, g.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &lossyConn{Conn: first, drop: drop}
+	c, err := NewClient(ClientConfig{Learner: 0, Protocol: cfg.Protocol, Total: 64, Shards: cfg.Shards, Codec: codec,
+		Redial: func(ctx context.Context, _ int) (rdma.Conn, error) {
+			transporttest.Receive(t, lost, 10*time.Second, "the server to see the lost connection")
+			return net.Dial(ctx, g.Addrs()[0])
+		}}, []rdma.Conn{conn, conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, g
+}
+
+// TestClientResendTopK: a TopK push lost on a failing connection is sent
+// again as exactly the selection the lost send carried, taken from the
+// residual once: what the shards applied plus the residual the client
+// holds is exactly the gradients pushed (rate 1, no momentum), on the
+// shard that got the push only with the resend as on the one that got
+// it twice.
+func TestClientResendTopK(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 26, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 1}}
+	c, g := lossyClient(t, ctx, cfg, rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.25},
+		func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 1 && m.Seq > Seq(0, 6) })
+	w := make([]float32, 64)
+	grads := make([][]float32, 3)
+	for i := range grads {
+		grads[i] = make([]float32, 64)
+		for j := range grads[i] {
+			grads[i][j] = float32((j*(i+3))%11) - 5
+		}
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Push(ctx, grads[i], uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Finish()
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	final := g.Weights()
+	shards, _ := g.Stats()
+	rs, _ := Ranges(64, 2)
+	for k, r := range rs {
+		if sh := shards[k]; sh.Gradients != 3 || sh.Duplicates != uint64(1-k) {
+			t.Fatalf("shard %d: %+v, want 3 gradients and %d duplicate", k, sh, 1-k)
+		}
+		res := c.feedback[k].Residual()
+		for i := r.Lo; i < r.Hi; i++ {
+			var sum float32
+			for _, gr := range grads {
+				sum += gr[i]
+			}
+			if got := -final[i] + res[i-r.Lo]; math.Abs(float64(got-sum)) > 1e-4 {
+				t.Fatalf("shard %d element %d: applied %g + residual %g ≠ %g pushed", k, i, -final[i], res[i-r.Lo], sum)
+			}
+		}
 	}
 }
