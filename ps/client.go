@@ -35,6 +35,14 @@ type ClientConfig struct {
 	// ends the client's use of that server. nil: a failed connection is
 	// an error of the call that saw it.
 	Redial func(ctx context.Context, shard int) (rdma.Conn, error)
+	// OnDelivered, if set, is called with the mini-batch id of each push
+	// (Push's batch, when not 0) once every shard has acknowledged it
+	// (see Leave): the shards have accepted, dropped, redone or given up
+	// its gradient, and a resend can no longer change that. Calls come
+	// in push order, from Pull, WaitPull, Join and Leave before they
+	// return, on their caller's goroutine; OnDelivered must not call the
+	// client.
+	OnDelivered func(batch uint64)
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
@@ -69,6 +77,11 @@ type Client struct {
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
 	sels    [][]byte    // selection buffers of acknowledged TopK pushes, for reuse
+	// undelivered holds, from push number first on, each push's
+	// mini-batch and the shards that have not acknowledged it.
+	undelivered []delivery
+	first       uint64
+	delivered   []uint64 // scratch of report
 
 	statsMu sync.Mutex
 	retired rdma.Stats // traffic of connections replaced by Redial
@@ -260,6 +273,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 	if err := c.startPull(ctx, w, false); err != nil {
 		return err
 	}
+	defer c.report()
 	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens)
 }
 
@@ -302,6 +316,7 @@ func (c *Client) WaitPull() error {
 	}
 	err := <-c.pf.done
 	c.pf.busy = false
+	c.report()
 	copy(c.stamps, c.pf.stamps)
 	copy(c.lives, c.pf.lives)
 	copy(c.gens, c.pf.gens)
@@ -524,9 +539,10 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
+	push := c.newDelivery(batch)
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, grad: grad[r.Lo:r.Hi]}
+		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, push: push, grad: grad[r.Lo:r.Hi]}
 		if c.cfg.Codec.ID == rdma.CodecTopK {
 			var err error
 			if u.sel, err = c.selectTopK(k, u.grad); err != nil {
@@ -597,6 +613,7 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 		}
 		return nil
 	}
+	defer c.report()
 	for _, l := range c.links {
 		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
 			return err

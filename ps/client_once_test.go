@@ -222,3 +222,72 @@ func TestClientResendTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOnDelivered: a push's mini-batch is reported once every
+// shard has answered a request sent after it, in push order: not by the
+// WaitPull of a prefetch sent before the push, but by the next one, or by
+// Pull and Leave; across a lost connection only once the resend is
+// acknowledged; never for mini-batch 0.
+func TestClientOnDelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 27, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+	var got []uint64
+	c, g := lossyClient(t, ctx, cfg, rdma.Codec{}, func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 1 && m.Seq > Seq(0, 12) })
+	c.cfg.OnDelivered = func(b uint64) { got = append(got, b) }
+	expect := func(what string, want ...uint64) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: delivered %v, want %v", what, got, want)
+		}
+	}
+	w, next, grad := make([]float32, 64), make([]float32, 64), slices.Repeat([]float32{1}, 64)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// Overlap: prefetch, push, wait: seqs 3–4 pulls, 5–6 the push.
+	if err := c.PullAsync(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, grad, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitPull(); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the prefetch sent before the push")
+	if err := c.PullAsync(ctx, w); err != nil { // 7–8
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, grad, 0); err != nil { // 9–10, not reported
+		t.Fatal(err)
+	}
+	if err := c.WaitPull(); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the next prefetch", 7)
+	if err := c.Push(ctx, grad, 8); err != nil { // 11–12
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, grad, 9); err != nil { // 13–14: lost on shard 1
+		t.Fatal(err)
+	}
+	expect("before the connection is known to be lost", 7)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the pull that resent the lost push", 7, 8, 9)
+	if err := c.Push(ctx, grad, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the leave", 7, 8, 9, 10)
+	shards, _ := g.Stats()
+	for k, sh := range shards {
+		if sh.Gradients != 5 {
+			t.Errorf("shard %d: %+v, want 5 gradients", k, sh)
+		}
+	}
+}

@@ -10,9 +10,9 @@ import (
 )
 
 // unacked is a push its shard has not acknowledged: everything a resend
-// carries.
+// carries, and the number of the push it is part of.
 type unacked struct {
-	seq, stamp, life, batch uint64
+	seq, stamp, life, batch, push uint64
 	// grad is the shard's slice of the pushed gradient: the caller's
 	// memory (see Push), not a copy.
 	grad []float32
@@ -75,11 +75,50 @@ func (c *Client) acked(k int, seq uint64) {
 		if q[n].sel != nil {
 			c.sels = append(c.sels, q[n].sel[:0])
 		}
+		c.undelivered[q[n].push-c.first].left--
 		n++
 	}
 	if n > 0 {
 		clear(q[:n]) // drop the references to the caller's gradients
 		c.unacked[k] = q[:copy(q, q[n:])]
+	}
+}
+
+// delivery is a push not yet reported delivered: its mini-batch and the
+// shards that have not acknowledged it.
+type delivery struct {
+	batch uint64
+	left  int
+}
+
+// newDelivery records a new push of mini-batch batch, which every shard
+// has to acknowledge, and returns its number.
+func (c *Client) newDelivery(batch uint64) uint64 {
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	c.undelivered = append(c.undelivered, delivery{batch, c.cfg.Shards})
+	return c.first + uint64(len(c.undelivered)) - 1
+}
+
+// report calls OnDelivered for the pushes every shard has acknowledged,
+// in push order (a push stays until those before it are delivered too).
+func (c *Client) report() {
+	c.ackMu.Lock()
+	c.delivered = c.delivered[:0]
+	n := 0
+	for n < len(c.undelivered) && c.undelivered[n].left == 0 {
+		if b := c.undelivered[n].batch; b != 0 {
+			c.delivered = append(c.delivered, b)
+		}
+		n++
+	}
+	c.undelivered = c.undelivered[:copy(c.undelivered, c.undelivered[n:])]
+	c.first += uint64(n)
+	c.ackMu.Unlock()
+	if c.cfg.OnDelivered != nil {
+		for _, b := range c.delivered {
+			c.cfg.OnDelivered(b)
+		}
 	}
 }
 
