@@ -20,25 +20,16 @@ import (
 func TestClientLeaveWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	net, addr := network(t, "inmem", 24)
 	hold, held := make(chan struct{}), make(chan struct{}, 4)
 	cfg := softConfig(24, 1)
 	cfg.Shards = 2
-	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net, Addr: addr,
+	g, c := groupAndClient(t, ctx, GroupConfig{PS: cfg, Init: make([]float32, 64),
 		OnUpdate: func(shard int, u Update) {
 			if shard == 1 && u.Clock == 2 {
 				held <- struct{}{}
 				<-hold
 			}
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	w, grad := make([]float32, 64), slices.Repeat([]float32{1}, 64)
 	for range 2 {
 		if err := c.Pull(ctx, w); err != nil {
@@ -71,6 +62,24 @@ func TestClientLeaveWaits(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// groupAndClient starts a group for gc over the in-memory transport (gc's
+// Network and Addr are set here) and dials learner 0 to it.
+func groupAndClient(t *testing.T, ctx context.Context, gc GroupConfig) (*Group, *Client) {
+	t.Helper()
+	net, addr := network(t, "inmem", gc.PS.Job)
+	gc.Network, gc.Addr = net, addr
+	g, err := StartGroup(ctx, gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return g, c
 }
 
 // lossyConn is a client connection that loses the first message drop

@@ -46,7 +46,9 @@ type ServerConfig struct {
 	// for an evaluator's TypeSnapshot requests: the weights right after
 	// the shard consumed (accepted or dropped) its (e·P)-th gradient, P =
 	// PS.DataSize/PS.Batch. Accepted gradients still pending in an update
-	// (softsync with c₀ > 1) are not in them.
+	// (softsync with c₀ > 1) are not in them. A snapshot is kept until a
+	// request for a later epoch or for the final weights arrives, so that
+	// an evaluator that restarts can ask for the same epoch again.
 	Snapshots bool
 	// OnUpdate, if set, is called on the shard's goroutine after every
 	// update, applied or refused (Update.Refused; u.Learners is valid
@@ -389,6 +391,23 @@ func (s *Server) Checkpoint() ([]*Checkpoint, []Identity) {
 		}
 	}
 	return cps, ids
+}
+
+// Consumed returns, per shard in the order of Shards, the mini-batch ids
+// the shard has consumed (accepted or dropped), as Shard.Consumed gives
+// them, each taken on the shard's goroutine between two messages: what a
+// restarted coordinator needs to know which mini-batches the shards have.
+// It returns nil once Serve has returned.
+func (s *Server) Consumed() [][]Interval {
+	var out [][]Interval
+	for _, l := range s.loops {
+		var iv []Interval
+		if !s.each1(l, func() { iv = l.core.Consumed() }) {
+			return nil
+		}
+		out = append(out, iv)
+	}
+	return out
 }
 
 // Weights returns a copy of each shard's final weights, in the order of

@@ -133,6 +133,10 @@ func (s *Shard) Clock() uint64 { return s.clock }
 // next Step.
 func (s *Shard) Weights() []float32 { return s.w }
 
+// Consumed returns the mini-batch ids of the gradients the shard has
+// accepted or dropped (Msg.Batch), as a copy of its intervals, sorted.
+func (s *Shard) Consumed() []Interval { return s.consumed.Intervals() }
+
 // Stats returns a copy of the shard's counters.
 func (s *Shard) Stats() Stats {
 	st := s.stats.clone()
@@ -406,7 +410,7 @@ type Checkpoint struct {
 func (s *Shard) Checkpoint() *Checkpoint {
 	cp := &Checkpoint{Shard: s.index, Total: s.total, Clock: s.clock, Samples: s.samples,
 		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members)),
-		Consumed: s.consumed.Intervals()}
+		Consumed: s.Consumed()}
 	for _, l := range s.members {
 		cp.Active = append(cp.Active, l.active)
 		cp.LastSeq = append(cp.LastSeq, l.lastSeq)

@@ -172,14 +172,21 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 		l.s.reject(in.p, l.core.Index(), w.seq, errSnapshotsOff)
 		return
 	}
+	for e := range l.snaps {
+		if e > 0 && (w.epoch == 0 || e < w.epoch) {
+			delete(l.snaps, e) // the evaluator is done with it
+		}
+	}
 	l.waits = append(l.waits, w)
 	l.answerWaits(ctx)
 }
 
-// answerWaits answers the waiting snapshot requests whose epoch has come;
-// an epoch's snapshot is dropped once it was sent. Once the shard is
-// final, an epoch it never reached (gradients lost with a restarted
-// server) is answered with the final weights.
+// answerWaits answers the waiting snapshot requests whose epoch has come.
+// An epoch's snapshot is kept after it was sent, for an evaluator that
+// restarts before it reported that epoch and asks again, until a later
+// epoch or the final weights are asked for. Once the shard is final, an
+// epoch it never reached (gradients lost with a restarted server), or
+// whose snapshot was dropped, is answered with the final weights.
 func (l *shardLoop) answerWaits(ctx context.Context) {
 	k := l.core.Index()
 	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
@@ -191,9 +198,6 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 			return false
 		}
 		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, l.core.Life(), w.seq, sn.w, l.s.cfg.Codec))
-		if w.epoch > 0 {
-			delete(l.snaps, w.epoch)
-		}
 		return true
 	})
 }

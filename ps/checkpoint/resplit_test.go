@@ -188,3 +188,55 @@ func TestResumeThroughStore(t *testing.T) {
 		}
 	}
 }
+
+// TestResplitConsumed: a re-split shard has consumed the mini-batches
+// that every old shard it takes elements from had consumed, and restores
+// with them: where the old shards disagree (a shard server restarted from
+// an older version, a push lost to one of them) the mini-batch is not
+// consumed, so that it is pushed again rather than missing from some
+// elements.
+func TestResplitConsumed(t *testing.T) {
+	sets := [][]ps.Interval{
+		{{First: 1, Last: 10}, {First: 14, Last: 14}},
+		{{First: 1, Last: 5}, {First: 7, Last: 14}},
+		{{First: 2, Last: 12}},
+	}
+	for _, to := range []int{2, 5, 1} {
+		old := resplitJob(t, 3)
+		for k, s := range old {
+			s.Consumed = sets[k]
+		}
+		got, _, err := Resplit(old, 1000, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			r, _ := s.Range()
+			set, err := ps.MakeBatchSet(s.Consumed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id := uint64(0); id <= 16; id++ {
+				want := true
+				for _, o := range old {
+					or, _ := o.Range()
+					if max(r.Lo, or.Lo) < min(r.Hi, or.Hi) {
+						os, _ := ps.MakeBatchSet(o.Consumed)
+						want = want && os.Contains(id)
+					}
+				}
+				if set.Contains(id) != want {
+					t.Fatalf("3 → %d: new shard %d %v: mini-batch %d consumed %v, want %v (%v)", to, s.Shard, r, id, !want, want, s.Consumed)
+				}
+			}
+			cfg := testConfig(4, to)
+			rs, err := ps.Restore(cfg, &s.Checkpoint, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rs.Consumed(), s.Consumed) {
+				t.Fatalf("restored new shard %d consumed %v, want %v", s.Shard, rs.Consumed(), s.Consumed)
+			}
+		}
+	}
+}
