@@ -19,14 +19,17 @@
 // learner (Config.Steps) or for the whole job (Config.TotalSteps: before
 // each pull a learner takes one mini-batch from the job's budget, in the
 // order learners ask, as a job's data dispatcher hands them out, so that
-// faster learners take more steps). A learner with no step left sends
+// faster learners take more steps). Each push carries the id of its
+// mini-batch (its place in the job's budget, or step·λ + learner + 1 with
+// Steps) and the life of the shard whose weights the gradient was computed
+// on, as a job's learners push. A learner with no step left sends
 // MsgLeave to every shard. A message takes Config.Latency plus a draw from [0, Jitter); each
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
 // Randomness comes from PCG streams seeded with (Seed, learner id) for
-// compute times and (Seed, 2⁶⁴−1) for the network, so a run depends on
-// nothing but its Config. The package is meant to grow: heterogeneous
+// compute times, (Seed, 2⁶⁴−1) for the network and (Seed, 2⁶⁴−2) for the
+// shards' lives, so a run depends on nothing but its Config. The package is meant to grow: heterogeneous
 // learners (Speed), latency models, shard service times and failures fit
 // the same loop.
 //
