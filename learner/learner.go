@@ -38,7 +38,7 @@ type PS interface {
 	Pull(ctx context.Context, w []float32) error
 	PullAsync(ctx context.Context, w []float32) error
 	WaitPull() error
-	Push(ctx context.Context, grad []float32) error
+	Push(ctx context.Context, grad []float32, batch uint64) error
 	Join(ctx context.Context) error
 	Leave(ctx context.Context) error
 }
@@ -58,6 +58,11 @@ type Config struct {
 	// OnStep, if set, is called after each push with the batch and its
 	// loss, on the learner's goroutine; it must return quickly.
 	OnStep func(b *data.Batch, loss float32)
+	// BatchID, if set, returns the job-wide id of b's mini-batch (its
+	// index in the job's sequence of mini-batches + 1), which the push of
+	// its gradient carries so that the shards accept at most one gradient
+	// per mini-batch (ps.Msg.Batch). nil: pushes carry no id (0).
+	BatchID func(b *data.Batch) uint64
 }
 
 // Learner is one worker of the paper's loop: getMinibatch → pull →
@@ -81,6 +86,13 @@ type Config struct {
 // staleness the server's pull gate sees the prefetch, sent while the
 // learner still computes on older weights; gradients beyond the bound are
 // still dropped by the shards.
+//
+// A pushed gradient stays unchanged until the push is delivered, as
+// ps.Client.Push requires (it keeps a reference to resend it): without
+// Overlap the next step's Pull delivers it before the gradient is
+// computed again; with Overlap a network's gradient is next overwritten
+// two steps later, after the WaitPull of the prefetch started after the
+// push.
 //
 // A Learner allocates nothing per step beyond what its Client and Batches
 // do; it is used by one goroutine.
@@ -175,7 +187,11 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
 		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
 	}
-	if err := c.Push(ctx, net.Grads()); err != nil {
+	var id uint64
+	if l.cfg.BatchID != nil {
+		id = l.cfg.BatchID(b)
+	}
+	if err := c.Push(ctx, net.Grads(), id); err != nil {
 		return l.psError(s, err)
 	}
 	if l.cfg.Overlap {

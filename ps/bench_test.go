@@ -34,7 +34,7 @@ func BenchmarkShardPush(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := Config{Learners: learners, Protocol: tc.proto, N: tc.n, Shards: 1, Batch: 4,
 				Solver: sgd.Config{LR: 0.01, Momentum: 0.9, WeightDecay: 0.004, LRMode: sgd.LRStaleness}}
-			s, err := NewShard(cfg, 0, init)
+			s, err := NewShard(cfg, 0, init, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 					if err := c.Pull(ctx, w); err != nil {
 						b.Fatal(err)
 					}
-					if err := c.Push(ctx, g); err != nil {
+					if err := c.Push(ctx, g, 0); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -35,6 +35,14 @@ type ClientConfig struct {
 	// ends the client's use of that server. nil: a failed connection is
 	// an error of the call that saw it.
 	Redial func(ctx context.Context, shard int) (rdma.Conn, error)
+	// OnDelivered, if set, is called with the mini-batch id of each push
+	// (Push's batch, when not 0) once every shard has acknowledged it
+	// (see Leave): the shards have accepted, dropped, redone or given up
+	// its gradient, and a resend can no longer change that. Calls come
+	// in push order, from Pull, WaitPull, Join and Leave before they
+	// return, on their caller's goroutine; OnDelivered must not call the
+	// client.
+	OnDelivered func(batch uint64)
 }
 
 // Client is a learner's connection to every shard: Pull fills the whole
@@ -53,25 +61,41 @@ type Client struct {
 	byShard []*link // per shard, its connection
 	ranges  []Range
 	stamps  []uint64      // per shard, the stamp of the weights last pulled
+	lives   []uint64      // per shard, the shard's life those weights come from
 	gens    []int         // per shard, the generation of its link those stamps come from
-	pulls   []uint64      // per shard, sequence of the request in flight
+	reqs    []uint64      // per shard, sequence of the request whose answer is awaited (pull, join, leave, snapshot)
 	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint64 // messages sent in this incarnation
+	member  atomic.Bool   // the learner is a member: a new connection joins it again first
 	// feedback is, per shard, the error-feedback residual of the pushes
-	// (lossy codecs that keep one, TopK): optimizer state of the learner,
-	// kept across reconnections.
+	// (TopK): optimizer state of the learner, kept across reconnections.
 	feedback []rdma.Feedback
-	pushes   []atomic.Uint64 // per shard, gradients the learner pushed (sent or lost on the way)
+	enc      *rdma.Encoder   // selects TopK pushes (Push only)
+	pushes   []atomic.Uint64 // per shard, gradients the learner pushed
 	pf       *prefetcher     // started by the first PullAsync
+
+	ackMu   sync.Mutex
+	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
+	sels    [][]byte    // selection buffers of acknowledged TopK pushes, for reuse
+	// undelivered holds, from push number first on, each push's
+	// mini-batch and the shards that have not acknowledged it.
+	undelivered []delivery
+	first       uint64
+	delivered   []uint64 // scratch of report
 
 	statsMu sync.Mutex
 	retired rdma.Stats // traffic of connections replaced by Redial
 }
 
-// link is one connection and the shards it carries. A failed connection
-// is replaced (Redial) under mu; gen counts the replacements, so that of
-// two goroutines that saw the same failure only one redials.
+// link is one connection and the shards it carries. Messages are sent
+// under send, which also takes their sequence numbers: on a connection
+// they leave in the order of their sequences, so that a reply to request
+// s acknowledges the messages sent before it (see Leave). A failed
+// connection is replaced (Redial) under send too; mu guards the fields
+// for readers, and gen counts the replacements, so that of two
+// goroutines that saw the same failure only one redials.
 type link struct {
+	send   sync.Mutex
 	mu     sync.Mutex
 	conn   rdma.Conn
 	gen    int
@@ -92,6 +116,7 @@ type prefetcher struct {
 	w      []float32
 	done   chan error
 	stamps []uint64 // stamps of the weights being received
+	lives  []uint64 // their shards' lives
 	gens   []int    // and the generations of their links
 	busy   bool     // a pull is in flight (owner goroutine only)
 }
@@ -116,8 +141,10 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		pulls: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards)}
+	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
+		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
+		unacked: make([][]unacked, cfg.Shards)}
+	c.member.Store(true)
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
@@ -133,50 +160,95 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 // Stamps returns, per shard, the stamp of the weights last pulled.
 func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
 
-// msg returns a pooled message of type t for shard with n payload floats
-// and the next sequence number, or ErrSeqExhausted.
-func (c *Client) msg(t MsgType, shard, n int) (*rdma.Msg, error) {
+// msg returns a pooled message of type t for shard with n payload floats;
+// send gives it its sequence number.
+func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
+	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, 0, 0, n)
+}
+
+// nextSeq returns the sequence number of the client's next message, or
+// ErrSeqExhausted.
+func (c *Client) nextSeq() (uint64, error) {
 	k := c.n.Add(1)
 	if k > MaxMessages {
-		return nil, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
+		return 0, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
 	}
-	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, Seq(c.cfg.Incarnation, k), 0, n), nil
+	return Seq(c.cfg.Incarnation, k), nil
 }
 
 // errRedialed reports a message lost with a connection that was then
 // replaced: the caller sends it again or drops it.
 var errRedialed = errors.New("connection replaced")
 
-// send sends m to its shard's server. When the connection fails and
-// Redial replaces it, m is lost and send returns errRedialed.
-func (c *Client) send(ctx context.Context, m *rdma.Msg) error {
-	what, shard := describe(m), int(m.Shard)
-	l := c.byShard[shard]
+// send sends m, a new message, to its shard's server with the client's
+// next sequence number, and returns that number. When the connection
+// fails and Redial replaces it, m is lost and send returns errRedialed;
+// except for a push (u, its record, not nil), which is queued as
+// unacknowledged before it is sent, and so sent again on the new
+// connection by the repair.
+func (c *Client) send(ctx context.Context, m *rdma.Msg, u *unacked) (uint64, error) {
+	l := c.byShard[m.Shard]
+	l.send.Lock()
+	defer l.send.Unlock()
 	conn, gen, err := l.get()
+	if err == nil {
+		m.Seq, err = c.nextSeq()
+	}
 	if err != nil {
 		m.Release()
-		return err
+		return 0, err
+	}
+	t, shard, seq := m.Type, m.Shard, m.Seq
+	if u != nil {
+		u.seq = seq
+		c.ackMu.Lock()
+		c.unacked[shard] = append(c.unacked[shard], *u)
+		c.ackMu.Unlock()
 	}
 	if err := conn.Send(ctx, m); err != nil {
-		if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-			return fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, what, rerr)
+		if rerr := c.repairLocked(ctx, l, gen, err); rerr != nil {
+			if u != nil {
+				c.unsent(int(shard), seq)
+			}
+			return seq, fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), rerr)
 		}
-		return errRedialed
+		if u == nil {
+			return seq, errRedialed
+		}
 	}
-	return nil
+	return seq, nil
 }
 
 // repair replaces l's connection of generation gen, which failed with
 // cause, by Redial's; nil if the connection is usable again (replaced
 // here or by another goroutine).
 func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) error {
+	l.send.Lock()
+	defer l.send.Unlock()
+	return c.repairLocked(ctx, l, gen, cause)
+}
+
+// repairLocked is repair with l.send held. A new connection is restored
+// before anything else is sent on it (see restore).
+func (c *Client) repairLocked(ctx context.Context, l *link, gen int, cause error) error {
 	if ctx.Err() != nil || rdma.Recoverable(cause) || c.cfg.Redial == nil {
 		return cause
 	}
+	conn, err := c.redial(ctx, l, gen, cause)
+	if conn == nil {
+		return err
+	}
+	return c.restore(ctx, l, conn)
+}
+
+// redial replaces l's connection of generation gen by Redial's and
+// returns the new one; nil and l's error if Redial gave up or another
+// goroutine replaced it already.
+func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdma.Conn, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gen != gen || l.dead != nil {
-		return l.dead
+		return nil, l.dead
 	}
 	st := l.conn.Stats()
 	l.conn.Close()
@@ -187,10 +259,10 @@ func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) erro
 	l.gen++
 	if err != nil {
 		l.dead = fmt.Errorf("connection to shards %v lost (%v), not restored: %w", l.shards, cause, err)
-		return l.dead
+		return nil, l.dead
 	}
 	l.conn = conn
-	return nil
+	return conn, nil
 }
 
 // Pull asks every shard for its weights and writes them into w (the flat
@@ -201,9 +273,8 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 	if err := c.startPull(ctx, w, false); err != nil {
 		return err
 	}
-	return c.recvWeights(ctx, w, c.stamps, c.gens, func(l *link, left []int) error {
-		return c.sendPulls(ctx, l, left, false)
-	})
+	defer c.report()
+	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens)
 }
 
 // PullAsync starts a pull like Pull and returns once the requests are
@@ -222,7 +293,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
 		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
-			gens: make([]int, c.cfg.Shards)}
+			lives: make([]uint64, c.cfg.Shards), gens: make([]int, c.cfg.Shards)}
 		go c.prefetch()
 	}
 	if c.pf.busy {
@@ -245,7 +316,9 @@ func (c *Client) WaitPull() error {
 	}
 	err := <-c.pf.done
 	c.pf.busy = false
+	c.report()
 	copy(c.stamps, c.pf.stamps)
+	copy(c.lives, c.pf.lives)
 	copy(c.gens, c.pf.gens)
 	return err
 }
@@ -254,9 +327,7 @@ func (c *Client) WaitPull() error {
 // closed (Close).
 func (c *Client) prefetch() {
 	for ctx := range c.pf.req {
-		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.gens, func(l *link, left []int) error {
-			return c.sendPulls(ctx, l, left, false)
-		})
+		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens)
 	}
 }
 
@@ -266,8 +337,8 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	if len(w) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
 	}
-	if c.pf != nil && c.pf.busy {
-		return fmt.Errorf("ps client %d: Pull while an asynchronous pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
+	if err := c.idle("Pull"); err != nil {
+		return err
 	}
 	for _, l := range c.links {
 		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
@@ -290,18 +361,14 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 			return err
 		}
 		for _, k := range shards {
-			var m *rdma.Msg
-			if m, err = c.msg(MsgPull, k, 0); err != nil {
-				return err
-			}
+			m := c.msg(MsgPull, k, 0)
 			if c.gens[k] == gen {
 				m.Timestamp = c.stamps[k]
 				if afterPush && c.cfg.Protocol == Hardsync {
 					m.Timestamp++
 				}
 			}
-			c.pulls[k] = m.Seq
-			if err = c.send(ctx, m); err != nil {
+			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
 				break
 			}
 		}
@@ -311,11 +378,40 @@ func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush
 	}
 }
 
-// recvWeights receives every shard's reply to the requests in c.pulls
-// into w and their stamps and link generations into stamps and gens,
-// connection by connection. A connection that fails is replaced (Redial)
-// and the requests still unanswered on it are sent again (resend).
-func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, gens []int, resend func(*link, []int) error) error {
+// idle returns an error naming call if an asynchronous pull is in
+// flight.
+func (c *Client) idle(call string) error {
+	if c.pf != nil && c.pf.busy {
+		return fmt.Errorf("ps client %d: %s while an asynchronous pull is in flight: %w", c.cfg.Learner, call, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// recvWeights receives every shard's reply to its pull in c.reqs into w
+// and their stamps, lives and link generations into stamps, lives and
+// gens (see collect).
+func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int) error {
+	return c.collect(ctx, "pull", TypeWeights, func(k int, m *rdma.Msg, gen int) error {
+		if len(m.Payload) != c.ranges[k].Len() {
+			return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
+		}
+		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
+		return nil
+	}, func(l *link, left []int) error { return c.sendPulls(ctx, l, left, false) })
+}
+
+// collect receives, connection by connection, every shard's answer to
+// its request in c.reqs: a reply of type want with the request's Seq,
+// handed to take with the generation of the connection it came on (take
+// may fail the call). A connection that fails is replaced (Redial) and
+// the requests still unanswered on it are sent again (resend). An answer
+// acknowledges the pushes to its shard sent before the request (acked).
+// Other replies are dropped, except rejections: a rejection of a request ends
+// the call with it, those of earlier messages are returned, joined and
+// wrapping ErrRejected, once every answer is in.
+func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take func(k int, m *rdma.Msg, gen int) error,
+	resend func(*link, []int) error) error {
 	var rejections []error
 	for _, l := range c.links {
 		left := slices.Clone(l.shards)
@@ -327,7 +423,7 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, 
 			m, err := conn.Recv(ctx)
 			if err != nil {
 				if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-					return fmt.Errorf("ps client %d: pull from shards %v: %w", c.cfg.Learner, l.shards, rerr)
+					return fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, what, l.shards, rerr)
 				}
 				if err := resend(l, left); err != nil && !errors.Is(err, errRedialed) {
 					return err
@@ -339,21 +435,20 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps []uint64, 
 			switch {
 			case m.Type == rdma.TypeError:
 				err := rejection(m)
-				if mine && m.Seq == c.pulls[k] { // the request itself: no weights will come
+				if mine && m.Seq == c.reqs[k] { // the request itself: no answer will come
 					m.Release()
 					return errors.Join(append(rejections, err)...)
 				}
 				rejections = append(rejections, err)
-			case m.Type != TypeWeights || !mine || m.Seq != c.pulls[k]:
+			case m.Type != want || !mine || m.Seq != c.reqs[k]:
 				// a reply to an older request
-			case len(m.Payload) != c.ranges[k].Len():
-				n := len(m.Payload)
-				m.Release()
-				return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, n, c.ranges[k].Len(), ErrBadLength)
 			default:
-				copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
-				stamps[k], gens[k] = m.Timestamp, gen
-				c.pulls[k] = 0 // answered: a duplicate reply is ignored
+				if err := take(k, m, gen); err != nil {
+					m.Release()
+					return err
+				}
+				c.acked(k, m.Seq)
+				c.reqs[k] = 0 // answered: a duplicate reply is ignored
 				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
 			}
 			m.Release()
@@ -393,13 +488,10 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 	}
 	ask := func(l *link, shards []int) error {
 		for _, k := range shards {
-			m, err := c.msg(0, k, 0)
-			if err != nil {
-				return err
-			}
+			m := c.msg(0, k, 0)
 			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
-			c.pulls[k] = m.Seq
-			if err := c.send(ctx, m); err != nil {
+			var err error
+			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
 				return err
 			}
 		}
@@ -410,36 +502,54 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 			return nil, err
 		}
 	}
-	stamps, gens := make([]uint64, c.cfg.Shards), make([]int, c.cfg.Shards)
-	if err := c.recvWeights(ctx, w, stamps, gens, ask); err != nil {
+	stamps := make([]uint64, c.cfg.Shards)
+	err := c.collect(ctx, "snapshot", TypeWeights, func(k int, m *rdma.Msg, _ int) error {
+		if len(m.Payload) != c.ranges[k].Len() {
+			return fmt.Errorf("ps client: shard %d sent %d weights, its range has %d: %w", k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
+		}
+		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		stamps[k] = m.Timestamp
+		return nil
+	}, ask)
+	if err != nil {
 		return nil, err
 	}
 	return stamps, nil
 }
 
 // Push sends every shard its slice of grad (Total floats, averaged over
-// the mini-batch) stamped with the shard's last pulled stamp. It does not
-// wait for the shards; rejections arrive with the next Pull.
-func (c *Client) Push(ctx context.Context, grad []float32) error {
+// the mini-batch) stamped with the shard's last pulled stamp and life.
+// batch is the job-wide id of the mini-batch (Msg.Batch; 0: none). It
+// does not wait for the shards; rejections arrive with the next Pull. A
+// gradient computed on weights of a shard since restarted is sent all the
+// same: the shard gives it up (Stats.StaleLife).
+//
+// Until every shard has acknowledged the push (see Leave), the client
+// keeps it, and sends it again, with the same sequence number, stamp,
+// life and mini-batch, on the connection that replaces a failed one: the
+// shard ignores it if it had it (a duplicate) and steps it if not. The
+// client keeps a reference to grad, not a copy: grad must stay unchanged
+// until the push is delivered, that is until a Pull or Leave called after
+// Push returns, or the WaitPull of a PullAsync called after it. A TopK
+// push (Codec) is sent as its selection (the k elements of largest
+// magnitude of the gradient plus the shard's residual, taken from the
+// residual once), kept until acknowledged: a resend carries exactly the
+// same elements, and the residual never takes them twice.
+func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
+	push := c.newDelivery(batch)
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
-		_, gen, err := c.byShard[k].get()
-		if err != nil {
-			return err // Redial gave up on that server
+		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, push: push, grad: grad[r.Lo:r.Hi]}
+		if c.cfg.Codec.ID == rdma.CodecTopK {
+			var err error
+			if u.sel, err = c.selectTopK(k, u.grad); err != nil {
+				return fmt.Errorf("ps client %d: push to shard %d: %w", c.cfg.Learner, k, err)
+			}
 		}
-		if gen != c.gens[k] {
-			continue // computed on weights of a server since replaced: lost
-		}
-		m, err := c.msg(MsgPush, k, r.Len())
-		if err != nil {
-			return err
-		}
-		copy(m.Payload, grad[r.Lo:r.Hi])
-		m.Timestamp, m.Codec, m.Feedback = c.stamps[k], c.cfg.Codec, &c.feedback[k]
-		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
+		if _, err := c.send(ctx, c.pushMsg(k, &u), &u); err != nil {
 			return err
 		}
 	}
@@ -460,27 +570,56 @@ func (c *Client) Pushes() []uint64 {
 }
 
 // Join announces the learner to every shard again (after a Leave or a
-// reconnect).
-func (c *Client) Join(ctx context.Context) error { return c.all(ctx, MsgJoin) }
-
-// Leave tells every shard that the learner is done, or pauses (a later
-// Join resumes it; its next pull asks for the current weights).
-func (c *Client) Leave(ctx context.Context) error {
-	c.pushed = false
-	return c.all(ctx, MsgLeave)
+// reconnect) and waits until every shard has acknowledged it (or
+// rejected it: the rejections are returned, wrapping ErrRejected). It
+// must not be called while an asynchronous pull is in flight.
+func (c *Client) Join(ctx context.Context) error {
+	c.member.Store(true)
+	return c.all(ctx, MsgJoin)
 }
 
+// Leave tells every shard that the learner is done, or pauses (a later
+// Join resumes it; its next pull asks for the current weights), and waits
+// until every shard has acknowledged it. An acknowledgement from shard k
+// comes after shard k stepped every message the client sent it before on
+// that connection (its pushes included): connections deliver in order,
+// the shard server steps one connection's messages to a shard in the
+// order they arrive, and the client sends a connection's messages in the
+// order of their sequence numbers. It must not be called while an
+// asynchronous pull is in flight. Once it has returned nil, the
+// learner's pushes are all delivered and it is no member: a connection
+// replaced from then on joins it to no shard, until Join.
+func (c *Client) Leave(ctx context.Context) error {
+	c.pushed = false
+	if err := c.all(ctx, MsgLeave); err != nil {
+		return err
+	}
+	c.member.Store(false)
+	return nil
+}
+
+// all sends a message of type t (join or leave) to every shard and waits
+// for the acknowledgements.
 func (c *Client) all(ctx context.Context, t MsgType) error {
-	for k := range c.byShard {
-		m, err := c.msg(t, k, 0)
-		if err != nil {
-			return err
+	if err := c.idle(t.String()); err != nil {
+		return err
+	}
+	ask := func(l *link, shards []int) error {
+		for _, k := range shards {
+			var err error
+			if c.reqs[k], err = c.send(ctx, c.msg(t, k, 0), nil); err != nil {
+				return err
+			}
 		}
-		if err := c.send(ctx, m); err != nil && !errors.Is(err, errRedialed) {
+		return nil
+	}
+	defer c.report()
+	for _, l := range c.links {
+		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
 			return err
 		}
 	}
-	return nil
+	return c.collect(ctx, t.String(), TypeAck, func(int, *rdma.Msg, int) error { return nil }, ask)
 }
 
 // Connections returns, per server connection, the shards it carries, the
@@ -522,6 +661,10 @@ func (c *Client) Close() error {
 	if c.pf != nil && c.pf.req != nil {
 		defer close(c.pf.req)
 		c.pf.req = nil
+	}
+	if c.enc != nil {
+		c.enc.Close()
+		c.enc = nil
 	}
 	var errs []error
 	for _, l := range c.links {

@@ -161,12 +161,41 @@
 // sequence is at or below it is a duplicate (a resend after a reconnect):
 // it is counted in Stats.Duplicates and ignored, so that every push is
 // applied at most once. Nothing wraps: 2⁶⁴−1 is a push like any other,
-// and every push after it is a duplicate. Dropped pushes consume their
-// sequence; rejected ones do not. The runtime's sequences are
+// and every push after it is a duplicate. Dropped and redone pushes
+// consume their sequence; rejected ones do not. The runtime's sequences are
 // incarnation<<44 | n (Seq; docs/wire.md): a learner has at most 2²⁰
 // lives (MaxIncarnation) of at most 2⁴⁴−1 messages each (MaxMessages),
 // and its client refuses, rather than wraps, past either
 // (ErrSeqExhausted for the messages).
+//
+// A push may also carry the job-wide id of its mini-batch (Msg.Batch, 0
+// for none). The core keeps the ids of the gradients it accepted or
+// dropped (a BatchSet); a push of an id in it is redone (the mini-batch
+// was done again, by a restarted learner or one that took over a lost
+// learner's chunk): it is counted in Stats.Redone and never applied, and
+// its samples are not counted again. Under hardsync a redone push stamped
+// with the current clock is its learner's push of the round, without a
+// gradient: the round ends once every active learner has pushed, with an
+// update of the gradients it has (a partial one if fewer than c₀), or,
+// if every push of the round was redone, as an empty round: the clock
+// advances, the weights and the momentum stay as they were, the waiting
+// pulls are answered, and Stats.EmptyRounds counts it (a leave ends such
+// a round too). So a learner blocked on its round never waits for a
+// gradient that will not come. A redone push of an older round, or after
+// the learner's gradient of this round, counts for nothing. Rejected
+// pushes do not consume their mini-batch.
+//
+// A shard has a life (Shard.Life): a nonzero number its owner gives each
+// start, from scratch or from a checkpoint (the Server draws one at
+// random, the simulator a seeded one), on every reply. A push carries the
+// life of the weights its gradient was computed on (Msg.Life, 0 for
+// unknown); a push of another life was computed on weights the shard
+// served before it was restored, whose stamp means nothing on the
+// restored clock: it is given up, counted in Stats.StaleLife, and never
+// applied. Like a dropped push it consumes its sequence; unlike one it
+// does not consume its mini-batch. The life check comes right after the
+// duplicate check, before the stamp check (an old life's stamp may be
+// ahead of the restored clock).
 //
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
@@ -177,9 +206,11 @@
 // has the wrong length (ErrBadLength), a stamp ahead of the shard clock
 // (ErrFutureClock), a NaN or ±Inf element (ErrNonFinite), or is a second
 // hardsync push in one round (ErrAlreadyPushed). Checks run in that order,
-// the duplicate check after the stamp check and before the scan for NaN
-// and Inf. The client recognises the reason in an error reply's text, so
-// that errors.Is finds it on the learner's side too.
+// the duplicate and life checks before the stamp check, the redone check
+// after it and before the scan for NaN and Inf (a redone push is never
+// applied, so its elements are not read). The client recognises the
+// reason in an error reply's text, so that errors.Is finds it on the
+// learner's side too.
 //
 // # Epochs and the schedule
 //
@@ -195,13 +226,60 @@
 // # Statistics
 //
 // Stats counts, per shard: updates, applied and refused (and per learner
-// the gradients refused updates discarded); accepted, dropped and
-// duplicate gradients; rejections per reason; the staleness of accepted
-// gradients
-// as a histogram (index τ; the last bucket collects τ ≥ HistogramLen−1),
-// their sum (for the mean) and maximum. Each shard sees every gradient
-// (its slice), so the stats of one shard describe the run; shards may
-// differ slightly because they do not synchronise.
+// the gradients refused updates discarded), and empty hardsync rounds
+// (Updates + Refused + EmptyRounds = Clock, unless restored); pushes
+// accepted (Gradients), dropped as too stale, ignored as duplicates or as
+// redone, given up for another life (StaleLife), and rejected per reason,
+// which add up to the pushes the shard received; the staleness of
+// accepted gradients as a histogram (index τ; the last bucket collects τ
+// ≥ HistogramLen−1), their sum (for the mean) and maximum. Each shard
+// sees every gradient (its slice), so the stats of one shard describe the
+// run; shards may differ slightly because they do not synchronise.
+//
+// # Exactly once
+//
+// A job gives each of its mini-batches an id (Msg.Batch: its index in
+// the job + 1) and pushes each with it; learners push through a Client,
+// which resends what a failed connection may have lost. Then:
+//
+// At most once: a shard's weights hold at most one gradient per
+// mini-batch. A resend of a push the shard had is a duplicate (its
+// sequence), and a push of a mini-batch the shard consumed (accepted or
+// dropped), by whichever learner or incarnation, is redone; neither is
+// applied. The consumed set is saved with the weights in a checkpoint
+// (Checkpoint.Consumed), so a shard restored from one forgets exactly the
+// mini-batches whose gradients the restore removed from its weights. One
+// exception: a checkpoint re-split onto another number of shards gives a
+// new shard the mini-batches all the old shards it takes elements from
+// had consumed (ps/checkpoint.Resplit), so that no mini-batch counts as
+// consumed for elements that never got its gradient; a mini-batch only
+// some of them had consumed, if done again, is applied a second time to
+// the elements of those that had.
+//
+// At least once: the gradient of every mini-batch a learner pushes is
+// consumed by every shard (accepted, or dropped as too stale by the
+// protocol's rules) unless
+//
+//	(a) the shard restarted from a checkpoint older than the acceptance
+//	    (a gradient accepted, and acknowledged, after the version was
+//	    written is gone with the shard's memory; the client does not
+//	    resend what was acknowledged);
+//	(b) the gradient was computed on weights of an earlier life of the
+//	    shard: it was pushed, or resent, to a shard restarted since its
+//	    pull, and is given up (Stats.StaleLife), its mini-batch not
+//	    consumed;
+//	(c) the learner died (or its Redial gave up) before the push reached
+//	    the shard, and nobody redid that mini-batch.
+//
+// A push is delivered once every shard has answered a request the client
+// sent after it (the order of "Runtime"): the shards have then decided
+// about it, and a resend can change nothing. Client reports each
+// delivered mini-batch (ClientConfig.OnDelivered), so that a job can
+// resume a learner's chunk after the mini-batches the shards have and
+// redo only the others: case (c) then happens only if nobody redoes
+// them. Redone pushes cost a message and nothing else: their samples are
+// not counted again, and under hardsync they complete their learner's
+// round (see "Sequences, duplicates and rejections").
 //
 // # Runtime
 //
@@ -219,25 +297,54 @@
 // second connection claiming it is refused; a lost connection is reported
 // to the server's owner (ServerConfig.OnLost), who decides whether the
 // learner has left (Server.Evict). Learners leave by themselves when they
-// are done or idle (MsgLeave) and join again (MsgJoin).
+// are done or idle (MsgLeave) and join again (MsgJoin); a shard
+// acknowledges both (Reply.Ack, TypeAck on the wire; a leave of a learner
+// that is not active changes nothing and is acknowledged too), and
+// Client.Leave and Client.Join wait for every shard's acknowledgement.
+//
+// Order: a connection's reader hands each message to its shard's
+// goroutine before it reads the next, and that goroutine steps them one
+// at a time, so a shard steps the messages of one connection in the order
+// they arrived; the client sends each connection's messages in the order
+// of their sequence numbers (under one lock per connection, which also
+// takes the numbers). So a weights reply or an acknowledgement from shard
+// k answering request s tells the client that shard k has stepped every
+// message it sent shard k on that connection before s.
+//
+// Resends: the client keeps each push until its shard has acknowledged
+// it that way (a reference to the caller's gradient: see Client.Push).
+// When a connection fails and ClientConfig.Redial replaces it, the client
+// first joins the learner again on the new connection's shards if it is a
+// member (a shard server restarted from a checkpoint may hold it as
+// gone), then resends every push they have not acknowledged, in order,
+// with its sequence, stamp, life and mini-batch, then repeats the
+// requests it was waiting for. A shard ignores the resends it had
+// (duplicates) and steps the others. Each Server start draws new shard
+// lives (Server.Lives), so the resends to a server restored from a
+// checkpoint are given up (see "Exactly once"). Server.Consumed tells a
+// restarted coordinator which mini-batches each shard has.
 //
 // End of a job: Server.Finish says the job's data is done; once every
 // learner has left, each shard applies what is pending (a partial update)
 // and is final. An evaluator reads the weights with TypeSnapshot requests
 // (Client.Snapshot): the snapshot of each epoch end, taken when the shard
-// has consumed e·P gradients (ServerConfig.Snapshots), and the final
-// weights.
+// has consumed e·P gradients (ServerConfig.Snapshots) and kept until a
+// later epoch or the final weights are asked for, and the final weights.
 //
 // # Checkpoints
 //
 // A shard's durable state is its weights, the solver state (momentum and
 // the pending accumulation), clock, sample count, membership, per-learner
-// last sequences, the learners of the pending gradients and, for hardsync,
-// who pushed in the current round, plus its counters: Shard.Checkpoint
-// copies it and Restore rebuilds a Shard from it (refusing non-finite
-// weights, momentum or accumulation). Waiting pulls, the computing set and
-// the count of updates refused in a row are not saved: learners reconnect
-// and pull again. Package ps/checkpoint stores checkpoints in
-// files and re-splits them onto another number of shards
+// last sequences, the learners of the pending gradients, the consumed
+// mini-batches and, for hardsync, who pushed in the current round, plus
+// its counters: Shard.Checkpoint copies it and Restore rebuilds a Shard
+// from it (refusing non-finite weights, momentum or accumulation, and a
+// consumed list that is not a BatchSet's). The life is not saved: a
+// restored shard gets a new one (Restore's argument), so that gradients
+// computed on the weights it served before are told apart. Waiting pulls,
+// the computing set and the count of updates refused in a row are not
+// saved: learners reconnect, join again, resend what the shard never
+// acknowledged and pull again. Package ps/checkpoint stores checkpoints
+// in files and re-splits them onto another number of shards
 // (docs/checkpoint.md); RangeOf gives one shard's range for it.
 package ps

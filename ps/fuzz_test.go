@@ -9,8 +9,9 @@ import (
 
 // FuzzShardStep feeds arbitrary message sequences (any type, learner,
 // sequence, stamp, job, gradient length, NaN, finite gradients near the
-// float32 maximum) to a shard and checks that it never panics, answers at
-// most one error per Step, keeps its weights and momentum finite, and
+// float32 maximum, mini-batch ids that repeat) to a shard and checks that
+// it never panics, answers at most one error per Step, keeps its weights
+// and momentum finite, consumes each mini-batch id at most once, and
 // accounts for every push and every clock tick exactly once.
 func FuzzShardStep(f *testing.F) {
 	f.Add([]byte{1, 3, 2, 0, 1, 0, 0, 1, 1, 0, 0, 1, 2, 1, 0, 2})
@@ -30,12 +31,13 @@ func fuzzShard(t *testing.T, data []byte) {
 		if cfg.Protocol == Softsync {
 			cfg.MaxStaleness = int(data[3]/3) % 4
 		}
-		s, err := NewShard(cfg, 0, []float32{1, 2, 3})
+		s, err := NewShard(cfg, 0, []float32{1, 2, 3}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var pushes, pushRejects uint64
 		seq := make([]uint64, learners+1)
+		consumed := map[uint64]bool{}
 		for data = data[4:]; len(data) >= 4; data = data[4:] {
 			m := Msg{Type: MsgType(data[0] % 6), Job: 1, Learner: uint32(data[1] % uint8(learners+1)), Grad: []float32{0.5, -1, 2}}
 			if data[1]&0x80 != 0 {
@@ -45,6 +47,7 @@ func fuzzShard(t *testing.T, data []byte) {
 			seq[l] += uint64(data[2]%4) - 1 // sometimes repeats or goes back
 			m.Seq = seq[l]
 			m.Clock = s.Clock() - min(s.Clock(), uint64(data[3]%8)) + uint64(data[3]/128)
+			m.Batch = uint64(data[3]>>3) & 7
 			switch data[2] / 64 {
 			case 1:
 				m.Grad[1] = float32(math.Inf(1))
@@ -53,7 +56,14 @@ func fuzzShard(t *testing.T, data []byte) {
 			case 3:
 				m.Job = 2
 			}
+			before := s.Stats()
 			r := s.Step(m)
+			if after := s.Stats(); after.Gradients+after.Dropped > before.Gradients+before.Dropped && m.Batch != 0 {
+				if consumed[m.Batch] {
+					t.Fatalf("mini-batch %d consumed twice", m.Batch)
+				}
+				consumed[m.Batch] = true
+			}
 			errs := 0
 			for _, rep := range r.Replies {
 				if rep.Err != nil {
@@ -75,9 +85,9 @@ func fuzzShard(t *testing.T, data []byte) {
 			}
 		}
 		st := s.Stats()
-		if st.Gradients+st.Dropped+st.Duplicates+pushRejects != pushes || st.Clock != st.Updates+st.Refused {
-			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d rejected %d; clock %d updates %d refused %d",
-				pushes, st.Gradients, st.Dropped, st.Duplicates, pushRejects, st.Clock, st.Updates, st.Refused)
+		if st.Gradients+st.Dropped+st.Duplicates+st.Redone+pushRejects != pushes || st.Clock != st.Updates+st.Refused+st.EmptyRounds {
+			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d redone %d rejected %d; clock %d updates %d refused %d empty %d",
+				pushes, st.Gradients, st.Dropped, st.Duplicates, st.Redone, pushRejects, st.Clock, st.Updates, st.Refused, st.EmptyRounds)
 		}
 		if cfg.MaxStaleness > 0 && st.MaxStaleness > cfg.MaxStaleness {
 			t.Fatalf("accepted staleness %d > bound %d", st.MaxStaleness, cfg.MaxStaleness)

@@ -43,9 +43,9 @@ const (
 	MsgPush MsgType = iota + 1
 	// MsgPull asks for the weights once the shard clock is ≥ Clock.
 	MsgPull
-	// MsgJoin makes the learner an active member again.
+	// MsgJoin makes the learner an active member again; acknowledged.
 	MsgJoin
-	// MsgLeave removes the learner from the active members.
+	// MsgLeave removes the learner from the active members; acknowledged.
 	MsgLeave
 )
 
@@ -65,21 +65,36 @@ type Msg struct {
 	Job     uint32
 	Shard   int
 	Learner uint32
-	Seq     uint64    // push: sequence, strictly increasing per learner; pull: echoed in the reply
-	Clock   uint64    // push: stamp j of the weights the gradient was computed on; pull: minimum clock
-	Grad    []float32 // push: the gradient for the shard's range; read during Step only, never retained
+	Seq     uint64 // push: sequence, strictly increasing per learner; pull: echoed in the reply
+	Clock   uint64 // push: stamp j of the weights the gradient was computed on; pull: minimum clock
+	// Batch (push) is the job-wide id of the mini-batch the gradient
+	// comes from: its index in the job's sequence of mini-batches + 1. A
+	// shard accepts at most one gradient per id (see "Exactly once" in
+	// the package doc); 0 is no id: no such check.
+	Batch uint64
+	// Life (push) is the life of the shard whose weights the gradient
+	// was computed on (Reply.Life of the pull); a push of another life
+	// is given up (see "Exactly once" in the package doc). 0: unknown,
+	// no such check.
+	Life uint64
+	Grad []float32 // push: the gradient for the shard's range; read during Step only, never retained
 }
 
-// Reply is one message from a shard to a learner: either weights or an
-// error.
+// Reply is one message from a shard to a learner: weights, an
+// acknowledgement, or an error.
 type Reply struct {
 	To    uint32 // learner id (for an error: the id the rejected message claimed)
 	Seq   uint64 // the Seq of the pull or rejected message it answers
 	Clock uint64 // the stamp i of Weights; for an error, the shard clock
+	Life  uint64 // the shard's life (see Shard.Life)
 	// Weights is a read-only view of the shard's weights, valid until the
 	// next Step: the caller must encode or copy it before stepping again.
-	// Nil for an error.
+	// Nil for an acknowledgement or an error.
 	Weights []float32
+	// Ack marks an acknowledgement of the MsgJoin or MsgLeave Seq: no
+	// weights, no error. Like an error, it answers the message of the
+	// same Step.
+	Ack bool
 	// Err is the rejection, wrapping one of the Err* values; nil for
 	// weights. An error always answers the message of the same Step, so
 	// the caller sends it back where that message came from.

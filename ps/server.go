@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,9 @@ type ServerConfig struct {
 	// for an evaluator's TypeSnapshot requests: the weights right after
 	// the shard consumed (accepted or dropped) its (e·P)-th gradient, P =
 	// PS.DataSize/PS.Batch. Accepted gradients still pending in an update
-	// (softsync with c₀ > 1) are not in them.
+	// (softsync with c₀ > 1) are not in them. A snapshot is kept until a
+	// request for a later epoch or for the final weights arrives, so that
+	// an evaluator that restarts can ask for the same epoch again.
 	Snapshots bool
 	// OnUpdate, if set, is called on the shard's goroutine after every
 	// update, applied or refused (Update.Refused; u.Learners is valid
@@ -73,7 +76,7 @@ type ServerConfig struct {
 // ServerStats are a shard server's counters.
 type ServerStats struct {
 	Shards        []Stats // per shard, in the order of ServerConfig.Shards
-	BadFrames     uint64  // frames the transport could not decode (answered with an error, skipped)
+	BadFrames     uint64  // frames the transport, or a push's data, could not be decoded (answered with an error, skipped)
 	ErrorsDropped uint64  // error replies dropped because the peer's queue was full
 	Refused       uint64  // learner messages refused (ErrRefused)
 	NotHosted     uint64  // messages for a shard this server does not run
@@ -187,9 +190,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			if cfg.Restore[i].Shard != k {
 				return nil, param.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
 			}
-			core, err = Restore(cfg.PS, cfg.Restore[i])
+			core, err = Restore(cfg.PS, cfg.Restore[i], newLife())
 		} else {
-			core, err = NewShard(cfg.PS, k, cfg.Init)
+			core, err = NewShard(cfg.PS, k, cfg.Init, newLife())
 		}
 		if err != nil {
 			return nil, err
@@ -212,6 +215,27 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // Shards returns the shards the server runs.
 func (s *Server) Shards() []int { return slices.Clone(s.cfg.Shards) }
+
+// newLife draws a shard's life: a random nonzero number, new at every
+// start of a server (2⁻⁶⁴ odds of meeting an earlier one).
+func newLife() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
+}
+
+// Lives returns each shard's life (Shard.Life), in the order of Shards:
+// drawn at random by NewServer, so that a gradient computed on weights
+// the shard served before a restart is told apart.
+func (s *Server) Lives() []uint64 {
+	lives := make([]uint64, len(s.loops))
+	for i, l := range s.loops {
+		lives[i] = l.core.Life()
+	}
+	return lives
+}
 
 // Serve accepts connections from ln and runs the shards until Stop is
 // called (nil) or ctx ends (ctx.Err()). It then closes ln and every
@@ -369,6 +393,23 @@ func (s *Server) Checkpoint() ([]*Checkpoint, []Identity) {
 	return cps, ids
 }
 
+// Consumed returns, per shard in the order of Shards, the mini-batch ids
+// the shard has consumed (accepted or dropped), as Shard.Consumed gives
+// them, each taken on the shard's goroutine between two messages: what a
+// restarted coordinator needs to know which mini-batches the shards have.
+// It returns nil once Serve has returned.
+func (s *Server) Consumed() [][]Interval {
+	var out [][]Interval
+	for _, l := range s.loops {
+		var iv []Interval
+		if !s.each1(l, func() { iv = l.core.Consumed() }) {
+			return nil
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
 // Weights returns a copy of each shard's final weights, in the order of
 // Shards, once Final is closed; nil before.
 func (s *Server) Weights() [][]float32 {
@@ -455,10 +496,16 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 // goroutine; false once ctx ended.
 func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
 	l := s.byShard[int(m.Shard)]
+	bad := checkPushData(m)
 	switch {
 	case l == nil:
 		s.notHosted.Add(1)
 		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, describe(m), s.cfg.Shards))
+		m.Release()
+		return true
+	case bad != nil:
+		s.badFrames.Add(1)
+		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%s: %w", describe(m), bad))
 		m.Release()
 		return true
 	case m.Type >= rdma.Type(MsgPush) && m.Type <= rdma.Type(MsgLeave) && int64(m.Learner) < int64(s.cfg.PS.Learners):

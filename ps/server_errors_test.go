@@ -305,7 +305,7 @@ func TestServerStopsOnCancel(t *testing.T) {
 	if err := c.Pull(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(context.Background(), w); err != nil {
+	if err := c.Push(context.Background(), w, 0); err != nil {
 		t.Fatal(err)
 	}
 	pulled := make(chan error, 1)
@@ -351,7 +351,7 @@ func TestServerEvictIgnored(t *testing.T) {
 		if err := c.Pull(ctx, w); err != nil {
 			return err
 		}
-		return c.Push(ctx, g)
+		return c.Push(ctx, g, 0)
 	}
 	if err := step(); err != nil {
 		t.Fatal(err)
@@ -399,7 +399,7 @@ func TestClientRejectionReported(t *testing.T) {
 	}
 	g := make([]float32, 16)
 	g[3] = float32(math.NaN())
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	clear(w)
@@ -450,7 +450,7 @@ func TestClientStaleReply(t *testing.T) {
 			if err := c.Pull(ctx, w); err != nil || c.Stamps()[0] != clock-1 {
 				t.Fatalf("pull: %v, stamps %v, want %d", err, c.Stamps(), clock-1)
 			}
-			if err := c.Push(ctx, g); err != nil {
+			if err := c.Push(ctx, g, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -461,7 +461,7 @@ func TestClientStaleReply(t *testing.T) {
 	if err := cs[0].Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := cs[0].Push(ctx, g); err != nil {
+	if err := cs[0].Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	short, stop := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -472,7 +472,7 @@ func TestClientStaleReply(t *testing.T) {
 	if err := cs[1].Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := cs[1].Push(ctx, g); err != nil {
+	if err := cs[1].Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	// Clock 1: learner 0's given-up pull is answered now; its next pull
@@ -533,7 +533,7 @@ func TestClientOddReplies(t *testing.T) {
 	defer cancel()
 	net, _ := network(t, "tcp", 18)
 	weights := func(req *rdma.Msg, seq uint64, n int, v float32) *rdma.Msg {
-		m := weightsMsg(rdma.NewMsg, req.Learner, 0, 5, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
+		m := weightsMsg(rdma.NewMsg, req.Learner, 0, 5, 1, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
 		return m
 	}
 	rejection := func(seq uint64) *rdma.Msg { return errorMsg(0, seq, errors.New("an earlier push was bad")) }
@@ -572,8 +572,9 @@ func TestClientOddReplies(t *testing.T) {
 }
 
 // TestClientJoinAfterLeave: a learner that left is refused until it joins
-// again (its push is rejected by both shards, reported by the pull after
-// its join); Join makes it a member, its pushes count again. Also the
+// again (its push is rejected by both shards, reported by its join, which
+// waits for both shards' acknowledgements); Join makes it a member, its
+// pushes count again. Also the
 // client's connections and traffic, and the Group's accessors: its
 // servers, Evict and Final.
 func TestClientJoinAfterLeave(t *testing.T) {
@@ -600,17 +601,17 @@ func TestClientJoinAfterLeave(t *testing.T) {
 	if err := c.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(ctx, grad); err != nil {
+	if err := c.Push(ctx, grad, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Join(ctx); err != nil {
-		t.Fatal(err)
-	}
-	err = c.Pull(ctx, w)
+	err = c.Join(ctx)
 	if !errors.Is(err, ErrRejected) || strings.Count(err.Error(), ErrUnknownLearner.Error()) != 2 {
-		t.Fatalf("pull after the push of a learner that left, and its join: %v; want both shards' rejections", err)
+		t.Fatalf("join after the push of a learner that left: %v; want both shards' rejections", err)
 	}
-	if err := c.Push(ctx, grad); err != nil {
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, grad, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil || w[0] != -0.5 || w[63] != -0.5 {
@@ -620,8 +621,8 @@ func TestClientJoinAfterLeave(t *testing.T) {
 	if len(conns) != 1 || !slices.Equal(conns[0].Shards, []int{0, 1}) || conns[0].Peer != g.Addrs()[0] || conns[0].Transport.Name != "tcp" {
 		t.Errorf("connections %+v", conns)
 	}
-	if st := c.Stats(); st.TotalSent().Msgs != 14 || st.TotalRecv().Msgs != 8 { // to each shard: 3 pulls, 2 pushes, a leave, a join
-		t.Errorf("%d messages sent, %d received; want 14 and 8 (3 weights, a rejection from each shard)", st.TotalSent().Msgs, st.TotalRecv().Msgs)
+	if st := c.Stats(); st.TotalSent().Msgs != 14 || st.TotalRecv().Msgs != 12 { // to each shard: 3 pulls, 2 pushes, a leave, a join
+		t.Errorf("%d messages sent, %d received; want 14 and 12 (3 weights, 2 acknowledgements, a rejection from each shard)", st.TotalSent().Msgs, st.TotalRecv().Msgs)
 	}
 	if len(g.Servers()) != 1 {
 		t.Fatalf("%d servers", len(g.Servers()))
@@ -675,7 +676,7 @@ func TestClientSnapshot(t *testing.T) {
 	if err := l.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Push(ctx, slices.Repeat([]float32{1}, 16)); err != nil {
+	if err := l.Push(ctx, slices.Repeat([]float32{1}, 16), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Pull(ctx, w); err != nil {
@@ -705,7 +706,7 @@ func TestClientSnapshot(t *testing.T) {
 	if err := l2.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := l2.Push(ctx, slices.Repeat([]float32{2}, 16)); err != nil {
+	if err := l2.Push(ctx, slices.Repeat([]float32{2}, 16), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := l2.Leave(ctx); err != nil {
@@ -749,7 +750,7 @@ func TestClientRedialFails(t *testing.T) {
 	if err := c.Pull(ctx, w); !errors.Is(err, errGone) {
 		t.Fatalf("pull from a server gone: %v", err)
 	}
-	if err := c.Push(ctx, w); !errors.Is(err, errGone) {
+	if err := c.Push(ctx, w, 0); !errors.Is(err, errGone) {
 		t.Fatalf("push after the redial failed: %v", err)
 	}
 	if err := c.Leave(ctx); !errors.Is(err, errGone) {
@@ -763,8 +764,9 @@ func TestClientRedialFails(t *testing.T) {
 // TestClientRedialDuringPrefetch restarts the server (from a checkpoint)
 // while a learner prefetches its next weights: the prefetch redials and
 // asks the new server again, and the gradient the learner pushes
-// meanwhile, computed on the old server's weights, is counted as pushed
-// but not sent; the next one, on the new weights, is applied.
+// meanwhile, computed on the old server's weights, is sent and given up
+// by the new server (another life, Stats.StaleLife); the next one, on the
+// new weights, is applied. Every start of a server draws new lives.
 func TestClientRedialDuringPrefetch(t *testing.T) {
 	leaks := noLeaks(t)
 	defer leaks()
@@ -789,7 +791,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 	if err := c.Pull(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil {
@@ -804,7 +806,7 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	transporttest.Receive(t, redialed, 10*time.Second, "the prefetch to redial")
-	if err := c.Push(ctx, g); err != nil { // computed on the old server's weights
+	if err := c.Push(ctx, g, 0); err != nil { // computed on the old server's weights
 		t.Fatal(err)
 	}
 	if err := c.WaitPull(); err != nil {
@@ -813,16 +815,20 @@ func TestClientRedialDuringPrefetch(t *testing.T) {
 	if st := c.Stamps(); st[0] != 1 || st[1] != 1 || next[0] != -0.5 {
 		t.Fatalf("after the restart: stamps %v, w[0] = %g; want the checkpoint's clock 1 and −0.5", st, next[0])
 	}
-	if err := c.Push(ctx, g); err != nil {
+	if err := c.Push(ctx, g, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pull(ctx, w); err != nil || w[0] != -1 {
 		t.Fatalf("pull: %v, w[0] = %g; want −1", err, w[0])
 	}
 	for k, sh := range b.Stats().Shards {
-		if pushed := c.Pushes()[k]; pushed != 3 || sh.Gradients != 2 || sh.Rejected.Total() != 0 {
-			t.Errorf("shard %d: %d pushed, %+v: want 3 pushed, 2 accepted (1 before the checkpoint)", k, pushed, sh)
+		if pushed := c.Pushes()[k]; pushed != 3 || sh.Gradients != 2 || sh.StaleLife != 1 || sh.Rejected.Total() != 0 {
+			t.Errorf("shard %d: %d pushed, %+v: want 3 pushed, 2 accepted (1 before the checkpoint), 1 given up", k, pushed, sh)
 		}
+	}
+	la, lb := a.Lives(), b.Lives()
+	if len(lb) != 2 || slices.Contains(lb, 0) || slices.Contains(la, lb[0]) || slices.Contains(la, lb[1]) || lb[0] == lb[1] {
+		t.Errorf("lives %v before the restart, %v after: want nonzero and new", la, lb)
 	}
 	if err := b.stop(); err != nil {
 		t.Fatal(err)

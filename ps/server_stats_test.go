@@ -86,7 +86,7 @@ func TestServerRefusedUpdates(t *testing.T) {
 		if err := cs[l].Pull(ctx, w); err != nil {
 			return err
 		}
-		return cs[l].Push(ctx, grad)
+		return cs[l].Push(ctx, grad, 0)
 	}
 	if err := step(1, huge); err != nil {
 		t.Fatal(err)

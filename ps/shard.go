@@ -18,6 +18,7 @@ import (
 type Shard struct {
 	cfg       Config
 	index     int
+	life      uint64
 	total     int
 	rng       Range
 	w         []float32
@@ -28,6 +29,7 @@ type Shard struct {
 	active    int      // active members, λa
 	pushed    int      // hardsync: active members whose gradient of this round is pending
 	pendingBy []uint32 // the learner of each pending gradient, in arrival order
+	consumed  BatchSet // mini-batch ids of the gradients accepted or dropped
 	refusals  int      // updates refused in a row since the last one applied
 	stats     Stats
 	ready     Ready
@@ -46,10 +48,11 @@ type member struct {
 }
 
 // NewShard returns the core of shard index (0 ≤ index < cfg.Shards) of a
-// parameter server whose initial flat vector is init. It copies its range
-// of init. Errors are *param.FieldError values wrapping ErrInvalidConfig.
-func NewShard(cfg Config, index int, init []float32) (*Shard, error) {
-	s, err := newShard(cfg, index, len(init))
+// parameter server whose initial flat vector is init, in its life life
+// (nonzero; see Life). It copies its range of init. Errors are
+// *param.FieldError values wrapping ErrInvalidConfig.
+func NewShard(cfg Config, index int, init []float32, life uint64) (*Shard, error) {
+	s, err := newShard(cfg, index, len(init), life)
 	if err != nil {
 		return nil, err
 	}
@@ -69,9 +72,12 @@ func finite(field string, v []float32, lo int) error {
 	return nil
 }
 
-func newShard(cfg Config, index, total int) (*Shard, error) {
+func newShard(cfg Config, index, total int, life uint64) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if life == 0 {
+		return nil, param.Fieldf("life", "must be nonzero (0 is a push's unknown life)")
 	}
 	if err := param.ValidateLayout(cfg.Layout, total); err != nil {
 		return nil, err
@@ -90,7 +96,7 @@ func newShard(cfg Config, index, total int) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shard{cfg: cfg, index: index, total: total, rng: r, w: make([]float32, r.Len()),
+	s := &Shard{cfg: cfg, index: index, life: life, total: total, rng: r, w: make([]float32, r.Len()),
 		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners}
 	s.stats.RefusedGradients = make([]uint64, cfg.Learners)
 	for i := range s.members {
@@ -105,6 +111,12 @@ func (s *Shard) Index() int { return s.index }
 
 // Range returns the part of the flat vector the shard owns.
 func (s *Shard) Range() Range { return s.rng }
+
+// Life returns the shard's life: a nonzero number its owner gives each
+// start of the shard (NewShard, Restore), different from the lives before
+// it, so that a gradient computed on the weights of an earlier life (a
+// shard restarted from a checkpoint since) can be told apart.
+func (s *Shard) Life() uint64 { return s.life }
 
 // Active returns the number of active learners, λa.
 func (s *Shard) Active() int { return s.active }
@@ -121,6 +133,10 @@ func (s *Shard) Clock() uint64 { return s.clock }
 // next Step.
 func (s *Shard) Weights() []float32 { return s.w }
 
+// Consumed returns the mini-batch ids of the gradients the shard has
+// accepted or dropped (Msg.Batch), as a copy of its intervals, sorted.
+func (s *Shard) Consumed() []Interval { return s.consumed.Intervals() }
+
 // Stats returns a copy of the shard's counters.
 func (s *Shard) Stats() Stats {
 	st := s.stats.clone()
@@ -136,7 +152,7 @@ func (s *Shard) Step(m Msg) Ready {
 	s.ready.Updates = s.ready.Updates[:0]
 	if err := s.step(m); err != nil {
 		s.stats.Rejected.count(err)
-		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock,
+		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock, Life: s.life,
 			Err: fmt.Errorf("ps shard %d: %v from learner %d (seq %d): %w", s.index, m.Type, m.Learner, m.Seq, err)})
 	}
 	s.servePulls()
@@ -155,22 +171,22 @@ func (s *Shard) step(m Msg) error {
 		return fmt.Errorf("%w: ids are 0…%d", ErrUnknownLearner, len(s.members)-1)
 	}
 	l := &s.members[m.Learner]
-	if m.Type == MsgJoin {
-		s.join(l)
+	switch {
+	case m.Type == MsgJoin || m.Type == MsgLeave:
+		if m.Type == MsgJoin {
+			s.join(l)
+		} else if l.active {
+			s.leave(l)
+		}
+		s.ready.Replies = append(s.ready.Replies, Reply{To: m.Learner, Seq: m.Seq, Clock: s.clock, Life: s.life, Ack: true})
+		return nil
+	case !l.active:
+		return fmt.Errorf("%w: it left", ErrUnknownLearner)
+	case m.Type == MsgPull:
+		l.pulling, l.computing, l.pullMin, l.pullSeq = true, false, m.Clock, m.Seq
 		return nil
 	}
-	if !l.active {
-		return fmt.Errorf("%w: it left", ErrUnknownLearner)
-	}
-	switch m.Type {
-	case MsgPull:
-		l.pulling, l.computing, l.pullMin, l.pullSeq = true, false, m.Clock, m.Seq
-	case MsgLeave:
-		s.leave(l)
-	case MsgPush:
-		return s.push(l, m)
-	}
-	return nil
+	return s.push(l, m)
 }
 
 func (s *Shard) push(l *member, m Msg) error {
@@ -180,11 +196,21 @@ func (s *Shard) push(l *member, m Msg) error {
 	if len(m.Grad) != s.rng.Len() {
 		return fmt.Errorf("%w: %d elements, shard range [%d, %d) has %d", ErrBadLength, len(m.Grad), s.rng.Lo, s.rng.Hi, s.rng.Len())
 	}
+	if m.Seq <= l.lastSeq {
+		s.stats.Duplicates++
+		return nil
+	}
+	if m.Life != 0 && m.Life != s.life {
+		l.lastSeq, l.computing = m.Seq, false
+		s.stats.StaleLife++
+		return nil
+	}
 	if m.Clock > s.clock {
 		return fmt.Errorf("%w: stamp %d, clock %d", ErrFutureClock, m.Clock, s.clock)
 	}
-	if m.Seq <= l.lastSeq {
-		s.stats.Duplicates++
+	hard := s.cfg.Protocol == Hardsync
+	if m.Batch != 0 && s.consumed.Contains(m.Batch) {
+		s.redone(l, m)
 		return nil
 	}
 	gmax := sgd.MaxAbs(m.Grad) // bounds the update the gradient goes into
@@ -192,11 +218,11 @@ func (s *Shard) push(l *member, m Msg) error {
 		k := sgd.FirstNonFinite(m.Grad)
 		return fmt.Errorf("%w: element %d (flat index %d) is %g", ErrNonFinite, k, s.rng.Lo+k, m.Grad[k])
 	}
-	hard := s.cfg.Protocol == Hardsync
 	if hard && l.roundPushed && m.Clock == s.clock {
 		return fmt.Errorf("%w %d", ErrAlreadyPushed, s.clock)
 	}
 	l.lastSeq, l.computing = m.Seq, false
+	s.consumed.Add(m.Batch)
 	tau := int(s.clock - m.Clock)
 	if (hard && tau > 0) || (s.cfg.MaxStaleness > 0 && tau > s.cfg.MaxStaleness) {
 		s.stats.Dropped++
@@ -215,6 +241,44 @@ func (s *Shard) push(l *member, m Msg) error {
 		s.solver.Add(m.Grad, gmax, tau)
 	}
 	return nil
+}
+
+// redone ignores a push of a mini-batch already consumed. Under hardsync,
+// stamped with the current clock, it is the learner's push of the round
+// without a gradient, so that the round completes.
+func (s *Shard) redone(l *member, m Msg) {
+	l.lastSeq, l.computing = m.Seq, false
+	s.stats.Redone++
+	if s.cfg.Protocol == Hardsync && m.Clock == s.clock && !l.roundPushed {
+		l.roundPushed = true
+		s.pushed++
+		s.settle()
+	}
+}
+
+// settle ends the round or applies the update that is due after a
+// learner's round ended without a new gradient (a redone push, a leave):
+// a hardsync round that every active learner has pushed in ends, with an
+// update of its pending gradients, or empty if it has none; otherwise the
+// pending gradients are applied if due.
+func (s *Shard) settle() {
+	if s.cfg.Protocol == Hardsync && s.pushed > 0 && s.pushed >= s.active && s.solver.Pending() == 0 {
+		s.clock++
+		s.stats.EmptyRounds++
+		s.endRound()
+		return
+	}
+	if s.due(s.solver.Pending()) {
+		s.update(nil, 0, 0)
+	}
+}
+
+// endRound clears the hardsync round's pushes.
+func (s *Shard) endRound() {
+	for i := range s.members {
+		s.members[i].roundPushed = false
+	}
+	s.pushed = 0
 }
 
 // due reports whether an update with pending gradients is due now.
@@ -254,10 +318,7 @@ func (s *Shard) update(last []float32, gmax float32, tau int) {
 		}
 	}
 	if s.cfg.Protocol == Hardsync {
-		for i := range s.members {
-			s.members[i].roundPushed = false
-		}
-		s.pushed = 0
+		s.endRound()
 	}
 	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info, Learners: s.pendingBy})
 	s.pendingBy = s.pendingBy[:0] // Learners stays valid until the next Step appends
@@ -287,9 +348,7 @@ func (s *Shard) leave(l *member) {
 	if l.roundPushed {
 		s.pushed-- // its gradient stays pending; the flag counts it again on a rejoin this round
 	}
-	if s.due(s.solver.Pending()) {
-		s.update(nil, 0, 0)
-	}
+	s.settle()
 }
 
 // servePulls answers every waiting pull that the rules allow, in learner-id
@@ -311,7 +370,7 @@ func (s *Shard) servePulls() {
 			continue
 		}
 		l.pulling, l.computing, l.holds = false, true, s.clock
-		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Weights: s.w})
+		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Life: s.life, Weights: s.w})
 	}
 }
 
@@ -341,13 +400,17 @@ type Checkpoint struct {
 	// accumulation (Solver.Pending in all); nil when unknown (a refused
 	// update then counts only the gradients accepted after Restore).
 	Pending []uint32
-	Stats   Stats
+	// Consumed lists the mini-batch ids of the gradients the shard
+	// accepted or dropped, as BatchSet.Intervals returns them.
+	Consumed []Interval
+	Stats    Stats
 }
 
 // Checkpoint returns a copy of the shard's durable state.
 func (s *Shard) Checkpoint() *Checkpoint {
 	cp := &Checkpoint{Shard: s.index, Total: s.total, Clock: s.clock, Samples: s.samples,
-		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members))}
+		Weights: slices.Clone(s.w), Solver: s.solver.State(), Stats: s.Stats(), Pending: make([]uint32, len(s.members)),
+		Consumed: s.Consumed()}
 	for _, l := range s.members {
 		cp.Active = append(cp.Active, l.active)
 		cp.LastSeq = append(cp.LastSeq, l.lastSeq)
@@ -359,11 +422,13 @@ func (s *Shard) Checkpoint() *Checkpoint {
 	return cp
 }
 
-// Restore rebuilds a shard from a checkpoint taken under the same cfg. No
-// pull is waiting and no learner is computing afterwards. A checkpoint
-// whose weights, momentum or accumulation hold a NaN or ±Inf is refused.
-func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
-	s, err := newShard(cfg, cp.Shard, cp.Total)
+// Restore rebuilds a shard from a checkpoint taken under the same cfg, in
+// a new life (nonzero, different from the checkpointed shard's and from
+// every earlier one; see Life). No pull is waiting and no learner is
+// computing afterwards. A checkpoint whose weights, momentum or
+// accumulation hold a NaN or ±Inf is refused.
+func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
+	s, err := newShard(cfg, cp.Shard, cp.Total, life)
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +451,14 @@ func Restore(cfg Config, cp *Checkpoint) (*Shard, error) {
 			return nil, err
 		}
 	}
+	consumed, err := makeBatchSet("Checkpoint.Consumed", cp.Consumed)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.solver.SetState(cp.Solver); err != nil {
 		return nil, err
 	}
+	s.consumed = consumed
 	copy(s.w, cp.Weights)
 	s.clock, s.samples, s.active, s.stats = cp.Clock, cp.Samples, 0, cp.Stats.clone()
 	s.stats.RefusedGradients = append(s.stats.RefusedGradients, make([]uint64, n-len(s.stats.RefusedGradients))...)

@@ -19,7 +19,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, init []float32) *harness {
 	t.Helper()
-	s, err := NewShard(cfg, 0, init)
+	s, err := NewShard(cfg, 0, init, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func (h *harness) member(t MsgType, l uint32) Ready {
 // served returns the learners answered with weights in r, and their stamps.
 func served(r Ready) (to []uint32, stamps []uint64) {
 	for _, rep := range r.Replies {
-		if rep.Err == nil {
+		if rep.Weights != nil {
 			to, stamps = append(to, rep.To), append(stamps, rep.Clock)
 		}
 	}
@@ -221,7 +221,7 @@ func TestBoundedPullRule(t *testing.T) {
 func TestBoundedPullRuleGate(t *testing.T) {
 	cfg := plainConfig(3, Softsync, 3)
 	cfg.MaxStaleness, cfg.Shards = 1, 2
-	s, err := NewShard(cfg, 1, []float32{0, 0})
+	s, err := NewShard(cfg, 1, []float32{0, 0}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 	a.push(0, 1, []float32{3, 3, 3}) // pending, τ = 1
 	cp := a.s.Checkpoint()
-	rs, err := Restore(cfg, cp)
+	rs, err := Restore(cfg, cp, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Fatalf("stats diverged: %+v vs %+v", sb, sa)
 	}
 	cp.Weights = cp.Weights[:1]
-	if _, err := Restore(cfg, cp); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Restore(cfg, cp, 2); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("short checkpoint accepted: %v", err)
 	}
 }
@@ -444,13 +444,13 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		cfg := plainConfig(4, Softsync, 2)
 		mut(&cfg)
-		_, err := NewShard(cfg, 0, make([]float32, 4))
+		_, err := NewShard(cfg, 0, make([]float32, 4), 1)
 		var fe *param.FieldError
 		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s: got %v", field, err)
 		}
 	}
-	if _, err := NewShard(plainConfig(4, Softsync, 2), 1, make([]float32, 4)); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewShard(plainConfig(4, Softsync, 2), 1, make([]float32, 4), 1); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("shard index outside [0, Shards): %v", err)
 	}
 	hard := plainConfig(4, Hardsync, 0)

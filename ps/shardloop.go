@@ -104,20 +104,27 @@ func rejected(r Ready) bool {
 	return false
 }
 
-// deliver sends the replies of one Step (errors to from, the connection
-// of the message), reports its updates, takes the epoch-end snapshot and
+// deliver sends the replies of one Step (errors and acknowledgements to
+// from, the connection of the message; nil for a leave the server
+// decided, which nobody waits for), reports its updates, takes the epoch-end snapshot and
 // checks whether the shard became final.
 func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 	s, k := l.s, l.core.Index()
 	for _, rep := range r.Replies {
-		if rep.Err != nil {
+		switch {
+		case rep.Err != nil:
 			if from != nil {
 				s.reject(from, k, rep.Seq, rep.Err)
 			}
 			continue
+		case rep.Ack:
+			if from != nil {
+				from.send(ctx, ackMsg(rep.To, k, rep.Clock, rep.Seq))
+			}
+			continue
 		}
 		if p := l.route[rep.To]; p != nil {
-			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Seq, rep.Weights, s.cfg.Codec))
+			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Life, rep.Seq, rep.Weights, s.cfg.Codec))
 		}
 	}
 	if s.cfg.OnUpdate != nil {
@@ -158,21 +165,28 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
 	in.m.Release()
 	if now {
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), w.seq, l.core.Weights(), l.s.cfg.Codec))
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), l.core.Life(), w.seq, l.core.Weights(), l.s.cfg.Codec))
 		return
 	}
 	if !l.s.cfg.Snapshots && w.epoch > 0 {
 		l.s.reject(in.p, l.core.Index(), w.seq, errSnapshotsOff)
 		return
 	}
+	for e := range l.snaps {
+		if e > 0 && (w.epoch == 0 || e < w.epoch) {
+			delete(l.snaps, e) // the evaluator is done with it
+		}
+	}
 	l.waits = append(l.waits, w)
 	l.answerWaits(ctx)
 }
 
-// answerWaits answers the waiting snapshot requests whose epoch has come;
-// an epoch's snapshot is dropped once it was sent. Once the shard is
-// final, an epoch it never reached (gradients lost with a restarted
-// server) is answered with the final weights.
+// answerWaits answers the waiting snapshot requests whose epoch has come.
+// An epoch's snapshot is kept after it was sent, for an evaluator that
+// restarts before it reported that epoch and asks again, until a later
+// epoch or the final weights are asked for. Once the shard is final, an
+// epoch it never reached (gradients lost with a restarted server), or
+// whose snapshot was dropped, is answered with the final weights.
 func (l *shardLoop) answerWaits(ctx context.Context) {
 	k := l.core.Index()
 	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
@@ -183,10 +197,7 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 		if !ok {
 			return false
 		}
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, w.seq, sn.w, l.s.cfg.Codec))
-		if w.epoch > 0 {
-			delete(l.snaps, w.epoch)
-		}
+		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, l.core.Life(), w.seq, sn.w, l.s.cfg.Codec))
 		return true
 	})
 }

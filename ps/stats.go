@@ -33,7 +33,7 @@ func (r *Rejections) counters() []*uint64 {
 type Stats struct {
 	Shard   int    // shard index
 	Clock   uint64 // current clock i
-	Updates uint64 // updates applied (Updates + Refused equals Clock unless restored)
+	Updates uint64 // updates applied
 	Partial uint64 // updates of fewer than c₀ gradients, at a rate scaled by c/c₀ (Config.Quorum)
 	Refused uint64 // updates refused: each would have made a weight or its momentum NaN or infinite
 	// RefusedGradients counts, per learner id, the learner's gradients
@@ -41,10 +41,17 @@ type Stats struct {
 	RefusedGradients []uint64
 	Gradients        uint64 // accepted gradients (applied, pending in the next update, or discarded with a refused one)
 	Dropped          uint64 // gradients dropped as too stale
-	Duplicates       uint64 // pushes ignored as duplicates
-	Rejected         Rejections
-	Samples          uint64 // samples of applied, refused and dropped gradients (Batch each)
-	Epoch            int    // ⌊Samples / DataSize⌋, 0 without DataSize
+	Duplicates       uint64 // pushes ignored as duplicates (a sequence already seen)
+	Redone           uint64 // pushes ignored as redone (a mini-batch already consumed)
+	StaleLife        uint64 // pushes given up: computed on weights of another life of the shard
+	// EmptyRounds counts hardsync rounds that ended without a gradient
+	// (every push of the round redone): the clock advanced, nothing was
+	// applied. Updates + Refused + EmptyRounds equals Clock unless the
+	// shard was restored.
+	EmptyRounds uint64
+	Rejected    Rejections
+	Samples     uint64 // samples of applied, refused and dropped gradients (Batch each)
+	Epoch       int    // ⌊Samples / DataSize⌋, 0 without DataSize
 	// Histogram[τ] counts accepted gradients of staleness τ; trailing
 	// zero buckets are trimmed, the last of HistogramLen buckets collects
 	// τ ≥ HistogramLen−1.

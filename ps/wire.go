@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -13,11 +14,16 @@ import (
 // Learner → shard: the rdma types 1…4 are MsgPush, MsgPull, MsgJoin and
 // MsgLeave; Learner is the learner id, Shard the shard, Seq the sequence,
 // Timestamp the push's stamp j or the pull's minimum clock, Payload the
-// gradient slice (pushes only).
+// gradient slice (pushes only). A push's Data is empty (no mini-batch id,
+// life unknown) or pushDataLen bytes: the mini-batch id Msg.Batch and the
+// life Msg.Life, uint64 little-endian each; another length is a bad frame
+// (errBadPushData).
 //
 // Shard → learner: TypeWeights answers a pull or a snapshot request
-// (Timestamp: the weights' stamp i; Seq: the request's Seq; Payload: the
-// shard's range); rejections travel as rdma.TypeError with the rejected
+// (Timestamp: the weights' stamp i; Seq: the request's Seq; Data: the
+// shard's life, uint64 little-endian; Payload: the shard's range);
+// TypeAck answers a join or a leave (Seq: the request's Seq; Timestamp:
+// the shard clock; no data, no payload); rejections travel as rdma.TypeError with the rejected
 // message's Seq and the reason in Data.
 //
 // Evaluator → shard: TypeSnapshot asks for the weights of an epoch end
@@ -31,6 +37,9 @@ const (
 	// TypeSnapshot is the rdma type of an evaluator's request for the
 	// weights of an epoch end.
 	TypeSnapshot rdma.Type = 6
+	// TypeAck is the rdma type of a shard's acknowledgement of a join or
+	// a leave.
+	TypeAck rdma.Type = 7
 )
 
 // SnapshotNow is the Timestamp of a TypeSnapshot request for the
@@ -65,11 +74,32 @@ func Seq(inc uint32, n uint64) uint64 { return uint64(inc)<<incarnationShift | n
 // Incarnation returns the incarnation a sequence number belongs to.
 func Incarnation(seq uint64) uint32 { return uint32(seq >> incarnationShift) }
 
-// coreMsg maps a received learner message to the core's Msg (the gradient
-// aliases the payload: valid until rm is released).
+// pushDataLen is the length of a push's Data when it carries ids.
+const pushDataLen = 16
+
+// errBadPushData answers a push whose Data is neither empty nor
+// pushDataLen bytes; the server counts it in ServerStats.BadFrames.
+var errBadPushData = errors.New("push data is neither empty nor 16 bytes (mini-batch id, life)")
+
+// checkPushData returns errBadPushData if rm is a push whose Data has
+// another length than the two a push may have.
+func checkPushData(rm *rdma.Msg) error {
+	if rm.Type == rdma.Type(MsgPush) && len(rm.Data) != 0 && len(rm.Data) != pushDataLen {
+		return fmt.Errorf("%w: %d bytes", errBadPushData, len(rm.Data))
+	}
+	return nil
+}
+
+// coreMsg maps a received learner message, checked by checkPushData, to
+// the core's Msg (the gradient aliases the payload: valid until rm is
+// released).
 func coreMsg(rm *rdma.Msg) Msg {
-	return Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
+	m := Msg{Type: MsgType(rm.Type), Job: rm.Job, Shard: int(rm.Shard), Learner: rm.Learner,
 		Seq: rm.Seq, Clock: rm.Timestamp, Grad: rm.Payload}
+	if m.Type == MsgPush && len(rm.Data) == pushDataLen {
+		m.Batch, m.Life = binary.LittleEndian.Uint64(rm.Data), binary.LittleEndian.Uint64(rm.Data[8:])
+	}
+	return m
 }
 
 // wireMsg returns a message from alloc for a learner's core message with
@@ -80,11 +110,26 @@ func wireMsg(alloc func(int) *rdma.Msg, t MsgType, learner uint32, shard int, se
 	return m
 }
 
-// weightsMsg returns a TypeWeights message from alloc holding a copy of w.
-func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
+// setPushData writes a push's Data: its mini-batch id and life.
+func setPushData(m *rdma.Msg, batch, life uint64) {
+	m.Data = binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(m.Data[:0], batch), life)
+}
+
+// lifeOf returns the life a weights reply carries (0 if none).
+func lifeOf(rm *rdma.Msg) uint64 {
+	if len(rm.Data) < 8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(rm.Data)
+}
+
+// weightsMsg returns a TypeWeights message from alloc holding a copy of w,
+// stamped clock, of the shard's life.
+func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, life, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
 	m := alloc(len(w))
 	copy(m.Payload, w)
 	m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, codec, to, uint32(shard), clock, seq
+	m.Data = binary.LittleEndian.AppendUint64(m.Data[:0], life)
 	return m
 }
 
@@ -96,12 +141,25 @@ func errorMsg(shard int, seq uint64, err error) *rdma.Msg {
 }
 
 // describe names a received message for errors: type, learner, shard, seq.
-func describe(rm *rdma.Msg) string {
-	switch rm.Type {
+func describe(rm *rdma.Msg) string { return describeMsg(rm.Type, rm.Learner, rm.Shard, rm.Seq) }
+
+// describeMsg names a message of type t for errors.
+func describeMsg(t rdma.Type, learner, shard uint32, seq uint64) string {
+	switch t {
 	case TypeWeights:
-		return fmt.Sprintf("weights for learner %d from shard %d (seq %d)", rm.Learner, rm.Shard, rm.Seq)
+		return fmt.Sprintf("weights for learner %d from shard %d (seq %d)", learner, shard, seq)
 	case TypeSnapshot:
-		return fmt.Sprintf("snapshot request for shard %d (seq %d)", rm.Shard, rm.Seq)
+		return fmt.Sprintf("snapshot request for shard %d (seq %d)", shard, seq)
+	case TypeAck:
+		return fmt.Sprintf("acknowledgement for learner %d from shard %d (seq %d)", learner, shard, seq)
 	}
-	return fmt.Sprintf("%v from learner %d to shard %d (seq %d)", MsgType(rm.Type), rm.Learner, rm.Shard, rm.Seq)
+	return fmt.Sprintf("%v from learner %d to shard %d (seq %d)", MsgType(t), learner, shard, seq)
+}
+
+// ackMsg returns a pooled TypeAck message answering the join or leave seq
+// of learner to on shard, whose clock is clock.
+func ackMsg(to uint32, shard int, clock, seq uint64) *rdma.Msg {
+	m := rdma.NewMsg(0)
+	m.Type, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeAck, to, uint32(shard), clock, seq
+	return m
 }

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"math"
@@ -328,6 +329,40 @@ func TestTopKConservation(t *testing.T) {
 	fb.Reset()
 	if res := fb.Residual(); res != nil {
 		t.Fatalf("residual %v after Reset", res)
+	}
+}
+
+// TestTopKOfSelection: a payload that is a TopK selection (its elements,
+// zero elsewhere) encodes, without error feedback, to that selection,
+// byte for byte, through the candidate pass (n large enough to sample);
+// so a message sent again as what it carried carries the same.
+func TestTopKOfSelection(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const n = 1 << 16
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = float32(r.NormFloat64())
+	}
+	enc, dec := NewEncoder(), NewDecoder()
+	c := Codec{ID: CodecTopK, Fraction: 0.01}
+	var fb Feedback
+	sel, err := enc.Encode(nil, c, &fb, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense := make([]float32, n)
+	if err := dec.Decode(dense, CodecTopK, sel); err != nil {
+		t.Fatal(err)
+	}
+	again, err := enc.Encode(nil, c, nil, dense)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again, sel) {
+		t.Fatal("the selection encoded again differs")
+	}
+	if enc.candidates(dense, c.topK(n)) == nil {
+		t.Fatal("a selection fell back to a selection over every element")
 	}
 }
 

@@ -231,7 +231,11 @@ func mag(v float32) uint32 { return math.Float32bits(v) &^ (1 << 31) }
 
 // candidates returns, in index order, the indices of a whose magnitude
 // reaches a threshold estimated from a sample to admit about 2k of them,
-// or nil if that estimate admits fewer than k or too many.
+// or nil if that estimate admits fewer than k or too many. The threshold
+// is never below the smallest nonzero magnitude, so that a payload that
+// is already a selection (k nonzero elements among zeros: a message sent
+// again as the elements it carried) costs one pass, not a selection over
+// every element.
 func (e *Encoder) candidates(a []float32, k int) []uint32 {
 	const samples = 4096
 	n := len(a)
@@ -245,7 +249,7 @@ func (e *Encoder) candidates(a []float32, k int) []uint32 {
 	}
 	// The sample element that about 2k/n of the sample exceed.
 	rank := samples - 1 - min(samples-1, 2*k*samples/n)
-	t0 := selectKth(e.keys, rank)
+	t0 := max(selectKth(e.keys, rank), 1)
 	limit := 4*k + 1024
 	c := e.cand[:0]
 	if cap(c) < limit {

@@ -21,7 +21,7 @@ import (
 func TestLoadResumeNonFinite(t *testing.T) {
 	const total = 40
 	cfg := ps.Config{Job: 1, Learners: 2, Protocol: ps.Softsync, N: 2, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.1, Momentum: 0.9}}
-	sh, err := ps.NewShard(cfg, 0, make([]float32, total))
+	sh, err := ps.NewShard(cfg, 0, make([]float32, total), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,12 +57,15 @@
 // never panics on any input, allocates in proportion to the bytes it has
 // read, refuses a NaN or an infinity in the weights, the momentum or the
 // accumulation (naming the first), and returns errors wrapping ErrFormat
-// or ErrChecksum. It reads format versions 1 and 2; EncodeShard writes 2.
+// or ErrChecksum. It reads format versions 1, 2 and 3; EncodeShard writes
+// 3.
 //
 // # Another number of shards
 //
 // Resplit maps the shards of one version onto a layout with another
 // number of shards: weights and momentum are re-split by range exactly;
-// what cannot be split exactly (pending accumulations, per-shard
-// statistics) is dropped, as its doc comment details.
+// a new shard has consumed the mini-batches all the old shards it takes
+// elements from had; what cannot be split exactly (pending
+// accumulations, per-shard statistics) is dropped, as its doc comment
+// details.
 package checkpoint

@@ -21,6 +21,7 @@ type job struct {
 	rng    *rand.Rand
 	seq    []uint64
 	left   []bool
+	batch  uint64 // the last mini-batch id pushed
 }
 
 func testConfig(learners, shards int) ps.Config {
@@ -37,7 +38,7 @@ func newJob(t testing.TB, cfg ps.Config, total int, seed uint64) *job {
 		init[i] = float32(j.rng.NormFloat64())
 	}
 	for k := range cfg.Shards {
-		s, err := ps.NewShard(cfg, k, init)
+		s, err := ps.NewShard(cfg, k, init, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +47,9 @@ func newJob(t testing.TB, cfg ps.Config, total int, seed uint64) *job {
 	return j
 }
 
-// push sends one gradient of learner l to every shard.
+// push sends one gradient of learner l to every shard, of a new
+// mini-batch (ids skip some, leaving gaps) or, one time in eight, of the
+// last one again (redone).
 func (j *job) push(l uint32) {
 	j.t.Helper()
 	g := make([]float32, j.total)
@@ -55,10 +58,13 @@ func (j *job) push(l uint32) {
 	}
 	j.seq[l]++
 	back := uint64(j.rng.IntN(3))
+	if j.rng.IntN(8) > 0 || j.batch == 0 {
+		j.batch += 1 + uint64(j.rng.IntN(4)/3)
+	}
 	for _, s := range j.shards {
 		r := s.Range()
 		stamp := s.Clock() - min(s.Clock(), back)
-		rd := s.Step(ps.Msg{Type: ps.MsgPush, Job: j.cfg.Job, Shard: s.Index(), Learner: l, Seq: j.seq[l], Clock: stamp, Grad: g[r.Lo:r.Hi]})
+		rd := s.Step(ps.Msg{Type: ps.MsgPush, Job: j.cfg.Job, Shard: s.Index(), Learner: l, Seq: j.seq[l], Clock: stamp, Batch: j.batch, Grad: g[r.Lo:r.Hi]})
 		for _, rep := range rd.Replies {
 			if rep.Err != nil {
 				j.t.Fatal(rep.Err)
@@ -81,7 +87,7 @@ func (j *job) run(n int) {
 func (j *job) follow(o *job) {
 	pcg := *o.pcg
 	j.pcg, j.rng = &pcg, rand.New(&pcg)
-	j.seq, j.left = append([]uint64(nil), o.seq...), append([]bool(nil), o.left...)
+	j.seq, j.left, j.batch = append([]uint64(nil), o.seq...), append([]bool(nil), o.left...), o.batch
 }
 
 // member sends every shard a join or leave of learner l.

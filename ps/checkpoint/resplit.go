@@ -35,6 +35,11 @@ type ResplitInfo struct {
 //     range of the gradients it had accepted, and shards accept different
 //     numbers, so the pending gradients are dropped (ResplitInfo says how
 //     many, to log) and their samples are never counted;
+//   - consumed mini-batches: those every old shard whose range it takes
+//     elements from had consumed (the intersection of their sets), so
+//     that no mini-batch counts as consumed for elements that never got
+//     its gradient (a dropped pending gradient stays consumed: its
+//     mini-batch is not done again);
 //   - fresh statistics: each old shard counted its own updates, gradients,
 //     rejections and staleness, which do not add up across a new range;
 //     only Clock, Samples and Epoch are carried (as above).
@@ -103,14 +108,21 @@ func Resplit(old []*Shard, total, shards int) ([]*Shard, ResplitInfo, error) {
 		s.Pending = make([]uint32, learners)
 		s.Stats = ps.Stats{Shard: k, Clock: merged.Clock, Samples: merged.Samples, Epoch: epoch, RefusedGradients: make([]uint64, learners)}
 		s.Weights, s.Solver.Momentum = make([]float32, r.Len()), make([]float32, r.Len())
+		var consumed *ps.BatchSet
 		for _, o := range old {
 			or, _ := o.Range() // checked by checkLayout
 			lo, hi := max(r.Lo, or.Lo), min(r.Hi, or.Hi)
 			if lo < hi {
 				copy(s.Weights[lo-r.Lo:hi-r.Lo], o.Weights[lo-or.Lo:hi-or.Lo])
 				copy(s.Solver.Momentum[lo-r.Lo:hi-r.Lo], o.Solver.Momentum[lo-or.Lo:hi-or.Lo])
+				set, _ := ps.MakeBatchSet(o.Consumed) // checked by checkLayout
+				if consumed != nil {
+					set = consumed.Intersect(&set)
+				}
+				consumed = &set
 			}
 		}
+		s.Consumed = consumed.Intervals()
 		out[k] = s
 	}
 	return out, info, nil

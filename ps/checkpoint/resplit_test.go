@@ -98,7 +98,7 @@ func TestResplit(t *testing.T) {
 				!slices.Equal(s.Active, wantActive) || slices.Contains(s.RoundPushed, true) {
 				t.Fatalf("%d → %d: new shard %d: learners seq %v inc %v evicted %v active %v", tc.from, tc.to, k, s.LastSeq, s.Incarnations, s.Evicted, s.Active)
 			}
-			if _, err := ps.Restore(cfg, &s.Checkpoint); err != nil {
+			if _, err := ps.Restore(cfg, &s.Checkpoint, 1); err != nil {
 				t.Fatalf("restore of new shard %d: %v", k, err)
 			}
 		}
@@ -163,7 +163,7 @@ func TestResumeThroughStore(t *testing.T) {
 			t.Fatalf("Resplit to %d: %v, %+v", shards, err, info)
 		}
 		for k, sh := range got {
-			if b.shards[k], err = ps.Restore(b.cfg, &sh.Checkpoint); err != nil {
+			if b.shards[k], err = ps.Restore(b.cfg, &sh.Checkpoint, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -184,6 +184,58 @@ func TestResumeThroughStore(t *testing.T) {
 		for k := range a.shards {
 			if !sameBits(a.shards[k].Weights(), b.shards[k].Weights()) || a.shards[k].Clock() != b.shards[k].Clock() {
 				t.Fatalf("shard %d diverged after a resume", k)
+			}
+		}
+	}
+}
+
+// TestResplitConsumed: a re-split shard has consumed the mini-batches
+// that every old shard it takes elements from had consumed, and restores
+// with them: where the old shards disagree (a shard server restarted from
+// an older version, a push lost to one of them) the mini-batch is not
+// consumed, so that it is pushed again rather than missing from some
+// elements.
+func TestResplitConsumed(t *testing.T) {
+	sets := [][]ps.Interval{
+		{{First: 1, Last: 10}, {First: 14, Last: 14}},
+		{{First: 1, Last: 5}, {First: 7, Last: 14}},
+		{{First: 2, Last: 12}},
+	}
+	for _, to := range []int{2, 5, 1} {
+		old := resplitJob(t, 3)
+		for k, s := range old {
+			s.Consumed = sets[k]
+		}
+		got, _, err := Resplit(old, 1000, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			r, _ := s.Range()
+			set, err := ps.MakeBatchSet(s.Consumed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id := uint64(0); id <= 16; id++ {
+				want := true
+				for _, o := range old {
+					or, _ := o.Range()
+					if max(r.Lo, or.Lo) < min(r.Hi, or.Hi) {
+						os, _ := ps.MakeBatchSet(o.Consumed)
+						want = want && os.Contains(id)
+					}
+				}
+				if set.Contains(id) != want {
+					t.Fatalf("3 → %d: new shard %d %v: mini-batch %d consumed %v, want %v (%v)", to, s.Shard, r, id, !want, want, s.Consumed)
+				}
+			}
+			cfg := testConfig(4, to)
+			rs, err := ps.Restore(cfg, &s.Checkpoint, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rs.Consumed(), s.Consumed) {
+				t.Fatalf("restored new shard %d consumed %v, want %v", s.Shard, rs.Consumed(), s.Consumed)
 			}
 		}
 	}

@@ -85,19 +85,24 @@ func (s *Shard) check() (ps.Range, error) {
 		return bad("%d learners, %d pending gradients, %d shards, a %d-vector: too many for the format", l, st.Pending, s.Shards, s.Total)
 	case len(s.Stats.Histogram) > ps.HistogramLen:
 		return bad("staleness histogram of %d buckets, at most %d", len(s.Stats.Histogram), ps.HistogramLen)
+	case uint64(len(s.Consumed)) > math.MaxUint32:
+		return bad("%d intervals of consumed mini-batches: too many for the format", len(s.Consumed))
 	case st.MaxTau < 0 || st.SumTau < 0 || s.Stats.Shard < 0 || s.Stats.Epoch < 0 || s.Stats.MaxStaleness < 0:
 		return bad("negative count")
+	}
+	if _, err := ps.MakeBatchSet(s.Consumed); err != nil {
+		return bad("consumed mini-batches: %v", err)
 	}
 	return r, nil
 }
 
-// Shard file layout, version 2 (docs/checkpoint.md has the table). All
+// Shard file layout, version 3 (docs/checkpoint.md has the table). All
 // integers little-endian; signed ones two's complement.
 //
 //	offset      size  field
 //	0           8     magic "SSCKSHRD"
-//	8           4     format version, 2
-//	12          4     reserved, 0
+//	8           4     format version, 3
+//	12          4     C, intervals of consumed mini-batches
 //	16          4     shard index k
 //	20          4     shards S
 //	24          8     total T (flat vector length)
@@ -121,20 +126,26 @@ func (s *Shard) check() (ps.Range, error) {
 //	…           8     pushes rejected as diverged (ps.Stats.Rejected.Diverged)
 //	…           8L    gradients discarded with refused updates, per learner
 //	…           4L    pending gradients per learner (all 0: unknown)
+//	…           8     redone pushes (ps.Stats.Redone)
+//	…           8     pushes given up for another life (ps.Stats.StaleLife)
+//	…           8     empty hardsync rounds (ps.Stats.EmptyRounds)
+//	…           16C   consumed mini-batches: first, last of each interval
 //	…           4n    weights, float32
 //	…           4n    momentum, float32
 //	…           4n    pending accumulation, float32, only if p > 0
 //	…           L     flags per learner: bit 0 active, 1 pushed this round, 2 evicted
 //	size−4      4     CRC32C of every byte before it
 //
-// Version 1 has no refusal counts and no pending gradients per learner
-// (the lines from "refused updates" to "pending gradients per learner"),
-// and holds the next sequence per learner (the last + 1, 0 for none) in
-// place of the last one. DecodeShard reads both; EncodeShard writes
-// version 2.
+// Version 2 has bytes 12–15 reserved (0) and no consumed mini-batches
+// (the lines from "redone pushes" to "consumed mini-batches"). Version 1
+// has neither those nor the refusal counts and pending gradients per
+// learner (the lines from "refused updates" to "pending gradients per
+// learner"), and holds the next sequence per learner (the last + 1, 0 for
+// none) in place of the last one. DecodeShard reads all three;
+// EncodeShard writes version 3.
 const (
 	shardMagic    = "SSCKSHRD"
-	shardVersion  = 2
+	shardVersion  = 3
 	headerSize    = 264
 	headerSumAt   = 256
 	trailerSize   = 4
@@ -163,8 +174,8 @@ func sumOf(v []uint32) uint64 {
 }
 
 // fileSize returns the length of a shard file of format version with
-// these counts.
-func fileSize(version uint32, learners, hist, n uint64, pending bool) uint64 {
+// these counts (intervals: of consumed mini-batches).
+func fileSize(version uint32, learners, hist, n uint64, pending bool, intervals uint64) uint64 {
 	arrays := uint64(2)
 	if pending {
 		arrays = 3
@@ -172,6 +183,9 @@ func fileSize(version uint32, learners, hist, n uint64, pending bool) uint64 {
 	size := headerSize + 13*learners + 8*hist + 4*arrays*n + trailerSize
 	if version >= 2 {
 		size += 16 + 12*learners
+	}
+	if version >= 3 {
+		size += 24 + 16*intervals
 	}
 	return size
 }
@@ -189,6 +203,7 @@ func EncodeShard(w io.Writer, s *Shard) error {
 	h := make([]byte, headerSize, chunkBytes)
 	copy(h, shardMagic)
 	le.PutUint32(h[8:], shardVersion)
+	le.PutUint32(h[12:], uint32(len(s.Consumed)))
 	le.PutUint32(h[16:], uint32(s.Shard))
 	le.PutUint32(h[20:], uint32(s.Shards))
 	le.PutUint64(h[24:], uint64(s.Total))
@@ -238,6 +253,12 @@ func EncodeShard(w io.Writer, s *Shard) error {
 			v = s.Pending[l]
 		}
 		e.put(le.AppendUint32(e.room(4), v))
+	}
+	for _, v := range []uint64{s.Stats.Redone, s.Stats.StaleLife, s.Stats.EmptyRounds} {
+		e.put(le.AppendUint64(e.room(8), v))
+	}
+	for _, v := range s.Consumed {
+		e.put(le.AppendUint64(le.AppendUint64(e.room(16), v.First), v.Last))
 	}
 	for _, a := range [][]float32{s.Weights, st.Momentum, st.Acc} {
 		e.floats(a)
@@ -306,7 +327,7 @@ func (e *encoder) flush() {
 	e.buf = e.buf[:0]
 }
 
-// DecodeShard reads one shard file (format version 1 or 2) from r, up to
+// DecodeShard reads one shard file (format version 1, 2 or 3) from r, up to
 // its end: bytes after the trailer are an error. It checks the header
 // (magic, version, its own CRC32C, counts consistent with each other and
 // with the layout), reads the arrays, checks the trailer, and refuses a
@@ -453,7 +474,8 @@ func (d *decoder) decode() (*Shard, error) {
 	if got, want := crc32.Checksum(h[:headerSumAt], castagnoli), le.Uint32(h[headerSumAt:]); got != want {
 		return nil, fmt.Errorf("%w: header CRC32C %08x, its bytes give %08x", ErrChecksum, want, got)
 	}
-	if le.Uint32(h[12:]) != 0 || le.Uint32(h[260:]) != 0 {
+	intervals := uint64(le.Uint32(h[12:]))
+	if (version < 3 && intervals != 0) || le.Uint32(h[260:]) != 0 {
 		return nil, d.formatErr("reserved header bytes are not 0")
 	}
 	k, shards, total := uint64(le.Uint32(h[16:])), uint64(le.Uint32(h[20:])), le.Uint64(h[24:])
@@ -476,10 +498,10 @@ func (d *decoder) decode() (*Shard, error) {
 		return nil, d.formatErr("%d pending gradients", pending)
 	}
 	n := hi - lo
-	d.size = fileSize(version, learners, hist, n, pending > 0)
+	d.size = fileSize(version, learners, hist, n, pending > 0, intervals)
 	if d.remain >= 0 && uint64(d.remain) != d.size {
-		return nil, d.formatErr("the header implies %d bytes (%d learners, %d histogram buckets, %d floats per array), the file has %d",
-			d.size, learners, hist, n, d.remain)
+		return nil, d.formatErr("the header implies %d bytes (%d learners, %d histogram buckets, %d floats per array, %d consumed intervals), the file has %d",
+			d.size, learners, hist, n, intervals, d.remain)
 	}
 	s := &Shard{Shards: int(shards)}
 	s.Shard, s.Total, s.Clock, s.Samples = int(k), int(total), le.Uint64(h[56:]), le.Uint64(h[64:])
@@ -511,6 +533,9 @@ func (d *decoder) decode() (*Shard, error) {
 		return nil, err
 	}
 	if err := d.refusals(s, version, learners); err != nil {
+		return nil, err
+	}
+	if err := d.consumed(s, version, intervals); err != nil {
 		return nil, err
 	}
 	arrays := []*[]float32{&s.Weights, &st.Momentum}
@@ -555,6 +580,9 @@ func (d *decoder) decode() (*Shard, error) {
 	case math.IsNaN(st.SumS) || math.IsInf(st.SumS, 0):
 		return nil, d.formatErr("Σ s of the pending gradients is %g", st.SumS)
 	}
+	if _, err := ps.MakeBatchSet(s.Consumed); err != nil {
+		return nil, d.formatErr("consumed mini-batches: %v", err)
+	}
 	for _, a := range []struct {
 		name string
 		v    []float32
@@ -564,6 +592,25 @@ func (d *decoder) decode() (*Shard, error) {
 		}
 	}
 	return s, nil
+}
+
+// consumed reads the counters of redone, given up and empty rounds and
+// the consumed mini-batches of a version-3 file (none for the earlier
+// versions); decode checks the intervals once the trailer matched.
+func (d *decoder) consumed(s *Shard, version uint32, intervals uint64) error {
+	if version < 3 {
+		return nil
+	}
+	le := binary.LittleEndian
+	b, err := d.read(24)
+	if err != nil {
+		return err
+	}
+	s.Stats.Redone, s.Stats.StaleLife, s.Stats.EmptyRounds = le.Uint64(b), le.Uint64(b[8:]), le.Uint64(b[16:])
+	s.Consumed = grow[ps.Interval](d, intervals, 16)
+	return d.words(intervals, 16, func(b []byte) {
+		s.Consumed = append(s.Consumed, ps.Interval{First: le.Uint64(b), Last: le.Uint64(b[8:])})
+	})
 }
 
 // refusals reads the refusal counts and the pending gradients per learner

@@ -40,6 +40,12 @@ func testShards(t testing.TB) []*Shard {
 	j.run(20)
 	j.member(ps.MsgLeave, 2)
 	j.run(5)
+	for range 20 { // until gradients are pending
+		if j.shards[0].Checkpoint().Solver.Pending > 0 {
+			break
+		}
+		j.run(1)
+	}
 	return j.files()
 }
 
@@ -59,7 +65,7 @@ func TestShardRoundTrip(t *testing.T) {
 	shards = append(shards, one)
 	for _, s := range shards {
 		b := encode(t, s)
-		if want := fileSize(shardVersion, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
+		if want := fileSize(shardVersion, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0, uint64(len(s.Consumed))); uint64(len(b)) != want {
 			t.Fatalf("shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
 		}
 		for _, r := range []io.Reader{bytes.NewReader(b), onlyReader{bytes.NewReader(b)}} {
@@ -92,7 +98,7 @@ func TestRestoreSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.shards[k], err = ps.Restore(b.cfg, &got.Checkpoint); err != nil {
+		if b.shards[k], err = ps.Restore(b.cfg, &got.Checkpoint, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,9 +139,9 @@ func TestDecodeShardErrors(t *testing.T) {
 		}
 	}
 	c := bytes.Clone(b)
-	c[8] = 3
-	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 3") {
-		t.Fatalf("version 3: %v", err)
+	c[8] = 4
+	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("version 4: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "bad.ckpt")
 	os.WriteFile(path, b[:len(b)-1], 0o644)
@@ -176,12 +182,29 @@ func TestDecodeNonFinite(t *testing.T) {
 	}
 }
 
-// v1 returns s in the shard file format version 1: no refusal counts or
-// pending gradients per learner, the next sequence per learner.
-func v1(t testing.TB, s *Shard) []byte {
+// v2 returns s in the shard file format version 2: no consumed
+// mini-batches, no counts of redone, given up and empty rounds.
+func v2(t testing.TB, s *Shard) []byte {
 	t.Helper()
 	le := binary.LittleEndian
 	b := encode(t, s)
+	l, c := len(s.Active), len(s.Consumed)
+	le.PutUint32(b[8:], 2)
+	le.PutUint32(b[12:], 0)
+	le.PutUint32(b[headerSumAt:], crc32.Checksum(b[:headerSumAt], castagnoli))
+	ext := headerSize + 24*l + 8*len(s.Stats.Histogram) + 16
+	b = append(b[:ext], b[ext+24+16*c:]...)
+	le.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	return b
+}
+
+// v1 returns s in the shard file format version 1: as version 2 without
+// refusal counts or pending gradients per learner, the next sequence per
+// learner.
+func v1(t testing.TB, s *Shard) []byte {
+	t.Helper()
+	le := binary.LittleEndian
+	b := v2(t, s)
 	l := len(s.Active)
 	le.PutUint32(b[8:], 1)
 	le.PutUint32(b[headerSumAt:], crc32.Checksum(b[:headerSumAt], castagnoli))
@@ -196,13 +219,37 @@ func v1(t testing.TB, s *Shard) []byte {
 	return b
 }
 
+// TestDecodeVersion2 reads a shard file of version 2: the same state,
+// with no mini-batch consumed and no redone, given up or empty rounds
+// counted.
+func TestDecodeVersion2(t *testing.T) {
+	for _, s := range testShards(t) {
+		if len(s.Consumed) < 2 || s.Stats.Redone == 0 {
+			t.Fatalf("shard %d: the test job consumed %v, redid %d: want gaps and redone pushes", s.Shard, s.Consumed, s.Stats.Redone)
+		}
+		s.Stats.StaleLife, s.Stats.EmptyRounds = 2, 3
+		b := v2(t, s)
+		if want := fileSize(2, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0, 0); uint64(len(b)) != want {
+			t.Fatalf("version 2 of shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
+		}
+		got, err := DecodeShard(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Consumed, s.Stats.Redone, s.Stats.StaleLife, s.Stats.EmptyRounds = nil, 0, 0, 0
+		if !reflect.DeepEqual(got, s) {
+			t.Fatalf("version 2 of shard %d:\n got %+v\nwant %+v", s.Shard, got, s)
+		}
+	}
+}
+
 // TestDecodeVersion1 reads a shard file of version 1: the same state, with
 // no refusals counted and, with gradients pending, their learners unknown.
 func TestDecodeVersion1(t *testing.T) {
 	for _, s := range testShards(t) {
 		s.Stats.Refused, s.Stats.Rejected.Diverged, s.Stats.RefusedGradients[0] = 4, 2, 3
 		b := v1(t, s)
-		if want := fileSize(1, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0); uint64(len(b)) != want {
+		if want := fileSize(1, uint64(len(s.Active)), uint64(len(s.Stats.Histogram)), uint64(len(s.Weights)), s.Solver.Pending > 0, 0); uint64(len(b)) != want {
 			t.Fatalf("version 1 of shard %d: %d bytes, fileSize says %d", s.Shard, len(b), want)
 		}
 		got, err := DecodeShard(bytes.NewReader(b))
@@ -210,12 +257,28 @@ func TestDecodeVersion1(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Stats.Refused, s.Stats.Rejected.Diverged, s.Stats.RefusedGradients = 0, 0, make([]uint64, len(s.Active))
+		s.Consumed, s.Stats.Redone, s.Stats.StaleLife, s.Stats.EmptyRounds = nil, 0, 0, 0
 		if s.Solver.Pending > 0 {
 			s.Pending = nil
 		}
 		if !reflect.DeepEqual(got, s) {
 			t.Fatalf("version 1 of shard %d:\n got %+v\nwant %+v", s.Shard, got, s)
 		}
+	}
+}
+
+// TestDecodeConsumedNotASet: an intact file (its checksums right) whose
+// consumed mini-batches are not a set's intervals (two that overlap) is
+// refused with ErrFormat.
+func TestDecodeConsumedNotASet(t *testing.T) {
+	s := testShards(t)[0]
+	b := encode(t, s)
+	le := binary.LittleEndian
+	at := headerSize + 24*len(s.Active) + 8*len(s.Stats.Histogram) + 16 + 24 // the first interval
+	le.PutUint64(b[at+16:], le.Uint64(b[at+8:]))                             // the second starts where the first ends
+	le.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	if _, err := DecodeShard(bytes.NewReader(b)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "consumed mini-batches") {
+		t.Fatalf("overlapping intervals: %v", err)
 	}
 }
 
@@ -271,6 +334,7 @@ func TestEncodeShardMismatch(t *testing.T) {
 		"index":        func(s *Shard) { s.Shard = 7 },
 		"histogram":    func(s *Shard) { s.Stats.Histogram = make([]uint64, ps.HistogramLen+1) },
 		"negative tau": func(s *Shard) { s.Solver.MaxTau = -1 },
+		"consumed":     func(s *Shard) { s.Consumed = []ps.Interval{{First: 3, Last: 4}, {First: 5, Last: 9}} },
 	} {
 		s := testShards(t)[0]
 		spoil(s)

@@ -19,14 +19,17 @@
 // learner (Config.Steps) or for the whole job (Config.TotalSteps: before
 // each pull a learner takes one mini-batch from the job's budget, in the
 // order learners ask, as a job's data dispatcher hands them out, so that
-// faster learners take more steps). A learner with no step left sends
+// faster learners take more steps). Each push carries the id of its
+// mini-batch (its place in the job's budget, or step·λ + learner + 1 with
+// Steps) and the life of the shard whose weights the gradient was computed
+// on, as a job's learners push. A learner with no step left sends
 // MsgLeave to every shard. A message takes Config.Latency plus a draw from [0, Jitter); each
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
 // Randomness comes from PCG streams seeded with (Seed, learner id) for
-// compute times and (Seed, 2⁶⁴−1) for the network, so a run depends on
-// nothing but its Config. The package is meant to grow: heterogeneous
+// compute times, (Seed, 2⁶⁴−1) for the network and (Seed, 2⁶⁴−2) for the
+// shards' lives, so a run depends on nothing but its Config. The package is meant to grow: heterogeneous
 // learners (Speed), latency models, shard service times and failures fit
 // the same loop.
 //
@@ -142,8 +145,10 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.Net != nil {
 		s.ns = newNetState(cfg.Net, rs, len(cfg.Init), cfg.PS.Learners)
 	}
+	lives := rand.New(rand.NewPCG(cfg.Seed, math.MaxUint64-1))
 	for k := range rs {
-		sh, err := ps.NewShard(cfg.PS, k, cfg.Init)
+		life := lives.Uint64() | 1 // seeded, nonzero
+		sh, err := ps.NewShard(cfg.PS, k, cfg.Init, life)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +156,7 @@ func Run(cfg Config) (*Result, error) {
 	}
 	for i := range cfg.PS.Learners {
 		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
-			stamps: make([]uint64, len(rs)), speed: 1}
+			stamps: make([]uint64, len(rs)), lives: make([]uint64, len(rs)), speed: 1}
 		if cfg.Speed != nil {
 			l.speed = cfg.Speed[i]
 		}
@@ -237,6 +242,8 @@ type learner struct {
 	speed   float64
 	step    int      // gradients pushed so far
 	stamps  []uint64 // per shard, stamp of the weights held
+	lives   []uint64 // per shard, the life of the shard they came from
+	batch   uint64   // id of the mini-batch of the current step
 	replies int      // shard replies received for the current pull
 	seq     uint64
 	w, grad []float32 // with Config.Gradient: pulled weights, computed gradient
@@ -305,6 +312,9 @@ func (s *sim) step(m ps.Msg) {
 		if r.Err != nil {
 			panic(fmt.Sprintf("sim: shard %d rejected a simulated message: %v", m.Shard, r.Err))
 		}
+		if r.Ack {
+			continue // the simulated learners do not wait for their leaves
+		}
 		l := s.learners[r.To]
 		if l.w != nil {
 			// The view is only valid during this Step. The learner
@@ -313,8 +323,8 @@ func (s *sim) step(m ps.Msg) {
 			// buffer now, in place of a copy in flight.
 			copy(l.w[s.ranges[m.Shard].Lo:], r.Weights)
 		}
-		shard, clock := m.Shard, r.Clock
-		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock) })
+		shard, clock, life := m.Shard, r.Clock, r.Life
+		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock, life) })
 	}
 }
 
@@ -335,8 +345,8 @@ func (s *sim) pullAll(l *learner) {
 	}
 }
 
-func (s *sim) receive(l *learner, shard int, clock uint64) {
-	l.stamps[shard] = clock
+func (s *sim) receive(l *learner, shard int, clock, life uint64) {
+	l.stamps[shard], l.lives[shard] = clock, life
 	if l.replies++; l.replies < len(s.shards) {
 		return
 	}
@@ -350,7 +360,7 @@ func (s *sim) pushAll(l *learner) {
 	l.step++
 	for k, r := range s.ranges {
 		m := s.msg(ps.MsgPush, l, k)
-		m.Clock = l.stamps[k]
+		m.Clock, m.Life, m.Batch = l.stamps[k], l.lives[k], l.batch
 		if l.grad != nil {
 			m.Grad = append([]float32(nil), l.grad[r.Lo:r.Hi]...)
 		} else {
@@ -362,11 +372,15 @@ func (s *sim) pushAll(l *learner) {
 }
 
 // next starts the learner's next step if it has one, else makes it leave.
+// The step's mini-batch id is its place in the job's budget (TotalSteps),
+// or else step·λ + learner + 1: each mini-batch once.
 func (s *sim) next(l *learner) {
 	more := l.step < s.cfg.Steps
+	l.batch = uint64(l.step*s.cfg.PS.Learners+l.id) + 1
 	if s.cfg.TotalSteps > 0 {
 		if more = s.handed < s.cfg.TotalSteps; more {
 			s.handed++
+			l.batch = uint64(s.handed)
 		}
 	}
 	if more {

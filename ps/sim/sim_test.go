@@ -126,6 +126,9 @@ func (o *stalenessOracle) observe(k int, in ps.Msg, out ps.Ready) {
 		o.clock[k] = u.Clock
 	}
 	for _, r := range out.Replies {
+		if r.Ack {
+			continue // a leave's: no weights
+		}
 		if r.Clock != o.clock[k] {
 			o.t.Errorf("shard %d answered with stamp %d at clock %d", k, r.Clock, o.clock[k])
 		}
@@ -343,6 +346,48 @@ func TestRunDiverges(t *testing.T) {
 		}
 		if !diverged {
 			t.Fatalf("%v: no shard rejected a push as diverged: %+v", proto, res.Shards)
+		}
+	}
+}
+
+// TestMiniBatchIDs: the simulated learners push each mini-batch of the
+// job once, with its id (its place in the job's budget, 1 … TotalSteps, or
+// one id per learner and step with Steps), and the lives of the weights
+// they pulled: no push is redone or given up, and each shard consumes
+// every id once.
+func TestMiniBatchIDs(t *testing.T) {
+	for _, total := range []int{0, 90} {
+		for _, proto := range []ps.Protocol{ps.Softsync, ps.Hardsync} {
+			cfg := baseConfig(4, proto, 2)
+			cfg.Jitter, cfg.Seed = 0.3, 7
+			if total > 0 {
+				cfg.Steps, cfg.TotalSteps = 0, total
+			} else {
+				cfg.Steps = 20
+			}
+			ids := []map[uint64]int{{}, {}}
+			lives := []map[uint64]bool{{}, {}}
+			cfg.Observe = func(k int, in ps.Msg, out ps.Ready) {
+				if in.Type == ps.MsgPush {
+					ids[k][in.Batch]++
+					lives[k][in.Life] = true
+				}
+			}
+			res, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := max(total, 4*20)
+			for k, sh := range res.Shards {
+				if len(ids[k]) != want || len(lives[k]) != 1 || lives[k][0] || sh.Redone != 0 || sh.StaleLife != 0 {
+					t.Fatalf("%v, %d total: shard %d: %d ids for %d mini-batches, lives %v, %+v", proto, total, k, len(ids[k]), want, lives[k], sh)
+				}
+				for id, n := range ids[k] {
+					if id == 0 || n != 1 || (total > 0 && id > uint64(total)) {
+						t.Fatalf("%v, %d total: shard %d: mini-batch %d pushed %d times", proto, total, k, id, n)
+					}
+				}
+			}
 		}
 	}
 }

@@ -174,7 +174,7 @@ func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
 		const learners = 8
 		cfg := ps.Config{Learners: learners, Protocol: ps.Softsync, N: learners, Shards: 1, Batch: 1,
 			Solver: sgd.Config{LR: 1e-6, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
-		s, err := ps.NewShard(cfg, 0, make([]float32, len(g)))
+		s, err := ps.NewShard(cfg, 0, make([]float32, len(g)), 1)
 		if err != nil {
 			return 0, err
 		}
