@@ -118,10 +118,10 @@ type hello struct {
 	// coordinator died, or the connection): it goes on where it was.
 	Rejoin bool `json:"rejoin,omitempty"`
 	// Shard server: per shard (in the order of Shards), the mini-batches
-	// whose gradients the shard has consumed, as sorted intervals of ids
-	// (data.Plan.ID); nil when unknown. Final: its final counters, once
+	// whose gradients the shard has consumed (ps.Server.Consumed; ids of
+	// data.Plan.ID); nil when unknown. Final: its final counters, once
 	// its shards are final.
-	Consumed []idRanges      `json:"consumed,omitempty"`
+	Consumed [][]ps.Interval `json:"consumed,omitempty"`
 	Final    *ps.ServerStats `json:"final,omitempty"`
 	// Learner, Rejoin: the incarnation it lives, and the chunks it holds
 	// with the mini-batches of each already delivered.

@@ -185,7 +185,7 @@ type serverState struct {
 	polled bool
 	// consumed: the mini-batches every shard of the server has (nil:
 	// unknown).
-	consumed idRanges
+	consumed *ps.BatchSet
 }
 
 type learnerState struct {
@@ -416,7 +416,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 				// Restarted from a checkpoint: what it accepted after it
 				// is gone from its shards; learners compute it again
 				// (the other shards drop what they have).
-				if n := c.disp.Redo(s.consumed.contains); n > 0 {
+				if n := c.disp.Redo(s.consumed.Contains); n > 0 {
 					c.log(slog.LevelWarn, "mini-batches handed out again: the shard server came back without them", "server", p.ID, "mini_batches", n)
 				}
 			}
@@ -480,18 +480,15 @@ func (s *serverState) setConsumed(h *hello) error {
 	if len(h.Consumed) != len(h.Shards) {
 		return fmt.Errorf("consumed mini-batches of %d shards, it runs %d", len(h.Consumed), len(h.Shards))
 	}
-	for i, r := range h.Consumed {
-		if !r.valid() {
-			return fmt.Errorf("shard %d's consumed mini-batches are not sorted disjoint intervals", h.Shards[i])
+	for i, iv := range h.Consumed {
+		set, err := ps.MakeBatchSet(iv)
+		if err != nil {
+			return fmt.Errorf("shard %d's consumed mini-batches: %w", h.Shards[i], err)
 		}
-		if i == 0 {
-			s.consumed = r
-		} else {
-			s.consumed = intersect(s.consumed, r)
+		if i > 0 {
+			set = s.consumed.Intersect(&set)
 		}
-	}
-	if s.consumed == nil {
-		s.consumed = idRanges{}
+		s.consumed = &set
 	}
 	return nil
 }
@@ -508,9 +505,12 @@ func (c *core) rejoinLearner(conn connID, h *hello) error {
 	switch {
 	case l.conn != 0 && !l.live || l.conn != 0 && l.inc != h.Incarnation:
 		return fmt.Errorf("%s: incarnation %d was removed from the job (connection lost); start the learner again", p, h.Incarnation)
-	case l.conn != 0: // the same life, a new connection
+	case l.conn != 0: // the same life, a new connection: what it reported on the old one may be lost
 		c.close(l.conn)
 		c.chunkWaits = slices.DeleteFunc(c.chunkWaits, func(w chunkWait) bool { return w.conn == l.conn })
+		for _, d := range h.Held {
+			c.delivered(p.ID, d.Chunk, d.Delivered)
+		}
 	default:
 		if !c.started {
 			c.rejoin = true
@@ -758,15 +758,15 @@ func (c *core) dispatch() {
 
 // rebuild rebuilds the dispatcher of a restarted coordinator's job.
 func (c *core) rebuild() error {
-	var done idRanges
+	var done ps.BatchSet
 	for i, s := range c.servers {
 		if s.consumed == nil {
 			return fmt.Errorf("%w: %s rejoined without saying which mini-batches its shards have", ErrProtocol, s.proc)
 		}
 		if i == 0 {
-			done = s.consumed
+			done = *s.consumed
 		} else {
-			done = intersect(done, s.consumed)
+			done = done.Intersect(s.consumed)
 		}
 	}
 	var held []data.Holding
@@ -779,7 +779,11 @@ func (c *core) rebuild() error {
 			l.held = nil
 		}
 	}
-	if err := c.disp.Rebuild(done.end(), done.contains, held); err != nil {
+	end := uint64(0)
+	if iv := done.Intervals(); len(iv) > 0 {
+		end = iv[len(iv)-1].Last + 1
+	}
+	if err := c.disp.Rebuild(end, done.Contains, held); err != nil {
 		return fmt.Errorf("rebuilding the data's dispatch from the shards and the learners: %w", err)
 	}
 	c.log(slog.LevelInfo, "the job goes on from what the shards have", "mini_batches_done", c.disp.Stats().Batches,

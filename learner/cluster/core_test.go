@@ -514,8 +514,8 @@ func TestCoreCheckpointRequest(t *testing.T) {
 // that rejoins later keeps its chunk if nobody took it meanwhile.
 func TestCoreRestarted(t *testing.T) {
 	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 3})
-	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: []idRanges{{{1, 5}, {6, 7}}}})
-	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: []idRanges{{{1, 4}, {6, 7}}}})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 4), ids(6, 6)}}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 3), ids(6, 6)}}})
 	held := data.Chunk{Epoch: 0, First: 2, Count: 2, Stride: 1} // ids 3, 4
 	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Incarnation: 4, Held: []data.Holding{{Chunk: held, Delivered: 1}}})
 	ev := h.evaluator()
@@ -597,7 +597,7 @@ func TestCoreServerRedo(t *testing.T) {
 	h.msg(j.lrn[0], tComplete, &a.Chunk)
 	h.msg(j.lrn[1], tProgress, &progress{Delivered: []delivered{{b.Chunk, 1}}})
 	h.lost(j.srv[1])
-	back := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Consumed: []idRanges{{{1, 2}}}})
+	back := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Consumed: [][]ps.Interval{{ids(1, 1)}}})
 	h.expect(back, tWelcome)
 	if st := h.c.disp.Stats(); st.Redone != 2 {
 		t.Fatalf("redone %d, want 2 (ids 2 and 3)", st.Redone)
@@ -608,3 +608,6 @@ func TestCoreServerRedo(t *testing.T) {
 		}
 	}
 }
+
+// ids is the interval of mini-batch ids first … last.
+func ids(first, last uint64) ps.Interval { return ps.Interval{First: first, Last: last} }

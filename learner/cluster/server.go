@@ -63,9 +63,6 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		addr = cfg.Listener.Addr()
 	}
 	r := &serverRole{cfg: &cfg, hello: hello{Addr: addr, Shards: cfg.Shards}}
-	if cfg.Resume != nil {
-		r.hello.Consumed = cfg.Resume.consumed(cfg.Shards)
-	}
 	cc, w, err := joinUnlessStopped(ctx, &cfg, r.hello)
 	if err != nil {
 		return err

@@ -59,7 +59,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		return err
 	}
 	r := &worker{cfg: cfg, cc: cc, inc: w.Incarnation, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1),
-		report: map[int]*epochLoss{}, held: map[[2]int]*data.Holding{}}
+		report: map[int]*epochLoss{}, held: map[[2]int]*data.Holding{}, ids: map[uint64]batchPos{}, news: map[[2]int]bool{}}
 	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -123,9 +123,15 @@ type worker struct {
 	asking  *chunkReq          // a chunk request not answered yet
 	client  *ps.Client         // set once train has dialed the shard servers
 	report  map[int]*epochLoss // since the last report
+	plan   data.Plan
 	// held are the chunks of this life, by (epoch, first), with their
-	// mini-batches delivered: a rejoining learner tells them.
+	// mini-batches delivered: a rejoining learner tells them. ids maps
+	// the mini-batch ids of the chunks not complete to their chunk and
+	// position; news are the chunks with deliveries since the last
+	// report.
 	held map[[2]int]*data.Holding
+	ids  map[uint64]batchPos
+	news map[[2]int]bool
 	err  error // the job's end: the coordinator stopped it
 }
 
@@ -149,13 +155,13 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	}()
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
-		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial)})
+		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial), OnDelivered: r.delivered})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	r.mu.Lock()
-	r.client = client
+	r.client, r.plan = client, w.Plan
 	r.mu.Unlock()
 	if cfg.OnClient != nil {
 		cfg.OnClient(cfg.ID, client)
@@ -170,7 +176,8 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 		return err
 	}
 	defer ld.Close()
-	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, OnStep: r.onStep}
+	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, OnStep: r.onStep,
+		BatchID: func(b *data.Batch) uint64 { return w.Plan.ID(b.Epoch, b.Index) }}
 	if cfg.Overlap {
 		lc.Spare = nets[1]
 	}
@@ -199,7 +206,11 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 			return data.Chunk{}, data.ErrIdle
 		}
 		r.mu.Lock()
-		r.held[[2]int{rep.Chunk.Epoch, rep.Chunk.First}] = &data.Holding{Chunk: rep.Chunk}
+		key := [2]int{rep.Chunk.Epoch, rep.Chunk.First}
+		r.held[key] = &data.Holding{Chunk: rep.Chunk}
+		for i := range rep.Chunk.Count {
+			r.ids[r.plan.ID(rep.Chunk.Epoch, rep.Chunk.Batch(i))] = batchPos{key, i}
+		}
 		r.mu.Unlock()
 		return rep.Chunk, nil
 	case <-ctx.Done():
@@ -211,15 +222,38 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 }
 
 // Complete implements data.Source: every mini-batch of c was pushed.
-func (r *worker) Complete(ctx context.Context, c data.Chunk) error {
+// The chunk is complete once they are delivered (see delivered).
+func (r *worker) Complete(context.Context, data.Chunk) error { return nil }
+
+// batchPos is a mini-batch's chunk and position in it.
+type batchPos struct {
+	chunk [2]int
+	pos   int
+}
+
+// delivered is the client's report (ps.ClientConfig.OnDelivered) that
+// every shard acknowledged the push of mini-batch id: the next progress
+// report tells the coordinator, and the chunk's last one completes it at
+// once.
+func (r *worker) delivered(id uint64) {
 	r.mu.Lock()
-	if h := r.held[[2]int{c.Epoch, c.First}]; h != nil {
-		h.Delivered = c.Count
+	p, ok := r.ids[id]
+	h := r.held[p.chunk]
+	if !ok || h == nil {
+		r.mu.Unlock()
+		return
 	}
-	cc := r.cc
+	delete(r.ids, id)
+	h.Delivered = max(h.Delivered, p.pos+1)
+	complete := h.Delivered == h.Chunk.Count
+	if !complete {
+		r.news[p.chunk] = true
+	}
+	c, cc := h.Chunk, r.cc
 	r.mu.Unlock()
-	cc.send(ctx, tComplete, c) // a rejoin tells it again (held)
-	return nil
+	if complete {
+		cc.send(context.Background(), tComplete, c) // a failure is the reader's to notice: a rejoin tells it again
+	}
 }
 
 // onStep accounts one pushed mini-batch.
@@ -247,6 +281,11 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		p.Epochs = append(p.Epochs, *e)
 	}
 	clear(r.report)
+	for key := range r.news {
+		h := r.held[key]
+		p.Delivered = append(p.Delivered, delivered{Chunk: h.Chunk, N: h.Delivered})
+	}
+	clear(r.news)
 	client, cc := r.client, r.cc
 	r.mu.Unlock()
 	if client != nil {
