@@ -169,6 +169,16 @@ func (r *Resume) restoreConfig(cfg *ps.ServerConfig) {
 	}
 }
 
+// consumed returns, per shard of shards, the mini-batches its checkpoint
+// says it consumed.
+func (r *Resume) consumed(shards []int) [][]ps.Interval {
+	out := make([][]ps.Interval, len(shards))
+	for i, k := range shards {
+		out[i] = r.Shards[k].Consumed
+	}
+	return out
+}
+
 // coordinatorState reads the coordinator's file of a resume.
 func (r *Resume) coordinatorState() (coordState, error) {
 	var st coordState

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"slices"
 	"fmt"
 	"log/slog"
 	"time"
@@ -159,8 +160,11 @@ func (c *core) dueCheckpoint() {
 
 // state returns the coordinator's durable state.
 func (c *core) state() coordState {
-	st := coordState{Dispatch: c.disp.State(), Steps: c.steps, LossSum: c.lossSum, LossCnt: c.lossCnt,
-		Secs: c.secs, Known: c.known, Pushes: c.totalPushes(), Lost: c.lost, Restarts: c.restarts, Trained: c.elapsed().Seconds()}
+	// Copies: the runtime encodes the state on another goroutine while
+	// the core goes on.
+	st := coordState{Dispatch: c.disp.State(), Steps: c.steps, LossSum: slices.Clone(c.lossSum), LossCnt: slices.Clone(c.lossCnt),
+		Secs: slices.Clone(c.secs), Known: slices.Clone(c.known), Pushes: c.totalPushes(), Lost: c.lost, Restarts: c.restarts,
+		Trained: c.elapsed().Seconds()}
 	for _, l := range c.learners {
 		st.Lives, st.LearnerSteps = append(st.Lives, l.lives), append(st.LearnerSteps, l.steps)
 	}

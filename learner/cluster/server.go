@@ -62,7 +62,12 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = cfg.Listener.Addr()
 	}
-	r := &serverRole{cfg: &cfg, hello: hello{Addr: addr, Shards: cfg.Shards}}
+	// What its shards have consumed: nothing, or what their checkpoint
+	// says (a coordinator hands out again what they lack).
+	r := &serverRole{cfg: &cfg, hello: hello{Addr: addr, Shards: cfg.Shards, Consumed: make([][]ps.Interval, len(cfg.Shards))}}
+	if cfg.Resume != nil {
+		r.hello.Consumed = cfg.Resume.consumed(cfg.Shards)
+	}
 	cc, w, err := joinUnlessStopped(ctx, &cfg, r.hello)
 	if err != nil {
 		return err
