@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"errors"
-	"slices"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/softsync/softsync/ps/checkpoint"

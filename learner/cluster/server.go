@@ -350,4 +350,3 @@ func joinUnlessStopped(ctx context.Context, cfg *ServerConfig, h hello) (*ctrl, 
 		return nil, welcome{}, err
 	}
 }
-

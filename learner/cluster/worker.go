@@ -123,7 +123,7 @@ type worker struct {
 	asking  *chunkReq          // a chunk request not answered yet
 	client  *ps.Client         // set once train has dialed the shard servers
 	report  map[int]*epochLoss // since the last report
-	plan   data.Plan
+	plan    data.Plan
 	// held are the chunks of this life, by (epoch, first), with their
 	// mini-batches delivered: a rejoining learner tells them. ids maps
 	// the mini-batch ids of the chunks not complete to their chunk and
