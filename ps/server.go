@@ -67,6 +67,11 @@ type ServerConfig struct {
 	// incarnations (Server.Checkpoint).
 	Restore    []*Checkpoint
 	Identities []Identity
+	// Inactive starts every shard with no active learner: learners join
+	// when they connect. A shard server that replaces an earlier life of
+	// its own sets it: learners that finished or left while it was away
+	// would never leave again, and it would never be final.
+	Inactive bool
 	// NewMsg allocates the weights replies: the network's allocator
 	// (rdma.Network.NewMsg), so that weights are copied straight into
 	// memory the transport sends from. nil: rdma.NewMsg.
@@ -190,9 +195,20 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			if cfg.Restore[i].Shard != k {
 				return nil, param.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
 			}
-			core, err = Restore(cfg.PS, cfg.Restore[i], newLife())
+			cp := cfg.Restore[i]
+			if cfg.Inactive {
+				c := *cp
+				c.Active = make([]bool, len(c.Active))
+				cp = &c
+			}
+			core, err = Restore(cfg.PS, cp, newLife())
 		} else {
 			core, err = NewShard(cfg.PS, k, cfg.Init, newLife())
+			for l := range cfg.PS.Learners {
+				if cfg.Inactive && err == nil {
+					core.Step(Msg{Type: MsgLeave, Job: cfg.PS.Job, Shard: k, Learner: uint32(l)})
+				}
+			}
 		}
 		if err != nil {
 			return nil, err

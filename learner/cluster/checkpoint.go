@@ -148,18 +148,11 @@ func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total
 }
 
 // restoreConfig fills a shard server's configuration from a resume.
-//
-// Every learner starts inactive in the restored shards: learners join
-// when they connect (RunLearner, and ps.Client after a reconnection),
-// while a learner that had finished, or left while idle, after the
-// checkpoint, would never leave again and keep the shard from being
-// final.
 func (r *Resume) restoreConfig(cfg *ps.ServerConfig) {
 	cfg.Restore, cfg.Identities = nil, nil
 	for _, k := range cfg.Shards {
 		s := r.Shards[k]
 		cp := s.Checkpoint
-		cp.Active = make([]bool, len(cp.Active))
 		cfg.Restore = append(cfg.Restore, &cp)
 		if cfg.Identities == nil {
 			for i := range s.Incarnations {

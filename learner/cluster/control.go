@@ -43,6 +43,8 @@ const (
 	tCheckpointReq                          // shard server → coordinator: (no data) checkpoint now, I am stopping
 	tCheckpointDone                         // coordinator → shard server: (no data) the checkpoint it asked for is over
 	tPart                                   // either way: the next ctrlPart bytes of a message too large for one frame
+	tConsumedReq                            // coordinator → shard server: (no data) what have your shards consumed?
+	tConsumed                               // shard server → coordinator: consumed (answers tConsumedReq)
 )
 
 // A control message whose JSON is longer than ctrlPart bytes travels as
@@ -134,6 +136,15 @@ type welcome struct {
 	Addrs       []string  `json:"addrs"`       // per shard: its server's address
 	Plan        data.Plan `json:"plan"`
 	FirstEpoch  int       `json:"first_epoch"` // evaluator: the first epoch end to measure (a resumed job's)
+	// Returning: a shard server that replaces an earlier life of its own
+	// in a job that has started.
+	Returning bool `json:"returning,omitempty"`
+}
+
+// consumed is, per shard of a server (in the order of its shards), the
+// mini-batches the shard has consumed (ps.Server.Consumed).
+type consumed struct {
+	Shards [][]ps.Interval `json:"shards"`
 }
 
 type chunkReq struct {
@@ -373,6 +384,8 @@ func decodeCtrl(t rdma.Type, b []byte) (any, error) {
 		v = new(where)
 	case tCheckpointed:
 		v = new(ckptReport)
+	case tConsumed:
+		v = new(consumed)
 	default:
 		return nil, nil
 	}

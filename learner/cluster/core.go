@@ -164,6 +164,7 @@ type core struct {
 	traffic  rdma.Stats
 	links    []Connection
 	pushes   []uint64 // per shard, gradients pushed by learner incarnations that have ended (see totalPushes)
+	givenUp  []uint64 // per shard, mini-batches it lost with a restart after the data was done
 }
 
 // connState is what the core knows of a connection.
@@ -186,6 +187,10 @@ type serverState struct {
 	// consumed: the mini-batches every shard of the server has (nil:
 	// unknown).
 	consumed *ps.BatchSet
+	// verified: it answered the question what its shards have consumed
+	// since the data was done (see finishIfDone); asked: the question
+	// is out.
+	verified, asked bool
 }
 
 type learnerState struct {
@@ -241,7 +246,8 @@ func newCore(cfg CoordinatorConfig, firstVersion uint64) (*core, error) {
 	}
 	c := &core{cfg: cfg, disp: disp, total: int64(cfg.Plan.Total()), per: cfg.Plan.BatchesPerEpoch(),
 		conns: map[connID]*connState{}, servers: make([]*serverState, len(cfg.Servers)),
-		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), pushes: make([]uint64, n)}
+		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), pushes: make([]uint64, n),
+		givenUp: make([]uint64, n)}
 	for i := range c.learners {
 		c.learners[i] = &learnerState{}
 	}
@@ -412,12 +418,22 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.close(old.conn)
 			c.serverGone(p.ID, old)
 			c.log(slog.LevelWarn, "shard server back", "server", p.ID, "addr", h.Addr, "life", s.lives)
-			if c.dispatching && s.consumed != nil {
+			switch {
+			case !c.dispatching || s.consumed == nil:
+			case !c.finishing:
 				// Restarted from a checkpoint: what it accepted after it
 				// is gone from its shards; learners compute it again
 				// (the other shards drop what they have).
 				if n := c.disp.Redo(s.consumed.Contains); n > 0 {
 					c.log(slog.LevelWarn, "mini-batches handed out again: the shard server came back without them", "server", p.ID, "mini_batches", n)
+				}
+			default:
+				// The learners are gone: what it lacks is given up.
+				if n := c.disp.Missing(s.consumed.Contains); n > 0 {
+					for _, k := range c.cfg.Servers[p.ID] {
+						c.givenUp[k] += uint64(n)
+					}
+					c.log(slog.LevelWarn, "mini-batches given up: the shard server came back without them after the data was done", "server", p.ID, "mini_batches", n)
 				}
 			}
 		} else {
@@ -427,9 +443,10 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		cs.role, cs.id = RoleServer, p.ID
 		// Its welcome goes out first: a shard server must read its
 		// welcome before any command.
-		c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan})
+		c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan, Returning: old != nil})
 		if old != nil {
 			c.catchUp(s)
+			c.finishIfDone()
 		}
 	case RoleLearner:
 		if h.Rejoin {
@@ -622,6 +639,8 @@ func (c *core) serverMsg(conn connID, id int, t rdma.Type, msg any) {
 		c.checkpointed(id, *msg.(*ckptReport))
 	case tCheckpointReq:
 		c.startCheckpoint(fmt.Sprintf("shard server %d is stopping", id), conn)
+	case tConsumed:
+		c.verify(id, s, msg.(*consumed))
 	case tFail:
 		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, s.proc, msg.(*failure).Err))
 	default:
@@ -643,7 +662,7 @@ func (c *core) learnerMsg(conn connID, id int, t rdma.Type, msg any) {
 			c.chunkWaits = append(c.chunkWaits, chunkWait{id, conn, wait})
 			return
 		}
-		ch, err := c.disp.Next(id)
+		ch, err := c.next(id)
 		c.replyChunk(conn, ch, err)
 	case tComplete:
 		c.delivered(id, *msg.(*data.Chunk), -1)
@@ -703,7 +722,7 @@ func (c *core) serveWaits() {
 		if !c.dispatching {
 			return false
 		}
-		ch, err := c.disp.Next(w.learner)
+		ch, err := c.next(w.learner)
 		if errors.Is(err, data.ErrIdle) && w.wait {
 			return false
 		}
@@ -815,16 +834,71 @@ func (c *core) delivered(id int, ch data.Chunk, n int) {
 	c.finishIfDone()
 }
 
+// next is the dispatcher's next chunk for learner, and the end only once
+// the job is finishing (see finishIfDone).
+func (c *core) next(learner int) (data.Chunk, error) {
+	ch, err := c.disp.Next(learner)
+	if errors.Is(err, data.ErrEnd) && !c.finishing {
+		err = data.ErrIdle
+	}
+	return ch, err
+}
+
 // finishIfDone tells every shard server that the data is done, once it
-// is.
+// is and every shard server has said what its shards consumed: a
+// mini-batch a shard lacks (it came back from a checkpoint older than the
+// mini-batch, or gave up a push computed on its earlier life's weights)
+// is handed out again first (Dispatcher.Redo), while the learners are
+// still there to compute it. Then the learners are told the end.
 func (c *core) finishIfDone() {
 	if c.finishing || !c.started || !c.dispatching || !c.disp.Done() {
+		return
+	}
+	waiting := false
+	for _, s := range c.servers {
+		switch {
+		case s.verified:
+		case !s.lost.IsZero():
+			waiting = true // asked when it is back
+		case !s.asked:
+			s.asked, waiting = true, true
+			c.send(s.conn, tConsumedReq, nil)
+		default:
+			waiting = true
+		}
+	}
+	if waiting {
 		return
 	}
 	c.finishing, c.trained = true, c.elapsed()
 	for _, s := range c.servers {
 		c.send(s.conn, tFinish, nil)
 	}
+}
+
+// verify takes a shard server's answer to what its shards consumed: what
+// the dispatcher counts as delivered and they lack is handed out again.
+func (c *core) verify(id int, s *serverState, m *consumed) {
+	if !s.asked || s.verified || len(m.Shards) != len(c.cfg.Servers[id]) {
+		return
+	}
+	var has ps.BatchSet
+	for i, iv := range m.Shards {
+		set, err := ps.MakeBatchSet(iv)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %s: shard %d's consumed mini-batches: %v", ErrProtocol, s.proc, c.cfg.Servers[id][i], err))
+			return
+		}
+		if i > 0 {
+			set = has.Intersect(&set)
+		}
+		has = set
+	}
+	s.verified, s.asked = true, false
+	if n := c.disp.Redo(has.Contains); n > 0 {
+		c.log(slog.LevelWarn, "mini-batches handed out again: a shard server lacks them", "server", id, "mini_batches", n)
+	}
+	c.finishIfDone()
 }
 
 // Losses.
@@ -1027,7 +1101,7 @@ func (c *core) over() (*Result, error, bool) {
 			return nil, nil, false
 		}
 	}
-	if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
+	if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) || c.ckpt.round != nil { // no file written after the job
 		return nil, nil, false
 	}
 	return c.result(), nil, true

@@ -146,7 +146,7 @@ func (c *core) result() *Result {
 	for _, l := range c.learners {
 		r.LearnerSteps = append(r.LearnerSteps, l.steps)
 	}
-	r.Shards, r.Pushes = make([]ps.Stats, len(c.pushes)), c.totalPushes()
+	r.Shards, r.Pushes, r.GivenUp = make([]ps.Stats, len(c.pushes)), c.totalPushes(), slices.Clone(c.givenUp)
 	for i, s := range c.servers {
 		for j, k := range c.cfg.Servers[i] {
 			if j < len(s.stats.Shards) {

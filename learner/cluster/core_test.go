@@ -153,6 +153,25 @@ func (h *coreHarness) startJob() job {
 	return j
 }
 
+// verify answers the servers' question what their shards consumed, once
+// the data is done: every mini-batch of the job, but those of lacks.
+func (h *coreHarness) verify(servers []connID, lacks ...uint64) {
+	h.t.Helper()
+	total := uint64(h.c.total)
+	for _, s := range servers {
+		h.expect(s, tConsumedReq)
+		var iv []ps.Interval
+		first := uint64(1)
+		for _, id := range append(lacks, total+1) {
+			if id > first {
+				iv = append(iv, ids(first, id-1))
+			}
+			first = id + 1
+		}
+		h.msg(s, tConsumed, &consumed{Shards: [][]ps.Interval{iv}})
+	}
+}
+
 // chunk asks for a chunk on behalf of learner conn and returns the reply.
 func (h *coreHarness) chunk(conn connID, wait bool) chunkReply {
 	h.t.Helper()
@@ -222,6 +241,7 @@ func TestCoreJob(t *testing.T) {
 	if len(held[0])+len(held[1]) != 4 {
 		t.Fatalf("chunks handed out %v, want 4", held)
 	}
+	h.verify(j.srv)
 	for _, s := range j.srv {
 		h.expect(s, tFinish)
 	}
@@ -260,7 +280,7 @@ func TestCoreJob(t *testing.T) {
 
 // TestCoreWaitingChunks: a learner that waits for a chunk is answered
 // when another learner's chunks come back (it was lost), and told the
-// end once nothing is left but its own.
+// end once every chunk, its own included, is complete.
 func TestCoreWaitingChunks(t *testing.T) {
 	h := newHarness(t, CoordinatorConfig{Evaluator: true, Plan: data.Plan{Images: 32, Batch: 8, Chunk: 2, Epochs: 1}})
 	j := h.startJob()
@@ -284,8 +304,12 @@ func TestCoreWaitingChunks(t *testing.T) {
 	for _, s := range j.srv {
 		h.expect(s, tEvict)
 	}
-	// Nothing left but its own chunk: the end, for this learner.
+	// Nothing left but its own chunk: the end once it is complete.
 	h.msg(j.lrn[1], tChunkReq, &chunkReq{Wait: true})
+	h.expect(j.lrn[1])
+	h.msg(j.lrn[1], tComplete, &b.Chunk)
+	h.expect(j.lrn[1]) // the servers have not said what they have
+	h.verify(j.srv)
 	if m := h.expect(j.lrn[1], tChunk); !m[0].v.(chunkReply).End {
 		t.Fatalf("reply %+v, want the end", m[0].v)
 	}
@@ -552,6 +576,7 @@ func TestCoreRestarted(t *testing.T) {
 	}{{l0, held}, {l0, r.Chunk}, {l2, data.Chunk{Epoch: 0, First: 6, Count: 2, Stride: 1}}} {
 		h.msg(d.conn, tComplete, &d.c)
 	}
+	h.verify([]connID{s0, s1})
 	h.expect(s0, tFinish)
 	h.expect(s1, tFinish)
 	if st := h.c.disp.Stats(); st.Batches != 8 {
@@ -611,3 +636,35 @@ func TestCoreServerRedo(t *testing.T) {
 
 // ids is the interval of mini-batch ids first … last.
 func ids(first, last uint64) ps.Interval { return ps.Interval{First: first, Last: last} }
+
+// TestCoreVerifiesBeforeTheEnd: once the data is done, the coordinator
+// asks every shard server what its shards consumed before it ends the
+// job; what a shard lacks (a push given up, computed on its earlier
+// life's weights) is handed out again to the learners still there, and
+// the end comes once it is delivered.
+func TestCoreVerifiesBeforeTheEnd(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Plan: data.Plan{Images: 32, Batch: 8, Chunk: 2, Epochs: 1}})
+	j := h.startJob()
+	a := h.chunk(j.lrn[0], false)
+	b := h.chunk(j.lrn[1], false)
+	h.msg(j.lrn[0], tComplete, &a.Chunk)
+	h.msg(j.lrn[1], tComplete, &b.Chunk)
+	h.msg(j.lrn[0], tChunkReq, &chunkReq{Wait: true})
+	h.expect(j.lrn[0])
+	h.verify(j.srv[:1])
+	h.verify(j.srv[1:], 3) // shard 1 lacks mini-batch 3
+	r := h.expect(j.lrn[0], tChunk)[0].v.(chunkReply)
+	if want := (data.Chunk{Epoch: 0, First: 2, Count: 1, Stride: 1}); r.Chunk != want {
+		t.Fatalf("learner 0 got %+v, want %+v", r, want)
+	}
+	for _, s := range j.srv {
+		h.expect(s)
+	}
+	h.msg(j.lrn[0], tComplete, &r.Chunk)
+	for _, s := range j.srv {
+		h.expect(s, tFinish) // asked once
+	}
+	if st := h.c.disp.Stats(); st.Redone != 1 || st.Batches != 4 {
+		t.Errorf("stats %+v, want 1 redone, 4 delivered", st)
+	}
+}

@@ -45,7 +45,11 @@ type Result struct {
 	// shard's accepted and dropped gradients plus those lost with a
 	// connection or a restarted shard server (the pushes after its
 	// checkpoint).
-	Pushes  []uint64
+	Pushes []uint64
+	// GivenUp are, per shard, the mini-batches whose gradients it lost
+	// when its server came back from a checkpoint older than them after
+	// the job's data was done (earlier, they are handed out again).
+	GivenUp []uint64
 	Server  ps.ServerStats // the shard servers' own counters, summed (Shards empty)
 	Traffic rdma.Stats     // every learner connection, both directions
 	Chunks  data.DispatchStats

@@ -84,6 +84,11 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.Resume != nil {
 		cfg.Resume.restoreConfig(&pcfg)
 	}
+	// Learners join when they connect (RunLearner, and ps.Client after a
+	// reconnection): a learner that finished, or left while idle, after
+	// the checkpoint, or while this server was away, would never leave
+	// again and keep the shards from being final.
+	pcfg.Inactive = cfg.Resume != nil || w.Returning
 	srv, err := ps.NewServer(pcfg)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
@@ -229,6 +234,10 @@ func (r *serverRole) commands(ctx context.Context) error {
 			srv.Finish()
 		case tStats:
 			if err := report(tServerStats, srv.Stats(), "the counters"); err != nil {
+				return err
+			}
+		case tConsumedReq:
+			if err := report(tConsumed, consumed{Shards: srv.Consumed()}, "what the shards consumed"); err != nil {
 				return err
 			}
 		case tCheckpoint:

@@ -59,7 +59,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		return err
 	}
 	r := &worker{cfg: cfg, cc: cc, inc: w.Incarnation, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1),
-		report: map[int]*epochLoss{}, held: map[[2]int]*data.Holding{}, ids: map[uint64]batchPos{}, news: map[[2]int]bool{}}
+		report: map[int]*epochLoss{}, held: map[data.Chunk]*data.Holding{}, ids: map[uint64]batchPos{}, news: map[data.Chunk]bool{}}
 	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -124,14 +124,14 @@ type worker struct {
 	client  *ps.Client         // set once train has dialed the shard servers
 	report  map[int]*epochLoss // since the last report
 	plan    data.Plan
-	// held are the chunks of this life, by (epoch, first), with their
+	// held are the chunks of this life (distinct) with their
 	// mini-batches delivered: a rejoining learner tells them. ids maps
 	// the mini-batch ids of the chunks not complete to their chunk and
 	// position; news are the chunks with deliveries since the last
 	// report.
-	held map[[2]int]*data.Holding
+	held map[data.Chunk]*data.Holding
 	ids  map[uint64]batchPos
-	news map[[2]int]bool
+	news map[data.Chunk]bool
 	err  error // the job's end: the coordinator stopped it
 }
 
@@ -206,7 +206,7 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 			return data.Chunk{}, data.ErrIdle
 		}
 		r.mu.Lock()
-		key := [2]int{rep.Chunk.Epoch, rep.Chunk.First}
+		key := rep.Chunk
 		r.held[key] = &data.Holding{Chunk: rep.Chunk}
 		for i := range rep.Chunk.Count {
 			r.ids[r.plan.ID(rep.Chunk.Epoch, rep.Chunk.Batch(i))] = batchPos{key, i}
@@ -227,7 +227,7 @@ func (r *worker) Complete(context.Context, data.Chunk) error { return nil }
 
 // batchPos is a mini-batch's chunk and position in it.
 type batchPos struct {
-	chunk [2]int
+	chunk data.Chunk
 	pos   int
 }
 
@@ -414,7 +414,20 @@ func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
 	r.mu.Lock()
 	r.cc = cc
 	asking := r.asking
+	// Deliveries since the hello were reported on the old connection:
+	// tell them again (the coordinator ignores what it knows).
+	var complete []data.Chunk
+	for key, h := range r.held {
+		if h.Delivered == h.Chunk.Count {
+			complete = append(complete, h.Chunk)
+		} else if h.Delivered > 0 {
+			r.news[key] = true
+		}
+	}
 	r.mu.Unlock()
+	for _, c := range complete {
+		cc.send(ctx, tComplete, c)
+	}
 	if asking != nil {
 		cc.send(ctx, tChunkReq, asking)
 	}

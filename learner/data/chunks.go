@@ -11,11 +11,13 @@ import (
 
 // Errors of the chunk dispatch.
 var (
-	// ErrEnd: there is no more data for this learner: every chunk of the
-	// job has been completed or is held by the learner itself.
+	// ErrEnd: there is no more data: every chunk of the job has been
+	// completed.
 	ErrEnd = errors.New("no more data: the job's epochs are done")
-	// ErrIdle: no chunk is available now, but chunks handed to other
-	// learners may still come back (a learner lost); ask again to wait.
+	// ErrIdle: no chunk is available now, but chunks handed out, the
+	// asking learner's included, are not complete yet and may come back
+	// (a learner lost, a shard server that lost mini-batches); ask again
+	// to wait.
 	ErrIdle = errors.New("no chunk available now")
 	// ErrChunk: a chunk was completed or released by a learner that does
 	// not hold it.
@@ -122,8 +124,6 @@ type Chunk struct {
 // Batch returns the epoch index of the chunk's i-th mini-batch.
 func (c Chunk) Batch(i int) int { return c.First + i*c.Stride }
 
-func (c Chunk) key() [2]int { return [2]int{c.Epoch, c.First} }
-
 // rest returns the chunk of c's mini-batches from position i on (Count
 // 0 when none is left).
 func (c Chunk) rest(i int) Chunk {
@@ -172,9 +172,9 @@ type Dispatcher struct {
 	per     int // P
 	total   int
 	mu      sync.Mutex
-	next    int               // global index of the first batch not yet cut into chunks
-	pending []Chunk           // released chunks, handed out first
-	held    map[[2]int]holder // outstanding chunks
+	next    int              // global index of the first batch not yet cut into chunks
+	pending []Chunk          // released chunks, handed out first
+	held    map[Chunk]holder // outstanding chunks (distinct: each has mini-batches no other holds undelivered)
 	stats   DispatchStats
 	changed chan struct{} // closed and replaced on every change
 }
@@ -191,16 +191,17 @@ func NewDispatcher(p Plan) (*Dispatcher, error) {
 		return nil, err
 	}
 	p.Group = max(p.Group, 1)
-	return &Dispatcher{plan: p, per: p.BatchesPerEpoch(), total: p.Total(), held: map[[2]int]holder{}, changed: make(chan struct{})}, nil
+	return &Dispatcher{plan: p, per: p.BatchesPerEpoch(), total: p.Total(), held: map[Chunk]holder{}, changed: make(chan struct{})}, nil
 }
 
 // Plan returns the dispatcher's plan.
 func (d *Dispatcher) Plan() Plan { return d.plan }
 
 // Next hands learner its next chunk. It returns ErrIdle when none is
-// available but other learners still hold chunks (one that is lost gives
-// its chunks back; see Release), and ErrEnd when nothing is left for
-// learner: every chunk is completed or held by learner itself.
+// available but chunks handed out are not complete (one whose learner is
+// lost comes back; see Release), and ErrEnd once every chunk is
+// completed: a learner holding the last chunks is told the end only once
+// they are complete, so that it is still there for whatever comes back.
 func (d *Dispatcher) Next(learner int) (Chunk, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -211,12 +212,12 @@ func (d *Dispatcher) Next(learner int) (Chunk, error) {
 		d.stats.Reassigned++
 	case d.next < d.total:
 		c = d.cut()
-	case d.heldByOthers(learner):
+	case len(d.held) > 0:
 		return Chunk{}, ErrIdle
 	default:
 		return Chunk{}, ErrEnd
 	}
-	d.held[c.key()] = holder{learner: learner, chunk: c}
+	d.held[c] = holder{learner: learner, chunk: c}
 	d.stats.Handed++
 	return c, nil
 }
@@ -248,15 +249,6 @@ func (d *Dispatcher) cutAt(next int) (Chunk, int) {
 // id returns the job-wide id of c's i-th mini-batch (Plan.ID).
 func (d *Dispatcher) id(c Chunk, i int) uint64 { return uint64(c.Epoch*d.per+c.Batch(i)) + 1 }
 
-func (d *Dispatcher) heldByOthers(learner int) bool {
-	for _, h := range d.held {
-		if h.learner != learner {
-			return true
-		}
-	}
-	return false
-}
-
 // Done reports whether every chunk of the job has been completed.
 func (d *Dispatcher) Done() bool {
 	d.mu.Lock()
@@ -280,9 +272,10 @@ func (d *Dispatcher) Complete(learner int, c Chunk) error {
 func (d *Dispatcher) Delivered(learner int, c Chunk, n int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h, ok := d.held[c.key()]
+	key, ok := d.find(learner, c)
+	h := d.held[key]
 	switch {
-	case !ok || h.learner != learner:
+	case !ok:
 		return fmt.Errorf("%w: learner %d delivered chunk %+v", ErrChunk, learner, c)
 	case n < 0:
 		n = h.chunk.Count
@@ -294,13 +287,31 @@ func (d *Dispatcher) Delivered(learner int, c Chunk, n int) error {
 	}
 	d.stats.Batches += n - h.delivered
 	h.delivered = n
-	d.held[c.key()] = h
+	d.held[key] = h
 	if n == h.chunk.Count {
-		delete(d.held, c.key())
+		delete(d.held, key)
 		d.stats.Completed++
 		d.notify()
 	}
 	return nil
+}
+
+// find returns the chunk learner holds that c names: c itself, or else
+// its only chunk of c's epoch, first mini-batch and stride (a learner may
+// misstate the count: the dispatcher counts what it handed out).
+func (d *Dispatcher) find(learner int, c Chunk) (Chunk, bool) {
+	if h, ok := d.held[c]; ok {
+		return c, h.learner == learner
+	}
+	var found Chunk
+	n := 0
+	for k, h := range d.held {
+		if h.learner == learner && k.Epoch == c.Epoch && k.First == c.First && k.Stride == c.Stride {
+			found = k
+			n++
+		}
+	}
+	return found, n == 1
 }
 
 // Release gives back every chunk learner holds (it is lost): they are
@@ -371,7 +382,7 @@ func (d *Dispatcher) Restore(st DispatchState) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.next, d.pending, d.stats, d.held = st.Next, slices.Clone(st.Pending), st.Stats, map[[2]int]holder{}
+	d.next, d.pending, d.stats, d.held = st.Next, slices.Clone(st.Pending), st.Stats, map[Chunk]holder{}
 	d.notify()
 	return nil
 }

@@ -22,19 +22,27 @@ type Holding struct {
 // complete when all its mini-batches are done, else its mini-batches
 // that are neither done nor held wait to be handed out again (as chunks
 // of consecutive positions). The counters keep their handed-out and
-// reassigned counts; Batches becomes the mini-batches done. Holdings
-// that overlap, or hold mini-batches outside the plan, are an error
-// naming the first, and change nothing.
+// reassigned counts; Batches becomes the mini-batches done. A holding's
+// first mini-batches that are done count as delivered. Holdings that
+// overlap, or hold mini-batches outside the plan, are an error naming
+// the first, and change nothing.
 func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []Holding) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	held = slices.Clone(held)
 	holds := map[uint64]bool{} // held mini-batches not yet delivered
-	for _, h := range held {
+	for i, h := range held {
 		c := h.Chunk
 		if c.Count < 1 || c.Stride != d.plan.Group || c.First < 0 || c.Epoch < 0 || h.Delivered < 0 || h.Delivered > c.Count ||
 			c.Batch(c.Count-1) >= d.per || d.id(c, c.Count-1) > uint64(d.total) {
 			return fmt.Errorf("%w: learner %d holds chunk %+v (%d delivered), outside the job's plan", ErrChunk, h.Learner, c, h.Delivered)
 		}
+		// What every shard has is delivered, whatever the learner said
+		// before it knew.
+		for h.Delivered < c.Count && done(d.id(c, h.Delivered)) {
+			h.Delivered++
+		}
+		held[i].Delivered = h.Delivered
 		for i := h.Delivered; i < c.Count; i++ {
 			id := d.id(c, i)
 			if holds[id] {
@@ -44,10 +52,10 @@ func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []H
 			horizon = max(horizon, id+1)
 		}
 	}
-	d.held = map[[2]int]holder{}
+	d.held = map[Chunk]holder{}
 	for _, h := range held {
 		if h.Delivered < h.Chunk.Count {
-			d.held[h.Chunk.key()] = holder{learner: h.Learner, chunk: h.Chunk, delivered: h.Delivered}
+			d.held[h.Chunk] = holder{learner: h.Learner, chunk: h.Chunk, delivered: h.Delivered}
 		}
 	}
 	d.pending, d.stats.Batches, d.stats.Completed = nil, 0, 0
@@ -84,6 +92,19 @@ func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []H
 func (d *Dispatcher) Redo(has func(id uint64) bool) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.redo(has, true)
+}
+
+// Missing returns how many mini-batches the dispatcher counts as
+// delivered but has misses, and changes nothing.
+func (d *Dispatcher) Missing(has func(id uint64) bool) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.redo(has, false)
+}
+
+// redo is Redo (again: hand them out) or Missing; d.mu is held.
+func (d *Dispatcher) redo(has func(id uint64) bool, again bool) int {
 	open := map[uint64]bool{} // not delivered: pending, or held and not yet delivered
 	for _, c := range d.pending {
 		for i := range c.Count {
@@ -100,11 +121,13 @@ func (d *Dispatcher) Redo(has func(id uint64) bool) int {
 		c, after := d.cutAt(next)
 		next = after
 		c.runs(func(i int) bool { id := d.id(c, i); return !open[id] && !has(id) }, func(r Chunk) {
-			d.pending = append(d.pending, r)
+			if again {
+				d.pending = append(d.pending, r)
+			}
 			n += r.Count
 		})
 	}
-	if n > 0 {
+	if n > 0 && again {
 		d.stats.Batches -= n
 		d.stats.Redone += n
 		d.sortPending()
@@ -182,7 +205,7 @@ func (d *Dispatcher) Claim(h Holding) error {
 	d.pending = kept
 	d.stats.Batches += done
 	d.sortPending()
-	d.held[c.key()] = holder{learner: h.Learner, chunk: c, delivered: h.Delivered}
+	d.held[c] = holder{learner: h.Learner, chunk: c, delivered: h.Delivered}
 	d.notify()
 	return nil
 }
