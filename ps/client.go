@@ -53,8 +53,14 @@ type ClientConfig struct {
 //
 // Pull minimum clocks: under softsync the learner's last stamp (weights
 // never go backwards); under hardsync, after a push, the last stamp + 1 (the
-// round must complete). Replies are matched to pulls by sequence; replies
-// to older pulls are discarded.
+// round must complete). Replies are matched to requests by sequence;
+// replies to older requests are discarded. The client keeps each push
+// until its shard has acknowledged it and resends it on a connection
+// that replaces a failed one (see Push and the package doc, "Runtime").
+//
+// Connection loss: the client repairs a failed connection with
+// ClientConfig.Redial from whichever call sees the failure, the
+// PullAsync goroutine included.
 type Client struct {
 	cfg     ClientConfig
 	links   []*link // the distinct connections
@@ -67,6 +73,7 @@ type Client struct {
 	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint64 // messages sent in this incarnation
 	member  atomic.Bool   // the learner is a member: a new connection joins it again first
+	started bool          // a learner's call was made: member is known (owner only)
 	// feedback is, per shard, the error-feedback residual of the pushes
 	// (TopK): optimizer state of the learner, kept across reconnections.
 	feedback []rdma.Feedback
@@ -144,7 +151,6 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
 		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
 		unacked: make([][]unacked, cfg.Shards)}
-	c.member.Store(true)
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
@@ -340,6 +346,7 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 	if err := c.idle("Pull"); err != nil {
 		return err
 	}
+	c.learner()
 	for _, l := range c.links {
 		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
 			return err
@@ -539,6 +546,7 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	if len(grad) != c.cfg.Total {
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
 	}
+	c.learner()
 	push := c.newDelivery(batch)
 	for k, r := range c.ranges {
 		c.pushes[k].Add(1)
@@ -557,10 +565,10 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 	return nil
 }
 
-// Pushes returns, per shard, the gradients the learner pushed, including
-// those lost with a connection (the shards' counts of accepted and
-// dropped gradients tell how many arrived).
-// It may be called from any goroutine.
+// Pushes returns, per shard, the gradients the learner pushed (Push
+// calls; resends are not counted again), including those lost with a
+// connection or a restarted server (the shards' counters tell what
+// became of the others). It may be called from any goroutine.
 func (c *Client) Pushes() []uint64 {
 	n := make([]uint64, len(c.pushes))
 	for k := range c.pushes {
@@ -574,8 +582,20 @@ func (c *Client) Pushes() []uint64 {
 // rejected it: the rejections are returned, wrapping ErrRejected). It
 // must not be called while an asynchronous pull is in flight.
 func (c *Client) Join(ctx context.Context) error {
+	c.started = true
 	c.member.Store(true)
 	return c.all(ctx, MsgJoin)
+}
+
+// learner records that the client is a learner's: at its first pull or
+// push the learner is a member (every learner is, at the start of a
+// job), so that a connection replaced from then on joins it again. An
+// evaluator's client, which only asks for snapshots, never joins.
+func (c *Client) learner() {
+	if !c.started {
+		c.started = true
+		c.member.Store(true)
+	}
 }
 
 // Leave tells every shard that the learner is done, or pauses (a later
@@ -590,7 +610,7 @@ func (c *Client) Join(ctx context.Context) error {
 // learner's pushes are all delivered and it is no member: a connection
 // replaced from then on joins it to no shard, until Join.
 func (c *Client) Leave(ctx context.Context) error {
-	c.pushed = false
+	c.started, c.pushed = true, false
 	if err := c.all(ctx, MsgLeave); err != nil {
 		return err
 	}

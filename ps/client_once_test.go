@@ -300,3 +300,45 @@ func TestClientOnDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestClientSnapshotRedial: an evaluator's client, whose connection fails
+// with its snapshot request, redials and asks again, and joins nothing:
+// it is no learner.
+func TestClientSnapshotRedial(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := softConfig(30, 1)
+	g, c := groupAndClient(t, ctx, GroupConfig{PS: cfg, Init: make([]float32, 16)})
+	w := make([]float32, 16)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, slices.Repeat([]float32{1}, 16), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	net := g.cfg.Network
+	first, err := net.Dial(ctx, g.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := &lossyConn{Conn: first, drop: func(m *rdma.Msg) bool { return m.Type == TypeSnapshot }}
+	e, err := NewClient(ClientConfig{Learner: 1 << 30, Total: 16, Shards: 1,
+		Redial: func(ctx context.Context, _ int) (rdma.Conn, error) { return net.Dial(ctx, g.Addrs()[0]) }}, []rdma.Conn{lossy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	now := make([]float32, 16)
+	if st, err := e.Snapshot(ctx, -1, now); err != nil || st[0] != 1 || now[0] != -0.5 {
+		t.Fatalf("snapshot across a redial: %v, stamps %v, w[0] = %g", err, st, now[0])
+	}
+	if !lossy.lost.Load() {
+		t.Fatal("the snapshot request was not lost")
+	}
+	if shards, _ := g.Stats(); shards[0].Rejected.Total() != 0 {
+		t.Fatalf("rejections %+v: the evaluator sent something it should not have", shards[0].Rejected)
+	}
+}
