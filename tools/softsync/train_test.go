@@ -180,12 +180,12 @@ func TestTrainDistributed(t *testing.T) {
 // gradients each learner lost to them.
 func TestReportRefused(t *testing.T) {
 	var b strings.Builder
-	(&trainReport{ShardStats: []shard{{Refused: 3, RefusedGradients: []uint64{0, 2, 1}}}}).writeText(&b)
+	writeText(&b, &cluster.Report{ShardStats: []cluster.ReportShard{{Refused: 3, RefusedGradients: []uint64{0, 2, 1}}}})
 	if want := "refused updates  3 on shard 0 (each would have made a weight NaN or infinite); gradients discarded per learner [0 2 1]"; !strings.Contains(b.String(), want) {
 		t.Errorf("summary:\n%s\nwant a line %q", b.String(), want)
 	}
 	b.Reset()
-	(&trainReport{ShardStats: []shard{{RefusedGradients: []uint64{0}}}}).writeText(&b)
+	writeText(&b, &cluster.Report{ShardStats: []cluster.ReportShard{{RefusedGradients: []uint64{0}}}})
 	if strings.Contains(b.String(), "refused") {
 		t.Errorf("summary without refusals:\n%s", b.String())
 	}
