@@ -309,6 +309,9 @@ func (c *Coordinator) check(ctx context.Context) (*Result, error, bool) {
 	if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) {
 		return nil, nil, false
 	}
+	if c.round != nil { // a checkpoint still being written: the job ends once it is
+		return nil, nil, false
+	}
 	return c.result(), nil, true
 }
 
