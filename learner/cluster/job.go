@@ -146,18 +146,10 @@ func ResumeKeys() []string {
 }
 
 // Validate returns a *param.FieldError naming the first invalid field of
-// a job in one process. Data sets are checked against the network by
-// Start.
+// a job in one process, or an error wrapping data.ErrShape for data sets
+// the network does not take.
 func (c *Config) Validate() error {
-	switch {
-	case c.Spec == nil:
-		return param.Fieldf("Spec", "no network")
-	case c.Engine == nil:
-		return param.Fieldf("Engine", "no compute engine")
-	case c.Train == nil || c.Train.N == 0:
-		return param.Fieldf("Train", "no training data")
-	}
-	return c.ValidateSettings()
+	return c.validateFor(Roles{Coordinator: true, Evaluator: true, Learners: []int{0}})
 }
 
 // ValidateSettings checks the fields that are plain settings (everything
@@ -269,7 +261,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) { return start(ctx, cf
 // passed through wrap (nil: as it is), so that tests can stand between a
 // role and the rest of the job.
 func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.Network) (*Job, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil { // before the network is opened
 		return nil, err
 	}
 	cfg.Transport = cmp.Or(cfg.Transport, "inmem")
@@ -296,8 +288,12 @@ func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.N
 	if cfg.listening != nil {
 		cfg.listening(coordLn, psLn)
 	}
-	return StartProcess(ctx, cfg, ProcessConfig{Topology: InProcess(cfg.Learners, cfg.Shards), Network: network,
+	j, err := StartProcess(ctx, cfg, ProcessConfig{Topology: InProcess(cfg.Learners, cfg.Shards), Network: network,
 		Listeners: Listeners{Coordinator: coordLn, Servers: []rdma.Listener{psLn}}, wrap: wrap})
+	if err == nil {
+		j.addrs = []string{coordLn.Addr(), psLn.Addr()}
+	}
+	return j, err
 }
 
 // openNetwork opens the transport of an in-process job and sets cfg.Job

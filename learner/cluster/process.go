@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,7 +61,7 @@ type Job struct {
 	coord    *Coordinator  // nil where the coordinator runs elsewhere
 	stop     chan struct{} // closed by Interrupt: shard servers stop after a checkpoint (no coordinator here)
 	stopOnce sync.Once
-	addrs    []string // where this process's coordinator and shard servers listen
+	addrs    []string // in one process (Start): where the coordinator and the shard server listen
 	parent   context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -83,15 +84,12 @@ type Job struct {
 // Spec and the settings; the coordinator Train (its size makes the data
 // plan); learners Engine and Train; the evaluator Engine (and Test, to
 // measure anything). A process of shard servers only loads no data.
-func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
-	j, err := startProcess(ctx, cfg, p)
-	if err != nil {
-		p.Listeners.Close()
-	}
-	return j, err
-}
-
-func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
+func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (_ *Job, err error) {
+	defer func() {
+		if err != nil {
+			p.Listeners.Close()
+		}
+	}()
 	if err := p.Topology.check(cfg.Learners, cfg.Shards); err != nil {
 		return nil, err
 	}
@@ -128,7 +126,6 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			return nil, err
 		}
 		j.coord, coordAddr = coord, p.Listeners.Coordinator.Addr()
-		j.addrs = append(j.addrs, coordAddr)
 	}
 	var layout []param.Segment
 	var init []float32
@@ -138,13 +135,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			return nil, err
 		}
 	}
-	for _, ln := range p.Listeners.Servers {
-		j.addrs = append(j.addrs, ln.Addr())
-	}
-	host := p.Host
-	if host == "" {
-		host = "localhost"
-	}
+	host := cmp.Or(p.Host, "localhost")
 	member := func(role Role, id int) Member {
 		n := p.Network
 		if p.wrap != nil {
@@ -199,18 +190,16 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 
 // validateFor checks cfg for a process that runs r.
 func (c *Config) validateFor(r Roles) error {
-	if c.Spec == nil {
+	switch learns := len(r.Learners) > 0; {
+	case c.Spec == nil:
 		return param.Fieldf("Spec", "no network")
+	case (learns || r.Evaluator) && c.Engine == nil:
+		return param.Fieldf("Engine", "no compute engine")
+	case (learns || r.Coordinator) && (c.Train == nil || c.Train.N == 0):
+		return param.Fieldf("Train", "no training data")
 	}
 	if err := c.ValidateSettings(); err != nil {
 		return err
-	}
-	compute, train := len(r.Learners) > 0 || r.Evaluator, len(r.Learners) > 0 || r.Coordinator
-	switch {
-	case compute && c.Engine == nil:
-		return param.Fieldf("Engine", "no compute engine")
-	case train && (c.Train == nil || c.Train.N == 0):
-		return param.Fieldf("Train", "no training data")
 	}
 	in := c.Spec.Input
 	for _, ds := range []*data.Dataset{c.Train, c.Test} {

@@ -67,7 +67,7 @@ func runTopology(t *testing.T, cfg Config, tp Topology) ([]*Result, []error) {
 // the weights a function of the job alone: the three ends agree, so the
 // processes' initial weights, data plan and shard assignment do too.
 func TestStartProcess(t *testing.T) {
-	train, test := mnistSubset(t, 400, 100)
+	train, test := mnistSubset(t, 1600, 100)
 	cfg := Config{Model: "mlp", Data: "mnist", Engine: engine(t), Train: train, Test: test, Learners: 2, Batch: 8,
 		Protocol: ps.Hardsync, Shards: 2, Epochs: 2, Chunk: 5, Seed: 1, Job: 7,
 		Solver: sgd.Config{LR: 0.05, Momentum: 0.9, LRMode: sgd.LRStaleness}}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,21 +101,13 @@ func (c *Config) Settings() Settings {
 		"compress": c.Codec.String(), "overlap": strconv.FormatBool(c.Overlap), "transport": c.Transport,
 	}
 	if c.Init != nil {
-		s["load"] = fmt.Sprintf("%x", sha256.Sum256(float32Bytes(c.Init)))
+		b, _ := binary.Append(nil, binary.LittleEndian, c.Init)
+		s["load"] = fmt.Sprintf("%x", sha256.Sum256(b))
 		if c.InitFile != "" {
 			s["load"] = fmt.Sprintf("%s (%s)", c.InitFile, s["load"])
 		}
 	}
 	return s
-}
-
-// float32Bytes returns the little-endian bytes of v, for hashing.
-func float32Bytes(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
 }
 
 // ResumeFrom sets Resume to the newest complete checkpoint version of

@@ -60,7 +60,7 @@ a free port and logs it ("serving metrics").`,
   softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json
   softsync launch -n 4 --shards 2 -- --epochs 2 --metrics 127.0.0.1:9100   # learners on 9103…9106`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := roleContext(cmd, app)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			return runLaunch(ctx, app, &lf, args)
 		},

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/softsync/softsync/learner/cluster"
 )
@@ -27,26 +26,27 @@ coordinator checks when the process arrives. softsync launch starts a whole
 job of such processes on this host; mpirun and srun start one with
 softsync train --cluster auto (docs/cluster.md).`
 
-// roleContext is a command's context: SIGINT and SIGTERM interrupt the
-// command's job, or cancel the context (see interrupts).
-func roleContext(cmd *cobra.Command, app *App) (context.Context, func()) {
-	return signalContext(cmd, app)
-}
-
-// roleSetup prepares a role command: flags, the secret, the network.
-func roleSetup(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*cluster.Config, []byte, error) {
+// runWorker runs a shard server or a learner started by hand: the job's
+// flags, its secret, and role --id.
+func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) error {
+	ctx, stop := signalContext(cmd, app)
+	defer stop()
 	if f.cluster.coordinator == "" {
-		return nil, nil, fmt.Errorf("--coordinator: required (HOST:PORT of the job's coordinator)")
+		return fmt.Errorf("--coordinator: required (HOST:PORT of the job's coordinator)")
 	}
 	secret, err := loadSecret(f.cluster.secretFile)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if secret == nil && !f.cluster.insecure {
-		return nil, nil, fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
+		return fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
 	}
-	cfg, err := prepareTrain(ctx, app, fl, f, withData)
-	return cfg, secret, err
+	cfg, err := prepareTrain(ctx, app, cmd.Flags(), f, role == cluster.RoleLearner)
+	if err != nil {
+		return err
+	}
+	_, err = app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
+	return err
 }
 
 // runRole runs role id of a job started by hand (cluster.ByHand): the
@@ -93,16 +93,7 @@ server to the job's learners and evaluator, listening on --listen (default:
 loopback for --coordinator on loopback, else this host's address, a free
 port), until the coordinator ends the job.` + roleHelp,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
-			defer stop()
-			cfg, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, false)
-			if err != nil {
-				return err
-			}
-			_, err = app.runRole(ctx, &f, cfg, secret, cluster.RoleServer, f.cluster.id)
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, app, &f, cluster.RoleServer) },
 	}
 	addJobFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
@@ -120,16 +111,7 @@ coordinator, trains on them through the shard servers and reports its
 progress, until the job's data is done. A learner that starts again with the
 same --id after it was lost rejoins the job (a new incarnation).` + roleHelp,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
-			defer stop()
-			cfg, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, true)
-			if err != nil {
-				return err
-			}
-			_, err = app.runRole(ctx, &f, cfg, secret, cluster.RoleLearner, f.cluster.id)
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, app, &f, cluster.RoleLearner) },
 	}
 	addJobFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
@@ -155,7 +137,7 @@ never replaced: the head refuses to start (pass it with --secret-file, or
 remove it).` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			if f.cluster.coordinator == "" {
 				f.cluster.coordinator = "127.0.0.1:0"
