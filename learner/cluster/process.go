@@ -56,7 +56,6 @@ func (l Listeners) Close() {
 // one process (Start), or the roles its topology gives a process of a
 // job of several (StartProcess).
 type Job struct {
-	cfg      Config
 	roles    Roles
 	coord    *Coordinator  // nil where the coordinator runs elsewhere
 	stop     chan struct{} // closed by Interrupt: shard servers stop after a checkpoint (no coordinator here)
@@ -84,12 +83,15 @@ type Job struct {
 // Spec and the settings; the coordinator Train (its size makes the data
 // plan); learners Engine and Train; the evaluator Engine (and Test, to
 // measure anything). A process of shard servers only loads no data.
-func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (_ *Job, err error) {
-	defer func() {
-		if err != nil {
-			p.Listeners.Close()
-		}
-	}()
+func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
+	j, err := startProcess(ctx, cfg, p)
+	if err != nil {
+		p.Listeners.Close()
+	}
+	return j, err
+}
+
+func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
 	if err := p.Topology.check(cfg.Learners, cfg.Shards); err != nil {
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (_ *Job, err
 	if err := cfg.validateFor(r); err != nil {
 		return nil, err
 	}
-	j := &Job{cfg: cfg, roles: r, stop: make(chan struct{}), parent: ctx}
+	j := &Job{roles: r, stop: make(chan struct{}), parent: ctx}
 	if cfg.Normalizer != nil {
 		j.norm = *cfg.Normalizer
 	} else if cfg.Train != nil {
