@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -235,9 +234,6 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 		}
 	}
 	// Which known transport fits this process is checked where it is opened.
-	if t := f.cluster.transport; t != "" && !slices.Contains(rdma.Kinds(), t) {
-		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", t)
-	}
 	cfg.Transport = cmp.Or(f.cluster.transport, "auto")
 	if f.cluster.mode == "" && f.cluster.transport == "" { // train in one process
 		cfg.Transport = "inmem"
