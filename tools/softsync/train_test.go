@@ -390,11 +390,12 @@ func TestTrainResume(t *testing.T) {
 	ckpt, ckpt2 := filepath.Join(dir, "ckpt"), filepath.Join(dir, "ckpt2")
 	job := func(report, ckptDir string, more ...string) []string {
 		return append([]string{"train", "--model", "lenet", "--epochs", "3", "--train-subset", "3200", "--test-subset", "200",
-			"--batch", "8", "--learners", "2", "--protocol", "softsync", "--transport", "inmem", "--quiet",
+			"--batch", "8", "--learners", "2", "--protocol", "softsync", "--transport", "inmem", "--quiet", "--threads", "1",
 			"--checkpoint-dir", ckptDir, "--checkpoint-every", "100", "--json", filepath.Join(dir, report)}, more...)
 	}
 	// The coordinator starts a checkpoint when a learner reports its
-	// progress, every half second: the job lasts a few seconds.
+	// progress, every half second: the job lasts a few seconds (two
+	// learners of one thread each, 1,200 mini-batches of LeNet).
 	run(t, job("first.json", ckpt)...)
 	first := readReport(t, filepath.Join(dir, "first.json"))
 	if vs, _ := filepath.Glob(filepath.Join(ckpt, "v*")); len(vs) == 0 {
