@@ -1,7 +1,21 @@
 // Package cluster runs a training job as a set of roles that work the
 // same in one process (Start, Run: every role over the in-memory
 // transport) and as separate processes on many hosts (RunServer,
-// RunLearner, RunEvaluator and a Coordinator, each over TCP or verbs):
+// RunLearner, RunEvaluator and a Coordinator, each over TCP or verbs).
+//
+// It owns a job's wiring, so that one process and many cannot drift
+// apart: every command fills a Config, the job's description (the
+// network, data set and initial weights by name, the model's defaults:
+// DefaultsFor, LookupData, UseData, LoadInit), from which derive the
+// Settings every process must share, the job id of the job's secret
+// (JobID), the initial weights, the weights' codec, the evaluator's
+// workers, the data plan and the parameter server's ps.Config. A Topology
+// says which process runs which roles and shards (InProcess, Apart,
+// ByHand, Ranks: one function per way of starting a job), and
+// StartProcess runs one process's part of it: Start is its case of a job
+// in one process. NewReport builds the run report from the Result.
+//
+// The roles:
 //
 //   - The coordinator (Coordinator) holds the job together: rendezvous
 //     (every process says hello with its role and the job's settings,
@@ -34,8 +48,8 @@
 //
 // Monitoring: the package serves and prints nothing (it logs only to the
 // caller's Logger). ServerConfig.OnServe
-// and LearnerConfig.OnClient (Config.OnServe and Config.OnClient for a
-// job in this process) hand the caller the live ps.Server and ps.Client
+// and LearnerConfig.OnClient (Config.OnServe and Config.OnClient for
+// StartProcess) hand the caller the live ps.Server and ps.Client
 // of the roles, whose counters are safe to read from any goroutine, and
 // Coordinator.Progress (Job.Progress) and OnEpoch tell the job's
 // progress; softsync's --metrics serves them (docs/metrics.md).

@@ -4,12 +4,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/softsync/softsync/kernels"
@@ -27,16 +23,35 @@ import (
 // the Config field.
 var ErrConfig = param.ErrInvalidConfig
 
-// Config describes one training job run in this process (Start, Run):
-// every role of the job over the in-memory transport or loopback TCP: a
-// coordinator, one shard server of Shards shards, Learners learners and an
-// evaluator. The single learner is the case Learners = 1 under hardsync
-// (or softsync with N = 1, the same thing).
+// Config describes a training job, the same in every process of it
+// (Settings are what they must agree on), and this process's hooks. A
+// job in one process (Start, Run) runs every role of it over the
+// in-memory transport or loopback TCP: a coordinator, one shard server
+// of Shards shards, Learners learners and an evaluator; StartProcess runs
+// one process's part of a job of several. The single learner is the case
+// Learners = 1 under hardsync (or softsync with N = 1, the same thing).
+//
+// A command fills it from its flags: Model, Data, the subsets and
+// InitFile by name (LoadModel, LookupData and UseData, LoadInit load what
+// they name; DefaultsFor gives the model's defaults of the rest); a
+// library caller may set Spec, Train, Test and Init directly instead.
 type Config struct {
 	Spec   *nn.Spec       // the network
 	Engine kernels.Engine // shared by every learner and the evaluator
 	Train  *data.Dataset  // handed out to the learners in chunks (see data.Plan)
 	Test   *data.Dataset  // evaluated at each epoch end; nil: no evaluation
+
+	// Model names the network: a built-in one or a spec file (LoadModel).
+	Model string
+	// Data names the data set (LookupData); DataName is how reports name
+	// it (UseData sets it).
+	Data, DataName string
+	// TrainSubset and TestSubset, if > 0, keep the first images of the
+	// data set only (UseData).
+	TrainSubset, TestSubset int
+	// InitFile is the file Init is read from (LoadInit); "" for weights
+	// drawn from Seed or given directly.
+	InitFile string
 
 	Learners int // λ ≥ 1
 	Batch    int // μ ≥ 1, images per learner step
@@ -56,9 +71,13 @@ type Config struct {
 	Shards       int // 1 … MaxShardsFor(Learners)
 	Solver       sgd.Config
 
-	Transport string // "inmem" (also "") or "tcp" (loopback)
-	// Job is the job id every message carries (0 means 1; see
-	// rdma.Options.Job): across processes, the id of the job's network.
+	// Transport is the job's transport: in one process "inmem" (also "")
+	// or "tcp" (loopback); across processes the network's kind ("tcp",
+	// "verbs", "auto"), which every process must share.
+	Transport string
+	// Job is the job id every message carries (rdma.Options.Job; 0 means
+	// 1): across processes, the id of the job's network (JobID of its
+	// secret); Start derives it from the secret of its own network.
 	Job     uint32
 	Codec   rdma.Codec // gradients; weights too when the codec is lossless
 	Overlap bool       // learners prefetch the next weights while computing
@@ -72,7 +91,7 @@ type Config struct {
 	// its mini-batch over (nn.Config.Workers; 0 means 1). With the
 	// engine's BLAS on one thread, this is how one learner uses several
 	// cores (see learner.PlanThreads). The evaluation network uses
-	// Workers·Learners goroutines.
+	// EvalWorkers goroutines.
 	Workers int
 	// OnEpoch, if set, receives each epoch's history entry once it is
 	// complete, in order; it is called from a job goroutine and must not
@@ -83,8 +102,14 @@ type Config struct {
 	OnAuthFailure func(peer string, err error)
 	// PSTimeout is every role's Member.PSTimeout: how long a dial that
 	// the listener closes during the handshake, or a lost connection to
-	// the shard server, is tried again (0: the job fails at once).
+	// the shard server, is tried again (0: the job fails at once); and
+	// the coordinator's ServerTimeout.
 	PSTimeout time.Duration
+	// Heartbeat and Rendezvous are the coordinator's (CoordinatorConfig):
+	// how long a silent learner stays in the job, how long the processes
+	// have to arrive (0: no bound); Rendezvous also bounds every role's
+	// wait for the coordinator (Member.Rendezvous).
+	Heartbeat, Rendezvous time.Duration
 	// OnServe and OnClient, if set, receive the live ps.Server of the
 	// job's shard server and each learner's ps.Client as they start, for
 	// their counters (see ServerConfig.OnServe, LearnerConfig.OnClient).
@@ -120,18 +145,11 @@ func ResumeKeys() []string {
 	return []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
 }
 
-// Validate returns a *param.FieldError naming the first invalid field.
-// Data sets are checked against the network by StartJob.
+// Validate returns a *param.FieldError naming the first invalid field of
+// a job in one process, or an error wrapping data.ErrShape for data sets
+// the network does not take.
 func (c *Config) Validate() error {
-	switch {
-	case c.Spec == nil:
-		return param.Fieldf("Spec", "no network")
-	case c.Engine == nil:
-		return param.Fieldf("Engine", "no compute engine")
-	case c.Train == nil || c.Train.N == 0:
-		return param.Fieldf("Train", "no training data")
-	}
-	return c.ValidateSettings()
+	return c.validateFor(Roles{Coordinator: true, Evaluator: true, Learners: []int{0}})
 }
 
 // ValidateSettings checks the fields that are plain settings (everything
@@ -146,14 +164,22 @@ func (c *Config) ValidateSettings() error {
 		return param.Fieldf("MaxSteps", "must be ≥ 0 (0: no limit), got %d", c.MaxSteps)
 	case c.Chunk < 0:
 		return param.Fieldf("Chunk", "must be ≥ 0 (0: %d), got %d", DefaultChunk, c.Chunk)
-	case c.Transport != "" && c.Transport != "inmem" && c.Transport != "tcp":
-		return param.Fieldf("Transport", "unknown transport %q (want inmem or tcp)", c.Transport)
+	case c.Transport != "" && !slices.Contains(rdma.Kinds(), c.Transport):
+		return param.Fieldf("Transport", "unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", c.Transport)
 	case c.EvalBatch < 0:
 		return param.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
 	case c.Workers < 0:
 		return param.Fieldf("Workers", "must be ≥ 0, got %d", c.Workers)
 	case c.PSTimeout < 0:
 		return param.Fieldf("PSTimeout", "must be ≥ 0 (0: none), got %v", c.PSTimeout)
+	case c.Heartbeat < 0:
+		return param.Fieldf("Heartbeat", "must be ≥ 0 (0: none), got %v", c.Heartbeat)
+	case c.Rendezvous < 0:
+		return param.Fieldf("Rendezvous", "must be ≥ 0 (0: none), got %v", c.Rendezvous)
+	case c.TrainSubset < 0:
+		return param.Fieldf("TrainSubset", "must be ≥ 0 (0: all), got %d", c.TrainSubset)
+	case c.TestSubset < 0:
+		return param.Fieldf("TestSubset", "must be ≥ 0 (0: all), got %d", c.TestSubset)
 	}
 	if err := c.Codec.Validate(); err != nil {
 		return param.Fieldf("Codec", "%v", err)
@@ -205,28 +231,12 @@ func (c *Config) Plan(images int) data.Plan {
 	return p
 }
 
-// Job is a training job running in this process (Start).
-type Job struct {
-	cfg    Config
-	coord  *Coordinator
-	addrs  []string // where the coordinator and the shard server listen
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	norm   data.Normalizer
-
-	mu      sync.Mutex
-	errs    []error // the roles' failures, in order
-	stopped error   // the error of Start's context, when its end stopped the job
-	res     *Result
-	weights []float32
-}
-
-// Start validates cfg and starts every role of the job in this process:
-// the coordinator, one shard server running every shard, the learners and
-// the evaluator, over the in-memory transport (Transport "inmem") or
-// loopback TCP with a secret of the job's own. It returns while they
-// train; errors before any goroutine starts are returned here, later ones
-// by Wait.
+// Start validates cfg and starts every role of the job in this process
+// (StartProcess with the topology InProcess): the coordinator, one shard
+// server running every shard, the learners and the evaluator, over the
+// in-memory transport (Transport "inmem") or loopback TCP with a secret
+// of the job's own. It returns while they train; errors before any
+// goroutine starts are returned here, later ones by Wait.
 //
 // Data: the coordinator hands the learners the job's mini-batches in
 // chunks (data.Plan, data.Dispatcher): each learner takes a chunk, pushes
@@ -251,41 +261,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) { return start(ctx, cf
 // passed through wrap (nil: as it is), so that tests can stand between a
 // role and the rest of the job.
 func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.Network) (*Job, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil { // before the network is opened
 		return nil, err
 	}
-	if cfg.Transport == "" {
-		cfg.Transport = "inmem"
+	cfg.Transport = cmp.Or(cfg.Transport, "inmem")
+	if cfg.Transport != "inmem" && cfg.Transport != "tcp" {
+		return nil, param.Fieldf("Transport", "%s runs across processes; a job in one process runs inmem or tcp", cfg.Transport)
 	}
-	in := cfg.Spec.Input
-	for _, ds := range []*data.Dataset{cfg.Train, cfg.Test} {
-		if ds != nil {
-			if err := ds.CheckShape(in.C, in.H, in.W, cfg.Spec.Classes()); err != nil {
-				return nil, err
-			}
-		}
-	}
-	plan := cfg.Plan(cfg.Train.N)
-	if err := plan.Validate(); err != nil {
-		return nil, param.Fieldf("Batch", "%v", err)
-	}
-	j := &Job{cfg: cfg}
-	if cfg.Normalizer != nil {
-		j.norm = *cfg.Normalizer
-	} else {
-		j.norm = data.MeanNormalizer(cfg.Train)
-	}
-	net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: 1})
-	if err != nil {
-		return nil, err
-	}
-	layout, init := net.Layout(), cfg.Init
-	if init == nil {
-		net.Init(cfg.Seed)
-		init = slices.Clone(net.Params())
-	}
-	net.Close()
-	network, err := openNetwork(cfg.Transport, cfg.OnAuthFailure)
+	network, err := openNetwork(&cfg)
 	if err != nil {
 		return nil, param.Fieldf("Transport", "%v", err)
 	}
@@ -302,139 +285,29 @@ func start(ctx context.Context, cfg Config, wrap func(Role, rdma.Network) rdma.N
 		coordLn.Close()
 		return nil, err
 	}
-	shards := make([]int, cfg.Shards)
-	for k := range shards {
-		shards[k] = k
-	}
-	coord, err := NewCoordinator(CoordinatorConfig{Plan: plan, Learners: cfg.Learners, Servers: [][]int{shards},
-		Evaluator: true, OnEpoch: cfg.OnEpoch, Checkpoints: cfg.Checkpoints, CheckpointEvery: cfg.CheckpointEvery,
-		CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume, Logger: cfg.Logger})
-	if err != nil {
-		coordLn.Close()
-		psLn.Close()
-		return nil, err
-	}
-	j.coord, j.addrs = coord, []string{coordLn.Addr(), psLn.Addr()}
 	if cfg.listening != nil {
 		cfg.listening(coordLn, psLn)
 	}
-	parent := ctx
-	ctx, j.cancel = context.WithCancel(ctx)
-	member := func(role Role, id int) Member {
-		n := network
-		if wrap != nil {
-			n = wrap(role, n)
-		}
-		return Member{Network: n, Coordinator: coordLn.Addr(), PSTimeout: cfg.PSTimeout, Process: Process{Rank: -1, Role: role, ID: id, Host: "localhost", PID: os.Getpid()}}
-	}
-	j.wg.Go(func() {
-		res, err := coord.Serve(ctx, coordLn)
-		j.mu.Lock()
-		j.res, j.stopped = res, parent.Err()
-		j.mu.Unlock()
-		if !errors.Is(err, ErrInterrupted) || res == nil { // interrupted before it started: no result
-			j.fail(err)
-		}
-	})
-	wcodec := rdma.Codec{}
-	if cfg.Codec.ID.Lossless() {
-		wcodec = cfg.Codec
-	}
-	j.wg.Go(func() {
-		m := member(RoleServer, 0)
-		m.Logger = cfg.Logger
-		j.fail(RunServer(ctx, ServerConfig{Member: m, PS: cfg.PSConfig(layout, plan.BatchesPerEpoch()*cfg.Batch), Shards: shards,
-			Init: init, Codec: wcodec, Listener: psLn, Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, OnServe: cfg.OnServe}))
-	})
-	j.wg.Go(func() {
-		w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
-			Test: cfg.Test, Normalizer: j.norm, Batch: cfg.EvalBatch, Workers: max(cfg.Workers, 1) * cfg.Learners, Shards: cfg.Shards})
-		j.mu.Lock()
-		j.weights = w
-		j.mu.Unlock()
-		j.fail(err)
-	})
-	for r := range cfg.Learners {
-		j.wg.Go(func() {
-			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, r), ID: r, Spec: cfg.Spec, Engine: cfg.Engine,
-				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
-				Codec: cfg.Codec, Overlap: cfg.Overlap, Report: cfg.Report, OnClient: cfg.OnClient}))
-		})
-	}
-	return j, nil
-}
-
-// openNetwork opens the transport of an in-process job: TCP listens on
-// loopback only and authenticates with a random secret of the job's own.
-func openNetwork(kind string, onAuthFailure func(string, error)) (rdma.Network, error) {
-	opts := rdma.Options{Job: 1, OnAuthFailure: onAuthFailure}
-	if kind == "tcp" {
-		opts.Secret = make([]byte, 32)
-		rand.Read(opts.Secret)
-	}
-	return rdma.Open(kind, opts)
-}
-
-// fail records a role's failure and stops the others.
-func (j *Job) fail(err error) {
+	j, err := StartProcess(ctx, cfg, ProcessConfig{Topology: InProcess(cfg.Learners, cfg.Shards), Network: network,
+		Listeners: Listeners{Coordinator: coordLn, Servers: []rdma.Listener{psLn}}, wrap: wrap})
 	if err == nil {
-		return
+		j.addrs = []string{coordLn.Addr(), psLn.Addr()}
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.errs = append(j.errs, err)
-	if !errors.Is(err, ErrJobFailed) && !errors.Is(err, ErrInterrupted) { // the coordinator stops the others itself
-		j.cancel()
-	}
+	return j, err
 }
 
-// cause returns the failure that explains the others: the first one that
-// is not the consequence of another role's (a job stopped, a peer gone,
-// a cancelled context); j.mu is held.
-func (j *Job) cause() error {
-	for _, err := range j.errs {
-		if !errors.Is(err, ErrJobFailed) && !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
-			return err
-		}
+// openNetwork opens the transport of an in-process job and sets cfg.Job
+// unless it is set: TCP listens on loopback only and authenticates with
+// a random secret of the job's own, from which the job id derives
+// (JobID).
+func openNetwork(cfg *Config) (rdma.Network, error) {
+	var secret []byte
+	if cfg.Transport == "tcp" {
+		secret = make([]byte, 32)
+		rand.Read(secret)
 	}
-	if len(j.errs) > 0 {
-		return j.errs[0]
-	}
-	return nil
-}
-
-// Progress returns a snapshot of the job's progress; it is safe to call
-// from any goroutine.
-func (j *Job) Progress() Progress { return j.coord.Progress() }
-
-// Interrupt ends the job early (see Coordinator.Interrupt): Wait then
-// returns the result so far with ErrInterrupted (no result if the job
-// had not started).
-func (j *Job) Interrupt() { j.coord.Interrupt() }
-
-// Wait waits for the job to end and returns its result: the final
-// weights, their test error, the history and the servers' counters.
-func (j *Job) Wait() (*Result, error) {
-	j.wg.Wait()
-	j.cancel()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.res != nil && j.res.Interrupted && j.weights != nil {
-		j.res.Weights, j.res.Normalizer = j.weights, j.norm
-		return j.res, ErrInterrupted
-	}
-	if err := j.cause(); err != nil {
-		if j.stopped != nil && !errors.Is(err, j.stopped) { // a consequence of the caller's cancellation
-			err = fmt.Errorf("%w: %w", j.stopped, err)
-		}
-		return nil, err
-	}
-	if j.res == nil {
-		return nil, fmt.Errorf("cluster: the job ended without a result: %w", ErrJobFailed)
-	}
-	res := j.res
-	res.Weights, res.Normalizer = j.weights, j.norm
-	return res, nil
+	cfg.Job = cmp.Or(cfg.Job, JobID(secret))
+	return rdma.Open(cfg.Transport, rdma.Options{Job: cfg.Job, Secret: secret, OnAuthFailure: cfg.OnAuthFailure})
 }
 
 // Run is Start followed by Wait.

@@ -48,7 +48,7 @@ on the same cores as the learners.`,
 					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
 				}
 			}
-			ctx, stop := roleContext(cmd, app)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			var rows []speedupRow
 			app.Threads = 1

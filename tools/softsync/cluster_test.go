@@ -194,7 +194,7 @@ func TestClusterMatchesInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, init, err := initialWeights(&cluster.Config{Spec: spec, Seed: 1})
+	_, init, err := (&cluster.Config{Spec: spec, Seed: 1}).InitialWeights()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,12 @@
 // environment variables, sets up logging and the compute engine, and runs
 // the subcommands (doctor, bench, …).
 //
+// A training job's wiring lives in learner/cluster: train, launch, ps,
+// learner, eval and train --cluster auto parse their flags into a
+// cluster.Config, pick the topology and this process's place in it, and
+// run it with cluster.StartProcess (runJob); they print the summary and
+// the plots of cluster.NewReport's report.
+//
 // Adding a subcommand is a one-file change: a file whose init calls
 // addCommand (top level) or addBenchCommand (under "softsync bench") with
 // a constructor that receives the shared *App.

@@ -60,7 +60,7 @@ a free port and logs it ("serving metrics").`,
   softsync launch -n 4 --shards 2 --restarts 2 -- --epochs 2 --json run.json
   softsync launch -n 4 --shards 2 -- --epochs 2 --metrics 127.0.0.1:9100   # learners on 9103…9106`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := roleContext(cmd, app)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			return runLaunch(ctx, app, &lf, args)
 		},
@@ -72,16 +72,16 @@ a free port and logs it ("serving metrics").`,
 }
 
 func runLaunch(ctx context.Context, app *App, lf *launchFlags, args []string) error {
-	f, st, res, err := launchJob(ctx, app, lf, args)
+	f, cfg, res, err := launchJob(ctx, app, lf, args)
 	if err != nil {
 		return err
 	}
-	return app.finish(f, st, res)
+	return app.finish(f, cfg, res)
 }
 
 // launchJob runs a job as processes on this host (see the launch command)
 // and returns its result.
-func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*trainFlags, *trainSetup, *cluster.Result, error) {
+func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*trainFlags, *cluster.Config, *cluster.Result, error) {
 	switch {
 	case lf.learners < 1:
 		return nil, nil, nil, fmt.Errorf("-n: must be ≥ 1, got %d", lf.learners)
@@ -114,15 +114,11 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 	if secret == nil {
 		secret = newSecret()
 	}
-	st, err := prepareTrain(ctx, app, fl, f, true)
+	cfg, err := prepareTrain(ctx, app, fl, f, true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	network, err := app.jobNetwork(f, st, secret)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ln, err := network.Listen("127.0.0.1:0")
+	network, err := app.jobNetwork(cfg, secret, f.cluster.insecure)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -130,25 +126,33 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string) (*
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// This process is the head, process 0 of the topology; the others
+	// are started as softsync ps and softsync learner.
+	p := part(f, cfg, cluster.Apart(lf.learners, lf.shards), 0, network, "")
+	if err := listen(p, "127.0.0.1:0", ""); err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
 	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume)}
-	common := append([]string{"--coordinator", ln.Addr(), "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
+	common := append([]string{"--coordinator", p.Listeners.Coordinator.Addr(), "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
 	}
-	for k := range lf.shards {
-		g.start(ctx, "ps", k, slices.Concat(common, childMetrics(f, 1+k)))
+	learnerArgs := append(slices.Clip(common), "--local-learners="+strconv.Itoa(lf.learners))
+	for i, r := range p.Topology.Processes[1:] {
+		metrics := childMetrics(f, 1+i) // the process's index
+		if len(r.Servers) > 0 {
+			g.start(ctx, "ps", r.Servers[0], slices.Concat(common, metrics))
+		} else {
+			g.start(ctx, "learner", r.Learners[0], slices.Concat(learnerArgs, metrics))
+		}
 	}
-	learnerArgs := append(common, "--local-learners="+strconv.Itoa(lf.learners))
-	for r := range lf.learners {
-		g.start(ctx, "learner", r, slices.Concat(learnerArgs, childMetrics(f, 1+lf.shards+r)))
-	}
-	res, err := app.head(ctx, f, st, network, ln, -1, nil)
+	res, err := app.runJob(ctx, f, cfg, p)
 	app.onInterrupt(nil) // the job is over: a signal now stops its processes at once
 	g.stop(ctx, err != nil)
-	return f, st, res, err
+	return f, cfg, res, err
 }
 
 // selfArgv, when set (by tests), is the command line that runs softsync

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 
+	"github.com/softsync/softsync/learner/cluster"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -15,7 +16,7 @@ import (
 // writePlot draws the run's training loss and test error per epoch and,
 // for runs with a parameter server of several learners or shards, the
 // staleness histogram of shard 0, side by side, as a PNG at path.
-func writePlot(path string, r *trainReport) error {
+func writePlot(path string, r *cluster.Report) error {
 	var loss, test plotter.XYs
 	for _, h := range r.History {
 		loss = append(loss, plotter.XY{X: float64(h.Epoch), Y: h.TrainLoss})
@@ -28,7 +29,7 @@ func writePlot(path string, r *trainReport) error {
 		seriesPlot("Training loss — "+title, "mean loss", loss, color.RGBA{R: 31, G: 119, B: 180, A: 255}),
 		seriesPlot("Test error", "test error (%)", test, color.RGBA{R: 214, G: 39, B: 40, A: 255}),
 	}
-	if r.distributed() {
+	if distributed(r) {
 		h, err := histPlot(r)
 		if err != nil {
 			return err
@@ -96,7 +97,7 @@ func seriesPlot(title, ylabel string, xy plotter.XYs, c color.Color) *plot.Plot 
 }
 
 // histPlot is the staleness histogram (gradients per τ) of shard 0.
-func histPlot(r *trainReport) (*plot.Plot, error) {
+func histPlot(r *cluster.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Staleness, %s (mean %.2f, max %d)", protocolText(r), r.Staleness.Mean, r.Staleness.Max)
 	p.X.Label.Text = "staleness τ (updates)"
@@ -120,7 +121,7 @@ func histPlot(r *trainReport) (*plot.Plot, error) {
 	return p, nil
 }
 
-func protocolText(r *trainReport) string {
+func protocolText(r *cluster.Report) string {
 	if r.Protocol == "softsync" {
 		return fmt.Sprintf("%d-softsync, λ=%d", r.N, r.Learners)
 	}

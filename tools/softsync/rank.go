@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/spf13/pflag"
 
@@ -17,10 +15,10 @@ import (
 )
 
 // runRank runs this process's part of a job started by a launcher
-// (train --cluster auto): ranks 0 … S−1 are the shard servers (S =
-// --shards, one shard each), rank 0 also the coordinator and the
-// evaluator, which reports the job; the other ranks are the learners
-// (learner r−S). See docs/cluster.md.
+// (train --cluster auto): its rank's roles in the topology cluster.Ranks
+// (the shard servers first, rank 0 also the coordinator and the
+// evaluator, which reports the job; the learners after them). See
+// docs/cluster.md.
 func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
 	if f.cluster.mode != "auto" {
 		return fmt.Errorf("--cluster %q: the only mode is auto (the rank and size come from the launcher)", f.cluster.mode)
@@ -40,11 +38,11 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	if err := w.Check(want); err != nil {
 		return fmt.Errorf("--cluster auto with --shards %d --learners %d: %w", S, f.learners, err)
 	}
-	if w.Size <= S {
-		return fmt.Errorf("--cluster auto: %s, but the job needs the %d shard servers (--shards) and at least one learner: "+
-			"start more processes, or if you did, the launcher's variables did not reach softsync (found %s)", w, S, w.Vars)
+	topo, err := cluster.Ranks(w.Size, S)
+	if err != nil {
+		return fmt.Errorf("--cluster auto: %s: %w: start more processes, or if you did, the launcher's variables did not reach softsync (found %s)", w, err, w.Vars)
 	}
-	f.learners = w.Size - S
+	f.learners = topo.Learners()
 	oneHost := w.LocalSize == w.Size || len(w.Nodes) == 1
 	if oneHost {
 		f.local = f.learners
@@ -52,11 +50,11 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		f.local = w.LocalSize
 	}
 	rank := w.Rank
-	head := rank == 0
+	roles := topo.Processes[rank]
 	if f.cluster.metrics != "" {
 		f.cluster.metrics = metricsAddr(f.cluster.metrics, rank)
 	}
-	st, err := prepareTrain(ctx, app, fl, f, head || rank >= S)
+	cfg, err := prepareTrain(ctx, app, fl, f, roles.Coordinator || len(roles.Learners) > 0)
 	if err != nil {
 		return err
 	}
@@ -66,72 +64,29 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		return err
 	}
 	defer cleanup()
-	network, err := app.jobNetwork(f, st, secret)
+	network, err := app.jobNetwork(cfg, secret, f.cluster.insecure)
 	if err != nil {
 		return err
 	}
-	listen, err := listenAddr(f.cluster.listen, oneHost)
+	listenOn, err := listenAddr(f.cluster.listen, oneHost)
 	if err != nil {
 		return err
 	}
-	var expect []cluster.Process
-	for r := range w.Size {
-		p := cluster.Process{Rank: r, Role: cluster.RoleServer, ID: r}
-		if r >= S {
-			p.Role, p.ID = cluster.RoleLearner, r-S
-		}
-		expect = append(expect, p)
-	}
-	if !head {
-		m := app.member(f, st, network, coord.addr, self(rank, roleOf(rank, S), idOf(rank, S)))
-		if rank < S {
-			return app.runShardServer(ctx, f, st, m, rank, listen, true)
-		}
-		return app.runLearner(ctx, st, m, rank-S)
-	}
-	// Rank 0: coordinator, evaluator and shard server 0.
-	ln, err := network.Listen(coord.listen)
-	if err != nil {
-		return fmt.Errorf("coordinator: listen on %s: %w", coord.listen, err)
-	}
-	if err := coord.publish(ln.Addr()); err != nil {
-		ln.Close()
+	p := part(f, cfg, topo, rank, network, coord.addr)
+	if err := listen(p, coord.listen, listenOn); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var serverErr error
-	wg.Go(func() {
-		m := app.member(f, st, network, ln.Addr(), self(0, cluster.RoleServer, 0))
-		if serverErr = app.runShardServer(ctx, f, st, m, 0, listen, false); serverErr != nil {
-			cancel()
+	if roles.Coordinator {
+		if err := coord.publish(p.Listeners.Coordinator.Addr()); err != nil {
+			p.Listeners.Close()
+			return err
 		}
-	})
-	err = app.runHead(ctx, f, st, network, ln, 0, expect)
-	cancel()
-	wg.Wait()
-	// The head's end cancels the shard server of its process, which may
-	// see the cancellation before the coordinator's stop: that is the
-	// job's end, not a failure.
-	if err == nil && !errors.Is(serverErr, context.Canceled) {
-		err = serverErr
 	}
-	return err
-}
-
-func roleOf(rank, servers int) cluster.Role {
-	if rank < servers {
-		return cluster.RoleServer
+	res, err := app.runJob(ctx, f, cfg, p)
+	if err != nil || res == nil {
+		return err
 	}
-	return cluster.RoleLearner
-}
-
-func idOf(rank, servers int) int {
-	if rank < servers {
-		return rank
-	}
-	return rank - servers
+	return app.finish(f, cfg, res)
 }
 
 // meeting is how the processes of a job find the coordinator: rank 0

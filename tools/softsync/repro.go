@@ -250,7 +250,8 @@ func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFla
 	if err != nil {
 		return nil, nil, err
 	}
-	name, train, test, err := loadData(ctx, f.data)
+	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	name, train, test := ds.Name, ds.Train, ds.Test
 	if err != nil {
 		return nil, nil, fmt.Errorf("--data %s: %w", f.data, err)
 	}
@@ -352,7 +353,7 @@ func (rs *reproSetup) jobConfig(r reproRun) cluster.Config {
 	return cluster.Config{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
 		Learners: r.learners, Batch: r.batch, Epochs: s.epochs, Protocol: r.protocol, N: r.n, Shards: 1,
 		Solver:    sgd.Config{LR: s.lr, Momentum: s.momentum, WeightDecay: s.decay, LRSteps: s.steps, LRGamma: 0.1, LRMode: r.mode},
-		Transport: "inmem", Codec: rdma.Codec{}, Seed: rs.f.seed, Normalizer: &rs.norm}
+		Transport: "inmem", Codec: rdma.Codec{}, Seed: rs.f.seed, Normalizer: &rs.norm, DataName: rs.dataName}
 }
 
 // realRun trains run r with real concurrent learners through the
@@ -370,14 +371,13 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 		mu.Unlock()
 		rs.app.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError))
 	}
-	st := &trainSetup{cfg: cfg, threads: par.Workers, dataName: rs.dataName}
 	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	res, err := job.Wait()
 	if err == nil {
-		return newReproEntry(st, r, "real", res), nil
+		return newReproEntry(&cfg, r, "real", res), nil
 	}
 	if !diverged(err) || ctx.Err() != nil {
 		return nil, err
@@ -392,7 +392,7 @@ func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, err
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Images) / res.Seconds
 	}
-	e := newReproEntry(st, r, "real", res)
+	e := newReproEntry(&cfg, r, "real", res)
 	e.Diverged, e.DivergedWhy = true, err.Error()
 	return e, nil
 }

@@ -28,19 +28,19 @@ type reproEntry struct {
 	Mode        string `json:"mode"` // "real" or "sim"
 	Diverged    bool   `json:"diverged"`
 	DivergedWhy string `json:"diverged_reason"`
-	*trainReport
+	*cluster.Report
 
 	protocol ps.Protocol
 	n        int
 	lrMode   string
 }
 
-func newReproEntry(st *trainSetup, r reproRun, mode string, res *cluster.Result) *reproEntry {
-	rep := newReport(st, nil, res)
+func newReproEntry(cfg *cluster.Config, r reproRun, mode string, res *cluster.Result) *reproEntry {
+	rep := cluster.NewReport(cfg, res)
 	if mode == "sim" {
 		rep.Transport = "sim"
 	}
-	return &reproEntry{Run: r.name(), Mode: mode, trainReport: rep, protocol: r.protocol, n: r.n, lrMode: r.mode.String()}
+	return &reproEntry{Run: r.name(), Mode: mode, Report: rep, protocol: r.protocol, n: r.n, lrMode: r.mode.String()}
 }
 
 // writeJSONFile writes v as indented JSON to path.
@@ -171,7 +171,7 @@ func writeReproStalenessPlot(path string, entries []*reproEntry) error {
 		if e.protocol != ps.Softsync || len(e.Staleness.Histogram) == 0 {
 			continue
 		}
-		p, err := histPlot(e.trainReport)
+		p, err := histPlot(e.Report)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
@@ -50,15 +49,14 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		return nil, err
 	}
 	defer evalNet.Close()
-	net.Init(cfg.Seed)
-	init := slices.Clone(net.Params())
 	// The job's plan (data.Plan, as the real job's dispatcher uses):
 	// under hardsync a round of λ consecutive mini-batches.
-	plan := data.Plan{Images: rs.train.N, Batch: r.batch, Group: 1, Chunk: 1, Epochs: cfg.Epochs, Seed: cfg.Seed}
-	if r.protocol == ps.Hardsync {
-		plan.Group = r.learners
-	}
+	plan := cfg.Plan(rs.train.N)
 	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	layout, init, err := cfg.InitialWeights()
+	if err != nil {
 		return nil, err
 	}
 	P, E := plan.BatchesPerEpoch(), cfg.Epochs
@@ -67,9 +65,7 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		x: make([]float32, r.batch*rs.train.ImageLen()), labels: make([]int32, r.batch)}
 	history := make([]cluster.Epoch, 0, E)
 	consumed := 0
-	pc := ps.Config{Job: 1, Learners: r.learners, Protocol: r.protocol, N: r.n, Shards: 1, Batch: r.batch,
-		DataSize: P * r.batch, Layout: net.Layout(), Solver: cfg.Solver}
-	sc := sim.Config{PS: pc, Init: init, TotalSteps: plan.Total(), Seed: cfg.Seed,
+	sc := sim.Config{PS: cfg.PSConfig(layout, P*r.batch), Init: init, TotalSteps: plan.Total(), Seed: cfg.Seed,
 		Compute: sim.Dist{Kind: sim.LogNormal, Mean: float64(r.batch) * simImageSeconds, Spread: simComputeSpread},
 		Latency: simLatency, Jitter: simJitter, Gradient: g.compute,
 		ObserveWeights: func(at float64, _ int, in ps.Msg, w []float32) {
@@ -95,24 +91,12 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	steps := 0
-	for _, s := range res.Steps {
-		steps += s
-	}
-	lr := &cluster.Result{History: history, TestError: nan(), Normalizer: rs.norm,
-		Steps: int64(steps), Images: int64(steps * r.batch), Seconds: res.Time, BatchesPerEpoch: P}
-	for _, s := range res.Steps {
-		lr.LearnerSteps = append(lr.LearnerSteps, int64(s))
-	}
-	lr.Shards = res.Shards
-	if res.Time > 0 {
-		lr.ImagesPerSec = float64(lr.Images) / res.Time
-	}
+	testError := nan()
 	if g.diverged == nil {
-		lr.TestError = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
-		lr.History = append(lr.History, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: lr.TestError, Seconds: res.Time})
+		testError = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
+		history = append(history, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: testError, Seconds: res.Time})
 	}
-	e := newReproEntry(&trainSetup{cfg: cfg, threads: 1, dataName: rs.dataName}, r, "sim", lr)
+	e := newReproEntry(&cfg, r, "sim", cfg.SimResult(res, history, testError))
 	if g.diverged != nil {
 		e.Diverged, e.DivergedWhy = true, g.diverged.Error()
 	}

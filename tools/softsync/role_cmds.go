@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/softsync/softsync/learner/cluster"
 )
@@ -27,26 +26,61 @@ coordinator checks when the process arrives. softsync launch starts a whole
 job of such processes on this host; mpirun and srun start one with
 softsync train --cluster auto (docs/cluster.md).`
 
-// roleContext is a command's context: SIGINT and SIGTERM interrupt the
-// command's job, or cancel the context (see interrupts).
-func roleContext(cmd *cobra.Command, app *App) (context.Context, func()) {
-	return signalContext(cmd, app)
-}
-
-// roleSetup prepares a role command: flags, the secret, the network.
-func roleSetup(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*trainSetup, []byte, error) {
+// runWorker runs a shard server or a learner started by hand: the job's
+// flags, its secret, and role --id.
+func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) error {
+	ctx, stop := signalContext(cmd, app)
+	defer stop()
 	if f.cluster.coordinator == "" {
-		return nil, nil, fmt.Errorf("--coordinator: required (HOST:PORT of the job's coordinator)")
+		return fmt.Errorf("--coordinator: required (HOST:PORT of the job's coordinator)")
 	}
 	secret, err := loadSecret(f.cluster.secretFile)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if secret == nil && !f.cluster.insecure {
-		return nil, nil, fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
+		return fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
 	}
-	st, err := prepareTrain(ctx, app, fl, f, withData)
-	return st, secret, err
+	cfg, err := prepareTrain(ctx, app, cmd.Flags(), f, role == cluster.RoleLearner)
+	if err != nil {
+		return err
+	}
+	_, err = app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
+	return err
+}
+
+// runRole runs role id of a job started by hand (cluster.ByHand): the
+// shard server or learner id, or the head (the evaluator, and with it
+// the coordinator, listening on --coordinator). It returns the job's
+// result where this process runs the coordinator.
+func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config, secret []byte, role cluster.Role, id int) (*cluster.Result, error) {
+	t, index, err := cluster.ByHand(f.learners, f.shards, role, id)
+	if err != nil {
+		return nil, flagError(err)
+	}
+	network, err := app.jobNetwork(cfg, secret, f.cluster.insecure)
+	if err != nil {
+		return nil, err
+	}
+	p := part(f, cfg, t, index, network, f.cluster.coordinator)
+	switch role {
+	case cluster.RoleEvaluator:
+		ln, err := network.Listen(f.cluster.coordinator)
+		if err != nil {
+			return nil, fmt.Errorf("--coordinator: listen: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
+		p.Listeners.Coordinator = ln
+	case cluster.RoleServer:
+		addr, err := listenAddr(f.cluster.listen, isLoopbackAddr(f.cluster.coordinator))
+		if err != nil {
+			return nil, err
+		}
+		if err := listen(p, "", addr); err != nil {
+			return nil, err
+		}
+	}
+	return app.runJob(ctx, f, cfg, p)
 }
 
 func newPSCmd(app *App) *cobra.Command {
@@ -59,27 +93,7 @@ server to the job's learners and evaluator, listening on --listen (default:
 loopback for --coordinator on loopback, else this host's address, a free
 port), until the coordinator ends the job.` + roleHelp,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
-			defer stop()
-			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, false)
-			if err != nil {
-				return err
-			}
-			if f.cluster.id < 0 || f.cluster.id >= f.shards {
-				return fmt.Errorf("--id: shard servers are 0…%d (--shards %d), got %d", f.shards-1, f.shards, f.cluster.id)
-			}
-			network, err := app.jobNetwork(&f, st, secret)
-			if err != nil {
-				return err
-			}
-			listen, err := listenAddr(f.cluster.listen, isLoopbackAddr(f.cluster.coordinator))
-			if err != nil {
-				return err
-			}
-			m := app.member(&f, st, network, f.cluster.coordinator, self(-1, cluster.RoleServer, f.cluster.id))
-			return app.runShardServer(ctx, &f, st, m, f.cluster.id, listen, true)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, app, &f, cluster.RoleServer) },
 	}
 	addJobFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
@@ -97,23 +111,7 @@ coordinator, trains on them through the shard servers and reports its
 progress, until the job's data is done. A learner that starts again with the
 same --id after it was lost rejoins the job (a new incarnation).` + roleHelp,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
-			defer stop()
-			st, secret, err := roleSetup(ctx, app, cmd.Flags(), &f, true)
-			if err != nil {
-				return err
-			}
-			if f.cluster.id < 0 || f.cluster.id >= f.learners {
-				return fmt.Errorf("--id: learners are 0…%d (--learners %d), got %d", f.learners-1, f.learners, f.cluster.id)
-			}
-			network, err := app.jobNetwork(&f, st, secret)
-			if err != nil {
-				return err
-			}
-			m := app.member(&f, st, network, f.cluster.coordinator, self(-1, cluster.RoleLearner, f.cluster.id))
-			return app.runLearner(ctx, st, m, f.cluster.id)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, app, &f, cluster.RoleLearner) },
 	}
 	addJobFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
@@ -139,7 +137,7 @@ never replaced: the head refuses to start (pass it with --secret-file, or
 remove it).` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := roleContext(cmd, app)
+			ctx, stop := signalContext(cmd, app)
 			defer stop()
 			if f.cluster.coordinator == "" {
 				f.cluster.coordinator = "127.0.0.1:0"
@@ -148,7 +146,7 @@ remove it).` + roleHelp,
 			if err != nil {
 				return err
 			}
-			st, err := prepareTrain(ctx, app, cmd.Flags(), &f, true)
+			cfg, err := prepareTrain(ctx, app, cmd.Flags(), &f, true)
 			if err != nil {
 				return err
 			}
@@ -157,16 +155,11 @@ remove it).` + roleHelp,
 					return err
 				}
 			}
-			network, err := app.jobNetwork(&f, st, secret)
+			res, err := app.runRole(ctx, &f, cfg, secret, cluster.RoleEvaluator, 0)
 			if err != nil {
 				return err
 			}
-			ln, err := network.Listen(f.cluster.coordinator)
-			if err != nil {
-				return fmt.Errorf("--coordinator: listen: %w", err)
-			}
-			fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
-			return app.runHead(ctx, &f, st, network, ln, -1, nil)
+			return app.finish(&f, cfg, res)
 		},
 	}
 	addJobFlags(c.Flags(), &f)

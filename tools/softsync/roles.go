@@ -1,174 +1,126 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strconv"
-	"sync"
 
-	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner/cluster"
-	"github.com/softsync/softsync/learner/nn"
-	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
-// This file runs the roles of a job of several processes (docs/cluster.md):
-// the head (coordinator and evaluator, which reports the job), shard
-// servers and learners. The commands ps, learner, eval, launch and
-// train --cluster auto wire them.
+// This file runs this process's part of a job (learner/cluster's
+// StartProcess; Start for softsync train in one process): the commands
+// train, ps, learner, eval and launch, and train --cluster auto, decide
+// the topology and this process's place in it from their flags.
 
-// jobNetwork opens the transport of a multi-process job, authenticated by
-// secret, logging refused connections (at most a line per authLogEvery)
-// and the transport chosen per peer.
-func (app *App) jobNetwork(f *trainFlags, st *trainSetup, secret []byte) (rdma.Network, error) {
-	st.job = jobID(secret)
-	opts := rdma.Options{Job: jobID(secret), Secret: secret, Insecure: f.cluster.insecure, OnConnect: app.logConnect,
+// jobNetwork opens the transport of a multi-process job (cfg.Transport),
+// authenticated by secret, logging refused connections (at most a line
+// per authLogEvery) and the transport chosen per peer; cfg.Job becomes
+// the job id of the secret.
+func (app *App) jobNetwork(cfg *cluster.Config, secret []byte, insecure bool) (rdma.Network, error) {
+	cfg.Job = cluster.JobID(secret)
+	opts := rdma.Options{Job: cfg.Job, Secret: secret, Insecure: insecure, OnConnect: app.logConnect,
 		OnAuthFailure: app.onAuthFailure()}
-	n, err := rdma.Open(cmp.Or(f.cluster.transport, "auto"), opts)
+	n, err := rdma.Open(cfg.Transport, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--transport: %w", err)
 	}
 	return n, nil
 }
 
-// self returns this process's identity.
-func self(rank int, role cluster.Role, id int) cluster.Process {
+// part returns this process's place in a job of several processes: the
+// process index of topology t, the network, and where the coordinator
+// is (listen opens the listeners). Its roles get the job's heartbeat and
+// rendezvous bounds (--heartbeat, --rendezvous-timeout), which a job in
+// one process does without.
+func part(f *trainFlags, cfg *cluster.Config, t cluster.Topology, index int, network rdma.Network, coordinator string) *cluster.ProcessConfig {
+	cfg.Heartbeat, cfg.Rendezvous = f.cluster.heartbeat, f.cluster.rendezvous
 	host, _ := os.Hostname()
-	return cluster.Process{Rank: rank, Role: role, ID: id, Host: host, PID: os.Getpid()}
+	return &cluster.ProcessConfig{Topology: t, Index: index, Network: network, Coordinator: coordinator, Host: host}
 }
 
-// member is what a role of this process needs to join the job.
-func (app *App) member(f *trainFlags, st *trainSetup, network rdma.Network, coord string, p cluster.Process) cluster.Member {
-	return cluster.Member{Network: network, Job: st.job, Coordinator: coord, Process: p, Settings: st.settings,
-		Rendezvous: f.cluster.rendezvous, PSTimeout: f.cluster.psTimeout, Logger: app.Log}
-}
-
-// oneShardEach deals the job's shards to shard servers, one each.
-func oneShardEach(shards int) [][]int {
-	s := make([][]int, shards)
-	for k := range s {
-		s[k] = []int{k}
-	}
-	return s
-}
-
-// weightsCodec is the codec of the weights the shards send: the
-// gradients' codec when it is lossless, else none.
-func weightsCodec(c rdma.Codec) rdma.Codec {
-	if c.ID.Lossless() {
-		return c
-	}
-	return rdma.Codec{}
-}
-
-// initialWeights returns the network's layout and the job's initial
-// weights: --load's, or the spec's fillers drawn from the seed.
-func initialWeights(cfg *cluster.Config) ([]param.Segment, []float32, error) {
-	net, err := nn.New(cfg.Spec, kernels.Reference(), nn.Config{Batch: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer net.Close()
-	if cfg.Init != nil {
-		return net.Layout(), cfg.Init, nil
-	}
-	net.Init(cfg.Seed)
-	return net.Layout(), slices.Clone(net.Params()), nil
-}
-
-// runShardServer runs shard server id (running shard id) listening on
-// listen, until the job ends. With signals, the process's first SIGINT or
-// SIGTERM stops the server after a checkpoint (not when it shares its
-// process with the job's head, which handles them for the whole job).
-func (app *App) runShardServer(ctx context.Context, f *trainFlags, st *trainSetup, m cluster.Member, id int, listen string, signals bool) error {
-	layout, init, err := initialWeights(&st.cfg)
-	if err != nil {
+// listen opens the listeners of p's roles: the coordinator's on coord,
+// the shard servers' on server.
+func listen(p *cluster.ProcessConfig, coord, server string) error {
+	r := p.Topology.Processes[p.Index]
+	fail := func(err error) error {
+		p.Listeners.Close()
+		p.Listeners = cluster.Listeners{}
 		return err
 	}
-	ln, err := m.Network.Listen(listen)
-	if err != nil {
-		return fmt.Errorf("shard server %d: listen on %s: %w", id, listen, err)
+	if r.Coordinator {
+		ln, err := p.Network.Listen(coord)
+		if err != nil {
+			return fail(fmt.Errorf("coordinator: listen on %s: %w", coord, err))
+		}
+		p.Listeners.Coordinator = ln
 	}
-	app.Log.Info("shard server listening", "shard", id, "addr", ln.Addr())
-	stop := make(chan struct{})
-	if signals {
-		app.onInterrupt(func() { close(stop) })
+	for _, k := range r.Servers {
+		ln, err := p.Network.Listen(server)
+		if err != nil {
+			return fail(fmt.Errorf("shard server %d: listen on %s: %w", k, server, err))
+		}
+		p.Listeners.Servers = append(p.Listeners.Servers, ln)
 	}
-	return cluster.RunServer(ctx, cluster.ServerConfig{Member: m, PS: st.cfg.PSConfig(layout, 0), Shards: []int{id},
-		Init: init, Codec: weightsCodec(st.cfg.Codec), Listener: ln, Checkpoints: st.store, Resume: st.resume, Stop: stop,
-		OnServe: app.metrics.onServe()})
+	return nil
 }
 
-// runLearner runs learner id until the job's data is done.
-func (app *App) runLearner(ctx context.Context, st *trainSetup, m cluster.Member, id int) error {
-	c := &st.cfg
-	return cluster.RunLearner(ctx, cluster.LearnerConfig{Member: m, ID: id, Spec: c.Spec, Engine: c.Engine, Train: c.Train,
-		Normalizer: st.norm, Workers: c.Workers, Protocol: c.Protocol, Shards: c.Shards, Codec: c.Codec, Overlap: c.Overlap,
-		OnClient: app.metrics.onClient(c.Batch)})
-}
-
-// runHead runs the job's coordinator on ln and its evaluator in this
-// process, shows the job's progress and writes its report and outputs.
-// expect names the processes of the job, for the messages of the
-// rendezvous.
-func (app *App) runHead(ctx context.Context, f *trainFlags, st *trainSetup, network rdma.Network, ln rdma.Listener, rank int, expect []cluster.Process) error {
-	res, err := app.head(ctx, f, st, network, ln, rank, expect)
-	if err != nil {
-		return err
+// runJob runs this process's part p of the job cfg (nil: every role, in
+// this process) until it ends, and returns the job's result where this
+// process runs the coordinator: there it shows the job's progress and
+// serves its metrics. The first signal interrupts the job (Job.Interrupt)
+// where that ends it gracefully. An interrupted job's result comes with
+// no error.
+func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, p *cluster.ProcessConfig) (*cluster.Result, error) {
+	c := *cfg
+	var r cluster.Roles
+	if p != nil {
+		r = p.Topology.Processes[p.Index]
 	}
-	return app.finish(f, st, res)
-}
-
-// head runs the job's coordinator and evaluator (see runHead) and
-// returns the job's result.
-func (app *App) head(ctx context.Context, f *trainFlags, st *trainSetup, network rdma.Network, ln rdma.Listener, rank int, expect []cluster.Process) (*cluster.Result, error) {
-	c := &st.cfg
+	head := p == nil || r.Coordinator
 	prog := newProgress(app, f.quiet, c.Epochs)
-	coord, err := cluster.NewCoordinator(cluster.CoordinatorConfig{Settings: st.settings, Plan: c.Plan(c.Train.N),
-		Learners: c.Learners, Servers: oneShardEach(c.Shards), Evaluator: true, Expect: expect,
-		Heartbeat: f.cluster.heartbeat, Rendezvous: f.cluster.rendezvous, ServerTimeout: f.cluster.psTimeout,
-		Checkpoints: st.store, CheckpointEvery: st.every, CheckpointInterval: st.interval, Resume: st.resume,
-		Logger: app.Log, OnEpoch: app.metrics.onEpoch(prog.epoch)})
+	if head {
+		c.OnEpoch = prog.epoch
+	}
+	app.metrics.observeJob(&c)
+	var job *cluster.Job
+	var err error
+	if p == nil {
+		job, err = cluster.Start(ctx, c)
+	} else {
+		job, err = cluster.StartProcess(ctx, c, *p)
+	}
 	if err != nil {
-		return nil, err
+		return nil, flagError(err)
 	}
-	app.metrics.watchJob(coord)
-	app.Log.Info("coordinator listening", "addr", ln.Addr(), "learners", c.Learners, "shard_servers", c.Shards)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var weights []float32
-	var evalErr error
-	wg.Go(func() {
-		m := app.member(f, st, network, ln.Addr(), self(rank, cluster.RoleEvaluator, 0))
-		weights, evalErr = cluster.RunEvaluator(ctx, cluster.EvaluatorConfig{Member: m, Spec: c.Spec, Engine: c.Engine,
-			Test: c.Test, Normalizer: st.norm, Batch: c.EvalBatch, Workers: max(c.Workers, 1), Shards: c.Shards})
-	})
-	prog.run(coord)
-	app.onInterrupt(coord.Interrupt)
-	res, err := coord.Serve(ctx, ln)
-	if res == nil { // failed, or interrupted before it started
-		cancel()
+	if job.Interruptible() {
+		app.onInterrupt(job.Interrupt)
 	}
-	wg.Wait()
+	if p != nil {
+		if r.Coordinator {
+			app.Log.Info("coordinator listening", "addr", p.Listeners.Coordinator.Addr(), "learners", c.Learners, "shard_servers", c.Shards)
+		}
+		for i, k := range r.Servers {
+			app.Log.Info("shard server listening", "shard", k, "addr", p.Listeners.Servers[i].Addr())
+		}
+	}
+	if head {
+		app.metrics.watchJob(job)
+		app.Log.Debug("job started", "learners", c.Learners, "threads", c.Workers)
+		prog.run(job)
+	}
+	res, err := job.Wait()
 	prog.stop()
-	interrupted := res != nil && errors.Is(err, cluster.ErrInterrupted)
-	if (err == nil || interrupted) && evalErr != nil {
-		err = evalErr
-	}
-	if err != nil && !interrupted {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("stopped: %w", err)
+	if err != nil && (res == nil || !errors.Is(err, cluster.ErrInterrupted)) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("stopped: %w", ctx.Err())
 		}
 		return nil, err
 	}
-	res.Weights, res.Normalizer = weights, st.norm
 	return res, nil
 }
 

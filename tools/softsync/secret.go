@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,16 +59,6 @@ func newSecret() []byte {
 	b := make([]byte, 32)
 	rand.Read(b)
 	return fmt.Appendf(nil, "%x", b)
-}
-
-// jobID derives the job id stamped on every frame from the secret, so
-// that frames of two jobs never mix (0 without a secret: job 1).
-func jobID(secret []byte) uint32 {
-	if len(secret) == 0 {
-		return 1
-	}
-	h := sha256.Sum256(secret)
-	return binary.LittleEndian.Uint32(h[:]) | 1
 }
 
 // rendezvousFile is what the coordinator's process writes for the others
@@ -179,13 +166,4 @@ func localRendezvousDir() (string, error) {
 		return "", fmt.Errorf("rendezvous folder %s is open to group or others (mode %#o): chmod 700 %[1]s", dir, fi.Mode().Perm())
 	}
 	return dir, nil
-}
-
-// float32Bytes returns the bytes of v (little-endian hosts), for hashing.
-func float32Bytes(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
 }

