@@ -229,16 +229,21 @@ func (o *Options) limits() Limits {
 	return Limits{MaxElems: o.MaxElems, MaxData: o.MaxData, Job: o.Job}
 }
 
-// Open returns the Network named kind: "inmem", "tcp", "verbs" (an error
-// matching ErrUnsupported when this build or host has no usable RDMA
-// device) or "auto" (TCP connections that each move to verbs when both
-// ends have a usable device and port; see NewAuto).
+// Open returns the Network named kind: "inmem", "tcp", "shm" (shared
+// memory between processes of one host; an error matching
+// ErrUnsupported off Linux), "verbs" (an error matching ErrUnsupported
+// when this build or host has no usable RDMA device) or "auto" (TCP
+// connections that each move to shm when the peer is on the same host,
+// else to verbs when both ends have a usable device and port; see
+// NewAuto).
 func Open(kind string, opts Options) (Network, error) {
 	switch kind {
 	case "inmem":
 		return NewInmem(opts)
 	case "tcp":
 		return NewTCP(opts)
+	case "shm":
+		return NewShm(opts)
 	case "verbs":
 		return NewVerbs(opts)
 	case "auto":
@@ -248,7 +253,7 @@ func Open(kind string, opts Options) (Network, error) {
 }
 
 // Kinds returns the names Open knows, in the order of its documentation.
-func Kinds() []string { return []string{"inmem", "tcp", "verbs", "auto"} }
+func Kinds() []string { return []string{"inmem", "tcp", "shm", "verbs", "auto"} }
 
 // NumCodecs is the number of codec ids (the length of Stats' arrays).
 const NumCodecs = int(numCodecs)

@@ -1,0 +1,30 @@
+//go:build !linux
+
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+// Shm is the shared-memory transport, which needs Linux (memfd, abstract
+// unix sockets): elsewhere NewShm fails with ErrUnsupported.
+type Shm struct{}
+
+var _ Network = (*Shm)(nil)
+
+// NewShm fails with an error matching ErrUnsupported.
+func NewShm(opts Options) (*Shm, error) {
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	return nil, &OpError{Op: "open", Peer: "shm", Err: fmt.Errorf("%w: no shared-memory transport on %s", ErrUnsupported, runtime.GOOS)}
+}
+
+func (s *Shm) Name() string                               { return "shm" }
+func (s *Shm) NewMsg(n int) *Msg                          { return NewMsg(n) }
+func (s *Shm) Listen(string) (Listener, error)            { return nil, errNoShm }
+func (s *Shm) Dial(context.Context, string) (Conn, error) { return nil, errNoShm }
+
+var errNoShm = fmt.Errorf("%w: no shared-memory transport on %s", ErrUnsupported, runtime.GOOS)
