@@ -72,15 +72,18 @@ func TestVerbsEmulatedConformance(t *testing.T) {
 	})
 }
 
-// Auto networks: connections on verbs (emulated device on both ends) and
-// on TCP (no RDMA support in the kernel).
+// Auto networks: connections on verbs (emulated device on both ends), on
+// TCP (no RDMA support in the kernel), and on shm (no emulation: the
+// peers are on one host).
 func TestAutoConformance(t *testing.T) {
 	for name, emu := range map[string]func() *rdma.Emulation{
-		"verbs": rdma.NewEmulation, "fallback": rdma.NewEmulationWithoutKernelSupport,
+		"verbs": rdma.NewEmulation, "fallback": rdma.NewEmulationWithoutKernelSupport, "shm": nil,
 	} {
 		t.Run(name, func(t *testing.T) {
 			transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
-				opts.Verbs.Emulation = emu()
+				if emu != nil {
+					opts.Verbs.Emulation = emu()
+				}
 				n, err := rdma.NewAuto(opts)
 				if err != nil {
 					t.Fatal(err)

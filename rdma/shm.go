@@ -48,6 +48,9 @@ type Shm struct {
 	opts   Options
 	ring   int // ring size of the connections it dials
 	dialer net.Dialer
+	// dialUnix connects to an abstract socket (tests: from another
+	// network namespace); nil: dialer.DialContext.
+	dialUnix func(ctx context.Context, name string) (net.Conn, error)
 }
 
 var _ Network = (*Shm)(nil)
@@ -158,7 +161,13 @@ func (s *Shm) Dial(ctx context.Context, addr string) (Conn, error) {
 // dial connects to the abstract socket name and sets a connection up
 // with the given nonce (auto's offer; zero otherwise) and addresses.
 func (s *Shm) dial(ctx context.Context, name string, nonce [nonceSize]byte, local, remote string) (*shmConn, error) {
-	nc, err := s.dialer.DialContext(ctx, "unix", name)
+	var nc net.Conn
+	var err error
+	if s.dialUnix != nil {
+		nc, err = s.dialUnix(ctx, name)
+	} else {
+		nc, err = s.dialer.DialContext(ctx, "unix", name)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
 			err = &joined{ErrRefused, err, err.Error()}
@@ -445,13 +454,26 @@ func checkWakeSocket(fd int) error {
 	return nil
 }
 
-// readWithFDs fills p from uc and returns the descriptors that came with
-// it (at most 2 are taken; more close the connection's set-up as a
-// protocol error).
+// readWithFDs fills p, a set-up message or answer, from uc and returns
+// the descriptors that came with it (at most 2 are taken; more close the
+// connection's set-up as a protocol error). It fails as soon as the
+// magic is wrong, without waiting for the rest.
 func readWithFDs(uc *net.UnixConn, p []byte) (fds []int, err error) {
 	oob := make([]byte, unix.CmsgSpace(2*4))
 	n, oobn, flags, _, err := uc.ReadMsgUnix(p, oob)
-	if oobn > 0 {
+	for err == nil && n < len(shmMagic) {
+		var k int
+		k, err = uc.Read(p[n:len(shmMagic)])
+		n += k
+	}
+	switch {
+	case err != nil:
+	case string(p[:4]) == AuthMagic:
+		err = fmt.Errorf("%w: the peer authenticates (Options.Secret), this end has no secret", ErrProtocol)
+	case string(p[:4]) != shmMagic:
+		err = fmt.Errorf("%w: shm set-up starts % x, want %q", ErrProtocol, p[:4], shmMagic)
+	}
+	if oobn > 0 { // the descriptors come with the first bytes
 		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
 		for _, m := range msgs {
 			if rights, rerr := unix.ParseUnixRights(&m); rerr == nil {

@@ -202,11 +202,11 @@ func (w *shmWaiter) wait(ctx context.Context, need uint64) (uint64, error) {
 			return n, errPeerGone
 		case ctx.Err() != nil:
 			return n, ctx.Err()
-		case spin < shmSpin:
-			runtime.Gosched()
-			continue
 		case w.sock == nil:
 			c.gone.Store(true)
+			continue
+		case spin < shmSpin:
+			runtime.Gosched()
 			continue
 		}
 		w.need, w.err = need, nil

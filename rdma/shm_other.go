@@ -28,3 +28,21 @@ func (s *Shm) Listen(string) (Listener, error)            { return nil, errNoShm
 func (s *Shm) Dial(context.Context, string) (Conn, error) { return nil, errNoShm }
 
 var errNoShm = fmt.Errorf("%w: no shared-memory transport on %s", ErrUnsupported, runtime.GOOS)
+
+// shmOffers is an auto listener's shm side, which has none here.
+type shmOffers struct{}
+
+func newShmOffers(*Shm) *shmOffers { return nil }
+
+func (o *shmOffers) close() {}
+
+// offerShm is never called: without shm, v.shm is nil and nothing is offered.
+func (v *Verbs) offerShm(context.Context, Conn, *shmOffers) (Conn, string, error) {
+	return nil, "", nil
+}
+
+// answerShm is never called: without shm, the hello asks for no offer.
+func (v *Verbs) answerShm(_ context.Context, _ Conn, m *Msg) (Conn, string, error) {
+	m.Release()
+	return nil, "", nil
+}

@@ -51,7 +51,9 @@ type VerbsOptions struct {
 	HandshakeTimeout time.Duration
 	// Emulation, if not nil, replaces the host's RDMA devices by an
 	// in-process emulation (NewEmulation), for tests and benchmarks on
-	// hosts without RDMA. Both ends of a connection must share it.
+	// hosts without RDMA. Both ends of a connection must share it. An
+	// auto network with an emulation never moves a connection to shm, so
+	// that its ends, which are in one process, use verbs or TCP.
 	Emulation *Emulation
 }
 
@@ -131,6 +133,7 @@ type Verbs struct {
 	opts    Options
 	auto    bool
 	tcp     *TCP
+	shm     *Shm           // auto: the shm transport, nil where there is none
 	prov    verbs.Provider // nil: no verbs in this build or on this host
 	provErr error          // why prov is nil
 
@@ -176,6 +179,9 @@ func newVerbs(opts Options, auto bool) (*Verbs, error) {
 		return nil, err
 	}
 	v := &Verbs{opts: o, auto: auto, tcp: t}
+	if auto && o.Verbs.Emulation == nil {
+		v.shm, _ = NewShm(o) // nil without shm: auto does not offer it
+	}
 	if e := o.Verbs.Emulation; e != nil {
 		v.prov = e.emu
 	} else if v.prov, err = verbs.Host(); err != nil {
@@ -469,7 +475,7 @@ func (v *Verbs) Listen(addr string) (Listener, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &verbsListener{v: v, ln: ln, s: s, conns: make(chan Conn), done: make(chan struct{}), cancel: cancel}
+	l := &verbsListener{v: v, ln: ln, s: s, offers: newShmOffers(v.shm), conns: make(chan Conn), done: make(chan struct{}), cancel: cancel}
 	l.wg.Go(func() { l.loop(ctx) })
 	return l, nil
 }
@@ -480,7 +486,7 @@ func (v *Verbs) Dial(ctx context.Context, addr string) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := v.handshake(ctx, ctl, true)
+	c, err := v.handshake(ctx, ctl, nil)
 	if err != nil {
 		ctl.Close()
 		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
@@ -491,7 +497,8 @@ func (v *Verbs) Dial(ctx context.Context, addr string) (Conn, error) {
 type verbsListener struct {
 	v      *Verbs
 	ln     Listener
-	s      *session // held while listening (nil if the device cannot be opened)
+	s      *session   // held while listening (nil if the device cannot be opened)
+	offers *shmOffers // auto: where peers offered shm connect (nil: none offered)
 	conns  chan Conn
 	done   chan struct{}
 	cancel context.CancelFunc // ends loop's context
@@ -522,7 +529,7 @@ func (l *verbsListener) loop(ctx context.Context) {
 			continue
 		}
 		l.wg.Go(func() {
-			c, err := l.v.handshake(ctx, ctl, false)
+			c, err := l.v.handshake(ctx, ctl, l)
 			if err != nil {
 				ctl.Close()
 				return
@@ -559,6 +566,7 @@ func (l *verbsListener) Close() error {
 		l.cancel()
 		err = l.ln.Close()
 		l.wg.Wait()
+		l.offers.close()
 		if l.s != nil {
 			l.s.unref()
 		}
