@@ -301,7 +301,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	}
 	// Which known transport fits this process is checked where it is opened.
 	if t := f.cluster.transport; t != "" && !slices.Contains(rdma.Kinds(), t) {
-		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", t)
+		return nil, fmt.Errorf("--transport: unknown transport %q (want inmem or tcp in one process; tcp, shm, verbs or auto across processes)", t)
 	}
 	if cfg.Codec, err = rdma.ParseCodec(f.comp); err != nil {
 		return nil, fmt.Errorf("--compress: %w", err)
