@@ -122,10 +122,3 @@ func TestShmNoPayloadChecksumConformance(t *testing.T) {
 func TestShmAuthConformance(t *testing.T) {
 	transporttest.Run(t, shmFactory(func(o *rdma.Options) { o.Secret = secret }))
 }
-
-// TestShmSmallRingConformance: rings of 512 KiB, the least that holds
-// what the suite sends before it reads (a 280 KiB message), so that large
-// frames stream through in many pieces and wrap often.
-func TestShmSmallRingConformance(t *testing.T) {
-	transporttest.Run(t, factory(func(o rdma.Options) (rdma.Network, error) { return rdma.NewShmRing(o, 512<<10) }, "", func(*rdma.Options) {}))
-}

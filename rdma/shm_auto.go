@@ -112,6 +112,14 @@ func (o *shmOffers) withdraw(nonce [nonceSize]byte, ch chan Conn) {
 	}
 }
 
+// stats returns the counters of the socket's listener.
+func (o *shmOffers) stats() ListenerStats {
+	if o.ln == nil {
+		return ListenerStats{}
+	}
+	return o.ln.Stats()
+}
+
 // close stops the socket and waits for dispatch.
 func (o *shmOffers) close() {
 	if o == nil || o.ln == nil {

@@ -541,3 +541,10 @@ func TestShmHostileSetup(t *testing.T) {
 		return openFDs(t) <= before
 	})
 }
+
+// TestShmSmallRingConformance: rings of 512 KiB, the least that holds
+// what the suite sends before it reads (a 280 KiB message), so that large
+// frames stream through in many pieces and wrap often.
+func TestShmSmallRingConformance(t *testing.T) {
+	transporttest.Run(t, factory(func(o rdma.Options) (rdma.Network, error) { return rdma.NewShmRing(o, 512<<10) }, "", func(*rdma.Options) {}))
+}

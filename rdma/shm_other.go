@@ -36,6 +36,8 @@ func newShmOffers(*Shm) *shmOffers { return nil }
 
 func (o *shmOffers) close() {}
 
+func (o *shmOffers) stats() ListenerStats { return ListenerStats{} }
+
 // offerShm is never called: without shm, v.shm is nil and nothing is offered.
 func (v *Verbs) offerShm(context.Context, Conn, *shmOffers) (Conn, string, error) {
 	return nil, "", nil

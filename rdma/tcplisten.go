@@ -107,7 +107,8 @@ type ListenerStats struct {
 	// AuthFailures counts connections closed because their handshake
 	// failed: another secret or job id, bytes that are not a handshake,
 	// a replayed handshake, a peer that closed or did not finish within
-	// Options.HandshakeTimeout.
+	// Options.HandshakeTimeout, or (shm) a set-up that breaks the
+	// protocol.
 	AuthFailures uint64
 	// Rejected counts connections closed for want of a slot
 	// (Options.MaxHandshakes): shed in their handshake to make room for

@@ -173,8 +173,10 @@ type Options struct {
 	// authenticated connections the new one is closed unread. Both are
 	// counted in ListenerStats.Rejected and reported to OnAuthFailure.
 	MaxHandshakes int
-	// OnAuthFailure, if not nil, is called with the peer's address and the
-	// reason (matching ErrAuth) for every connection a listener closes
+	// OnAuthFailure, if not nil, is called with the peer's address ("pid
+	// N" for shm's unix sockets) and the reason (matching ErrAuth, and
+	// ErrProtocol for a shm set-up that breaks the protocol) for every
+	// connection a listener closes
 	// without accepting it. It is called from the listener's goroutines,
 	// possibly concurrently, must return promptly and must not close the
 	// listener. The peer itself is told nothing: its connection is reset.

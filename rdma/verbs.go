@@ -124,7 +124,8 @@ func NewEmulation() *Emulation { return &Emulation{verbs.NewEmu(verbs.EmuConfig{
 // so that a payload is written straight from it and received straight
 // into it.
 //
-// In auto mode (NewAuto, Open("auto")) a connection whose ends cannot
+// In auto mode (NewAuto, Open("auto")) a connection to a peer on the
+// same host moves to shm first (shm_auto.go), and one whose ends cannot
 // both use verbs stays on TCP, and its Transport says why; in verbs mode
 // such a connection fails. A Verbs network opens the device when its
 // first listener or connection needs it and closes it when nothing uses
@@ -158,10 +159,12 @@ func NewVerbs(opts Options) (*Verbs, error) {
 	return v, nil
 }
 
-// NewAuto returns the verbs transport in auto mode: every connection uses
-// verbs when both ends have a usable device and port, and TCP otherwise,
-// with the reason in its Transport and Options.OnConnect. Both ends must
-// use auto or verbs (a plain TCP peer does not answer the handshake).
+// NewAuto returns the verbs transport in auto mode: every connection to
+// a peer on the same host and network namespace uses shm (where this
+// host has it, and both ends run auto), every other one verbs when both
+// ends have a usable device and port, and TCP otherwise, with the reason
+// in its Transport and Options.OnConnect. Both ends must use auto or
+// verbs (a plain TCP peer does not answer the handshake).
 func NewAuto(opts Options) (*Verbs, error) { return newVerbs(opts, true) }
 
 func newVerbs(opts Options, auto bool) (*Verbs, error) {
@@ -509,8 +512,17 @@ type verbsListener struct {
 func (l *verbsListener) Addr() string { return l.ln.Addr() }
 
 // Stats returns the counters of the TCP listener the connections are set
-// up over: connections accepted there and handshakes refused.
-func (l *verbsListener) Stats() ListenerStats { return l.ln.Stats() }
+// up over (connections accepted there, handshakes refused), plus the
+// handshakes refused on the unix socket of auto's shm offers.
+func (l *verbsListener) Stats() ListenerStats {
+	st := l.ln.Stats()
+	if l.offers != nil {
+		o := l.offers.stats()
+		st.AuthFailures += o.AuthFailures
+		st.Rejected += o.Rejected
+	}
+	return st
+}
 
 // loop accepts TCP connections and runs each handshake on its own
 // goroutine, so that a slow peer does not hold up the others.
