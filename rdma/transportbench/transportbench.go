@@ -395,10 +395,7 @@ func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	row.Transport, row.Conn, row.Codec, row.Bytes = "tcp-raw", "tcp", "-", size
-	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
-	row.Ratio, row.WireBytes = 1, float64(2*size)
-	return row, nil
+	return baselineRow(row, "tcp-raw", "tcp", size), nil
 }
 
 // rawCopy measures the copies the shm transport makes, with nothing
@@ -430,8 +427,14 @@ func rawCopy(_ context.Context, cfg *Config, size int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	row.Transport, row.Conn, row.Codec, row.Bytes = "memcpy", "memcpy", "-", size
+	return baselineRow(row, "memcpy", "memcpy", size), nil
+}
+
+// baselineRow completes the row of a baseline: size bytes each way per
+// round, no codec.
+func baselineRow(row Row, name, conn string, size int) Row {
+	row.Transport, row.Conn, row.Codec, row.Bytes = name, conn, "-", size
 	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
 	row.Ratio, row.WireBytes = 1, float64(2*size)
-	return row, nil
+	return row
 }
