@@ -15,7 +15,10 @@ import (
 // connection; a handshake goroutine hands its connection to Accept, or
 // closes it on failure, after HandshakeTimeout at the latest. Accept only
 // ever returns authenticated connections, ErrClosed or ctx's error:
-// failures are counted and reported to Options.OnAuthFailure.
+// failures are counted and reported to Options.OnAuthFailure. What a
+// handshake is, and what connection it makes, is the transport's
+// (serverSide): TCP authenticates; shm authenticates (with a secret) and
+// then sets up the shared segment.
 //
 // At most MaxHandshakes connections hold a slot: in their handshake, or
 // authenticated and waiting for Accept. A connection that finds every
@@ -32,24 +35,44 @@ import (
 // shed only if MaxHandshakes other connections connect or send their
 // hello while it is in its handshake.
 type authListener struct {
-	ln    *net.TCPListener
+	ln    net.Listener
 	opts  Options
-	ready chan *tcpConn // authenticated, handed to Accept
+	side  serverSide
+	ready chan Conn     // authenticated, handed to Accept
 	done  chan struct{} // closed by Close
 	once  sync.Once
 	wg    sync.WaitGroup
 
 	mu      sync.Mutex
-	pending []*net.TCPConn // in their handshake, by their last step, oldest first
-	waiting int            // authenticated, not yet taken by Accept
+	pending []net.Conn // in their handshake, by their last step, oldest first
+	waiting int        // authenticated, not yet taken by Accept
 	closed  bool
 	// A connection moves from pending or waiting into these counters
 	// under mu, so that Stats never counts one twice.
 	accepted, failures, rejected uint64
 }
 
-func newAuthListener(ln *net.TCPListener, opts Options) *authListener {
-	l := &authListener{ln: ln, opts: opts, ready: make(chan *tcpConn), done: make(chan struct{})}
+// serverSide is a transport's part of an authListener.
+type serverSide interface {
+	// shake runs the server's side of nc's handshake, under the
+	// handshake deadline, and returns the connection it makes, or an
+	// error matching ErrAuth (counted and reported as a failure) or
+	// wrapping a localError (not the peer's fault: only closed). It
+	// calls stepped when the client's first message checked out, and
+	// clears nc's deadline before it returns a connection.
+	shake(nc net.Conn, stepped func()) (Conn, error)
+	// peer names nc's peer in reports.
+	peer(nc net.Conn) string
+}
+
+// localError is a set-up failure of this end's (a socket option), which
+// a listener does not count against the peer.
+type localError struct{ error }
+
+func (e localError) Unwrap() error { return e.error }
+
+func newAuthListener(ln net.Listener, opts Options, side serverSide) *authListener {
+	l := &authListener{ln: ln, opts: opts, side: side, ready: make(chan Conn), done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.loop()
 	return l
@@ -110,7 +133,7 @@ func (l *authListener) loop() {
 	defer l.wg.Done()
 	var backoff time.Duration
 	for {
-		nc, err := l.ln.AcceptTCP()
+		nc, err := l.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -144,7 +167,7 @@ func (l *authListener) loop() {
 // taken (see authListener). It returns the connection shed, with why,
 // which is nc itself when no slot could be freed; ok is false once the
 // listener is closed.
-func (l *authListener) admit(nc *net.TCPConn) (shed *net.TCPConn, why error, ok bool) {
+func (l *authListener) admit(nc net.Conn) (shed net.Conn, why error, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -166,24 +189,30 @@ func (l *authListener) admit(nc *net.TCPConn) (shed *net.TCPConn, why error, ok 
 }
 
 // handshake authenticates nc and hands it to Accept, or closes it.
-func (l *authListener) handshake(nc *net.TCPConn) {
+func (l *authListener) handshake(nc net.Conn) {
 	defer l.wg.Done()
 	nc.SetDeadline(time.Now().Add(l.opts.HandshakeTimeout))
-	err := serverHandshake(nc, l.opts.Secret, l.opts.Job, func() { l.stepped(nc) })
-	if err == nil {
-		err = nc.SetDeadline(time.Time{})
+	c, err := l.side.shake(nc, func() { l.stepped(nc) })
+	var local localError
+	isLocal := errors.As(err, &local)
+	failed := err
+	if isLocal {
+		failed = nil
 	}
-	if !l.finish(nc, err) { // shed or closed by Close meanwhile, and counted
+	if !l.finish(nc, failed) { // shed or closed by Close meanwhile, and counted
+		if c != nil {
+			c.Close()
+		}
 		nc.Close()
 		return
 	}
-	if err != nil {
-		l.drop(nc, err)
-		return
-	}
-	c, err := newTCPConn(nc, l.opts)
-	if err != nil { // newTCPConn closed nc; a socket option failed, not the peer
+	switch {
+	case isLocal: // the peer did nothing wrong: no report
+		nc.Close()
 		l.unwait()
+		return
+	case err != nil:
+		l.drop(nc, err)
 		return
 	}
 	select {
@@ -196,7 +225,7 @@ func (l *authListener) handshake(nc *net.TCPConn) {
 
 // stepped moves nc, whose client hello has arrived, behind the
 // connections that made their last step before it.
-func (l *authListener) stepped(nc *net.TCPConn) {
+func (l *authListener) stepped(nc net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i := slices.Index(l.pending, nc); i >= 0 {
@@ -207,7 +236,7 @@ func (l *authListener) stepped(nc *net.TCPConn) {
 // finish takes nc out of the handshakes in progress, into the
 // connections waiting for Accept or, when err is set, the failures. It
 // returns false when nc was no longer there (shed, or closed by Close).
-func (l *authListener) finish(nc *net.TCPConn, err error) bool {
+func (l *authListener) finish(nc net.Conn, err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := slices.Index(l.pending, nc)
@@ -233,9 +262,11 @@ func (l *authListener) unwait() {
 
 // drop closes nc without a word to the peer (a reset, so that no
 // connection lingers) and reports why.
-func (l *authListener) drop(nc *net.TCPConn, err error) {
-	peer := nc.RemoteAddr().String()
-	nc.SetLinger(0)
+func (l *authListener) drop(nc net.Conn, err error) {
+	peer := l.side.peer(nc)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
 	nc.Close()
 	if l.opts.OnAuthFailure != nil {
 		l.opts.OnAuthFailure(peer, err)

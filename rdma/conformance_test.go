@@ -1,6 +1,7 @@
 package rdma_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/softsync/softsync/rdma"
@@ -17,17 +18,31 @@ func TestInmemConformance(t *testing.T) {
 	})
 }
 
-// tcpFactory makes loopback TCP networks with the options each test sets,
-// changed by with.
-func tcpFactory(with func(*rdma.Options)) transporttest.Factory {
+// factory makes networks with open and the options each test sets,
+// changed by with, listening on addr; it skips the test where open fails
+// with ErrUnsupported.
+func factory(open func(rdma.Options) (rdma.Network, error), addr string, with func(*rdma.Options)) transporttest.Factory {
 	return func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
 		with(&opts)
-		n, err := rdma.NewTCP(opts)
+		n, err := open(opts)
+		if errors.Is(err, rdma.ErrUnsupported) {
+			t.Skipf("%v", err)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n, "127.0.0.1:0"
+		return n, addr
 	}
+}
+
+// tcpFactory makes loopback TCP networks.
+func tcpFactory(with func(*rdma.Options)) transporttest.Factory {
+	return factory(func(o rdma.Options) (rdma.Network, error) { return rdma.NewTCP(o) }, "127.0.0.1:0", with)
+}
+
+// shmFactory makes shared-memory networks, whose Listen picks a name.
+func shmFactory(with func(*rdma.Options)) transporttest.Factory {
+	return factory(func(o rdma.Options) (rdma.Network, error) { return rdma.NewShm(o) }, "", with)
 }
 
 func TestTCPConformance(t *testing.T) {
@@ -57,15 +72,18 @@ func TestVerbsEmulatedConformance(t *testing.T) {
 	})
 }
 
-// Auto networks: connections on verbs (emulated device on both ends) and
-// on TCP (no RDMA support in the kernel).
+// Auto networks: connections on verbs (emulated device on both ends), on
+// TCP (no RDMA support in the kernel), and on shm (no emulation: the
+// peers are on one host).
 func TestAutoConformance(t *testing.T) {
 	for name, emu := range map[string]func() *rdma.Emulation{
-		"verbs": rdma.NewEmulation, "fallback": rdma.NewEmulationWithoutKernelSupport,
+		"verbs": rdma.NewEmulation, "fallback": rdma.NewEmulationWithoutKernelSupport, "shm": nil,
 	} {
 		t.Run(name, func(t *testing.T) {
 			transporttest.Run(t, func(t *testing.T, opts rdma.Options) (rdma.Network, string) {
-				opts.Verbs.Emulation = emu()
+				if emu != nil {
+					opts.Verbs.Emulation = emu()
+				}
 				n, err := rdma.NewAuto(opts)
 				if err != nil {
 					t.Fatal(err)
@@ -89,4 +107,18 @@ func TestHostVerbsConformance(t *testing.T) {
 		}
 		return n, "127.0.0.1:0"
 	})
+}
+
+func TestShmConformance(t *testing.T) {
+	transporttest.Run(t, shmFactory(func(*rdma.Options) {}))
+}
+
+func TestShmNoPayloadChecksumConformance(t *testing.T) {
+	transporttest.Run(t, shmFactory(func(o *rdma.Options) { o.NoPayloadChecksum = true }))
+}
+
+// TestShmAuthConformance: the suite over connections that authenticate
+// over their unix socket first (Options.Secret).
+func TestShmAuthConformance(t *testing.T) {
+	transporttest.Run(t, shmFactory(func(o *rdma.Options) { o.Secret = secret }))
 }

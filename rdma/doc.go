@@ -1,6 +1,7 @@
 // Package rdma is softsync's transport: it moves stamped messages between
-// the parameter server and its learners, in memory, over TCP or over
-// InfiniBand/RoCE verbs, behind one interface. It knows nothing of push,
+// the parameter server and its learners, in memory, over TCP, through
+// shared memory between processes of one host, or over InfiniBand/RoCE
+// verbs, behind one interface. It knows nothing of push,
 // pull or protocols: the parameter server gives its message types their
 // meaning.
 //
@@ -15,11 +16,12 @@
 // allocator it came from, so that steady traffic allocates nothing. The
 // package's NewMsg draws from a process-wide pool; a Network's NewMsg from
 // the transport's own memory (registered memory for verbs), so that a
-// payload computed into it is sent without a copy.
+// payload computed into it is sent without a copy (shm copies every
+// payload once on each side, see below).
 //
 // # Connections
 //
-// A Network (NewInmem, NewTCP, NewVerbs, NewAuto, or Open by name) makes
+// A Network (NewInmem, NewTCP, NewShm, NewVerbs, NewAuto, or Open by name) makes
 // Listeners and Conns. A Conn is ordered and preserves message
 // boundaries; Send and Recv are each safe for concurrent use and
 // serialized, and proceed independently of each other. The full contract
@@ -38,7 +40,7 @@
 // # Authentication
 //
 // With Options.Secret (per job, shared by its processes), every TCP
-// connection runs a mutual HMAC-SHA256 challenge–response over the
+// and shm connection runs a mutual HMAC-SHA256 challenge–response over the
 // secret, the job id and fresh nonces from both ends before any frame is
 // read (docs/wire.md, "Handshake"): Dial returns an error matching
 // ErrAuth when the server fails to prove itself or closes, and a
@@ -74,6 +76,27 @@
 // in cache. Options.NoPayloadChecksum drops the payload checksum (flag bit
 // 0) for links whose own checksums are trusted: on a 2-core loopback the
 // CRC32C passes cost a quarter to a third of the throughput.
+//
+// # Shared memory
+//
+// The shm transport (NewShm; auto for peers on the same host) moves the
+// same frames through two rings, one per direction, in a segment that
+// the dialer creates (a memfd sealed against resizing) and passes over a
+// unix socket in the abstract namespace, after the handshake
+// (docs/wire.md, "Over shared memory"). A payload is copied once on each
+// side: into the ring from the message, out of it into the received
+// message, checksummed piece by piece; a received message never lies in
+// shared memory, and the receiver parses and checks only its own copy.
+// The peer is not trusted: every ring index is checked each time it is
+// read (ErrProtocol when it is out of range), and frames are validated
+// as on a stream. An end that waits polls briefly, then sleeps in the
+// netpoller on a socket of its own, which the peer's progress wakes and
+// which reports the peer's end closed, so that a peer killed in the
+// middle of a frame ends the connection with a truncated frame, never a
+// hang. Auto verifies that a peer is on the same host, and in the same
+// network namespace, by having it connect to such a socket with a nonce
+// sent over the TCP connection; any failure keeps the connection on
+// verbs or TCP, with the reason.
 //
 // # Verbs
 //

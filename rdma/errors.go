@@ -39,6 +39,12 @@ var (
 	// with an error status. The connection concerned is closed (or, when
 	// setting up an auto connection, replaced by TCP).
 	ErrVerbs = errors.New("rdma: verbs error")
+	// ErrProtocol: the peer broke the transport's protocol where the
+	// frames cannot say so: a shared-memory ring index that moved
+	// backwards or past the ring, or a segment or file descriptor that is
+	// not what the shm set-up requires. The connection's direction
+	// concerned ends, as after a frame that cannot be trusted.
+	ErrProtocol = errors.New("rdma: protocol violation by the peer")
 	// ErrMemlock: registering RDMA buffers would exceed the process's
 	// locked-memory limit (RLIMIT_MEMLOCK, ulimit -l).
 	ErrMemlock = errors.New("rdma: locked-memory limit too low for RDMA buffers")

@@ -183,25 +183,11 @@ func (c *tcpConn) send(ctx context.Context, m *Msg) error {
 	case ctx.Err() != nil:
 		return c.opError("send", ctx.Err(), true)
 	}
-	if err := c.checkSend(m); err != nil {
+	h, payload, d, err := c.frame(m, &c.swire)
+	if err != nil {
 		return err
 	}
-	payload, d := f32bytes(m.Payload), time.Duration(0)
-	if m.Codec.ID != CodecNone {
-		var err error
-		if c.swire, d, err = c.encode(c.swire, m); err != nil {
-			return err
-		}
-		payload = c.swire
-	}
 	sum := !c.opts.NoPayloadChecksum
-	var flags uint8
-	if !sum {
-		flags = FlagNoPayloadCRC
-	}
-	h := Header{Type: m.Type, Codec: m.Codec.ID, Flags: flags, Job: m.Job, Learner: m.Learner, Shard: m.Shard,
-		Elems: uint32(len(m.Payload)), Timestamp: m.Timestamp, Seq: m.Seq,
-		PayloadLen: uint32(len(payload)), DataLen: uint32(len(m.Data))}
 	c.wbuf = c.wbuf[:HeaderSize]
 	PutHeader(c.wbuf, &h)
 	c.wbuf = append(c.wbuf, m.Data...)
@@ -310,66 +296,20 @@ func (c *tcpConn) Recv(ctx context.Context) (*Msg, error) {
 		c.countDropped()
 		return nil, c.opError("recv", err, true)
 	}
-	m := NewMsg(int(h.Elems))
-	if err := c.readFrame(ctx, &h, m); err != nil {
-		m.Release()
-		if Recoverable(err) {
-			c.countDropped()
-		}
-		return nil, err
-	}
-	m.header(&h)
-	return m, nil
-}
-
-// readFrame reads the data, payload and trailer of the frame h into m.
-func (c *tcpConn) readFrame(ctx context.Context, h *Header, m *Msg) error {
-	if cap(m.Data) < int(h.DataLen) {
-		m.Data = make([]byte, h.DataLen)
-	}
-	m.Data = m.Data[:h.DataLen]
-	wire := f32bytes(m.Payload)
-	if h.Codec != CodecNone {
-		c.rwire = grow(c.rwire, int(h.PayloadLen))
-		wire = c.rwire
-	}
-	var crc uint32
-	sum := h.Flags&FlagNoPayloadCRC == 0
-	for _, p := range [][]byte{m.Data, wire} {
-		if err := c.readFull(ctx, p, sum, &crc); err != nil {
-			return c.fatal(err)
-		}
-	}
-	if err := c.readFull(ctx, c.rtrl[:], true, &crc); err != nil {
-		return c.fatal(err)
-	}
-	// The trailer went through the checksum too: CRC32C over data, payload
-	// and the stored CRC (little-endian) yields a constant residue. Without
-	// a payload checksum only the trailer, which must be zero, was summed,
-	// and CRC32C(00 00 00 00) is that same residue.
-	if crc != crcResidue {
-		return c.opError("recv", ErrChecksum, true)
-	}
-	if h.Codec == CodecNone {
-		c.countRecv(m, CodecNone, len(wire), 0)
-		return nil
-	}
-	if err := c.decode(m, h.Codec, wire); err != nil {
-		return c.opError("recv", err, true)
-	}
-	return nil
+	return c.readMsg(ctx, c, &h, &c.rwire, c.rtrl[:])
 }
 
 // crcResidue is CRC32C(x ‖ le32(CRC32C(x))) for any x.
 var crcResidue = crc32.Update(0, castagnoli, []byte{0, 0, 0, 0})
 
-// readFull fills p, updating crc (if sum) over each piece as it arrives,
-// while it is still in cache. Each read asks for at most recvChunk bytes.
-func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc *uint32) error {
+// readFull fills p and returns crc updated (if sum) over each piece as it
+// arrives, while it is still in cache. Each read asks for at most
+// recvChunk bytes.
+func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error) {
 	for len(p) > 0 {
 		n, err := c.br.Read(p[:min(len(p), recvChunk)])
 		if sum {
-			*crc = crc32.Update(*crc, castagnoli, p[:n])
+			crc = crc32.Update(crc, castagnoli, p[:n])
 		}
 		p = p[n:]
 		if err != nil {
@@ -378,11 +318,11 @@ func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc *uint32)
 			}
 			retry, cause := c.rwait.interrupted(ctx, err)
 			if !retry {
-				return streamErr(cause)
+				return crc, streamErr(cause)
 			}
 		}
 	}
-	return nil
+	return crc, nil
 }
 
 // skip discards n bytes of a rejected frame.
@@ -401,14 +341,7 @@ func (c *tcpConn) skip(ctx context.Context, n int) error {
 }
 
 // fatal records a receive error that cost the stream its frame sync.
-func (c *tcpConn) fatal(err error) error {
-	var oe *OpError
-	if !errors.As(err, &oe) {
-		err = c.opError("recv", err, false)
-	}
-	c.rerr = err
-	return err
-}
+func (c *tcpConn) fatal(err error) error { return c.lostSync(&c.rerr, err) }
 
 func (c *tcpConn) Close() error {
 	if c.closed.Swap(true) {

@@ -35,8 +35,28 @@ func (t *TCP) Listen(addr string) (Listener, error) {
 	if len(t.opts.Secret) == 0 {
 		return &tcpListener{ln: tl, opts: t.opts}, nil
 	}
-	return newAuthListener(tl, t.opts), nil
+	return newAuthListener(tl, t.opts, tcpServer{t.opts}), nil
 }
+
+// tcpServer is the server side of TCP's handshake.
+type tcpServer struct{ opts Options }
+
+func (s tcpServer) shake(nc net.Conn, stepped func()) (Conn, error) {
+	err := serverHandshake(nc, s.opts.Secret, s.opts.Job, stepped)
+	if err == nil {
+		err = nc.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := newTCPConn(nc.(*net.TCPConn), s.opts)
+	if err != nil { // newTCPConn closed nc; a socket option failed, not the peer
+		return nil, localError{err}
+	}
+	return c, nil
+}
+
+func (tcpServer) peer(nc net.Conn) string { return nc.RemoteAddr().String() }
 
 // Dial connects to a TCP listener and, with Options.Secret, runs the
 // client side of the handshake (bounded by Options.HandshakeTimeout and
@@ -87,7 +107,8 @@ type ListenerStats struct {
 	// AuthFailures counts connections closed because their handshake
 	// failed: another secret or job id, bytes that are not a handshake,
 	// a replayed handshake, a peer that closed or did not finish within
-	// Options.HandshakeTimeout.
+	// Options.HandshakeTimeout, or (shm) a set-up that breaks the
+	// protocol.
 	AuthFailures uint64
 	// Rejected counts connections closed for want of a slot
 	// (Options.MaxHandshakes): shed in their handshake to make room for

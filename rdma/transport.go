@@ -49,11 +49,12 @@ type Conn interface {
 
 // TransportInfo describes how one connection travels.
 type TransportInfo struct {
-	// Name is "inmem", "tcp" or "verbs".
+	// Name is "inmem", "tcp", "shm" or "verbs".
 	Name string
 	// Reason says why: "requested" when the network had no choice to make,
-	// else the devices used or why verbs was not used ("local: no RDMA
-	// support in this kernel ...", "peer: ...").
+	// else how shm found the peer on the same host, the devices used, or
+	// why verbs was not used ("local: no RDMA support in this kernel ...",
+	// "peer: ...") and, in parentheses, why shm was not.
 	Reason string
 	// Device is the local RDMA device and port ("mlx5_0:1"), verbs only.
 	Device string
@@ -95,7 +96,7 @@ type Listener interface {
 // Network creates listeners and connections of one transport. Its methods
 // are safe for concurrent use.
 type Network interface {
-	// Name is the transport's name ("inmem", "tcp", "verbs", "auto").
+	// Name is the transport's name ("inmem", "tcp", "shm", "verbs", "auto").
 	Name() string
 	Listen(addr string) (Listener, error)
 	// Dial connects to a listener; if nothing listens there the error
@@ -106,7 +107,9 @@ type Network interface {
 	// this transport sends from and receives into without an extra copy:
 	// registered memory for verbs (while the network has a listener or a
 	// connection; ordinary memory otherwise), the process-wide pool
-	// (package NewMsg) for TCP and in-memory. Release returns it to the
+	// (package NewMsg) for TCP, shm (which copies payloads into its rings
+	// and out of them, so that no message lies in memory the peer can
+	// write) and in-memory. Release returns it to the
 	// allocator it came from. Messages of any origin may be sent on any
 	// connection; one from another allocator costs a copy on verbs.
 	NewMsg(n int) *Msg
@@ -139,8 +142,9 @@ type Options struct {
 	// verified whenever they carry a checksum.
 	NoPayloadChecksum bool
 
-	// Secret, when not empty, makes every TCP connection authenticate
-	// both ways before any frame is read: a challenge–response handshake
+	// Secret, when not empty, makes every TCP connection (and shm's unix
+	// socket connections) authenticate both ways before any frame is read
+	// (or shared memory set up): a challenge–response handshake
 	// with fresh nonces from both sides and HMAC-SHA256 under Secret over
 	// the job id (docs/wire.md, "Handshake"), so that only processes that
 	// hold the job's secret can connect, and recorded handshakes cannot be
@@ -169,8 +173,10 @@ type Options struct {
 	// authenticated connections the new one is closed unread. Both are
 	// counted in ListenerStats.Rejected and reported to OnAuthFailure.
 	MaxHandshakes int
-	// OnAuthFailure, if not nil, is called with the peer's address and the
-	// reason (matching ErrAuth) for every connection a listener closes
+	// OnAuthFailure, if not nil, is called with the peer's address ("pid
+	// N" for shm's unix sockets) and the reason (matching ErrAuth, and
+	// ErrProtocol for a shm set-up that breaks the protocol) for every
+	// connection a listener closes
 	// without accepting it. It is called from the listener's goroutines,
 	// possibly concurrently, must return promptly and must not close the
 	// listener. The peer itself is told nothing: its connection is reset.
@@ -229,16 +235,21 @@ func (o *Options) limits() Limits {
 	return Limits{MaxElems: o.MaxElems, MaxData: o.MaxData, Job: o.Job}
 }
 
-// Open returns the Network named kind: "inmem", "tcp", "verbs" (an error
-// matching ErrUnsupported when this build or host has no usable RDMA
-// device) or "auto" (TCP connections that each move to verbs when both
-// ends have a usable device and port; see NewAuto).
+// Open returns the Network named kind: "inmem", "tcp", "shm" (shared
+// memory between processes of one host; an error matching
+// ErrUnsupported off Linux), "verbs" (an error matching ErrUnsupported
+// when this build or host has no usable RDMA device) or "auto" (TCP
+// connections that each move to shm when the peer is on the same host,
+// else to verbs when both ends have a usable device and port; see
+// NewAuto).
 func Open(kind string, opts Options) (Network, error) {
 	switch kind {
 	case "inmem":
 		return NewInmem(opts)
 	case "tcp":
 		return NewTCP(opts)
+	case "shm":
+		return NewShm(opts)
 	case "verbs":
 		return NewVerbs(opts)
 	case "auto":
@@ -248,7 +259,7 @@ func Open(kind string, opts Options) (Network, error) {
 }
 
 // Kinds returns the names Open knows, in the order of its documentation.
-func Kinds() []string { return []string{"inmem", "tcp", "verbs", "auto"} }
+func Kinds() []string { return []string{"inmem", "tcp", "shm", "verbs", "auto"} }
 
 // NumCodecs is the number of codec ids (the length of Stats' arrays).
 const NumCodecs = int(numCodecs)

@@ -51,7 +51,9 @@ type VerbsOptions struct {
 	HandshakeTimeout time.Duration
 	// Emulation, if not nil, replaces the host's RDMA devices by an
 	// in-process emulation (NewEmulation), for tests and benchmarks on
-	// hosts without RDMA. Both ends of a connection must share it.
+	// hosts without RDMA. Both ends of a connection must share it. An
+	// auto network with an emulation never moves a connection to shm, so
+	// that its ends, which are in one process, use verbs or TCP.
 	Emulation *Emulation
 }
 
@@ -122,7 +124,8 @@ func NewEmulation() *Emulation { return &Emulation{verbs.NewEmu(verbs.EmuConfig{
 // so that a payload is written straight from it and received straight
 // into it.
 //
-// In auto mode (NewAuto, Open("auto")) a connection whose ends cannot
+// In auto mode (NewAuto, Open("auto")) a connection to a peer on the
+// same host moves to shm first (shm_auto.go), and one whose ends cannot
 // both use verbs stays on TCP, and its Transport says why; in verbs mode
 // such a connection fails. A Verbs network opens the device when its
 // first listener or connection needs it and closes it when nothing uses
@@ -131,6 +134,7 @@ type Verbs struct {
 	opts    Options
 	auto    bool
 	tcp     *TCP
+	shm     *Shm           // auto: the shm transport, nil where there is none
 	prov    verbs.Provider // nil: no verbs in this build or on this host
 	provErr error          // why prov is nil
 
@@ -155,10 +159,12 @@ func NewVerbs(opts Options) (*Verbs, error) {
 	return v, nil
 }
 
-// NewAuto returns the verbs transport in auto mode: every connection uses
-// verbs when both ends have a usable device and port, and TCP otherwise,
-// with the reason in its Transport and Options.OnConnect. Both ends must
-// use auto or verbs (a plain TCP peer does not answer the handshake).
+// NewAuto returns the verbs transport in auto mode: every connection to
+// a peer on the same host and network namespace uses shm (where this
+// host has it, and both ends run auto), every other one verbs when both
+// ends have a usable device and port, and TCP otherwise, with the reason
+// in its Transport and Options.OnConnect. Both ends must use auto or
+// verbs (a plain TCP peer does not answer the handshake).
 func NewAuto(opts Options) (*Verbs, error) { return newVerbs(opts, true) }
 
 func newVerbs(opts Options, auto bool) (*Verbs, error) {
@@ -176,6 +182,9 @@ func newVerbs(opts Options, auto bool) (*Verbs, error) {
 		return nil, err
 	}
 	v := &Verbs{opts: o, auto: auto, tcp: t}
+	if auto && o.Verbs.Emulation == nil {
+		v.shm, _ = NewShm(o) // nil without shm: auto does not offer it
+	}
 	if e := o.Verbs.Emulation; e != nil {
 		v.prov = e.emu
 	} else if v.prov, err = verbs.Host(); err != nil {
@@ -469,7 +478,7 @@ func (v *Verbs) Listen(addr string) (Listener, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &verbsListener{v: v, ln: ln, s: s, conns: make(chan Conn), done: make(chan struct{}), cancel: cancel}
+	l := &verbsListener{v: v, ln: ln, s: s, offers: newShmOffers(v.shm), conns: make(chan Conn), done: make(chan struct{}), cancel: cancel}
 	l.wg.Go(func() { l.loop(ctx) })
 	return l, nil
 }
@@ -480,7 +489,7 @@ func (v *Verbs) Dial(ctx context.Context, addr string) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := v.handshake(ctx, ctl, true)
+	c, err := v.handshake(ctx, ctl, nil)
 	if err != nil {
 		ctl.Close()
 		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
@@ -491,7 +500,8 @@ func (v *Verbs) Dial(ctx context.Context, addr string) (Conn, error) {
 type verbsListener struct {
 	v      *Verbs
 	ln     Listener
-	s      *session // held while listening (nil if the device cannot be opened)
+	s      *session   // held while listening (nil if the device cannot be opened)
+	offers *shmOffers // auto: where peers offered shm connect (nil: none offered)
 	conns  chan Conn
 	done   chan struct{}
 	cancel context.CancelFunc // ends loop's context
@@ -502,8 +512,17 @@ type verbsListener struct {
 func (l *verbsListener) Addr() string { return l.ln.Addr() }
 
 // Stats returns the counters of the TCP listener the connections are set
-// up over: connections accepted there and handshakes refused.
-func (l *verbsListener) Stats() ListenerStats { return l.ln.Stats() }
+// up over (connections accepted there, handshakes refused), plus the
+// handshakes refused on the unix socket of auto's shm offers.
+func (l *verbsListener) Stats() ListenerStats {
+	st := l.ln.Stats()
+	if l.offers != nil {
+		o := l.offers.stats()
+		st.AuthFailures += o.AuthFailures
+		st.Rejected += o.Rejected
+	}
+	return st
+}
 
 // loop accepts TCP connections and runs each handshake on its own
 // goroutine, so that a slow peer does not hold up the others.
@@ -522,7 +541,7 @@ func (l *verbsListener) loop(ctx context.Context) {
 			continue
 		}
 		l.wg.Go(func() {
-			c, err := l.v.handshake(ctx, ctl, false)
+			c, err := l.v.handshake(ctx, ctl, l)
 			if err != nil {
 				ctl.Close()
 				return
@@ -559,6 +578,7 @@ func (l *verbsListener) Close() error {
 		l.cancel()
 		err = l.ln.Close()
 		l.wg.Wait()
+		l.offers.close()
 		if l.s != nil {
 			l.s.unref()
 		}

@@ -8,27 +8,34 @@ import (
 	"github.com/softsync/softsync/rdma/internal/verbs"
 )
 
-// handshake sets a connection up over ctl, a fresh TCP connection:
+// handshake sets a connection up over ctl, a fresh TCP connection, on
+// the dialer (l nil) or on listener l:
 //
 //  1. The dialer creates its queue pair (INIT, receives posted) and sends
 //     typeHello: its device, port, GID, LID, QP number, PSN, receive depth
-//     and slot size, or why it has no usable device (ok unset).
-//  2. The listener, if the dialer is ok and the two are compatible,
+//     and slot size, or why it has no usable device (ok unset), and
+//     whether it takes shm (an auto dialer on a host with shm).
+//  2. If both ends run auto and the dialer takes shm, the listener offers
+//     it (shm_auto.go); when the dialer sets shm up, the connection is
+//     shm, and ctl is closed. Otherwise the handshake goes on, and why
+//     there is no shm is added to a fallback's reason.
+//  3. The listener, if the dialer is ok and the two are compatible,
 //     creates its queue pair and moves it to RTR and RTS towards the
 //     dialer, and answers with its own typeHello (or why not).
-//  3. If either end is not ok, both know it from the two hellos: an auto
+//  4. If either end is not ok, both know it from the two hellos: an auto
 //     connection stays on TCP (ctl is the connection, its Transport says
 //     why), a verbs one fails.
-//  4. The dialer moves its queue pair to RTR and RTS and sends a probe
+//  5. The dialer moves its queue pair to RTR and RTS and sends a probe
 //     packet over it; the listener answers the probe with its own. Each
 //     end then sends typeReady: Seq 1 when its probe completed and the
 //     peer's arrived, else Seq 0 and why (within half the handshake
-//     time). Both ready: the connection uses verbs; otherwise as in 3.
+//     time). Both ready: the connection uses verbs; otherwise as in 4.
 //
 // Errors of the exchange itself (ctl fails, the peer answers with
 // anything but the handshake) end the connection in either mode; the
 // caller closes ctl.
-func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn, err error) {
+func (v *Verbs) handshake(ctx context.Context, ctl Conn, l *verbsListener) (conn Conn, err error) {
+	dialer := l == nil
 	ctx, cancel := context.WithTimeout(ctx, v.opts.Verbs.HandshakeTimeout)
 	defer cancel()
 	defer func() {
@@ -40,7 +47,7 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 			f(ctl.LocalAddr(), ctl.RemoteAddr(), t, err)
 		}
 	}()
-	local := verbsHello{auto: v.auto}
+	local := verbsHello{auto: v.auto, shm: v.shm != nil}
 	var c *verbsConn
 	var localErr error // why this end cannot use verbs
 	create := func() {
@@ -54,7 +61,7 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 			return
 		}
 		s := c.s
-		local = verbsHello{auto: v.auto, ok: true, link: s.pattr.LinkLayer, gidType: s.gid.Type, mtu: s.pattr.ActiveMTU,
+		local = verbsHello{auto: v.auto, ok: true, shm: v.shm != nil, link: s.pattr.LinkLayer, gidType: s.gid.Type, mtu: s.pattr.ActiveMTU,
 			lid: s.pattr.LID, qpn: c.qp.Num(), psn: rand.Uint32() & 0xffffff, gid: s.gid.GID,
 			recvDepth: c.R, slotSize: c.S, fabric: s.prov.Fabric(), text: s.name()}
 	}
@@ -70,19 +77,46 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 		local.ok, local.text = false, why
 	}
 	var peer verbsHello
+	var shmWhy string // why the connection is not shm, if shm was tried
 	if dialer {
 		create()
 		if err := sendHandshake(ctx, ctl, typeHello, 0, local.marshal(nil)); err != nil {
 			abandon("")
 			return nil, err
 		}
-		if peer, err = recvHello(ctx, ctl); err != nil {
+		m, err := ctl.Recv(ctx)
+		if err == nil && m.Type == typeShmOffer {
+			var sc Conn
+			if sc, shmWhy, err = v.answerShm(ctx, ctl, m); sc != nil {
+				abandon("")
+				ctl.Close()
+				return sc, nil
+			}
+			if err == nil {
+				m, err = ctl.Recv(ctx)
+			}
+		}
+		if err != nil {
+			abandon("")
+			return nil, fmt.Errorf("verbs handshake: %w", err)
+		}
+		if peer, err = helloOf(m); err != nil {
 			abandon("")
 			return nil, err
 		}
 	} else {
 		if peer, err = recvHello(ctx, ctl); err != nil {
 			return nil, err
+		}
+		if v.auto && peer.auto && peer.shm && l.offers != nil {
+			var sc Conn
+			if sc, shmWhy, err = v.offerShm(ctx, ctl, l.offers); sc != nil {
+				ctl.Close()
+				return sc, nil
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		if peer.ok {
 			create()
@@ -109,7 +143,7 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 			why = "local: " + localErr.Error()
 		}
 		abandon("")
-		return v.fallback(ctl, local.auto && peer.auto, why, localErr)
+		return v.fallback(ctl, local.auto && peer.auto, withShm(why, shmWhy), localErr)
 	}
 
 	// Both ends have a queue pair: connect the dialer's, probe both ways.
@@ -170,7 +204,7 @@ func (v *Verbs) handshake(ctx context.Context, ctl Conn, dialer bool) (conn Conn
 	}
 	if failed != "" {
 		abandon("")
-		return v.fallback(ctl, local.auto && peer.auto, failed, localErr)
+		return v.fallback(ctl, local.auto && peer.auto, withShm(failed, shmWhy), localErr)
 	}
 	c.info = TransportInfo{Name: "verbs", Device: c.s.name(), Emulated: c.s.emulated,
 		Reason: fmt.Sprintf("both ends have a usable RDMA device (local %s, peer %s)", local.text, peer.text)}
@@ -247,12 +281,27 @@ func sendHandshake(ctx context.Context, ctl Conn, t Type, seq uint64, data []byt
 	return ctl.Send(ctx, m)
 }
 
+// withShm adds to why, the reason a connection is on TCP, why it is not
+// on shm, if shm was tried.
+func withShm(why, shmWhy string) string {
+	if shmWhy == "" {
+		return why
+	}
+	return why + " (shm: " + shmWhy + ")"
+}
+
 func recvHello(ctx context.Context, ctl Conn) (verbsHello, error) {
-	var h verbsHello
 	m, err := ctl.Recv(ctx)
 	if err != nil {
-		return h, fmt.Errorf("verbs handshake: %w", err)
+		return verbsHello{}, fmt.Errorf("verbs handshake: %w", err)
 	}
+	return helloOf(m)
+}
+
+// helloOf reads the hello m and releases it.
+func helloOf(m *Msg) (verbsHello, error) {
+	var h verbsHello
+	var err error
 	defer m.Release()
 	if m.Type != typeHello {
 		if e := m.Err(); e != nil {

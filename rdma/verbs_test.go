@@ -743,6 +743,7 @@ func TestHostDevicelessPath(t *testing.T) {
 	}
 	a, _ := NewAuto(Options{})
 	b, _ := NewAuto(Options{})
+	a.shm, b.shm = nil, nil // as between hosts: no shm to take
 	c, s := checkFallback(t, a, b, "local: ", "local: ")
 	_ = s
 	if !strings.Contains(c.Transport().Reason, strings.TrimPrefix(p.Reason, "rdma: unsupported: ")) {

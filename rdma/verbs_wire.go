@@ -77,12 +77,16 @@ const (
 	typeBye   Type = 0xf3 // Seq: packets sent over the queue pair; no more will come
 	typeAck   Type = 0xf4 // answers typeBye: the sender posts nothing more either
 	typeAbort Type = 0xf5 // the sender's queue pair failed (Data: why)
+	// auto's move to shm (shm_auto.go)
+	typeShmOffer  Type = 0xf6 // Seq 1: Data is a nonce and a unix socket name; Seq 0: Data is why no shm
+	typeShmResult Type = 0xf7 // the dialer's shm connection is up (Seq 1), or why not (Data)
 )
 
 // verbsHello is the handshake message of a verbs or auto connection.
 type verbsHello struct {
 	auto      bool // the sender falls back to TCP if verbs cannot be used
 	ok        bool // the sender has a usable device, port and queue pair
+	shm       bool // the sender (an auto dialer) takes an offer of shm
 	link      verbs.LinkLayer
 	gidType   verbs.GIDType
 	mtu       verbs.MTU
@@ -101,7 +105,7 @@ const helloLen = 52
 
 // Hello layout (Data of a typeHello frame), little-endian:
 //
-//	0 1 version (1)   1 1 flags: 1 auto, 2 ok   2 1 link layer   3 1 GID type
+//	0 1 version (1)   1 1 flags: 1 auto, 2 ok, 4 shm   2 1 link layer   3 1 GID type
 //	4 1 MTU           5 1 0                     6 2 LID
 //	8 4 QP number    12 4 PSN                  16 16 GID
 //	32 2 receive depth 34 2 0                  36 4 slot size
@@ -115,6 +119,9 @@ func (h *verbsHello) marshal(dst []byte) []byte {
 	}
 	if h.ok {
 		b[1] |= 2
+	}
+	if h.shm {
+		b[1] |= 4
 	}
 	b[2], b[3], b[4] = byte(h.link), byte(h.gidType), byte(h.mtu)
 	le := binary.LittleEndian
@@ -134,7 +141,7 @@ func (h *verbsHello) unmarshal(b []byte) error {
 	if len(b) < helloLen || b[0] != helloVersion || int(le.Uint32(b[48:])) != len(b)-helloLen {
 		return fmt.Errorf("%w: malformed verbs verbsHello (%d bytes, version %d)", ErrBadVersion, len(b), b[0])
 	}
-	*h = verbsHello{auto: b[1]&1 != 0, ok: b[1]&2 != 0, link: verbs.LinkLayer(b[2]), gidType: verbs.GIDType(b[3]),
+	*h = verbsHello{auto: b[1]&1 != 0, ok: b[1]&2 != 0, shm: b[1]&4 != 0, link: verbs.LinkLayer(b[2]), gidType: verbs.GIDType(b[3]),
 		mtu: verbs.MTU(b[4]), lid: le.Uint16(b[6:]), qpn: le.Uint32(b[8:]), psn: le.Uint32(b[12:]),
 		recvDepth: int(le.Uint16(b[32:])), slotSize: int(le.Uint32(b[36:])), fabric: le.Uint64(b[40:]),
 		text: string(b[helloLen:])}

@@ -165,7 +165,7 @@ func (c *Config) ValidateSettings() error {
 	case c.Chunk < 0:
 		return param.Fieldf("Chunk", "must be ≥ 0 (0: %d), got %d", DefaultChunk, c.Chunk)
 	case c.Transport != "" && !slices.Contains(rdma.Kinds(), c.Transport):
-		return param.Fieldf("Transport", "unknown transport %q (want inmem or tcp in one process; tcp, verbs or auto across processes)", c.Transport)
+		return param.Fieldf("Transport", "unknown transport %q (want inmem or tcp in one process; tcp, shm, verbs or auto across processes)", c.Transport)
 	case c.EvalBatch < 0:
 		return param.Fieldf("EvalBatch", "must be ≥ 0, got %d", c.EvalBatch)
 	case c.Workers < 0:

@@ -16,9 +16,10 @@ import (
 
 // Config selects what Run measures. Zero fields take the defaults noted.
 type Config struct {
-	// Transports: "inmem", "tcp", "tcp-nocrc", "verbs" (the host's RDMA
-	// device), "verbs-emu" (the verbs transport over its in-process
-	// emulation: rows marked Emulated) or "auto"; default {"inmem", "tcp"}.
+	// Transports: "inmem", "tcp", "tcp-nocrc", "shm", "shm-nocrc",
+	// "verbs" (the host's RDMA device), "verbs-emu" (the verbs transport
+	// over its in-process emulation: rows marked Emulated) or "auto";
+	// default {"inmem", "tcp", "shm"}.
 	Transports []string
 	Codecs     []rdma.Codec // default: every codec, topk at 0.01
 	Sizes      []int        // gradient bytes, multiples of 4; default 1, 4 and 16 MiB
@@ -29,7 +30,7 @@ type Config struct {
 	MinRounds int
 	Warmup    int
 	Seed      uint64
-	Baseline  bool // add a "tcp-raw" row per size
+	Baseline  bool // add "tcp-raw" and "memcpy" rows per size
 	// OnConnect is passed to the networks (rdma.Options.OnConnect): it
 	// sees which transport each verbs or auto connection uses, and why.
 	OnConnect func(local, remote string, t rdma.TransportInfo, err error)
@@ -61,7 +62,7 @@ type Row struct {
 
 func (c *Config) defaults() error {
 	if len(c.Transports) == 0 {
-		c.Transports = []string{"inmem", "tcp"}
+		c.Transports = []string{"inmem", "tcp", "shm"}
 	}
 	if len(c.Codecs) == 0 {
 		for _, name := range []string{"none", "s2", "zstd", "shuffle+s2", "shuffle+zstd", "fp16", "bf16", "topk:0.01"} {
@@ -118,11 +119,13 @@ func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
 	}
 	for _, size := range cfg.Sizes {
 		if cfg.Baseline {
-			r, err := rawTCP(ctx, &cfg, size)
-			if err != nil {
-				return rows, err
+			for _, base := range []func(context.Context, *Config, int) (Row, error){rawTCP, rawCopy} {
+				r, err := base(ctx, &cfg, size)
+				if err != nil {
+					return rows, err
+				}
+				emit(r)
 			}
-			emit(r)
 		}
 		for _, tr := range cfg.Transports {
 			for _, codec := range cfg.Codecs {
@@ -201,9 +204,10 @@ type Session struct {
 }
 
 // Open starts an echo server on transport ("inmem"; "tcp" on loopback;
-// "tcp-nocrc": TCP with Options.NoPayloadChecksum; "verbs", "verbs-emu",
-// "auto": see Config.Transports) and connects a client that pushes size
-// bytes per round with codec, from a message of the network's allocator.
+// "tcp-nocrc": TCP with Options.NoPayloadChecksum; "shm", "shm-nocrc"
+// likewise; "verbs", "verbs-emu", "auto": see Config.Transports) and
+// connects a client that pushes size bytes per round with codec, from a
+// message of the network's allocator.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
 	return open(ctx, transport, codec, size, seed, nil)
 }
@@ -224,7 +228,7 @@ func open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 		return nil, err
 	}
 	addr := ""
-	if kind != "inmem" {
+	if kind != "inmem" && kind != "shm" {
 		addr = "127.0.0.1:0"
 	}
 	ln, err := n.Listen(addr)
@@ -256,7 +260,7 @@ func open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 
 // TransportNames lists the transports Open accepts.
 func TransportNames() []string {
-	return []string{"inmem", "tcp", "tcp-nocrc", "verbs", "verbs-emu", "auto"}
+	return []string{"inmem", "tcp", "tcp-nocrc", "shm", "shm-nocrc", "verbs", "verbs-emu", "auto"}
 }
 
 // parseTransport splits a transport name into the network kind and
@@ -266,9 +270,9 @@ func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 		return name, opts, nil
 	}
 	switch name {
-	case "tcp-nocrc":
+	case "tcp-nocrc", "shm-nocrc":
 		opts.NoPayloadChecksum = true
-		return "tcp", opts, nil
+		return strings.TrimSuffix(name, "-nocrc"), opts, nil
 	case "verbs-emu":
 		opts.Verbs.Emulation = rdma.NewEmulation()
 		return "verbs", opts, nil
@@ -391,8 +395,46 @@ func rawTCP(ctx context.Context, cfg *Config, size int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	row.Transport, row.Conn, row.Codec, row.Bytes = "tcp-raw", "tcp", "-", size
+	return baselineRow(row, "tcp-raw", "tcp", size), nil
+}
+
+// rawCopy measures the copies the shm transport makes, with nothing
+// else: per round, the pushed bytes are copied into a buffer of a shm
+// ring's size and out of it, piece by piece, and the pulled bytes the
+// same way back, all on one goroutine. It is the ceiling of a transport
+// that copies twice per direction, on one core at a time.
+func rawCopy(_ context.Context, cfg *Config, size int) (Row, error) {
+	const ring, piece = 2 << 20, 128 << 10
+	a, b, bounce := make([]byte, size), make([]byte, size), make([]byte, ring)
+	through := func(dst, src []byte) {
+		for off := 0; off < len(src); off += piece {
+			n := min(piece, len(src)-off)
+			at := off % ring
+			copy(bounce[at:at+n], src[off:off+n])
+			copy(dst[off:off+n], bounce[at:at+n])
+		}
+	}
+	round := func() (time.Duration, error) {
+		start := time.Now()
+		through(b, a)
+		through(a, b)
+		return time.Since(start), nil
+	}
+	for range cfg.Warmup {
+		round()
+	}
+	row, err := timeRounds(cfg, round)
+	if err != nil {
+		return Row{}, err
+	}
+	return baselineRow(row, "memcpy", "memcpy", size), nil
+}
+
+// baselineRow completes the row of a baseline: size bytes each way per
+// round, no codec.
+func baselineRow(row Row, name, conn string, size int) Row {
+	row.Transport, row.Conn, row.Codec, row.Bytes = name, conn, "-", size
 	row.GBps, row.GBpsMean = 2*float64(size)/row.RoundSec/1e9, 2*float64(size)/row.MeanSec/1e9
 	row.Ratio, row.WireBytes = 1, float64(2*size)
-	return row, nil
+	return row
 }

@@ -14,17 +14,17 @@ func TestRun(t *testing.T) {
 	fp16, _ := rdma.ParseCodec("fp16")
 	var seen int
 	rows, err := Run(context.Background(), Config{
-		Transports: []string{"inmem", "tcp", "verbs-emu", "auto"},
+		Transports: []string{"inmem", "tcp", "shm", "verbs-emu", "auto"},
 		Codecs:     []rdma.Codec{{}, fp16}, Sizes: []int{40000}, MinTime: time.Millisecond, Baseline: true,
 	}, func(Row) { seen++ })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 9 || seen != 9 {
-		t.Fatalf("%d rows (%d reported), want 9", len(rows), seen)
+	if len(rows) != 12 || seen != 12 {
+		t.Fatalf("%d rows (%d reported), want 12", len(rows), seen)
 	}
 	for _, r := range rows {
-		want := map[string]string{"tcp-raw": "tcp", "inmem": "inmem", "tcp": "tcp", "verbs-emu": "verbs", "auto": ""}[r.Transport]
+		want := map[string]string{"tcp-raw": "tcp", "memcpy": "memcpy", "inmem": "inmem", "tcp": "tcp", "shm": "shm", "verbs-emu": "verbs", "auto": ""}[r.Transport]
 		if r.Conn != want && !(r.Transport == "auto" && r.Conn != "" && r.Reason != "") || r.Emulated != (r.Transport == "verbs-emu") {
 			t.Fatalf("%s: conn %q (%s), emulated %v", r.Transport, r.Conn, r.Reason, r.Emulated)
 		}
@@ -55,7 +55,7 @@ func TestRun(t *testing.T) {
 // BenchmarkRoundTrip: one push+pull per iteration. GB/s as in Row.GBps
 // (verbs-emu: the verbs transport over its emulation, not a device).
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, tr := range []string{"inmem", "tcp", "verbs-emu"} {
+	for _, tr := range []string{"inmem", "tcp", "shm", "verbs-emu"} {
 		for _, name := range []string{"none", "s2", "zstd", "shuffle+zstd", "fp16", "bf16", "topk:0.01"} {
 			codec, _ := rdma.ParseCodec(name)
 			for _, size := range []int{1 << 20, 4 << 20, 16 << 20} {

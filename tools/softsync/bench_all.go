@@ -56,7 +56,7 @@ bench train for LeNet at μ = 64 and 4 and cifar10_full at μ = 100 and 4 on
 --train-threads threads, at every level the CPU runs of avx512 and avx2,
 beside PyTorch's training step on the same threads
 (bench/torch_train_throughput.py, Debian's python3-torch), bench
-transport (inmem, tcp with every codec, verbs-emu) beside iperf3 over
+transport (inmem, tcp and shm with every codec, verbs-emu) beside iperf3 over
 loopback, and bench speedup (λ = 1, 2 learner processes). --go-bench adds
 the output of go test -bench runs (make bench: the convolution layers and
 memory-bound kernels of package kernels per level, compared with the bench
@@ -421,7 +421,7 @@ func (r *benchRun) goBench(path string) error {
 	return nil
 }
 
-// transport runs bench transport (inmem and tcp, then verbs-emu, which
+// transport runs bench transport (inmem, tcp and shm, then verbs-emu, which
 // needs the verbs build tag) and iperf3, the TCP reference.
 func (r *benchRun) transport() error {
 	args := []string{"bench", "transport", "--json", "--sizes", "1M,16M", "--min-time", "500ms"}
@@ -431,7 +431,7 @@ func (r *benchRun) transport() error {
 		iperfSec = 1
 	}
 	var rows []transportbench.Row
-	if err := r.self(&rows, append(args, "--transports", "inmem,tcp")...); err != nil {
+	if err := r.self(&rows, append(args, "--transports", "inmem,tcp,shm")...); err != nil {
 		return err
 	}
 	var emu []transportbench.Row

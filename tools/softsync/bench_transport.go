@@ -33,13 +33,16 @@ the mean). ratio is wire bytes /
 raw bytes, encode_s and decode_s the codec time per round (both
 directions). The tcp-raw row (--baseline) moves the same bytes over a
 plain loopback socket, with no framing, checksum or codec, in the same
-run. tcp-nocrc is TCP without payload checksums. verbs needs an RDMA
+run, and the memcpy row copies them as shm does (into a ring-sized
+buffer and out, each way) on one core, with nothing else: the ceilings
+of tcp and shm. tcp-nocrc and shm-nocrc run without payload checksums;
+shm is shared memory between processes of one host. verbs needs an RDMA
 device (softsync doctor lists them; docs/rdma.md shows Soft-RoCE);
 verbs-emu runs the verbs transport over its in-process emulation, whose
 rows are labelled emulated: they measure the protocol and memory copies,
-not RDMA hardware. auto picks verbs or TCP per connection as softsync
-train would, and the "via" column (conn in JSON, with the reason) says
-which.`,
+not RDMA hardware. auto picks shm, verbs or TCP per connection as
+softsync train would, and the "via" column (conn in JSON, with the
+reason) says which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := transportbench.Config{MinTime: minTime, Baseline: baseline, Seed: 1, OnConnect: app.logConnect}
@@ -90,11 +93,11 @@ which.`,
 	}
 	f := c.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of {transport, codec, bytes, gbps, ratio, ...}")
-	f.StringVar(&transports, "transports", "inmem,tcp", "comma-separated transports: inmem, tcp, tcp-nocrc, verbs, verbs-emu (emulated verbs), auto")
+	f.StringVar(&transports, "transports", "inmem,tcp,shm", "comma-separated transports: inmem, tcp, tcp-nocrc, shm, shm-nocrc, verbs, verbs-emu (emulated verbs), auto")
 	f.StringVar(&codecs, "codecs", "none,s2,zstd,shuffle+s2,shuffle+zstd,fp16,bf16,topk:0.01", "comma-separated --compress values")
 	f.StringVar(&sizes, "sizes", "1M,4M,16M", "comma-separated gradient sizes in bytes (K and M suffixes are ×1024)")
 	f.DurationVar(&minTime, "min-time", time.Second, "minimum timed duration per row")
-	f.BoolVar(&baseline, "baseline", true, "add a plain loopback socket row (tcp-raw) per size")
+	f.BoolVar(&baseline, "baseline", true, "add a plain loopback socket row (tcp-raw) and a plain copy row (memcpy) per size")
 	return c
 }
 

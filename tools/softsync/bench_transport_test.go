@@ -16,7 +16,7 @@ func TestBenchTransportJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(rows) != 5 { // tcp-raw, then 2 transports × 2 codecs
+	if len(rows) != 6 { // tcp-raw and memcpy, then 2 transports × 2 codecs
 		t.Fatalf("%d rows: %v", len(rows), rows)
 	}
 	for _, r := range rows {

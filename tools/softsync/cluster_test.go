@@ -247,7 +247,8 @@ func TestRendezvousTimeout(t *testing.T) {
 // by a veth pair: host A runs the head (coordinator and evaluator), shard
 // server 0 and learner 0, host B shard server 1 and learner 1, each
 // started on its own with the job's secret file, so that non-loopback
-// addresses, advertising and the secret are exercised. A shard server
+// addresses, advertising and the secret are exercised, and auto's choice:
+// shm between processes of one host, TCP between hosts. A shard server
 // that advertises a loopback address to the other host is refused with a
 // message that says so.
 func TestTwoHosts(t *testing.T) {
@@ -286,8 +287,20 @@ func TestTwoHosts(t *testing.T) {
 	}
 	r := checkClusterReport(t, report, 5, 2, 2)
 	hosts := map[string]bool{}
+	learnerHost := []string{a.Addr.String(), b.Addr.String()}
 	for _, c := range r["connections"].([]any) {
-		hosts[strings.Split(c.(map[string]any)["peer"].(string), ":")[0]] = true
+		c := c.(map[string]any)
+		host := strings.Split(c["peer"].(string), ":")[0]
+		hosts[host] = true
+		// auto: shm to the shard server on the learner's host, TCP to
+		// the other host's, which is in another network namespace.
+		want, why := "tcp", "another host or network namespace"
+		if host == learnerHost[int(c["learner"].(float64))] {
+			want, why = "shm", "same host"
+		}
+		if c["transport"] != want || !strings.Contains(c["reason"].(string), why) {
+			t.Errorf("learner %v to %s: %v (%v), want %s (%s)", c["learner"], host, c["transport"], c["reason"], want, why)
+		}
 	}
 	if !hosts[a.Addr.String()] || !hosts[b.Addr.String()] {
 		t.Errorf("learners connected to %v, want both hosts' shard servers", hosts)

@@ -32,9 +32,9 @@ type clusterFlags struct {
 func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	if train {
 		fl.StringVar(&c.mode, "cluster", "", `"auto": this process is one rank of a job started by mpirun, mpiexec or srun, which every rank runs with the same flags; its role comes from its rank (docs/cluster.md)`)
-		fl.StringVar(&c.transport, "transport", "", "inmem (in-process channels) or tcp (loopback sockets) for one process; tcp, verbs or auto (verbs where both ends have an RDMA port, else TCP) across processes (default: inmem, auto across processes)")
+		fl.StringVar(&c.transport, "transport", "", "inmem (in-process channels) or tcp (loopback sockets) for one process; tcp, shm (shared memory, one host), verbs or auto (shm to processes on this host, else verbs where both ends have an RDMA port, else TCP) across processes (default: inmem, auto across processes)")
 	} else {
-		fl.StringVar(&c.transport, "transport", "auto", "tcp, verbs or auto (verbs where both ends have an RDMA port, else TCP); every process of the job uses the same")
+		fl.StringVar(&c.transport, "transport", "auto", "tcp, shm (shared memory, one host), verbs or auto (shm to processes on this host, else verbs where both ends have an RDMA port, else TCP); every process of the job uses the same")
 	}
 	fl.StringVar(&c.coordinator, "coordinator", "", "HOST:PORT of the job's coordinator: where it listens (its own process) or where the others dial it")
 	fl.StringVar(&c.listen, "listen", "", "HOST or HOST:PORT this process listens on for the job's connections (default: loopback when the job runs on one host, else this host's address)")

@@ -1,0 +1,162 @@
+//go:build linux
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// shmConns connects two ends of a shm network with rings of ring bytes.
+func shmConns(t *testing.T, opts Options, ring int) (client, server *shmConn) {
+	t.Helper()
+	n, err := NewShm(opts)
+	if err != nil {
+		t.Skipf("no shared-memory transport: %v", err)
+	}
+	n.ring = ring
+	c, s, err := vpair(t, n, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.(*shmConn), s.(*shmConn)
+}
+
+// TestShmHostileIndices: ring indices the peer writes out of range — a
+// tail past the ring or gone back, a head past the tail or gone back —
+// fail the direction that reads them with ErrProtocol, for good, and
+// touch nothing outside the ring.
+func TestShmHostileIndices(t *testing.T) {
+	const ring = 64 << 10
+	for _, tc := range []struct {
+		name string
+		// poke writes, as the peer p of the end under test, a bad index
+		// into the ring the end reads (recv) or writes.
+		poke func(p *shmConn)
+		recv bool
+	}{
+		{"tail past the ring", func(p *shmConn) { p.tx.ring.tail.Store(p.tx.tail + ring + 1) }, true},
+		{"tail far ahead", func(p *shmConn) { p.tx.ring.tail.Store(p.tx.tail + 1<<62) }, true},
+		{"tail gone back", func(p *shmConn) { p.tx.ring.tail.Store(p.tx.tail - 1) }, true},
+		{"head past the tail", func(p *shmConn) { p.rx.ring.head.Store(p.rx.head + ring) }, false},
+		{"head gone back", func(p *shmConn) { p.rx.ring.head.Store(p.rx.head - 1) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := shmConns(t, Options{}, ring)
+			// One message each way first, so that every index is past 0.
+			for _, p := range [][2]*shmConn{{c, s}, {s, c}} {
+				if err := p[0].Send(testCtx(t), fill(NewMsg(1000), 1)); err != nil {
+					t.Fatal(err)
+				}
+				mustRecv(t, p[1]).Release()
+				p[0].tx.room() // the writer sees the head move past the message
+			}
+			var err error
+			if tc.recv { // s reads what c writes
+				tc.poke(c)
+				_, err = s.Recv(testCtx(t))
+			} else { // c writes what s reads; a frame larger than the ring reads the head
+				tc.poke(s)
+				err = c.Send(testCtx(t), NewMsg(ring))
+			}
+			if !errors.Is(err, ErrProtocol) || Recoverable(err) {
+				t.Fatalf("%v, want a fatal ErrProtocol", err)
+			}
+			if tc.recv {
+				_, err = s.Recv(testCtx(t))
+			} else {
+				err = c.Send(testCtx(t), NewMsg(1))
+			}
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("after a bad index: %v, want ErrProtocol again", err)
+			}
+		})
+	}
+}
+
+// TestAutoShm: auto networks on one host connect over shm, with or
+// without a secret, say so on both ends, keep the TCP addresses, and
+// carry messages both ways.
+func TestAutoShm(t *testing.T) {
+	key := []byte("an auto secret of thirty-two by.")
+	for _, opts := range []Options{{}, {Job: 3, Secret: key}} {
+		a, _ := NewAuto(opts)
+		b, _ := NewAuto(opts)
+		if a.shm == nil {
+			t.Skip("no shared-memory transport here")
+		}
+		c, s, err := vpair(t, a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, end := range []Conn{c, s} {
+			ti := end.Transport()
+			if ti.Name != "shm" || !strings.Contains(ti.Reason, "same host") || !strings.Contains(ti.Reason, "@softsync-auto/") {
+				t.Fatalf("transport %+v, want shm on the same host", ti)
+			}
+			if _, _, err := net.SplitHostPort(end.RemoteAddr()); err != nil {
+				t.Fatalf("remote address %q is not the TCP peer's", end.RemoteAddr())
+			}
+		}
+		for i, p := range [][2]Conn{{c, s}, {s, c}} {
+			if err := p[0].Send(testCtx(t), fill(NewMsg(100_000), i)); err != nil {
+				t.Fatal(err)
+			}
+			m := mustRecv(t, p[1])
+			if m.Seq != uint64(i) || len(m.Payload) != 100_000 || m.Job != opts.Job {
+				t.Fatalf("got seq %d, %d elements, job %d", m.Seq, len(m.Payload), m.Job)
+			}
+			m.Release()
+		}
+	}
+}
+
+// TestAutoShmOtherNamespace: a dialer whose unix sockets live in another
+// network namespace, as on another host, cannot reach the listener's
+// abstract socket: both ends stay on TCP and say why.
+func TestAutoShmOtherNamespace(t *testing.T) {
+	if err := inNewNetns(func() error { return nil }); err != nil {
+		t.Skipf("cannot make a network namespace here: %v", err)
+	}
+	a, _ := NewAuto(Options{})
+	b, _ := NewAuto(Options{})
+	if a.shm == nil {
+		t.Skip("no shared-memory transport here")
+	}
+	a.shm.dialUnix = func(_ context.Context, name string) (nc net.Conn, err error) {
+		if nerr := inNewNetns(func() error {
+			nc, err = net.Dial("unix", name)
+			return nil
+		}); nerr != nil {
+			return nil, nerr
+		}
+		return nc, err
+	}
+	c, s := checkFallback(t, a, b, "shm: local: unix socket @softsync-auto/", "shm: peer: unix socket @softsync-auto/")
+	for _, end := range []Conn{c, s} {
+		if why := end.Transport().Reason; !strings.Contains(why, "another host or network namespace") {
+			t.Fatalf("reason %q does not say why shm was not used", why)
+		}
+	}
+}
+
+// inNewNetns runs f on a thread of its own in a new network namespace;
+// the thread ends with it.
+func inNewNetns(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread, in its namespace, ends with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- err
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
