@@ -22,8 +22,15 @@
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make deps-bench   the same for the references of make bench (iperf3, python3-torch)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
-#   make chaos        a longer job under softsync launch with learners and a shard server
-#                     killed at random (CHAOS_SEED), against the same job undisturbed
+#   make chaos-sim    SEEDS (default 1000) seeded jobs of the chaos simulator: the
+#                     coordinator's core and real shards in virtual time, a learner, a
+#                     shard server or the head killed and restarted at a random message,
+#                     connections dropped; prints "chaos: N seeds, F failed, H hung"
+#                     (make test runs 200)
+#   make chaos        make chaos-sim, then the failure tests' job under softsync launch
+#                     CHAOS_RUNS times (default 20) per role killed at a random moment
+#                     (a learner, a shard server, the head; CHAOS_SEED), each against the
+#                     same job undisturbed
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in
 #                     testdata/fuzz/ (commit them); then TestHalfKernelsExhaustive
@@ -72,7 +79,7 @@ TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -146,8 +153,13 @@ profile: deps build
 # (go.dev/issue/75804), reported and passed over. The exhaustive half-
 # precision test, too long for make test (which runs TestHalfKernels, its
 # sample of every rounding case), runs last when FUZZ matches its name.
-chaos: deps csrc-hash
-	$(GO) test -tags 'chaos $(TAGS)' -run '^TestChaos$$' -v -timeout 60m -ldflags '$(LDFLAGS)' ./tools/softsync/
+SEEDS ?= 1000
+chaos-sim:
+	$(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) | grep -v '^=== RUN'
+
+chaos: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
+chaos: deps csrc-hash chaos-sim
+	$(GO) test -tags 'chaos $(TAGS)' -run '^TestChaos$$' -v -timeout 120m -ldflags '$(LDFLAGS)' ./tools/softsync/
 
 fuzz: csrc-hash
 	@cache=$$($(GO) env GOCACHE)/fuzz; count() { ls "$$1" 2>/dev/null | wc -l || true; }; \

@@ -40,10 +40,14 @@ type coordState struct {
 	Secs         []float64          `json:"seconds"`
 	Known        []bool             `json:"known"`
 	History      []epochJSON        `json:"history"`
-	Pushes       []uint64           `json:"pushes"`
-	Trained      float64            `json:"trained_seconds"` // training time so far
-	Lost         int                `json:"learners_lost"`
-	Restarts     int                `json:"learner_restarts"`
+	Pushes       []uint64           `json:"pushes"` // per shard, by learner incarnations that ended
+	// LearnerPushes are, per learner, the pushes per shard its current
+	// incarnation (Lives−1) reported: a learner that rejoins a restarted
+	// coordinator in that incarnation reports them again, cumulative.
+	LearnerPushes [][]uint64 `json:"learner_pushes,omitempty"`
+	Trained       float64    `json:"trained_seconds"` // training time so far
+	Lost          int        `json:"learners_lost"`
+	Restarts      int        `json:"learner_restarts"`
 }
 
 type epochJSON struct {

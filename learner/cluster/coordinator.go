@@ -101,12 +101,14 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	return c, nil
 }
 
-// tickEvery is how often the core's clock ticks: the heartbeat's
-// granularity.
+// tickEvery is how often the core's clock ticks: the granularity of the
+// heartbeat and the rendezvous deadline.
 func (c *Coordinator) tickEvery() time.Duration {
 	every := time.Second
-	if hb := c.cfg.Heartbeat; hb > 0 {
-		every = min(every, max(hb/4, 10*time.Millisecond))
+	for _, d := range []time.Duration{c.cfg.Heartbeat, c.cfg.Rendezvous} {
+		if d > 0 {
+			every = min(every, max(d/4, 10*time.Millisecond))
+		}
 	}
 	return every
 }
@@ -147,17 +149,8 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	tick := time.NewTicker(c.tickEvery())
 	defer tick.Stop()
 	interrupt := c.interrupt
+	ev := event{kind: evTick} // the clock of the rendezvous starts now
 	for {
-		var ev event
-		select {
-		case ev = <-events:
-		case <-tick.C:
-			ev = event{kind: evTick}
-		case <-interrupt:
-			ev, interrupt = event{kind: evInterrupt}, nil
-		case <-ctx.Done():
-			ev = event{kind: evCancel, err: ctx.Err()}
-		}
 		now := time.Now()
 		rd := c.core.step(ev, now)
 		c.carryOut(rd, conns, post, &wg)
@@ -168,6 +161,15 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 			conns.drain(stopGrace)
 			stopSends()
 			return rd.result, rd.err
+		}
+		select {
+		case ev = <-events:
+		case <-tick.C:
+			ev = event{kind: evTick}
+		case <-interrupt:
+			ev, interrupt = event{kind: evInterrupt}, nil
+		case <-ctx.Done():
+			ev = event{kind: evCancel, err: ctx.Err()}
 		}
 	}
 }

@@ -532,6 +532,9 @@ func (c *core) rejoinLearner(conn connID, h *hello) error {
 		if !c.started {
 			c.rejoin = true
 		}
+		if l.inc != h.Incarnation {
+			c.retirePushes(l)
+		}
 		l.inc, l.lives, l.live, l.done, l.held = h.Incarnation, max(l.lives, int(h.Incarnation)+1), true, false, h.Held
 		c.procs = append(c.procs, p)
 		if c.dispatching {

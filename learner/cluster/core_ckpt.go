@@ -163,10 +163,11 @@ func (c *core) state() coordState {
 	// Copies: the runtime encodes the state on another goroutine while
 	// the core goes on.
 	st := coordState{Dispatch: c.disp.State(), Steps: c.steps, LossSum: slices.Clone(c.lossSum), LossCnt: slices.Clone(c.lossCnt),
-		Secs: slices.Clone(c.secs), Known: slices.Clone(c.known), Pushes: c.totalPushes(), Lost: c.lost, Restarts: c.restarts,
+		Secs: slices.Clone(c.secs), Known: slices.Clone(c.known), Pushes: slices.Clone(c.pushes), Lost: c.lost, Restarts: c.restarts,
 		Trained: c.elapsed().Seconds()}
 	for _, l := range c.learners {
 		st.Lives, st.LearnerSteps = append(st.Lives, l.lives), append(st.LearnerSteps, l.steps)
+		st.LearnerPushes = append(st.LearnerPushes, slices.Clone(l.pushes))
 	}
 	for _, te := range c.testErr {
 		st.TestErr = append(st.TestErr, fracPtr(te))
@@ -199,6 +200,12 @@ func (c *core) restore(st coordState) error {
 	copy(c.known, st.Known)
 	if len(st.Pushes) == len(c.pushes) { // on another number of shards the counts start again, as the shards' do
 		copy(c.pushes, st.Pushes)
+		for i, l := range c.learners {
+			if i < len(st.LearnerPushes) && len(st.LearnerPushes[i]) == len(c.pushes) {
+				l.pushes = st.LearnerPushes[i]
+				l.inc = uint32(max(l.lives-1, 0))
+			}
+		}
 	}
 	for e, te := range st.TestErr {
 		c.testErr[e] = fracOf(te)

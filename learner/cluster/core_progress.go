@@ -136,7 +136,10 @@ func (c *core) elapsed() time.Duration {
 
 // result assembles the job's result.
 func (c *core) result() *Result {
-	r := &Result{History: slices.Clone(c.history), Steps: c.steps, Images: c.steps * int64(c.cfg.Plan.Batch),
+	// The learners' reports count every push; the delivered mini-batches
+	// stay exact through a restarted coordinator, which lost reports.
+	steps := max(c.steps, int64(c.disp.Stats().Batches))
+	r := &Result{History: slices.Clone(c.history), Steps: steps, Images: steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
 		Lost: c.lost, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.links),
 		Interrupted: c.interrupted, TestError: c.finalErr}
@@ -162,7 +165,7 @@ func (c *core) result() *Result {
 	// A learner that died reported its last pushes to no one: a shard
 	// counted at least those it received.
 	for k, st := range r.Shards {
-		r.Pushes[k] = max(r.Pushes[k], st.Gradients+st.Dropped)
+		r.Pushes[k] = max(r.Pushes[k], st.Gradients+st.Dropped+st.Redone+st.StaleLife)
 	}
 	slices.SortStableFunc(r.Processes, func(a, b Process) int { return a.Rank - b.Rank })
 	return r

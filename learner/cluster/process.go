@@ -143,7 +143,11 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if p.wrap != nil {
 			n = p.wrap(role, n)
 		}
-		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: cfg.Rendezvous,
+		rendezvous := cfg.Rendezvous
+		if j.coord != nil { // the coordinator in this process bounds the rendezvous, naming who is missing
+			rendezvous = 0
+		}
+		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: rendezvous,
 			PSTimeout: cfg.PSTimeout, Logger: cfg.Logger,
 			Process: Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()}}
 	}

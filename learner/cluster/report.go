@@ -88,9 +88,23 @@ type ReportTraffic struct {
 
 // ReportShard is one shard's counters.
 type ReportShard struct {
-	Shard            int             `json:"shard"`
-	Pushed           uint64          `json:"pushed"`
-	Lost             uint64          `json:"lost"`
+	Shard int `json:"shard"`
+	// Pushed are the gradients the learners pushed to the shard: each
+	// was accepted (Gradients), dropped as too stale (Dropped), ignored
+	// as a mini-batch the shard already had (Redone), given up as
+	// computed on an earlier life's weights (StaleLife), or never reached
+	// it (Lost: its learner died first).
+	Pushed    uint64 `json:"pushed"`
+	Lost      uint64 `json:"lost"`
+	Redone    uint64 `json:"redone"`
+	StaleLife uint64 `json:"stale_life"`
+	// Resent counts the pushes sent again on a new connection that the
+	// shard had already (not in Pushed).
+	Resent uint64 `json:"resent"`
+	// GivenUp are the job's mini-batches the shard never had: lost with
+	// a restart of its server after the data was done. Gradients +
+	// Dropped + GivenUp is every mini-batch of the job.
+	GivenUp          uint64          `json:"given_up"`
 	Updates          uint64          `json:"updates"`
 	Partial          uint64          `json:"partial_updates"`
 	Refused          uint64          `json:"refused_updates"`
@@ -115,7 +129,8 @@ type ReportChunks struct {
 	Handed     int `json:"handed"`
 	Completed  int `json:"completed"`
 	Reassigned int `json:"reassigned"`
-	Batches    int `json:"batches"` // mini-batches of the completed chunks
+	Batches    int `json:"batches"` // mini-batches delivered: their gradients reached every shard
+	Redone     int `json:"redone"`  // mini-batches handed out again: a shard lacked them
 }
 
 // ReportSolver is the solver's settings.
@@ -142,7 +157,8 @@ func NewReport(c *Config, res *Result) *Report {
 			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
 		Interrupted: res.Interrupted, Processes: append([]ReportProcess{}, processesOf(res.Processes)...),
 		Connections: append([]Connection{}, res.Connections...), Lost: res.Lost, Restarts: res.Restarts,
-		Chunks: ReportChunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned, Batches: res.Chunks.Batches},
+		Chunks: ReportChunks{Handed: res.Chunks.Handed, Completed: res.Chunks.Completed, Reassigned: res.Chunks.Reassigned, Batches: res.Chunks.Batches,
+			Redone: res.Chunks.Redone},
 	}
 	if c.Train != nil {
 		r.TrainImages = c.Train.N
@@ -180,10 +196,14 @@ func NewReport(c *Config, res *Result) *Report {
 	r.Staleness = ReportStaleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
 		sh := ReportShard{Shard: k, Updates: s.Updates, Partial: s.Partial, Refused: s.Refused, RefusedGradients: append([]uint64{}, s.RefusedGradients...),
-			Gradients: s.Gradients, Dropped: s.Dropped, Staleness: staleOf(&s)}
+			Gradients: s.Gradients, Dropped: s.Dropped, Redone: s.Redone, StaleLife: s.StaleLife, Resent: s.Duplicates, Staleness: staleOf(&s)}
+		if k < len(res.GivenUp) {
+			sh.GivenUp = res.GivenUp[k]
+		}
 		if k < len(res.Pushes) {
-			sh.Pushed = res.Pushes[k]
-			sh.Lost = sh.Pushed - min(sh.Pushed, s.Gradients+s.Dropped)
+			arrived := s.Gradients + s.Dropped + s.Redone + s.StaleLife
+			sh.Pushed = max(res.Pushes[k], arrived)
+			sh.Lost = sh.Pushed - arrived
 		}
 		r.ShardStats = append(r.ShardStats, sh)
 		if k == 0 {

@@ -29,7 +29,7 @@ type Result struct {
 	// process: in-process jobs and the coordinator's rank).
 	Weights    []float32
 	Normalizer data.Normalizer
-	Steps      int64   // gradients pushed, all learners
+	Steps      int64   // gradients pushed, all learners (at least the mini-batches delivered)
 	Images     int64   // Steps·Batch
 	Seconds    float64 // training wall time: the start of the job to its last completed chunk
 	// ImagesPerSec is Images/Seconds.

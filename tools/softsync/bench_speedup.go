@@ -62,7 +62,7 @@ on the same cores as the learners.`,
 					args := []string{"--model", model, "--batch", strconv.Itoa(batch), "--epochs", "1000",
 						"--max-steps", strconv.Itoa(steps * l), "--protocol", proto, "--transport", transport,
 						"--test-subset", "100", "--quiet", "--lr", "0.01"}
-					_, _, res, err := launchJob(ctx, app, &launchFlags{learners: l, shards: 1}, args)
+					res, err := launchJob(ctx, app, &launchFlags{learners: l, shards: 1}, args, true)
 					if err != nil {
 						return fmt.Errorf("%s with %d learners: %w", proto, l, err)
 					}
