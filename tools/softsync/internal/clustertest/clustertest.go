@@ -145,8 +145,17 @@ func (l *Launcher) Start(t testing.TB, s Spec) *Job {
 	// A process group of its own, so that a timeout kills the launcher and
 	// what it forked at once; sweep finds the rest by the marker.
 	j.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	j.cmd.Cancel = func() error { return syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL) }
-	j.cmd.WaitDelay = 5 * time.Second
+	j.cmd.Cancel = func() error {
+		// A job that hangs tells where: its processes print their
+		// goroutines (Go's SIGQUIT) before they are killed, the
+		// launcher's children first, while it still relays their output.
+		quit(j.marker, j.cmd.Process.Pid)
+		time.Sleep(2 * time.Second)
+		_ = syscall.Kill(j.cmd.Process.Pid, syscall.SIGQUIT)
+		time.Sleep(time.Second)
+		return syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	j.cmd.WaitDelay = 8 * time.Second
 	if err := j.cmd.Start(); err != nil {
 		cancel()
 		j.res = Result{Cmdline: argv, ExitCode: -1, Err: err}

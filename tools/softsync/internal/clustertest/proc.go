@@ -29,6 +29,16 @@ func sweep(marker string) {
 	}
 }
 
+// quit sends SIGQUIT to the processes of the job marker but launcher:
+// Go programs print their goroutines' stacks and exit.
+func quit(marker string, launcher int) {
+	for _, pid := range marked([]byte(markerVar+"="+marker), os.Getpid()) {
+		if pid != launcher {
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+		}
+	}
+}
+
 // marked lists the processes other than self whose environment holds the
 // entry want.
 func marked(want []byte, self int) []int {
