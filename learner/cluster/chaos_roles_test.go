@@ -675,6 +675,7 @@ func (l *simLearner) delivered(id uint64) {
 	delete(l.ids, id)
 	h.Delivered = max(h.Delivered, p.pos+1)
 	if h.Delivered == h.Chunk.Count {
+		delete(l.news, p.chunk)
 		l.j.send(l.ctrl, l, encode(tComplete, h.Chunk))
 		return
 	}

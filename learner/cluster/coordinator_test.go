@@ -40,7 +40,7 @@ func (n tamperNet) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tamperConn{c, n.keep}, nil
+	return &tamperConn{c, n.keep}, nil // a pointer: connections are compared
 }
 
 type tamperConn struct {
@@ -48,7 +48,7 @@ type tamperConn struct {
 	keep func(m *rdma.Msg) bool
 }
 
-func (c tamperConn) Send(ctx context.Context, m *rdma.Msg) error {
+func (c *tamperConn) Send(ctx context.Context, m *rdma.Msg) error {
 	if !c.keep(m) {
 		m.Release()
 		return nil

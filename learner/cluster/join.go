@@ -33,7 +33,12 @@ type Member struct {
 	// the handshake, as a listener full of unauthenticated connections
 	// does to some (see dial).
 	PSTimeout time.Duration
-	Logger    *slog.Logger // nil: no log
+	// Locate, if set, tells where the coordinator is now (a restarted
+	// coordinator may listen elsewhere and publish its address, e.g. in
+	// a rendezvous file): a process that lost the coordinator asks it
+	// before each attempt to rejoin; "" means Coordinator.
+	Locate func() string
+	Logger *slog.Logger // nil: no log
 }
 
 func (m *Member) log() *slog.Logger {
@@ -169,16 +174,37 @@ func (m *Member) rejoin(ctx context.Context, h hello, cause error) (*ctrl, welco
 	log.Warn("lost the coordinator; dialling it again", "addr", m.Coordinator, "for", m.PSTimeout, "err", cause)
 	ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
 	defer cancel()
-	again := *m
-	again.Rendezvous = 0
 	h.Rejoin = true
-	cc, w, err := again.join(ctx, h)
-	if err != nil {
-		return nil, welcome{}, fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+	for {
+		again := *m
+		again.Rendezvous = 0
+		if m.Locate != nil {
+			if a := m.Locate(); a != "" {
+				again.Coordinator = a
+			}
+		}
+		// Where Locate may tell another address, an attempt that finds
+		// nothing gives up after a while to ask again.
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if m.Locate != nil {
+			actx, acancel = context.WithTimeout(ctx, locateEvery)
+		}
+		cc, w, err := again.join(actx, h)
+		acancel()
+		switch {
+		case err == nil:
+			m.Coordinator = again.Coordinator
+			log.Info("rejoined the coordinator", "addr", m.Coordinator, "me", m.Process.String())
+			return cc, w, nil
+		case ctx.Err() != nil || actx.Err() == nil:
+			return nil, welcome{}, fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+		}
 	}
-	log.Info("rejoined the coordinator", "addr", m.Coordinator, "me", m.Process.String())
-	return cc, w, nil
 }
+
+// locateEvery is how long one attempt to rejoin waits before it asks
+// Member.Locate where the coordinator is again.
+const locateEvery = 2 * time.Second
 
 // stopErr turns the coordinator's stop message into the role's result:
 // nil, the job's failure, or ErrInterrupted for a job interrupted before

@@ -28,6 +28,9 @@ type ProcessConfig struct {
 	Listeners   Listeners
 	// Host names this host in the job's report ("": localhost).
 	Host string
+	// Locate, if set, is every role's Member.Locate: where a coordinator
+	// that was lost and started again listens now.
+	Locate func() string
 
 	// wrap, if set (by tests), stands between each role but the
 	// coordinator and its network.
@@ -148,7 +151,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			rendezvous = 0
 		}
 		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: rendezvous,
-			PSTimeout: cfg.PSTimeout, Logger: cfg.Logger,
+			PSTimeout: cfg.PSTimeout, Locate: p.Locate, Logger: cfg.Logger,
 			Process: Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()}}
 	}
 	ctx, j.cancel = context.WithCancel(ctx)

@@ -246,7 +246,9 @@ func (r *worker) delivered(id uint64) {
 	delete(r.ids, id)
 	h.Delivered = max(h.Delivered, p.pos+1)
 	complete := h.Delivered == h.Chunk.Count
-	if !complete {
+	if complete {
+		delete(r.news, p.chunk) // the completion tells it
+	} else {
 		r.news[p.chunk] = true
 	}
 	c, cc := h.Chunk, r.cc
