@@ -169,7 +169,9 @@ func (j *chaosJob) dialHead(node simNode, then func(*simConn)) {
 			then(nil)
 			return
 		}
-		j.after(200*time.Millisecond, try)
+		// Processes come back at different times (their backoffs and
+		// Locate differ): the coordinator sees them arrive in any order.
+		j.after(time.Duration(100+j.rng.IntN(1500))*time.Millisecond, try)
 	}
 	try()
 }
@@ -271,6 +273,8 @@ type simServer struct {
 	binds    map[uint32]*simBind
 	routes   []*simConn
 	ctrl     *simConn
+	joining  *simConn // rejoining: the new connection, until its welcome
+	rejoined bool
 	hello    hello
 	welcomed bool
 	finished bool
@@ -357,6 +361,12 @@ func (s *simServer) die() {
 }
 
 func (s *simServer) deliver(c *simConn, m any) {
+	if c == s.joining && m.(ctl).t == tWelcome {
+		s.ctrl, s.joining = c, nil
+		if s.rejoined && s.final { // its counters went on the old connection, if at all
+			s.j.send(c, s, encode(tFinal, s.stats()))
+		}
+	}
 	if c == s.ctrl {
 		s.command(m.(ctl))
 		return
@@ -501,7 +511,7 @@ func (s *simServer) command(m ctl) {
 }
 
 func (s *simServer) lost(c *simConn) {
-	if c != s.ctrl {
+	if c != s.ctrl && c != s.joining {
 		for _, b := range s.binds {
 			if b.conn == c {
 				b.conn = nil
@@ -509,15 +519,17 @@ func (s *simServer) lost(c *simConn) {
 		}
 		return
 	}
-	// The coordinator lost: rejoin.
+	// The coordinator lost: rejoin (serverRole.rejoin): its reports go
+	// on the new connection once welcomed.
 	s.j.logf("server %d lost the coordinator", s.k)
+	s.ctrl = nil
 	s.j.dialHead(s, func(c *simConn) {
 		if c == nil {
 			s.j.err = fmt.Errorf("server %d could not rejoin the coordinator", s.k)
 			s.j.ended = true
 			return
 		}
-		s.ctrl = c
+		s.joining, s.rejoined = c, true
 		h := s.hello
 		h.Rejoin, h.Consumed = true, [][]ps.Interval{s.shard.Consumed()}
 		if s.final {
@@ -536,6 +548,7 @@ type simLearner struct {
 	dead     bool
 	lives    int // processes started for this id, for the restart bound
 	ctrl     *simConn
+	joining  *simConn // rejoining: the new connection, until its welcome
 	welcomed bool
 	inc      uint32
 	plan     data.Plan
@@ -614,7 +627,10 @@ func (l *simLearner) fail(why string) {
 }
 
 func (l *simLearner) deliver(c *simConn, m any) {
-	if c == l.ctrl {
+	if c == l.joining && m.(ctl).t == tWelcome {
+		l.ctrl, l.joining = c, nil
+	}
+	if c == l.ctrl || c == l.joining {
 		l.command(m.(ctl))
 		return
 	}
@@ -877,22 +893,21 @@ func (l *simLearner) connect(k int) {
 
 func (l *simLearner) lost(c *simConn) {
 	j := l.j
-	if c == l.ctrl {
+	if c == l.ctrl || c == l.joining {
 		j.logf("learner %d lost the coordinator", l.id)
-		l.ctrl = nil
-		h := hello{Process: Process{Rank: -1, Role: RoleLearner, ID: l.id}, Settings: j.cfg.Settings, Rejoin: true, Incarnation: l.inc}
-		for _, c := range l.held {
-			h.Held = append(h.Held, *c)
-		}
-		slices.SortFunc(h.Held, func(a, b data.Holding) int {
-			return cmp.Or(cmp.Compare(a.Chunk.Epoch, b.Chunk.Epoch), cmp.Compare(a.Chunk.First, b.Chunk.First))
-		})
+		l.ctrl, l.joining = nil, nil
 		j.dialHead(l, func(c *simConn) {
 			if c == nil {
 				l.fail("could not rejoin the coordinator")
 				return
 			}
-			l.ctrl = c
+			h := hello{Process: Process{Rank: -1, Role: RoleLearner, ID: l.id}, Settings: j.cfg.Settings, Rejoin: true, Incarnation: l.inc}
+			for _, key := range slices.SortedFunc(maps.Keys(l.held), cmpKey) {
+				h.Held = append(h.Held, *l.held[key])
+			}
+			// Its reports and requests go on the new connection once
+			// welcomed (worker.rejoin); until then they are lost.
+			l.joining = c
 			j.send(c, l, encode(tHello, h))
 		})
 		return

@@ -828,6 +828,17 @@ func (c *core) claim(id int, held []data.Holding) {
 // delivered records a learner's report that the first n mini-batches of
 // chunk ch reached every shard (n < 0: all of them).
 func (c *core) delivered(id int, ch data.Chunk, n int) {
+	if !c.dispatching { // a rejoined learner's, before the rebuild: it counts there
+		for i, h := range c.learners[id].held {
+			if h.Chunk == ch {
+				if n < 0 {
+					n = ch.Count
+				}
+				c.learners[id].held[i].Delivered = max(h.Delivered, min(n, ch.Count))
+			}
+		}
+		return
+	}
 	if err := c.disp.Delivered(id, ch, n); err != nil {
 		// A chunk the learner holds no longer (it was given to another
 		// while the learner was away): the other's count is the one.
@@ -1105,6 +1116,9 @@ func (c *core) over() (*Result, error, bool) {
 		}
 	}
 	if c.cfg.Evaluator && (c.eval == nil || !c.eval.done) || c.ckpt.round != nil { // no file written after the job
+		return nil, nil, false
+	}
+	if !c.dispatching { // a restarted coordinator counts what the shards have first
 		return nil, nil, false
 	}
 	return c.result(), nil, true

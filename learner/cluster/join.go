@@ -162,11 +162,12 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 }
 
 // rejoin dials the coordinator again after its connection failed with
-// cause, and says hello h (a Rejoin), waiting for the welcome: for
+// cause, and says hello (a Rejoin, made anew for each attempt), waiting
+// for the welcome: for
 // PSTimeout at most (without a PSTimeout the loss is the job's end for
 // this process). The coordinator may have been restarted: it welcomes
 // the process once the job has started again.
-func (m *Member) rejoin(ctx context.Context, h hello, cause error) (*ctrl, welcome, error) {
+func (m *Member) rejoin(ctx context.Context, hello func() hello, cause error) (*ctrl, welcome, error) {
 	if m.PSTimeout <= 0 {
 		return nil, welcome{}, fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, cause)
 	}
@@ -174,8 +175,10 @@ func (m *Member) rejoin(ctx context.Context, h hello, cause error) (*ctrl, welco
 	log.Warn("lost the coordinator; dialling it again", "addr", m.Coordinator, "for", m.PSTimeout, "err", cause)
 	ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
 	defer cancel()
-	h.Rejoin = true
 	for {
+		// What the process has is told as of each attempt.
+		h := hello()
+		h.Rejoin = true
 		again := *m
 		again.Rendezvous = 0
 		if m.Locate != nil {

@@ -221,6 +221,11 @@ func (r *serverRole) commands(ctx context.Context) error {
 			m.cc.conn.Close()
 			r.setCtrl(cc)
 			go readCtrlTo(ctx, cc, msgs)
+			if final == nil && r.final() { // its counters went on the old connection, if at all
+				if err := report(tFinal, srv.Stats(), "the final counters"); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		switch t {
@@ -276,14 +281,6 @@ func (r *serverRole) commands(ctx context.Context) error {
 // have consumed, and its final counters if they are final. cfg.Stop
 // ends the attempt.
 func (r *serverRole) rejoin(ctx context.Context, cause error) (*ctrl, error) {
-	h := r.hello
-	h.Rejoin, h.Consumed = true, r.srv.Consumed()
-	select {
-	case <-r.srv.Final():
-		st := r.srv.Stats()
-		h.Final = &st
-	default:
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -293,8 +290,26 @@ func (r *serverRole) rejoin(ctx context.Context, cause error) (*ctrl, error) {
 		case <-ctx.Done():
 		}
 	}()
-	cc, _, err := r.cfg.rejoin(ctx, h, cause)
+	cc, _, err := r.cfg.rejoin(ctx, func() hello {
+		h := r.hello
+		h.Consumed = r.srv.Consumed()
+		if r.final() {
+			st := r.srv.Stats()
+			h.Final = &st
+		}
+		return h
+	}, cause)
 	return cc, err
+}
+
+// final reports whether the server's shards are final.
+func (r *serverRole) final() bool {
+	select {
+	case <-r.srv.Final():
+		return true
+	default:
+		return false
+	}
 }
 
 // refusalEvery is the least time between two log lines of one shard about

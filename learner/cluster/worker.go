@@ -400,16 +400,18 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 // was not answered goes again.
 func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
 	old.conn.Close()
-	r.mu.Lock()
-	h := hello{Incarnation: r.inc}
-	for _, c := range r.held {
-		h.Held = append(h.Held, *c)
-	}
-	r.mu.Unlock()
-	slices.SortFunc(h.Held, func(a, b data.Holding) int {
-		return cmp.Or(cmp.Compare(a.Chunk.Epoch, b.Chunk.Epoch), cmp.Compare(a.Chunk.First, b.Chunk.First))
-	})
-	cc, _, err := r.cfg.rejoin(ctx, h, cause)
+	cc, _, err := r.cfg.rejoin(ctx, func() hello {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		h := hello{Incarnation: r.inc}
+		for _, c := range r.held {
+			h.Held = append(h.Held, *c)
+		}
+		slices.SortFunc(h.Held, func(a, b data.Holding) int {
+			return cmp.Or(cmp.Compare(a.Chunk.Epoch, b.Chunk.Epoch), cmp.Compare(a.Chunk.First, b.Chunk.First))
+		})
+		return h
+	}, cause)
 	if err != nil {
 		return err
 	}
