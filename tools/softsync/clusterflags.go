@@ -10,21 +10,22 @@ import (
 // clusterFlags are the flags of a process that takes part in a job of
 // several processes (docs/cluster.md).
 type clusterFlags struct {
-	mode          string        // --cluster: "" (one process) or "auto"
-	transport     string        // --transport; "" = inmem in one process, auto across processes
-	coordinator   string        // --coordinator HOST:PORT
-	listen        string        // --listen HOST[:PORT]
-	rendezvousDir string        // --rendezvous-dir
-	secretFile    string        // --secret-file
-	insecure      bool          // --insecure
-	heartbeat     time.Duration // --heartbeat
-	rendezvous    time.Duration // --rendezvous-timeout
-	psTimeout     time.Duration // --ps-timeout
-	ckptDir       string        // --checkpoint-dir
-	ckptEvery     string        // --checkpoint-every: N mini-batches or a duration
-	resume        string        // --resume DIR
-	id            int           // --id (role commands)
-	metrics       string        // --metrics HOST:PORT
+	mode           string        // --cluster: "" (one process) or "auto"
+	transport      string        // --transport; "" = inmem in one process, auto across processes
+	coordinator    string        // --coordinator HOST:PORT
+	listen         string        // --listen HOST[:PORT]
+	rendezvousDir  string        // --rendezvous-dir
+	rendezvousFile string        // --rendezvous-file (eval)
+	secretFile     string        // --secret-file
+	insecure       bool          // --insecure
+	heartbeat      time.Duration // --heartbeat
+	rendezvous     time.Duration // --rendezvous-timeout
+	psTimeout      time.Duration // --ps-timeout
+	ckptDir        string        // --checkpoint-dir
+	ckptEvery      string        // --checkpoint-every: N mini-batches or a duration
+	resume         string        // --resume DIR
+	id             int           // --id (role commands)
+	metrics        string        // --metrics HOST:PORT
 }
 
 // addClusterFlags adds the flags of multi-process jobs; train also gets

@@ -73,6 +73,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		return err
 	}
 	p := part(f, cfg, topo, rank, network, coord.addr)
+	p.Locate = coord.locate
 	if err := listen(p, coord.listen, listenOn); err != nil {
 		return err
 	}
@@ -96,6 +97,10 @@ type meeting struct {
 	listen  string // rank 0: where the coordinator listens
 	addr    string // the others: where they dial it
 	publish func(addr string) error
+	// locate, for the others, tells where the coordinator is now: the
+	// address in the rendezvous file, which a head started again writes
+	// anew (eval --rendezvous-file); "" when the file names none alive.
+	locate func() string
 }
 
 // rendezvous decides, for this rank, where the coordinator is and the
@@ -140,7 +145,7 @@ func rendezvous(ctx context.Context, app *App, f *trainFlags, w launcher.World, 
 		if secret == nil {
 			secret = fileSecret
 		}
-		return meeting{addr: r.Coordinator}, secret, none, nil
+		return meeting{addr: r.Coordinator, locate: func() string { return locateRendezvous(path) }}, secret, none, nil
 	}
 	if secret == nil {
 		secret = newSecret()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,6 +72,14 @@ func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config,
 		}
 		fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
 		p.Listeners.Coordinator = ln
+		if path := f.cluster.rendezvousFile; path != "" {
+			host, _ := os.Hostname()
+			if err := writeRendezvous(path, rendezvousFile{Coordinator: ln.Addr(), Secret: base64.StdEncoding.EncodeToString(secret),
+				Host: host, PID: os.Getpid()}); err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("--rendezvous-file: %w", err)
+			}
+		}
 	case cluster.RoleServer:
 		addr, err := listenAddr(f.cluster.listen, isLoopbackAddr(f.cluster.coordinator))
 		if err != nil {
@@ -134,7 +143,14 @@ $SOFTSYNC_SECRET; without either (and without --insecure), one is made and writt
 (or in the current folder) as softsync.secret, readable by the owner only,
 for the other processes' --secret-file. A softsync.secret already there is
 never replaced: the head refuses to start (pass it with --secret-file, or
-remove it).` + roleHelp,
+remove it).
+
+To continue a job whose head died (its shard servers and learners go on
+and wait for it for --ps-timeout), start it again with the job's flags and
+--resume DIR (the job's checkpoints), on the same --coordinator address, or
+with --rendezvous-file naming the rendezvous file of a --cluster auto job
+(docs/cluster.md, "Failures").
+` + roleHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd, app)
@@ -143,6 +159,9 @@ remove it).` + roleHelp,
 				f.cluster.coordinator = "127.0.0.1:0"
 			}
 			secret, err := loadSecret(f.cluster.secretFile)
+			if err == nil && secret == nil && f.cluster.rendezvousFile != "" {
+				secret, err = secretOf(f.cluster.rendezvousFile) // the job's, when restarting its head
+			}
 			if err != nil {
 				return err
 			}
@@ -165,6 +184,7 @@ remove it).` + roleHelp,
 	addJobFlags(c.Flags(), &f)
 	addOutputFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
+	c.Flags().StringVar(&f.cluster.rendezvousFile, "rendezvous-file", "", "write the coordinator's address and the job's secret to this rendezvous file (replacing it; mode 0600), where the ranks of a --cluster auto job whose head this restarts find it; its secret is the job's unless --secret-file or $SOFTSYNC_SECRET gives one")
 	return c
 }
 

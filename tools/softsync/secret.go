@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,6 +69,42 @@ type rendezvousFile struct {
 	Secret      string `json:"secret"` // base64
 	Host        string `json:"host"`
 	PID         int    `json:"pid"`
+}
+
+// locateRendezvous returns the coordinator's address in the rendezvous
+// file path, if the file is there and its writer alive (or on another
+// host); "" otherwise.
+func locateRendezvous(path string) string {
+	var r rendezvousFile
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &r) != nil {
+		return ""
+	}
+	if host, _ := os.Hostname(); r.Host == host && !alive(r.PID) {
+		return ""
+	}
+	return r.Coordinator
+}
+
+// secretOf returns the job's secret that the rendezvous file path holds,
+// nil without one.
+func secretOf(path string) ([]byte, error) {
+	var r rendezvousFile
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--rendezvous-file: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("--rendezvous-file %s: %w", path, err)
+	}
+	secret, err := base64.StdEncoding.DecodeString(r.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("--rendezvous-file %s: bad secret: %w", path, err)
+	}
+	return secret, nil
 }
 
 // writeSecretFile creates the file path holding b, readable and

@@ -290,3 +290,43 @@ func TestReadRendezvousCancelled(t *testing.T) {
 		t.Fatal("readRendezvous still waits a minute after its context ended")
 	}
 }
+
+// TestLocateRendezvous: the ranks of a job find its coordinator where
+// the rendezvous file says, while its writer lives (or is on another
+// host); a head restarted with eval --rendezvous-file takes the job's
+// secret from it.
+func TestLocateRendezvous(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "softsync-test.json")
+	if got := locateRendezvous(path); got != "" {
+		t.Errorf("no file: %q", got)
+	}
+	host, _ := os.Hostname()
+	write := func(r rendezvousFile) {
+		t.Helper()
+		if err := writeRendezvous(path, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(rendezvousFile{Coordinator: "127.0.0.1:7", Secret: "c2VjcmV0", Host: host, PID: os.Getpid()})
+	if got := locateRendezvous(path); got != "127.0.0.1:7" {
+		t.Errorf("a live writer's file: %q", got)
+	}
+	if s, err := secretOf(path); err != nil || string(s) != "secret" {
+		t.Errorf("secretOf: %q, %v", s, err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	write(rendezvousFile{Coordinator: "127.0.0.1:8", Secret: "c2VjcmV0", Host: host, PID: dead.Process.Pid})
+	if got := locateRendezvous(path); got != "" {
+		t.Errorf("a dead writer's file: %q", got)
+	}
+	write(rendezvousFile{Coordinator: "10.0.0.1:9", Secret: "c2VjcmV0", Host: "elsewhere", PID: dead.Process.Pid})
+	if got := locateRendezvous(path); got != "10.0.0.1:9" {
+		t.Errorf("another host's file: %q", got)
+	}
+	if s, err := secretOf(filepath.Join(t.TempDir(), "none")); s != nil || err != nil {
+		t.Errorf("secretOf without a file: %q, %v", s, err)
+	}
+}
