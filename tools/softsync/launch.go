@@ -115,10 +115,13 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 		secret = newSecret()
 	}
 	// The flags are checked here, before any process starts; the head
-	// loads the data.
+	// loads the data and serves the job's metrics.
+	metrics := f.cluster.metrics
+	f.cluster.metrics = ""
 	if _, err := prepareTrain(ctx, app, fl, f, false); err != nil {
 		return nil, err
 	}
+	f.cluster.metrics = metrics
 	coord, err := freeLoopback()
 	if err != nil {
 		return nil, err

@@ -462,6 +462,8 @@ func collectServer(ch chan<- prometheus.Metric, st ps.ServerStats, counter func(
 		counter(descGradients, sh.Gradients, k, "accepted")
 		counter(descGradients, sh.Dropped, k, "dropped")
 		counter(descGradients, sh.Duplicates, k, "duplicate")
+		counter(descGradients, sh.Redone, k, "redone")
+		counter(descGradients, sh.StaleLife, k, "stale_life")
 		r := sh.Rejected
 		for _, c := range []struct {
 			reason string
