@@ -155,7 +155,11 @@ profile: deps build
 # sample of every rounding case), runs last when FUZZ matches its name.
 SEEDS ?= 1000
 chaos-sim:
-	$(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) | grep -v '^=== RUN'
+	@mkdir -p build
+	@status=0; $(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) > build/chaos-sim.log 2>&1 || status=$$?; \
+	grep -v '^=== RUN\|^--- PASS\|^PASS$$\|^ok \|^chaos: ' build/chaos-sim.log || true; \
+	grep '^chaos: ' build/chaos-sim.log || { tail -20 build/chaos-sim.log; status=1; }; \
+	exit $$status
 
 chaos: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
 chaos: deps csrc-hash chaos-sim
