@@ -20,7 +20,7 @@ import (
 // and the victims), and checks every run as TestFailures does against
 // the same job undisturbed: it completes, each shard holds exactly one
 // gradient of every mini-batch, every push is accounted for, and the
-// test error is within 0.3 points. It prints one line per role: "chaos
+// test error is at most 0.3 points worse. It prints one line per role: "chaos
 // ROLE: N runs, F failed".
 func TestChaos(t *testing.T) {
 	multiProcess(t)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,7 +73,7 @@ func kill(t *testing.T, marker string, args ...string) int {
 // killed with SIGKILL after the job's first checkpoint, without and with
 // --restarts: the job completes, every mini-batch is delivered once (the
 // mini-batches the dead learner had not delivered go to another), and
-// the final test error is within 0.3 percentage points of the undisturbed
+// the final test error is at most 0.3 percentage points worse than the undisturbed
 // job's; a shard server killed the same way and restarted by launch from
 // the checkpoint: the learners reconnect, the mini-batches its checkpoint
 // lacks are computed again; the head (coordinator and evaluator) killed
@@ -82,7 +81,8 @@ func kill(t *testing.T, marker string, args ...string) int {
 // rejoin it. In every case each shard holds exactly one gradient of every
 // mini-batch of the job (accepted + dropped = the mini-batches), every
 // push is accounted for (accepted + dropped + redone + given up for a
-// stale life + lost = pushed), and the test error is within the bound.
+// stale life + lost = pushed), and the test error is at most 0.3
+// points worse than the undisturbed job's.
 func TestFailures(t *testing.T) {
 	multiProcess(t)
 	dir := t.TempDir()
@@ -133,14 +133,17 @@ func TestFailures(t *testing.T) {
 // checkDisturbed checks the report r of a failure-test job that lost a
 // process against want, the undisturbed job's: each shard holds exactly
 // one gradient of every mini-batch of the job, every push is accounted
-// for, and the test error is within 0.3 percentage points.
+// for, and the test error is at most 0.3 percentage points worse.
 func checkDisturbed(t *testing.T, name string, want, r map[string]any) {
 	t.Helper()
 	total := want["chunks"].(map[string]any)["batches"].(float64)
 	got, base := r["test_error"].(float64), want["test_error"].(float64)
 	t.Logf("%s: test error %.4f, undisturbed %.4f", name, got, base)
-	if math.Abs(got-base) > 0.003 {
-		t.Errorf("%s: test error %.4f, undisturbed %.4f: more than 0.3 points apart", name, got, base)
+	// A recovery changes the course of the job (a restored shard, the
+	// mini-batches computed again on later weights): it may end better,
+	// never much worse.
+	if got > base+0.003 {
+		t.Errorf("%s: test error %.4f, undisturbed %.4f: more than 0.3 points worse", name, got, base)
 	}
 	if b := r["chunks"].(map[string]any)["batches"].(float64); b != total {
 		t.Errorf("%s: %v mini-batches delivered, want every one of the %v once", name, b, total)
