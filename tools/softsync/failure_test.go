@@ -69,20 +69,18 @@ func kill(t *testing.T, marker string, args ...string) int {
 }
 
 // TestFailures runs the failures clusters have under softsync launch,
-// each against the same job undisturbed (same seed): a learner process
-// killed with SIGKILL after the job's first checkpoint, without and with
-// --restarts: the job completes, every mini-batch is delivered once (the
-// mini-batches the dead learner had not delivered go to another), and
-// the final test error is at most 0.3 percentage points worse than the undisturbed
-// job's; a shard server killed the same way and restarted by launch from
-// the checkpoint: the learners reconnect, the mini-batches its checkpoint
-// lacks are computed again; the head (coordinator and evaluator) killed
-// and restarted by launch: the shard servers and learners go on and
-// rejoin it. In every case each shard holds exactly one gradient of every
-// mini-batch of the job (accepted + dropped = the mini-batches), every
-// push is accounted for (accepted + dropped + redone + given up for a
-// stale life + lost = pushed), and the test error is at most 0.3
-// points worse than the undisturbed job's.
+// each against the same job undisturbed (same seed), each process killed
+// with SIGKILL after the job's first checkpoint: a learner, without and
+// with --restarts (the mini-batches it had not delivered go to another);
+// a shard server, restarted by launch from the checkpoint (the learners
+// join it again, the mini-batches its checkpoint lacks are computed
+// again); the head (coordinator and evaluator), restarted by launch (the
+// shard servers and learners go on and rejoin it). In every case the job
+// completes, every mini-batch is delivered once, each shard holds
+// exactly one gradient of every mini-batch (accepted + dropped = the
+// mini-batches), every push is accounted for (accepted + dropped +
+// redone + given up for a stale life + lost = pushed), and the test
+// error is at most 0.3 points worse than the undisturbed job's.
 func TestFailures(t *testing.T) {
 	multiProcess(t)
 	dir := t.TempDir()
