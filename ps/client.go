@@ -359,28 +359,48 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 // sendPulls sends a pull to each of shards of link l. afterPush asks,
 // under hardsync, for the next round's weights. A shard whose weights
 // came from a connection since replaced asks for any weights (minimum
-// clock 0): its restarted server's clock may be behind the stamp. If the
-// connection is replaced while sending, the pulls go again on the new one.
+// clock 0): its restarted server's clock may be behind the stamp.
 func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush bool) error {
+	return c.request(ctx, l, shards, func(k, gen int) *rdma.Msg {
+		m := c.msg(MsgPull, k, 0)
+		if c.gens[k] == gen {
+			m.Timestamp = c.stamps[k]
+			if afterPush && c.cfg.Protocol == Hardsync {
+				m.Timestamp++
+			}
+		}
+		return m
+	})
+}
+
+// maxResends bounds how many connections in a row request may see
+// replaced while it sends.
+const maxResends = 8
+
+// request sends each of shards of link l the request mk makes (given the
+// shard and the generation of the connection it goes on), recording its
+// sequence number in c.reqs. If the connection is replaced while it
+// sends, the requests of this call went with it, or may have: all of
+// them go again on the new connection, so that each shard has one whose
+// answer collect waits for (an answer to an earlier one is dropped).
+func (c *Client) request(ctx context.Context, l *link, shards []int, mk func(k, gen int) *rdma.Msg) error {
 	for try := 0; ; try++ {
 		_, gen, err := l.get()
 		if err != nil {
 			return err
 		}
 		for _, k := range shards {
-			m := c.msg(MsgPull, k, 0)
-			if c.gens[k] == gen {
-				m.Timestamp = c.stamps[k]
-				if afterPush && c.cfg.Protocol == Hardsync {
-					m.Timestamp++
-				}
-			}
-			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
+			if c.reqs[k], err = c.send(ctx, mk(k, gen), nil); err != nil {
 				break
 			}
 		}
-		if !errors.Is(err, errRedialed) || try > 0 {
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, errRedialed):
 			return err
+		case try == maxResends:
+			return fmt.Errorf("ps client %d: the connection to shards %v was replaced %d times in a row while sending: %w", c.cfg.Learner, l.shards, try+1, err)
 		}
 	}
 }
@@ -432,7 +452,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 				if rerr := c.repair(ctx, l, gen, err); rerr != nil {
 					return fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, what, l.shards, rerr)
 				}
-				if err := resend(l, left); err != nil && !errors.Is(err, errRedialed) {
+				if err := resend(l, left); err != nil {
 					return err
 				}
 				continue
@@ -494,18 +514,14 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
 	}
 	ask := func(l *link, shards []int) error {
-		for _, k := range shards {
+		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
 			m := c.msg(0, k, 0)
 			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
-			var err error
-			if c.reqs[k], err = c.send(ctx, m, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+			return m
+		})
 	}
 	for _, l := range c.links {
-		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
+		if err := ask(l, l.shards); err != nil {
 			return nil, err
 		}
 	}
@@ -625,17 +641,11 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 		return err
 	}
 	ask := func(l *link, shards []int) error {
-		for _, k := range shards {
-			var err error
-			if c.reqs[k], err = c.send(ctx, c.msg(t, k, 0), nil); err != nil {
-				return err
-			}
-		}
-		return nil
+		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg { return c.msg(t, k, 0) })
 	}
 	defer c.report()
 	for _, l := range c.links {
-		if err := ask(l, l.shards); err != nil && !errors.Is(err, errRedialed) {
+		if err := ask(l, l.shards); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -151,9 +152,17 @@ func TestClientResend(t *testing.T) {
 
 // lossyClient starts a group for cfg (one server, 64 floats) and a
 // client of learner 0 whose first connection loses the message drop
-// picks; its Redial waits until the server has seen the lost connection
-// (OnLost, with no eviction) and dials again.
+// picks (lossyConn).
 func lossyClient(t *testing.T, ctx context.Context, cfg Config, codec rdma.Codec, drop func(*rdma.Msg) bool) (*Client, *Group) {
+	t.Helper()
+	return wrappedClient(t, ctx, cfg, codec, func(c rdma.Conn) rdma.Conn { return &lossyConn{Conn: c, drop: drop} })
+}
+
+// wrappedClient starts a group for cfg (one server, 64 floats) and a
+// client of learner 0 whose first connection is wrap's of the one it
+// dials; its Redial waits until the server has seen the lost connection
+// (OnLost, with no eviction) and dials again.
+func wrappedClient(t *testing.T, ctx context.Context, cfg Config, codec rdma.Codec, wrap func(rdma.Conn) rdma.Conn) (*Client, *Group) {
 	t.Helper()
 	net, addr := network(t, "inmem", cfg.Job)
 	lost := make(chan uint32, 4)
@@ -166,7 +175,7 @@ func lossyClient(t *testing.T, ctx context.Context, cfg Config, codec rdma.Codec
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := &lossyConn{Conn: first, drop: drop}
+	conn := wrap(first)
 	c, err := NewClient(ClientConfig{Learner: 0, Protocol: cfg.Protocol, Total: 64, Shards: cfg.Shards, Codec: codec,
 		Redial: func(ctx context.Context, _ int) (rdma.Conn, error) {
 			transporttest.Receive(t, lost, 10*time.Second, "the server to see the lost connection")
@@ -340,5 +349,80 @@ func TestClientSnapshotRedial(t *testing.T) {
 	}
 	if shards, _ := g.Stats(); shards[0].Rejected.Total() != 0 {
 		t.Fatalf("rejections %+v: the evaluator sent something it should not have", shards[0].Rejected)
+	}
+}
+
+// deadConn is a client connection found dead when sending: the first
+// message fail picks closes it and its Send fails, as when the server
+// died before the client sent (the message never leaves).
+type deadConn struct {
+	rdma.Conn
+	fail func(m *rdma.Msg) bool
+	dead atomic.Bool
+}
+
+func (c *deadConn) Send(ctx context.Context, m *rdma.Msg) error {
+	if !c.dead.Load() && c.fail(m) {
+		c.dead.Store(true)
+		c.Conn.Close()
+	}
+	return c.Conn.Send(ctx, m)
+}
+
+// TestClientRequestRedial: a join, a leave or a snapshot request whose
+// send fails on a connection carrying two shards (the connection died
+// before the request to shard 0 or to shard 1 left) is sent again, to
+// both shards, on the connection that replaces it, and the call
+// completes: no shard is left unasked, and no answer is waited for on
+// the new connection to a request that went with the old one.
+func TestClientRequestRedial(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    rdma.Type
+	}{{"join", rdma.Type(MsgJoin)}, {"leave", rdma.Type(MsgLeave)}, {"snapshot", TypeSnapshot}} {
+		typ := c.t
+		for shard := range 2 {
+			t.Run(fmt.Sprintf("%s/shard %d", c.name, shard), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				cfg := Config{Job: 26, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+				var conn *deadConn
+				cl, g := wrappedClient(t, ctx, cfg, rdma.Codec{}, func(c rdma.Conn) rdma.Conn {
+					conn = &deadConn{Conn: c, fail: func(m *rdma.Msg) bool { return m.Type == typ && int(m.Shard) == shard }}
+					return conn
+				})
+				w := make([]float32, 64)
+				if err := cl.Pull(ctx, w); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				switch c.name {
+				case "join":
+					err = cl.Join(ctx)
+				case "leave":
+					err = cl.Leave(ctx)
+				default:
+					_, err = cl.Snapshot(ctx, -1, w)
+				}
+				if err != nil {
+					t.Fatalf("%s across a dead connection: %v", c.name, err)
+				}
+				if !conn.dead.Load() {
+					t.Fatal("the request's send did not fail")
+				}
+				if c.name == "leave" {
+					if err := cl.Join(ctx); err != nil { // the shards saw the leave: a join is answered
+						t.Fatal(err)
+					}
+				}
+				if err := cl.Leave(ctx); err != nil {
+					t.Fatal(err)
+				}
+				g.Finish()
+				if err := g.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }
