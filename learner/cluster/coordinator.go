@@ -53,6 +53,12 @@ type CoordinatorConfig struct {
 	// complete, in order; it is called from a coordinator goroutine and
 	// must not block for long.
 	OnEpoch func(Epoch)
+	// OnResult, if set, receives the job's result (also that of an
+	// interrupted job) before the processes are told to stop: what it
+	// writes is done while they still wait, so that a coordinator that
+	// dies before it returns is restarted (Resume) with them still there
+	// and ends the job again. It is called from the Serve goroutine.
+	OnResult func(*Result)
 }
 
 // Coordinator runs a job's membership, data, progress and end (see the
@@ -153,6 +159,9 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	for {
 		now := time.Now()
 		rd := c.core.step(ev, now)
+		if rd.done && rd.result != nil && c.cfg.OnResult != nil {
+			c.cfg.OnResult(rd.result) // before the stop goes out
+		}
 		c.carryOut(rd, conns, post, &wg)
 		c.snapshot(now)
 		if rd.done {

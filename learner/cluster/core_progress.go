@@ -174,7 +174,7 @@ func (c *core) result() *Result {
 // progress returns the job's progress; elapsed is the training time now.
 func (c *core) progress(elapsed time.Duration) Progress {
 	p := Progress{Epochs: c.cfg.Plan.Epochs, Batches: c.per, Steps: c.steps, TotalSteps: c.total, Loss: c.ema,
-		Images: c.steps * int64(c.cfg.Plan.Batch), Elapsed: elapsed}
+		Images: c.steps * int64(c.cfg.Plan.Batch), Elapsed: elapsed, Waiting: !c.started}
 	if c.trained > 0 {
 		p.Elapsed = c.trained // the training clock stops with the data
 	}

@@ -24,6 +24,10 @@ type EvaluatorConfig struct {
 	Batch      int // images per evaluation forward pass (0: 100)
 	Workers    int
 	Shards     int
+	// OnFinal, if set, receives the final weights (those reached, when
+	// interrupted) before their test error goes to the coordinator. It is
+	// the slice RunEvaluator returns.
+	OnFinal func([]float32)
 }
 
 // RunEvaluator runs the evaluator: a read-only client of the shard
@@ -136,6 +140,9 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		if net != nil {
 			te := learner.Evaluate(net, weights, cfg.Test, cfg.Normalizer)
 			r.TestError = &te
+		}
+		if epoch <= 0 && cfg.OnFinal != nil {
+			cfg.OnFinal(weights)
 		}
 		return cc.send(ctx, tEpoch, r)
 	}

@@ -97,6 +97,13 @@ type Config struct {
 	// complete, in order; it is called from a job goroutine and must not
 	// block for long.
 	OnEpoch func(Epoch)
+	// OnResult, if set, receives the job's result in the coordinator's
+	// process, final weights included, before the other processes are
+	// told to stop (CoordinatorConfig.OnResult): the place to write the
+	// job's outputs, so that a head that dies while it writes them is
+	// restarted with the job still there. It is called from a job
+	// goroutine; Wait returns the same result after it.
+	OnResult func(*Result)
 	// OnAuthFailure, if set, is told of every connection to the job's TCP
 	// listeners that failed authentication (rdma.Options.OnAuthFailure).
 	OnAuthFailure func(peer string, err error)

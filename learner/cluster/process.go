@@ -126,7 +126,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
 			Rendezvous: cfg.Rendezvous, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
 			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
-			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch})
+			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult)})
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +180,12 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 	if r.Evaluator {
 		j.wg.Go(func() {
 			w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
-				Test: cfg.Test, Normalizer: j.norm, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards})
+				Test: cfg.Test, Normalizer: j.norm, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards,
+				OnFinal: func(w []float32) {
+					j.mu.Lock()
+					j.weights = w
+					j.mu.Unlock()
+				}})
 			j.mu.Lock()
 			j.weights = w
 			j.mu.Unlock()
@@ -195,6 +200,23 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		})
 	}
 	return j, nil
+}
+
+// onResult wraps a Config.OnResult hook: the result it receives has the
+// final weights where this process runs the evaluator (which measured
+// them before it reported, see EvaluatorConfig.OnFinal).
+func (j *Job) onResult(hook func(*Result)) func(*Result) {
+	if hook == nil {
+		return nil
+	}
+	return func(res *Result) {
+		j.mu.Lock()
+		if j.roles.Evaluator {
+			res.Weights, res.Normalizer = j.weights, j.norm
+		}
+		j.mu.Unlock()
+		hook(res)
+	}
 }
 
 // validateFor checks cfg for a process that runs r.

@@ -303,3 +303,48 @@ func TestJobServerRestart(t *testing.T) {
 		t.Errorf("no mini-batch computed again for the restarted shard server: %+v", res.Chunks)
 	}
 }
+
+// TestJobOnResult: the head's OnResult gets the job's result with its
+// final weights while the shard servers still run (they are told to stop
+// after it returns; the learners end with the data), and Wait returns
+// the same result.
+func TestJobOnResult(t *testing.T) {
+	cfg, _ := restartJob(t)
+	cfg.Epochs, cfg.Checkpoints = 1, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := newPartsJob(t, ctx, cfg, Apart(2, 2))
+	ended := make(chan int, len(p.tp.Processes))
+	var got *Result
+	head := cfg
+	head.OnResult = func(res *Result) {
+		got = res
+		select { // a process told to stop ends at once: give it the time to
+		case i := <-ended:
+			t.Errorf("shard server process %d ended before the head's OnResult returned", i)
+		case <-time.After(time.Second):
+		}
+	}
+	j := p.start(0, head)
+	var wg sync.WaitGroup
+	for i := 1; i < len(p.tp.Processes); i++ {
+		m := p.start(i, cfg)
+		wg.Go(func() {
+			if _, err := waitJob(t, m, 2*time.Minute); err != nil {
+				t.Errorf("process %d: %v", i, err)
+			}
+			if len(p.tp.Processes[i].Servers) > 0 {
+				ended <- i
+			}
+		})
+	}
+	res, err := waitJob(t, j, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got != res || len(res.Weights) != cfg.Spec.NumParams() || res.Normalizer.Scale == 0 {
+		t.Fatalf("OnResult got %p, Wait returned %p with %d weights (normalizer %+v); want the same result with the model's %d weights and its normalizer",
+			got, res, len(res.Weights), res.Normalizer, cfg.Spec.NumParams())
+	}
+}

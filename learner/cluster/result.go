@@ -85,4 +85,8 @@ type Progress struct {
 	Loss       float64 // moving average of recent mini-batch losses (NaN before the first)
 	Images     int64
 	Elapsed    time.Duration // training wall time so far; it stops at the end of the data, as Result.Seconds
+	// Waiting is set while the job waits for its processes: at the
+	// rendezvous, or a restarted coordinator for the job's processes to
+	// come back (Steps are then those of the checkpoint).
+	Waiting bool
 }

@@ -130,18 +130,20 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	if err != nil {
 		return nil, err
 	}
-	var headArgs []string
+	dir, err := os.MkdirTemp("", "softsync-launch-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ended := filepath.Join(dir, "ended")
+	headArgs := []string{"--ended-file", ended}
 	if report && f.jsonOut == "" {
-		dir, err := os.MkdirTemp("", "softsync-launch-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
 		f.jsonOut = filepath.Join(dir, "report.json")
 		headArgs = append(headArgs, "--json", f.jsonOut)
 	}
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
-	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume)}
+	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume),
+		ended: ended}
 	common := append([]string{"--coordinator", coord, "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))

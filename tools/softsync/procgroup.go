@@ -29,6 +29,7 @@ type procGroup struct {
 	mu       sync.Mutex
 	restarts int    // left
 	ckptDir  string // the job's checkpoints: a restarted shard server or head resumes from them
+	ended    string // the head creates this file once it wrote the job's outputs (--ended-file)
 	running  map[*proc]*exec.Cmd
 	ending   bool
 	wg       sync.WaitGroup
@@ -96,6 +97,12 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		if pw != nil {
 			pw.Close()
 		}
+		if err != nil && p.role == "eval" {
+			if ok, endErr := g.endedHead(); ok {
+				g.app.Log.Warn("the head died after it wrote the job's outputs: not started again", "err", err)
+				err = endErr
+			}
+		}
 		g.mu.Lock()
 		delete(g.running, p)
 		again := err != nil && !g.ending && g.restarts > 0 && ctx.Err() == nil && restartable(p.role, err)
@@ -116,6 +123,22 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		}
 		g.run(ctx, p)
 	})
+}
+
+// endedHead reports whether the head wrote the job's outputs before it
+// ended (the file g.ended exists), and the error it had then, if any.
+func (g *procGroup) endedHead() (bool, error) {
+	if g.ended == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(g.ended)
+	switch {
+	case err != nil:
+		return false, nil
+	case len(b) > 0:
+		return true, errors.New(string(b))
+	}
+	return true, nil
 }
 
 // restartable reports whether a process of role that ended with err is

@@ -22,15 +22,16 @@ import (
 // epoch, loss, images/s, ETA of the run) and interleave the epoch lines
 // coming from the job's goroutines with the bar through one writer.
 type progress struct {
-	app    *App
-	w      io.Writer
-	tty    bool
-	quiet  bool
-	epochs int
-	width  int
-	events chan cluster.Epoch
-	done   chan struct{}
-	wg     sync.WaitGroup
+	app      *App
+	w        io.Writer
+	tty      bool
+	quiet    bool
+	epochs   int
+	width    int
+	events   chan cluster.Epoch
+	done     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 func newProgress(app *App, quiet bool, epochs int) *progress {
@@ -90,7 +91,7 @@ func (p *progress) run(job interface{ Progress() cluster.Progress }) {
 
 // stop ends the reporting goroutine after it printed the pending epochs.
 func (p *progress) stop() {
-	close(p.done)
+	p.stopOnce.Do(func() { close(p.done) })
 	p.wg.Wait()
 }
 
@@ -108,7 +109,7 @@ func (p *progress) printEpoch(e cluster.Epoch) {
 }
 
 func (p *progress) show(s cluster.Progress) {
-	if s.Steps == 0 {
+	if s.Steps == 0 || s.Waiting {
 		return
 	}
 	rate := float64(s.Images) / s.Elapsed.Seconds()

@@ -83,11 +83,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 			return err
 		}
 	}
-	res, err := app.runJob(ctx, f, cfg, p)
-	if err != nil || res == nil {
-		return err
-	}
-	return app.finish(f, cfg, res)
+	return app.runJob(ctx, f, cfg, p)
 }
 
 // meeting is how the processes of a job find the coordinator: rank 0

@@ -46,29 +46,28 @@ func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) e
 	if err != nil {
 		return err
 	}
-	_, err = app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
-	return err
+	return app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
 }
 
 // runRole runs role id of a job started by hand (cluster.ByHand): the
 // shard server or learner id, or the head (the evaluator, and with it
-// the coordinator, listening on --coordinator). It returns the job's
-// result where this process runs the coordinator.
-func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config, secret []byte, role cluster.Role, id int) (*cluster.Result, error) {
+// the coordinator, listening on --coordinator), which writes the job's
+// outputs.
+func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config, secret []byte, role cluster.Role, id int) error {
 	t, index, err := cluster.ByHand(f.learners, f.shards, role, id)
 	if err != nil {
-		return nil, flagError(err)
+		return flagError(err)
 	}
 	network, err := app.jobNetwork(cfg, secret, f.cluster.insecure)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p := part(f, cfg, t, index, network, f.cluster.coordinator)
 	switch role {
 	case cluster.RoleEvaluator:
 		ln, err := network.Listen(f.cluster.coordinator)
 		if err != nil {
-			return nil, fmt.Errorf("--coordinator: listen: %w", err)
+			return fmt.Errorf("--coordinator: listen: %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
 		p.Listeners.Coordinator = ln
@@ -77,16 +76,16 @@ func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config,
 			if err := writeRendezvous(path, rendezvousFile{Coordinator: ln.Addr(), Secret: base64.StdEncoding.EncodeToString(secret),
 				Host: host, PID: os.Getpid()}); err != nil {
 				ln.Close()
-				return nil, fmt.Errorf("--rendezvous-file: %w", err)
+				return fmt.Errorf("--rendezvous-file: %w", err)
 			}
 		}
 	case cluster.RoleServer:
 		addr, err := listenAddr(f.cluster.listen, isLoopbackAddr(f.cluster.coordinator))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := listen(p, "", addr); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	return app.runJob(ctx, f, cfg, p)
@@ -174,16 +173,14 @@ with --rendezvous-file naming the rendezvous file of a --cluster auto job
 					return err
 				}
 			}
-			res, err := app.runRole(ctx, &f, cfg, secret, cluster.RoleEvaluator, 0)
-			if err != nil {
-				return err
-			}
-			return app.finish(&f, cfg, res)
+			return app.runRole(ctx, &f, cfg, secret, cluster.RoleEvaluator, 0)
 		},
 	}
 	addJobFlags(c.Flags(), &f)
 	addOutputFlags(c.Flags(), &f)
 	addClusterFlags(c.Flags(), &f.cluster, false)
+	c.Flags().StringVar(&f.endedFile, "ended-file", "", "create this file once the job's outputs are written (used by launch)")
+	c.Flags().MarkHidden("ended-file")
 	c.Flags().StringVar(&f.cluster.rendezvousFile, "rendezvous-file", "", "write the coordinator's address and the job's secret to this rendezvous file (replacing it; mode 0600), where the ranks of a --cluster auto job whose head this restarts find it; its secret is the job's unless --secret-file or $SOFTSYNC_SECRET gives one")
 	return c
 }

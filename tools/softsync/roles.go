@@ -70,12 +70,11 @@ func listen(p *cluster.ProcessConfig, coord, server string) error {
 }
 
 // runJob runs this process's part p of the job cfg (nil: every role, in
-// this process) until it ends, and returns the job's result where this
-// process runs the coordinator: there it shows the job's progress and
-// serves its metrics. The first signal interrupts the job (Job.Interrupt)
-// where that ends it gracefully. An interrupted job's result comes with
-// no error.
-func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, p *cluster.ProcessConfig) (*cluster.Result, error) {
+// this process) until it ends. Where this process runs the coordinator it
+// shows the job's progress, serves its metrics and writes the job's
+// outputs (App.finish). The first signal interrupts the job
+// (Job.Interrupt) where that ends it gracefully.
+func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, p *cluster.ProcessConfig) error {
 	c := *cfg
 	var r cluster.Roles
 	if p != nil {
@@ -83,8 +82,20 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 	}
 	head := p == nil || r.Coordinator
 	prog := newProgress(app, f.quiet, c.Epochs)
+	// The head writes the job's outputs before the other processes are
+	// told to stop (Config.OnResult): a head that dies before it is done
+	// is restarted with the job still there.
+	var finished bool
+	var finishErr error
 	if head {
 		c.OnEpoch = prog.epoch
+		c.OnResult = func(res *cluster.Result) {
+			prog.stop()
+			finished, finishErr = true, app.finish(f, cfg, res)
+			if f.endedFile != "" {
+				app.markEnded(f.endedFile, finishErr)
+			}
+		}
 	}
 	app.metrics.observeJob(&c)
 	var job *cluster.Job
@@ -95,7 +106,7 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 		job, err = cluster.StartProcess(ctx, c, *p)
 	}
 	if err != nil {
-		return nil, flagError(err)
+		return flagError(err)
 	}
 	if job.Interruptible() {
 		app.onInterrupt(job.Interrupt)
@@ -117,11 +128,14 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 	prog.stop()
 	if err != nil && (res == nil || !errors.Is(err, cluster.ErrInterrupted)) {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("stopped: %w", ctx.Err())
+			return fmt.Errorf("stopped: %w", ctx.Err())
 		}
-		return nil, err
+		return err
 	}
-	return res, nil
+	if res != nil && !finished {
+		return app.finish(f, cfg, res)
+	}
+	return finishErr
 }
 
 // listenAddr returns the address to listen on: --listen's host (and
@@ -173,4 +187,16 @@ func hostAddr() (string, error) {
 		return v6, nil
 	}
 	return "", errors.New("this host has no address but loopback: pass --listen HOST")
+}
+
+// markEnded creates path, holding the text of err (empty: the outputs
+// were written): the mark launch reads before it starts a dead head again.
+func (app *App) markEnded(path string, err error) {
+	var msg string
+	if err != nil {
+		msg = err.Error()
+	}
+	if werr := os.WriteFile(path, []byte(msg), 0o600); werr != nil {
+		app.Log.Warn("cannot mark the job ended", "file", path, "err", werr)
+	}
 }

@@ -47,6 +47,10 @@ type trainFlags struct {
 	// local is how many learners share this host's cores (0: --learners,
 	// all in this process).
 	local int
+	// endedFile, set by launch for the head it runs, is created once the
+	// head has written the job's outputs (holding finish's error, if
+	// any): a head that dies after that is not started again.
+	endedFile string
 }
 
 // localLearners returns how many learners share this host's cores.
@@ -176,11 +180,7 @@ func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) e
 	if err != nil {
 		return err
 	}
-	res, err := app.runJob(ctx, f, cfg, nil)
-	if err != nil {
-		return err
-	}
-	return app.finish(f, cfg, res)
+	return app.runJob(ctx, f, cfg, nil)
 }
 
 // prepareTrain checks every flag and turns them into the job's
