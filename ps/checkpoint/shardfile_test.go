@@ -143,7 +143,14 @@ func TestDecodeShardErrors(t *testing.T) {
 	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 5") {
 		t.Fatalf("version 5: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), "bad.ckpt")
+	path := filepath.Join(t.TempDir(), "v5.ckpt")
+	if err := os.WriteFile(path, c, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "format version 5, this softsync reads versions 1 to 4") {
+		t.Fatalf("version 5 from a file: %v, want the file named and the versions it reads", err)
+	}
+	path = filepath.Join(t.TempDir(), "bad.ckpt")
 	os.WriteFile(path, b[:len(b)-1], 0o644)
 	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("truncated file: %v", err)
