@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/softsync/softsync/ps/param"
@@ -74,7 +75,9 @@ func (c *Config) Validate() error {
 	case c.Protocol == Softsync && (c.N < 1 || c.N > c.Learners):
 		return param.Fieldf("N", "softsync needs 1 ≤ n ≤ learners (%d), got %d", c.Learners, c.N)
 	case c.Protocol == Softsync && len(c.NSchedule) > 0 && c.NSchedule.Validate(c.Learners) != nil:
-		return param.Fieldf("NSchedule", "%v", c.NSchedule.Validate(c.Learners))
+		var fe *param.FieldError
+		errors.As(c.NSchedule.Validate(c.Learners), &fe)
+		return param.Fieldf("NSchedule", "%s", fe.Reason)
 	case c.Protocol == Softsync && len(c.NSchedule) > 0 && c.N != c.NSchedule[0].N:
 		return param.Fieldf("N", "must be the n schedule's first n (%d), got %d", c.NSchedule[0].N, c.N)
 	case c.MaxStaleness < 0:

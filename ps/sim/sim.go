@@ -27,6 +27,12 @@
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
+// Every staleness rule runs as in a job: the shards are ps.Shard cores
+// under PS.Solver's rule (or Config.Rule, its --lr-mode spelling), which
+// keep the weights each learner pulled for the corrections.
+// Config.Reload restores shards from their checkpoints midway, for tests
+// that a resume continues bit for bit.
+//
 // Randomness comes from PCG streams seeded with (Seed, learner id) for
 // compute times, (Seed, 2⁶⁴−1) for the network and (Seed, 2⁶⁴−2) for the
 // shards' lives, so a run depends on nothing but its Config. The package is meant to grow: heterogeneous
