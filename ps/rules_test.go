@@ -1,9 +1,11 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/softsync/softsync/ps/sgd"
@@ -195,5 +197,50 @@ func TestNSchedule(t *testing.T) {
 	bad.N = 5
 	if err := bad.Validate(); err == nil {
 		t.Fatal("n > λ in the schedule accepted")
+	}
+}
+
+// TestRestorePulled restores the copies of the pulled weights with a
+// checkpoint, and refuses copies that do not fit the shard.
+func TestRestorePulled(t *testing.T) {
+	cfg := plainConfig(2, Softsync, 2)
+	cfg.Solver = sgd.Config{LR: 0.1, Correction: sgd.CorrDC, DCLambda: 0.5}
+	h := newHarness(t, cfg, []float32{1, 2})
+	h.pull(0, 0)
+	h.pull(1, 0)
+	h.push(0, 0, []float32{1, 1}) // clock 1; learner 1 holds the weights of clock 0
+	cp := h.s.Checkpoint()
+	if len(cp.Pulled) != 2 || cp.Pulled[1].Learner != 1 || cp.Pulled[1].Stamp != 0 || cp.Pulled[1].Used {
+		t.Fatalf("checkpointed copies %+v", cp.Pulled)
+	}
+	rs, err := Restore(cfg, cp, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Stats().PulledBytes != h.s.Stats().PulledBytes || rs.Stats().PulledBytes != 16 {
+		t.Fatalf("PulledBytes %d restored, %d before", rs.Stats().PulledBytes, h.s.Stats().PulledBytes)
+	}
+	b := &harness{t: t, s: rs, seq: map[uint32]uint64{0: h.seq[0], 1: h.seq[1]}}
+	h.push(1, 0, []float32{1, -1}) // τ = 1: corrected with the copy of clock 0
+	b.push(1, 0, []float32{1, -1})
+	if !slices.Equal(h.s.Weights(), b.s.Weights()) {
+		t.Fatalf("restored shard %v, original %v", b.s.Weights(), h.s.Weights())
+	}
+	for name, bad := range map[string]func(p []PulledWeights) []PulledWeights{
+		"learner out of range": func(p []PulledWeights) []PulledWeights { p[0].Learner = 2; return p },
+		"short copy":           func(p []PulledWeights) []PulledWeights { p[0].Weights = p[0].Weights[:1]; return p },
+		"third copy":           func(p []PulledWeights) []PulledWeights { return append(p, p[1], p[1]) },
+		"NaN":                  func(p []PulledWeights) []PulledWeights { p[1].Weights[0] = float32(math.NaN()); return p },
+	} {
+		c := *cp
+		c.Pulled = nil
+		for _, p := range cp.Pulled {
+			p.Weights = slices.Clone(p.Weights)
+			c.Pulled = append(c.Pulled, p)
+		}
+		c.Pulled = bad(c.Pulled)
+		if _, err := Restore(cfg, &c, 2); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
