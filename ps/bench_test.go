@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/softsync/softsync/ps/sgd"
@@ -113,5 +114,77 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 				c.Close()
 			})
 		}
+	}
+}
+
+// BenchmarkShardRules measures one shard on one core under each
+// staleness rule: every op is one learner's push of the gradient of its
+// previous pull, then its next pull, round robin over λ = 8 learners
+// (τ = 7 for every gradient), an update per push (c₀ = 1), for LeNet's
+// 431,080 parameters with momentum and decay. The pull keeps a copy of
+// the weights for the rules that need it. pulled-MB is the memory of
+// those copies (Stats.PulledBytes) at the end.
+func BenchmarkShardRules(b *testing.B) {
+	const n, learners = 431080, 8
+	init := make([]float32, n)
+	grad := make([]float32, n)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64()) * 1e-3
+	}
+	for _, rule := range []string{"constant", "staleness", "average", "poly:0.5", "hinge:4,1",
+		"staleness/momentum-comp", "dc:0.04", "dc:0.04+staleness", "dc-adaptive:2", "gap"} {
+		b.Run(rule, func(b *testing.B) {
+			cfg := Config{Learners: learners, Protocol: Softsync, N: learners, Shards: 1, Batch: 4,
+				Solver: sgd.Config{LR: 0.01, Momentum: 0.9, WeightDecay: 0.004}}
+			spelling, comp := strings.CutSuffix(rule, "/momentum-comp")
+			cfg.Solver.MomentumComp = comp
+			if err := cfg.Solver.ParseRule(spelling); err != nil {
+				b.Fatal(err)
+			}
+			s, err := NewShard(cfg, 0, init, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			seq := make([]uint64, learners)
+			stamp := make([]uint64, learners)
+			pull := func(l int) {
+				seq[l]++
+				rd := s.Step(Msg{Type: MsgPull, Learner: uint32(l), Seq: seq[l], Clock: stamp[l]})
+				if len(rd.Replies) != 1 || rd.Replies[0].Err != nil {
+					b.Fatalf("pull of %d: %+v", l, rd.Replies)
+				}
+				stamp[l] = rd.Replies[0].Clock
+			}
+			m := Msg{Type: MsgPush, Grad: grad, Life: s.Life()}
+			step := func(i int) {
+				l := i % learners
+				seq[l]++
+				m.Learner, m.Seq, m.Clock, m.Batch = uint32(l), seq[l], stamp[l], uint64(i+1)
+				if rd := s.Step(m); len(rd.Replies) != 0 {
+					b.Fatal(rd.Replies[0].Err)
+				}
+				pull(l)
+			}
+			for l := range learners {
+				pull(l)
+			}
+			i := 0
+			for ; i < 2*learners; i++ { // allocates the accumulator and the copies
+				step(i)
+			}
+			b.SetBytes(4 * n)
+			b.ReportAllocs()
+			for b.Loop() {
+				step(i)
+				i++
+			}
+			st := s.Stats()
+			if st.Gradients != uint64(i) || st.Refused != 0 {
+				b.Fatalf("%d pushes, stats %+v", i, st)
+			}
+			b.ReportMetric(float64(b.N)*4*n/b.Elapsed().Seconds()/1e9, "gbps")
+			b.ReportMetric(float64(st.PulledBytes)/1e6, "pulled-MB")
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/softsync/softsync/ps/param"
@@ -47,10 +48,14 @@ func ParseProtocol(s string) (Protocol, error) {
 // Config describes a parameter server: the protocol and solver that every
 // shard applies, and the sharding. One Config serves all shards.
 type Config struct {
-	Job          uint32          // job id that every message must carry
-	Learners     int             // λ ≥ 1; learner ids are 0 … λ−1
-	Protocol     Protocol        // Hardsync or Softsync
-	N            int             // softsync's n, 1 ≤ N ≤ Learners; ignored by hardsync
+	Job      uint32   // job id that every message must carry
+	Learners int      // λ ≥ 1; learner ids are 0 … λ−1
+	Protocol Protocol // Hardsync or Softsync
+	N        int      // softsync's n, 1 ≤ N ≤ Learners; ignored by hardsync
+	// NSchedule, if set, is softsync's n by epoch (see the package doc:
+	// c₀ follows it at epoch boundaries); N is then its first entry's n.
+	// Ignored by hardsync.
+	NSchedule    sgd.NSchedule
 	MaxStaleness int             // softsync only: S ≥ 1 bounds staleness; 0 is unbounded
 	Shards       int             // number of shards ≥ 1
 	Batch        int             // μ ≥ 1, samples per pushed gradient (for the epoch count)
@@ -69,6 +74,12 @@ func (c *Config) Validate() error {
 		return param.Fieldf("Protocol", "unknown protocol %d", c.Protocol)
 	case c.Protocol == Softsync && (c.N < 1 || c.N > c.Learners):
 		return param.Fieldf("N", "softsync needs 1 ≤ n ≤ learners (%d), got %d", c.Learners, c.N)
+	case c.Protocol == Softsync && len(c.NSchedule) > 0 && c.NSchedule.Validate(c.Learners) != nil:
+		var fe *param.FieldError
+		errors.As(c.NSchedule.Validate(c.Learners), &fe)
+		return param.Fieldf("NSchedule", "%s", fe.Reason)
+	case c.Protocol == Softsync && len(c.NSchedule) > 0 && c.N != c.NSchedule[0].N:
+		return param.Fieldf("N", "must be the n schedule's first n (%d), got %d", c.NSchedule[0].N, c.N)
 	case c.MaxStaleness < 0:
 		return param.Fieldf("MaxStaleness", "must be ≥ 0 (0: unbounded), got %d", c.MaxStaleness)
 	case c.MaxStaleness > 0 && c.Protocol == Hardsync:
@@ -91,16 +102,21 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Quorum returns c₀, the number of gradients a full update combines:
-// ⌊Learners/N⌋ (at least 1) under softsync, Learners under hardsync. It
-// depends on the configured learners only, never on how many are active,
-// so that a learner that leaves (at the end of its data, or lost) does not
-// change the update rule of the others (see the package doc).
-func (c *Config) Quorum() int {
+// QuorumAt returns c₀ in epoch, the number of gradients a full update
+// combines: ⌊Learners/n⌋ (at least 1) under softsync, n = N or
+// NSchedule's n in epoch; Learners under hardsync. It depends on the
+// configured learners only, never on how many are active, so that a
+// learner that leaves (at the end of its data, or lost) does not change
+// the update rule of the others (see the package doc).
+func (c *Config) QuorumAt(epoch int) int {
 	if c.Protocol == Hardsync {
 		return c.Learners
 	}
-	return max(1, c.Learners/max(c.N, 1))
+	n := c.N
+	if len(c.NSchedule) > 0 {
+		n = c.NSchedule.N(epoch)
+	}
+	return max(1, c.Learners/max(n, 1))
 }
 
 // Range is the part [Lo, Hi) of the flat vector that one shard owns.

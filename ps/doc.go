@@ -50,6 +50,44 @@
 //     max(1, ⌊λ/n⌋) gradients are pending, from any learners, with no
 //     barrier. n = λ is fully asynchronous (c₀ = 1).
 //
+// # The n schedule
+//
+// With Config.NSchedule, softsync's n follows the epoch (sgd.NSchedule,
+// "30@0,4@6,1@9"): c₀ = max(1, ⌊λ/n(e)⌋) with e = ⌊Samples/DataSize⌋, the
+// epoch the step schedule uses. The shard recomputes c₀ whenever its
+// sample count grows: after each update (applied or refused) and each
+// dropped gradient, never while gradients are being collected into an
+// update. Hence the update whose samples complete epoch e − 1 is
+// collected and applied under the old c₀, and the first update that uses
+// the new c₀ is the first update of epoch e (the first whose
+// UpdateInfo epoch is e, as with the rate schedule): it combines the new
+// c₀ gradients, counting from the first gradient accepted after the
+// update that ended the epoch. If a dropped gradient ends the epoch while
+// gradients are pending, they stay pending, and are applied in that Step
+// when they already number the new c₀ or more. The solver divides by the
+// c₀ of the update (sgd.Solver.SetQuorum), so a partial update is partial
+// against the c₀ of its epoch. Hardsync ignores the schedule (c₀ = λ).
+//
+// # Pulled weights
+//
+// For the rules that compare a gradient with the weights it was computed
+// on (sgd.Config.NeedsPulled: dc, dc-adaptive, gap), a softsync shard
+// keeps a copy of the weights of its range that it served each learner,
+// taken as it answers the pull, with the clock it served them at. A
+// gradient stamped j is corrected with the learner's copy stamped j
+// (within a life, the weights at a clock never change). A learner holds
+// one copy, or two when it pulls again before pushing the gradient of its
+// previous pull (a prefetch, or a pull repeated without a push): a new
+// copy takes the place of one a gradient was accepted from, else a slot
+// not yet allocated, else the older copy. Copies are allocated when first
+// needed and kept across a leave and a rejoin. A gradient of τ = 0 is
+// computed on the current weights; one whose copy the shard does not hold
+// (a checkpoint written without copies) is taken as computed on the
+// current weights, uncorrected. Memory: at most 2λ copies of the shard's
+// range, λ for learners that do not prefetch (Stats.PulledBytes); none
+// for the other rules, and none under hardsync, where every accepted
+// gradient has τ = 0. The copies are part of the shard's checkpoint.
+//
 // # Membership and partial updates
 //
 // Learner ids are 0 … Config.Learners−1 and all are active at start.

@@ -31,8 +31,14 @@ type Shard struct {
 	pendingBy []uint32 // the learner of each pending gradient, in arrival order
 	consumed  BatchSet // mini-batch ids of the gradients accepted or dropped
 	refusals  int      // updates refused in a row since the last one applied
-	stats     Stats
-	ready     Ready
+	quorum    int      // c₀ of the current epoch (Config.QuorumAt)
+	// keepPulled: the rule compares gradients with the weights they were
+	// computed on (sgd.Config.NeedsPulled) and the protocol is softsync,
+	// so the shard keeps the weights it serves each learner (pulled).
+	keepPulled bool
+	pulled     []pulled // per learner id, with keepPulled
+	stats      Stats
+	ready      Ready
 }
 
 // member is the shard's view of one learner.
@@ -91,13 +97,16 @@ func newShard(cfg Config, index, total int, life uint64) (*Shard, error) {
 	}
 	r := rs[index]
 	scfg := cfg.Solver
-	scfg.Quorum = cfg.Quorum()
+	scfg.Quorum = cfg.QuorumAt(0)
 	solver, err := sgd.NewSolver(scfg, cfg.Layout, r.Lo, r.Hi)
 	if err != nil {
 		return nil, err
 	}
 	s := &Shard{cfg: cfg, index: index, life: life, total: total, rng: r, w: make([]float32, r.Len()),
-		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners}
+		solver: solver, members: make([]member, cfg.Learners), active: cfg.Learners, quorum: scfg.Quorum}
+	if s.keepPulled = cfg.Solver.NeedsPulled() && cfg.Protocol == Softsync; s.keepPulled {
+		s.pulled = make([]pulled, cfg.Learners)
+	}
 	s.stats.RefusedGradients = make([]uint64, cfg.Learners)
 	for i := range s.members {
 		s.members[i].active = true
@@ -227,6 +236,9 @@ func (s *Shard) push(l *member, m Msg) error {
 	if (hard && tau > 0) || (s.cfg.MaxStaleness > 0 && tau > s.cfg.MaxStaleness) {
 		s.stats.Dropped++
 		s.samples += uint64(s.cfg.Batch)
+		if s.followSchedule() {
+			s.settle()
+		}
 		return nil
 	}
 	s.stats.record(tau)
@@ -235,12 +247,43 @@ func (s *Shard) push(l *member, m Msg) error {
 		s.pushed++
 	}
 	s.pendingBy = append(s.pendingBy, m.Learner)
+	g := sgd.Grad{G: m.Grad, Max: gmax, Tau: tau, Pulled: s.pulledFor(m.Learner, m.Clock)}
 	if s.due(s.solver.Pending() + 1) {
-		s.update(m.Grad, gmax, tau)
+		s.update(g)
 	} else {
-		s.solver.Add(m.Grad, gmax, tau)
+		s.solver.AddGrad(s.w, g)
 	}
 	return nil
+}
+
+// pulledFor returns the weights a gradient of learner stamped with clock
+// was computed on, for the rules that need them (nil for the others):
+// the copy the shard served it at that clock, or, when the shard holds
+// none (hardsync, where an accepted gradient has τ = 0, or a copy lost
+// with a checkpoint that did not keep it), the current weights, which
+// leaves the gradient uncorrected.
+func (s *Shard) pulledFor(learner uint32, clock uint64) []float32 {
+	if !s.cfg.Solver.NeedsPulled() {
+		return nil
+	}
+	if s.keepPulled {
+		if p := s.pulled[learner].take(clock); p != nil {
+			return p
+		}
+	}
+	return s.w
+}
+
+// followSchedule sets c₀ to the n schedule's value for the current epoch
+// (Config.QuorumAt) and reports whether it changed.
+func (s *Shard) followSchedule() bool {
+	q := s.cfg.QuorumAt(s.epoch())
+	if q == s.quorum {
+		return false
+	}
+	s.quorum = q
+	s.solver.SetQuorum(q)
+	return true
 }
 
 // redone ignores a push of a mini-batch already consumed. Under hardsync,
@@ -269,7 +312,7 @@ func (s *Shard) settle() {
 		return
 	}
 	if s.due(s.solver.Pending()) {
-		s.update(nil, 0, 0)
+		s.update(sgd.Grad{})
 	}
 }
 
@@ -289,18 +332,19 @@ func (s *Shard) due(pending int) bool {
 	case s.cfg.Protocol == Hardsync:
 		return s.pushed >= s.active // also with no active learner left
 	default:
-		return pending >= s.cfg.Quorum() || s.active == 0
+		return pending >= s.quorum || s.active == 0
 	}
 }
 
-// update applies the pending gradients plus last (nil for none), whose
-// magnitudes gmax bounds. A refused update ends its round as an applied
-// one does (the clock advances, its samples count), with the weights and
-// the momentum left as they were; its gradients are counted against the
-// learners that pushed them.
-func (s *Shard) update(last []float32, gmax float32, tau int) {
+// update applies the pending gradients plus last (last.G nil for none).
+// A refused update ends its round as an applied one does (the clock
+// advances, its samples count), with the weights and the momentum left as
+// they were; its gradients are counted against the learners that pushed
+// them. The update that ends an epoch sets c₀ for the next updates (the
+// n schedule).
+func (s *Shard) update(last sgd.Grad) {
 	epoch := s.epoch()
-	info := s.solver.Update(s.w, last, gmax, tau, epoch)
+	info := s.solver.UpdateGrad(s.w, last, epoch)
 	s.clock++
 	s.samples += uint64(info.Gradients * s.cfg.Batch)
 	switch {
@@ -313,7 +357,7 @@ func (s *Shard) update(last []float32, gmax float32, tau int) {
 	default:
 		s.refusals = 0
 		s.stats.Updates++
-		if info.Gradients < s.cfg.Quorum() {
+		if info.Gradients < s.quorum {
 			s.stats.Partial++
 		}
 	}
@@ -322,6 +366,7 @@ func (s *Shard) update(last []float32, gmax float32, tau int) {
 	}
 	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info, Learners: s.pendingBy})
 	s.pendingBy = s.pendingBy[:0] // Learners stays valid until the next Step appends
+	s.followSchedule()            // nothing is pending: the next update is due by the new c₀
 }
 
 func (s *Shard) epoch() int {
@@ -370,6 +415,9 @@ func (s *Shard) servePulls() {
 			continue
 		}
 		l.pulling, l.computing, l.holds = false, true, s.clock
+		if s.keepPulled {
+			s.stats.PulledBytes += 4 * uint64(s.pulled[i].keep(s.w, s.clock))
+		}
 		s.ready.Replies = append(s.ready.Replies, Reply{To: uint32(i), Seq: l.pullSeq, Clock: s.clock, Life: s.life, Weights: s.w})
 	}
 }
@@ -403,7 +451,20 @@ type Checkpoint struct {
 	// Consumed lists the mini-batch ids of the gradients the shard
 	// accepted or dropped, as BatchSet.Intervals returns them.
 	Consumed []Interval
-	Stats    Stats
+	// Pulled holds the weights the shard last served each learner, for
+	// the rules that compare a gradient with the weights it was computed
+	// on (sgd.Config.NeedsPulled): per learner id in increasing order, its
+	// one or two copies; nil for the other rules.
+	Pulled []PulledWeights
+	Stats  Stats
+}
+
+// PulledWeights is one copy of the weights a shard served a learner.
+type PulledWeights struct {
+	Learner uint32
+	Stamp   uint64    // the clock the weights were served at
+	Used    bool      // a gradient stamped Stamp was accepted since
+	Weights []float32 // the shard's range
 }
 
 // Checkpoint returns a copy of the shard's durable state.
@@ -418,6 +479,13 @@ func (s *Shard) Checkpoint() *Checkpoint {
 	}
 	for _, l := range s.pendingBy {
 		cp.Pending[l]++
+	}
+	for i := range s.pulled {
+		for _, c := range s.pulled[i] {
+			if c.w != nil {
+				cp.Pulled = append(cp.Pulled, PulledWeights{Learner: uint32(i), Stamp: c.stamp, Used: c.used, Weights: slices.Clone(c.w)})
+			}
+		}
 	}
 	return cp
 }
@@ -477,7 +545,39 @@ func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
 			s.pendingBy = append(s.pendingBy, uint32(l))
 		}
 	}
+	if err := s.restorePulled(cp.Pulled); err != nil {
+		return nil, err
+	}
+	s.followSchedule()
 	return s, nil
+}
+
+// restorePulled restores the copies of the weights served to the
+// learners. Copies under a rule that keeps none are ignored (a job can
+// resume under another rule); a learner id out of range, more than two
+// copies of one learner, a wrong length or a NaN or ±Inf is an error.
+func (s *Shard) restorePulled(copies []PulledWeights) error {
+	s.stats.PulledBytes = 0
+	if !s.keepPulled {
+		return nil
+	}
+	for k, p := range copies {
+		field := fmt.Sprintf("Checkpoint.Pulled[%d]", k)
+		if int64(p.Learner) >= int64(len(s.pulled)) || len(p.Weights) != s.rng.Len() {
+			return param.Fieldf(field, "learner %d with %d weights, the config has %d learners and the shard %d weights", p.Learner, len(p.Weights), len(s.pulled), s.rng.Len())
+		}
+		held := &s.pulled[p.Learner]
+		slot := slices.IndexFunc(held[:], func(c pulledCopy) bool { return c.w == nil })
+		if slot < 0 {
+			return param.Fieldf(field, "a third copy of learner %d, at most two", p.Learner)
+		}
+		if err := finite(field, p.Weights, s.rng.Lo); err != nil {
+			return err
+		}
+		held[slot] = pulledCopy{stamp: p.Stamp, used: p.Used, w: slices.Clone(p.Weights)}
+		s.stats.PulledBytes += 4 * uint64(len(p.Weights))
+	}
+	return nil
 }
 
 func sum(v []uint32) uint64 {

@@ -58,6 +58,13 @@ type Stats struct {
 	Histogram    []uint64
 	StalenessSum uint64 // Σ τ over accepted gradients
 	MaxStaleness int    // max τ over accepted gradients
+	// PulledBytes is the memory of the weights the shard keeps per
+	// learner for the rules that compare a gradient with the weights it
+	// was computed on (sgd.Config.NeedsPulled): 4 bytes per float of each
+	// copy allocated, one copy of the shard's range per learner that
+	// pulled (two for a learner that prefetches); 0 for the other rules
+	// and under hardsync.
+	PulledBytes uint64
 }
 
 // MeanStaleness returns the mean τ of accepted gradients (0 if none).

@@ -65,8 +65,11 @@ type Config struct {
 	// (data.Plan.Chunk; 0: DefaultChunk).
 	Chunk int
 
-	Protocol     ps.Protocol
-	N            int // softsync's n, 1 ≤ N ≤ Learners
+	Protocol ps.Protocol
+	N        int // softsync's n, 1 ≤ N ≤ Learners; with NSchedule, its first n
+	// NSchedule, if set, is softsync's n by epoch (ps.Config.NSchedule):
+	// c₀ = ⌊λ/n⌋ follows it at epoch boundaries.
+	NSchedule    sgd.NSchedule
 	MaxStaleness int // softsync only; 0 = unbounded
 	Shards       int // 1 … MaxShardsFor(Learners)
 	Solver       sgd.Config
@@ -216,7 +219,7 @@ func (c *Config) ValidateSettings() error {
 // epoch (0 leaves it to RunServer, which takes it from the coordinator's
 // plan).
 func (c *Config) PSConfig(layout []param.Segment, dataSize int) ps.Config {
-	return ps.Config{Job: cmp.Or(c.Job, 1), Learners: c.Learners, Protocol: c.Protocol, N: c.N, MaxStaleness: c.MaxStaleness,
+	return ps.Config{Job: cmp.Or(c.Job, 1), Learners: c.Learners, Protocol: c.Protocol, N: c.N, NSchedule: c.NSchedule, MaxStaleness: c.MaxStaleness,
 		Shards: c.Shards, Batch: c.Batch, DataSize: dataSize, Layout: layout, Solver: c.Solver}
 }
 

@@ -193,6 +193,42 @@ func TestJobOverlapStaleness(t *testing.T) {
 	}
 }
 
+// TestJobRules runs a small job under delay compensation with the
+// staleness rate, momentum compensation and an n schedule, learners
+// prefetching: it completes; each shard keeps one or two copies of its
+// range per learner; epoch 0 updates with every gradient (n = 4, c₀ =
+// 1) and epoch 1 with every two (n = 2).
+func TestJobRules(t *testing.T) {
+	train, test := mnistSubset(t, 512, 100)
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 4, Batch: 8,
+		Protocol: ps.Softsync, N: 4, NSchedule: sgd.NSchedule{{From: 0, N: 4}, {From: 1, N: 2}}, Shards: 2, Epochs: 2, Seed: 1, Overlap: true,
+		Solver: sgd.Config{LR: 0.01, Momentum: 0.9, MomentumComp: true}}
+	if err := cfg.Solver.ParseRule("dc:0.04+staleness"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, cfg, res)
+	rs, err := ps.Ranges(cfg.Spec.NumParams(), cfg.Shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, st := range res.Shards {
+		copyBytes := uint64(4 * rs[k].Len())
+		if st.PulledBytes < copyBytes || st.PulledBytes > 2*4*copyBytes || st.PulledBytes%copyBytes != 0 {
+			t.Errorf("shard %d: %d bytes of pulled weights, want 1 to 8 copies of %d", k, st.PulledBytes, copyBytes)
+		}
+		if st.Updates != 64+32 || st.Partial != 0 || st.Refused != 0 {
+			t.Errorf("shard %d: %d updates (%d partial, %d refused), want 64 + 32", k, st.Updates, st.Partial, st.Refused)
+		}
+	}
+	if len(res.History) != 2 || !(res.TestError < 0.9) {
+		t.Errorf("history %+v, test error %v", res.History, res.TestError)
+	}
+}
+
 // TestJobBoundedStaleness runs fully asynchronous learners with a bound
 // on staleness: every gradient is accepted or dropped, never above the
 // bound.

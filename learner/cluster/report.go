@@ -30,22 +30,28 @@ type Report struct {
 	Seconds      float64       `json:"seconds"`
 	History      []ReportEpoch `json:"history"`
 
-	Protocol     string          `json:"protocol"`
-	N            int             `json:"n"`
-	MaxStaleness int             `json:"max_staleness"`
-	LRMode       string          `json:"lr_mode"`
-	Shards       int             `json:"shards"`
-	Transport    string          `json:"transport"`
-	Compress     string          `json:"compress"`
-	Overlap      bool            `json:"overlap"`
-	Staleness    ReportStaleness `json:"staleness"`
-	Updates      uint64          `json:"updates"`
-	Partial      uint64          `json:"partial_updates"`
-	Gradients    uint64          `json:"gradients"`
-	Dropped      uint64          `json:"gradients_dropped"`
-	BytesSent    uint64          `json:"bytes_sent"`
-	Traffic      ReportTraffic   `json:"traffic"`
-	ShardStats   []ReportShard   `json:"shard_stats"`
+	Protocol     string `json:"protocol"`
+	N            int    `json:"n"`
+	NSchedule    string `json:"n_schedule,omitempty"`
+	MaxStaleness int    `json:"max_staleness"`
+	LRMode       string `json:"lr_mode"`
+	MomentumComp bool   `json:"momentum_comp"`
+	// PulledBytes is the memory the shards keep for the rules that
+	// compare a gradient with the weights it was computed on: Σ over the
+	// shards of ps.Stats.PulledBytes.
+	PulledBytes uint64          `json:"pulled_bytes"`
+	Shards      int             `json:"shards"`
+	Transport   string          `json:"transport"`
+	Compress    string          `json:"compress"`
+	Overlap     bool            `json:"overlap"`
+	Staleness   ReportStaleness `json:"staleness"`
+	Updates     uint64          `json:"updates"`
+	Partial     uint64          `json:"partial_updates"`
+	Gradients   uint64          `json:"gradients"`
+	Dropped     uint64          `json:"gradients_dropped"`
+	BytesSent   uint64          `json:"bytes_sent"`
+	Traffic     ReportTraffic   `json:"traffic"`
+	ShardStats  []ReportShard   `json:"shard_stats"`
 
 	// The processes of the job (one for a job in one process), and what
 	// a job of several processes adds.
@@ -112,6 +118,7 @@ type ReportShard struct {
 	Gradients        uint64          `json:"gradients"`
 	Dropped          uint64          `json:"gradients_dropped"`
 	Staleness        ReportStaleness `json:"staleness"`
+	PulledBytes      uint64          `json:"pulled_bytes"` // ps.Stats.PulledBytes
 }
 
 // ReportProcess is one process of the job and the roles it ran.
@@ -151,7 +158,7 @@ func NewReport(c *Config, res *Result) *Report {
 		Steps: res.Steps, LearnerSteps: append([]int64{}, res.LearnerSteps...), Images: res.Images,
 		TestError: fraction(res.TestError), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
 		History: []ReportEpoch{}, Protocol: c.Protocol.String(), N: c.N, MaxStaleness: c.MaxStaleness,
-		LRMode: c.Solver.LRMode.String(), Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
+		LRMode: c.Solver.RuleString(), MomentumComp: c.Solver.MomentumComp, Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
 		Overlap: c.Overlap, ShardStats: []ReportShard{}, Seed: c.Seed, Threads: max(c.Workers, 1),
 		Solver: ReportSolver{LR: c.Solver.LR, Momentum: c.Solver.Momentum, WeightDecay: c.Solver.WeightDecay,
 			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
@@ -189,6 +196,8 @@ func NewReport(c *Config, res *Result) *Report {
 	}
 	if c.Protocol == ps.Hardsync {
 		r.N = 0
+	} else if len(c.NSchedule) > 0 {
+		r.NSchedule = c.NSchedule.String()
 	}
 	for _, h := range res.History {
 		r.History = append(r.History, ReportEpoch{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fraction(h.TestError), Seconds: h.Seconds})
@@ -196,7 +205,9 @@ func NewReport(c *Config, res *Result) *Report {
 	r.Staleness = ReportStaleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {
 		sh := ReportShard{Shard: k, Updates: s.Updates, Partial: s.Partial, Refused: s.Refused, RefusedGradients: append([]uint64{}, s.RefusedGradients...),
-			Gradients: s.Gradients, Dropped: s.Dropped, Redone: s.Redone, StaleLife: s.StaleLife, Resent: s.Duplicates, Staleness: staleOf(&s)}
+			Gradients: s.Gradients, Dropped: s.Dropped, Redone: s.Redone, StaleLife: s.StaleLife, Resent: s.Duplicates, Staleness: staleOf(&s),
+			PulledBytes: s.PulledBytes}
+		r.PulledBytes += s.PulledBytes
 		if k < len(res.GivenUp) {
 			sh.GivenUp = res.GivenUp[k]
 		}

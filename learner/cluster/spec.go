@@ -95,10 +95,11 @@ func (c *Config) Settings() Settings {
 		"model": model, "data": c.Data, "train-subset": itoa(c.TrainSubset), "test-subset": itoa(c.TestSubset),
 		"epochs": itoa(c.Epochs), "batch": itoa(c.Batch), "max-steps": itoa(c.MaxSteps), "chunk": itoa(cmp.Or(c.Chunk, DefaultChunk)),
 		"seed": fmt.Sprint(c.Seed), "learners": itoa(c.Learners), "shards": itoa(c.Shards),
-		"protocol": c.Protocol.String(), "n": itoa(c.N), "max-staleness": itoa(c.MaxStaleness),
+		"protocol": c.Protocol.String(), "n": c.NString(), "max-staleness": itoa(c.MaxStaleness),
 		"lr": fmt.Sprint(c.Solver.LR), "momentum": fmt.Sprint(c.Solver.Momentum), "weight-decay": fmt.Sprint(c.Solver.WeightDecay),
-		"lr-steps": strings.Join(steps, ","), "lr-gamma": fmt.Sprint(c.Solver.LRGamma), "lr-mode": c.Solver.LRMode.String(),
-		"compress": c.Codec.String(), "overlap": strconv.FormatBool(c.Overlap), "transport": c.Transport,
+		"lr-steps": strings.Join(steps, ","), "lr-gamma": fmt.Sprint(c.Solver.LRGamma), "lr-mode": c.Solver.RuleString(),
+		"momentum-comp": strconv.FormatBool(c.Solver.MomentumComp),
+		"compress":      c.Codec.String(), "overlap": strconv.FormatBool(c.Overlap), "transport": c.Transport,
 	}
 	if c.Init != nil {
 		b, _ := binary.Append(nil, binary.LittleEndian, c.Init)
@@ -108,6 +109,15 @@ func (c *Config) Settings() Settings {
 		}
 	}
 	return s
+}
+
+// NString returns softsync's n as --n spells it: the schedule
+// ("30@0,4@6,1@9") when there is one, else N.
+func (c *Config) NString() string {
+	if len(c.NSchedule) > 0 {
+		return c.NSchedule.String()
+	}
+	return strconv.Itoa(c.N)
 }
 
 // ResumeFrom sets Resume to the newest complete checkpoint version of

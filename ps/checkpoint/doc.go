@@ -57,8 +57,9 @@
 // never panics on any input, allocates in proportion to the bytes it has
 // read, refuses a NaN or an infinity in the weights, the momentum or the
 // accumulation (naming the first), and returns errors wrapping ErrFormat
-// or ErrChecksum. It reads format versions 1, 2 and 3; EncodeShard writes
-// 3.
+// or ErrChecksum. It reads format versions 1 to 4; EncodeShard writes
+// 4, which adds the state of the staleness rule (the solver's running
+// statistics, the weights served to each learner) to version 3.
 //
 // # Another number of shards
 //

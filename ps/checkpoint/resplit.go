@@ -43,6 +43,11 @@ type ResplitInfo struct {
 //   - fresh statistics: each old shard counted its own updates, gradients,
 //     rejections and staleness, which do not add up across a new range;
 //     only Clock, Samples and Epoch are carried (as above).
+//   - no rule state: the rules' running statistics (sgd.State's
+//     MeanSquare, StepSquare, Steps and RecentTau) start afresh, and the
+//     copies of the weights served to the learners (ps.Checkpoint.Pulled)
+//     are dropped: each old shard served its range at its own clocks (a
+//     later gradient whose copy is missing is applied uncorrected).
 //
 // The old shards must be the shards of one layout covering [0, total)
 // once, with the same number of learners; otherwise the error wraps

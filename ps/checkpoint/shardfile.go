@@ -89,6 +89,15 @@ func (s *Shard) check() (ps.Range, error) {
 		return bad("%d intervals of consumed mini-batches: too many for the format", len(s.Consumed))
 	case st.MaxTau < 0 || st.SumTau < 0 || s.Stats.Shard < 0 || s.Stats.Epoch < 0 || s.Stats.MaxStaleness < 0:
 		return bad("negative count")
+	case (len(st.MeanSquare) != 0 && len(st.MeanSquare) != n) || (len(st.StepSquare) != 0 && len(st.StepSquare) != n):
+		return bad("%d mean squares and %d step squares, want 0 or %d", len(st.MeanSquare), len(st.StepSquare), n)
+	case len(st.RecentTau) > sgd.MomentumWindow || len(s.Pulled) > 2*l:
+		return bad("%d recent τ (at most %d), %d pulled copies (at most 2 per learner)", len(st.RecentTau), sgd.MomentumWindow, len(s.Pulled))
+	}
+	for k, p := range s.Pulled {
+		if int64(p.Learner) >= int64(l) || len(p.Weights) != n {
+			return bad("pulled copy %d: learner %d with %d weights, want a learner < %d and %d weights", k, p.Learner, len(p.Weights), l, n)
+		}
 	}
 	if _, err := ps.MakeBatchSet(s.Consumed); err != nil {
 		return bad("consumed mini-batches: %v", err)
@@ -96,12 +105,12 @@ func (s *Shard) check() (ps.Range, error) {
 	return r, nil
 }
 
-// Shard file layout, version 3 (docs/checkpoint.md has the table). All
+// Shard file layout, version 4 (docs/checkpoint.md has the table). All
 // integers little-endian; signed ones two's complement.
 //
 //	offset      size  field
 //	0           8     magic "SSCKSHRD"
-//	8           4     format version, 3
+//	8           4     format version, 4
 //	12          4     C, intervals of consumed mini-batches
 //	16          4     shard index k
 //	20          4     shards S
@@ -134,18 +143,29 @@ func (s *Shard) check() (ps.Range, error) {
 //	…           4n    momentum, float32
 //	…           4n    pending accumulation, float32, only if p > 0
 //	…           L     flags per learner: bit 0 active, 1 pushed this round, 2 evicted
+//	…           4     M, mean squares (sgd.State.MeanSquare): 0 or n
+//	…           4     G, step squares (sgd.State.StepSquare): 0 or n
+//	…           8     gap steps (sgd.State.Steps)
+//	…           4     R, recent τ (sgd.State.RecentTau), ≤ sgd.MomentumWindow
+//	…           4     P, pulled copies (ps.Checkpoint.Pulled), ≤ 2L
+//	…           4M    mean squares, float32
+//	…           4G    step squares, float32
+//	…           8R    recent τ, int64, oldest first
+//	…           P×(16+4n)  pulled copies: learner uint32, flags uint32 (bit 0
+//	                  used), stamp uint64, n float32 weights
 //	size−4      4     CRC32C of every byte before it
 //
+// Version 3 has no rule state (the lines from "M" to "pulled copies").
 // Version 2 has bytes 12–15 reserved (0) and no consumed mini-batches
 // (the lines from "redone pushes" to "consumed mini-batches"). Version 1
 // has neither those nor the refusal counts and pending gradients per
 // learner (the lines from "refused updates" to "pending gradients per
 // learner"), and holds the next sequence per learner (the last + 1, 0 for
-// none) in place of the last one. DecodeShard reads all three;
-// EncodeShard writes version 3.
+// none) in place of the last one. DecodeShard reads all four;
+// EncodeShard writes version 4.
 const (
 	shardMagic    = "SSCKSHRD"
-	shardVersion  = 3
+	shardVersion  = 4
 	headerSize    = 264
 	headerSumAt   = 256
 	trailerSize   = 4
@@ -187,8 +207,14 @@ func fileSize(version uint32, learners, hist, n uint64, pending bool, intervals 
 	if version >= 3 {
 		size += 24 + 16*intervals
 	}
+	if version >= 4 {
+		size += ruleCounts // the arrays of the rule state follow their counts
+	}
 	return size
 }
+
+// ruleCounts is the size of the counts of a version-4 file's rule state.
+const ruleCounts = 24
 
 // EncodeShard writes s to w in the shard file format. It returns an error
 // wrapping ErrMismatch, without writing, if the lengths of s disagree with
@@ -276,12 +302,35 @@ func EncodeShard(w io.Writer, s *Shard) error {
 		}
 		e.put(append(e.room(1), f))
 	}
+	e.ruleState(s)
 	e.flush()
 	if e.err != nil {
 		return e.err
 	}
 	_, err = w.Write(le.AppendUint32(nil, e.crc))
 	return err
+}
+
+// ruleState writes the rules' state of s: its counts, then its arrays.
+func (e *encoder) ruleState(s *Shard) {
+	le := binary.LittleEndian
+	st := &s.Solver
+	b := le.AppendUint32(le.AppendUint32(e.room(ruleCounts), uint32(len(st.MeanSquare))), uint32(len(st.StepSquare)))
+	b = le.AppendUint64(b, st.Steps)
+	e.put(le.AppendUint32(le.AppendUint32(b, uint32(len(st.RecentTau))), uint32(len(s.Pulled))))
+	e.floats(st.MeanSquare)
+	e.floats(st.StepSquare)
+	for _, v := range st.RecentTau {
+		e.put(le.AppendUint64(e.room(8), uint64(v)))
+	}
+	for _, p := range s.Pulled {
+		var f uint32
+		if p.Used {
+			f = 1
+		}
+		e.put(le.AppendUint64(le.AppendUint32(le.AppendUint32(e.room(16), p.Learner), f), p.Stamp))
+		e.floats(p.Weights)
+	}
 }
 
 // encoder batches small appends into writes of up to chunkBytes, keeping a
@@ -499,7 +548,7 @@ func (d *decoder) decode() (*Shard, error) {
 	}
 	n := hi - lo
 	d.size = fileSize(version, learners, hist, n, pending > 0, intervals)
-	if d.remain >= 0 && uint64(d.remain) != d.size {
+	if d.remain >= 0 && (uint64(d.remain) < d.size || (version < 4 && uint64(d.remain) != d.size)) {
 		return nil, d.formatErr("the header implies %d bytes (%d learners, %d histogram buckets, %d floats per array, %d consumed intervals), the file has %d",
 			d.size, learners, hist, n, intervals, d.remain)
 	}
@@ -557,6 +606,11 @@ func (d *decoder) decode() (*Shard, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if version >= 4 {
+		if err := d.ruleState(s, n, learners); err != nil {
+			return nil, err
+		}
+	}
 	sum := d.crc
 	t, err := d.read(trailerSize)
 	if err != nil {
@@ -591,7 +645,65 @@ func (d *decoder) decode() (*Shard, error) {
 			return nil, d.formatErr("%s element %d (flat index %d) is %g: a shard holds finite values only", a.name, k, lo+uint64(k), a.v[k])
 		}
 	}
+	for i, p := range s.Pulled {
+		if k := sgd.FirstNonFinite(p.Weights); k >= 0 {
+			return nil, d.formatErr("pulled copy %d element %d (flat index %d) is %g: a shard holds finite values only", i, k, lo+uint64(k), p.Weights[k])
+		}
+		if p.Learner >= uint32(learners) {
+			return nil, d.formatErr("pulled copy %d of learner %d, the file has %d learners", i, p.Learner, learners)
+		}
+	}
 	return s, nil
+}
+
+// ruleState reads the rules' state of a version-4 file: the counts,
+// checked against n and the learners, then the arrays; it checks the
+// length the counts imply against what the reader has left, when known.
+func (d *decoder) ruleState(s *Shard, n, learners uint64) error {
+	le := binary.LittleEndian
+	b, err := d.read(ruleCounts)
+	if err != nil {
+		return err
+	}
+	ms, ss, steps := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), le.Uint64(b[8:])
+	taus, copies := uint64(le.Uint32(b[16:])), uint64(le.Uint32(b[20:]))
+	switch {
+	case (ms != 0 && ms != n) || (ss != 0 && ss != n):
+		return d.formatErr("%d mean squares and %d step squares, want 0 or %d", ms, ss, n)
+	case taus > sgd.MomentumWindow || copies > 2*learners:
+		return d.formatErr("%d recent τ (at most %d), %d pulled copies (at most 2 per learner of %d)", taus, sgd.MomentumWindow, copies, learners)
+	}
+	d.size += 4*ms + 4*ss + 8*taus + copies*(16+4*n)
+	if d.remain >= 0 && uint64(d.remain) != d.size {
+		return d.formatErr("the header and the rule state imply %d bytes, the file has %d", d.size, d.remain)
+	}
+	st := &s.Solver
+	st.Steps = steps
+	if st.MeanSquare, err = d.floats(ms); err != nil {
+		return err
+	}
+	if st.StepSquare, err = d.floats(ss); err != nil {
+		return err
+	}
+	st.RecentTau = grow[int64](d, taus, 8)
+	if err := d.words(taus, 8, func(b []byte) { st.RecentTau = append(st.RecentTau, int64(le.Uint64(b))) }); err != nil {
+		return err
+	}
+	for range copies {
+		b, err := d.read(16)
+		if err != nil {
+			return err
+		}
+		if b[4]&^1 != 0 || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+			return d.formatErr("unknown pulled-copy flags %#x", le.Uint32(b[4:]))
+		}
+		p := ps.PulledWeights{Learner: le.Uint32(b), Used: b[4] == 1, Stamp: le.Uint64(b[8:])}
+		if p.Weights, err = d.floats(n); err != nil {
+			return err
+		}
+		s.Pulled = append(s.Pulled, p)
+	}
+	return nil
 }
 
 // consumed reads the counters of redone, given up and empty rounds and

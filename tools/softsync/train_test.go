@@ -177,6 +177,40 @@ func TestTrainDistributed(t *testing.T) {
 	}
 }
 
+// TestTrainRules runs a small job under delay compensation with the
+// staleness rate, momentum compensation and an n schedule, learners
+// prefetching: it completes, and the report shows the rule as given, the
+// schedule, and the memory of the pulled weights.
+func TestTrainRules(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "r.json")
+	out := run(t, "train", "--model", "mlp", "--epochs", "2", "--train-subset", "600", "--test-subset", "100",
+		"--batch", "8", "--learners", "4", "--protocol", "softsync", "--n", "4@0,2@1", "--lr-mode", "dc:0.04+staleness",
+		"--momentum-comp", "--shards", "2", "--overlap", "--json", js, "--quiet")
+	for _, want := range []string{"softsync (n 4@0,2@1), lr-mode dc:0.04+staleness, momentum-comp", "pulled weights kept"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	r := readReport(t, js)
+	if r["lr_mode"] != "dc:0.04+staleness" || r["n"] != 4.0 || r["n_schedule"] != "4@0,2@1" || r["momentum_comp"] != true || r["epochs_done"] != 2.0 {
+		t.Errorf("report: lr_mode %v, n %v, n_schedule %v, momentum_comp %v, epochs_done %v", r["lr_mode"], r["n"], r["n_schedule"], r["momentum_comp"], r["epochs_done"])
+	}
+	params := 0.0
+	for _, p := range r["shard_stats"].([]any) {
+		params += p.(map[string]any)["pulled_bytes"].(float64)
+	}
+	// One or two copies of each shard's range per learner: at most 2λ
+	// copies of the vector, and more than none.
+	if pb := r["pulled_bytes"].(float64); pb != params || !(pb > 0) || pb > 2*4*4*r["params"].(float64) {
+		t.Errorf("pulled_bytes %v (shards: %v), %v parameters", pb, params, r["params"])
+	}
+	// Epoch 0 updates with every gradient (c₀ = 1), epoch 1 with every
+	// two (c₀ = 2): fewer updates than gradients, more than half.
+	if u, g := r["updates"].(float64), r["gradients"].(float64); !(u < g && u > g/2) || r["partial_updates"].(float64) > 1 {
+		t.Errorf("%v updates of %v gradients, %v partial", u, g, r["partial_updates"])
+	}
+}
+
 // TestReportRefused: the summary tells of refused updates, with the
 // gradients each learner lost to them.
 func TestReportRefused(t *testing.T) {
@@ -216,6 +250,16 @@ func TestTrainBadFlags(t *testing.T) {
 		{[]string{"--max-staleness", "2"}, "--max-staleness"}, // hardsync
 		{[]string{"--protocol", "softsync", "--max-staleness", "-1"}, "--max-staleness"},
 		{[]string{"--lr-mode", "fast"}, "--lr-mode"},
+		{[]string{"--lr-mode", "poly"}, "--lr-mode"},
+		{[]string{"--lr-mode", "hinge:2"}, "--lr-mode"},
+		{[]string{"--lr-mode", "dc:0"}, "--lr-mode"},
+		{[]string{"--lr-mode", "dc+gap"}, "--lr-mode"},
+		{[]string{"--lr-mode", "staleness+average"}, "--lr-mode"},
+		{[]string{"--protocol", "softsync", "--learners", "4", "--n", "2@1"}, "--n"},
+		{[]string{"--protocol", "softsync", "--learners", "4", "--n", "4@0,2@3,1@3"}, "--n"},
+		{[]string{"--protocol", "softsync", "--learners", "4", "--n", "4@0,8@2"}, "--n"},
+		{[]string{"--protocol", "softsync", "--learners", "4", "--n", "4@0,x"}, "--n"},
+		{[]string{"--n", "4@0,2@1"}, "--n"}, // hardsync
 		{[]string{"--shards", "0"}, "--shards"},
 		{[]string{"--shards", "100000000"}, "--shards"},
 		{[]string{"--transport", "udp"}, "--transport"},
