@@ -29,7 +29,8 @@
 #                     (make test runs 200)
 #   make chaos        make chaos-sim, then the failure tests' job under softsync launch
 #                     CHAOS_RUNS times (default 20) per role killed at a random moment
-#                     (a learner, a shard server, the head; CHAOS_SEED), each against the
+#                     (a learner, a shard server, the head; CHAOS_ROLES=learner,ps,eval
+#                     selects them; CHAOS_SEED), each against the
 #                     same job undisturbed
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in

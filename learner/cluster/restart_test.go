@@ -100,6 +100,7 @@ type partsJob struct {
 	tp        Topology
 	coordAddr atomic.Value
 	slow      map[int]time.Duration // per learner id, a pause before each push
+	hold      func()                // if set, called before each push of every learner
 	jobs      []*Job
 	severs    []*severNet
 	cancels   []context.CancelFunc
@@ -141,12 +142,15 @@ func (p *partsJob) start(i int, cfg Config) *Job {
 	}
 	pc.Coordinator = p.locate()
 	pc.wrap = func(role Role, n rdma.Network) rdma.Network {
-		if role != RoleLearner || len(r.Learners) == 0 || p.slow[r.Learners[0]] == 0 {
+		if role != RoleLearner || len(r.Learners) == 0 {
 			return sn
 		}
-		pause := p.slow[r.Learners[0]]
+		pause, hold := p.slow[r.Learners[0]], p.hold
 		return tamperNet{sn, func(m *rdma.Msg) bool {
 			if m.Type == rdma.Type(ps.MsgPush) {
+				if hold != nil {
+					hold()
+				}
 				time.Sleep(pause)
 			}
 			return true
@@ -269,7 +273,22 @@ func TestJobServerRestart(t *testing.T) {
 	defer cancel()
 	p := newPartsJob(t, ctx, cfg, Apart(2, 2))
 	p.slow[1] = 20 * time.Millisecond // learner 0 takes most chunks; learner 1 ends the job
-	head := p.start(0, cfg)
+	// Near the end, the learners' pushes wait for the restart: the job
+	// cannot end before the shard server dies.
+	plan := cfg.Plan(cfg.Train.N)
+	total := int64(plan.Total())
+	near := total - 2*int64(cfg.Chunk)
+	var head *Job
+	restarted := make(chan struct{})
+	p.hold = func() {
+		if head.coord.Progress().Steps >= near {
+			select {
+			case <-restarted:
+			case <-ctx.Done():
+			}
+		}
+	}
+	head = p.start(0, cfg)
 	var wg sync.WaitGroup
 	errs := make([]error, len(p.tp.Processes))
 	for i := 2; i < len(p.tp.Processes); i++ { // shard server 1 is started apart
@@ -277,14 +296,13 @@ func TestJobServerRestart(t *testing.T) {
 		wg.Go(func() { _, errs[i] = waitJob(t, j, 2*time.Minute) })
 	}
 	p.start(1, cfg)
-	plan := cfg.Plan(cfg.Train.N)
-	total := int64(plan.Total())
-	transporttest.Eventually(t, time.Minute, "every chunk handed out and a checkpoint", func() bool {
+	transporttest.Eventually(t, time.Minute, "the job near its end and a checkpoint", func() bool {
 		_, _, err := store.Latest(nil)
-		return err == nil && head.coord.Progress().Steps >= total-int64(cfg.Chunk)
+		return err == nil && head.coord.Progress().Steps >= near
 	})
 	p.kill(1)
 	server := p.start(1, restartConfig(t, cfg, store))
+	close(restarted)
 	res, err := waitJob(t, head, 2*time.Minute)
 	if err != nil {
 		t.Fatalf("the head: %v", err)

@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,8 +22,9 @@ import (
 // and the victims), and checks every run as TestFailures does against
 // the same job undisturbed: it completes, each shard holds exactly one
 // gradient of every mini-batch, every push is accounted for, and the
-// test error is at most 0.3 points worse. It prints one line per role: "chaos
-// ROLE: N runs, F failed".
+// test error is at most 0.3 points worse. CHAOS_ROLES (a comma-separated
+// list, default all three) selects the roles killed. It prints one line
+// per role: "chaos ROLE: N runs, F failed".
 func TestChaos(t *testing.T) {
 	multiProcess(t)
 	seed, _ := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64)
@@ -40,7 +43,14 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("undisturbed job: %s", res)
 	}
 	want := readReport(t, report("base"))
-	for _, role := range []string{"learner", "ps", "eval"} {
+	roles := []string{"learner", "ps", "eval"}
+	if r := os.Getenv("CHAOS_ROLES"); r != "" {
+		roles = strings.Split(r, ",")
+	}
+	for _, role := range roles {
+		if !slices.Contains([]string{"learner", "ps", "eval"}, role) {
+			t.Fatalf("CHAOS_ROLES: %q is not learner, ps or eval", role)
+		}
 		failed := 0
 		for i := range runs {
 			name := fmt.Sprintf("%s-%d", role, i)
