@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseModelBatches(t *testing.T) {
+	ms, err := parseModelBatches("lenet, cifar10_full:100", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []modelBatch{{"lenet", 64}, {"cifar10_full", 100}}; !slices.Equal(ms, want) {
+		t.Errorf("got %v, want %v", ms, want)
+	}
+	for _, bad := range []string{"lenet:0", "lenet:x", ":8", "lenet,"} {
+		if _, err := parseModelBatches(bad, 64); err == nil || !strings.Contains(err.Error(), "--model") {
+			t.Errorf("%q: %v, want an error naming --model", bad, err)
+		}
+	}
+	if _, err := parseCounts("--learners", "1,0"); err == nil || !strings.Contains(err.Error(), `"0"`) {
+		t.Errorf("--learners 1,0: %v", err)
+	}
+}
+
+// TestBenchSpeedupJSON runs the smallest speedup benchmark over tcp and
+// shm side by side and checks every field of its rows.
+func TestBenchSpeedupJSON(t *testing.T) {
+	multiProcess(t)
+	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--steps", "3",
+		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []speedupRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Transport)
+		if r.Model != "mlp" || r.Batch != 8 || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) {
+			t.Errorf("row %+v", r)
+		}
+		if len(r.Processes) != 2+r.Learners {
+			t.Fatalf("%d processes, want %d: %+v", len(r.Processes), 2+r.Learners, r.Processes)
+		}
+		for _, p := range r.Processes {
+			if p.PeakRSS < 1<<20 {
+				t.Errorf("%s: peak RSS %d bytes", p.Process, p.PeakRSS)
+			}
+		}
+		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[2].Process != "learner 0" {
+			t.Errorf("processes %+v", r.Processes)
+		}
+		if r.Learners == 1 && (r.Speedup != 1 || r.Efficiency != 1) {
+			t.Errorf("λ = 1: speedup %g, efficiency %g", r.Speedup, r.Efficiency)
+		}
+	}
+	if want := []string{"tcp", "shm", "tcp", "shm"}; !slices.Equal(got, want) {
+		t.Errorf("transports %v, want %v (side by side at each λ)", got, want)
+	}
+}
