@@ -179,23 +179,32 @@ func (r *benchRun) add(f benchFigure) { r.res.Figures = append(r.res.Figures, f)
 // self runs softsync with args in a process of its own and decodes its
 // JSON output into v.
 func (r *benchRun) self(v any, args ...string) error {
+	pre := []string{"--log-level", "warn"}
+	if r.app.ISA != "" && !slices.Contains(args, "--isa") {
+		pre = append(pre, "--isa", r.app.ISA) // as asked of bench all
+	}
+	return selfJSON(r.ctx, nil, v, pre, args)
+}
+
+// selfJSON runs softsync with the global flags pre and then args in a
+// process of its own on cpus (every CPU when empty), and decodes its JSON
+// output into v.
+func selfJSON(ctx context.Context, cpus []int, v any, pre, args []string) error {
 	argv, err := selfCommand()
 	if err != nil {
 		return err
 	}
-	argv = append(slices.Clone(argv), "--log-level", "warn")
-	if r.app.ISA != "" && !slices.Contains(args, "--isa") {
-		argv = append(argv, "--isa", r.app.ISA) // as asked of bench all
+	argv = slices.Concat(argv, pre, args)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := startOn(cmd, cpus); err != nil {
+		return fmt.Errorf("softsync %s: %w", strings.Join(args, " "), err)
 	}
-	argv = append(argv, args...)
-	cmd := exec.CommandContext(r.ctx, argv[0], argv[1:]...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
+	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("softsync %s: %w: %s", strings.Join(args, " "), err, tail(stderr.Bytes(), 500))
 	}
-	if err := json.Unmarshal(out, v); err != nil {
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
 		return fmt.Errorf("softsync %s: output: %w", strings.Join(args, " "), err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -158,7 +159,7 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
 	}
 	if report {
-		g.headOut = os.Stderr // the caller prints the report its own way
+		g.headOut = io.Discard // the caller prints the report its own way
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
