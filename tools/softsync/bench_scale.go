@@ -145,11 +145,12 @@ func newBenchScaleCmd(app *App) *cobra.Command {
 learner of one compute thread, random order) as processes on this host for
 λ = 1, 2, 4, … up to C − S learners, C the CPUs this process may use (its
 affinity: taskset or a cpuset give fewer), S the shard servers. Each process
-is pinned (sched_setaffinity) to CPUs of its own: shard server k to CPU k,
-the head (coordinator and evaluator) to the shard servers' CPUs, learner r
-to CPU S + r. bench scale sets the mask on the thread that starts the
-process, which inherits it before it runs: every thread it starts is pinned
-too, and its Go runtime and OpenBLAS see only its CPU.
+is pinned (sched_setaffinity) to CPUs of its own, counted in that list from
+0: shard server k to CPU k, the head (coordinator and evaluator) to the
+shard servers' CPUs, learner r to CPU S + r. bench scale sets the mask on
+the thread that starts the process, which inherits it before it runs: every
+thread it starts is pinned too, and its Go runtime and OpenBLAS see only its
+CPU. CPUs are logical: with SMT, give it one CPU per core (taskset -c).
 
 Before the jobs, softsync sim measures its inputs (compute time of one
 mini-batch on one thread, the link over --transport, the shard's update and
