@@ -266,15 +266,15 @@ func writeScaleText(w io.Writer, res *scaleResult) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "λ\tprotocol\timages/s\tspeedup\tefficiency\tmean τ\tmax τ\tpredicted\tpredicted speedup\terror\t")
+	fmt.Fprintln(tw, "λ\tprotocol\timages/s\tspeedup\tefficiency\tmean τ\tmax τ\tpredicted\tspeedup\tmean τ\terror\t")
 	for _, r := range res.Rows {
 		mark := ""
 		if r.Shared {
 			mark = " (shared)"
 		}
-		fmt.Fprintf(tw, "%d%s\t%s\t%s\t%.2f×\t%.0f%%\t%.2f\t%d\t%s\t%.2f×\t%+.0f%%\t\n", r.Learners, mark, r.Protocol,
+		fmt.Fprintf(tw, "%d%s\t%s\t%s\t%.2f×\t%.0f%%\t%.2f\t%d\t%s\t%.2f×\t%.2f\t%+.0f%%\t\n", r.Learners, mark, r.Protocol,
 			thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, r.MeanStaleness, r.MaxStaleness,
-			thousands(int64(r.Predicted.ImagesPerSec+0.5)), r.Predicted.Speedup, 100*r.Error)
+			thousands(int64(r.Predicted.ImagesPerSec+0.5)), r.Predicted.Speedup, r.Predicted.MeanStaleness, 100*r.Error)
 	}
 	tw.Flush()
 }

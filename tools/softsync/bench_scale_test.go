@@ -188,3 +188,25 @@ func TestBenchScaleRun(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteScaleText(t *testing.T) {
+	plan := planScale([]int{0, 1}, 1, 0)
+	res := &scaleResult{Model: "lenet", Batch: 64, Transport: "shm", Plan: plan, Inputs: &simInputs{ComputeSec: 0.008},
+		Rows: []scaleRow{
+			{Protocol: "softsync", Learners: 1, ImagesPerSec: 4000, Speedup: 1, Efficiency: 1, Predicted: simRow{ImagesPerSec: 5000, Speedup: 1}, Error: 0.25},
+			{Protocol: "softsync", Learners: 2, ImagesPerSec: 7000, Speedup: 1.75, Efficiency: 0.875, MeanStaleness: 0.95, MaxStaleness: 4,
+				Predicted: simRow{ImagesPerSec: 9800, Speedup: 1.96, MeanStaleness: 1}, Error: 0.4, Shared: true},
+		}}
+	var b strings.Builder
+	writeScaleText(&b, res)
+	out := b.String()
+	for _, want := range []string{"2 CPU(s) [0 1], 1 shard server(s)", "too few CPUs for a scaling curve", "compute 8ms",
+		"4,000", "+25%", "2 (shared)", "7,000", "1.75×", "88%", "0.95", "9,800", "1.96×", "+40%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "1 (shared)") {
+		t.Errorf("λ = 1 marked shared:\n%s", out)
+	}
+}

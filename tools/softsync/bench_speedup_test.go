@@ -39,6 +39,18 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "images_per_sec", "speedup", "efficiency", "processes"} {
+		if _, ok := raw[0][key]; !ok {
+			t.Errorf("a row lacks %q: %v", key, raw[0])
+		}
+	}
+	if p := raw[0]["processes"].([]any)[0].(map[string]any); p["process"] != "head" || p["peak_rss_bytes"] == nil {
+		t.Errorf("process %v lacks process or peak_rss_bytes", p)
+	}
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.Transport)
