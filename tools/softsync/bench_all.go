@@ -62,8 +62,8 @@ the output of go test -bench runs (make bench: the convolution layers and
 memory-bound kernels of package kernels per level, compared with the bench
 peak of this run, and the solver's passes of ps/sgd beside memmove).
 
-Training and PyTorch alternate --repeat times; their figure is the median
-of the runs. The other figures are what the benchmark itself keeps (best of
+Training and PyTorch alternate --repeat times, and so do the jobs of bench
+speedup; their figure is the median of the runs. The other figures are what the benchmark itself keeps (best of
 its rounds, median round). A reference that cannot run (torch or iperf3
 missing) is recorded as missing with the reason.
 
@@ -102,7 +102,7 @@ that everything runs, not a measurement.`,
 	f.StringVar(&o.doc, "doc", "", "a markdown page whose generated tables to refresh (docs/performance.md)")
 	f.StringSliceVar(&o.goBench, "go-bench", nil, "files of go test -bench output to add (comma-separated)")
 	f.BoolVar(&o.quick, "quick", false, "tiny sizes and times: checks that every step runs")
-	f.IntVar(&o.repeat, "repeat", 3, "runs of each training and PyTorch figure (median kept)")
+	f.IntVar(&o.repeat, "repeat", 3, "runs of each training, PyTorch and speedup figure (median kept)")
 	f.IntVar(&o.images, "train-images", 10000, "images per training run (a tenth of them warm up)")
 	f.Float64Var(&o.torchSeconds, "torch-seconds", 5, "timed seconds per PyTorch network and run")
 	f.IntSliceVar(&o.trainThreads, "train-threads", []int{2, 1}, "thread counts of the trainings, softsync and PyTorch")
@@ -481,26 +481,26 @@ func (r *benchRun) transport() error {
 }
 
 // speedup runs bench speedup (λ = 1 and 2 learner processes, tcp and
-// shm side by side) on LeNet μ = 64 and, when CIFAR-10 is in
+// shm side by side, --repeat rounds) on LeNet μ = 64 and, when CIFAR-10 is in
 // ./cifar-10-batches-bin, cifar10_full μ = 100 (else that is listed as a
 // missing reference, not a failure); the reference of λ = 2 is twice the
 // same model, transport and protocol's λ = 1.
 func (r *benchRun) speedup() error {
 	models := []string{"lenet:64"}
+	steps := map[string]int{"lenet:64": 200, "cifar10_full:100": 50} // a job of a few seconds each
 	if _, err := os.Stat("cifar-10-batches-bin"); err == nil {
 		models = append(models, "cifar10_full:100")
 	} else {
 		r.fail("speedup cifar10_full", fmt.Errorf("no CIFAR-10 data in ./cifar-10-batches-bin (docs/data.md)"), false)
 	}
 	for _, m := range models {
+		steps, repeat := steps[m], r.o.repeat
 		if r.o.quick {
 			m, _, _ = strings.Cut(m, ":")
-			m += ":8"
+			m, steps, repeat = m+":8", 5, 1
 		}
-		args := []string{"bench", "speedup", "--json", "--model", m, "--transport", "tcp,shm"}
-		if r.o.quick {
-			args = append(args, "--steps", "5")
-		}
+		args := []string{"bench", "speedup", "--json", "--model", m, "--transport", "tcp,shm",
+			"--steps", strconv.Itoa(steps), "--repeat", strconv.Itoa(repeat)}
 		var rows []speedupRow
 		if err := r.self(&rows, args...); err != nil {
 			return err
@@ -517,7 +517,7 @@ func (r *benchRun) addSpeedup(rows []speedupRow) {
 		f := benchFigure{Group: "speedup", Name: fmt.Sprintf("%s, λ=%d", key, x.Learners),
 			Params: map[string]any{"model": x.Model, "batch": x.Batch, "transport": x.Transport, "protocol": x.Protocol,
 				"learners": x.Learners, "steps": x.Steps},
-			Value: x.ImagesPerSec, Unit: "images/s", Stat: "one run", Runs: []float64{x.ImagesPerSec},
+			Value: x.ImagesPerSec, Unit: "images/s", Stat: medianOf(len(x.Runs)), Runs: x.Runs,
 			Extra: map[string]float64{"speedup": x.Speedup}}
 		for _, p := range x.Processes {
 			role, _, _ := strings.Cut(p.Process, " ")

@@ -105,7 +105,8 @@ func TestBenchAddSpeedup(t *testing.T) {
 		return u
 	}
 	row := func(tr string, l int, ips float64) speedupRow {
-		return speedupRow{Model: "lenet", Batch: 64, Transport: tr, Protocol: "softsync", Learners: l, ImagesPerSec: ips, Processes: procs(l)}
+		return speedupRow{Model: "lenet", Batch: 64, Transport: tr, Protocol: "softsync", Learners: l, ImagesPerSec: ips,
+			Runs: []float64{ips - 100, ips, ips + 50}, Processes: procs(l)}
 	}
 	r.addSpeedup([]speedupRow{row("tcp", 1, 1000), row("shm", 1, 1200), row("tcp", 2, 1800), row("shm", 2, 2300)})
 	var names []string
@@ -116,7 +117,8 @@ func TestBenchAddSpeedup(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Fatalf("figures %q, want %q", names, want)
 	}
-	if f := r.res.Figures[3]; f.Ref == nil || f.Ref.Value != 2400 || f.Params["transport"] != "shm" || f.Params["model"] != "lenet" {
+	if f := r.res.Figures[3]; f.Ref == nil || f.Ref.Value != 2400 || f.Params["transport"] != "shm" || f.Params["model"] != "lenet" ||
+		f.Stat != "median of 3 runs" || !slices.Equal(f.Runs, []float64{2200, 2300, 2350}) {
 		t.Errorf("shm λ = 2: %+v, reference %+v (want 2 × shm's λ = 1)", f, f.Ref)
 	}
 	if f := r.res.Figures[2]; f.Extra["peak_rss_mib_head"] != 100 || f.Extra["peak_rss_mib_shard"] != 30 || f.Extra["peak_rss_mib_learner"] != 91 {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,12 +21,74 @@ type speedupRow struct {
 	Transport    string      `json:"transport"`
 	Protocol     string      `json:"protocol"`
 	Learners     int         `json:"learners"`
-	ImagesPerSec float64     `json:"images_per_sec"`
-	Speedup      float64     `json:"speedup"`    // images/s over λ = the first --learners of the same model, transport and protocol
-	Efficiency   float64     `json:"efficiency"` // speedup / (λ / the first λ)
+	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
+	Runs         []float64   `json:"runs"`           // images/s of every run, in order
+	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport and protocol
+	Efficiency   float64     `json:"efficiency"`     // speedup / (λ / the first λ)
 	Steps        int64       `json:"steps"`
 	Seconds      float64     `json:"seconds"`
-	Processes    []procUsage `json:"processes"` // the head, the shard server, the learners
+	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard server, the learners
+}
+
+// speedupCells returns the jobs of bench speedup in the order they run in
+// each round: by model, protocol, λ, then transport, so that the
+// transports of one λ run side by side.
+func speedupCells(ms []modelBatch, protocols []string, learners []int, transports []string, steps int) []benchJob {
+	var js []benchJob
+	for _, m := range ms {
+		for _, proto := range protocols {
+			for _, l := range learners {
+				for _, tr := range transports {
+					js = append(js, benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: 1, steps: steps})
+				}
+			}
+		}
+	}
+	return js
+}
+
+// benchSpeedup runs every job repeat times, in rounds, and returns a row
+// per job from its median run, the speedup over the first λ of the same
+// model, protocol and transport.
+func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
+	runs := make([][]*launchResult, len(jobs))
+	for range repeat {
+		for i, j := range jobs {
+			res, err := j.run(ctx, app)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], res)
+		}
+	}
+	return speedupRows(jobs, runs), nil
+}
+
+// speedupRows makes a row of each job from its runs (runs[i] are job i's,
+// each with its report): the median run by images/s (the lower of the two
+// middle ones for an even count), the speedup over the first job of the
+// same model, protocol and transport.
+func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
+	var rows []speedupRow
+	base := map[string]speedupRow{} // the first row of each model, protocol and transport
+	for i, j := range jobs {
+		r := speedupRow{Model: j.model, Batch: j.batch, Transport: j.transport, Protocol: j.protocol, Learners: j.learners}
+		for _, x := range runs[i] {
+			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
+		}
+		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
+		mid := sorted[(len(sorted)-1)/2]
+		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
+		key := fmt.Sprintf("%s %s %s", j.modelBatch, j.protocol, j.transport)
+		b, ok := base[key]
+		if !ok {
+			b, base[key] = r, r
+		}
+		r.Speedup = r.ImagesPerSec / b.ImagesPerSec
+		r.Efficiency = r.Speedup * float64(b.Learners) / float64(r.Learners)
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 // modelBatch is a network and its mini-batch size μ.
@@ -95,7 +159,7 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
 	var models, protocols, learners, transports string
-	var batch, steps int
+	var batch, steps, repeat int
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "speedup [--json]",
@@ -108,10 +172,11 @@ asked, and print images/s, the speedup over the first λ of the same model,
 transport and protocol, the efficiency (speedup / λ, relative to the first
 λ) and the peak resident set (VmHWM) of the processes. Softsync runs with
 n = λ. The transports take turns at each λ, so that they see the same load.
-Training time runs from the moment every process has arrived to the last
-mini-batch done, so process start-up is not in it; the head (coordinator
-and evaluator) and the shard server run on the same cores as the learners
-(softsync bench scale pins each to a core of its own).`,
+With --repeat N every job runs N times, in rounds of all the jobs, and its
+row is its median run. Training time runs from the moment every process has
+arrived to the last mini-batch done, so process start-up is not in it; the
+head (coordinator and evaluator) and the shard server run on the same cores
+as the learners (softsync bench scale pins each to a core of its own).`,
 		Example: `  softsync bench speedup --transport tcp,shm
   softsync bench speedup --model lenet:64,cifar10_full:100 --transport shm --json`,
 		Args: cobra.NoArgs,
@@ -119,7 +184,7 @@ and evaluator) and the shard server run on the same cores as the learners
 			for _, c := range []struct {
 				flag string
 				v    int
-			}{{"--steps", steps}, {"--batch", batch}} {
+			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}} {
 				if c.v < 1 {
 					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
 				}
@@ -134,29 +199,9 @@ and evaluator) and the shard server run on the same cores as the learners
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			var rows []speedupRow
-			for _, m := range ms {
-				for _, proto := range strings.Split(protocols, ",") {
-					base := map[string]float64{} // per transport: images/s per learner at the first λ
-					for _, l := range ls {
-						for _, tr := range strings.Split(transports, ",") {
-							j := benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: 1, steps: steps}
-							res, err := j.run(ctx, app)
-							if err != nil {
-								return err
-							}
-							rep := res.Report
-							if _, ok := base[tr]; !ok {
-								base[tr] = rep.ImagesPerSec / float64(l)
-							}
-							r := speedupRow{Model: m.model, Batch: m.batch, Transport: tr, Protocol: proto, Learners: l,
-								ImagesPerSec: rep.ImagesPerSec, Steps: rep.Steps, Seconds: rep.Seconds, Processes: res.Usage}
-							r.Speedup = rep.ImagesPerSec / (base[tr] * float64(ls[0]))
-							r.Efficiency = r.Speedup * float64(ls[0]) / float64(l)
-							rows = append(rows, r)
-						}
-					}
-				}
+			rows, err := benchSpeedup(ctx, app, speedupCells(ms, strings.Split(protocols, ","), ls, strings.Split(transports, ","), steps), repeat)
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return app.printJSON(rows)
@@ -174,10 +219,11 @@ and evaluator) and the shard server run on the same cores as the learners
 	f.StringVar(&models, "model", "lenet", "networks, comma-separated, each MODEL or MODEL:μ (e.g. lenet:64,cifar10_full:100)")
 	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner of a --model without :μ")
 	f.IntVar(&steps, "steps", 200, "mini-batches per learner")
+	f.IntVar(&repeat, "repeat", 1, "runs of each job, in rounds of all the jobs; the median run is kept")
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")
 	f.StringVar(&learners, "learners", "1,2", "comma-separated learner counts; the first is the base of the speedup")
 	f.StringVar(&transports, "transport", "tcp", "comma-separated transports, measured side by side: tcp, shm, verbs or auto")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, images_per_sec, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
+	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
 }
 

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softsync/softsync/learner/cluster"
 )
 
 func TestParseModelBatches(t *testing.T) {
@@ -23,6 +26,33 @@ func TestParseModelBatches(t *testing.T) {
 	}
 	if _, err := parseCounts("--learners", "1,0"); err == nil || !strings.Contains(err.Error(), `"0"`) {
 		t.Errorf("--learners 1,0: %v", err)
+	}
+}
+
+func TestSpeedupRows(t *testing.T) {
+	jobs := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp", "shm"}, 10)
+	if len(jobs) != 4 || jobs[1].transport != "shm" || jobs[2].learners != 2 || jobs[3].steps != 10 {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	res := func(ips float64, tag string) *launchResult {
+		return &launchResult{Report: &cluster.Report{ImagesPerSec: ips}, Usage: []procUsage{{Process: tag}}}
+	}
+	runs := [][]*launchResult{
+		{res(1000, "a"), res(900, "b"), res(1100, "c")},
+		{res(1200, "a"), res(1300, "b"), res(1250, "c")},
+		{res(1700, "a"), res(1900, "b"), res(1800, "c")},
+		{res(2000, "a"), res(2500, "b"), res(2400, "c")},
+	}
+	rows := speedupRows(jobs, runs)
+	for i, want := range []struct {
+		ips, speedup float64
+		run          string
+	}{{1000, 1, "a"}, {1250, 1, "c"}, {1800, 1.8, "c"}, {2400, 1.92, "c"}} {
+		r := rows[i]
+		if r.ImagesPerSec != want.ips || math.Abs(r.Speedup-want.speedup) > 1e-12 || math.Abs(r.Efficiency-want.speedup/float64(r.Learners)) > 1e-12 ||
+			r.Processes[0].Process != want.run || len(r.Runs) != 3 || r.Runs[0] != runs[i][0].Report.ImagesPerSec {
+			t.Errorf("row %d: %+v, want images/s %g (run %s), speedup %g", i, r, want.ips, want.run, want.speedup)
+		}
 	}
 }
 
@@ -67,6 +97,9 @@ func TestBenchSpeedupJSON(t *testing.T) {
 		}
 		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[2].Process != "learner 0" {
 			t.Errorf("processes %+v", r.Processes)
+		}
+		if len(r.Runs) != 1 || r.Runs[0] != r.ImagesPerSec {
+			t.Errorf("runs %v of a job run once, images/s %g", r.Runs, r.ImagesPerSec)
 		}
 		if r.Learners == 1 && (r.Speedup != 1 || r.Efficiency != 1) {
 			t.Errorf("λ = 1: speedup %g, efficiency %g", r.Speedup, r.Efficiency)
