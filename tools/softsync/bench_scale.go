@@ -13,12 +13,12 @@ import (
 
 func init() { addBenchCommand(newBenchScaleCmd) }
 
-// scalePlan is where the processes of softsync bench scale run: on a
-// machine of C CPUs, shard server k on CPU k, the head on the S shard
-// servers' CPUs, learner r on CPU S + r, for λ = 1, 2, 4, … up to C − S
-// (and C − S itself). With fewer than S + 2 CPUs there is no curve of
+// scalePlan is where the processes of softsync bench scale run: of the C
+// CPUs it may use, counted from 0 in increasing order, shard server k on
+// the k-th, the head on the S shard servers', learner r on the (S + r)-th,
+// for λ = 1, 2, 4, … up to C − S (and C − S itself). With fewer than S + 2 CPUs there is no curve of
 // processes on CPUs of their own: then the CPUs are counted modulo C
-// (learner r on CPU (S + r) mod C), λ goes up to C, and the jobs where
+// (learner r on the ((S + r) mod C)-th), λ goes up to C, and the jobs where
 // λ + S > C share CPUs between shard servers and learners.
 type scalePlan struct {
 	CPUs     []int  `json:"cpus"` // the CPUs this process may use, in order
