@@ -62,8 +62,8 @@ the output of go test -bench runs (make bench: the convolution layers and
 memory-bound kernels of package kernels per level, compared with the bench
 peak of this run, and the solver's passes of ps/sgd beside memmove).
 
-Training and PyTorch alternate --repeat times; their figure is the median
-of the runs. The other figures are what the benchmark itself keeps (best of
+Training and PyTorch alternate --repeat times, and so do the jobs of bench
+speedup; their figure is the median of the runs. The other figures are what the benchmark itself keeps (best of
 its rounds, median round). A reference that cannot run (torch or iperf3
 missing) is recorded as missing with the reason.
 
@@ -102,7 +102,7 @@ that everything runs, not a measurement.`,
 	f.StringVar(&o.doc, "doc", "", "a markdown page whose generated tables to refresh (docs/performance.md)")
 	f.StringSliceVar(&o.goBench, "go-bench", nil, "files of go test -bench output to add (comma-separated)")
 	f.BoolVar(&o.quick, "quick", false, "tiny sizes and times: checks that every step runs")
-	f.IntVar(&o.repeat, "repeat", 3, "runs of each training and PyTorch figure (median kept)")
+	f.IntVar(&o.repeat, "repeat", 3, "runs of each training, PyTorch and speedup figure (median kept)")
 	f.IntVar(&o.images, "train-images", 10000, "images per training run (a tenth of them warm up)")
 	f.Float64Var(&o.torchSeconds, "torch-seconds", 5, "timed seconds per PyTorch network and run")
 	f.IntSliceVar(&o.trainThreads, "train-threads", []int{2, 1}, "thread counts of the trainings, softsync and PyTorch")
@@ -179,23 +179,32 @@ func (r *benchRun) add(f benchFigure) { r.res.Figures = append(r.res.Figures, f)
 // self runs softsync with args in a process of its own and decodes its
 // JSON output into v.
 func (r *benchRun) self(v any, args ...string) error {
+	pre := []string{"--log-level", "warn"}
+	if r.app.ISA != "" && !slices.Contains(args, "--isa") {
+		pre = append(pre, "--isa", r.app.ISA) // as asked of bench all
+	}
+	return selfJSON(r.ctx, nil, v, pre, args)
+}
+
+// selfJSON runs softsync with the global flags pre and then args in a
+// process of its own on cpus (every CPU when empty), and decodes its JSON
+// output into v.
+func selfJSON(ctx context.Context, cpus []int, v any, pre, args []string) error {
 	argv, err := selfCommand()
 	if err != nil {
 		return err
 	}
-	argv = append(slices.Clone(argv), "--log-level", "warn")
-	if r.app.ISA != "" && !slices.Contains(args, "--isa") {
-		argv = append(argv, "--isa", r.app.ISA) // as asked of bench all
+	argv = slices.Concat(argv, pre, args)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := startOn(cmd, cpus); err != nil {
+		return fmt.Errorf("softsync %s: %w", strings.Join(args, " "), err)
 	}
-	argv = append(argv, args...)
-	cmd := exec.CommandContext(r.ctx, argv[0], argv[1:]...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
+	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("softsync %s: %w: %s", strings.Join(args, " "), err, tail(stderr.Bytes(), 500))
 	}
-	if err := json.Unmarshal(out, v); err != nil {
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
 		return fmt.Errorf("softsync %s: output: %w", strings.Join(args, " "), err)
 	}
 	return nil
@@ -471,31 +480,57 @@ func (r *benchRun) transport() error {
 	return nil
 }
 
-// speedup runs bench speedup (λ = 1 and 2 learner processes over TCP);
-// the reference of λ = 2 is twice the same protocol's λ = 1.
+// speedup runs bench speedup (λ = 1 and 2 learner processes, tcp and
+// shm side by side, --repeat rounds) on LeNet μ = 64 and, when CIFAR-10 is in
+// ./cifar-10-batches-bin, cifar10_full μ = 100 (else that is listed as a
+// missing reference, not a failure); the reference of λ = 2 is twice the
+// same model, transport and protocol's λ = 1.
 func (r *benchRun) speedup() error {
-	args := []string{"bench", "speedup", "--json"}
-	if r.o.quick {
-		args = append(args, "--steps", "5", "--batch", "8")
+	models := []string{"lenet:64"}
+	steps := map[string]int{"lenet:64": 200, "cifar10_full:100": 50} // a job of a few seconds each
+	if _, err := os.Stat("cifar-10-batches-bin"); err == nil {
+		models = append(models, "cifar10_full:100")
+	} else {
+		r.fail("speedup cifar10_full", fmt.Errorf("no CIFAR-10 data in ./cifar-10-batches-bin (docs/data.md)"), false)
 	}
-	var rows []speedupRow
-	if err := r.self(&rows, args...); err != nil {
-		return err
+	for _, m := range models {
+		steps, repeat := steps[m], r.o.repeat
+		if r.o.quick {
+			m, _, _ = strings.Cut(m, ":")
+			m, steps, repeat = m+":8", 5, 1
+		}
+		args := []string{"bench", "speedup", "--json", "--model", m, "--transport", "tcp,shm",
+			"--steps", strconv.Itoa(steps), "--repeat", strconv.Itoa(repeat)}
+		var rows []speedupRow
+		if err := r.self(&rows, args...); err != nil {
+			return err
+		}
+		r.addSpeedup(rows)
 	}
+	return nil
+}
+
+func (r *benchRun) addSpeedup(rows []speedupRow) {
 	base := map[string]float64{}
 	for _, x := range rows {
-		f := benchFigure{Group: "speedup", Name: fmt.Sprintf("%s, λ=%d", x.Protocol, x.Learners),
-			Params: map[string]any{"protocol": x.Protocol, "learners": x.Learners, "steps": x.Steps},
-			Value:  x.ImagesPerSec, Unit: "images/s", Stat: "one run", Runs: []float64{x.ImagesPerSec},
+		key := fmt.Sprintf("%s, %s, %s", modelBatch{x.Model, x.Batch}, x.Transport, x.Protocol)
+		f := benchFigure{Group: "speedup", Name: fmt.Sprintf("%s, λ=%d", key, x.Learners),
+			Params: map[string]any{"model": x.Model, "batch": x.Batch, "transport": x.Transport, "protocol": x.Protocol,
+				"learners": x.Learners, "steps": x.Steps},
+			Value: x.ImagesPerSec, Unit: "images/s", Stat: medianOf(len(x.Runs)), Runs: x.Runs,
 			Extra: map[string]float64{"speedup": x.Speedup}}
-		if b, ok := base[x.Protocol]; ok {
+		for _, p := range x.Processes {
+			role, _, _ := strings.Cut(p.Process, " ")
+			k := "peak_rss_mib_" + role
+			f.Extra[k] = max(f.Extra[k], float64(p.PeakRSS)/(1<<20))
+		}
+		if b, ok := base[key]; ok {
 			f.compare(fmt.Sprintf("%d × λ=1 (linear scaling)", x.Learners), b*float64(x.Learners), "images/s", nil)
 		} else {
-			base[x.Protocol] = x.ImagesPerSec / float64(x.Learners)
+			base[key] = x.ImagesPerSec / float64(x.Learners)
 		}
 		r.add(f)
 	}
-	return nil
 }
 
 // medianOf names the statistic of a figure taken over n runs.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,5 +92,39 @@ func TestBenchAddTrain(t *testing.T) {
 	}
 	if f := r.res.Figures[3]; f.Ref == nil || f.Ref.Missing == "" {
 		t.Errorf("cifar10_full, no PyTorch run: %+v", f.Ref)
+	}
+}
+
+func TestBenchAddSpeedup(t *testing.T) {
+	r := &benchRun{res: &benchResults{}}
+	procs := func(learners int) []procUsage {
+		u := []procUsage{{Process: "head", PeakRSS: 100 << 20}, {Process: "shard server 0", PeakRSS: 30 << 20}}
+		for i := range learners {
+			u = append(u, procUsage{Process: fmt.Sprintf("learner %d", i), PeakRSS: int64(90+i) << 20})
+		}
+		return u
+	}
+	row := func(tr string, l int, ips float64) speedupRow {
+		return speedupRow{Model: "lenet", Batch: 64, Transport: tr, Protocol: "softsync", Learners: l, ImagesPerSec: ips,
+			Runs: []float64{ips - 100, ips, ips + 50}, Processes: procs(l)}
+	}
+	r.addSpeedup([]speedupRow{row("tcp", 1, 1000), row("shm", 1, 1200), row("tcp", 2, 1800), row("shm", 2, 2300)})
+	var names []string
+	for _, f := range r.res.Figures {
+		names = append(names, f.Name)
+	}
+	want := []string{"lenet μ=64, tcp, softsync, λ=1", "lenet μ=64, shm, softsync, λ=1", "lenet μ=64, tcp, softsync, λ=2", "lenet μ=64, shm, softsync, λ=2"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("figures %q, want %q", names, want)
+	}
+	if f := r.res.Figures[3]; f.Ref == nil || f.Ref.Value != 2400 || f.Params["transport"] != "shm" || f.Params["model"] != "lenet" ||
+		f.Stat != "median of 3 runs" || !slices.Equal(f.Runs, []float64{2200, 2300, 2350}) {
+		t.Errorf("shm λ = 2: %+v, reference %+v (want 2 × shm's λ = 1)", f, f.Ref)
+	}
+	if f := r.res.Figures[2]; f.Extra["peak_rss_mib_head"] != 100 || f.Extra["peak_rss_mib_shard"] != 30 || f.Extra["peak_rss_mib_learner"] != 91 {
+		t.Errorf("peak RSS extras %v", f.Extra)
+	}
+	if f := r.res.Figures[0]; f.Ref != nil {
+		t.Errorf("λ = 1 has a reference: %+v", f.Ref)
 	}
 }

@@ -32,7 +32,7 @@ var benchGroups = []struct{ group, title string }{
 	{"kernels", "Kernels, one thread, per second of CPU time (go test -bench ./kernels)"},
 	{"solver", "Solver passes (go test -bench ./ps/sgd)"},
 	{"transport", "Transport: push + pull round trips against iperf3 (bench transport)"},
-	{"speedup", "Speedup over TCP, learner processes on this host (bench speedup)"},
+	{"speedup", "Speedup of learner processes on this host (bench speedup)"},
 }
 
 func newBenchReportCmd(app *App) *cobra.Command {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,18 +16,150 @@ func init() { addBenchCommand(newBenchSpeedupCmd) }
 
 // speedupRow is one job of softsync bench speedup.
 type speedupRow struct {
-	Protocol     string  `json:"protocol"`
-	Learners     int     `json:"learners"`
-	ImagesPerSec float64 `json:"images_per_sec"`
-	Speedup      float64 `json:"speedup"`    // images/s over the same protocol's λ = 1
-	Efficiency   float64 `json:"efficiency"` // speedup / λ
-	Steps        int64   `json:"steps"`
-	Seconds      float64 `json:"seconds"`
+	Model        string      `json:"model"`
+	Batch        int         `json:"batch"`
+	Transport    string      `json:"transport"`
+	Protocol     string      `json:"protocol"`
+	Learners     int         `json:"learners"`
+	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
+	Runs         []float64   `json:"runs"`           // images/s of every run, in order
+	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport and protocol
+	Efficiency   float64     `json:"efficiency"`     // speedup / (λ / the first λ)
+	Steps        int64       `json:"steps"`
+	Seconds      float64     `json:"seconds"`
+	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard server, the learners
+}
+
+// speedupCells returns the jobs of bench speedup in the order they run in
+// each round: by model, protocol, λ, then transport, so that the
+// transports of one λ run side by side.
+func speedupCells(ms []modelBatch, protocols []string, learners []int, transports []string, steps int) []benchJob {
+	var js []benchJob
+	for _, m := range ms {
+		for _, proto := range protocols {
+			for _, l := range learners {
+				for _, tr := range transports {
+					js = append(js, benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: 1, steps: steps})
+				}
+			}
+		}
+	}
+	return js
+}
+
+// benchSpeedup runs every job repeat times, in rounds, and returns a row
+// per job from its median run, the speedup over the first λ of the same
+// model, protocol and transport.
+func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
+	runs := make([][]*launchResult, len(jobs))
+	for range repeat {
+		for i, j := range jobs {
+			res, err := j.run(ctx, app)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], res)
+		}
+	}
+	return speedupRows(jobs, runs), nil
+}
+
+// speedupRows makes a row of each job from its runs (runs[i] are job i's,
+// each with its report): the median run by images/s (the lower of the two
+// middle ones for an even count), the speedup over the first job of the
+// same model, protocol and transport.
+func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
+	var rows []speedupRow
+	base := map[string]speedupRow{} // the first row of each model, protocol and transport
+	for i, j := range jobs {
+		r := speedupRow{Model: j.model, Batch: j.batch, Transport: j.transport, Protocol: j.protocol, Learners: j.learners}
+		for _, x := range runs[i] {
+			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
+		}
+		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
+		mid := sorted[(len(sorted)-1)/2]
+		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
+		key := fmt.Sprintf("%s %s %s", j.modelBatch, j.protocol, j.transport)
+		b, ok := base[key]
+		if !ok {
+			b, base[key] = r, r
+		}
+		r.Speedup = r.ImagesPerSec / b.ImagesPerSec
+		r.Efficiency = r.Speedup * float64(b.Learners) / float64(r.Learners)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// modelBatch is a network and its mini-batch size μ.
+type modelBatch struct {
+	model string
+	batch int
+}
+
+func (m modelBatch) String() string { return fmt.Sprintf("%s μ=%d", m.model, m.batch) }
+
+// parseModelBatches reads a comma-separated list of MODEL or MODEL:μ;
+// MODEL alone takes batch.
+func parseModelBatches(s string, batch int) ([]modelBatch, error) {
+	var ms []modelBatch
+	for _, f := range strings.Split(s, ",") {
+		name, mu, ok := strings.Cut(strings.TrimSpace(f), ":")
+		m := modelBatch{model: name, batch: batch}
+		if ok {
+			b, err := strconv.Atoi(mu)
+			if err != nil || b < 1 {
+				return nil, fmt.Errorf("--model: %q: μ must be a number ≥ 1", f)
+			}
+			m.batch = b
+		}
+		if name == "" {
+			return nil, fmt.Errorf("--model: %q names no network", f)
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+// parseCounts reads a comma-separated list of numbers ≥ 1.
+func parseCounts(flag, s string) ([]int, error) {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a number ≥ 1", flag, f)
+		}
+		v = append(v, n)
+	}
+	return v, nil
+}
+
+// benchJob is one training job of the process benchmarks: steps
+// mini-batches per learner of one compute thread, random order, a small
+// test subset, run as processes on this host by launchJob.
+type benchJob struct {
+	modelBatch
+	protocol, transport string
+	learners, shards    int
+	steps               int
+	pin                 func(role string, id int) []int
+}
+
+func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
+	args := []string{"--model", j.model, "--batch", strconv.Itoa(j.batch), "--epochs", "1000",
+		"--max-steps", strconv.Itoa(j.steps * j.learners), "--protocol", j.protocol, "--transport", j.transport,
+		"--test-subset", "100", "--quiet", "--lr", "0.01"}
+	app.Threads = 1
+	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, pin: j.pin}, args, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s over %s with %d learners: %w", j.modelBatch, j.protocol, j.transport, j.learners, err)
+	}
+	return res, nil
 }
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
-	var model, protocols, learners, transport string
-	var batch, steps int
+	var models, protocols, learners, transports string
+	var batch, steps, repeat int
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "speedup [--json]",
@@ -32,67 +167,80 @@ func newBenchSpeedupCmd(app *App) *cobra.Command {
 		Long: `Run the same training job (LeNet on MNIST by default, random order, a fixed
 number of mini-batches per learner) as processes on this host, as softsync
 launch does: one shard server and λ learner processes of one compute thread
-each, over TCP (--transport), for every protocol and λ asked, and print
-images/s, the speedup over λ = 1 of the same protocol and the efficiency
-(speedup / λ). Softsync runs with n = λ. Training time runs from the moment
-every process has arrived to the last mini-batch done, so process start-up
-is not in it; the head (coordinator and evaluator) and the shard server run
-on the same cores as the learners.`,
+each, over each transport of --transport, for every model, protocol and λ
+asked, and print images/s, the speedup over the first λ of the same model,
+transport and protocol, the efficiency (speedup / λ, relative to the first
+λ) and the peak resident set (VmHWM) of the processes. Softsync runs with
+n = λ. The transports take turns at each λ, so that they see the same load.
+With --repeat N every job runs N times, in rounds of all the jobs, and its
+row is its median run. Training time runs from the moment every process has
+arrived to the last mini-batch done, so process start-up is not in it; the
+head (coordinator and evaluator) and the shard server run on the same cores
+as the learners (softsync bench scale pins each to a core of its own).`,
+		Example: `  softsync bench speedup --transport tcp,shm
+  softsync bench speedup --model lenet:64,cifar10_full:100 --transport shm --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, c := range []struct {
 				flag string
 				v    int
-			}{{"--steps", steps}, {"--batch", batch}} {
+			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}} {
 				if c.v < 1 {
 					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
 				}
 			}
+			ms, err := parseModelBatches(models, batch)
+			if err != nil {
+				return err
+			}
+			ls, err := parseCounts("--learners", learners)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			var rows []speedupRow
-			app.Threads = 1
-			for _, proto := range strings.Split(protocols, ",") {
-				var base float64
-				for _, ls := range strings.Split(learners, ",") {
-					l, err := strconv.Atoi(ls)
-					if err != nil || l < 1 {
-						return fmt.Errorf("--learners: %q is not a learner count ≥ 1", ls)
-					}
-					args := []string{"--model", model, "--batch", strconv.Itoa(batch), "--epochs", "1000",
-						"--max-steps", strconv.Itoa(steps * l), "--protocol", proto, "--transport", transport,
-						"--test-subset", "100", "--quiet", "--lr", "0.01"}
-					res, err := launchJob(ctx, app, &launchFlags{learners: l, shards: 1}, args, true)
-					if err != nil {
-						return fmt.Errorf("%s with %d learners: %w", proto, l, err)
-					}
-					if base == 0 {
-						base = res.ImagesPerSec / float64(l)
-					}
-					r := speedupRow{Protocol: proto, Learners: l, ImagesPerSec: res.ImagesPerSec, Steps: res.Steps, Seconds: res.Seconds}
-					r.Speedup = res.ImagesPerSec / base
-					r.Efficiency = r.Speedup / float64(l)
-					rows = append(rows, r)
-				}
+			rows, err := benchSpeedup(ctx, app, speedupCells(ms, strings.Split(protocols, ","), ls, strings.Split(transports, ","), steps), repeat)
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return app.printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(tw, "protocol\tlearners\timages/s\tspeedup\tefficiency\t\n")
+			fmt.Fprintf(tw, "model\ttransport\tprotocol\tlearners\timages/s\tspeedup\tefficiency\tpeak RSS: head, shard, learners\t\n")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f×\t%.0f%%\t\n", r.Protocol, r.Learners, thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, r.Transport, r.Protocol, r.Learners,
+					thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
 			}
 			return tw.Flush()
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&model, "model", "lenet", "network")
-	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner")
+	f.StringVar(&models, "model", "lenet", "networks, comma-separated, each MODEL or MODEL:μ (e.g. lenet:64,cifar10_full:100)")
+	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner of a --model without :μ")
 	f.IntVar(&steps, "steps", 200, "mini-batches per learner")
+	f.IntVar(&repeat, "repeat", 1, "runs of each job, in rounds of all the jobs; the median run is kept")
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")
 	f.StringVar(&learners, "learners", "1,2", "comma-separated learner counts; the first is the base of the speedup")
-	f.StringVar(&transport, "transport", "tcp", "tcp, verbs or auto")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of {protocol, learners, images_per_sec, speedup, efficiency, steps, seconds}")
+	f.StringVar(&transports, "transport", "tcp", "comma-separated transports, measured side by side: tcp, shm, verbs or auto")
+	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
+}
+
+// rssText gives the peak resident sets of a job's processes: the head's,
+// the shard servers' largest and the learners' largest.
+func rssText(ps []procUsage) string {
+	var head, shard, learner int64
+	for _, p := range ps {
+		switch {
+		case p.Process == "head":
+			head = p.PeakRSS
+		case strings.HasPrefix(p.Process, "shard server"):
+			shard = max(shard, p.PeakRSS)
+		default:
+			learner = max(learner, p.PeakRSS)
+		}
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.0f", float64(b)/(1<<20)) }
+	return fmt.Sprintf("%s, %s, %s MiB", mib(head), mib(shard), mib(learner))
 }

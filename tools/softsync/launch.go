@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,17 @@ func init() { addCommand(newLaunchCmd) }
 // launchFlags are the flags of softsync launch itself (before --).
 type launchFlags struct {
 	learners, shards, restarts int
+	// pin, when set (by the benchmarks), gives the CPUs of each process
+	// by role ("eval", "ps", "learner") and id.
+	pin func(role string, id int) []int
+}
+
+// launchResult is what a launched job leaves: the head's report (when
+// asked for) and each process's use of the machine, the head first, then
+// the shard servers and learners in the order of cluster.Apart.
+type launchResult struct {
+	Report *cluster.Report
+	Usage  []procUsage
 }
 
 func newLaunchCmd(app *App) *cobra.Command {
@@ -79,9 +91,9 @@ a free port and logs it ("serving metrics").`,
 }
 
 // launchJob runs a job as processes on this host (see the launch
-// command) and returns the head's report when report is set (from its
-// --json, or a file of launch's own).
-func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, report bool) (*cluster.Report, error) {
+// command) and returns what its processes used, and the head's report
+// when report is set (from its --json, or a file of launch's own).
+func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, report bool) (*launchResult, error) {
 	switch {
 	case lf.learners < 1:
 		return nil, fmt.Errorf("-n: must be ≥ 1, got %d", lf.learners)
@@ -143,14 +155,18 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	}
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
 	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume),
-		ended: ended}
+		ended: ended, pin: lf.pin}
 	common := append([]string{"--coordinator", coord, "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))
 	}
+	if report {
+		g.headOut = io.Discard // the caller prints the report its own way
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	head := g.start(ctx, "eval", 0, slices.Concat(common, headArgs, headOutputs(fl)))
+	procs := []*proc{head}
 	// An interruption (Ctrl-C, SIGTERM) goes to the head, which ends the
 	// job in order; its processes are in process groups of their own,
 	// out of the terminal's reach.
@@ -159,26 +175,30 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	for i, r := range cluster.Apart(lf.learners, lf.shards).Processes[1:] {
 		metrics := childMetrics(f, 1+i) // the process's index
 		if len(r.Servers) > 0 {
-			g.start(ctx, "ps", r.Servers[0], slices.Concat(common, metrics))
+			procs = append(procs, g.start(ctx, "ps", r.Servers[0], slices.Concat(common, metrics)))
 		} else {
-			g.start(ctx, "learner", r.Learners[0], slices.Concat(learnerArgs, metrics))
+			procs = append(procs, g.start(ctx, "learner", r.Learners[0], slices.Concat(learnerArgs, metrics)))
 		}
 	}
 	err = g.wait(ctx, head)
 	app.onInterrupt(nil) // the job is over: a signal now stops its processes at once
 	g.stop(ctx, err != nil)
-	if err != nil || !report {
+	if err != nil {
 		return nil, err
+	}
+	res := &launchResult{Usage: g.usage(procs)}
+	if !report {
+		return res, nil
 	}
 	b, err := os.ReadFile(f.jsonOut)
 	if err != nil {
 		return nil, fmt.Errorf("the head's report: %w", err)
 	}
-	var r cluster.Report
-	if err := json.Unmarshal(b, &r); err != nil {
+	res.Report = new(cluster.Report)
+	if err := json.Unmarshal(b, res.Report); err != nil {
 		return nil, fmt.Errorf("the head's report %s: %w", f.jsonOut, err)
 	}
-	return &r, nil
+	return res, nil
 }
 
 // freeLoopback returns a loopback address with a port free now, where

@@ -73,6 +73,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "gemm", "--min-time", "-1s", "--sizes", "8x8x8"}, "--min-time", "-1s"},
 		{[]string{"bench", "speedup", "--steps", "0"}, "--steps", "0"},
 		{[]string{"bench", "speedup", "--batch", "-1"}, "--batch", "-1"},
+		{[]string{"bench", "speedup", "--repeat", "0"}, "--repeat", "0"},
+		{[]string{"bench", "speedup", "--model", "lenet:0"}, "--model", `"lenet:0"`},
 	} {
 		_, err := runErrWithin(t, time.Minute, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {

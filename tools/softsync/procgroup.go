@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,12 @@ type procGroup struct {
 	running  map[*proc]*exec.Cmd
 	ending   bool
 	wg       sync.WaitGroup
+	// pin, when set, gives the CPUs each process runs on (startOn);
+	// nil or an empty set: every CPU.
+	pin func(role string, id int) []int
+	// headOut, when set, takes the head's standard output (its report)
+	// in place of launch's.
+	headOut io.Writer
 }
 
 // proc is one process of the job, through its restarts.
@@ -41,6 +48,10 @@ type proc struct {
 	id   int
 	name string
 	args []string
+	cpus []int // its CPU affinity; empty: every CPU
+	// peakRSS is the largest peak resident set of its runs, in bytes
+	// (under procGroup.mu).
+	peakRSS int64
 	// end receives its last exit (nil: status 0), once it is not
 	// started again.
 	end chan error
@@ -57,6 +68,9 @@ func (g *procGroup) start(ctx context.Context, role string, id int, args []strin
 	default:
 		p.name = fmt.Sprintf("learner %d", id)
 	}
+	if g.pin != nil {
+		p.cpus = g.pin(role, id)
+	}
 	g.run(ctx, p)
 	return p
 }
@@ -72,7 +86,7 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	var pw io.WriteCloser
 	if p.role == "eval" {
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr // its progress and its report
+		cmd.Stdout, cmd.Stderr = cmp.Or(g.headOut, io.Writer(os.Stdout)), os.Stderr // its report and its progress
 	} else {
 		pw = g.out.prefixed("[" + p.name + "] ")
 		cmd.Stdout, cmd.Stderr = pw, pw
@@ -83,7 +97,7 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		p.end <- errors.New("not started: the job is over")
 		return
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, p.cpus); err != nil {
 		g.app.Log.Error("cannot start a process of the job", "process", p.name, "err", err)
 		p.end <- err
 		return
@@ -105,6 +119,7 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		}
 		g.mu.Lock()
 		delete(g.running, p)
+		p.peakRSS = max(p.peakRSS, peakRSS(cmd.ProcessState))
 		again := err != nil && !g.ending && g.restarts > 0 && ctx.Err() == nil && restartable(p.role, err)
 		if again {
 			g.restarts--
@@ -230,6 +245,25 @@ func (g *procGroup) stop(ctx context.Context, failed bool) {
 		g.each(func(cmd *exec.Cmd) { cmd.Process.Kill() })
 		<-done
 	}
+}
+
+// usage returns the peak resident set of each of procs, as far as they
+// have ended.
+func (g *procGroup) usage(procs []*proc) []procUsage {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u := make([]procUsage, len(procs))
+	for i, p := range procs {
+		u[i] = procUsage{Process: p.name, CPUs: p.cpus, PeakRSS: p.peakRSS}
+	}
+	return u
+}
+
+// procUsage is what a process of a launched job used.
+type procUsage struct {
+	Process string `json:"process"` // "head", "shard server K", "learner R"
+	CPUs    []int  `json:"cpus,omitempty"`
+	PeakRSS int64  `json:"peak_rss_bytes"` // VmHWM, the largest of its runs
 }
 
 func (g *procGroup) each(f func(*exec.Cmd)) {

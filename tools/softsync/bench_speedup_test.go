@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/learner/cluster"
+)
+
+func TestParseModelBatches(t *testing.T) {
+	ms, err := parseModelBatches("lenet, cifar10_full:100", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []modelBatch{{"lenet", 64}, {"cifar10_full", 100}}; !slices.Equal(ms, want) {
+		t.Errorf("got %v, want %v", ms, want)
+	}
+	for _, bad := range []string{"lenet:0", "lenet:x", ":8", "lenet,"} {
+		if _, err := parseModelBatches(bad, 64); err == nil || !strings.Contains(err.Error(), "--model") {
+			t.Errorf("%q: %v, want an error naming --model", bad, err)
+		}
+	}
+	if _, err := parseCounts("--learners", "1,0"); err == nil || !strings.Contains(err.Error(), `"0"`) {
+		t.Errorf("--learners 1,0: %v", err)
+	}
+}
+
+func TestSpeedupRows(t *testing.T) {
+	jobs := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp", "shm"}, 10)
+	if len(jobs) != 4 || jobs[1].transport != "shm" || jobs[2].learners != 2 || jobs[3].steps != 10 {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	res := func(ips float64, tag string) *launchResult {
+		return &launchResult{Report: &cluster.Report{ImagesPerSec: ips}, Usage: []procUsage{{Process: tag}}}
+	}
+	runs := [][]*launchResult{
+		{res(1000, "a"), res(900, "b"), res(1100, "c")},
+		{res(1200, "a"), res(1300, "b"), res(1250, "c")},
+		{res(1700, "a"), res(1900, "b"), res(1800, "c")},
+		{res(2000, "a"), res(2500, "b"), res(2400, "c")},
+	}
+	rows := speedupRows(jobs, runs)
+	for i, want := range []struct {
+		ips, speedup float64
+		run          string
+	}{{1000, 1, "a"}, {1250, 1, "c"}, {1800, 1.8, "c"}, {2400, 1.92, "c"}} {
+		r := rows[i]
+		if r.ImagesPerSec != want.ips || math.Abs(r.Speedup-want.speedup) > 1e-12 || math.Abs(r.Efficiency-want.speedup/float64(r.Learners)) > 1e-12 ||
+			r.Processes[0].Process != want.run || len(r.Runs) != 3 || r.Runs[0] != runs[i][0].Report.ImagesPerSec {
+			t.Errorf("row %d: %+v, want images/s %g (run %s), speedup %g", i, r, want.ips, want.run, want.speedup)
+		}
+	}
+}
+
+// TestBenchSpeedupJSON runs the smallest speedup benchmark over tcp and
+// shm side by side and checks every field of its rows.
+func TestBenchSpeedupJSON(t *testing.T) {
+	multiProcess(t)
+	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--steps", "3",
+		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []speedupRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "images_per_sec", "speedup", "efficiency", "processes"} {
+		if _, ok := raw[0][key]; !ok {
+			t.Errorf("a row lacks %q: %v", key, raw[0])
+		}
+	}
+	if p := raw[0]["processes"].([]any)[0].(map[string]any); p["process"] != "head" || p["peak_rss_bytes"] == nil {
+		t.Errorf("process %v lacks process or peak_rss_bytes", p)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Transport)
+		if r.Model != "mlp" || r.Batch != 8 || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) {
+			t.Errorf("row %+v", r)
+		}
+		if len(r.Processes) != 2+r.Learners {
+			t.Fatalf("%d processes, want %d: %+v", len(r.Processes), 2+r.Learners, r.Processes)
+		}
+		for _, p := range r.Processes {
+			if p.PeakRSS < 1<<20 {
+				t.Errorf("%s: peak RSS %d bytes", p.Process, p.PeakRSS)
+			}
+		}
+		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[2].Process != "learner 0" {
+			t.Errorf("processes %+v", r.Processes)
+		}
+		if len(r.Runs) != 1 || r.Runs[0] != r.ImagesPerSec {
+			t.Errorf("runs %v of a job run once, images/s %g", r.Runs, r.ImagesPerSec)
+		}
+		if r.Learners == 1 && (r.Speedup != 1 || r.Efficiency != 1) {
+			t.Errorf("λ = 1: speedup %g, efficiency %g", r.Speedup, r.Efficiency)
+		}
+	}
+	if want := []string{"tcp", "shm", "tcp", "shm"}; !slices.Equal(got, want) {
+		t.Errorf("transports %v, want %v (side by side at each λ)", got, want)
+	}
+}
