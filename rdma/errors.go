@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"io"
+	"syscall"
 )
 
 // Sentinel errors. Every error returned by this package wraps one of them
@@ -13,7 +14,9 @@ var (
 	// peer. A Recv that finds the peer gone at a frame boundary returns an
 	// error matching both ErrClosed and io.EOF.
 	ErrClosed = errors.New("rdma: closed")
-	// ErrRefused: nothing listens at the dialed address.
+	// ErrRefused: nothing listens at the dialed address, or the listener
+	// went away while the connection was pending (a connect reset by the
+	// peer): a dial may try again later.
 	ErrRefused = errors.New("rdma: connection refused")
 	// ErrUnsupported: the transport is not available in this build or on
 	// this host (the verbs transport without libibverbs, for example).
@@ -145,4 +148,18 @@ func isAny(err error, targets ...error) bool {
 		}
 	}
 	return false
+}
+
+// connectErr returns err, the failure of a connect, matching ErrRefused
+// too when it says that nothing listens there (ECONNREFUSED, and ENOENT
+// for a unix socket) or that the listener went away while the connection
+// was pending (ECONNRESET: a process that dies with connections in its
+// listen backlog resets them).
+func connectErr(err error) error {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ENOENT} {
+		if errors.Is(err, e) {
+			return &joined{ErrRefused, err, err.Error()}
+		}
+	}
+	return err
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -169,10 +168,7 @@ func (s *Shm) dial(ctx context.Context, name string, nonce [nonceSize]byte, loca
 		nc, err = s.dialer.DialContext(ctx, "unix", name)
 	}
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-			err = &joined{ErrRefused, err, err.Error()}
-		}
-		return nil, err
+		return nil, connectErr(err)
 	}
 	uc := nc.(*net.UnixConn)
 	deadline := time.Now().Add(s.opts.HandshakeTimeout)

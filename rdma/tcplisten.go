@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -64,10 +63,7 @@ func (tcpServer) peer(nc net.Conn) string { return nc.RemoteAddr().String() }
 func (t *TCP) Dial(ctx context.Context, addr string) (Conn, error) {
 	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			err = &joined{ErrRefused, err, err.Error()}
-		}
-		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
+		return nil, &OpError{Op: "dial", Peer: addr, Err: connectErr(err)}
 	}
 	tc := nc.(*net.TCPConn)
 	if len(t.opts.Secret) > 0 {
