@@ -133,6 +133,9 @@ type Server struct {
 	mu    sync.Mutex // guards conns and binds
 	conns map[rdma.Conn]bool
 	binds map[uint32]*binding
+	// bindGen counts the changes of binds (written under mu): a
+	// connection's admission of a learner holds while it is unchanged.
+	bindGen atomic.Uint64
 }
 
 // binding is the server's view of one learner's identity.
@@ -143,11 +146,21 @@ type binding struct {
 }
 
 // peer is one connection's writer side: replies queue on out until the
-// writer sends them; gone is closed when the connection is lost.
+// writer sends them; gone is closed when the connection is lost. admitted
+// is the reader's record of the learners this connection speaks for.
 type peer struct {
-	conn rdma.Conn
-	out  chan *rdma.Msg
-	gone chan struct{}
+	conn     rdma.Conn
+	out      chan *rdma.Msg
+	gone     chan struct{}
+	admitted []admission // by learner id; reader goroutine only
+}
+
+// admission is a connection's record that it may speak for a learner in
+// incarnation inc, as of the server's binding generation gen (valid when
+// gen is not 0).
+type admission struct {
+	inc uint32
+	gen uint64
 }
 
 // inbound is a message for a shard goroutine, from peer p.
@@ -329,6 +342,7 @@ func (s *Server) Evict(learner, inc uint32) {
 		return
 	}
 	b.inc, b.dead, b.peer = inc, true, nil
+	s.bindGen.Add(1)
 	s.mu.Unlock()
 	s.each(func(l *shardLoop) { l.evict(learner) })
 }
@@ -462,10 +476,26 @@ func (s *Server) bindingOf(learner uint32) *binding {
 }
 
 // admit checks that p may speak for learner in incarnation inc and binds
-// it (see Server).
+// it (see Server). It runs on p's reader goroutine and takes the server's
+// lock only when p has not spoken for that incarnation yet, or when a
+// binding changed since it last did.
 func (s *Server) admit(learner, inc uint32, p *peer) error {
+	a := &p.admitted[learner]
+	if a.gen != 0 && a.inc == inc && a.gen == s.bindGen.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.bind(learner, inc, p); err != nil {
+		return err
+	}
+	*a = admission{inc: inc, gen: s.bindGen.Load()}
+	return nil
+}
+
+// bind is admit's check and binding, under s.mu; every change of a
+// binding advances bindGen, which voids the admissions recorded before.
+func (s *Server) bind(learner, inc uint32, p *peer) error {
 	b := s.bindingOf(learner)
 	switch {
 	case inc < b.inc:
@@ -475,14 +505,18 @@ func (s *Server) admit(learner, inc uint32, p *peer) error {
 	case inc == b.inc && b.peer != nil && b.peer != p:
 		return fmt.Errorf("%w: learner %d is bound to another connection (%s)", ErrRefused, learner, b.peer.conn.RemoteAddr())
 	}
-	b.inc, b.dead, b.peer = inc, false, p
+	if b.inc != inc || b.dead || b.peer != p {
+		b.inc, b.dead, b.peer = inc, false, p
+		s.bindGen.Add(1)
+	}
 	return nil
 }
 
 // serveConn reads messages from c until it fails, handing them to the
 // shard goroutines; its writer goroutine sends the replies.
 func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
-	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen), gone: make(chan struct{})}
+	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen), gone: make(chan struct{}),
+		admitted: make([]admission, s.cfg.PS.Learners)}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.write(ctx) })
 	for {
@@ -562,6 +596,9 @@ func (s *Server) connLost(p *peer) {
 			b.peer = nil
 			gone = append(gone, li{l, b.inc})
 		}
+	}
+	if len(gone) > 0 {
+		s.bindGen.Add(1)
 	}
 	if s.conns != nil {
 		delete(s.conns, p.conn)
