@@ -72,10 +72,6 @@ type ServerConfig struct {
 	// its own sets it: learners that finished or left while it was away
 	// would never leave again, and it would never be final.
 	Inactive bool
-	// NewMsg allocates the weights replies: the network's allocator
-	// (rdma.Network.NewMsg), so that weights are copied straight into
-	// memory the transport sends from. nil: rdma.NewMsg.
-	NewMsg func(n int) *rdma.Msg
 }
 
 // ServerStats are a shard server's counters.
@@ -93,9 +89,12 @@ type ServerStats struct {
 // connection has a reader goroutine, which checks the learner's identity
 // and hands each message to its shard's goroutine, and a writer goroutine
 // that sends the replies. Received messages are released once stepped
-// (the core never keeps a gradient); a weights reply is a pooled message
-// holding a copy of the shard's weights taken in the Step that served the
-// pull.
+// (the core never keeps a gradient); a weights reply lends the transport
+// the shard's own weights (rdma.Msg.Borrow), and the shard's goroutine
+// waits until the connection's writer has sent it, before its next Step
+// changes them. A learner's binding to a connection is checked by the
+// connection's reader, under the server's lock only for the first message
+// of an incarnation on that connection, or after a binding changed.
 //
 // Identity: a learner (id and incarnation, from the message's Seq) is
 // bound to the connection of its first message; while that connection is
@@ -146,13 +145,23 @@ type binding struct {
 }
 
 // peer is one connection's writer side: replies queue on out until the
-// writer sends them; gone is closed when the connection is lost. admitted
-// is the reader's record of the learners this connection speaks for.
+// writer sends them; gone is closed when the connection is lost, exited
+// when the writer has returned. admitted is the reader's record of the
+// learners this connection speaks for.
 type peer struct {
 	conn     rdma.Conn
-	out      chan *rdma.Msg
+	out      chan reply
 	gone     chan struct{}
+	exited   chan struct{}
 	admitted []admission // by learner id; reader goroutine only
+}
+
+// reply is a message queued for a peer's writer; done, if not nil,
+// receives a token once Send has returned, so that a shard goroutine that
+// lent the message its weights (rdma.Msg.Borrow) knows it may change them.
+type reply struct {
+	m    *rdma.Msg
+	done chan struct{}
 }
 
 // admission is a connection's record that it may speak for a learner in
@@ -176,9 +185,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
-	}
-	if cfg.NewMsg == nil {
-		cfg.NewMsg = rdma.NewMsg
 	}
 	if cfg.Shards == nil {
 		for k := range cfg.PS.Shards {
@@ -226,7 +232,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()),
+		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), sent: make(chan struct{}, 1),
 			route: make([]*peer, cfg.PS.Learners), snaps: map[int]snapshot{}}
 		if cfg.PS.DataSize > 0 {
 			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
@@ -515,7 +521,7 @@ func (s *Server) bind(learner, inc uint32, p *peer) error {
 // serveConn reads messages from c until it fails, handing them to the
 // shard goroutines; its writer goroutine sends the replies.
 func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
-	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen), gone: make(chan struct{}),
+	p := &peer{conn: c, out: make(chan reply, s.cfg.QueueLen), gone: make(chan struct{}), exited: make(chan struct{}),
 		admitted: make([]admission, s.cfg.PS.Learners)}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.write(ctx) })
@@ -624,10 +630,15 @@ func (s *Server) connLost(p *peer) {
 
 // write sends p's replies until the connection is lost.
 func (p *peer) write(ctx context.Context) {
+	defer close(p.exited)
 	for {
 		select {
-		case m := <-p.out:
-			if p.conn.Send(ctx, m) != nil { // Send owns m, also on failure
+		case r := <-p.out:
+			err := p.conn.Send(ctx, r.m) // Send owns m, also on failure
+			if r.done != nil {
+				r.done <- struct{}{}
+			}
+			if err != nil {
 				p.conn.Close() // the reader sees the loss
 				return
 			}
@@ -641,7 +652,7 @@ func (p *peer) write(ctx context.Context) {
 // full or the connection is gone.
 func (p *peer) trySend(m *rdma.Msg) bool {
 	select {
-	case p.out <- m:
+	case p.out <- reply{m: m}:
 		return true
 	case <-p.gone:
 	default:
@@ -652,13 +663,36 @@ func (p *peer) trySend(m *rdma.Msg) bool {
 
 // send queues m, waiting behind a peer that stopped reading; false (m
 // released) if the connection is gone or ctx ended.
-func (p *peer) send(ctx context.Context, m *rdma.Msg) bool {
+func (p *peer) send(ctx context.Context, m *rdma.Msg) bool { return p.queue(ctx, reply{m: m}) }
+
+// queue queues r; false (r.m released) if the connection is gone or ctx
+// ended.
+func (p *peer) queue(ctx context.Context, r reply) bool {
 	select {
-	case p.out <- m:
+	case p.out <- r:
 		return true
 	case <-p.gone:
 	case <-ctx.Done():
 	}
-	m.Release()
+	r.m.Release()
 	return false
+}
+
+// sendLent sends m, whose payload is lent memory of the caller (a shard's
+// weights), in its turn after the replies queued before it, and returns
+// once the writer is done with that memory: Send has returned, or the
+// writer has ended and will never read it. done is the caller's own
+// token channel (capacity 1, empty).
+func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}) {
+	if !p.queue(ctx, reply{m, done}) {
+		return
+	}
+	select {
+	case <-done:
+	case <-p.exited:
+		select { // a token sent just before the writer ended
+		case <-done:
+		default:
+		}
+	}
 }
