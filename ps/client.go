@@ -84,6 +84,7 @@ type Client struct {
 	// the Placement of every connection receives a shard's awaited
 	// weights straight into its range (see place).
 	into []float32
+	left []int // collect's scratch: the shards of a link not answered yet
 
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
@@ -462,7 +463,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 	resend func(*link, []int) error) error {
 	var rejections []error
 	for _, l := range c.links {
-		left := slices.Clone(l.shards)
+		left := append(c.left[:0], l.shards...)
 		for len(left) > 0 {
 			conn, gen, err := l.get()
 			if err != nil {
@@ -501,6 +502,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 			}
 			m.Release()
 		}
+		c.left = left
 	}
 	return errors.Join(rejections...)
 }
