@@ -82,12 +82,15 @@ type Config struct {
 // travel while the gradient is computed, at the price of one step of
 // extra staleness, which the stamps show: under softsync a lone learner
 // measures τ = 1. Nothing is copied to switch buffers: the replies are
-// received straight into the spare network's parameters. Under bounded
+// received into the spare network's parameters, straight from the socket
+// or ring over TCP and shm (in-memory and verbs copy each reply there
+// once; docs/wire.md, "Copies of a push and a pull"). Under bounded
 // staleness the server's pull gate sees the prefetch, sent while the
 // learner still computes on older weights; gradients beyond the bound are
 // still dropped by the shards.
 //
-// A pushed gradient stays unchanged until the push is delivered, as
+// A push is sent from the network's gradient itself (see ps.Client.Push);
+// a pushed gradient stays unchanged until the push is delivered, as
 // ps.Client.Push requires (it keeps a reference to resend it): without
 // Overlap the next step's Pull delivers it before the gradient is
 // computed again; with Overlap a network's gradient is next overwritten

@@ -80,6 +80,11 @@ type Client struct {
 	enc      *rdma.Encoder   // selects TopK pushes (Push only)
 	pushes   []atomic.Uint64 // per shard, gradients the learner pushed
 	pf       *prefetcher     // started by the first PullAsync
+	// into is the flat vector the pull or snapshot in progress fills:
+	// the Placement of every connection receives a shard's awaited
+	// weights straight into its range (see place).
+	into []float32
+	left []int // collect's scratch: the shards of a link not answered yet
 
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
@@ -160,7 +165,40 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 		c.links[i].shards = append(c.links[i].shards, k)
 		c.byShard = append(c.byShard, c.links[i])
 	}
+	for _, l := range c.links {
+		c.placeInto(l.conn)
+	}
 	return c, nil
+}
+
+// placeInto makes conn receive awaited weights straight into the vector
+// being pulled, where its transport can (rdma.Placer).
+func (c *Client) placeInto(conn rdma.Conn) {
+	if p, ok := conn.(rdma.Placer); ok {
+		p.Place(c.place)
+	}
+}
+
+// place is the connections' rdma.Placement: the weights answering the
+// request awaited from shard (c.reqs) land in shard's range of c.into;
+// anything else in a buffer of the transport's. It runs on the goroutine
+// receiving the answers (the caller's, or the prefetcher's during an
+// asynchronous pull), which owns c.into and c.reqs meanwhile.
+func (c *Client) place(t rdma.Type, shard uint32, seq uint64, elems int) []float32 {
+	k := int(shard)
+	if t != TypeWeights || c.into == nil || k >= len(c.reqs) || seq == 0 || seq != c.reqs[k] || elems != c.ranges[k].Len() {
+		return nil
+	}
+	return c.into[c.ranges[k].Lo:c.ranges[k].Hi]
+}
+
+// fill writes the weights of m, shard k's answer, into w, unless the
+// transport received them there already.
+func (c *Client) fill(w []float32, k int, m *rdma.Msg) {
+	r := c.ranges[k]
+	if r.Len() > 0 && &m.Payload[0] != &w[r.Lo] {
+		copy(w[r.Lo:r.Hi], m.Payload)
+	}
 }
 
 // Stamps returns, per shard, the stamp of the weights last pulled.
@@ -268,11 +306,14 @@ func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdm
 		return nil, l.dead
 	}
 	l.conn = conn
+	c.placeInto(conn)
 	return conn, nil
 }
 
 // Pull asks every shard for its weights and writes them into w (the flat
-// vector, Total floats). Rejections of earlier messages that arrive
+// vector, Total floats): where the transport can (rdma.Placer), it
+// receives each shard's reply straight into w's range; if Pull fails,
+// w's contents are undefined. Rejections of earlier messages that arrive
 // meanwhile are returned, joined and wrapping ErrRejected, after w is
 // filled; transport errors are returned at once.
 func (c *Client) Pull(ctx context.Context, w []float32) error {
@@ -347,6 +388,7 @@ func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
 		return err
 	}
 	c.learner()
+	c.into = w
 	for _, l := range c.links {
 		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
 			return err
@@ -422,7 +464,7 @@ func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []u
 		if len(m.Payload) != c.ranges[k].Len() {
 			return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
 		}
-		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		c.fill(w, k, m)
 		stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
 		return nil
 	}, func(l *link, left []int) error { return c.sendPulls(ctx, l, left, false) })
@@ -441,7 +483,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 	resend func(*link, []int) error) error {
 	var rejections []error
 	for _, l := range c.links {
-		left := slices.Clone(l.shards)
+		left := append(c.left[:0], l.shards...)
 		for len(left) > 0 {
 			conn, gen, err := l.get()
 			if err != nil {
@@ -480,6 +522,7 @@ func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take 
 			}
 			m.Release()
 		}
+		c.left = left
 	}
 	return errors.Join(rejections...)
 }
@@ -513,6 +556,7 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 	if len(w) != c.cfg.Total {
 		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
 	}
+	c.into = w
 	ask := func(l *link, shards []int) error {
 		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
 			m := c.msg(0, k, 0)
@@ -530,7 +574,7 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 		if len(m.Payload) != c.ranges[k].Len() {
 			return fmt.Errorf("ps client: shard %d sent %d weights, its range has %d: %w", k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
 		}
-		copy(w[c.ranges[k].Lo:c.ranges[k].Hi], m.Payload)
+		c.fill(w, k, m)
 		stamps[k] = m.Timestamp
 		return nil
 	}, ask)

@@ -23,14 +23,18 @@ type unacked struct {
 }
 
 // pushMsg returns the message of push u to shard k: its payload, stamp,
-// mini-batch, life and sequence. A TopK push travels as its selection,
-// without error feedback: the codec sends exactly its elements.
+// mini-batch, life and sequence. The payload is the gradient itself, lent
+// to the transport (rdma.Msg.Borrow), which encodes or sends it from
+// where it lies. A TopK push travels as its selection, without error
+// feedback: the codec sends exactly its elements.
 func (c *Client) pushMsg(k int, u *unacked) *rdma.Msg {
-	m := c.msg(MsgPush, k, len(u.grad))
+	var m *rdma.Msg
 	if u.sel != nil {
+		m = c.msg(MsgPush, k, len(u.grad))
 		scatter(m.Payload, u.sel)
 	} else {
-		copy(m.Payload, u.grad)
+		m = c.msg(MsgPush, k, 0)
+		m.Borrow(u.grad)
 	}
 	m.Seq, m.Timestamp, m.Codec = u.seq, u.stamp, c.cfg.Codec
 	setPushData(m, u.batch, u.life)

@@ -72,10 +72,6 @@ type ServerConfig struct {
 	// its own sets it: learners that finished or left while it was away
 	// would never leave again, and it would never be final.
 	Inactive bool
-	// NewMsg allocates the weights replies: the network's allocator
-	// (rdma.Network.NewMsg), so that weights are copied straight into
-	// memory the transport sends from. nil: rdma.NewMsg.
-	NewMsg func(n int) *rdma.Msg
 }
 
 // ServerStats are a shard server's counters.
@@ -93,9 +89,12 @@ type ServerStats struct {
 // connection has a reader goroutine, which checks the learner's identity
 // and hands each message to its shard's goroutine, and a writer goroutine
 // that sends the replies. Received messages are released once stepped
-// (the core never keeps a gradient); a weights reply is a pooled message
-// holding a copy of the shard's weights taken in the Step that served the
-// pull.
+// (the core never keeps a gradient); a weights reply lends the transport
+// the shard's own weights (rdma.Msg.Borrow), and the shard's goroutine
+// waits until the connection's writer has sent it, before its next Step
+// changes them. A learner's binding to a connection is checked by the
+// connection's reader, under the server's lock only for the first message
+// of an incarnation on that connection, or after a binding changed.
 //
 // Identity: a learner (id and incarnation, from the message's Seq) is
 // bound to the connection of its first message; while that connection is
@@ -133,6 +132,9 @@ type Server struct {
 	mu    sync.Mutex // guards conns and binds
 	conns map[rdma.Conn]bool
 	binds map[uint32]*binding
+	// bindGen counts the changes of binds (written under mu): a
+	// connection's admission of a learner holds while it is unchanged.
+	bindGen atomic.Uint64
 }
 
 // binding is the server's view of one learner's identity.
@@ -143,11 +145,31 @@ type binding struct {
 }
 
 // peer is one connection's writer side: replies queue on out until the
-// writer sends them; gone is closed when the connection is lost.
+// writer sends them; gone is closed when the connection is lost, exited
+// when the writer has returned. admitted is the reader's record of the
+// learners this connection speaks for.
 type peer struct {
-	conn rdma.Conn
-	out  chan *rdma.Msg
-	gone chan struct{}
+	conn     rdma.Conn
+	out      chan reply
+	gone     chan struct{}
+	exited   chan struct{}
+	admitted []admission // by learner id; reader goroutine only
+}
+
+// reply is a message queued for a peer's writer; done, if not nil,
+// receives a token once Send has returned, so that a shard goroutine that
+// lent the message its weights (rdma.Msg.Borrow) knows it may change them.
+type reply struct {
+	m    *rdma.Msg
+	done chan struct{}
+}
+
+// admission is a connection's record that it may speak for a learner in
+// incarnation inc, as of the server's binding generation gen (valid when
+// gen is not 0).
+type admission struct {
+	inc uint32
+	gen uint64
 }
 
 // inbound is a message for a shard goroutine, from peer p.
@@ -163,9 +185,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
-	}
-	if cfg.NewMsg == nil {
-		cfg.NewMsg = rdma.NewMsg
 	}
 	if cfg.Shards == nil {
 		for k := range cfg.PS.Shards {
@@ -213,7 +232,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()),
+		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), sent: make(chan struct{}, 1),
 			route: make([]*peer, cfg.PS.Learners), snaps: map[int]snapshot{}}
 		if cfg.PS.DataSize > 0 {
 			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
@@ -329,6 +348,7 @@ func (s *Server) Evict(learner, inc uint32) {
 		return
 	}
 	b.inc, b.dead, b.peer = inc, true, nil
+	s.bindGen.Add(1)
 	s.mu.Unlock()
 	s.each(func(l *shardLoop) { l.evict(learner) })
 }
@@ -462,10 +482,26 @@ func (s *Server) bindingOf(learner uint32) *binding {
 }
 
 // admit checks that p may speak for learner in incarnation inc and binds
-// it (see Server).
+// it (see Server). It runs on p's reader goroutine and takes the server's
+// lock only when p has not spoken for that incarnation yet, or when a
+// binding changed since it last did.
 func (s *Server) admit(learner, inc uint32, p *peer) error {
+	a := &p.admitted[learner]
+	if a.gen != 0 && a.inc == inc && a.gen == s.bindGen.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.bind(learner, inc, p); err != nil {
+		return err
+	}
+	*a = admission{inc: inc, gen: s.bindGen.Load()}
+	return nil
+}
+
+// bind is admit's check and binding, under s.mu; every change of a
+// binding advances bindGen, which voids the admissions recorded before.
+func (s *Server) bind(learner, inc uint32, p *peer) error {
 	b := s.bindingOf(learner)
 	switch {
 	case inc < b.inc:
@@ -475,14 +511,18 @@ func (s *Server) admit(learner, inc uint32, p *peer) error {
 	case inc == b.inc && b.peer != nil && b.peer != p:
 		return fmt.Errorf("%w: learner %d is bound to another connection (%s)", ErrRefused, learner, b.peer.conn.RemoteAddr())
 	}
-	b.inc, b.dead, b.peer = inc, false, p
+	if b.inc != inc || b.dead || b.peer != p {
+		b.inc, b.dead, b.peer = inc, false, p
+		s.bindGen.Add(1)
+	}
 	return nil
 }
 
 // serveConn reads messages from c until it fails, handing them to the
 // shard goroutines; its writer goroutine sends the replies.
 func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
-	p := &peer{conn: c, out: make(chan *rdma.Msg, s.cfg.QueueLen), gone: make(chan struct{})}
+	p := &peer{conn: c, out: make(chan reply, s.cfg.QueueLen), gone: make(chan struct{}), exited: make(chan struct{}),
+		admitted: make([]admission, s.cfg.PS.Learners)}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.write(ctx) })
 	for {
@@ -563,6 +603,9 @@ func (s *Server) connLost(p *peer) {
 			gone = append(gone, li{l, b.inc})
 		}
 	}
+	if len(gone) > 0 {
+		s.bindGen.Add(1)
+	}
 	if s.conns != nil {
 		delete(s.conns, p.conn)
 	}
@@ -587,10 +630,15 @@ func (s *Server) connLost(p *peer) {
 
 // write sends p's replies until the connection is lost.
 func (p *peer) write(ctx context.Context) {
+	defer close(p.exited)
 	for {
 		select {
-		case m := <-p.out:
-			if p.conn.Send(ctx, m) != nil { // Send owns m, also on failure
+		case r := <-p.out:
+			err := p.conn.Send(ctx, r.m) // Send owns m, also on failure
+			if r.done != nil {
+				r.done <- struct{}{}
+			}
+			if err != nil {
 				p.conn.Close() // the reader sees the loss
 				return
 			}
@@ -604,7 +652,7 @@ func (p *peer) write(ctx context.Context) {
 // full or the connection is gone.
 func (p *peer) trySend(m *rdma.Msg) bool {
 	select {
-	case p.out <- m:
+	case p.out <- reply{m: m}:
 		return true
 	case <-p.gone:
 	default:
@@ -615,13 +663,36 @@ func (p *peer) trySend(m *rdma.Msg) bool {
 
 // send queues m, waiting behind a peer that stopped reading; false (m
 // released) if the connection is gone or ctx ended.
-func (p *peer) send(ctx context.Context, m *rdma.Msg) bool {
+func (p *peer) send(ctx context.Context, m *rdma.Msg) bool { return p.queue(ctx, reply{m: m}) }
+
+// queue queues r; false (r.m released) if the connection is gone or ctx
+// ended.
+func (p *peer) queue(ctx context.Context, r reply) bool {
 	select {
-	case p.out <- m:
+	case p.out <- r:
 		return true
 	case <-p.gone:
 	case <-ctx.Done():
 	}
-	m.Release()
+	r.m.Release()
 	return false
+}
+
+// sendLent sends m, whose payload is lent memory of the caller (a shard's
+// weights), in its turn after the replies queued before it, and returns
+// once the writer is done with that memory: Send has returned, or the
+// writer has ended and will never read it. done is the caller's own
+// token channel (capacity 1, empty).
+func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}) {
+	if !p.queue(ctx, reply{m, done}) {
+		return
+	}
+	select {
+	case <-done:
+	case <-p.exited:
+		select { // a token sent just before the writer ended
+		case <-done:
+		default:
+		}
+	}
 }

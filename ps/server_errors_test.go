@@ -533,7 +533,7 @@ func TestClientOddReplies(t *testing.T) {
 	defer cancel()
 	net, _ := network(t, "tcp", 18)
 	weights := func(req *rdma.Msg, seq uint64, n int, v float32) *rdma.Msg {
-		m := weightsMsg(rdma.NewMsg, req.Learner, 0, 5, 1, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
+		m := weightsMsg(req.Learner, 0, 5, 1, seq, slices.Repeat([]float32{v}, n), rdma.Codec{})
 		return m
 	}
 	rejection := func(seq uint64) *rdma.Msg { return errorMsg(0, seq, errors.New("an earlier push was bad")) }

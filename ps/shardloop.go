@@ -23,7 +23,8 @@ type shardLoop struct {
 	waits    []snapWait // snapshot requests for epochs not reached yet
 	final    bool
 	finalW   []float32
-	last     Stats // the core's counters when the goroutine ended
+	sent     chan struct{} // a peer's writer is done with the weights lent to it (capacity 1)
+	last     Stats         // the core's counters when the goroutine ended
 }
 
 // snapshot is a copy of the shard's weights at an epoch end.
@@ -124,7 +125,7 @@ func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 			continue
 		}
 		if p := l.route[rep.To]; p != nil {
-			p.send(ctx, weightsMsg(s.cfg.NewMsg, rep.To, k, rep.Clock, rep.Life, rep.Seq, rep.Weights, s.cfg.Codec))
+			l.sendWeights(ctx, p, rep.To, rep.Clock, rep.Life, rep.Seq, rep.Weights)
 		}
 	}
 	if s.cfg.OnUpdate != nil {
@@ -165,7 +166,7 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
 	in.m.Release()
 	if now {
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, l.core.Index(), l.core.Clock(), l.core.Life(), w.seq, l.core.Weights(), l.s.cfg.Codec))
+		l.sendWeights(ctx, w.p, w.learner, l.core.Clock(), l.core.Life(), w.seq, l.core.Weights())
 		return
 	}
 	if !l.s.cfg.Snapshots && w.epoch > 0 {
@@ -188,7 +189,6 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 // epoch it never reached (gradients lost with a restarted server), or
 // whose snapshot was dropped, is answered with the final weights.
 func (l *shardLoop) answerWaits(ctx context.Context) {
-	k := l.core.Index()
 	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
 		sn, ok := l.snaps[w.epoch]
 		if !ok && l.final {
@@ -197,7 +197,15 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 		if !ok {
 			return false
 		}
-		w.p.send(ctx, weightsMsg(l.s.cfg.NewMsg, w.learner, k, sn.clock, l.core.Life(), w.seq, sn.w, l.s.cfg.Codec))
+		l.sendWeights(ctx, w.p, w.learner, sn.clock, l.core.Life(), w.seq, sn.w)
 		return true
 	})
+}
+
+// sendWeights sends w, weights of the shard stamped clock, to learner to
+// on p in answer to request seq, straight from w: the shard's goroutine
+// waits until p's writer is done with them, so that no Step changes them
+// meanwhile.
+func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, w []float32) {
+	p.sendLent(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec), l.sent)
 }

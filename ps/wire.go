@@ -123,11 +123,12 @@ func lifeOf(rm *rdma.Msg) uint64 {
 	return binary.LittleEndian.Uint64(rm.Data)
 }
 
-// weightsMsg returns a TypeWeights message from alloc holding a copy of w,
-// stamped clock, of the shard's life.
-func weightsMsg(alloc func(int) *rdma.Msg, to uint32, shard int, clock, life, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
-	m := alloc(len(w))
-	copy(m.Payload, w)
+// weightsMsg returns a TypeWeights message stamped clock, of the shard's
+// life, whose payload is w, lent (rdma.Msg.Borrow): the shard's own
+// weights, unchanged until Send returns (peer.sendLent).
+func weightsMsg(to uint32, shard int, clock, life, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
+	m := rdma.NewMsg(0)
+	m.Borrow(w)
 	m.Type, m.Codec, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeWeights, codec, to, uint32(shard), clock, seq
 	m.Data = binary.LittleEndian.AppendUint64(m.Data[:0], life)
 	return m

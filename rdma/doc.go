@@ -17,7 +17,13 @@
 // package's NewMsg draws from a process-wide pool; a Network's NewMsg from
 // the transport's own memory (registered memory for verbs), so that a
 // payload computed into it is sent without a copy (shm copies every
-// payload once on each side, see below).
+// payload once on each side, see below). A message may instead borrow its
+// payload (Msg.Borrow): Send reads the lender's memory before it returns
+// (TCP writes it to the socket from where it lies), and a receiver's
+// Placement (Placer) names memory of its own for the payload of the
+// frames it expects, which TCP and shm read straight into; the parameter
+// server sends gradients and weights this way and receives weights into
+// the learner's parameters (docs/wire.md, "Copies of a push and a pull").
 //
 // # Connections
 //
@@ -84,8 +90,9 @@
 // the dialer creates (a memfd sealed against resizing) and passes over a
 // unix socket in the abstract namespace, after the handshake
 // (docs/wire.md, "Over shared memory"). A payload is copied once on each
-// side: into the ring from the message, out of it into the received
-// message, checksummed piece by piece; a received message never lies in
+// side: into the ring from the message (or the memory it borrows), out
+// of it into the received message (or the placed memory), checksummed
+// piece by piece; a received message never lies in
 // shared memory, and the receiver parses and checks only its own copy.
 // The peer is not trusted: every ring index is checked each time it is
 // read (ErrProtocol when it is out of range), and frames are validated

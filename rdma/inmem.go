@@ -179,6 +179,7 @@ func (c *inmemConn) send(ctx context.Context, m *Msg) error {
 		}
 		wire = len(m.wire)
 	}
+	m.keep(m.Codec.ID == CodecNone)                            // queued beyond Send: the lender's memory may change
 	id, elems, data := m.Codec.ID, len(m.Payload), len(m.Data) // m is the receiver's once queued
 	var err error
 	select {
@@ -222,10 +223,17 @@ func (c *inmemConn) Recv(ctx context.Context) (*Msg, error) {
 	}
 }
 
-// deliver decodes an encoded payload in place, as a TCP receiver would.
+// deliver decodes an encoded payload in place, as a TCP receiver would,
+// into the memory the Placement names, if any.
 func (c *inmemConn) deliver(m *Msg) (*Msg, error) {
 	id := m.Codec.ID
 	m.Codec, m.Feedback = Codec{ID: id}, nil
+	if p := c.placed(m.Type, m.Shard, m.Seq, len(m.Payload)); p != nil {
+		if id == CodecNone {
+			copy(p, m.Payload)
+		}
+		m.Borrow(p)
+	}
 	if id == CodecNone {
 		c.countRecv(m, id, 4*len(m.Payload), 0)
 		return m, nil

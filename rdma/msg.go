@@ -46,6 +46,13 @@ const (
 // the Msg all the same), but a registered payload moved into another Msg
 // is not that Msg's to keep, and must not be used after either is
 // released.
+//
+// Borrowed payloads. Borrow makes memory the Msg does not own its
+// payload: the caller's (a gradient, a shard's weights) on Send, the
+// receiver's (see Placement) on Recv. Send is done with a borrowed
+// payload when it returns (TCP writes it to the socket, shm copies it into
+// its ring, in-memory and verbs copy it into a buffer of their own), so
+// the lender may change it from then on; Release never recycles it.
 type Msg struct {
 	Type    Type
 	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)
@@ -66,7 +73,9 @@ type Msg struct {
 	// ownership of the Feedback itself. A received Msg has none.
 	Feedback *Feedback
 
-	wire     []byte // in-memory transport: encoded payload between Send and Recv
+	wire     []byte    // in-memory transport: encoded payload between Send and Recv
+	borrowed bool      // Payload is lent (Borrow): own is the Msg's own buffer
+	own      []float32 // with borrowed: the payload buffer Release keeps
 	released bool
 	pool     *regPool // non-nil: Payload lies in blk, registered memory of pool
 	blk      block
@@ -99,6 +108,9 @@ func (m *Msg) Release() {
 	if m.released {
 		panic("rdma: Msg released twice")
 	}
+	if m.borrowed {
+		m.Payload, m.own, m.borrowed = m.own, nil, false
+	}
 	if m.pool != nil {
 		m.pool.releaseMsg(m)
 		return
@@ -111,6 +123,36 @@ func (m *Msg) Release() {
 	if c := bits.Len(uint(cap(payload))) - 1; c >= 0 && c < len(pools) {
 		pools[c].Put(m) // every Msg in pools[c] holds at least 1<<c values
 	}
+}
+
+// Borrow makes p the payload of m without handing it over (see Msg,
+// "Borrowed payloads"): m keeps its own buffer for when it is released.
+// Borrowing again replaces the lent payload.
+func (m *Msg) Borrow(p []float32) {
+	if !m.borrowed {
+		m.own, m.borrowed = m.Payload, true
+	}
+	m.Payload = p
+}
+
+// Borrowed reports whether m's payload is lent (Borrow, or a Recv into
+// memory its Placement named).
+func (m *Msg) Borrowed() bool { return m.borrowed }
+
+// keep gives a message whose payload is borrowed a payload of its own
+// from the pool, a copy of the lent one if fill: for a transport that
+// holds messages beyond Send.
+func (m *Msg) keep(fill bool) {
+	if !m.borrowed {
+		return
+	}
+	t := NewMsg(len(m.Payload))
+	if fill {
+		copy(t.Payload, m.Payload)
+	}
+	m.Payload, t.Payload = t.Payload, m.own
+	m.own, m.borrowed = nil, false
+	t.Release()
 }
 
 // header copies the fields of a received frame header into m.

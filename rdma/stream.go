@@ -23,7 +23,7 @@ type streamReader interface {
 // other than none; trl holds the trailer. A payload that fails its
 // checks is counted as dropped, and the error is recoverable.
 func (e *endpoint) readMsg(ctx context.Context, r streamReader, h *Header, rwire *[]byte, trl []byte) (*Msg, error) {
-	m := NewMsg(int(h.Elems))
+	m := e.recvMsg(h)
 	if err := e.readBody(ctx, r, h, m, rwire, trl); err != nil {
 		m.Release()
 		if Recoverable(err) {

@@ -47,6 +47,26 @@ type Conn interface {
 	Transport() TransportInfo
 }
 
+// Placement names where the payload of a received message goes: given
+// the frame's type, shard, sequence and element count, before the payload
+// is read, it returns a slice of exactly elems floats for the payload to
+// be written (or decoded) into, or nil for a buffer of the transport's.
+// It runs on the goroutine calling Recv, under the connection's receive
+// lock. The received Msg then has that slice as its borrowed Payload (see
+// Msg.Borrowed); if Recv fails after the placement, the slice's contents
+// are undefined.
+type Placement func(t Type, shard uint32, seq uint64, elems int) []float32
+
+// Placer is implemented by every connection of this package: Place sets
+// the connection's Placement (nil: none), taking effect at the next Recv.
+// TCP and shm read a placed payload straight from the stream or ring into
+// it, in-memory copies it there; verbs leaves large payloads where the
+// peer wrote them and ignores the placement, so a receiver checks
+// Msg.Borrowed.
+type Placer interface {
+	Place(f Placement)
+}
+
 // TransportInfo describes how one connection travels.
 type TransportInfo struct {
 	// Name is "inmem", "tcp", "shm" or "verbs".
@@ -341,8 +361,9 @@ type endpoint struct {
 
 	sendMu sync.Mutex // serializes Send; guards enc
 	enc    *Encoder
-	recvMu sync.Mutex // serializes Recv; guards dec
+	recvMu sync.Mutex // serializes Recv; guards dec and place
 	dec    *Decoder
+	place  Placement
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -360,6 +381,36 @@ func (e *endpoint) handOver(l Limits) {
 	e.statsMu.Lock()
 	e.stats = Stats{}
 	e.statsMu.Unlock()
+}
+
+// Place sets the connection's Placement (see Placer).
+func (e *endpoint) Place(f Placement) {
+	e.recvMu.Lock()
+	e.place = f
+	e.recvMu.Unlock()
+}
+
+// placed returns the memory the Placement names for a received payload,
+// nil if none (or a slice of the wrong length); it runs under recvMu.
+func (e *endpoint) placed(t Type, shard uint32, seq uint64, elems int) []float32 {
+	if e.place == nil || elems == 0 {
+		return nil
+	}
+	if p := e.place(t, shard, seq, elems); len(p) == elems {
+		return p
+	}
+	return nil
+}
+
+// recvMsg returns the message a frame with header h is received into:
+// its payload placed (borrowed) or from the pool; it runs under recvMu.
+func (e *endpoint) recvMsg(h *Header) *Msg {
+	if p := e.placed(h.Type, h.Shard, h.Seq, int(h.Elems)); p != nil {
+		m := NewMsg(0)
+		m.Borrow(p)
+		return m
+	}
+	return NewMsg(int(h.Elems))
 }
 
 func (e *endpoint) LocalAddr() string  { return e.local }

@@ -598,6 +598,11 @@ type tcpFallback struct {
 
 func (f *tcpFallback) Transport() TransportInfo { return f.info }
 
+// Place sets the TCP connection's Placement.
+func (f *tcpFallback) Place(p Placement) { f.Conn.(Placer).Place(p) }
+
+var _ = [...]Placer{(*tcpConn)(nil), (*shmConn)(nil), (*inmemConn)(nil), (*verbsConn)(nil), (*tcpFallback)(nil)}
+
 // VerbsProbe describes the host's RDMA devices for softsync doctor.
 type VerbsProbe struct {
 	// Provider is what implements the verbs ("libibverbs.so.1",

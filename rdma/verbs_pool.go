@@ -362,7 +362,7 @@ func (p *regPool) releaseMsg(m *Msg) {
 // payloadBlock returns the block holding m's payload if it is registered
 // memory of this pool.
 func (p *regPool) payloadBlock(m *Msg) (block, bool) {
-	if m.pool != p || len(m.Payload) == 0 {
+	if m.pool != p || m.borrowed || len(m.Payload) == 0 {
 		return block{}, false
 	}
 	return m.blk, m.blk.contains(unsafe.Pointer(unsafe.SliceData(m.Payload)), 4*len(m.Payload))

@@ -46,6 +46,7 @@ func Run(t *testing.T, f Factory) {
 		{"ListenerClose", testListenerClose},
 		{"Cancel", testCancel},
 		{"SteadyStateAllocs", testAllocs},
+		{"BorrowAndPlace", testBorrowAndPlace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
@@ -896,5 +897,61 @@ func testAllocs(t *testing.T, f Factory) {
 			}
 			m.Release()
 		})
+	}
+}
+
+// testBorrowAndPlace checks borrowed payloads and placements: a payload
+// lent to Send may be overwritten once Send returns, and the receiver
+// gets what it held then; a Placement receives the payload of the frames
+// it names straight into the receiver's memory (every transport but
+// verbs, which may ignore it), decoded there for encoded payloads, and
+// Release leaves that memory alone.
+func testBorrowAndPlace(t *testing.T, f Factory) {
+	c, s := pair(t, f, rdma.Options{})
+	const n = 50_000
+	dst := make([]float32, n)
+	s.(rdma.Placer).Place(func(typ rdma.Type, shard uint32, seq uint64, elems int) []float32 {
+		if seq%2 == 0 {
+			return nil
+		}
+		return dst[:elems]
+	})
+	for i, codec := range []rdma.Codec{{}, {}, {ID: rdma.CodecS2}, {ID: rdma.CodecS2}} {
+		want := msg(i, n, codec)
+		lent := slices.Clone(want.Payload)
+		m := msg(i, 0, codec)
+		m.Borrow(lent)
+		sent := make(chan error, 1)
+		go func() {
+			err := c.Send(ctx(t), m)
+			clear(lent) // Send is done with it
+			sent <- err
+		}()
+		got := recv(t, s)
+		if err := Receive(t, sent, 20*time.Second, "Send to return"); err != nil {
+			t.Fatal(err)
+		}
+		checkAgainst(t, got, want, i)
+		placed := &got.Payload[0] == &dst[0]
+		switch {
+		case i%2 == 0 && placed:
+			t.Fatalf("message %d: placed, but the placement declined it", i)
+		case i%2 == 1 && !placed && s.Transport().Name != "verbs":
+			t.Fatalf("message %d: not received into the placed memory", i)
+		case placed != got.Borrowed():
+			t.Fatalf("message %d: placed %v, Borrowed %v", i, placed, got.Borrowed())
+		}
+		got.Release()
+		if placed {
+			next := rdma.NewMsg(n) // must not be handed dst
+			if &next.Payload[0] == &dst[0] {
+				t.Fatal("the placed memory joined the pool")
+			}
+			next.Release()
+			if j := firstDiff(dst, want.Payload); j >= 0 {
+				t.Fatalf("message %d: placed element %d changed after Release", i, j)
+			}
+		}
+		want.Release()
 	}
 }

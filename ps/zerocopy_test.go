@@ -1,0 +1,176 @@
+package ps
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/rdma"
+)
+
+// watchNet wraps a network so that a test sees every message its
+// connections send (before Send takes it over) and receive.
+type watchNet struct {
+	rdma.Network
+	sent, recv func(m *rdma.Msg)
+}
+
+func (n *watchNet) Listen(addr string) (rdma.Listener, error) {
+	ln, err := n.Network.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &watchListener{ln, n}, nil
+}
+
+func (n *watchNet) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	c, err := n.Network.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &watchConn{c, n}, nil
+}
+
+type watchListener struct {
+	rdma.Listener
+	n *watchNet
+}
+
+func (l *watchListener) Accept(ctx context.Context) (rdma.Conn, error) {
+	c, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &watchConn{c, l.n}, nil
+}
+
+type watchConn struct {
+	rdma.Conn
+	n *watchNet
+}
+
+func (c *watchConn) Send(ctx context.Context, m *rdma.Msg) error {
+	c.n.sent(m)
+	return c.Conn.Send(ctx, m)
+}
+
+func (c *watchConn) Recv(ctx context.Context) (*rdma.Msg, error) {
+	m, err := c.Conn.Recv(ctx)
+	if err == nil {
+		c.n.recv(m)
+	}
+	return m, err
+}
+
+func (c *watchConn) Place(p rdma.Placement) { c.Conn.(rdma.Placer).Place(p) }
+
+// TestZeroCopy checks, over in-memory, TCP and shm connections, where
+// payloads are copied: a push is sent from the learner's gradient itself
+// (lent, not copied into a message); a shard answers a pull from its own
+// weights (lent while its goroutine waits); the client receives the
+// weights straight into the vector it pulls into: &w[lo] is the payload
+// the transport wrote, no buffer of the pool was taken for it. The values
+// arrive intact.
+func TestZeroCopy(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp", "shm"} {
+		t.Run(kind, func(t *testing.T) { testZeroCopy(t, kind) })
+	}
+}
+
+func testZeroCopy(t *testing.T, kind string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 100_003
+	cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+	inner, addr := network(t, kind, 1)
+	w, g := make([]float32, n), make([]float32, n)
+	r := rand.New(rand.NewPCG(3, 4))
+	init := make([]float32, n)
+	for i := range init {
+		init[i] = float32(r.NormFloat64())
+	}
+	var mu sync.Mutex
+	var shardW [][]float32 // the shards' weights, once the group runs
+	var pushes, weightsSent, weightsRecv int
+	var bad []string
+	ranges, _ := Ranges(n, 2)
+	net := &watchNet{Network: inner}
+	net.sent = func(m *rdma.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case m.Type == rdma.Type(MsgPush):
+			pushes++
+			if !m.Borrowed() || &m.Payload[0] != &g[ranges[m.Shard].Lo] {
+				bad = append(bad, "a push was not sent from the gradient")
+			}
+		case m.Type == TypeWeights:
+			weightsSent++
+			if !m.Borrowed() || &m.Payload[0] != &shardW[m.Shard][0] {
+				bad = append(bad, "weights were not sent from the shard's own")
+			}
+		}
+	}
+	net.recv = func(m *rdma.Msg) {
+		if m.Type != TypeWeights {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		weightsRecv++
+		if !m.Borrowed() || &m.Payload[0] != &w[ranges[m.Shard].Lo] {
+			bad = append(bad, "weights were not received into the pulled vector")
+		}
+	}
+	grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range grp.servers {
+		for _, l := range s.loops {
+			shardW = append(shardW, l.core.w)
+		}
+	}
+	grp.Finish()
+	c, err := grp.Dial(ctx, net, 0, rdma.Codec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), init...)
+	for step := range 3 {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		for i := range w {
+			if w[i] != want[i] {
+				t.Fatalf("step %d: w[%d] = %v, want %v", step, i, w[i], want[i])
+			}
+		}
+		for i := range g {
+			g[i] = float32(i%7) / 8
+			want[i] -= 0.5 * g[i]
+		}
+		if err := c.Push(ctx, g, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Pull(ctx, w); err != nil { // delivers the last push
+		t.Fatal(err)
+	}
+	c.Leave(ctx)
+	if err := grp.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d copies too many, first: %s", len(bad), bad[0])
+	}
+	if pushes != 6 || weightsSent != 8 || weightsRecv != 8 {
+		t.Fatalf("%d pushes, %d weights sent, %d received; want 6, 8, 8", pushes, weightsSent, weightsRecv)
+	}
+}
