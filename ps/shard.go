@@ -376,6 +376,10 @@ func (s *Shard) epoch() int {
 	return int(s.samples / uint64(s.cfg.DataSize))
 }
 
+// join makes l active again. A learner that pushed in the hardsync round
+// (a pause, or a shard restored from a checkpoint that learners rejoin
+// one by one) counts for the round again, and may be the one it waited
+// for: the round ends now if it is complete, as after a leave.
 func (s *Shard) join(l *member) {
 	if l.active {
 		return
@@ -384,6 +388,7 @@ func (s *Shard) join(l *member) {
 	s.active++
 	if l.roundPushed {
 		s.pushed++
+		s.settle()
 	}
 }
 

@@ -614,3 +614,30 @@ func TestSeqLimits(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestHardsyncRestoredJoin: a hardsync shard restored from a checkpoint
+// with no active learner (as a restarted shard server is), whose round
+// had learner 1's gradient: learner 1 rejoins alone and pulls; the round
+// it completes ends at its join (its gradient applied), and the pull is
+// answered with the next round's weights, not held for learners that
+// have not rejoined (they may be waiting for learner 1 elsewhere).
+func TestHardsyncRestoredJoin(t *testing.T) {
+	cfg := plainConfig(3, Hardsync, 0)
+	a := newHarness(t, cfg, []float32{1, 1})
+	for l := range uint32(3) {
+		a.pull(l, 0)
+	}
+	a.push(1, 0, []float32{2, 2})
+	cp := a.s.Checkpoint()
+	cp.Active = make([]bool, 3)
+	rs, err := Restore(cfg, cp, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &harness{t: t, s: rs, seq: map[uint32]uint64{1: a.seq[1]}}
+	b.member(MsgJoin, 1)
+	to, stamps := served(b.pull(1, 0))
+	if w := b.s.Weights()[0]; !slices.Equal(to, []uint32{1}) || !slices.Equal(stamps, []uint64{1}) || math.Abs(float64(w)-(1-0.5*2.0/3)) > 1e-6 {
+		t.Fatalf("pull of the rejoined learner: served %v at %v, weights %v; want learner 1 at clock 1, weights 1 − 0.5·2/3 (one gradient of c₀ = 3)", to, stamps, b.s.Weights())
+	}
+}
