@@ -17,6 +17,9 @@
 #   make repro-quick  the paper's accuracy table (softsync repro --quick), MNIST and
 #                     Fashion-MNIST, into build/repro/*-quick (REPRO_FLAGS, default --sim)
 #   make repro        the same with the full schedule (long), into build/repro/*
+#   make repro-rules-quick  the staleness rules compared (softsync repro --rules --quick),
+#                     MNIST and Fashion-MNIST, into build/repro/rules-*-quick
+#   make repro-rules  the same with the full schedule (long), into build/repro/rules-*
 #   make profile      a CPU profile (PROFILE=cpu|mem|block|mutex|trace) of a short LeNet
 #                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
@@ -80,7 +83,7 @@ TAGS = $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick repro-rules repro-rules-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -134,6 +137,15 @@ repro-quick: deps deps-fashion-mnist build
 repro: deps deps-fashion-mnist build
 	@mkdir -p build/repro
 	for d in $(REPRO_DATA); do bin/softsync repro $(REPRO_FLAGS) --data $$d --out build/repro/$$d; done
+
+# The staleness rules compared on each data set, in the simulator (docs/repro.md).
+repro-rules-quick: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro --rules --quick --data $$d --out build/repro/rules-$$d-quick; done
+
+repro-rules: deps deps-fashion-mnist build
+	@mkdir -p build/repro
+	for d in $(REPRO_DATA); do bin/softsync repro --rules --data $$d --out build/repro/rules-$$d; done
 
 # A profile of training: 2 learners × batch 8 under 2-softsync, 3,000 steps.
 profile: deps build

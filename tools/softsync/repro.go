@@ -29,7 +29,7 @@ func init() { addCommand(newReproCmd) }
 // reproFlags holds the flags of softsync repro.
 type reproFlags struct {
 	data, model, out, ns, modes string
-	quick, sim                  bool
+	quick, sim, rules           bool
 	seed                        uint64
 	learners, batch, single     int
 	epochs                      int
@@ -65,10 +65,13 @@ var reproSchedules = map[string][2]reproSchedule{
 // reproRun is one row of the table.
 type reproRun struct {
 	protocol ps.Protocol
-	n        int // softsync only
-	mode     sgd.LRMode
+	n        int    // softsync only
+	rule     string // the rule as spelled in --lr-modes
+	solver   sgd.Config
 	learners int
 	batch    int
+	timing   reproTiming // --sim only
+	rules    bool        // a row of softsync repro --rules
 }
 
 // name is the run's label in the table and in report.json ("run").
@@ -78,12 +81,16 @@ func (r reproRun) name() string {
 		return "single learner"
 	case r.protocol == ps.Hardsync:
 		return "hardsync"
-	case r.mode == sgd.LRStaleness:
+	case r.rules:
+		return fmt.Sprintf("%d-softsync, %s, %s", r.n, r.rule, r.timing)
+	case r.rule == "staleness":
 		return fmt.Sprintf("%d-softsync, α0/τ", r.n)
-	case r.mode == sgd.LRAverage:
+	case r.rule == "average":
 		return fmt.Sprintf("%d-softsync, α0/⟨τ⟩", r.n)
+	case r.rule == "constant":
+		return fmt.Sprintf("%d-softsync, α0", r.n)
 	}
-	return fmt.Sprintf("%d-softsync, α0", r.n)
+	return fmt.Sprintf("%d-softsync, %s", r.n, r.rule)
 }
 
 func newReproCmd(app *App) *cobra.Command {
@@ -119,8 +126,18 @@ learners start computing, the test error measured at each epoch end on the
 shard's weights. The same seed gives the same table, bit for bit; --parallel
 runs several simulations at once. A run whose loss becomes NaN or infinite, or
 whose updates keep being refused (each would make a weight NaN or infinite),
-stops and is reported as diverged.`,
+stops and is reported as diverged.
+
+--rules compares the staleness rules instead, in the simulator: every rule of
+--lr-modes (default: ` + defaultReproRules + `)
+under n-softsync for every n of --n (default: ` + defaultReproRulesN + `), each under two
+timing models of the learners: homogeneous (the one above) and heterogeneous
+(each learner's speed drawn once from 1–3×, compute times log-normal with
+σ = 0.5). A rule is spelled as --lr-mode of softsync train; "+momentum-comp"
+after it adds --momentum-comp. It writes table.md (test error per rule and n,
+per timing model), report.json and rules.png (test error against n).`,
 		Example: `  softsync repro --quick --sim
+  softsync repro --rules --quick --data fashion-mnist --out repro/rules-fashion-mnist
   softsync repro --sim --data fashion-mnist --out repro/fashion-mnist
   softsync repro --data ~/cifar-10-batches-bin --out repro/cifar10`,
 		Args: cobra.NoArgs,
@@ -141,7 +158,8 @@ stops and is reported as diverged.`,
 	fl.IntVar(&f.batch, "batch", 4, "μ of the distributed runs")
 	fl.IntVar(&f.single, "single-batch", 128, "μ of the single learner")
 	fl.StringVar(&f.ns, "n", "1,2,4,10,15,30", "softsync's n values, comma-separated (each ≤ --learners)")
-	fl.StringVar(&f.modes, "lr-modes", "constant,staleness", "rate modes of the softsync runs: constant, staleness, average")
+	fl.StringVar(&f.modes, "lr-modes", "constant,staleness", "staleness rules of the softsync runs, comma-separated, each as --lr-mode of softsync train (a number after a comma continues hinge:B,A); +momentum-comp adds --momentum-comp")
+	fl.BoolVar(&f.rules, "rules", false, "compare the staleness rules under two timing models, in the simulator (see above)")
 	fl.IntVar(&f.epochs, "epochs", 0, "epochs of every run (default: the schedule's)")
 	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 of every run (default: the schedule's)")
 	fl.IntVar(&f.trainSubset, "train-subset", -1, "train on the first N images (default: the schedule's; 0 = all)")
@@ -246,6 +264,15 @@ func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFla
 	case f.epochs < 0 || f.testSubset < 0 || f.trainSubset < -1 || f.parallel < 0:
 		return nil, nil, fmt.Errorf("--epochs, --train-subset, --test-subset and --parallel must be ≥ 0")
 	}
+	if f.rules {
+		f.sim = true
+		if !cmd.Flags().Changed("lr-modes") {
+			f.modes = defaultReproRules
+		}
+		if !cmd.Flags().Changed("n") {
+			f.ns = defaultReproRulesN
+		}
+	}
 	runs, err := reproRuns(f)
 	if err != nil {
 		return nil, nil, err
@@ -320,39 +347,77 @@ func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFla
 }
 
 // reproRuns lists the runs of the table: the single learner, hardsync,
-// then n-softsync for each n and rate mode.
+// then n-softsync for each n and rule; under --rules n-softsync only, for
+// each timing model, n and rule.
 func reproRuns(f *reproFlags) ([]reproRun, error) {
-	runs := []reproRun{ // τ = 0 under hardsync: the rate mode makes no difference
-		{protocol: ps.Hardsync, learners: 1, batch: f.single, mode: sgd.LRConstant},
-		{protocol: ps.Hardsync, learners: f.learners, batch: f.batch, mode: sgd.LRConstant},
+	constant := sgd.Config{LRMode: sgd.LRConstant}
+	runs := []reproRun{ // τ = 0 under hardsync: the rule makes no difference
+		{protocol: ps.Hardsync, learners: 1, batch: f.single, rule: "constant", solver: constant},
+		{protocol: ps.Hardsync, learners: f.learners, batch: f.batch, rule: "constant", solver: constant},
 	}
-	var modes []sgd.LRMode
-	for _, s := range strings.Split(f.modes, ",") {
-		m, err := sgd.ParseLRMode(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("--lr-modes: %q is not constant, staleness or average", s)
-		}
-		modes = append(modes, m)
+	timings := []reproTiming{timingHomogeneous}
+	if f.rules {
+		runs, timings = nil, []reproTiming{timingHomogeneous, timingHeterogeneous}
 	}
+	rules, solvers, err := parseReproRules(f.modes)
+	if err != nil {
+		return nil, err
+	}
+	var ns []int
 	for _, s := range strings.Split(f.ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > f.learners {
 			return nil, fmt.Errorf("--n: %q is not a number in [1, %d]", s, f.learners)
 		}
-		for _, m := range modes {
-			runs = append(runs, reproRun{protocol: ps.Softsync, n: n, mode: m, learners: f.learners, batch: f.batch})
+		ns = append(ns, n)
+	}
+	for _, t := range timings {
+		for _, n := range ns {
+			for i, rule := range rules {
+				runs = append(runs, reproRun{protocol: ps.Softsync, n: n, rule: rule, solver: solvers[i], learners: f.learners,
+					batch: f.batch, timing: t, rules: f.rules})
+			}
 		}
 	}
 	return runs, nil
+}
+
+// momentumCompSuffix after a rule in --lr-modes adds --momentum-comp.
+const momentumCompSuffix = "+momentum-comp"
+
+// parseReproRules splits --lr-modes into rules, as spelled, and the
+// solver fields each sets. A part that starts with a digit continues the
+// previous one (the A of hinge:B,A).
+func parseReproRules(s string) ([]string, []sgd.Config, error) {
+	var rules []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if len(rules) > 0 && p != "" && p[0] >= '0' && p[0] <= '9' {
+			rules[len(rules)-1] += "," + p
+			continue
+		}
+		rules = append(rules, p)
+	}
+	solvers := make([]sgd.Config, len(rules))
+	for i, r := range rules {
+		base, mc := strings.CutSuffix(r, momentumCompSuffix)
+		if err := solvers[i].ParseRule(base); err != nil {
+			return nil, nil, fmt.Errorf("--lr-modes: %w", err)
+		}
+		solvers[i].MomentumComp = mc
+	}
+	return rules, solvers, nil
 }
 
 // jobConfig is run r as a job of softsync train: the configuration real
 // runs pass to the job runner and the one reports describe.
 func (rs *reproSetup) jobConfig(r reproRun) cluster.Config {
 	s := rs.sched
+	solver := r.solver
+	solver.LR, solver.Momentum, solver.WeightDecay, solver.LRSteps, solver.LRGamma = s.lr, s.momentum, s.decay, s.steps, 0.1
 	return cluster.Config{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
 		Learners: r.learners, Batch: r.batch, Epochs: s.epochs, Protocol: r.protocol, N: r.n, Shards: 1,
-		Solver:    sgd.Config{LR: s.lr, Momentum: s.momentum, WeightDecay: s.decay, LRSteps: s.steps, LRGamma: 0.1, LRMode: r.mode},
+		Solver:    solver,
 		Transport: "inmem", Codec: rdma.Codec{}, Seed: rs.f.seed, Normalizer: &rs.norm, DataName: rs.dataName}
 }
 
@@ -415,7 +480,9 @@ func errorText(e *reproEntry) string {
 	return fmt.Sprintf("%.2f%%", 100**e.TestError)
 }
 
-// writeRepro writes table.md, report.json and the plots into dir.
+// writeRepro writes table.md, report.json and the plots into dir: the
+// test error per epoch and the staleness of every run, or under --rules
+// the test error against n and the staleness of the runs under α0/τ.
 func writeRepro(dir string, rs *reproSetup, entries []*reproEntry) error {
 	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(reproTable(rs, entries)), 0o644); err != nil {
 		return err
@@ -423,14 +490,23 @@ func writeRepro(dir string, rs *reproSetup, entries []*reproEntry) error {
 	if err := writeJSONFile(filepath.Join(dir, "report.json"), entries); err != nil {
 		return err
 	}
-	if err := writeReproErrorPlot(filepath.Join(dir, "test-error.png"), rs, entries); err != nil {
-		return fmt.Errorf("test-error.png: %w", err)
+	files := []string{"table.md", "report.json", "test-error.png", "staleness.png"}
+	errorPlot := writeReproErrorPlot
+	row := func(e *reproEntry) (string, bool) { return e.lrMode, true }
+	if rs.f.rules {
+		files[2], errorPlot = "rules.png", writeReproRulesPlot
+		row = func(e *reproEntry) (string, bool) { return e.Timing, e.lrMode == "staleness" }
 	}
-	if err := writeReproStalenessPlot(filepath.Join(dir, "staleness.png"), entries); err != nil {
-		return fmt.Errorf("staleness.png: %w", err)
+	if err := errorPlot(filepath.Join(dir, files[2]), rs, entries); err != nil {
+		return fmt.Errorf("%s: %w", files[2], err)
+	}
+	if err := writeReproStalenessPlot(filepath.Join(dir, files[3]), entries, row); err != nil {
+		return fmt.Errorf("%s: %w", files[3], err)
+	}
+	for i := range files {
+		files[i] = filepath.Join(dir, files[i])
 	}
 	fmt.Fprint(rs.app.Out, reproTable(rs, entries))
-	fmt.Fprintf(rs.app.Out, "\nwritten: %s\n", strings.Join([]string{filepath.Join(dir, "table.md"), filepath.Join(dir, "report.json"),
-		filepath.Join(dir, "test-error.png"), filepath.Join(dir, "staleness.png")}, ", "))
+	fmt.Fprintf(rs.app.Out, "\nwritten: %s\n", strings.Join(files, ", "))
 	return nil
 }

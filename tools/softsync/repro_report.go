@@ -28,6 +28,9 @@ type reproEntry struct {
 	Mode        string `json:"mode"` // "real" or "sim"
 	Diverged    bool   `json:"diverged"`
 	DivergedWhy string `json:"diverged_reason"`
+	// Timing is the simulator's timing model of the learners under
+	// --rules: "homogeneous" or "heterogeneous".
+	Timing string `json:"timing,omitempty"`
 	*cluster.Report
 
 	protocol ps.Protocol
@@ -40,7 +43,12 @@ func newReproEntry(cfg *cluster.Config, r reproRun, mode string, res *cluster.Re
 	if mode == "sim" {
 		rep.Transport = "sim"
 	}
-	return &reproEntry{Run: r.name(), Mode: mode, Report: rep, protocol: r.protocol, n: r.n, lrMode: r.mode.String()}
+	rep.LRMode = r.rule // as spelled in --lr-modes
+	e := &reproEntry{Run: r.name(), Mode: mode, Report: rep, protocol: r.protocol, n: r.n, lrMode: r.rule}
+	if r.rules {
+		e.Timing = r.timing.String()
+	}
+	return e
 }
 
 // writeJSONFile writes v as indented JSON to path.
@@ -65,6 +73,10 @@ func reproTable(rs *reproSetup, entries []*reproEntry) string {
 			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, 1e6*(simLatency+simJitter), rs.f.seed)
 		ips = "images/s (virtual)"
 	}
+	if rs.f.rules {
+		mode += fmt.Sprintf("; heterogeneous learners: speeds %g–%g× drawn once per learner, compute log-normal σ = %g",
+			simSlowMin, simSlowMax, simHeteroSpread)
+	}
 	fmt.Fprintf(&b, "Mode: %s.  \n", mode)
 	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, thousands(int64(rs.train.N)), thousands(int64(rs.test.N)))
 	steps := "no rate steps"
@@ -72,8 +84,14 @@ func reproTable(rs *reproSetup, entries []*reproEntry) string {
 		steps = fmt.Sprintf("rate ×0.1 after epoch(s) %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.steps)), ", "), "[]"))
 	}
 	fmt.Fprintf(&b, "Schedule: %d epochs; α0 = %g, momentum %g, weight decay %g, %s.  \n", s.epochs, s.lr, s.momentum, s.decay, steps)
-	fmt.Fprintf(&b, "Distributed runs: λ = %d learners × μ = %d; single learner: μ = %d. α0 is the constant rate, α0/τ the staleness-aware one.\n\n",
-		rs.f.learners, rs.f.batch, rs.f.single)
+	if rs.f.rules {
+		fmt.Fprintf(&b, "Runs: λ = %d learners × μ = %d under n-softsync, each rule as spelled in --lr-modes.\n", rs.f.learners, rs.f.batch)
+		b.WriteString(reproRulesTables(entries))
+		b.WriteString("\n### Every run\n\n")
+	} else {
+		fmt.Fprintf(&b, "Distributed runs: λ = %d learners × μ = %d; single learner: μ = %d. α0 is the constant rate, α0/τ the staleness-aware one.\n\n",
+			rs.f.learners, rs.f.batch, rs.f.single)
+	}
 	fmt.Fprintf(&b, "| run | λ × μ | test error | mean τ | max τ | updates | %s |\n|---|---|---:|---:|---:|---:|---:|\n", ips)
 	for _, e := range entries {
 		fmt.Fprintf(&b, "| %s | %d × %d | %s | %.2f | %d | %s | %s |\n", e.Run, e.Learners, e.Batch, errorText(e),
@@ -163,12 +181,13 @@ func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) err
 }
 
 // writeReproStalenessPlot draws the staleness histogram of every softsync
-// run, a row per rate mode.
-func writeReproStalenessPlot(path string, entries []*reproEntry) error {
+// run for which row returns a key, a row per key.
+func writeReproStalenessPlot(path string, entries []*reproEntry, row func(*reproEntry) (string, bool)) error {
 	var rows [][]*plot.Plot
 	var modes []string
 	for _, e := range entries {
-		if e.protocol != ps.Softsync || len(e.Staleness.Histogram) == 0 {
+		key, ok := row(e)
+		if !ok || e.protocol != ps.Softsync || len(e.Staleness.Histogram) == 0 {
 			continue
 		}
 		p, err := histPlot(e.Report)
@@ -176,9 +195,9 @@ func writeReproStalenessPlot(path string, entries []*reproEntry) error {
 			return err
 		}
 		p.Title.Text = fmt.Sprintf("%s (mean %.2f, max %d)", e.Run, e.Staleness.Mean, e.Staleness.Max)
-		i := slices.Index(modes, e.lrMode)
+		i := slices.Index(modes, key)
 		if i < 0 {
-			modes, rows = append(modes, e.lrMode), append(rows, nil)
+			modes, rows = append(modes, key), append(rows, nil)
 			i = len(rows) - 1
 		}
 		rows[i] = append(rows[i], p)

@@ -65,8 +65,9 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		x: make([]float32, r.batch*rs.train.ImageLen()), labels: make([]int32, r.batch)}
 	history := make([]cluster.Epoch, 0, E)
 	consumed := 0
+	compute, speeds := r.timing.model(r.learners, r.batch, cfg.Seed)
 	sc := sim.Config{PS: cfg.PSConfig(layout, P*r.batch), Init: init, TotalSteps: plan.Total(), Seed: cfg.Seed,
-		Compute: sim.Dist{Kind: sim.LogNormal, Mean: float64(r.batch) * simImageSeconds, Spread: simComputeSpread},
+		Compute: compute, Speed: speeds,
 		Latency: simLatency, Jitter: simJitter, Gradient: g.compute,
 		ObserveWeights: func(at float64, _ int, in ps.Msg, w []float32) {
 			if in.Type != ps.MsgPush || g.diverged != nil {

@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/sim"
 )
 
 // reproArgs is a tiny table: mlp on the synthetic images of dir, λ = 4 learners
@@ -140,5 +145,113 @@ func TestReproBadFlags(t *testing.T) {
 		if _, err := runErr(args...); err == nil {
 			t.Errorf("repro %v: no error", extra)
 		}
+	}
+}
+
+// TestReproRules runs a tiny --rules --quick table: every row is a
+// softsync run of one rule, n and timing model, with the fields docs/repro.md
+// lists, and rules.png is written.
+func TestReproRules(t *testing.T) {
+	dir := idxFolder(t, 240, 60)
+	out := t.TempDir()
+	rules := []string{"staleness", "hinge:4,10", "dc:0.04", "staleness+momentum-comp"}
+	run(t, "repro", "--rules", "--quick", "--data", dir, "--model", "mlp", "--learners", "4", "--batch", "4", "--n", "1,4",
+		"--lr-modes", strings.Join(rules, ","), "--epochs", "1", "--train-subset", "0", "--out", out, "--threads", "1", "--parallel", "2")
+	for _, f := range []string{"table.md", "report.json", "rules.png", "staleness.png"} {
+		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	es := readEntries(t, filepath.Join(out, "report.json"))
+	if len(es) != 2*2*len(rules) {
+		t.Fatalf("%d runs, want %d", len(es), 2*2*len(rules))
+	}
+	i := 0
+	for _, timing := range []string{"homogeneous", "heterogeneous"} {
+		for _, n := range []float64{1, 4} {
+			for _, r := range rules {
+				e := es[i]
+				i++
+				if e["lr_mode"] != r || e["n"] != n || e["timing"] != timing || e["protocol"] != "softsync" || e["mode"] != "sim" ||
+					e["momentum_comp"] != strings.HasSuffix(r, "+momentum-comp") {
+					t.Errorf("run %d: want %s, n %v, %s; got %v", i-1, r, n, timing, e)
+				}
+				for _, k := range []string{"data", "test_error", "diverged", "staleness"} {
+					if _, ok := e[k]; !ok {
+						t.Errorf("run %d lacks %q", i-1, k)
+					}
+				}
+			}
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "table.md"))
+	for _, s := range []string{"### Test error, heterogeneous learners", "| hinge:4,10 |", "| n = 1 | n = 4 |"} {
+		if !bytes.Contains(md, []byte(s)) {
+			t.Errorf("table.md lacks %q:\n%s", s, md)
+		}
+	}
+}
+
+func TestParseReproRules(t *testing.T) {
+	rules, solvers, err := parseReproRules("constant, hinge:4,10,poly:0.5,dc-adaptive:2+staleness,gap+momentum-comp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"constant", "hinge:4,10", "poly:0.5", "dc-adaptive:2+staleness", "gap+momentum-comp"}
+	if !slices.Equal(rules, want) {
+		t.Fatalf("rules %q, want %q", rules, want)
+	}
+	if s := solvers[1]; s.LRMode != sgd.LRHinge || s.HingeB != 4 || s.HingeA != 10 || s.MomentumComp {
+		t.Errorf("hinge:4,10: %+v", s)
+	}
+	if s := solvers[4]; s.Correction != sgd.CorrGap || !s.MomentumComp {
+		t.Errorf("gap+momentum-comp: %+v", s)
+	}
+	for _, bad := range []string{"fast", "hinge:4", "poly:-1", "constant,,staleness", "momentum-comp", "10"} {
+		if _, _, err := parseReproRules(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	dir := idxFolder(t, 40, 10)
+	if _, err := runErr(append(reproArgs(dir, t.TempDir(), "--rules"), "--lr-modes", "hinge:x")...); err == nil ||
+		!strings.Contains(err.Error(), "--lr-modes") {
+		t.Errorf("--rules --lr-modes hinge:x: %v", err)
+	}
+}
+
+// TestReproTimingHeterogeneous checks the heterogeneous timing model on a
+// few thousand draws: speeds uniform in [1, 3] (mean 2, each third of the
+// range about a third of them), the same for the same seed, compute times
+// log-normal with σ = 0.5 around μ·simImageSeconds.
+func TestReproTimingHeterogeneous(t *testing.T) {
+	const k = 4000
+	d, speeds := timingHeterogeneous.model(k, 4, 7)
+	if d.Kind != sim.LogNormal || d.Spread != 0.5 || d.Mean != 4*simImageSeconds {
+		t.Errorf("compute %+v", d)
+	}
+	_, again := timingHeterogeneous.model(k, 4, 7)
+	_, other := timingHeterogeneous.model(k, 4, 8)
+	if !slices.Equal(speeds, again) || slices.Equal(speeds, other) {
+		t.Error("speeds are not a function of the seed")
+	}
+	var sum float64
+	var thirds [3]int
+	for _, s := range speeds {
+		if s < 1 || s > 3 {
+			t.Fatalf("speed %v outside [1, 3]", s)
+		}
+		sum += s
+		thirds[min(int((s-1)*1.5), 2)]++
+	}
+	if m := sum / k; m < 1.9 || m > 2.1 {
+		t.Errorf("mean speed %v, want ≈ 2", m)
+	}
+	for i, c := range thirds {
+		if c < k/4 || c > k*5/12 {
+			t.Errorf("third %d of [1, 3] holds %d of %d speeds", i, c, k)
+		}
+	}
+	if d, s := timingHomogeneous.model(30, 4, 7); s != nil || d.Spread != simComputeSpread {
+		t.Errorf("homogeneous: %+v, %v", d, s)
 	}
 }
