@@ -20,11 +20,7 @@ import (
 func BenchmarkShardPush(b *testing.B) {
 	const n, learners = 431080, 8
 	init := make([]float32, n)
-	grad := make([]float32, n)
-	r := rand.New(rand.NewPCG(1, 1))
-	for i := range grad {
-		grad[i] = float32(r.NormFloat64())
-	}
+	grad := normalGrad(n, 1)
 	for _, tc := range []struct {
 		proto Protocol
 		n     int
@@ -134,11 +130,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 func BenchmarkShardRules(b *testing.B) {
 	const n, learners = 431080, 8
 	init := make([]float32, n)
-	grad := make([]float32, n)
-	r := rand.New(rand.NewPCG(1, 1))
-	for i := range grad {
-		grad[i] = float32(r.NormFloat64()) * 1e-3
-	}
+	grad := normalGrad(n, 1e-3)
 	for _, rule := range []string{"constant", "staleness", "average", "poly:0.5", "hinge:4,1",
 		"staleness/momentum-comp", "dc:0.04", "dc:0.04+staleness", "dc-adaptive:2", "gap"} {
 		b.Run(rule, func(b *testing.B) {
@@ -194,4 +186,15 @@ func BenchmarkShardRules(b *testing.B) {
 			b.ReportMetric(float64(st.PulledBytes)/1e6, "pulled-MB")
 		})
 	}
+}
+
+// normalGrad returns the benchmarks' gradient of n elements: normal
+// draws of seed 1 times scale.
+func normalGrad(n int, scale float32) []float32 {
+	grad := make([]float32, n)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64()) * scale
+	}
+	return grad
 }
