@@ -11,7 +11,8 @@
 // learners. With Overlap it prefetches the next weights while it
 // computes, and the gradients it pushes carry the stamps of the weights
 // they were computed on, so the staleness the server measures is the
-// real one.
+// real one. With EarlyPush it sends each shard its slice of the gradient
+// as soon as backward has produced it, while backward goes on.
 //
 // The roles of a whole job (coordinator, shard servers, learners,
 // evaluator), in one process or many, are package learner/cluster.

@@ -39,6 +39,7 @@ type PS interface {
 	PullAsync(ctx context.Context, w []float32) error
 	WaitPull() error
 	Push(ctx context.Context, grad []float32, batch uint64) error
+	PushReady(ctx context.Context, grad []float32, batch uint64, lo int) error
 	Join(ctx context.Context) error
 	Leave(ctx context.Context) error
 }
@@ -55,6 +56,12 @@ type Config struct {
 	// Overlap prefetches the next weights (PullAsync) into the other Net
 	// while this one computes.
 	Overlap bool
+	// EarlyPush sends each shard its slice of the gradient as soon as
+	// backward has produced it (PushReady from the Net's gradient hook),
+	// last layers first, while backward goes on. The shards receive
+	// the same pushes. It takes effect with one network worker; with
+	// several the gradient is complete only after their sum.
+	EarlyPush bool
 	// OnStep, if set, is called after each push with the batch and its
 	// loss, on the learner's goroutine; it must return quickly.
 	OnStep func(b *data.Batch, loss float32)
@@ -89,6 +96,14 @@ type Config struct {
 // learner still computes on older weights; gradients beyond the bound are
 // still dropped by the shards.
 //
+// With EarlyPush the push leaves in pieces during backward: the Nets'
+// gradient hook (nn.Net.SetGradHook) calls ps.Client.PushReady each time
+// the gradients of the last layers are final, which sends every shard
+// whose whole slice lies there, last shards first; the hook's last call
+// sends the rest. The loss is checked at the hook's first call, after
+// every forward pass, so a mini-batch whose loss is not finite sends
+// nothing, as without EarlyPush.
+//
 // A push is sent from the network's gradient itself (see ps.Client.Push);
 // a pushed gradient stays unchanged until the push is delivered, as
 // ps.Client.Push requires (it keeps a reference to resend it): without
@@ -102,6 +117,18 @@ type Config struct {
 type Learner struct {
 	cfg  Config
 	nets [2]*nn.Net
+	push earlyPush // the push the gradient hook sends (EarlyPush)
+}
+
+// earlyPush is the state of a step's push under EarlyPush: the gradient
+// hook sends what is ready with PushReady, after checking the loss at its
+// first call (all forward passes are done by then).
+type earlyPush struct {
+	ctx     context.Context
+	net     *nn.Net
+	batch   uint64
+	started bool  // the loss was checked
+	err     error // the first failure; nothing more is sent
 }
 
 // New checks cfg and returns a learner.
@@ -113,8 +140,37 @@ func New(cfg Config) (*Learner, error) {
 		cfg.Spare.Batch() != cfg.Net.Batch() || &cfg.Spare.Params()[0] == &cfg.Net.Params()[0]):
 		return nil, fmt.Errorf("learner %d: Overlap needs a Spare network of the same spec and batch with its own parameters: %w", cfg.ID, ErrConfig)
 	}
-	return &Learner{cfg: cfg, nets: [2]*nn.Net{cfg.Net, cfg.Spare}}, nil
+	l := &Learner{cfg: cfg, nets: [2]*nn.Net{cfg.Net, cfg.Spare}}
+	if cfg.EarlyPush {
+		for _, n := range l.nets {
+			if n != nil {
+				n.SetGradHook(l.gradReady)
+			}
+		}
+	}
+	return l, nil
 }
+
+// gradReady is the Nets' gradient hook under EarlyPush: Grads()[lo:] of
+// the network computing the step are final.
+func (l *Learner) gradReady(lo int) {
+	p := &l.push
+	if p.err != nil {
+		return
+	}
+	if !p.started {
+		p.started = true
+		if loss := p.net.Loss(); math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+			p.err = errNotFinite
+			return
+		}
+	}
+	p.err = l.cfg.Client.PushReady(p.ctx, p.net.Grads(), p.batch, lo)
+}
+
+// errNotFinite stops an early push whose mini-batch's loss is NaN or
+// infinite; step reports the divergence.
+var errNotFinite = errors.New("loss not finite")
 
 // Run trains until the learner's stream ends, then leaves the parameter
 // server and returns nil, or returns the first error. On an error an
@@ -186,15 +242,21 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 	if err != nil {
 		return l.psError(s, err)
 	}
-	loss := net.Gradient(b.X, b.Labels)
-	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
-		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
-	}
 	var id uint64
 	if l.cfg.BatchID != nil {
 		id = l.cfg.BatchID(b)
 	}
-	if err := c.Push(ctx, net.Grads(), id); err != nil {
+	l.push = earlyPush{ctx: ctx, net: net, batch: id}
+	loss := net.Gradient(b.X, b.Labels)
+	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)
+	}
+	err = l.push.err
+	if !l.cfg.EarlyPush {
+		err = c.Push(ctx, net.Grads(), id)
+	}
+	l.push = earlyPush{}
+	if err != nil {
 		return l.psError(s, err)
 	}
 	if l.cfg.Overlap {

@@ -83,8 +83,9 @@ type Client struct {
 	// into is the flat vector the pull or snapshot in progress fills:
 	// the Placement of every connection receives a shard's awaited
 	// weights straight into its range (see place).
-	into []float32
-	left []int // collect's scratch: the shards of a link not answered yet
+	into    []float32
+	left    []int       // collect's scratch: the shards of a link not answered yet
+	partial partialPush // the push PushReady is sending (owner only)
 
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
@@ -361,6 +362,9 @@ func (c *Client) WaitPull() error {
 	if c.pf == nil || !c.pf.busy {
 		return nil
 	}
+	if err := c.pushing("WaitPull"); err != nil {
+		return err
+	}
 	err := <-c.pf.done
 	c.pf.busy = false
 	c.report()
@@ -452,6 +456,14 @@ func (c *Client) request(ctx context.Context, l *link, shards []int, mk func(k, 
 func (c *Client) idle(call string) error {
 	if c.pf != nil && c.pf.busy {
 		return fmt.Errorf("ps client %d: %s while an asynchronous pull is in flight: %w", c.cfg.Learner, call, ErrInvalidConfig)
+	}
+	return c.pushing(call)
+}
+
+// pushing returns an error if a push is partly sent (PushReady).
+func (c *Client) pushing(call string) error {
+	if c.partial.next > 0 {
+		return fmt.Errorf("ps client %d: %s while the push of mini-batch %d is partly sent: %w", c.cfg.Learner, call, c.partial.batch, ErrInvalidConfig)
 	}
 	return nil
 }
@@ -603,26 +615,61 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 // residual once), kept until acknowledged: a resend carries exactly the
 // same elements, and the residual never takes them twice.
 func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
-	if len(grad) != c.cfg.Total {
+	return c.PushReady(ctx, grad, batch, 0)
+}
+
+// PushReady sends the part of Push(grad, batch) that grad[lo:] holds:
+// the slice of every shard whose range starts at lo or later and was not
+// sent yet, last shards first. A learner calls it while backward goes on
+// (nn.Net.SetGradHook), each time the gradients from lo on are final, so
+// that those slices travel while the earlier layers are computed; what
+// the shards receive is exactly what Push sends them. The push is
+// complete at the call with lo = 0, which sends what is left, and only
+// then may the client be used for anything else; until then every call
+// must pass the same grad and batch. A push whose sending failed is over:
+// the next call starts a new one.
+func (c *Client) PushReady(ctx context.Context, grad []float32, batch uint64, lo int) error {
+	p := &c.partial
+	switch {
+	case len(grad) != c.cfg.Total:
 		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
+	case p.next > 0 && (&grad[0] != p.grad || batch != p.batch):
+		return fmt.Errorf("ps client %d: Push of mini-batch %d while the push of mini-batch %d is partly sent: %w", c.cfg.Learner, batch, p.batch, ErrInvalidConfig)
+	case p.next == 0:
+		c.learner()
+		*p = partialPush{grad: &grad[0], batch: batch, next: len(c.ranges), push: c.newDelivery(batch)}
 	}
-	c.learner()
-	push := c.newDelivery(batch)
-	for k, r := range c.ranges {
+	for p.next > 0 && c.ranges[p.next-1].Lo >= lo {
+		k := p.next - 1
+		r := c.ranges[k]
 		c.pushes[k].Add(1)
-		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, push: push, grad: grad[r.Lo:r.Hi]}
+		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, push: p.push, grad: grad[r.Lo:r.Hi]}
 		if c.cfg.Codec.ID == rdma.CodecTopK {
 			var err error
 			if u.sel, err = c.selectTopK(k, u.grad); err != nil {
+				p.next = 0
 				return fmt.Errorf("ps client %d: push to shard %d: %w", c.cfg.Learner, k, err)
 			}
 		}
 		if _, err := c.send(ctx, c.pushMsg(k, &u), &u); err != nil {
+			p.next = 0
 			return err
 		}
+		p.next = k
 	}
-	c.pushed = true
+	if p.next == 0 {
+		c.pushed = true
+	}
 	return nil
+}
+
+// partialPush is the push PushReady is sending: shards next and above
+// have their slices sent (next = 0: no push in progress).
+type partialPush struct {
+	grad  *float32 // &grad[0]
+	batch uint64
+	push  uint64 // its number (newDelivery)
+	next  int
 }
 
 // Pushes returns, per shard, the gradients the learner pushed (Push

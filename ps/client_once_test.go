@@ -104,20 +104,20 @@ func (c *lossyConn) Send(ctx context.Context, m *rdma.Msg) error {
 
 // TestClientResend loses a push on a failing connection, over the
 // in-memory transport, under both protocols: the connection carries both
-// shards of one server, and fails right after the push to shard 1 was
-// sent, so that shard 0 steps its push before the failure and shard 1
-// never gets it. The client's next pull redials (once the server saw the
-// loss), joins again, resends the push with its sequence, stamp and
-// mini-batch, and pulls: each shard applies each gradient exactly once
-// (shard 0 ignores the resend as a duplicate), and the weights are those
-// of both pushes.
+// shards of one server, and fails right after the push to shard 0 was
+// sent (a push goes to the last shard first), so that shard 1 steps its
+// push before the failure and shard 0 never gets it. The client's next
+// pull redials (once the server saw the loss), joins again, resends the
+// push with its sequence, stamp and mini-batch, and pulls: each shard
+// applies each gradient exactly once (shard 1 ignores the resend as a
+// duplicate), and the weights are those of both pushes.
 func TestClientResend(t *testing.T) {
 	for _, proto := range []Protocol{Softsync, Hardsync} {
 		t.Run(proto.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cfg := Config{Job: 25, Learners: 1, Protocol: proto, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
-			c, g := lossyClient(t, ctx, cfg, rdma.Codec{}, func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 1 && m.Seq > Seq(0, 4) })
+			c, g := lossyClient(t, ctx, cfg, rdma.Codec{}, func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 0 && m.Seq > Seq(0, 4) })
 			w := make([]float32, 64)
 			for b := uint64(1); b <= 2; b++ {
 				if err := c.Pull(ctx, w); err != nil {
@@ -137,7 +137,7 @@ func TestClientResend(t *testing.T) {
 				t.Fatal(err)
 			}
 			shards, _ := g.Stats()
-			for k, dup := range []uint64{1, 0} {
+			for k, dup := range []uint64{0, 1} {
 				if sh := shards[k]; sh.Gradients != 2 || sh.Duplicates != dup || sh.Redone != 0 || sh.Rejected.Total() != 0 {
 					t.Errorf("shard %d: %+v; want 2 gradients, %d duplicate", k, sh, dup)
 				}
@@ -199,7 +199,7 @@ func TestClientResendTopK(t *testing.T) {
 	defer cancel()
 	cfg := Config{Job: 26, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 1}}
 	c, g := lossyClient(t, ctx, cfg, rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.25},
-		func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 1 && m.Seq > Seq(0, 6) })
+		func(m *rdma.Msg) bool { return m.Type == rdma.Type(MsgPush) && m.Shard == 0 && m.Seq > Seq(0, 6) })
 	w := make([]float32, 64)
 	grads := make([][]float32, 3)
 	for i := range grads {
@@ -225,8 +225,8 @@ func TestClientResendTopK(t *testing.T) {
 	shards, _ := g.Stats()
 	rs, _ := Ranges(64, 2)
 	for k, r := range rs {
-		if sh := shards[k]; sh.Gradients != 3 || sh.Duplicates != uint64(1-k) {
-			t.Fatalf("shard %d: %+v, want 3 gradients and %d duplicate", k, sh, 1-k)
+		if sh := shards[k]; sh.Gradients != 3 || sh.Duplicates != uint64(k) {
+			t.Fatalf("shard %d: %+v, want 3 gradients and %d duplicate", k, sh, k)
 		}
 		res := c.feedback[k].Residual()
 		for i := r.Lo; i < r.Hi; i++ {

@@ -84,8 +84,11 @@ type Config struct {
 	Job     uint32
 	Codec   rdma.Codec // gradients; weights too when the codec is lossless
 	Overlap bool       // learners prefetch the next weights while computing
-	Seed    uint64     // weight initialisation and data shuffling
-	Init    []float32  // initial weights; nil: the spec's fillers drawn from Seed
+	// EarlyPush: learners send each shard its slice of the gradient as
+	// soon as backward has produced it (learner.Config.EarlyPush).
+	EarlyPush bool
+	Seed      uint64    // weight initialisation and data shuffling
+	Init      []float32 // initial weights; nil: the spec's fillers drawn from Seed
 	// Normalizer maps pixels to inputs; nil: the per-pixel mean of Train
 	// (data.MeanNormalizer). Pass the one saved with loaded weights.
 	Normalizer *data.Normalizer

@@ -528,3 +528,36 @@ func TestJobCheckpointResume(t *testing.T) {
 		}
 	}
 }
+
+// TestJobEarlyPush: a learner that sends its gradient in pieces during
+// backward, over TCP to four shards, ends with the very weights and shard
+// counters of one that sends it whole (one learner: the job is
+// deterministic), under both protocols.
+func TestJobEarlyPush(t *testing.T) {
+	train, _ := mnistSubset(t, 512, 0)
+	for _, proto := range []ps.Protocol{ps.Hardsync, ps.Softsync} {
+		var whole *Result
+		for _, early := range []bool{false, true} {
+			cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 1, Batch: 8, Workers: 1,
+				Protocol: proto, N: 1, Shards: 4, Transport: "tcp", Epochs: 1, MaxSteps: 30, Seed: 1, EarlyPush: early,
+				Solver: sgd.Config{LR: 0.01, Momentum: 0.9, LRMode: sgd.LRStaleness}}
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResult(t, cfg, res)
+			if !early {
+				whole = res
+				continue
+			}
+			if !slices.Equal(res.Weights, whole.Weights) {
+				t.Errorf("%v: the weights differ with early pushes", proto)
+			}
+			for k, st := range res.Shards {
+				if w := whole.Shards[k]; st.Gradients != w.Gradients || st.Clock != w.Clock || st.Gradients != 30 {
+					t.Errorf("%v, shard %d: %d gradients at clock %d with early pushes, %d at %d without", proto, k, st.Gradients, st.Clock, w.Gradients, w.Clock)
+				}
+			}
+		}
+	}
+}

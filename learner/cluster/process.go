@@ -196,7 +196,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		j.wg.Go(func() {
 			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, id), ID: id, Spec: cfg.Spec, Engine: cfg.Engine,
 				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
-				Codec: cfg.Codec, Overlap: cfg.Overlap, Report: cfg.Report, OnClient: cfg.OnClient}))
+				Codec: cfg.Codec, Overlap: cfg.Overlap, EarlyPush: cfg.EarlyPush, Report: cfg.Report, OnClient: cfg.OnClient}))
 		})
 	}
 	return j, nil

@@ -44,6 +44,7 @@ type Report struct {
 	Transport   string          `json:"transport"`
 	Compress    string          `json:"compress"`
 	Overlap     bool            `json:"overlap"`
+	EarlyPush   bool            `json:"early_push"`
 	Staleness   ReportStaleness `json:"staleness"`
 	Updates     uint64          `json:"updates"`
 	Partial     uint64          `json:"partial_updates"`
@@ -159,7 +160,7 @@ func NewReport(c *Config, res *Result) *Report {
 		TestError: fraction(res.TestError), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
 		History: []ReportEpoch{}, Protocol: c.Protocol.String(), N: c.N, MaxStaleness: c.MaxStaleness,
 		LRMode: c.Solver.RuleString(), MomentumComp: c.Solver.MomentumComp, Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
-		Overlap: c.Overlap, ShardStats: []ReportShard{}, Seed: c.Seed, Threads: max(c.Workers, 1),
+		Overlap: c.Overlap, EarlyPush: c.EarlyPush, ShardStats: []ReportShard{}, Seed: c.Seed, Threads: max(c.Workers, 1),
 		Solver: ReportSolver{LR: c.Solver.LR, Momentum: c.Solver.Momentum, WeightDecay: c.Solver.WeightDecay,
 			LRSteps: append([]int{}, c.Solver.LRSteps...), LRGamma: c.Solver.LRGamma},
 		Interrupted: res.Interrupted, Processes: append([]ReportProcess{}, processesOf(res.Processes)...),

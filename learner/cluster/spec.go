@@ -100,6 +100,7 @@ func (c *Config) Settings() Settings {
 		"lr-steps": strings.Join(steps, ","), "lr-gamma": fmt.Sprint(c.Solver.LRGamma), "lr-mode": c.Solver.RuleString(),
 		"momentum-comp": strconv.FormatBool(c.Solver.MomentumComp),
 		"compress":      c.Codec.String(), "overlap": strconv.FormatBool(c.Overlap), "transport": c.Transport,
+		"early-push": strconv.FormatBool(c.EarlyPush),
 	}
 	if c.Init != nil {
 		b, _ := binary.Append(nil, binary.LittleEndian, c.Init)

@@ -30,6 +30,7 @@ type LearnerConfig struct {
 	Shards     int
 	Codec      rdma.Codec // of the gradients it pushes
 	Overlap    bool
+	EarlyPush  bool // see learner.Config.EarlyPush
 	// Report is how often the learner reports its progress, which is also
 	// its heartbeat (0: half a second).
 	Report time.Duration
@@ -176,7 +177,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 		return err
 	}
 	defer ld.Close()
-	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, OnStep: r.onStep,
+	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, EarlyPush: cfg.EarlyPush, OnStep: r.onStep,
 		BatchID: func(b *data.Batch) uint64 { return w.Plan.ID(b.Epoch, b.Index) }}
 	if cfg.Overlap {
 		lc.Spare = nets[1]

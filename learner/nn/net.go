@@ -69,6 +69,7 @@ type Net struct {
 	reps    []*replica   // every part, in batch order; reps[0] writes grads directly
 	groups  [][]*replica // the parts of each worker, a contiguous run of reps
 	pool    *pool        // nil with one worker
+	hook    func(lo int) // SetGradHook's
 }
 
 // replica runs the layers on a contiguous part of the batch.
@@ -96,6 +97,10 @@ type replica struct {
 	// need no backward pass, and it needs no input gradient.
 	firstParam int
 	loss       float32
+	// ready, set on the last part of a Net with one worker and a hook,
+	// is called after each layer with parameters has its final gradient
+	// (see SetGradHook).
+	ready func(lo int)
 }
 
 // New builds spec on engine e for cfg. Its parameters are zero: call
@@ -409,11 +414,48 @@ func (n *Net) run(ph phase, x []float32, labels []int32) {
 		}
 	}
 	if ph != phaseBackward {
-		n.loss = 0
-		for _, r := range n.reps {
-			n.loss += r.scale * r.loss
-		}
+		n.sumLoss()
 	}
+	if n.pool != nil && n.hook != nil && ph != phaseForward {
+		n.hook(0)
+	}
+}
+
+// sumLoss sets the loss from the parts' losses.
+func (n *Net) sumLoss() {
+	n.loss = 0
+	for _, r := range n.reps {
+		n.loss += r.scale * r.loss
+	}
+}
+
+// SetGradHook makes Gradient and Backward call f, on their caller's
+// goroutine, each time the parameter gradients Grads()[lo:] have their
+// final values for the batch: lo decreases from call to call, and the
+// last call of a pass has lo = 0. With one worker the calls come while
+// backward goes on, after each layer with parameters, last layers first
+// (Grads is in layer order), so that the caller can send what is done
+// while the earlier layers are computed; with several workers there is
+// one call, lo = 0, once their gradients are summed. During a call Loss
+// is the batch's loss. f must not write Params or Grads, nor use the
+// Net. nil removes the hook.
+func (n *Net) SetGradHook(f func(lo int)) {
+	n.hook = f
+	if n.pool != nil {
+		return
+	}
+	last := n.reps[len(n.reps)-1]
+	last.ready = nil
+	if f != nil {
+		last.ready = n.gradReady
+	}
+}
+
+// gradReady is the last part's ready with one worker: every part's
+// forward pass is done, so the loss is known.
+func (n *Net) gradReady(lo int) {
+	n.sumLoss()
+	n.hook(lo)
 }
 
 // Backward computes Grads, the gradient of the mean loss of the last
@@ -463,8 +505,13 @@ func (r *replica) backward() {
 			}
 		}
 		r.layers[i].backward(r.acts[i], r.acts[i+1], g, dx)
-		if p := r.params[i]; r.accum != nil && p[1] > p[0] {
-			add(r.accum[p[0]:p[1]], r.grads[p[0]:p[1]])
+		if p := r.params[i]; p[1] > p[0] {
+			if r.accum != nil {
+				add(r.accum[p[0]:p[1]], r.grads[p[0]:p[1]])
+			}
+			if r.ready != nil {
+				r.ready(p[0])
+			}
 		}
 		g = dx
 	}

@@ -413,3 +413,75 @@ func TestForwardMisuse(t *testing.T) {
 		}()
 	}
 }
+
+// TestGradHook checks SetGradHook's contract: at each call the gradients
+// from lo on already have the values they end the pass with, lo falls
+// from call to call down to 0, Loss is the batch's, and with one worker
+// there is a call per layer with parameters (one call with several
+// workers); the hook changes no result.
+func TestGradHook(t *testing.T) {
+	spec := mustParse(t, oddSpec)
+	kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
+		ref := mustNetW(t, spec, e, Config{Batch: 6}, 3)
+		x, labels := randomBatch(ref, 4)
+		loss := ref.Gradient(x, labels)
+		layers := 0
+		for i := range spec.Layers {
+			if spec.Layers[i].HasParams() {
+				layers++
+			}
+		}
+		for _, c := range []struct {
+			cfg   Config
+			calls int
+		}{
+			{Config{Batch: 6}, layers},
+			{Config{Batch: 6, Part: 2}, layers},
+			{Config{Batch: 6, Workers: 2}, 1},
+		} {
+			what := fmt.Sprintf("%d workers, part %d", c.cfg.Workers, c.cfg.Part)
+			n := mustNetW(t, spec, e, c.cfg, 3)
+			type call struct {
+				lo   int
+				loss float32
+				tail []float32
+			}
+			var calls []call
+			n.SetGradHook(func(lo int) {
+				calls = append(calls, call{lo, n.Loss(), slices.Clone(n.Grads()[lo:])})
+			})
+			for pass, run := range []func(){
+				func() { n.Gradient(x, labels) },
+				func() { n.Forward(x, labels); n.Backward() },
+			} {
+				calls = calls[:0]
+				clear(n.Grads())
+				run()
+				if len(calls) != c.calls || calls[len(calls)-1].lo != 0 {
+					t.Fatalf("%s, pass %d: %d calls ending at %d, want %d ending at 0", what, pass, len(calls), calls[len(calls)-1].lo, c.calls)
+				}
+				for i, cl := range calls {
+					if i > 0 && cl.lo >= calls[i-1].lo {
+						t.Fatalf("%s, pass %d: call %d has lo %d after %d", what, pass, i, cl.lo, calls[i-1].lo)
+					}
+					if !slices.Equal(cl.tail, n.Grads()[cl.lo:]) {
+						t.Fatalf("%s, pass %d: gradients from %d changed after the hook's call", what, pass, cl.lo)
+					}
+					if cl.loss != n.Loss() {
+						t.Fatalf("%s, pass %d: Loss %g during the hook, %g after", what, pass, cl.loss, n.Loss())
+					}
+				}
+				if math.Abs(float64(n.Loss()-loss)) > 1e-6*float64(loss) {
+					t.Fatalf("%s: loss %g, want %g", what, n.Loss(), loss)
+				}
+				closeTo(t, what, n.Grads(), ref.Grads(), 1e-5)
+			}
+			n.SetGradHook(nil)
+			calls = calls[:0]
+			n.Gradient(x, labels)
+			if len(calls) != 0 {
+				t.Fatalf("%s: %d calls after the hook was removed", what, len(calls))
+			}
+		}
+	})
+}

@@ -21,6 +21,8 @@ type speedupRow struct {
 	Transport    string      `json:"transport"`
 	Protocol     string      `json:"protocol"`
 	Learners     int         `json:"learners"`
+	Shards       int         `json:"shards"`
+	EarlyPush    bool        `json:"early_push"`
 	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
 	Runs         []float64   `json:"runs"`           // images/s of every run, in order
 	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport and protocol
@@ -31,15 +33,23 @@ type speedupRow struct {
 }
 
 // speedupCells returns the jobs of bench speedup in the order they run in
-// each round: by model, protocol, λ, then transport, so that the
-// transports of one λ run side by side.
-func speedupCells(ms []modelBatch, protocols []string, learners []int, transports []string, steps int) []benchJob {
+// each round: by model, protocol, λ, then transport and early push, so
+// that the variants of one λ run side by side; with ceiling, each model's
+// independent jobs (runIndependent) for every λ first.
+func speedupCells(ms []modelBatch, protocols []string, learners []int, transports []string, early []bool, shards, steps int, ceiling bool) []benchJob {
 	var js []benchJob
 	for _, m := range ms {
+		for _, l := range learners {
+			if ceiling {
+				js = append(js, benchJob{modelBatch: m, protocol: "none", transport: independentTransport, learners: l, steps: steps})
+			}
+		}
 		for _, proto := range protocols {
 			for _, l := range learners {
 				for _, tr := range transports {
-					js = append(js, benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: 1, steps: steps})
+					for _, e := range early {
+						js = append(js, benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: shards, earlyPush: e, steps: steps})
+					}
 				}
 			}
 		}
@@ -49,7 +59,7 @@ func speedupCells(ms []modelBatch, protocols []string, learners []int, transport
 
 // benchSpeedup runs every job repeat times, in rounds, and returns a row
 // per job from its median run, the speedup over the first λ of the same
-// model, protocol and transport.
+// model, protocol, transport and early push.
 func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
 	runs := make([][]*launchResult, len(jobs))
 	for range repeat {
@@ -72,14 +82,15 @@ func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 	var rows []speedupRow
 	base := map[string]speedupRow{} // the first row of each model, protocol and transport
 	for i, j := range jobs {
-		r := speedupRow{Model: j.model, Batch: j.batch, Transport: j.transport, Protocol: j.protocol, Learners: j.learners}
+		r := speedupRow{Model: j.model, Batch: j.batch, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
+			Shards: j.shards, EarlyPush: j.earlyPush}
 		for _, x := range runs[i] {
 			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
 		}
 		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
 		mid := sorted[(len(sorted)-1)/2]
 		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
-		key := fmt.Sprintf("%s %s %s", j.modelBatch, j.protocol, j.transport)
+		key := fmt.Sprintf("%s %s %s %v", j.modelBatch, j.protocol, j.transport, j.earlyPush)
 		b, ok := base[key]
 		if !ok {
 			b, base[key] = r, r
@@ -141,14 +152,21 @@ type benchJob struct {
 	modelBatch
 	protocol, transport string
 	learners, shards    int
+	earlyPush           bool
 	steps               int
 	pin                 func(role string, id int) []int
 }
 
 func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
+	if j.transport == independentTransport {
+		return runIndependent(ctx, app, j)
+	}
 	args := []string{"--model", j.model, "--batch", strconv.Itoa(j.batch), "--epochs", "1000",
 		"--max-steps", strconv.Itoa(j.steps * j.learners), "--protocol", j.protocol, "--transport", j.transport,
 		"--test-subset", "100", "--quiet", "--lr", "0.01"}
+	if j.earlyPush {
+		args = append(args, "--early-push")
+	}
 	app.Threads = 1
 	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, pin: j.pin}, args, true)
 	if err != nil {
@@ -159,24 +177,33 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
 	var models, protocols, learners, transports string
-	var batch, steps, repeat int
-	var asJSON bool
+	var batch, steps, repeat, shards int
+	var asJSON, ceiling bool
+	var early []bool
 	c := &cobra.Command{
 		Use:   "speedup [--json]",
 		Short: "images/s of the same job with 1, 2, … learner processes over the network, and the speedup",
 		Long: `Run the same training job (LeNet on MNIST by default, random order, a fixed
 number of mini-batches per learner) as processes on this host, as softsync
-launch does: one shard server and λ learner processes of one compute thread
-each, over each transport of --transport, for every model, protocol and λ
-asked, and print images/s, the speedup over the first λ of the same model,
+launch does: --shards shard servers and λ learner processes of one compute
+thread each, over each transport of --transport, with and without
+--early-push as asked, for every model, protocol and λ asked, and print images/s, the speedup over the first λ of the same model,
 transport and protocol, the efficiency (speedup / λ, relative to the first
 λ) and the peak resident set (VmHWM) of the processes. Softsync runs with
-n = λ. The transports take turns at each λ, so that they see the same load.
+n = λ. The transports (and early push) take turns at each λ, so that they
+see the same load.
 With --repeat N every job runs N times, in rounds of all the jobs, and its
 row is its median run. Training time runs from the moment every process has
 arrived to the last mini-batch done, so process start-up is not in it; the
 head (coordinator and evaluator) and the shard server run on the same cores
-as the learners (softsync bench scale pins each to a core of its own).`,
+as the learners (softsync bench scale pins each to a core of its own).
+With --ceiling every round also runs, at each λ, λ independent
+one-learner jobs at once in the benchmark's process (bench train's job:
+one compute thread, parameter server in process, random data); their
+images over the time of the slowest, against the first λ's, is the
+speedup the machine allows for the same per-learner work with no
+transport, shard server or head: a λ-learner job can only come close to
+it.`,
 		Example: `  softsync bench speedup --transport tcp,shm
   softsync bench speedup --model lenet:64,cifar10_full:100 --transport shm --json`,
 		Args: cobra.NoArgs,
@@ -184,7 +211,7 @@ as the learners (softsync bench scale pins each to a core of its own).`,
 			for _, c := range []struct {
 				flag string
 				v    int
-			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}} {
+			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}, {"--shards", shards}} {
 				if c.v < 1 {
 					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
 				}
@@ -199,7 +226,7 @@ as the learners (softsync bench scale pins each to a core of its own).`,
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			rows, err := benchSpeedup(ctx, app, speedupCells(ms, strings.Split(protocols, ","), ls, strings.Split(transports, ","), steps), repeat)
+			rows, err := benchSpeedup(ctx, app, speedupCells(ms, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, shards, steps, ceiling), repeat)
 			if err != nil {
 				return err
 			}
@@ -209,7 +236,11 @@ as the learners (softsync bench scale pins each to a core of its own).`,
 			tw := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(tw, "model\ttransport\tprotocol\tlearners\timages/s\tspeedup\tefficiency\tpeak RSS: head, shard, learners\t\n")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, r.Transport, r.Protocol, r.Learners,
+				tr := r.Transport
+				if r.EarlyPush {
+					tr += ", early push"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, tr, r.Protocol, r.Learners,
 					thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
 			}
 			return tw.Flush()
@@ -223,7 +254,10 @@ as the learners (softsync bench scale pins each to a core of its own).`,
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")
 	f.StringVar(&learners, "learners", "1,2", "comma-separated learner counts; the first is the base of the speedup")
 	f.StringVar(&transports, "transport", "tcp", "comma-separated transports, measured side by side: tcp, shm, verbs or auto")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
+	f.IntVar(&shards, "shards", 1, "shard-server processes, one shard each")
+	f.BoolVar(&ceiling, "ceiling", false, `also run, at each λ, λ independent one-learner jobs at once in this process (one compute thread each, parameter server in process, random data): rows of transport "independent", protocol "none", the machine's ceiling for λ learners`)
+	f.BoolSliceVar(&early, "early-push", []bool{false}, "comma-separated: without (false) and/or with (true) train's --early-push, side by side")
+	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, shards, early_push, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
 }
 

@@ -30,8 +30,12 @@ func TestParseModelBatches(t *testing.T) {
 }
 
 func TestSpeedupRows(t *testing.T) {
-	jobs := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp", "shm"}, 10)
-	if len(jobs) != 4 || jobs[1].transport != "shm" || jobs[2].learners != 2 || jobs[3].steps != 10 {
+	jobs := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, 2, 10, false)
+	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, 1, 10, true); len(ceil) != 4 ||
+		ceil[0].transport != independentTransport || ceil[1].transport != independentTransport || ceil[1].learners != 2 || ceil[2].transport != "tcp" {
+		t.Fatalf("jobs with the ceiling: %+v", ceil)
+	}
+	if len(jobs) != 4 || !jobs[1].earlyPush || jobs[2].earlyPush || jobs[2].learners != 2 || jobs[3].steps != 10 || jobs[3].shards != 2 {
 		t.Fatalf("jobs %+v", jobs)
 	}
 	res := func(ips float64, tag string) *launchResult {
@@ -57,11 +61,12 @@ func TestSpeedupRows(t *testing.T) {
 }
 
 // TestBenchSpeedupJSON runs the smallest speedup benchmark over tcp and
-// shm side by side and checks every field of its rows.
+// shm side by side, with two shard servers and early pushes, and the
+// independent jobs of the ceiling, and checks every field of its rows.
 func TestBenchSpeedupJSON(t *testing.T) {
 	multiProcess(t)
 	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--steps", "3",
-		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm")
+		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm", "--shards", "2", "--early-push", "true", "--ceiling")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,29 +78,39 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "images_per_sec", "speedup", "efficiency", "processes"} {
+	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "shards", "early_push", "images_per_sec", "speedup", "efficiency", "processes"} {
 		if _, ok := raw[0][key]; !ok {
 			t.Errorf("a row lacks %q: %v", key, raw[0])
 		}
 	}
-	if p := raw[0]["processes"].([]any)[0].(map[string]any); p["process"] != "head" || p["peak_rss_bytes"] == nil {
+	if p := raw[2]["processes"].([]any)[0].(map[string]any); p["process"] != "head" || p["peak_rss_bytes"] == nil {
 		t.Errorf("process %v lacks process or peak_rss_bytes", p)
 	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 2 of independent jobs and 4 of jobs", len(rows))
+	}
+	for _, r := range rows[:2] {
+		if r.Transport != independentTransport || r.Protocol != "none" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
+			len(r.Processes) != 0 || (r.Learners == 1 && r.Speedup != 1) {
+			t.Errorf("independent jobs: %+v", r)
+		}
+	}
 	var got []string
-	for _, r := range rows {
+	for _, r := range rows[2:] {
 		got = append(got, r.Transport)
-		if r.Model != "mlp" || r.Batch != 8 || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) {
+		if r.Model != "mlp" || r.Batch != 8 || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
+			r.Shards != 2 || !r.EarlyPush {
 			t.Errorf("row %+v", r)
 		}
-		if len(r.Processes) != 2+r.Learners {
-			t.Fatalf("%d processes, want %d: %+v", len(r.Processes), 2+r.Learners, r.Processes)
+		if len(r.Processes) != 3+r.Learners {
+			t.Fatalf("%d processes, want %d: %+v", len(r.Processes), 3+r.Learners, r.Processes)
 		}
 		for _, p := range r.Processes {
-			if p.PeakRSS < 1<<20 {
-				t.Errorf("%s: peak RSS %d bytes", p.Process, p.PeakRSS)
+			if p.PeakRSS < 1<<20 || p.CPUSeconds <= 0 {
+				t.Errorf("%s: peak RSS %d bytes, %g CPU seconds", p.Process, p.PeakRSS, p.CPUSeconds)
 			}
 		}
-		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[2].Process != "learner 0" {
+		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[3].Process != "learner 0" {
 			t.Errorf("processes %+v", r.Processes)
 		}
 		if len(r.Runs) != 1 || r.Runs[0] != r.ImagesPerSec {

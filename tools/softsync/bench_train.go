@@ -146,19 +146,26 @@ otherwise) and images/s is their total.`,
 	return c
 }
 
+// benchTrainConfig is the job of bench train: steps mini-batches per
+// learner of random data in MNIST's range of inputs, one shard, softsync
+// with n = λ or hardsync, a small stable learning rate.
+func benchTrainConfig(spec *nn.Spec, e kernels.Engine, batch, learners, workers, steps int, proto ps.Protocol, transport string) cluster.Config {
+	in := spec.Input
+	ds := data.Synthetic(max(4*batch*learners, 512), in.C, in.H, in.W, spec.Classes(), 1)
+	ds.Scale = 1.0 / 256 // inputs in MNIST's range: a stable loss for any of the networks
+	return cluster.Config{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
+		Epochs: steps, MaxSteps: steps * learners, Protocol: proto, N: learners, Shards: 1, Transport: transport,
+		Codec: rdma.Codec{}, Seed: 1, Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
+}
+
 // benchTrain runs a job on synthetic data and times its steps after a
 // warm-up tenth.
 func benchTrain(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, learners, workers, images int,
 	proto ps.Protocol, transport string, overlap bool) (*benchTrainResult, error) {
-	in := spec.Input
-	ds := data.Synthetic(max(4*batch*learners, 512), in.C, in.H, in.W, spec.Classes(), 1)
-	ds.Scale = 1.0 / 256 // inputs in MNIST's range: a stable loss for any of the networks
 	steps := max(10, images/(batch*learners))
 	warm := int64(max(1, steps/10) * learners)
-	cfg := cluster.Config{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
-		Epochs: steps, MaxSteps: steps * learners, Protocol: proto, N: learners, Shards: 1, Transport: transport,
-		Codec: rdma.Codec{}, Overlap: overlap, Seed: 1,
-		Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
+	cfg := benchTrainConfig(spec, e, batch, learners, workers, steps, proto, transport)
+	cfg.Overlap = overlap
 	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

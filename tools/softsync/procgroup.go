@@ -49,9 +49,11 @@ type proc struct {
 	name string
 	args []string
 	cpus []int // its CPU affinity; empty: every CPU
-	// peakRSS is the largest peak resident set of its runs, in bytes
-	// (under procGroup.mu).
+	// peakRSS is the largest peak resident set of its runs, in bytes,
+	// and cpu the CPU time of all its runs, in seconds (under
+	// procGroup.mu).
 	peakRSS int64
+	cpu     float64
 	// end receives its last exit (nil: status 0), once it is not
 	// started again.
 	end chan error
@@ -120,6 +122,9 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		g.mu.Lock()
 		delete(g.running, p)
 		p.peakRSS = max(p.peakRSS, peakRSS(cmd.ProcessState))
+		if ps := cmd.ProcessState; ps != nil {
+			p.cpu += (ps.UserTime() + ps.SystemTime()).Seconds()
+		}
 		again := err != nil && !g.ending && g.restarts > 0 && ctx.Err() == nil && restartable(p.role, err)
 		if again {
 			g.restarts--
@@ -254,7 +259,7 @@ func (g *procGroup) usage(procs []*proc) []procUsage {
 	defer g.mu.Unlock()
 	u := make([]procUsage, len(procs))
 	for i, p := range procs {
-		u[i] = procUsage{Process: p.name, CPUs: p.cpus, PeakRSS: p.peakRSS}
+		u[i] = procUsage{Process: p.name, CPUs: p.cpus, PeakRSS: p.peakRSS, CPUSeconds: p.cpu}
 	}
 	return u
 }
@@ -264,6 +269,9 @@ type procUsage struct {
 	Process string `json:"process"` // "head", "shard server K", "learner R"
 	CPUs    []int  `json:"cpus,omitempty"`
 	PeakRSS int64  `json:"peak_rss_bytes"` // VmHWM, the largest of its runs
+	// CPUSeconds is the CPU time (user and system) of all its runs, from
+	// start to exit: start-up and data loading included.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 func (g *procGroup) each(f func(*exec.Cmd)) {

@@ -38,7 +38,8 @@ type trainFlags struct {
 	seed                              uint64
 	learners, maxStale, shards        int
 	protocol, n, lrMode, comp         string
-	overlap, quiet, momentumComp      bool
+	overlap, earlyPush, quiet         bool
+	momentumComp                      bool
 	jsonOut, plotOut, save, load      string
 	maxSteps, trainSubset, testSubset int
 	chunk                             int
@@ -127,6 +128,7 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.IntVar(&f.shards, "shards", 1, "parameter-server shards (the flat weight vector split by range), 1 … 2048 (fewer beyond 487 learners) and at most the network's parameters (docs/training.md); across processes, one shard-server process each")
 	fl.StringVar(&f.comp, "compress", "none", "codec of pushed gradients (weights too when lossless): none, s2, zstd, shuffle+s2, shuffle+zstd, fp16, bf16, topk:FRACTION")
 	fl.BoolVar(&f.overlap, "overlap", false, "learners prefetch the next weights while computing (adds up to one step of staleness, which is measured)")
+	fl.BoolVar(&f.earlyPush, "early-push", false, "learners send each shard its slice of the gradient as soon as backward has produced it, last layers first, while backward goes on (pays with --shards ≥ 2; the shards receive the same gradients)")
 	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
 	fl.IntVar(&f.chunk, "chunk", cluster.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
@@ -235,7 +237,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	f.data = cmp.Or(f.data, d.Data)
 	cfg := &cluster.Config{Model: f.model, Data: f.data, TrainSubset: f.trainSubset, TestSubset: f.testSubset, InitFile: f.load,
 		Learners: f.learners, Batch: f.batch, Epochs: f.epochs, MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale,
-		Shards: f.shards, Overlap: f.overlap, Seed: f.seed, PSTimeout: f.cluster.psTimeout, Logger: app.Log,
+		Shards: f.shards, Overlap: f.overlap, EarlyPush: f.earlyPush, Seed: f.seed, PSTimeout: f.cluster.psTimeout, Logger: app.Log,
 		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma, LRSteps: d.LRSteps, MomentumComp: f.momentumComp}}
 	if err := cfg.LoadModel(); err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
