@@ -113,10 +113,6 @@ func TestShmConformance(t *testing.T) {
 	transporttest.Run(t, shmFactory(func(*rdma.Options) {}))
 }
 
-func TestShmNoPayloadChecksumConformance(t *testing.T) {
-	transporttest.Run(t, shmFactory(func(o *rdma.Options) { o.NoPayloadChecksum = true }))
-}
-
 // TestShmAuthConformance: the suite over connections that authenticate
 // over their unix socket first (Options.Secret).
 func TestShmAuthConformance(t *testing.T) {

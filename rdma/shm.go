@@ -61,12 +61,19 @@ const shmRingSize = 2 << 20
 
 // NewShm returns the shared-memory transport, or an error matching
 // ErrUnsupported when the host lacks what it needs (memfd_create, on
-// Linux since 3.17; other systems have no shm transport).
+// Linux since 3.17; other systems have no shm transport). Its frames
+// carry no payload checksum, whatever Options.NoPayloadChecksum says
+// (frames that carry one are still verified): they go from memory to
+// memory on one host with no link between to corrupt them, the ring
+// publishes only whole frames, and a peer that writes the segment
+// could forge a checksum as easily as the payload. The header keeps
+// its CRC32C, which guards the parsing of every frame.
 func NewShm(opts Options) (*Shm, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	o.NoPayloadChecksum = true
 	if err := shmSupported(); err != nil {
 		return nil, &OpError{Op: "open", Peer: "shm", Err: err}
 	}

@@ -23,8 +23,9 @@ import (
 // (the payload of CodecNone, else the connection's encode buffer), Recv
 // reads it out of the ring straight into the received message (through
 // the decode buffer for codecs other than none): one copy on each side,
-// each in pieces of shmPiece bytes, checksummed while they are in cache.
-// The receiver checksums and parses its own copy, never the ring, which
+// each in pieces of shmPiece bytes, checksummed while they are in cache
+// when the connection checksums payloads (NewShm's never do). The
+// receiver checksums and parses its own copy, never the ring, which
 // the peer could change meanwhile; and a received payload never lies in
 // shared memory, so that no Msg is exposed to the peer's writes.
 //

@@ -16,7 +16,7 @@ import (
 
 // Config selects what Run measures. Zero fields take the defaults noted.
 type Config struct {
-	// Transports: "inmem", "tcp", "tcp-nocrc", "shm", "shm-nocrc",
+	// Transports: "inmem", "tcp", "tcp-nocrc", "shm",
 	// "verbs" (the host's RDMA device), "verbs-emu" (the verbs transport
 	// over its in-process emulation: rows marked Emulated) or "auto";
 	// default {"inmem", "tcp", "shm"}.
@@ -204,8 +204,8 @@ type Session struct {
 }
 
 // Open starts an echo server on transport ("inmem"; "tcp" on loopback;
-// "tcp-nocrc": TCP with Options.NoPayloadChecksum; "shm", "shm-nocrc"
-// likewise; "verbs", "verbs-emu", "auto": see Config.Transports) and
+// "tcp-nocrc": TCP with Options.NoPayloadChecksum; "shm"; "verbs",
+// "verbs-emu", "auto": see Config.Transports) and
 // connects a client that pushes size bytes per round with codec, from a
 // message of the network's allocator.
 func Open(ctx context.Context, transport string, codec rdma.Codec, size int, seed uint64) (*Session, error) {
@@ -260,7 +260,7 @@ func open(ctx context.Context, transport string, codec rdma.Codec, size int, see
 
 // TransportNames lists the transports Open accepts.
 func TransportNames() []string {
-	return []string{"inmem", "tcp", "tcp-nocrc", "shm", "shm-nocrc", "verbs", "verbs-emu", "auto"}
+	return []string{"inmem", "tcp", "tcp-nocrc", "shm", "verbs", "verbs-emu", "auto"}
 }
 
 // parseTransport splits a transport name into the network kind and
@@ -270,9 +270,9 @@ func parseTransport(name string) (kind string, opts rdma.Options, err error) {
 		return name, opts, nil
 	}
 	switch name {
-	case "tcp-nocrc", "shm-nocrc":
+	case "tcp-nocrc":
 		opts.NoPayloadChecksum = true
-		return strings.TrimSuffix(name, "-nocrc"), opts, nil
+		return "tcp", opts, nil
 	case "verbs-emu":
 		opts.Verbs.Emulation = rdma.NewEmulation()
 		return "verbs", opts, nil

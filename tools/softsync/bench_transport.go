@@ -35,8 +35,8 @@ directions). The tcp-raw row (--baseline) moves the same bytes over a
 plain loopback socket, with no framing, checksum or codec, in the same
 run, and the memcpy row copies them as shm does (into a ring-sized
 buffer and out, each way) on one core, with nothing else: the ceilings
-of tcp and shm. tcp-nocrc and shm-nocrc run without payload checksums;
-shm is shared memory between processes of one host. verbs needs an RDMA
+of tcp and shm. tcp-nocrc runs without payload checksums; shm is shared
+memory between processes of one host (never payload-checksummed). verbs needs an RDMA
 device (softsync doctor lists them; docs/rdma.md shows Soft-RoCE);
 verbs-emu runs the verbs transport over its in-process emulation, whose
 rows are labelled emulated: they measure the protocol and memory copies,
@@ -93,7 +93,7 @@ reason) says which.`,
 	}
 	f := c.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of {transport, codec, bytes, gbps, ratio, ...}")
-	f.StringVar(&transports, "transports", "inmem,tcp,shm", "comma-separated transports: inmem, tcp, tcp-nocrc, shm, shm-nocrc, verbs, verbs-emu (emulated verbs), auto")
+	f.StringVar(&transports, "transports", "inmem,tcp,shm", "comma-separated transports: inmem, tcp, tcp-nocrc, shm, verbs, verbs-emu (emulated verbs), auto")
 	f.StringVar(&codecs, "codecs", "none,s2,zstd,shuffle+s2,shuffle+zstd,fp16,bf16,topk:0.01", "comma-separated --compress values")
 	f.StringVar(&sizes, "sizes", "1M,4M,16M", "comma-separated gradient sizes in bytes (K and M suffixes are ×1024)")
 	f.DurationVar(&minTime, "min-time", time.Second, "minimum timed duration per row")
