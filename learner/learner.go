@@ -59,8 +59,7 @@ type Config struct {
 	// EarlyPush sends each shard its slice of the gradient as soon as
 	// backward has produced it (PushReady from the Net's gradient hook),
 	// last layers first, while backward goes on. The shards receive
-	// the same pushes. It takes effect with one network worker; with
-	// several the gradient is complete only after their sum.
+	// the same pushes.
 	EarlyPush bool
 	// OnStep, if set, is called after each push with the batch and its
 	// loss, on the learner's goroutine; it must return quickly.

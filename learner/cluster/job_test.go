@@ -532,13 +532,17 @@ func TestJobCheckpointResume(t *testing.T) {
 // TestJobEarlyPush: a learner that sends its gradient in pieces during
 // backward, over TCP to four shards, ends with the very weights and shard
 // counters of one that sends it whole (one learner: the job is
-// deterministic), under both protocols.
+// deterministic), under both protocols, with one compute thread and two.
 func TestJobEarlyPush(t *testing.T) {
 	train, _ := mnistSubset(t, 512, 0)
-	for _, proto := range []ps.Protocol{ps.Hardsync, ps.Softsync} {
+	for _, c := range []struct {
+		proto   ps.Protocol
+		workers int
+	}{{ps.Hardsync, 1}, {ps.Softsync, 1}, {ps.Softsync, 2}} {
+		proto := c.proto
 		var whole *Result
 		for _, early := range []bool{false, true} {
-			cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 1, Batch: 8, Workers: 1,
+			cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Learners: 1, Batch: 8, Workers: c.workers,
 				Protocol: proto, N: 1, Shards: 4, Transport: "tcp", Epochs: 1, MaxSteps: 30, Seed: 1, EarlyPush: early,
 				Solver: sgd.Config{LR: 0.01, Momentum: 0.9, LRMode: sgd.LRStaleness}}
 			res, err := Run(context.Background(), cfg)
@@ -551,7 +555,7 @@ func TestJobEarlyPush(t *testing.T) {
 				continue
 			}
 			if !slices.Equal(res.Weights, whole.Weights) {
-				t.Errorf("%v: the weights differ with early pushes", proto)
+				t.Errorf("%v, %d workers: the weights differ with early pushes", proto, c.workers)
 			}
 			for k, st := range res.Shards {
 				if w := whole.Shards[k]; st.Gradients != w.Gradients || st.Clock != w.Clock || st.Gradients != 30 {

@@ -70,6 +70,8 @@ type Net struct {
 	groups  [][]*replica // the parts of each worker, a contiguous run of reps
 	pool    *pool        // nil with one worker
 	hook    func(lo int) // SetGradHook's
+	reduced int          // with a pool and a hook: Grads()[reduced:] holds the workers' sum
+	onLayer func(lo int) // n.poolReady, made once
 }
 
 // replica runs the layers on a contiguous part of the batch.
@@ -408,16 +410,18 @@ func (n *Net) run(ph phase, x []float32, labels []int32) {
 		runGroup(n.groups[0], ph, x, labels)
 	} else {
 		n.pool.x, n.pool.labels = x, labels
+		hooked := n.hook != nil && ph != phaseForward
+		if hooked { // the workers' sums are made layer by layer (poolReady)
+			n.pool.onLayer, n.reduced = n.onLayer, len(n.grads)
+		}
 		n.pool.run(ph)
-		if ph != phaseForward {
+		n.pool.onLayer = nil // the pool's goroutines keep no reference to n
+		if ph != phaseForward && !hooked {
 			n.pool.run(phaseReduce)
 		}
 	}
 	if ph != phaseBackward {
 		n.sumLoss()
-	}
-	if n.pool != nil && n.hook != nil && ph != phaseForward {
-		n.hook(0)
 	}
 }
 
@@ -432,28 +436,51 @@ func (n *Net) sumLoss() {
 // SetGradHook makes Gradient and Backward call f, on their caller's
 // goroutine, each time the parameter gradients Grads()[lo:] have their
 // final values for the batch: lo decreases from call to call, and the
-// last call of a pass has lo = 0. With one worker the calls come while
-// backward goes on, after each layer with parameters, last layers first
-// (Grads is in layer order), so that the caller can send what is done
-// while the earlier layers are computed; with several workers there is
-// one call, lo = 0, once their gradients are summed. During a call Loss
-// is the batch's loss. f must not write Params or Grads, nor use the
-// Net. nil removes the hook.
+// last call of a pass has lo = 0. The calls come while backward goes on,
+// after each layer with parameters, last layers first (Grads is in layer
+// order), so that the caller can send what is done while the earlier
+// layers are computed. With several workers a layer is final once every
+// worker has run it backward: the caller's goroutine (worker 0) then
+// sums the workers' gradients of that layer, in the order of the sum
+// without a hook, and calls f, while the other workers go on. During a
+// call Loss is the batch's loss. f must not write Params or Grads, nor
+// use the Net. nil removes the hook.
 func (n *Net) SetGradHook(f func(lo int)) {
 	n.hook = f
-	if n.pool != nil {
+	for _, g := range n.groups {
+		g[len(g)-1].ready = nil
+	}
+	if f == nil {
 		return
 	}
-	last := n.reps[len(n.reps)-1]
-	last.ready = nil
-	if f != nil {
-		last.ready = n.gradReady
+	if n.pool == nil {
+		n.reps[len(n.reps)-1].ready = n.gradReady
+		return
 	}
+	n.onLayer = n.poolReady
+	n.pool.hook(len(n.layout) / 2) // a weight and a bias segment per layer with parameters
 }
 
 // gradReady is the last part's ready with one worker: every part's
 // forward pass is done, so the loss is known.
 func (n *Net) gradReady(lo int) {
+	n.sumLoss()
+	n.hook(lo)
+}
+
+// poolReady is worker 0's ready with several workers, called by its
+// last part when it has run backward through the layer whose parameters
+// start at lo: it waits until every other worker has too, adds their
+// gradients of the parameters from lo to those already summed into
+// Grads, and calls the hook. Every worker's forward passes are done by
+// then, so the loss is known.
+func (n *Net) poolReady(lo int) {
+	p := n.pool
+	for g := 1; g < len(n.groups); g++ {
+		<-p.layerDone[g]
+		add(n.grads[lo:n.reduced], n.groups[g][0].grads[lo:n.reduced])
+	}
+	n.reduced = lo
 	n.sumLoss()
 	n.hook(lo)
 }

@@ -416,9 +416,9 @@ func TestForwardMisuse(t *testing.T) {
 
 // TestGradHook checks SetGradHook's contract: at each call the gradients
 // from lo on already have the values they end the pass with, lo falls
-// from call to call down to 0, Loss is the batch's, and with one worker
-// there is a call per layer with parameters (one call with several
-// workers); the hook changes no result.
+// from call to call down to 0, Loss is the batch's, and there is a call
+// per layer with parameters, with one worker or several, whole or in
+// parts; the hook changes no result, not a bit.
 func TestGradHook(t *testing.T) {
 	spec := mustParse(t, oddSpec)
 	kerneltest.ForEachEngine(t, func(t *testing.T, e kernels.Engine) {
@@ -431,16 +431,13 @@ func TestGradHook(t *testing.T) {
 				layers++
 			}
 		}
-		for _, c := range []struct {
-			cfg   Config
-			calls int
-		}{
-			{Config{Batch: 6}, layers},
-			{Config{Batch: 6, Part: 2}, layers},
-			{Config{Batch: 6, Workers: 2}, 1},
+		for _, cfg := range []Config{
+			{Batch: 6}, {Batch: 6, Part: 2}, {Batch: 6, Workers: 2}, {Batch: 6, Workers: 3, Part: 1},
 		} {
-			what := fmt.Sprintf("%d workers, part %d", c.cfg.Workers, c.cfg.Part)
-			n := mustNetW(t, spec, e, c.cfg, 3)
+			what := fmt.Sprintf("%d workers, part %d", cfg.Workers, cfg.Part)
+			plain := mustNetW(t, spec, e, cfg, 3)
+			plain.Gradient(x, labels)
+			n := mustNetW(t, spec, e, cfg, 3)
 			type call struct {
 				lo   int
 				loss float32
@@ -457,8 +454,8 @@ func TestGradHook(t *testing.T) {
 				calls = calls[:0]
 				clear(n.Grads())
 				run()
-				if len(calls) != c.calls || calls[len(calls)-1].lo != 0 {
-					t.Fatalf("%s, pass %d: %d calls ending at %d, want %d ending at 0", what, pass, len(calls), calls[len(calls)-1].lo, c.calls)
+				if len(calls) != layers || calls[len(calls)-1].lo != 0 {
+					t.Fatalf("%s, pass %d: %d calls ending at %d, want %d ending at 0", what, pass, len(calls), calls[len(calls)-1].lo, layers)
 				}
 				for i, cl := range calls {
 					if i > 0 && cl.lo >= calls[i-1].lo {
@@ -475,6 +472,14 @@ func TestGradHook(t *testing.T) {
 					t.Fatalf("%s: loss %g, want %g", what, n.Loss(), loss)
 				}
 				closeTo(t, what, n.Grads(), ref.Grads(), 1e-5)
+				if !slices.Equal(n.Grads(), plain.Grads()) || n.Loss() != plain.Loss() {
+					t.Fatalf("%s, pass %d: the gradients or the loss differ from those without a hook", what, pass)
+				}
+			}
+			lo := 0
+			n.SetGradHook(func(l int) { lo = l })
+			if a := testing.AllocsPerRun(5, func() { n.Gradient(x, labels) }); a != 0 || lo != 0 {
+				t.Fatalf("%s: %g allocations per step with a hook, last call at %d", what, a, lo)
 			}
 			n.SetGradHook(nil)
 			calls = calls[:0]

@@ -37,6 +37,31 @@ type pool struct {
 	x      []float32 // the batch of the current Forward
 	labels []int32
 	once   sync.Once
+	// With a gradient hook (Net.SetGradHook): the last part of worker
+	// g ≥ 1 sends on layerDone[g] after each layer with parameters, and
+	// worker 0's calls onLayer, set by the Net for the run only.
+	layerDone []chan struct{}
+	onLayer   func(lo int)
+}
+
+// hook makes the workers' last parts report each of their layers with
+// parameters (layers of them per pass).
+func (p *pool) hook(layers int) {
+	if p.layerDone == nil {
+		p.layerDone = make([]chan struct{}, len(p.groups))
+		for g := 1; g < len(p.groups); g++ {
+			p.layerDone[g] = make(chan struct{}, layers)
+		}
+	}
+	for g, group := range p.groups {
+		last := group[len(group)-1]
+		if g == 0 {
+			last.ready = func(lo int) { p.onLayer(lo) }
+		} else {
+			done := p.layerDone[g]
+			last.ready = func(int) { done <- struct{}{} }
+		}
+	}
 }
 
 func startPool(groups [][]*replica) *pool {
