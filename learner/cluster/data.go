@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/param"
 )
@@ -66,6 +67,22 @@ func LookupData(ctx context.Context, name, goBin string) (DataSet, error) {
 		ds.Name = known + " (" + name + ")"
 	}
 	return ds, err
+}
+
+// SyntheticTrain and SyntheticTest are the sizes of SyntheticData's sets
+// (CIFAR-10's).
+const SyntheticTrain, SyntheticTest = 50000, 10000
+
+// SyntheticData is the data set "synthetic" for spec: data.Synthetic's
+// learnable random images of spec's input shape and classes, seed 1, the
+// first SyntheticTrain for training and the next SyntheticTest for
+// testing (the same class prototypes). It stands in for a data set that
+// is not on the machine when what matters is the speed: every process of
+// a job makes the same images.
+func SyntheticData(spec *nn.Spec) DataSet {
+	in := spec.Input
+	all := data.Synthetic(SyntheticTrain+SyntheticTest, in.C, in.H, in.W, spec.Classes(), 1)
+	return DataSet{Name: "synthetic", Train: all.Slice(0, SyntheticTrain), Test: all.Slice(SyntheticTrain, all.N)}
 }
 
 // isCIFAR reports whether dir holds CIFAR-10's binary files (directly or

@@ -565,3 +565,27 @@ func TestJobEarlyPush(t *testing.T) {
 		}
 	}
 }
+
+// TestSyntheticData: the data set "synthetic" has the model's shape, its
+// test images follow its training images in one draw (the same class
+// prototypes), and two calls make the same images.
+func TestSyntheticData(t *testing.T) {
+	sp := spec(t, "cifar10_full")
+	ds := SyntheticData(sp)
+	in := sp.Input
+	if err := ds.Train.CheckShape(in.C, in.H, in.W, sp.Classes()); err != nil {
+		t.Fatal(err)
+	}
+	if ds.Train.N != SyntheticTrain || ds.Test.N != SyntheticTest || ds.Name != "synthetic" {
+		t.Fatalf("%s: %d training and %d test images", ds.Name, ds.Train.N, ds.Test.N)
+	}
+	all := data.Synthetic(SyntheticTrain+SyntheticTest, in.C, in.H, in.W, sp.Classes(), 1)
+	il := ds.Train.ImageLen()
+	if !slices.Equal(ds.Test.Pixels, all.Pixels[SyntheticTrain*il:]) || !slices.Equal(ds.Test.Labels, all.Labels[SyntheticTrain:]) ||
+		!slices.Equal(ds.Train.Labels, all.Labels[:SyntheticTrain]) {
+		t.Fatal("the test images are not the ones after the training images of one draw")
+	}
+	if again := SyntheticData(sp); !slices.Equal(again.Train.Pixels, ds.Train.Pixels) {
+		t.Fatal("two calls made different images")
+	}
+}

@@ -64,10 +64,16 @@ func (d *Dataset) Subset(n int) *Dataset {
 	if n >= d.N {
 		return d
 	}
+	return d.Slice(0, n)
+}
+
+// Slice returns a data set holding images lo … hi−1 of d. It shares d's
+// memory.
+func (d *Dataset) Slice(lo, hi int) *Dataset {
 	s := *d
-	s.N = n
-	s.Pixels = d.Pixels[:n*d.ImageLen()]
-	s.Labels = d.Labels[:n]
+	s.N = hi - lo
+	s.Pixels = d.Pixels[lo*d.ImageLen() : hi*d.ImageLen()]
+	s.Labels = d.Labels[lo:hi]
 	return &s
 }
 

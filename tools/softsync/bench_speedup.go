@@ -18,6 +18,7 @@ func init() { addBenchCommand(newBenchSpeedupCmd) }
 type speedupRow struct {
 	Model        string      `json:"model"`
 	Batch        int         `json:"batch"`
+	Data         string      `json:"data"` // --data as given ("": the model's default)
 	Transport    string      `json:"transport"`
 	Protocol     string      `json:"protocol"`
 	Learners     int         `json:"learners"`
@@ -36,19 +37,19 @@ type speedupRow struct {
 // each round: by model, protocol, λ, then transport and early push, so
 // that the variants of one λ run side by side; with ceiling, each model's
 // independent jobs (runIndependent) for every λ first.
-func speedupCells(ms []modelBatch, protocols []string, learners []int, transports []string, early []bool, shards, steps int, ceiling bool) []benchJob {
+func speedupCells(ms []modelBatch, data string, protocols []string, learners []int, transports []string, early []bool, shards, steps int, ceiling bool) []benchJob {
 	var js []benchJob
 	for _, m := range ms {
 		for _, l := range learners {
 			if ceiling {
-				js = append(js, benchJob{modelBatch: m, protocol: "none", transport: independentTransport, learners: l, steps: steps})
+				js = append(js, benchJob{modelBatch: m, data: data, protocol: "none", transport: independentTransport, learners: l, steps: steps})
 			}
 		}
 		for _, proto := range protocols {
 			for _, l := range learners {
 				for _, tr := range transports {
 					for _, e := range early {
-						js = append(js, benchJob{modelBatch: m, protocol: proto, transport: tr, learners: l, shards: shards, earlyPush: e, steps: steps})
+						js = append(js, benchJob{modelBatch: m, data: data, protocol: proto, transport: tr, learners: l, shards: shards, earlyPush: e, steps: steps})
 					}
 				}
 			}
@@ -82,7 +83,7 @@ func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 	var rows []speedupRow
 	base := map[string]speedupRow{} // the first row of each model, protocol and transport
 	for i, j := range jobs {
-		r := speedupRow{Model: j.model, Batch: j.batch, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
+		r := speedupRow{Model: j.model, Batch: j.batch, Data: j.data, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
 			Shards: j.shards, EarlyPush: j.earlyPush}
 		for _, x := range runs[i] {
 			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
@@ -150,6 +151,7 @@ func parseCounts(flag, s string) ([]int, error) {
 // test subset, run as processes on this host by launchJob.
 type benchJob struct {
 	modelBatch
+	data                string // --data ("": the model's default)
 	protocol, transport string
 	learners, shards    int
 	earlyPush           bool
@@ -167,6 +169,9 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 	if j.earlyPush {
 		args = append(args, "--early-push")
 	}
+	if j.data != "" {
+		args = append(args, "--data", j.data)
+	}
 	app.Threads = 1
 	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, pin: j.pin}, args, true)
 	if err != nil {
@@ -176,7 +181,7 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 }
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
-	var models, protocols, learners, transports string
+	var models, dataName, protocols, learners, transports string
 	var batch, steps, repeat, shards int
 	var asJSON, ceiling bool
 	var early []bool
@@ -226,7 +231,7 @@ it.`,
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			rows, err := benchSpeedup(ctx, app, speedupCells(ms, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, shards, steps, ceiling), repeat)
+			rows, err := benchSpeedup(ctx, app, speedupCells(ms, dataName, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, shards, steps, ceiling), repeat)
 			if err != nil {
 				return err
 			}
@@ -249,6 +254,7 @@ it.`,
 	f := c.Flags()
 	f.StringVar(&models, "model", "lenet", "networks, comma-separated, each MODEL or MODEL:μ (e.g. lenet:64,cifar10_full:100)")
 	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner of a --model without :μ")
+	f.StringVar(&dataName, "data", "", `train's --data for every job (default: each model's own, MNIST for lenet, CIFAR-10 for cifar10_full); "synthetic" needs no data set`)
 	f.IntVar(&steps, "steps", 200, "mini-batches per learner")
 	f.IntVar(&repeat, "repeat", 1, "runs of each job, in rounds of all the jobs; the median run is kept")
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")

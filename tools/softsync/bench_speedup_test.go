@@ -30,9 +30,9 @@ func TestParseModelBatches(t *testing.T) {
 }
 
 func TestSpeedupRows(t *testing.T) {
-	jobs := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, 2, 10, false)
-	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, 1, 10, true); len(ceil) != 4 ||
-		ceil[0].transport != independentTransport || ceil[1].transport != independentTransport || ceil[1].learners != 2 || ceil[2].transport != "tcp" {
+	jobs := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, 2, 10, false)
+	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, "synthetic", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, 1, 10, true); len(ceil) != 4 ||
+		ceil[0].transport != independentTransport || ceil[3].data != "synthetic" || ceil[1].transport != independentTransport || ceil[1].learners != 2 || ceil[2].transport != "tcp" {
 		t.Fatalf("jobs with the ceiling: %+v", ceil)
 	}
 	if len(jobs) != 4 || !jobs[1].earlyPush || jobs[2].earlyPush || jobs[2].learners != 2 || jobs[3].steps != 10 || jobs[3].shards != 2 {
@@ -61,11 +61,12 @@ func TestSpeedupRows(t *testing.T) {
 }
 
 // TestBenchSpeedupJSON runs the smallest speedup benchmark over tcp and
-// shm side by side, with two shard servers and early pushes, and the
-// independent jobs of the ceiling, and checks every field of its rows.
+// shm side by side, with two shard servers and early pushes, on
+// synthetic data, and the independent jobs of the ceiling, and checks
+// every field of its rows.
 func TestBenchSpeedupJSON(t *testing.T) {
 	multiProcess(t)
-	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--steps", "3",
+	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--data", "synthetic", "--steps", "3",
 		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm", "--shards", "2", "--early-push", "true", "--ceiling")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	var got []string
 	for _, r := range rows[2:] {
 		got = append(got, r.Transport)
-		if r.Model != "mlp" || r.Batch != 8 || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
+		if r.Model != "mlp" || r.Batch != 8 || r.Data != "synthetic" || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
 			r.Shards != 2 || !r.EarlyPush {
 			t.Errorf("row %+v", r)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
+	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/param"
@@ -110,7 +111,7 @@ final weights (docs/weights.md).`,
 // multi-process job must share (docs/cluster.md).
 func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, or the path of a spec file (docs/network-spec.md)")
-	fl.StringVar(&f.data, "data", "", dataFlagHelp)
+	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test, for speed measurements without the data`)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
 	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
 	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 (default: per model, see above)")
@@ -303,9 +304,9 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if !withData {
 		return cfg, nil
 	}
-	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	ds, err := lookupData(ctx, f.data, cfg.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("--data %s: %w", f.data, err)
+		return nil, err
 	}
 	if err := cfg.UseData(ds); errors.Is(err, data.ErrShape) {
 		return nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, f.model, err)
@@ -321,6 +322,19 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	cfg.Engine = e
 	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
 	return cfg, nil
+}
+
+// lookupData reads --data name for spec: "synthetic" or a data set of
+// cluster.LookupData.
+func lookupData(ctx context.Context, name string, spec *nn.Spec) (cluster.DataSet, error) {
+	if name == "synthetic" {
+		return cluster.SyntheticData(spec), nil
+	}
+	ds, err := cluster.LookupData(ctx, name, goBinary())
+	if err != nil {
+		return ds, fmt.Errorf("--data %s: %w", name, err)
+	}
+	return ds, nil
 }
 
 // checkpoints opens --checkpoint-dir and loads --resume into cfg.
