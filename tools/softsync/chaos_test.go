@@ -23,8 +23,9 @@ import (
 // the same job undisturbed: it completes, each shard holds exactly one
 // gradient of every mini-batch, every push is accounted for, and the
 // test error is at most 0.3 points worse. CHAOS_ROLES (a comma-separated
-// list, default all three) selects the roles killed. It prints one line
-// per role: "chaos ROLE: N runs, F failed".
+// list, default all three) selects the roles killed. Every other run's
+// learners push early (--early-push: in pieces during backward). It
+// prints one line per role: "chaos ROLE: N runs, F failed".
 func TestChaos(t *testing.T) {
 	multiProcess(t)
 	seed, _ := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64)
@@ -66,8 +67,12 @@ func TestChaos(t *testing.T) {
 				args = append(args, "--id", strconv.Itoa(rng.IntN(n)))
 			}
 			ckpt := filepath.Join(dir, name)
-			j, marker := startLaunch(t, append([]string{"-n", "3", "--shards", "2", "--restarts", "2", "--",
-				"--json", report(name), "--checkpoint-dir", ckpt, "--checkpoint-every", "250"}, failureJob...)...)
+			flags := []string{"-n", "3", "--shards", "2", "--restarts", "2", "--",
+				"--json", report(name), "--checkpoint-dir", ckpt, "--checkpoint-every", "250"}
+			if i%2 == 1 {
+				flags = append(flags, "--early-push")
+			}
+			j, marker := startLaunch(t, append(flags, failureJob...)...)
 			waitOutput(t, j, "checkpoint written")
 			time.Sleep(time.Duration(rng.IntN(8000)) * time.Millisecond)
 			pid := findProc(marker, args...)
