@@ -58,7 +58,8 @@ bench train for LeNet at μ = 64 and 4 and cifar10_full at μ = 100 and 4 on
 beside PyTorch's training step on the same threads
 (bench/torch_train_throughput.py, Debian's python3-torch), bench
 transport (inmem, tcp and shm with every codec, verbs-emu) beside iperf3 over
-loopback, and bench speedup (λ = 1, 2 learner processes). --go-bench adds
+loopback, and bench speedup (λ = 1, 2 learner processes, over tcp and shm,
+beside its --ceiling of λ independent jobs). --go-bench adds
 the output of go test -bench runs (make bench: the convolution layers and
 memory-bound kernels of package kernels per level, compared with the bench
 peak of this run, and the solver's passes of ps/sgd beside memmove).
@@ -499,7 +500,7 @@ func (r *benchRun) speedup() error {
 			m, _, _ = strings.Cut(m, ":")
 			m, steps, repeat = m+":8", 5, 1
 		}
-		args := append([]string{"bench", "speedup", "--json", "--model", m, "--transport", "tcp,shm",
+		args := append([]string{"bench", "speedup", "--json", "--model", m, "--transport", "tcp,shm", "--ceiling",
 			"--steps", strconv.Itoa(steps), "--repeat", strconv.Itoa(repeat)}, dataArgs...)
 		var rows []speedupRow
 		if err := r.self(&rows, args...); err != nil {
