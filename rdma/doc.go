@@ -115,9 +115,11 @@
 // RDMA WRITE WITH IMMEDIATE into buffers the receiver advertised, the
 // frame header written with the payload. Memory is registered in a few
 // large regions carved by a pool (never per message), after checking the
-// locked-memory limit; a payload from the network's NewMsg is written
-// from where it lies, and a large one received stays where it was
-// written. Connections are set up over a TCP connection of the TCP
+// locked-memory limit; a payload from the network's NewMsg, or lent
+// (Msg.Borrow) from memory of it that the lender keeps (a learner's
+// gradient), is written from where it lies, Send waiting for the write
+// to complete when the memory is lent; a large one received stays where
+// it was written. Connections are set up over a TCP connection of the TCP
 // transport (its Dial and Listen, with its options), which carries the
 // queue pair details, a probe, and the close. Every failure (no verbs in
 // this build, no libibverbs, no kernel support, no device or active port,

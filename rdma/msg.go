@@ -51,8 +51,10 @@ const (
 // payload: the caller's (a gradient, a shard's weights) on Send, the
 // receiver's (see Placement) on Recv. Send is done with a borrowed
 // payload when it returns (TCP writes it to the socket, shm copies it into
-// its ring, in-memory and verbs copy it into a buffer of their own), so
-// the lender may change it from then on; Release never recycles it.
+// its ring, in-memory copies it into a buffer of its own, verbs writes it
+// from where it lies when it is memory of the network's NewMsg, waiting
+// for the write to complete, and copies it otherwise), so the lender may
+// change it from then on; Release never recycles it.
 type Msg struct {
 	Type    Type
 	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)

@@ -131,6 +131,7 @@ type verbsConn struct {
 	ctlErr   error // the control connection ended
 
 	sendWake, recvWake, stateWake, ctlWake chan struct{}
+	lentDone                               chan struct{} // a lent payload's write completed (see sendCtx)
 	done                                   chan struct{}
 	progDone, ctlDone                      chan struct{}
 	stopping                               atomic.Bool
@@ -144,6 +145,7 @@ type verbsConn struct {
 type sendCtx struct {
 	msg  *Msg     // its payload is being written
 	blks [2]block // encoded or copied payload, long data
+	lent bool     // the payload is lent memory written in place: Send waits (lentDone)
 }
 
 type arrival struct {
@@ -191,7 +193,8 @@ func (v *Verbs) newVerbsConn(ctl Conn, dialer bool) (*verbsConn, error) {
 	c := &verbsConn{v: v, s: s, ctl: ctl, dialer: dialer, spin: o.SpinPolls, window: o.Window,
 		R: o.RecvDepth, S: o.SlotSize, nslots: sendDepth(o.RecvDepth), creditBatch: o.RecvDepth / 2,
 		sendWake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1), stateWake: make(chan struct{}, 1), ctlWake: make(chan struct{}, 1),
-		done: make(chan struct{}), progDone: make(chan struct{}), ctlDone: make(chan struct{})}
+		lentDone: make(chan struct{}, 1),
+		done:     make(chan struct{}), progDone: make(chan struct{}), ctlDone: make(chan struct{})}
 	c.init(v.opts, ctl.LocalAddr(), ctl.RemoteAddr())
 	c.arrivals = make([]arrival, c.R)
 	c.sends = make([]sendCtx, c.nslots)
@@ -267,6 +270,10 @@ func (c *verbsConn) release() {
 }
 
 func (c *verbsConn) releaseSend(sc *sendCtx) {
+	if sc.lent {
+		sc.lent = false
+		signal(c.lentDone)
+	}
 	if sc.msg != nil {
 		sc.msg.Release()
 	}
@@ -802,10 +809,10 @@ func (c *verbsConn) sendLarge(ctx context.Context, h *Header, m *Msg, payload []
 	pool := c.s.pool
 	w, dl := len(payload), len(m.Data)
 	// The payload's registered block: the encoded one, the message's own
-	// (zero copy), or a copy.
+	// or the registered memory it is lent (zero copy), or a copy.
 	var pb block
 	var poff int
-	inPlace := false
+	inPlace, lent := false, false
 	switch {
 	case sc.blks[0].valid():
 		pb = sc.blks[0]
@@ -813,6 +820,10 @@ func (c *verbsConn) sendLarge(ctx context.Context, h *Header, m *Msg, payload []
 	default:
 		if b, ok := pool.payloadBlock(m); ok {
 			pb, poff, inPlace = b, int(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload))))-b.addr()), true
+			break
+		}
+		if b, off, ok := pool.lentBlock(m); ok {
+			pb, poff, inPlace, lent = b, off, true, true
 			break
 		}
 		var err error
@@ -865,12 +876,23 @@ func (c *verbsConn) sendLarge(ctx context.Context, h *Header, m *Msg, payload []
 	wr.NumSGE++
 	// The work request holds the blocks and, when written from in place,
 	// the message, until it completes (post releases them if it fails).
-	c.sends[slot] = sendCtx{blks: sc.blks}
+	// Lent memory is the lender's again once Send returns: Send waits for
+	// the write's completion (or its flush, or the connection's end).
+	c.sends[slot] = sendCtx{blks: sc.blks, lent: lent}
 	sc.blks = [2]block{}
 	if inPlace {
 		c.sends[slot].msg, sc.msg = m, nil
 	}
-	return c.post(slot, false)
+	err = c.post(slot, false)
+	if lent {
+		c.mu.Unlock()
+		select {
+		case <-c.lentDone:
+		case <-c.done:
+		}
+		c.mu.Lock()
+	}
+	return err
 }
 
 // takeAdvert returns the smallest advertised buffer that holds n bytes,

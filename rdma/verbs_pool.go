@@ -60,6 +60,7 @@ type region struct {
 	rkey      uint32
 	base      uint64 // address of mem[0]
 	dedicated bool
+	pool      *regPool
 
 	// Buddy state (not dedicated), in units of minBlock: head[o] is the
 	// first free block of order o (size minBlock<<o) or -1, next and prev
@@ -230,8 +231,8 @@ func (p *regPool) newRegion(size int, dedicated bool) (*region, error) {
 		}
 		return nil, err
 	}
-	r := &region{mem: mem, mr: mr, lkey: mr.LKey(), rkey: mr.RKey(), base: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))), dedicated: dedicated}
-	spans.add(r.base, uint64(size))
+	r := &region{mem: mem, mr: mr, lkey: mr.LKey(), rkey: mr.RKey(), base: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))), dedicated: dedicated, pool: p}
+	spans.add(r, uint64(size))
 	if !dedicated {
 		r.initBuddy()
 	}
@@ -266,21 +267,24 @@ func (p *regPool) release(r *region) {
 // process-wide pool, whose messages outlive the region.
 var spans spanSet
 
-type span struct{ lo, hi uint64 }
+type span struct {
+	lo, hi uint64
+	r      *region
+}
 
 type spanSet struct {
 	mu   sync.Mutex
 	list atomic.Pointer[[]span] // copied on write
 }
 
-func (s *spanSet) add(lo, n uint64) {
+func (s *spanSet) add(r *region, n uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var l []span
 	if p := s.list.Load(); p != nil {
 		l = append(l, *p...)
 	}
-	l = append(l, span{lo, lo + n})
+	l = append(l, span{r.base, r.base + n, r})
 	s.list.Store(&l)
 }
 
@@ -297,18 +301,24 @@ func (s *spanSet) remove(lo uint64) {
 }
 
 // contains reports whether p lies in a mapped region.
-func (s *spanSet) contains(p unsafe.Pointer) bool {
+func (s *spanSet) contains(p unsafe.Pointer) bool { return s.region(p, 1) != nil }
+
+// region returns the mapped region that holds p[:n], or nil.
+func (s *spanSet) region(p unsafe.Pointer, n int) *region {
 	l := s.list.Load()
 	if l == nil {
-		return false
+		return nil
 	}
 	a := uint64(uintptr(p))
 	for _, sp := range *l {
 		if a >= sp.lo && a < sp.hi {
-			return true
+			if a+uint64(n) <= sp.hi {
+				return sp.r
+			}
+			return nil
 		}
 	}
-	return false
+	return nil
 }
 
 // close releases every region; the session calls it once no block is
@@ -361,6 +371,22 @@ func (p *regPool) releaseMsg(m *Msg) {
 
 // payloadBlock returns the block holding m's payload if it is registered
 // memory of this pool.
+// lentBlock returns, for a message whose payload is lent (Msg.Borrow)
+// from memory of one of this pool's regions (a payload of its NewMsg that
+// the lender keeps, such as a learner's gradient), that region as a block
+// and the payload's offset in it, so that it can be written from in place.
+func (p *regPool) lentBlock(m *Msg) (block, int, bool) {
+	if !m.borrowed || len(m.Payload) == 0 {
+		return block{}, 0, false
+	}
+	ptr := unsafe.Pointer(unsafe.SliceData(m.Payload))
+	r := spans.region(ptr, 4*len(m.Payload))
+	if r == nil || r.pool != p {
+		return block{}, 0, false
+	}
+	return block{r: r, size: len(r.mem)}, int(uint64(uintptr(ptr)) - r.base), true
+}
+
 func (p *regPool) payloadBlock(m *Msg) (block, bool) {
 	if m.pool != p || m.borrowed || len(m.Payload) == 0 {
 		return block{}, false

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -776,4 +777,52 @@ func TestVerbsPeerCloseBeforeReceive(t *testing.T) {
 		s.Close()
 	}
 	runtime.GC()
+}
+
+// TestVerbsLentInPlace: a payload lent from memory of the network's
+// allocator (a learner's gradient kept in a NewMsg of its own) is written
+// from where it lies, and Send returns only once the write is done: the
+// lender overwrites it right after Send, and the receiver still gets what
+// was sent. A payload lent from the Go heap is copied into a registered
+// block first.
+func TestVerbsLentInPlace(t *testing.T) {
+	c, s, emu := emuPair(t, Options{})
+	var rec recordOps
+	emu.SetHooks(verbs.Hooks{Send: rec.hook})
+	const n, lo, hi = 100_000, 1_000, 99_993
+	owner := c.v.NewMsg(n)
+	if owner.pool == nil {
+		t.Fatal("NewMsg of a connected verbs network is not registered memory")
+	}
+	defer owner.Release()
+	heap := make([]float32, n)
+	for i, lent := range [][]float32{owner.Payload[lo:hi], heap[lo:hi], owner.Payload[lo:hi]} {
+		synth.Gradient(lent, 1e-3, uint64(i))
+		want := slices.Clone(lent)
+		m := NewMsg(0)
+		m.Borrow(lent)
+		m.Seq = uint64(i)
+		if err := c.Send(testCtx(t), m); err != nil {
+			t.Fatal(err)
+		}
+		clear(lent) // the lender's again
+		got := mustRecv(t, s)
+		if got.Seq != uint64(i) || firstDiff(got.Payload, want) >= 0 {
+			t.Fatalf("message %d differs from what was lent (at %d)", i, firstDiff(got.Payload, want))
+		}
+		got.Release()
+		rec.mu.Lock()
+		var last verbs.SendWR
+		for j := len(rec.wrs) - 1; j >= 0; j-- {
+			if rec.wrs[j].Op == verbs.OpWriteImm {
+				last = rec.wrs[j]
+				break
+			}
+		}
+		rec.mu.Unlock()
+		addr := uint64(uintptr(unsafe.Pointer(&lent[0])))
+		if inPlace := last.SGE[1].Addr == addr && last.SGE[1].Len == 4*(hi-lo); inPlace != (i != 1) {
+			t.Fatalf("message %d: written in place %v, want %v: %+v", i, inPlace, i != 1, last)
+		}
+	}
 }

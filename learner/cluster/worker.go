@@ -90,24 +90,35 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 }
 
 // learnerNets makes the learner's network (two with Overlap) for
-// mini-batches of batch.
-func learnerNets(cfg LearnerConfig, batch int) ([]*nn.Net, error) {
+// mini-batches of batch, each keeping its gradient in the payload of a
+// message of the job's network, which the pushes are sent from (in place
+// under verbs: registered memory). close closes the networks and
+// releases the messages.
+func learnerNets(cfg LearnerConfig, batch int) (nets []*nn.Net, close func(), err error) {
 	n := 1
 	if cfg.Overlap {
 		n = 2
 	}
-	var nets []*nn.Net
+	var held []*rdma.Msg
+	close = func() {
+		for _, x := range nets {
+			x.Close()
+		}
+		for _, m := range held {
+			m.Release()
+		}
+	}
 	for range n {
-		net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: batch, Workers: cfg.Workers})
+		g := cfg.Network.NewMsg(cfg.Spec.NumParams())
+		held = append(held, g)
+		net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: batch, Workers: cfg.Workers, Grads: g.Payload})
 		if err != nil {
-			for _, x := range nets {
-				x.Close()
-			}
-			return nil, err
+			close()
+			return nil, nil, err
 		}
 		nets = append(nets, net)
 	}
-	return nets, nil
+	return nets, close, nil
 }
 
 // worker is a running learner role.
@@ -145,21 +156,21 @@ func (r *worker) ctrl() *ctrl {
 // train runs the learner loop on the welcome's plan.
 func (r *worker) train(ctx context.Context, w welcome) error {
 	cfg := r.cfg
-	nets, err := learnerNets(cfg, w.Plan.Batch)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, n := range nets {
-			n.Close()
-		}
-	}()
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
 		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial), OnDelivered: r.delivered})
 	if err != nil {
 		return err
 	}
+	// The networks' gradients come from the network's allocator once it
+	// is connected (registered memory under verbs), and outlive the
+	// client's use of them: client.Close runs first.
+	nets, closeNets, err := learnerNets(cfg, w.Plan.Batch)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	defer closeNets()
 	defer client.Close()
 	r.mu.Lock()
 	r.client, r.plan = client, w.Plan

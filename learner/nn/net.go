@@ -33,6 +33,11 @@ type Config struct {
 	// largest activation fits a core's L2 cache; a negative value means
 	// no cutting (one part per worker).
 	Part int
+	// Grads, if set, is where the Net keeps its gradient vector
+	// (Spec.NumParams() floats): memory a transport can send from in
+	// place, such as the payload of a message of rdma.Network.NewMsg.
+	// nil: the Net allocates it.
+	Grads []float32
 }
 
 // Net is a network from a Spec, instantiated for a fixed batch size on one
@@ -133,9 +138,18 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 	if params == nil {
 		params = make([]float32, np)
 	}
+	grads := cfg.Grads
+	switch {
+	case grads == nil:
+		grads = make([]float32, np)
+	case len(grads) != np:
+		return nil, fmt.Errorf("%s: Grads holds %d floats, the network has %d parameters", spec.Name, len(grads), np)
+	default:
+		clear(grads)
+	}
 	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, params: params, grads: make([]float32, np),
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, params: params, grads: grads,
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
 	n.layout = spec.layout()

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -489,4 +490,27 @@ func TestGradHook(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestConfigGrads: a Net given Config.Grads keeps its gradient there,
+// with the same values as one that allocates its own; a vector of the
+// wrong length is an error.
+func TestConfigGrads(t *testing.T) {
+	spec := mustParse(t, oddSpec)
+	e := kernels.Reference()
+	own := mustNetW(t, spec, e, Config{Batch: 3}, 7)
+	buf := make([]float32, spec.NumParams())
+	for i := range buf {
+		buf[i] = float32(i) // cleared by New
+	}
+	lent := mustNetW(t, spec, e, Config{Batch: 3, Grads: buf}, 7)
+	x, labels := randomBatch(own, 1)
+	own.Gradient(x, labels)
+	lent.Gradient(x, labels)
+	if &lent.Grads()[0] != &buf[0] || !slices.Equal(buf, own.Grads()) {
+		t.Fatal("the gradient is not kept in Config.Grads, or differs")
+	}
+	if _, err := New(spec, e, Config{Batch: 3, Grads: buf[1:]}); err == nil || !strings.Contains(err.Error(), "Grads") {
+		t.Fatalf("Grads one float short: %v", err)
+	}
 }
