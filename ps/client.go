@@ -128,10 +128,11 @@ type prefetcher struct {
 	req    chan context.Context // a pull to receive into w, under that context
 	w      []float32
 	done   chan error
-	stamps []uint64 // stamps of the weights being received
-	lives  []uint64 // their shards' lives
-	gens   []int    // and the generations of their links
-	busy   bool     // a pull is in flight (owner goroutine only)
+	stamps []uint64      // stamps of the weights being received
+	lives  []uint64      // their shards' lives
+	gens   []int         // and the generations of their links
+	busy   bool          // a pull is in flight (owner goroutine only)
+	exited chan struct{} // closed when the goroutine ends
 }
 
 // NewClient returns a client over conns, where conns[k] is connected to
@@ -340,7 +341,7 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 // push before WaitPull can return.
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
-		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), stamps: make([]uint64, c.cfg.Shards),
+		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), exited: make(chan struct{}), stamps: make([]uint64, c.cfg.Shards),
 			lives: make([]uint64, c.cfg.Shards), gens: make([]int, c.cfg.Shards)}
 		go c.prefetch()
 	}
@@ -377,6 +378,7 @@ func (c *Client) WaitPull() error {
 // prefetch is the receiving goroutine of PullAsync; it ends when req is
 // closed (Close).
 func (c *Client) prefetch() {
+	defer close(c.pf.exited)
 	for ctx := range c.pf.req {
 		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens)
 	}
@@ -627,7 +629,9 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 // complete at the call with lo = 0, which sends what is left, and only
 // then may the client be used for anything else; until then every call
 // must pass the same grad and batch. A push whose sending failed is over:
-// the next call starts a new one.
+// the next call starts a new one. The shards it did not reach never
+// acknowledge it, so OnDelivered reports neither it nor any later push
+// (its mini-batch is not done): a learner stops on that error.
 func (c *Client) PushReady(ctx context.Context, grad []float32, batch uint64, lo int) error {
 	p := &c.partial
 	switch {
@@ -777,20 +781,31 @@ func (c *Client) Stats() rdma.Stats {
 }
 
 // Close closes every connection (which ends a pull in flight with an
-// error) and stops the PullAsync goroutine.
+// error), so that none is redialed and no push is sent again, and stops
+// the PullAsync goroutine, waiting for it: once Close returns the client
+// reads no gradient it was lent and writes no weights vector.
 func (c *Client) Close() error {
+	var errs []error
+	for _, l := range c.links {
+		l.mu.Lock()
+		if l.dead == nil {
+			l.dead = errClientClosed // nothing is redialed or resent from now on
+		}
+		conn := l.conn
+		l.mu.Unlock()
+		errs = append(errs, conn.Close())
+	}
 	if c.pf != nil && c.pf.req != nil {
-		defer close(c.pf.req)
+		close(c.pf.req)
 		c.pf.req = nil
+		<-c.pf.exited // an asynchronous pull in flight has failed: the goroutine is done with the client
 	}
 	if c.enc != nil {
 		c.enc.Close()
 		c.enc = nil
 	}
-	var errs []error
-	for _, l := range c.links {
-		conn, _, _ := l.get()
-		errs = append(errs, conn.Close())
-	}
 	return errors.Join(errs...)
 }
+
+// errClientClosed is the error of every use of a link after Close.
+var errClientClosed = fmt.Errorf("ps client closed: %w", rdma.ErrClosed)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/softsync/softsync/rdma"
 	"github.com/softsync/softsync/rdma/transporttest"
 )
 
@@ -116,4 +118,57 @@ func TestPushReady(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestClientCloseEndsPrefetch: Close with an asynchronous pull in flight
+// (hardsync: the round waits for a second learner that never pushes)
+// returns only once the PullAsync goroutine has ended, and nothing is
+// redialed or sent again afterwards, so that the caller may free the
+// gradient and weights it lent the client.
+func TestClientCloseEndsPrefetch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := softConfig(28, 2)
+	cfg.Protocol = Hardsync
+	net, addr := network(t, "inmem", cfg.Job)
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 16), Network: net, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial(ctx, g.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var redials atomic.Int32
+	c, err := NewClient(ClientConfig{Learner: 0, Protocol: Hardsync, Total: 16, Shards: 1,
+		Redial: func(ctx context.Context, _ int) (rdma.Conn, error) {
+			redials.Add(1)
+			return net.Dial(ctx, g.Addrs()[0])
+		}}, []rdma.Conn{conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, next, grad := make([]float32, 16), make([]float32, 16), make([]float32, 16)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PullAsync(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, grad, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond) // a redial after Close would come within it
+	for time.Now().Before(deadline) && redials.Load() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := redials.Load(); n != 0 {
+		t.Fatalf("%d redials after Close", n)
+	}
+	g.Finish()
+	g.Evict(0, 0)
+	g.Evict(1, 0)
 }

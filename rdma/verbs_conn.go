@@ -884,13 +884,22 @@ func (c *verbsConn) sendLarge(ctx context.Context, h *Header, m *Msg, payload []
 		c.sends[slot].msg, sc.msg = m, nil
 	}
 	err = c.post(slot, false)
-	if lent {
+	switch {
+	case lent && err != nil:
+		<-c.lentDone // post released the slot
+	case lent:
 		c.mu.Unlock()
 		select {
 		case <-c.lentDone:
+		case <-c.progDone: // the queue pair failed and nothing completes any more
 		case <-c.done:
 		}
 		c.mu.Lock()
+		if st := c.sendState(); st != nil && c.sends[slot].lent {
+			// Not known to be written: the connection failed or is closing
+			// (the receiver's checksum rejects a torn frame).
+			err = st
+		}
 	}
 	return err
 }

@@ -427,9 +427,9 @@ func (n *Net) run(ph phase, x []float32, labels []int32) {
 		hooked := n.hook != nil && ph != phaseForward
 		if hooked { // the workers' sums are made layer by layer (poolReady)
 			n.pool.onLayer, n.reduced = n.onLayer, len(n.grads)
+			defer func() { n.pool.onLayer = nil }() // the pool's goroutines keep no reference to n
 		}
 		n.pool.run(ph)
-		n.pool.onLayer = nil // the pool's goroutines keep no reference to n
 		if ph != phaseForward && !hooked {
 			n.pool.run(phaseReduce)
 		}

@@ -42,7 +42,7 @@ func speedupCells(ms []modelBatch, data string, protocols []string, learners []i
 	for _, m := range ms {
 		for _, l := range learners {
 			if ceiling {
-				js = append(js, benchJob{modelBatch: m, data: data, protocol: "none", transport: independentTransport, learners: l, steps: steps})
+				js = append(js, benchJob{modelBatch: m, data: "synthetic", protocol: "none", transport: independentTransport, learners: l, steps: steps})
 			}
 		}
 		for _, proto := range protocols {
