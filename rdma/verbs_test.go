@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -781,15 +782,16 @@ func TestVerbsPeerCloseBeforeReceive(t *testing.T) {
 
 // TestVerbsLentInPlace: a payload lent from memory of the network's
 // allocator (a learner's gradient kept in a NewMsg of its own) is written
-// from where it lies, and the receiver gets what was sent although the
-// lender overwrites it right after Send. (The emulation completes a write
-// when it is posted, so this does not show Send's wait for the
-// completion.) A payload lent from the Go heap is copied into a
-// registered block first.
+// from where it lies, and Send returns only once the write has completed
+// (here held back by the emulation until the test lets it go), so that
+// the receiver gets what was sent although the lender overwrites it right
+// after Send. A payload lent from the Go heap is copied into a registered
+// block first.
 func TestVerbsLentInPlace(t *testing.T) {
 	c, s, emu := emuPair(t, Options{})
 	var rec recordOps
-	emu.SetHooks(verbs.Hooks{Send: rec.hook})
+	var hold atomic.Bool // hold back RDMA writes
+	emu.SetHooks(verbs.Hooks{Send: rec.hook, Hold: func(_ uint32, wr *verbs.SendWR) bool { return hold.Load() && wr.Op == verbs.OpWriteImm }})
 	const n, lo, hi = 100_000, 1_000, 99_993
 	owner := c.v.NewMsg(n)
 	if owner.pool == nil {
@@ -803,8 +805,25 @@ func TestVerbsLentInPlace(t *testing.T) {
 		m := NewMsg(0)
 		m.Borrow(lent)
 		m.Seq = uint64(i)
-		if err := c.Send(testCtx(t), m); err != nil {
-			t.Fatal(err)
+		hold.Store(i == 2)
+		sent := make(chan error, 1)
+		go func() { sent <- c.Send(testCtx(t), m) }()
+		if i == 2 {
+			select {
+			case err := <-sent:
+				t.Fatalf("Send returned (%v) while its write was held back", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			hold.Store(false)
+			emu.Resume()
+		}
+		select {
+		case err := <-sent:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d: Send did not return", i)
 		}
 		clear(lent) // the lender's again
 		got := mustRecv(t, s)

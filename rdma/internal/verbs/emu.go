@@ -86,6 +86,20 @@ type Hooks struct {
 	// work request with that status instead of executing it, and puts the
 	// queue pair in error.
 	Send func(qpn uint32, wr *SendWR) Status
+	// Hold, if it returns true, makes a send work request of queue pair
+	// qpn wait, as for a receive the peer has not posted, until Resume
+	// finds it returning false. It runs under the emulation's lock.
+	Hold func(qpn uint32, wr *SendWR) bool
+}
+
+// Resume runs the work requests that wait (Hooks.Hold, or a receive
+// since posted), in order, on every queue pair.
+func (e *Emu) Resume() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, qp := range e.qps {
+		qp.drain()
+	}
 }
 
 var emuIDs atomic.Uint64
@@ -570,6 +584,9 @@ func (qp *emuQP) drain() {
 // peer. It runs under emu.mu.
 func (qp *emuQP) execute(wr *SendWR) bool {
 	e := qp.emu
+	if h := e.hooks.Hold; h != nil && h(qp.qpn, wr) {
+		return false
+	}
 	if h := e.hooks.Send; h != nil {
 		if st := h(qp.qpn, wr); st != StatusSuccess {
 			qp.fail(wr, st)
