@@ -26,11 +26,11 @@ type speedupRow struct {
 	EarlyPush    bool        `json:"early_push"`
 	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
 	Runs         []float64   `json:"runs"`           // images/s of every run, in order
-	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport and protocol
+	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport, protocol and early push
 	Efficiency   float64     `json:"efficiency"`     // speedup / (λ / the first λ)
 	Steps        int64       `json:"steps"`
 	Seconds      float64     `json:"seconds"`
-	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard server, the learners
+	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard servers, the learners (none for independent jobs)
 }
 
 // speedupCells returns the jobs of bench speedup in the order they run in
@@ -78,10 +78,10 @@ func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([
 // speedupRows makes a row of each job from its runs (runs[i] are job i's,
 // each with its report): the median run by images/s (the lower of the two
 // middle ones for an even count), the speedup over the first job of the
-// same model, protocol and transport.
+// same model, protocol, transport and early push.
 func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 	var rows []speedupRow
-	base := map[string]speedupRow{} // the first row of each model, protocol and transport
+	base := map[string]speedupRow{} // the first row of each model, protocol, transport and early push
 	for i, j := range jobs {
 		r := speedupRow{Model: j.model, Batch: j.batch, Data: j.data, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
 			Shards: j.shards, EarlyPush: j.earlyPush}
@@ -192,10 +192,11 @@ func newBenchSpeedupCmd(app *App) *cobra.Command {
 number of mini-batches per learner) as processes on this host, as softsync
 launch does: --shards shard servers and λ learner processes of one compute
 thread each, over each transport of --transport, with and without
---early-push as asked, for every model, protocol and λ asked, and print images/s, the speedup over the first λ of the same model,
-transport and protocol, the efficiency (speedup / λ, relative to the first
-λ) and the peak resident set (VmHWM) of the processes. Softsync runs with
-n = λ. The transports (and early push) take turns at each λ, so that they
+--early-push as asked, for every model, protocol and λ asked, and print
+images/s, the speedup over the first λ of the same model, transport,
+protocol and early push, the efficiency (speedup / λ, relative to the
+first λ) and the peak resident set (VmHWM) of the processes. Softsync
+runs with n = λ. The transports (and early push) take turns at each λ, so that they
 see the same load.
 With --repeat N every job runs N times, in rounds of all the jobs, and its
 row is its median run. Training time runs from the moment every process has
