@@ -16,8 +16,8 @@
 // allocator it came from, so that steady traffic allocates nothing. The
 // package's NewMsg draws from a process-wide pool; a Network's NewMsg from
 // the transport's own memory (registered memory for verbs), so that a
-// payload computed into it is sent without a copy (shm copies every
-// payload once on each side, see below). A message may instead borrow its
+// payload computed into it is sent without a copy (registered memory for
+// verbs, the process's lend segment for shm, see below). A message may instead borrow its
 // payload (Msg.Borrow): Send reads the lender's memory before it returns
 // (TCP writes it to the socket from where it lies), and a receiver's
 // Placement (Placer) names memory of its own for the payload of the
@@ -95,6 +95,10 @@
 // of it into the received message (or the placed memory), checksummed
 // piece by piece; a received message never lies in
 // shared memory, and the receiver parses and checks only its own copy.
+// A large payload of the network's NewMsg lies in the process's lend
+// segment, which the peer maps read-only: it is lent, not copied, the
+// ring carrying only its reference, and Send waits until the receiver
+// has copied it out (docs/wire.md, "Lent payloads").
 // The peer is not trusted: every ring index is checked each time it is
 // read (ErrProtocol when it is out of range), and frames are validated
 // as on a stream. An end that waits polls briefly, then sleeps in the

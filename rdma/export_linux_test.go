@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"time"
+	"unsafe"
 )
 
 // NewShmRing returns the shm transport dialing connections with rings of
@@ -25,6 +26,9 @@ func ShmUnread(c Conn) (unread uint64, ring int) {
 	return sc.rx.ring.tail.Load() - sc.rx.ring.head.Load(), len(sc.rx.ring.data)
 }
 
+// ShmInLend reports whether p lies in this process's shm lend segment.
+func ShmInLend(p []float32) bool { return len(p) > 0 && lendContains(unsafe.Pointer(&p[0])) }
+
 // ShmChildRing is the ring size of the connections ShmChild dials.
 const ShmChildRing = 64 << 10
 
@@ -37,6 +41,9 @@ const ShmChildRing = 64 << 10
 //	        each element i+1.
 //	full:   prints ready, then sends a message of 1 Mi elements, which
 //	        fills the ring (but for less than a piece) and waits for room.
+//	lent:   sends a message of ShmChildLentElems elements, each 5, from
+//	        its lend segment, and prints ready once its reference is in
+//	        the ring (the send waits for the parent to read it).
 //	torn:   writes into the ring, and publishes, the header of a frame of
 //	        1 Mi elements and its first 1000 payload bytes, and writes
 //	        500 more without publishing them: a process dead in the
@@ -76,6 +83,16 @@ func ShmChild(mode, addr string) int {
 			return fail(err)
 		}
 		return fail(fmt.Errorf("a send of 4 MiB through a ring of %d bytes that nobody reads returned", ShmChildRing))
+	case "lent":
+		m := s.NewMsg(ShmChildLentElems)
+		for j := range m.Payload {
+			m.Payload[j] = 5
+		}
+		go c.Send(context.Background(), m) // waits for the parent, which never reads before the kill
+		for c.tx.ring.tail.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("ready")
 	case "torn":
 		h := Header{Job: 0, Elems: 1 << 20, PayloadLen: 4 << 20}
 		var hb [HeaderSize]byte
@@ -91,6 +108,9 @@ func ShmChild(mode, addr string) int {
 	bufio.NewReader(os.Stdin).ReadString('\n') // until the parent goes
 	return 0
 }
+
+// ShmChildLentElems is the size of ShmChild's lent message.
+const ShmChildLentElems = 1 << 18
 
 // ShmChildElems is the size of message i of ShmChild's frames mode.
 func ShmChildElems(i int) int { return 1000 * (i + 1) }

@@ -44,6 +44,14 @@ const (
 // always checksummed.
 const FlagNoPayloadCRC = 0x01
 
+// flagLent marks a shm frame whose payload stays in the sender's lend
+// segment: the ring carries its reference (shmRefSize bytes: offset and
+// length) in the payload's place. Other transports reject it.
+const flagLent = 0x02
+
+// shmRefSize is the size of a lent payload's reference.
+const shmRefSize = 16
+
 // Magic is the first four bytes of every frame.
 const Magic = "SSYF"
 
@@ -109,13 +117,18 @@ func PutHeader(b []byte, h *Header) {
 // ErrUnknownCodec, ErrBadLength or ErrWrongJob, the returned Header is
 // valid and FrameLen says how many bytes to skip to the next frame.
 func ParseHeader(b []byte, lim *Limits) (Header, error) {
+	return parseHeader(b, lim, FlagNoPayloadCRC)
+}
+
+// parseHeader is ParseHeader accepting the flag bits of flags.
+func parseHeader(b []byte, lim *Limits, flags uint8) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, ErrTruncated
 	}
 	if string(b[:4]) != Magic {
 		return Header{}, badMagic(b)
 	}
-	if b[4] != Version || b[7]&^FlagNoPayloadCRC != 0 {
+	if b[4] != Version || b[7]&^flags != 0 {
 		return Header{}, fmt.Errorf("%w: version %d, flags %#x", ErrBadVersion, b[4], b[7])
 	}
 	le := binary.LittleEndian

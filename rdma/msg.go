@@ -50,10 +50,12 @@ const (
 // Borrowed payloads. Borrow makes memory the Msg does not own its
 // payload: the caller's (a gradient, a shard's weights) on Send, the
 // receiver's (see Placement) on Recv. Send is done with a borrowed
-// payload when it returns (TCP writes it to the socket, shm copies it into
-// its ring, in-memory copies it into a buffer of its own, verbs writes it
-// from where it lies when it is memory of the network's NewMsg, waiting
-// for the write to complete, and copies it otherwise), so the lender may
+// payload when it returns (TCP writes it to the socket; shm, when it is
+// memory of the network's NewMsg, waits for the receiver to copy it out,
+// and otherwise copies it into its ring; in-memory copies it into a
+// buffer of its own; verbs writes it from where it lies when it is memory
+// of the network's NewMsg, waiting for the write to complete, and copies
+// it otherwise), so the lender may
 // change it from then on; Release never recycles it.
 type Msg struct {
 	Type    Type
@@ -81,7 +83,14 @@ type Msg struct {
 	released bool
 	pool     *regPool // non-nil: Payload lies in blk, registered memory of pool
 	blk      block
+	lend     lendAlloc // non-nil: Payload lies in a shm lend segment, lendOff bytes in
+	lendOff  uint64
+	lendSize uint64 // the bytes given to Payload there
 }
+
+// lendAlloc is the allocator of messages whose payload lies in a shm lend
+// segment (Shm.NewMsg).
+type lendAlloc interface{ releaseMsg(*Msg) }
 
 // NewMsg returns a Msg from the pool with a zeroed header, len(Payload)
 // == n (contents undefined) and empty Data.
@@ -117,9 +126,13 @@ func (m *Msg) Release() {
 		m.pool.releaseMsg(m)
 		return
 	}
+	if m.lend != nil {
+		m.lend.releaseMsg(m)
+		return
+	}
 	wire, payload, data := m.wire[:0], m.Payload[:0], m.Data[:0]
-	if cap(payload) > 0 && spans.contains(unsafe.Pointer(unsafe.SliceData(payload))) {
-		payload = nil // registered memory moved here from another Msg: not ours to keep
+	if p := unsafe.Pointer(unsafe.SliceData(payload)); cap(payload) > 0 && (spans.contains(p) || lendContains(p)) {
+		payload = nil // registered or lend memory moved here from another Msg: not ours to keep
 	}
 	*m = Msg{Payload: payload, Data: data, wire: wire, released: true}
 	if c := bits.Len(uint(cap(payload))) - 1; c >= 0 && c < len(pools) {

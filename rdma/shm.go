@@ -45,7 +45,8 @@ import (
 // on one host work as they are.
 type Shm struct {
 	opts   Options
-	ring   int // ring size of the connections it dials
+	ring   int          // ring size of the connections it dials
+	lend   *lendSegment // the process's, or nil
 	dialer net.Dialer
 	// dialUnix connects to an abstract socket (tests: from another
 	// network namespace); nil: dialer.DialContext.
@@ -77,7 +78,7 @@ func NewShm(opts Options) (*Shm, error) {
 	if err := shmSupported(); err != nil {
 		return nil, &OpError{Op: "open", Peer: "shm", Err: err}
 	}
-	return &Shm{opts: o, ring: shmRingSize}, nil
+	return &Shm{opts: o, ring: shmRingSize, lend: theLendSegment()}, nil
 }
 
 // shmSupported checks once that sealed memfds can be made.
@@ -93,10 +94,20 @@ var shmSupported = sync.OnceValue(func() error {
 // Name returns "shm".
 func (s *Shm) Name() string { return "shm" }
 
-// NewMsg returns a message from the process-wide pool (package NewMsg):
-// shm copies payloads into its rings and out of them, from and into any
-// memory, so that no message ever lies in memory the peer can write.
-func (s *Shm) NewMsg(n int) *Msg { return NewMsg(n) }
+// NewMsg returns a message whose payload lies in the process's lend
+// segment when it has at least shmLendMin bytes (and the segment has
+// room), so that a Send of it, or of memory lent from it (Msg.Borrow),
+// puts only a reference into the ring and the receiver copies the
+// payload straight out of it; other messages come from the process-wide
+// pool (package NewMsg). A received message never lies in shared memory.
+func (s *Shm) NewMsg(n int) *Msg {
+	if s.lend != nil && 4*n >= shmLendMin {
+		if m := s.lend.newMsg(n); m != nil {
+			return m
+		}
+	}
+	return NewMsg(n)
+}
 
 // shmPrefix starts the abstract names that stand for TCP-style addresses
 // and the names Listen picks.
@@ -211,12 +222,14 @@ func (s *Shm) dial(ctx context.Context, name string, nonce [nonceSize]byte, loca
 // Set-up messages (docs/wire.md, "Over shared memory"), after the
 // handshake if there is one, little-endian:
 //
-//	dialer → listener, 48 bytes, with the segment's memfd and the
-//	dialer's wake-up socket (SCM_RIGHTS, in this order):
-//	  0 4 magic "SSYM"   4 1 version (1)   5 3 zero
+//	dialer → listener, 48 bytes, with the segment's memfd, the
+//	dialer's wake-up socket and its lend segment if it has one
+//	(SCM_RIGHTS, in this order):
+//	  0 4 magic "SSYM"   4 1 version (2)   5 3 zero
 //	  8 8 ring size R   16 32 nonce (auto's offer; zero otherwise)
-//	listener → dialer, 8 bytes, with the listener's wake-up socket:
-//	  0 4 magic "SSYM"   4 1 version (1)   5 3 zero
+//	listener → dialer, 8 bytes, with the listener's wake-up socket and
+//	its lend segment if it has one:
+//	  0 4 magic "SSYM"   4 1 version (2)   5 3 zero
 const (
 	shmSetupSize = 48
 	shmReplySize = 8
@@ -241,7 +254,7 @@ func (s *Shm) clientSetup(uc *net.UnixConn, nonce [nonceSize]byte, local, remote
 	msg[4] = shmVersion
 	binary.LittleEndian.PutUint64(msg[8:], uint64(r))
 	copy(msg[16:], nonce[:])
-	_, _, err = uc.WriteMsgUnix(msg[:], unix.UnixRights(memfd, pair[1]), nil)
+	_, _, err = uc.WriteMsgUnix(msg[:], unix.UnixRights(s.lend.withFD(memfd, pair[1])...), nil)
 	unix.Close(memfd) // the mapping and the message in flight keep the segment
 	unix.Close(pair[1])
 	var fds []int
@@ -252,11 +265,16 @@ func (s *Shm) clientSetup(uc *net.UnixConn, nonce [nonceSize]byte, local, remote
 			err = fmt.Errorf("%w: shm set-up answer % x", ErrProtocol, reply)
 		}
 	}
-	if err == nil && len(fds) != 1 {
-		err = fmt.Errorf("%w: shm set-up answer with %d descriptors, want 1", ErrProtocol, len(fds))
+	if err == nil && len(fds) != 1 && len(fds) != 2 {
+		err = fmt.Errorf("%w: shm set-up answer with %d descriptors, want 1 or 2", ErrProtocol, len(fds))
 	}
 	if err == nil {
 		err = checkWakeSocket(fds[0])
+	}
+	var peer *peerLend
+	if err == nil && len(fds) == 2 {
+		peer, err = mapPeerLend(fds[1])
+		fds = fds[:1]
 	}
 	var room *net.UnixConn
 	if err == nil {
@@ -264,6 +282,9 @@ func (s *Shm) clientSetup(uc *net.UnixConn, nonce [nonceSize]byte, local, remote
 		pair[0] = -1
 	}
 	if err != nil {
+		if peer != nil {
+			peer.close()
+		}
 		closeFDs(fds)
 		if pair[0] >= 0 {
 			unix.Close(pair[0])
@@ -272,7 +293,7 @@ func (s *Shm) clientSetup(uc *net.UnixConn, nonce [nonceSize]byte, local, remote
 		return nil, shmSetupError("reading the listener's answer", err)
 	}
 	c := newShmConn(seg, r, 0, uc, room, fds[0], s.opts, local, remote)
-	c.mapped, c.nonce = true, nonce
+	c.mapped, c.nonce, c.lend, c.peerLend = true, nonce, s.lend, peer
 	return c, nil
 }
 
@@ -333,16 +354,31 @@ func (sv shmServer) serverSetup(uc *net.UnixConn) (*shmConn, error) {
 	}
 	unix.Close(fds[0]) // mapped
 	peerRoom := fds[1]
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+	var peer *peerLend
+	if len(fds) == 3 {
+		if peer, err = mapPeerLend(fds[2]); err != nil {
+			unix.Close(peerRoom)
+			unix.Munmap(seg)
+			return nil, err
+		}
+	}
+	fail := func(err error) (*shmConn, error) {
+		if peer != nil {
+			peer.close()
+		}
 		unix.Close(peerRoom)
 		unix.Munmap(seg)
-		return nil, localError{fmt.Errorf("shm wake-up socket pair: %w", err)}
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(localError{fmt.Errorf("shm wake-up socket pair: %w", err)})
 	}
 	var reply [shmReplySize]byte
 	copy(reply[:], shmMagic)
 	reply[4] = shmVersion
-	_, _, err = uc.WriteMsgUnix(reply[:], unix.UnixRights(pair[1]), nil)
+	lend := sv.s.lend
+	_, _, err = uc.WriteMsgUnix(reply[:], unix.UnixRights(lend.withFD(pair[1])...), nil)
 	unix.Close(pair[1])
 	var room *net.UnixConn
 	if err == nil {
@@ -353,13 +389,11 @@ func (sv shmServer) serverSetup(uc *net.UnixConn) (*shmConn, error) {
 		if pair[0] >= 0 {
 			unix.Close(pair[0])
 		}
-		unix.Close(peerRoom)
-		unix.Munmap(seg)
-		return nil, shmSetupError("answering the dialer", err)
+		return fail(shmSetupError("answering the dialer", err))
 	}
 	local := uc.LocalAddr().String()
 	c := newShmConn(seg, r, 1, uc, room, peerRoom, sv.s.opts, local, sv.peer(uc))
-	c.mapped, c.nonce = true, nonce
+	c.mapped, c.nonce, c.lend, c.peerLend = true, nonce, lend, peer
 	return c, nil
 }
 
@@ -377,8 +411,8 @@ func (sv shmServer) takeSegment(msg []byte, fds []int) (seg []byte, r int, nonce
 		return nil, 0, nonce, fmt.Errorf("%w: shm set-up with a nonce, but this listener offered none", ErrProtocol)
 	case sv.nonceOK != nil && !sv.nonceOK(nonce):
 		return nil, 0, nonce, fmt.Errorf("%w: shm set-up with a nonce this listener did not offer (or offered to a connection since gone)", ErrProtocol)
-	case len(fds) != 2:
-		return nil, 0, nonce, fmt.Errorf("%w: shm set-up with %d descriptors, want 2", ErrProtocol, len(fds))
+	case len(fds) != 2 && len(fds) != 3:
+		return nil, 0, nonce, fmt.Errorf("%w: shm set-up with %d descriptors, want 2 or 3", ErrProtocol, len(fds))
 	}
 	r = int(ring)
 	if err := checkSegment(fds[0], shmSegSize(r)); err != nil {
@@ -427,22 +461,33 @@ const shmSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 // checkSegment verifies that fd is a memfd of size bytes on shared
 // memory (not huge pages, which may run out) with shmSeals.
 func checkSegment(fd, size int) error {
+	got, err := checkMemfd(fd, "shm segment", shmSeals)
+	if err == nil && got != int64(size) {
+		err = fmt.Errorf("%w: shm segment of %d bytes, want %d", ErrProtocol, got, size)
+	}
+	return err
+}
+
+// checkMemfd verifies that fd, the peer's what, is a regular file in
+// shared memory (tmpfs: a memfd) with the given seals, and returns its
+// size.
+func checkMemfd(fd int, what string, seals int) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("%w: shm segment: %w", ErrProtocol, err)
+		return 0, fmt.Errorf("%w: %s: %w", ErrProtocol, what, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(size) {
-		return fmt.Errorf("%w: shm segment is not a file of %d bytes (mode %#o, %d bytes)", ErrProtocol, size, st.Mode, st.Size)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, fmt.Errorf("%w: %s is not a file (mode %#o)", ErrProtocol, what, st.Mode)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
-		return fmt.Errorf("%w: shm segment is not in shared memory (file system %#x)", ErrProtocol, fs.Type)
+		return 0, fmt.Errorf("%w: %s is not in shared memory (file system %#x)", ErrProtocol, what, fs.Type)
 	}
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil || seals&shmSeals != shmSeals {
-		return fmt.Errorf("%w: shm segment is not sealed against resizing (seals %#x, want %#x): %v", ErrProtocol, seals, shmSeals, err)
+	got, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || got&seals != seals {
+		return 0, fmt.Errorf("%w: %s is not sealed as it must be (seals %#x, want %#x): %v", ErrProtocol, what, got, seals, err)
 	}
-	return nil
+	return st.Size, nil
 }
 
 // checkWakeSocket verifies that fd is a unix socket of the kind wake-ups
@@ -458,11 +503,11 @@ func checkWakeSocket(fd int) error {
 }
 
 // readWithFDs fills p, a set-up message or answer, from uc and returns
-// the descriptors that came with it (at most 2 are taken; more close the
+// the descriptors that came with it (at most 3 are taken; more close the
 // connection's set-up as a protocol error). It fails as soon as the
 // magic is wrong, without waiting for the rest.
 func readWithFDs(uc *net.UnixConn, p []byte) (fds []int, err error) {
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, flags, _, err := uc.ReadMsgUnix(p, oob)
 	for err == nil && n < len(shmMagic) {
 		var k int

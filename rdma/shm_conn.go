@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"net"
 	"runtime"
@@ -46,13 +47,17 @@ type shmConn struct {
 
 	seg    []byte // the segment
 	mapped bool   // seg is a mapping of this end's, unmapped by Close
-	piece  uint64 // shmPiece, or a quarter of a smaller ring
-	tx     ringWriter
-	rx     ringReader
-	own    *atomic.Uint32 // this end's closed word (in its producer line)
-	peer   *atomic.Uint32 // the peer's
-	closed atomic.Bool
-	gone   atomic.Bool // a wake-up socket found the peer's end closed
+	// lend is this process's lend segment, which the peer maps (nil:
+	// none); peerLend the peer's as this end maps it (nil: none).
+	lend     *lendSegment
+	peerLend *peerLend
+	piece    uint64 // shmPiece, or a quarter of a smaller ring
+	tx       ringWriter
+	rx       ringReader
+	own      *atomic.Uint32 // this end's closed word (in its producer line)
+	peer     *atomic.Uint32 // the peer's
+	closed   atomic.Bool
+	gone     atomic.Bool // a wake-up socket found the peer's end closed
 
 	data     *net.UnixConn // bytes-written wake-ups: in from the peer, out to it
 	room     *net.UnixConn // room-freed wake-ups from the peer
@@ -71,6 +76,8 @@ type shmConn struct {
 	wroom shmWaiter
 
 	// receive side, guarded by recvMu
+	lent  bool // the frame being read carries a lent payload's reference
+	rref  [shmRefSize]byte
 	rhdr  [HeaderSize]byte
 	rwire []byte
 	rtrl  [TrailerSize]byte
@@ -294,18 +301,39 @@ func (c *shmConn) send(ctx context.Context, m *Msg) error {
 		return err
 	}
 	sum := !c.opts.NoPayloadChecksum
+	off, lent := uint64(0), false
+	if h.Codec == CodecNone {
+		off, lent = c.lend.offset(payload)
+	}
+	if lent {
+		h.Flags |= flagLent
+	}
 	PutHeader(c.hbuf[:], &h)
 	c.wrote = false
 	var crc uint32
 	err = c.write(ctx, c.hbuf[:], false, &crc)
-	for _, p := range [...][]byte{m.Data, payload} {
-		if err == nil {
-			err = c.write(ctx, p, sum, &crc)
+	if err == nil {
+		err = c.write(ctx, m.Data, sum, &crc)
+	}
+	switch {
+	case err != nil:
+	case lent:
+		if sum {
+			crc = crc32.Update(crc, castagnoli, payload)
 		}
+		var ref [shmRefSize]byte
+		binary.LittleEndian.PutUint64(ref[:], off)
+		binary.LittleEndian.PutUint64(ref[8:], uint64(len(payload)))
+		err = c.write(ctx, ref[:], false, &crc)
+	default:
+		err = c.write(ctx, payload, sum, &crc)
 	}
 	if err == nil {
 		binary.LittleEndian.PutUint32(c.trl[:], crc)
 		err = c.write(ctx, c.trl[:], false, &crc)
+	}
+	if err == nil && lent {
+		err = c.awaitLent(ctx)
 	}
 	if err != nil {
 		unsent(m, c.swire)
@@ -322,6 +350,22 @@ func (c *shmConn) send(ctx context.Context, m *Msg) error {
 	c.publishTx()
 	c.countSent(h.Codec, len(m.Payload), len(m.Data), int(h.PayloadLen), d)
 	return nil
+}
+
+// awaitLent publishes a frame whose payload is lent and waits until the
+// peer has read all of it, which it does once it has copied the payload
+// out of the lend segment: the ring is then empty, as nothing else is
+// written meanwhile. A wait that ends otherwise (cancelled, the peer
+// gone, Close) leaves the peer perhaps copying still: it marks this end
+// closed first, and a receiver that finds the sender's end closed once
+// it has copied a lent payload drops the frame as truncated, so that it
+// never delivers one the lender changed in the middle of its copy.
+func (c *shmConn) awaitLent(ctx context.Context) error {
+	_, err := c.wroom.wait(ctx, uint64(len(c.tx.ring.data)))
+	if err != nil {
+		c.own.Store(1)
+	}
+	return err
 }
 
 // write copies p into the ring in pieces, updating crc (if sum) over each
@@ -379,12 +423,16 @@ func (c *shmConn) Recv(ctx context.Context) (*Msg, error) {
 	}
 	c.rx.copyOut(c.rhdr[:])
 	c.unrel += HeaderSize
-	h, err := ParseHeader(c.rhdr[:], &c.lim)
+	h, err := parseHeader(c.rhdr[:], &c.lim, FlagNoPayloadCRC|flagLent)
 	if err != nil && !skippable(err) {
 		return nil, c.fatal(err)
 	}
+	c.lent = h.Flags&flagLent != 0
+	if c.lent && c.peerLend == nil {
+		return nil, c.fatal(fmt.Errorf("%w: a lent payload from a peer that gave no lend segment", ErrProtocol))
+	}
 	if err != nil {
-		if serr := c.skip(ctx, uint64(h.FrameLen()-HeaderSize)); serr != nil {
+		if serr := c.skip(ctx, uint64(shmFrameLen(&h)-HeaderSize)); serr != nil {
 			return nil, c.fatal(serr)
 		}
 		c.releaseRx()
@@ -418,6 +466,51 @@ func (c *shmConn) readFull(ctx context.Context, p []byte, sum bool, crc uint32) 
 	}
 	c.releaseRx()
 	return crc, nil
+}
+
+// readPayload reads a frame's payload into p: out of the ring, or for a
+// lent payload, out of the peer's lend segment at the reference the ring
+// carries. A lent payload is dropped, and the stream ends as truncated,
+// when the sender's end is found closed after the copy: its Send gave up
+// waiting and may have changed the payload meanwhile (awaitLent).
+func (c *shmConn) readPayload(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error) {
+	if !c.lent {
+		return c.readFull(ctx, p, sum, crc)
+	}
+	if _, err := c.readFull(ctx, c.rref[:], false, 0); err != nil {
+		return crc, err
+	}
+	off, n := binary.LittleEndian.Uint64(c.rref[:]), binary.LittleEndian.Uint64(c.rref[8:])
+	if n != uint64(len(p)) {
+		return crc, fmt.Errorf("%w: lent payload of %d bytes, the header says %d", ErrProtocol, n, len(p))
+	}
+	src, err := c.peerLend.extent(off, n)
+	if err != nil {
+		return crc, err
+	}
+	for len(p) > 0 {
+		k := copy(p[:min(uint64(len(p)), c.piece)], src)
+		if sum {
+			crc = crc32.Update(crc, castagnoli, p[:k])
+		}
+		p, src = p[k:], src[k:]
+	}
+	switch {
+	case c.peer.Load() != 0:
+		return crc, truncated
+	case c.closed.Load():
+		return crc, ErrClosed
+	}
+	return crc, nil
+}
+
+// shmFrameLen is the number of bytes the frame h describes takes in the
+// ring: a lent payload's reference instead of the payload.
+func shmFrameLen(h *Header) int {
+	if h.Flags&flagLent != 0 {
+		return HeaderSize + int(h.DataLen) + shmRefSize + TrailerSize
+	}
+	return h.FrameLen()
 }
 
 // skip consumes the n bytes of a rejected frame.
@@ -475,6 +568,10 @@ func (c *shmConn) Close() error {
 	if c.peerRoom >= 0 {
 		unix.Close(c.peerRoom)
 		c.peerRoom = -1
+	}
+	if c.peerLend != nil {
+		c.peerLend.close()
+		c.peerLend = nil
 	}
 	c.recvMu.Unlock()
 	c.closeCodecs()

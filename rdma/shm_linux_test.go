@@ -415,7 +415,7 @@ func TestShmAuth(t *testing.T) {
 
 // setupMsg builds a shm set-up message (docs/wire.md).
 func setupMsg(magic string, ring uint64) []byte {
-	b := append([]byte(magic), 1, 0, 0, 0)
+	b := append([]byte(magic), 2, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, ring)
 	return append(b, make([]byte, 32)...)
 }
@@ -482,6 +482,17 @@ func TestShmHostileSetup(t *testing.T) {
 		f.Truncate(int64(size))
 		return int(f.Fd())
 	}
+	segment := func(t *testing.T) int { // a proper segment
+		fd := memfd(t, size, 0)
+		hdr := append([]byte("SSYM"), 2, 0, 0, 0)
+		if _, err := unix.Pwrite(fd, binary.LittleEndian.AppendUint64(hdr, ring), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
 	cases := []struct {
 		name string
 		msg  []byte
@@ -500,6 +511,15 @@ func TestShmHostileSetup(t *testing.T) {
 		{"tiny ring", setupMsg("SSYM", 1024), func(t *testing.T) []int { return []int{memfd(t, 4096+2048, seals), wake(t)} }, "ring size"},
 		{"magic", setupMsg("SSYX", ring), func(t *testing.T) []int { return []int{memfd(t, size, seals), wake(t)} }, "set-up starts"},
 		{"header", setupMsg("SSYM", ring), func(t *testing.T) []int { return []int{memfd(t, size, seals), wake(t)} }, "segment starts"},
+		{"lend unsealed", setupMsg("SSYM", ring), func(t *testing.T) []int { return []int{segment(t), wake(t), memfd(t, 4096, 0)} }, "lend segment is not sealed"},
+		{"lend sealed without shrink", setupMsg("SSYM", ring), func(t *testing.T) []int {
+			return []int{segment(t), wake(t), memfd(t, 4096, unix.F_SEAL_GROW|unix.F_SEAL_SEAL)}
+		}, "lend segment is not sealed"},
+		{"lend pipe", setupMsg("SSYM", ring), func(t *testing.T) []int { return []int{segment(t), wake(t), pipe(t)} }, "lend segment is not a file"},
+		{"lend file", setupMsg("SSYM", ring), func(t *testing.T) []int { return []int{segment(t), wake(t), file(t)} }, "lend segment is not"}, // in shared memory, or sealed where /tmp is tmpfs
+		{"four fds", setupMsg("SSYM", ring), func(t *testing.T) []int {
+			return []int{segment(t), wake(t), memfd(t, 4096, unix.F_SEAL_SHRINK), wake(t)}
+		}, "descriptors"},
 	}
 	ln, reports, conns := shmAuthServer(t, rdma.Options{})
 	before := openFDs(t)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"unsafe"
 )
 
 // Shm is the shared-memory transport, which needs Linux (memfd, abstract
@@ -26,6 +27,9 @@ func (s *Shm) Name() string                               { return "shm" }
 func (s *Shm) NewMsg(n int) *Msg                          { return NewMsg(n) }
 func (s *Shm) Listen(string) (Listener, error)            { return nil, errNoShm }
 func (s *Shm) Dial(context.Context, string) (Conn, error) { return nil, errNoShm }
+
+// lendContains reports false: there are no lend segments here.
+func lendContains(unsafe.Pointer) bool { return false }
 
 var errNoShm = fmt.Errorf("%w: no shared-memory transport on %s", ErrUnsupported, runtime.GOOS)
 

@@ -17,7 +17,7 @@ import (
 //
 //	  off  size
 //	    0     4  magic "SSYM"
-//	    4     1  version (1)
+//	    4     1  version (2)
 //	    5     3  0
 //	    8     8  ring size R: a power of two from shmMinRing to shmMaxRing
 //	   16   112  0
@@ -40,7 +40,7 @@ import (
 // word when it makes progress and then sends a wake-up.
 const (
 	shmMagic    = "SSYM"
-	shmVersion  = 1
+	shmVersion  = 2
 	shmHeader   = 4096
 	shmLine     = 128 // two cache lines: adjacent-line prefetch never shares one
 	shmRingCtl  = 128 // offset of ring 0's producer line

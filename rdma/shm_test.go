@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"runtime"
@@ -159,4 +160,46 @@ func inNewNetns(f func() error) error {
 		done <- f()
 	}()
 	return <-done
+}
+
+// TestShmHostileLent: references a peer writes for a lent payload that
+// lie outside its lend segment (beyond its size, or wrapping around),
+// that disagree with the header's length, or that come from a peer that
+// gave no lend segment, fail the receiving direction with ErrProtocol,
+// for good, and read nothing outside the segment.
+func TestShmHostileLent(t *testing.T) {
+	const elems = 1 << 16
+	for _, tc := range []struct {
+		name     string
+		off, n   uint64
+		noPeer   bool // the receiver has no lend segment of the peer's
+		wantText string
+	}{
+		{"beyond the segment", shmLendSpan - 4096, 4 * elems, false, "outside"},
+		{"beyond its size", shmLendSpan/2 - 4*elems, 4 * elems, false, "beyond the peer's lend segment"},
+		{"wrapping around", 1<<64 - 16, 4 * elems, false, "outside"},
+		{"length", 0, 4*elems - 4, false, "the header says"},
+		{"no lend segment", 0, 4 * elems, true, "gave no lend segment"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := shmConns(t, Options{}, 1<<20)
+			if tc.noPeer {
+				s.peerLend.close()
+				s.peerLend = nil
+			}
+			h := Header{Flags: FlagNoPayloadCRC | flagLent, Elems: elems, PayloadLen: 4 * elems}
+			var frame [HeaderSize + shmRefSize + TrailerSize]byte
+			PutHeader(frame[:], &h)
+			binary.LittleEndian.PutUint64(frame[HeaderSize:], tc.off)
+			binary.LittleEndian.PutUint64(frame[HeaderSize+8:], tc.n)
+			c.tx.copyIn(frame[:])
+			c.tx.publish()
+			for range 2 {
+				_, err := s.Recv(testCtx(t))
+				if !errors.Is(err, ErrProtocol) || Recoverable(err) || !strings.Contains(err.Error(), tc.wantText) {
+					t.Fatalf("%v, want a fatal ErrProtocol saying %q", err, tc.wantText)
+				}
+			}
+		})
+	}
 }

@@ -13,6 +13,9 @@ type streamReader interface {
 	// readFull fills p from the stream and returns crc updated over it
 	// if sum.
 	readFull(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error)
+	// readPayload is readFull for a frame's payload, which shm may take
+	// from elsewhere than the stream.
+	readPayload(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error)
 	// fatal records a receive error that cost the stream its frame sync.
 	fatal(err error) error
 }
@@ -45,13 +48,13 @@ func (e *endpoint) readBody(ctx context.Context, r streamReader, h *Header, m *M
 		*rwire = grow(*rwire, int(h.PayloadLen))
 		wire = *rwire
 	}
-	var crc uint32
 	sum := h.Flags&FlagNoPayloadCRC == 0
-	var err error
-	for _, p := range [...][]byte{m.Data, wire} {
-		if crc, err = r.readFull(ctx, p, sum, crc); err != nil {
-			return r.fatal(err)
-		}
+	crc, err := r.readFull(ctx, m.Data, sum, 0)
+	if err == nil {
+		crc, err = r.readPayload(ctx, wire, sum, crc)
+	}
+	if err != nil {
+		return r.fatal(err)
 	}
 	if crc, err = r.readFull(ctx, trl, true, crc); err != nil {
 		return r.fatal(err)

@@ -305,6 +305,11 @@ var crcResidue = crc32.Update(0, castagnoli, []byte{0, 0, 0, 0})
 // readFull fills p and returns crc updated (if sum) over each piece as it
 // arrives, while it is still in cache. Each read asks for at most
 // recvChunk bytes.
+// readPayload is readFull: a TCP payload is on the stream.
+func (c *tcpConn) readPayload(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error) {
+	return c.readFull(ctx, p, sum, crc)
+}
+
 func (c *tcpConn) readFull(ctx context.Context, p []byte, sum bool, crc uint32) (uint32, error) {
 	for len(p) > 0 {
 		n, err := c.br.Read(p[:min(len(p), recvChunk)])

@@ -126,12 +126,12 @@ type Network interface {
 	// undefined), zeroed header and empty Data, whose payload lives where
 	// this transport sends from and receives into without an extra copy:
 	// registered memory for verbs (while the network has a listener or a
-	// connection; ordinary memory otherwise), the process-wide pool
-	// (package NewMsg) for TCP, shm (which copies payloads into its rings
-	// and out of them, so that no message lies in memory the peer can
-	// write) and in-memory. Release returns it to the
-	// allocator it came from. Messages of any origin may be sent on any
-	// connection; one from another allocator costs a copy on verbs.
+	// connection; ordinary memory otherwise), the process's lend segment
+	// for large payloads of shm (which its peers map, so that they copy
+	// the payload straight out of it), the process-wide pool (package
+	// NewMsg) for TCP and in-memory. Release returns it to the allocator
+	// it came from. Messages of any origin may be sent on any connection;
+	// one from another allocator costs a copy on verbs and shm.
 	NewMsg(n int) *Msg
 }
 

@@ -238,8 +238,9 @@ func (v *Verbs) memlockCheck() error {
 
 // NewMsg returns a message whose payload lies in registered memory when
 // the network has a device open (a listener or a connection) and the
-// payload is too large to go inline; otherwise one from the process-wide
-// pool.
+// payload is too large to go inline; otherwise, for auto, one of its shm
+// side's (Shm.NewMsg), which its shm peers take without a copy, and
+// else one from the process-wide pool.
 func (v *Verbs) NewMsg(n int) *Msg {
 	if 4*n < v.opts.Verbs.SlotSize {
 		return NewMsg(n)
@@ -250,6 +251,9 @@ func (v *Verbs) NewMsg(n int) *Msg {
 		s.refs.Add(1)
 	}
 	v.mu.Unlock()
+	if s == nil && v.shm != nil {
+		return v.shm.NewMsg(n)
+	}
 	if s == nil {
 		return NewMsg(n)
 	}
