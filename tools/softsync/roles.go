@@ -79,6 +79,7 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 	var r cluster.Roles
 	if p != nil {
 		r = p.Topology.Processes[p.Index]
+		setServerProcs(p.Topology, r)
 	}
 	head := p == nil || r.Coordinator
 	prog := newProgress(app, f.quiet, c.Epochs)
