@@ -355,13 +355,6 @@ func (sv shmServer) serverSetup(uc *net.UnixConn) (*shmConn, error) {
 	unix.Close(fds[0]) // mapped
 	peerRoom := fds[1]
 	var peer *peerLend
-	if len(fds) == 3 {
-		if peer, err = mapPeerLend(fds[2]); err != nil {
-			unix.Close(peerRoom)
-			unix.Munmap(seg)
-			return nil, err
-		}
-	}
 	fail := func(err error) (*shmConn, error) {
 		if peer != nil {
 			peer.close()
@@ -369,6 +362,11 @@ func (sv shmServer) serverSetup(uc *net.UnixConn) (*shmConn, error) {
 		unix.Close(peerRoom)
 		unix.Munmap(seg)
 		return nil, err
+	}
+	if len(fds) == 3 {
+		if peer, err = mapPeerLend(fds[2]); err != nil {
+			return fail(err)
+		}
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

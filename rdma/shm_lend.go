@@ -71,26 +71,10 @@ var theLendSegment = sync.OnceValue(func() *lendSegment {
 // segment, or nil when the segment is full or cannot grow.
 func (s *lendSegment) newMsg(n int) *Msg {
 	size := (uint64(4*n) + shmLendGrain - 1) &^ (shmLendGrain - 1)
-	s.mu.Lock()
-	var off uint64
-	if l := s.free[size]; len(l) > 0 {
-		off, s.free[size] = l[len(l)-1], l[:len(l)-1]
-	} else {
-		if s.top+size > shmLendSpan {
-			s.mu.Unlock()
-			return nil
-		}
-		if end := s.top + size; end > s.size {
-			grow := max(end, min(2*s.size, shmLendSpan))
-			if unix.Ftruncate(s.fd, int64(grow)) != nil {
-				s.mu.Unlock()
-				return nil
-			}
-			s.size = grow
-		}
-		off, s.top = s.top, s.top+size
+	off, ok := s.alloc(size)
+	if !ok {
+		return nil
 	}
-	s.mu.Unlock()
 	m, _ := lshells.Get().(*Msg)
 	if m == nil {
 		m = &Msg{}
@@ -98,6 +82,32 @@ func (s *lendSegment) newMsg(n int) *Msg {
 	m.Payload = unsafe.Slice((*float32)(unsafe.Pointer(&s.mem[off])), n)
 	m.lend, m.lendOff, m.lendSize, m.released = s, off, size, false
 	return m
+}
+
+// alloc returns the offset of an extent of size bytes: a freed one of
+// that size, else the next after top, growing the file to hold it.
+func (s *lendSegment) alloc(size uint64) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.free[size]; len(l) > 0 {
+		off := l[len(l)-1]
+		s.free[size] = l[:len(l)-1]
+		return off, true
+	}
+	end := s.top + size
+	if end > shmLendSpan {
+		return 0, false
+	}
+	if end > s.size {
+		grow := max(end, min(2*s.size, shmLendSpan))
+		if unix.Ftruncate(s.fd, int64(grow)) != nil {
+			return 0, false
+		}
+		s.size = grow
+	}
+	off := s.top
+	s.top = end
+	return off, true
 }
 
 // lshells recycles the Msg structs of lend-segment messages.
@@ -120,10 +130,13 @@ func (s *lendSegment) offset(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	a := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if a < s.base || a-s.base >= shmLendSpan || uint64(a-s.base)+uint64(len(b)) > shmLendSpan {
-		return 0, false
-	}
-	return uint64(a - s.base), true
+	return uint64(a - s.base), s.holds(a, uint64(len(b)))
+}
+
+// holds reports whether the n bytes at address a lie in the segment's
+// mapping.
+func (s *lendSegment) holds(a uintptr, n uint64) bool {
+	return a >= s.base && uint64(a-s.base) < shmLendSpan && uint64(a-s.base)+n <= shmLendSpan
 }
 
 // withFD appends the segment's descriptor, if there is a segment, to fds:
@@ -138,11 +151,7 @@ func (s *lendSegment) withFD(fds ...int) []int {
 // lendContains reports whether p lies in the process's lend segment.
 func lendContains(p unsafe.Pointer) bool {
 	s := theLendSegment()
-	if s == nil {
-		return false
-	}
-	a := uintptr(p)
-	return a >= s.base && a-s.base < shmLendSpan
+	return s != nil && s.holds(uintptr(p), 1)
 }
 
 // peerLend is a peer's lend segment as this end maps it: read-only, and
