@@ -382,7 +382,11 @@
 // computed on the weights it served before are told apart. Waiting pulls,
 // the computing set and the count of updates refused in a row are not
 // saved: learners reconnect, join again, resend what the shard never
-// acknowledged and pull again. Package ps/checkpoint stores checkpoints
+// acknowledged and pull again. Restore closes a hardsync round in
+// progress (an update of its pending gradients, or an empty round):
+// learners rejoin a restored shard one by one while the other shards
+// have run on, and a round kept open could wait for learners that wait
+// for another shard's round. Package ps/checkpoint stores checkpoints
 // in files and re-splits them onto another number of shards
 // (docs/checkpoint.md); RangeOf gives one shard's range for it.
 package ps

@@ -377,9 +377,8 @@ func (s *Shard) epoch() int {
 }
 
 // join makes l active again. A learner that pushed in the hardsync round
-// (a pause, or a shard restored from a checkpoint that learners rejoin
-// one by one) counts for the round again, and may be the one it waited
-// for: the round ends now if it is complete, as after a leave.
+// before it paused counts for the round again, and may be the one it
+// waited for: the round ends now if it is complete, as after a leave.
 func (s *Shard) join(l *member) {
 	if l.active {
 		return
@@ -498,7 +497,10 @@ func (s *Shard) Checkpoint() *Checkpoint {
 // Restore rebuilds a shard from a checkpoint taken under the same cfg, in
 // a new life (nonzero, different from the checkpointed shard's and from
 // every earlier one; see Life). No pull is waiting and no learner is
-// computing afterwards. A checkpoint whose weights, momentum or
+// computing afterwards. A hardsync round in progress in the checkpoint is
+// closed: its pending gradients are applied as one (partial) update, or
+// the round is counted empty (Stats.EmptyRounds) if it holds none, so
+// that no learner's pull waits for it. A checkpoint whose weights, momentum or
 // accumulation hold a NaN or ±Inf is refused.
 func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
 	s, err := newShard(cfg, cp.Shard, cp.Total, life)
@@ -554,7 +556,28 @@ func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
 		return nil, err
 	}
 	s.followSchedule()
+	if cfg.Protocol == Hardsync && (s.solver.Pending() > 0 || slices.Contains(cp.RoundPushed, true)) {
+		s.closeRound()
+	}
 	return s, nil
+}
+
+// closeRound ends the hardsync round in progress of a restored shard with
+// the gradients it holds: an update of them (partial), or an empty round
+// if it holds none. Kept open, the round would wait for the learners that
+// had not pushed in it when the checkpoint was taken, while the round in
+// progress on another shard, which has run on since, waits for others: a
+// learner that pushed here and not there waits for its pull here, and the
+// learners that pushed there and not here wait for their pull there, for
+// ever. Closed, it answers every learner's first pull.
+func (s *Shard) closeRound() {
+	if s.solver.Pending() > 0 {
+		s.update(sgd.Grad{})
+		return
+	}
+	s.clock++
+	s.stats.EmptyRounds++
+	s.endRound()
 }
 
 // restorePulled restores the copies of the weights served to the

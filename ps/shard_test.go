@@ -641,3 +641,93 @@ func TestHardsyncRestoredJoin(t *testing.T) {
 		t.Fatalf("pull of the rejoined learner: served %v at %v, weights %v; want learner 1 at clock 1, weights 1 − 0.5·2/3 (one gradient of c₀ = 3)", to, stamps, b.s.Weights())
 	}
 }
+
+// TestHardsyncRestoredRoundNoCycle replays a schedule of a job of three
+// learners and two shards under hardsync whose shard 1 is restored from
+// a checkpoint taken while its round 0 held learner 0's gradient only.
+// Meanwhile shard 0 has run on: learners 1 and 2 pushed its round 1 and
+// wait for learner 0's, which waits for its pull of shard 1. The learners
+// rejoin the restored shard with learner 0 last. Had the restored round
+// stayed open, it would wait for learners 1 and 2 to push there, and they
+// would wait for shard 0 for ever; closed, learner 0's pull is answered,
+// and its push ends shard 0's round.
+func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
+	cfg := plainConfig(3, Hardsync, 0)
+	cfg.Shards = 2
+	init := make([]float32, 32) // two shards of 16
+	for i := range init {
+		init[i] = 1
+	}
+	var shards [2]*Shard
+	for k := range shards {
+		var err error
+		if shards[k], err = NewShard(cfg, k, init, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := map[uint32]uint64{}
+	step := func(k int, typ MsgType, l uint32, clock uint64, g []float32) Ready {
+		seq[l]++
+		return shards[k].Step(Msg{Type: typ, Job: cfg.Job, Shard: k, Learner: l, Seq: seq[l], Clock: clock, Life: 1, Grad: g})
+	}
+	grad := func(v float32) []float32 { return slices.Repeat([]float32{v}, 16) }
+	for k := range shards {
+		for l := range uint32(3) {
+			step(k, MsgPull, l, 0, nil)
+		}
+	}
+	// Round 0: learner 0 pushes, shard 1 is checkpointed, learners 1 and 2
+	// push; learner 0's pull of round 1 reaches shard 0 only (shard 1's
+	// server dies before it answers).
+	for k := range shards {
+		step(k, MsgPush, 0, 0, grad(3))
+	}
+	cp := shards[1].Checkpoint()
+	for k := range shards {
+		step(k, MsgPush, 1, 0, grad(1))
+		step(k, MsgPush, 2, 0, grad(1))
+	}
+	if to, _ := served(step(0, MsgPull, 0, 1, nil)); !slices.Equal(to, []uint32{0}) {
+		t.Fatalf("learner 0's pull of shard 0 after round 0: served %v", to)
+	}
+	// Round 1 on shard 0: learners 1 and 2 push and wait for the next.
+	for _, l := range []uint32{1, 2} {
+		step(0, MsgPull, l, 1, nil)
+		step(0, MsgPush, l, 1, grad(1))
+		if to, _ := served(step(0, MsgPull, l, 2, nil)); len(to) != 0 {
+			t.Fatalf("learner %d's pull of round 2 answered before learner 0 pushed round 1", l)
+		}
+	}
+	// Shard 1 comes back from the checkpoint, with no active learner (as
+	// a restarted shard server's); its pushes from the earlier life are
+	// given up.
+	cp.Active = make([]bool, 3)
+	var err error
+	if shards[1], err = Restore(cfg, cp, 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := shards[1].Clock(); c != cp.Clock+1 {
+		t.Fatalf("restored clock %d, want %d: the round in progress is closed", c, cp.Clock+1)
+	}
+	if w := shards[1].Weights()[0]; !sgdNear(w, 1-0.5*3.0/3) {
+		t.Fatalf("restored weights %v, want 1 − 0.5·3/3 (learner 0's gradient of c₀ = 3)", w)
+	}
+	for _, l := range []uint32{1, 2, 0} {
+		step(1, MsgJoin, l, 0, nil)
+	}
+	for _, l := range []uint32{1, 2} {
+		step(1, MsgPush, l, 1, grad(1)) // its life is over
+		if to, _ := served(step(1, MsgPull, l, 0, nil)); !slices.Equal(to, []uint32{l}) {
+			t.Fatalf("learner %d's pull of the restored shard: served %v", l, to)
+		}
+	}
+	if to, _ := served(step(1, MsgPull, 0, 0, nil)); !slices.Equal(to, []uint32{0}) {
+		t.Fatalf("learner 0's pull of the restored shard: served %v, want learner 0 (the round its checkpoint held is closed)", to)
+	}
+	if to, _ := served(step(0, MsgPush, 0, 1, grad(1))); !slices.Equal(to, []uint32{1, 2}) {
+		t.Fatalf("learner 0's push of round 1 to shard 0: served %v, want learners 1 and 2", to)
+	}
+	if st := shards[1].Stats(); st.StaleLife != 2 {
+		t.Fatalf("restored shard gave up %d pushes, want 2", st.StaleLife)
+	}
+}
