@@ -73,7 +73,12 @@ type Client struct {
 	pushed  bool          // a push was sent since the last pull
 	n       atomic.Uint64 // messages sent in this incarnation
 	member  atomic.Bool   // the learner is a member: a new connection joins it again first
-	started bool          // a learner's call was made: member is known (owner only)
+	// departed is, per shard, whether it acknowledged the learner's
+	// Leave: a connection replaced during the Leave joins the learner
+	// again only to the shards that have not. Written by Leave and Join
+	// (no asynchronous pull is in flight then), read by restore.
+	departed []bool
+	started  bool // a learner's call was made: member is known (owner only)
 	// feedback is, per shard, the error-feedback residual of the pushes
 	// (TopK): optimizer state of the learner, kept across reconnections.
 	feedback []rdma.Feedback
@@ -156,7 +161,7 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		reqs: make([]uint64, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
+		reqs: make([]uint64, cfg.Shards), departed: make([]bool, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
 		unacked: make([][]unacked, cfg.Shards)}
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
@@ -694,6 +699,7 @@ func (c *Client) Pushes() []uint64 {
 // must not be called while an asynchronous pull is in flight.
 func (c *Client) Join(ctx context.Context) error {
 	c.started = true
+	clear(c.departed)
 	c.member.Store(true)
 	return c.all(ctx, MsgJoin)
 }
@@ -744,7 +750,10 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 			return err
 		}
 	}
-	return c.collect(ctx, t.String(), TypeAck, func(int, *rdma.Msg, int) error { return nil }, ask)
+	return c.collect(ctx, t.String(), TypeAck, func(k int, _ *rdma.Msg, _ int) error {
+		c.departed[k] = t == MsgLeave
+		return nil
+	}, ask)
 }
 
 // Connections returns, per server connection, the shards it carries, the

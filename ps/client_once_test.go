@@ -426,3 +426,55 @@ func TestClientRequestRedial(t *testing.T) {
 		}
 	}
 }
+
+// cutAfterAck is a client connection that fails right after Recv has
+// returned the first acknowledgement once armed.
+type cutAfterAck struct {
+	rdma.Conn
+	armed atomic.Bool
+}
+
+func (c *cutAfterAck) Recv(ctx context.Context) (*rdma.Msg, error) {
+	m, err := c.Conn.Recv(ctx)
+	if err == nil && m.Type == TypeAck && c.armed.CompareAndSwap(true, false) {
+		c.Conn.Close()
+	}
+	return m, err
+}
+
+// TestClientLeaveRedial: the connection to a server of two shards fails
+// during Leave after one shard acknowledged it and before the other's
+// answer came. The connection that replaces it joins the learner again
+// to the other shard only, whose leave goes again: the shard the learner
+// left does not count it again, and both shards become final once the
+// job's data is done.
+func TestClientLeaveRedial(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 27, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+	var conn *cutAfterAck
+	cl, g := wrappedClient(t, ctx, cfg, rdma.Codec{}, func(c rdma.Conn) rdma.Conn {
+		conn = &cutAfterAck{Conn: c}
+		return conn
+	})
+	w := make([]float32, 64)
+	if err := cl.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	conn.armed.Store(true)
+	if err := cl.Leave(ctx); err != nil {
+		t.Fatalf("leave across the failure: %v", err)
+	}
+	if conn.armed.Load() {
+		t.Fatal("the connection did not fail during Leave")
+	}
+	g.Finish()
+	select {
+	case <-g.Servers()[0].Final():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shards did not become final: a shard counts the learner that left it")
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

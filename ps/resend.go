@@ -138,7 +138,8 @@ func (c *Client) unsent(k int, seq uint64) {
 // restore makes conn, which has just replaced a failed connection of l,
 // what the old one was to l's shards before anything else is sent on it:
 // if the learner is a member, a join for each shard (a shard restarted
-// from a checkpoint may hold it as gone), then each unacknowledged push
+// from a checkpoint may hold it as gone) but those that acknowledged the
+// Leave in progress, then each unacknowledged push
 // again, in order, as it was sent. The answers to these joins answer no
 // request and acknowledge nothing. If conn fails meanwhile, the next use
 // of it sees that and replaces it again; restore returns an error only
@@ -148,6 +149,9 @@ func (c *Client) unsent(k int, seq uint64) {
 func (c *Client) restore(ctx context.Context, l *link, conn rdma.Conn) error {
 	if c.member.Load() {
 		for _, k := range l.shards {
+			if c.departed[k] {
+				continue
+			}
 			m := c.msg(MsgJoin, k, 0)
 			var err error
 			if m.Seq, err = c.nextSeq(); err != nil {
