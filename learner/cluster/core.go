@@ -428,10 +428,13 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 					c.log(slog.LevelWarn, "mini-batches handed out again: the shard server came back without them", "server", p.ID, "mini_batches", n)
 				}
 			default:
-				// The learners are gone: what it lacks is given up.
+				// The learners are gone: what it lacks is given up. A
+				// server that comes back again (a lost connection, a
+				// second restart) lacks them still: the count is what it
+				// lacks now, not a sum over its returns.
 				if n := c.disp.Missing(s.consumed.Contains); n > 0 {
 					for _, k := range c.cfg.Servers[p.ID] {
-						c.givenUp[k] += uint64(n)
+						c.givenUp[k] = uint64(n)
 					}
 					c.log(slog.LevelWarn, "mini-batches given up: the shard server came back without them after the data was done", "server", p.ID, "mini_batches", n)
 				}
@@ -468,7 +471,9 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.restarts++
 		}
 		c.retirePushes(l)
-		l.conn, l.proc, l.inc, l.live, l.done, l.last = conn, p, uint32(l.lives), true, false, c.now
+		// A new life holds nothing: the chunks an earlier life rejoined
+		// with before a rebuild are nobody's (see rebuild).
+		l.conn, l.proc, l.inc, l.live, l.done, l.last, l.held = conn, p, uint32(l.lives), true, false, c.now, nil
 		l.lives++
 		c.procs = append(c.procs, p)
 		cs.role, cs.id = RoleLearner, p.ID

@@ -13,8 +13,10 @@ import (
 // Checkpoint rounds of the core (see checkpoint.go for the files). The
 // core decides when: every CheckpointEvery mini-batches or
 // CheckpointInterval, when the job is interrupted, and when a shard
-// server asks before it stops. A round gets the next version number,
-// orders every connected shard server to write its shards into it
+// server asks before it stops, but never while a shard server is away (a
+// version without its files could not restore its shards: the round
+// due starts once it is back). A round gets the next version number,
+// orders every shard server to write its shards into it
 // (tCheckpoint) and asks the runtime to write the coordinator's own file
 // (ready.write); once the file is written (evWritten) and every server
 // has reported (tCheckpointed) or been lost, it asks for the manifest
@@ -58,6 +60,15 @@ func (c *core) startCheckpoint(why string, requester connID) {
 		}
 		return
 	}
+	if id := c.serverAway(); id >= 0 {
+		// A version without that server's files could not restore its
+		// shards: the previous version stays.
+		c.log(slog.LevelWarn, "checkpoint skipped: a shard server is away", "why", why, "server", id)
+		if requester != 0 {
+			c.send(requester, tCheckpointDone, nil)
+		}
+		return
+	}
 	v := max(c.ckpt.next, c.ckpt.last+1)
 	c.ckpt.next = v + 1
 	r := &ckptRound{version: v, waiting: map[int]bool{}, own: true}
@@ -68,11 +79,15 @@ func (c *core) startCheckpoint(why string, requester connID) {
 	c.rd.write = &ckptWrite{version: v, state: c.state()}
 	c.log(slog.LevelInfo, "checkpoint", "version", v, "why", why, "steps", c.steps)
 	for i, s := range c.servers {
-		if s != nil && s.lost.IsZero() {
-			r.waiting[i] = true
-			c.send(s.conn, tCheckpoint, ckptOrder{Version: v})
-		}
+		r.waiting[i] = true
+		c.send(s.conn, tCheckpoint, ckptOrder{Version: v})
 	}
+}
+
+// serverAway returns the id of a shard server that is not there (not
+// arrived, or lost and not back), or −1.
+func (c *core) serverAway() int {
+	return slices.IndexFunc(c.servers, func(s *serverState) bool { return s == nil || !s.lost.IsZero() })
 }
 
 // written records the end of the write of the coordinator's file.
@@ -150,7 +165,7 @@ func (c *core) endRound(err error) {
 // dueCheckpoint starts a round when one is due.
 func (c *core) dueCheckpoint() {
 	switch {
-	case c.cfg.Checkpoints == nil || !c.started || c.finishing || c.interrupted:
+	case c.cfg.Checkpoints == nil || !c.started || c.finishing || c.interrupted || c.serverAway() >= 0:
 	case c.cfg.CheckpointEvery > 0 && c.steps-c.ckpt.steps >= int64(c.cfg.CheckpointEvery):
 		c.startCheckpoint(fmt.Sprintf("every %d mini-batches", c.cfg.CheckpointEvery), 0)
 	case c.cfg.CheckpointInterval > 0 && c.now.Sub(c.ckpt.time) >= c.cfg.CheckpointInterval:

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -495,7 +496,8 @@ func TestCoreInterrupt(t *testing.T) {
 
 // TestCoreCheckpointRequest: a shard server that stops asks for a
 // checkpoint and is told when it is over, failed or not; a server lost
-// during a round fails the round, not the job.
+// during a round fails the round, not the job; no round starts while a
+// shard server is away.
 func TestCoreCheckpointRequest(t *testing.T) {
 	store, err := checkpoint.Open(t.TempDir())
 	if err != nil {
@@ -524,9 +526,18 @@ func TestCoreCheckpointRequest(t *testing.T) {
 		t.Fatal("a round after 3 steps")
 	}
 	h.msg(j.lrn[0], tProgress, &progress{Epochs: []epochLoss{{Steps: 1}}})
+	if h.rd.write != nil {
+		t.Fatal("a round while shard server 1 is away: its version would lack server 1's files")
+	}
+	// Server 1 comes back: the round due starts at the next tick.
+	again := h.server(1)
+	h.expect(again, tWelcome)
+	h.tick(time.Second)
 	if h.rd.write == nil || h.rd.write.version != v+1 {
 		t.Fatalf("round %+v, want version %d", h.rd.write, v+1)
 	}
+	h.expect(j.srv[0], tCheckpoint)
+	h.expect(again, tCheckpoint)
 }
 
 // TestCoreRestarted: a coordinator started again while the job's
@@ -666,5 +677,58 @@ func TestCoreVerifiesBeforeTheEnd(t *testing.T) {
 	}
 	if st := h.c.disp.Stats(); st.Redone != 1 || st.Batches != 4 {
 		t.Errorf("stats %+v, want 1 redone, 4 delivered", st)
+	}
+}
+
+// TestCoreGivenUpOnce: a shard server that comes back after the data was
+// done without a mini-batch gives it up once, however often it comes
+// back (here twice, as after a lost connection): the report counts what
+// it lacks, not a sum over its returns.
+func TestCoreGivenUpOnce(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute, Plan: data.Plan{Images: 32, Batch: 8, Chunk: 2, Epochs: 1}})
+	j := h.startJob()
+	a := h.chunk(j.lrn[0], false)
+	b := h.chunk(j.lrn[1], false)
+	h.msg(j.lrn[0], tComplete, &a.Chunk)
+	h.msg(j.lrn[1], tComplete, &b.Chunk)
+	h.verify(j.srv)
+	for _, s := range j.srv {
+		h.expect(s, tFinish)
+	}
+	for range 2 {
+		h.hello(Process{Rank: -1, Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1},
+			Consumed: [][]ps.Interval{{ids(1, 2), ids(4, 4)}}})
+	}
+	if got := h.c.givenUp; !slices.Equal(got, []uint64{0, 1}) {
+		t.Fatalf("given up per shard %v, want [0 1] (shard 1 lacks mini-batch 3)", got)
+	}
+}
+
+// TestCoreRestartedRemovedLearner: a coordinator started again hears a
+// learner rejoin with a chunk, loses it before the job starts, and
+// welcomes the learner's new life. The new life holds nothing: the
+// rebuilt dispatch hands the chunk out again instead of waiting for the
+// new life to deliver it.
+func TestCoreRestartedRemovedLearner(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 2})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	held := data.Chunk{Epoch: 0, First: 2, Count: 2, Stride: 1} // ids 3, 4
+	old := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true, Held: []data.Holding{{Chunk: held}}})
+	h.lost(old)
+	l1 := h.learner(1)
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true})
+	ev := h.evaluator()
+	if !h.c.started {
+		t.Fatalf("not started; missing %s", h.c.missing())
+	}
+	for _, c := range []connID{s0, s1} {
+		h.expect(c, tWelcome, tEvict) // the old life's
+	}
+	for _, c := range []connID{l1, l0, ev} {
+		h.expect(c, tWelcome)
+	}
+	if r := h.chunk(l1, false); r.Chunk != held {
+		t.Fatalf("learner 1's new life got %+v, want %+v (its old life's chunk, held by nobody now)", r, held)
 	}
 }
