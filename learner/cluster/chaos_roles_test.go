@@ -555,6 +555,7 @@ type simLearner struct {
 	links    []*simConn
 	n        uint64
 	member   bool
+	departed []bool // per shard: it acknowledged the leave in progress (ps.Client's)
 
 	// requests awaited, per shard: its kind (MsgPull, MsgJoin, MsgLeave;
 	// 0: none) and sequence; then runs once all are answered.
@@ -588,7 +589,7 @@ type simDelivery struct {
 func (j *chaosJob) startLearner(i int) *simLearner {
 	S := j.pc.Shards
 	l := &simLearner{j: j, id: i, links: make([]*simConn, S), reqKind: make([]ps.MsgType, S), reqSeq: make([]uint64, S),
-		stamps: make([]uint64, S), slives: make([]uint64, S), gens: make([]int, S), linkGen: make([]int, S), unacked: make([][]ps.Msg, S),
+		stamps: make([]uint64, S), departed: make([]bool, S), slives: make([]uint64, S), gens: make([]int, S), linkGen: make([]int, S), unacked: make([][]ps.Msg, S),
 		held: map[data.Chunk]*data.Holding{}, ids: map[uint64]batchPos{}, news: map[data.Chunk]bool{}, report: map[int]*epochLoss{}}
 	if len(j.learners) > i {
 		l.lives = j.learners[i].lives + 1
@@ -652,6 +653,7 @@ func (l *simLearner) deliver(c *simConn, m any) {
 	if l.reqKind[k] == ps.MsgPull {
 		l.stamps[k], l.slives[k], l.gens[k] = r.Clock, r.Life, l.linkGen[k]
 	}
+	l.departed[k] = l.reqKind[k] == ps.MsgLeave
 	l.reqKind[k] = 0
 	l.acked(k, r.Seq)
 	if !slices.ContainsFunc(l.reqKind, func(t ps.MsgType) bool { return t != 0 }) && l.then != nil {
@@ -707,6 +709,9 @@ func (l *simLearner) seq() uint64 {
 // all have answered.
 func (l *simLearner) requestAll(t ps.MsgType, then func()) {
 	l.then = then
+	if t == ps.MsgJoin {
+		clear(l.departed)
+	}
 	for k := range l.links {
 		l.reqKind[k] = t
 		l.sendRequest(k)
@@ -762,7 +767,13 @@ func (l *simLearner) command(m ctl) {
 	case tAddr:
 		var a addr
 		decodeInto(m, &a)
-		l.connect(a.Shard)
+		// Learners reconnect in any order (a learner notices the loss
+		// when it next uses the connection).
+		j.after(time.Duration(j.rng.Int64N(int64(j.compute)+1)), func() {
+			if !l.dead && l.links[a.Shard] == nil {
+				l.connect(a.Shard)
+			}
+		})
 	case tChunk:
 		var r chunkReply
 		decodeInto(m, &r)
@@ -824,7 +835,7 @@ func (l *simLearner) pull() {
 	l.requestAll(ps.MsgPull, func() {
 		l.pushed = false
 		pos := l.pos
-		l.j.after(l.j.compute, func() {
+		l.j.after(l.j.stepTime(), func() {
 			if !l.dead && l.pos == pos {
 				l.push()
 			}
@@ -880,7 +891,7 @@ func (l *simLearner) connect(k int) {
 	l.links[k] = c
 	l.linkGen[k]++
 	j.logf("learner %d connects to shard %d (%v): member %v, %d unacknowledged, request %v", l.id, k, c, l.member, len(l.unacked[k]), l.reqKind[k])
-	if l.member {
+	if l.member && !l.departed[k] {
 		j.send(c, l, ps.Msg{Type: ps.MsgJoin, Job: j.pc.Job, Shard: k, Learner: uint32(l.id), Seq: l.seq()})
 	}
 	for _, m := range l.unacked[k] {

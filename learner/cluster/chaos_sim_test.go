@@ -13,6 +13,7 @@ import (
 
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
@@ -49,9 +50,15 @@ func TestChaosSim(t *testing.T) {
 			seeds = append(seeds, uint64(i+1))
 		}
 	}
+	// The coordinator's core only names the store's versions; the
+	// simulator keeps the checkpoints themselves (simStore).
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	failed, hung := 0, 0
 	for _, seed := range seeds {
-		j := newChaosJob(seed)
+		j := newChaosJob(seed, store)
 		j.verbose = *chaosSeed != 0 && testing.Verbose()
 		err := j.run()
 		switch {
@@ -98,6 +105,7 @@ type chaosJob struct {
 	killed   bool
 	restart  time.Duration
 	dropProb float64
+	drops    int // connections dropped so far
 
 	// processes
 	head     *simHead
@@ -119,7 +127,7 @@ type chaosJob struct {
 	err         error
 }
 
-func newChaosJob(seed uint64) *chaosJob {
+func newChaosJob(seed uint64, store *checkpoint.Store) *chaosJob {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 	j := &chaosJob{seed: seed, rng: rng, latency: 200 * time.Microsecond, psTimeout: 30 * time.Second}
 	learners := 1 + rng.IntN(3)
@@ -138,9 +146,8 @@ func newChaosJob(seed uint64) *chaosJob {
 		srv = append(srv, []int{k})
 	}
 	j.cfg = CoordinatorConfig{Settings: Settings{"seed": fmt.Sprint(seed)}, Plan: plan, Learners: learners, Servers: srv,
-		Evaluator: true, Heartbeat: 5 * time.Second, ServerTimeout: j.psTimeout, CheckpointEvery: 2 + rng.IntN(6)}
+		Evaluator: true, Heartbeat: 5 * time.Second, ServerTimeout: j.psTimeout, CheckpointEvery: 2 + rng.IntN(6), Checkpoints: store}
 	j.store.versions = map[uint64]*simVersion{}
-	j.cfg.Checkpoints = nil // the simulator keeps checkpoints itself (simStore)
 	n := 20 + rng.IntN(20)
 	j.pc = ps.Config{Job: 1, Learners: learners, Protocol: proto, N: 1 + rng.IntN(learners), Shards: servers, Batch: plan.Batch,
 		DataSize: plan.BatchesPerEpoch() * plan.Batch, Layout: []param.Segment{{Name: "w", Len: n}},
@@ -164,7 +171,7 @@ func newChaosJob(seed uint64) *chaosJob {
 	default:
 		j.kill = fmt.Sprintf("learner %d", rng.IntN(learners))
 	}
-	j.killAt = 1 + rng.IntN(4*j.total*(learners+2)*servers)
+	j.killAt = 1 + rng.IntN(j.total*(learners+2)*servers)
 	j.restart = time.Duration(rng.IntN(3000)) * time.Millisecond
 	if rng.IntN(2) == 0 {
 		j.dropProb = 0.003
@@ -175,6 +182,12 @@ func newChaosJob(seed uint64) *chaosJob {
 		j.restartLost = append(j.restartLost, map[uint64]bool{})
 	}
 	return j
+}
+
+// stepTime is the time of one learner's step: the job's compute time
+// with up to as much again of jitter, so that learners drift apart.
+func (j *chaosJob) stepTime() time.Duration {
+	return j.compute + time.Duration(j.rng.Int64N(int64(j.compute)+1))
 }
 
 // describe names the run's settings and faults.
@@ -433,7 +446,8 @@ func (j *chaosJob) drop(c *simConn) {
 
 // faults carries out the schedule after a delivery on c.
 func (j *chaosJob) faults(c *simConn) {
-	if j.dropProb > 0 && j.rng.Float64() < j.dropProb && !c.local {
+	if j.dropProb > 0 && j.drops < maxDrops && j.rng.Float64() < j.dropProb && !c.local {
+		j.drops++
 		j.drop(c)
 	}
 	if j.killed || j.kill == "" || j.msgs < j.killAt {
@@ -457,6 +471,12 @@ func (j *chaosJob) faults(c *simConn) {
 		j.after(j.restart, func() { j.learners[i] = j.startLearner(i) })
 	}
 }
+
+// maxDrops bounds the connections a run drops: fewer than a learner's
+// restarts (a learner whose connection to the coordinator drops is
+// removed and starts again), so that every run is one the job must
+// survive.
+const maxDrops = 3
 
 // Checkpoints.
 
