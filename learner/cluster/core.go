@@ -991,10 +991,12 @@ func (c *core) removeLearner(id int, why string) {
 }
 
 // catchUp tells a shard server that came back what happened while it
-// was away: the learners removed since, the end of the data.
+// was away: the learners removed since, the end of the data. A learner
+// this coordinator has not heard from (restarted, it waits for the
+// learners to rejoin) is not removed.
 func (c *core) catchUp(s *serverState) {
 	for id, l := range c.learners {
-		if !l.live && l.lives > 0 {
+		if !l.live && l.conn != 0 {
 			c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
 		}
 	}

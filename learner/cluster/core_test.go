@@ -732,3 +732,33 @@ func TestCoreRestartedRemovedLearner(t *testing.T) {
 		t.Fatalf("learner 1's new life got %+v, want %+v (its old life's chunk, held by nobody now)", r, held)
 	}
 }
+
+// TestCoreServerBackBeforeLearnerRejoins: a coordinator restarted from a
+// checkpoint knows learner 1's incarnation from it but has not heard
+// from the learner yet when shard server 1 comes back from a lost
+// connection: the server is not told to evict the learner, which is
+// alive and rejoins next.
+func TestCoreServerBackBeforeLearnerRejoins(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	for _, l := range h.c.learners {
+		l.lives = 1 // as restore sets them from a checkpoint
+	}
+	rejoin := func(id int) connID {
+		return h.hello(Process{Role: RoleServer, ID: id}, hello{Addr: fmt.Sprintf("server%d", id), Shards: []int{id}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	}
+	s0, s1 := rejoin(0), rejoin(1)
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true})
+	h.lost(s1)
+	again := rejoin(1)
+	for _, c := range []connID{s0, s1} {
+		h.expect(c, tWelcome)
+	}
+	h.expect(again, tWelcome) // no eviction of learner 1
+	l1 := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true})
+	h.evaluator()
+	if !h.c.started || !h.c.learners[1].live {
+		t.Fatalf("started %v, learner 1 live %v", h.c.started, h.c.learners[1].live)
+	}
+	h.expect(l0, tWelcome)
+	h.expect(l1, tWelcome)
+}
