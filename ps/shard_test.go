@@ -617,10 +617,10 @@ func TestSeqLimits(t *testing.T) {
 
 // TestHardsyncRestoredJoin: a hardsync shard restored from a checkpoint
 // with no active learner (as a restarted shard server is), whose round
-// had learner 1's gradient: learner 1 rejoins alone and pulls; the round
-// it completes ends at its join (its gradient applied), and the pull is
-// answered with the next round's weights, not held for learners that
-// have not rejoined (they may be waiting for learner 1 elsewhere).
+// had learner 1's gradient: the round ends at the restore (its gradient
+// applied), and learner 1, rejoining alone, has its pull answered with
+// the next round's weights, not held for learners that have not
+// rejoined (they may be waiting for learner 1 elsewhere).
 func TestHardsyncRestoredJoin(t *testing.T) {
 	cfg := plainConfig(3, Hardsync, 0)
 	a := newHarness(t, cfg, []float32{1, 1})
