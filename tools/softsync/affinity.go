@@ -3,10 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,14 +58,3 @@ func startOn(cmd *exec.Cmd, cpus []int) error {
 	return err
 }
 
-// peakRSS returns the peak resident set size (VmHWM) of a process that
-// ended, in bytes: its rusage's ru_maxrss, which Linux gives in KiB.
-func peakRSS(ps *os.ProcessState) int64 {
-	if ps == nil {
-		return 0
-	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss * 1024
-	}
-	return 0
-}

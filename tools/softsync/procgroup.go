@@ -108,8 +108,11 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		g.running = map[*proc]*exec.Cmd{}
 	}
 	g.running[p] = cmd
+	stopPeak := make(chan struct{})
+	peak := watchPeak(cmd.Process.Pid, stopPeak)
 	g.wg.Go(func() {
 		err := cmd.Wait()
+		close(stopPeak)
 		if pw != nil {
 			pw.Close()
 		}
@@ -121,7 +124,7 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		}
 		g.mu.Lock()
 		delete(g.running, p)
-		p.peakRSS = max(p.peakRSS, peakRSS(cmd.ProcessState))
+		p.peakRSS = max(p.peakRSS, <-peak)
 		if ps := cmd.ProcessState; ps != nil {
 			p.cpu += (ps.UserTime() + ps.SystemTime()).Seconds()
 		}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// peakEvery is how often watchPeak samples a process's peak resident set.
+const peakEvery = 100 * time.Millisecond
+
+// watchPeak samples the peak resident set (VmHWM) of the running process
+// pid every peakEvery until stop is closed, then sends the largest sample
+// in bytes (0 if none could be read). Not the child's rusage: Go starts
+// a process with vfork, so its ru_maxrss counts the parent's peak as of
+// the exec, whatever the child's own.
+func watchPeak(pid int, stop <-chan struct{}) <-chan int64 {
+	out := make(chan int64, 1)
+	var peak atomic.Int64
+	go func() {
+		t := time.NewTicker(peakEvery)
+		defer t.Stop()
+		for {
+			peak.Store(max(peak.Load(), vmHWM(pid)))
+			select {
+			case <-stop:
+				out <- peak.Load()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
+}
+
+// vmHWM returns the VmHWM line of /proc/pid/status in bytes, or 0 if the
+// process is gone or the line cannot be read.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	return parseVmHWM(b)
+}
+
+// parseVmHWM reads "VmHWM:\t   1234 kB" out of a /proc/pid/status text,
+// in bytes; 0 without such a line.
+func parseVmHWM(status []byte) int64 {
+	for line := range bytes.Lines(status) {
+		rest, ok := bytes.CutPrefix(line, []byte("VmHWM:"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) != 2 || string(f[1]) != "kB" {
+			return 0
+		}
+		kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+		if err != nil || kb < 0 {
+			return 0
+		}
+		return kb << 10
+	}
+	return 0
+}
