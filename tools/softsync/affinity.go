@@ -57,4 +57,3 @@ func startOn(cmd *exec.Cmd, cpus []int) error {
 	}
 	return err
 }
-
