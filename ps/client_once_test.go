@@ -2,9 +2,11 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -476,5 +478,34 @@ func TestClientLeaveRedial(t *testing.T) {
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEvictAnswersWaitingPull: a learner removed from the job while its
+// pull waits (hardsync: the round waits for the other learner) gets an
+// error for that pull, so that it stops, instead of waiting for ever.
+func TestEvictAnswersWaitingPull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := Config{Job: 28, Learners: 2, Protocol: Hardsync, N: 2, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+	g, c := groupAndClient(t, ctx, GroupConfig{PS: cfg, Init: make([]float32, 16)})
+	w := make([]float32, 16)
+	if err := c.Pull(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Push(ctx, w, 1); err != nil {
+		t.Fatal(err)
+	}
+	pulled := make(chan error, 1)
+	go func() { pulled <- c.Pull(ctx, w) }() // waits for learner 1's push
+	select {
+	case err := <-pulled:
+		t.Fatalf("the pull of round 1 returned (%v) before learner 1 pushed round 0", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.Evict(0, 0)
+	err := transporttest.Receive(t, pulled, 10*time.Second, "the waiting pull to end once the learner is evicted")
+	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "removed from the job") {
+		t.Fatalf("pull of an evicted learner: %v, want a rejection saying it was removed from the job", err)
 	}
 }

@@ -135,6 +135,15 @@ func (s *Shard) Member(learner uint32) bool {
 	return int64(learner) < int64(len(s.members)) && s.members[learner].active
 }
 
+// PullWaiting returns the sequence of learner's waiting pull, and
+// whether one is waiting.
+func (s *Shard) PullWaiting(learner uint32) (uint64, bool) {
+	if int64(learner) >= int64(len(s.members)) || !s.members[learner].pulling {
+		return 0, false
+	}
+	return s.members[learner].pullSeq, true
+}
+
 // Clock returns the shard clock i.
 func (s *Shard) Clock() uint64 { return s.clock }
 

@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"fmt"
 	"slices"
 )
 
@@ -84,14 +85,22 @@ func (l *shardLoop) step(ctx context.Context, in inbound) {
 }
 
 // evict steps the leave the coordinator decided (a no-op for a learner
-// that is not active).
+// that is not active). A pull of the learner that was waiting is
+// refused, so that a learner still alive stops instead of waiting for
+// ever (the coordinator that removed it may have died before telling
+// it).
 func (l *shardLoop) evict(learner uint32) {
 	if !l.core.Member(learner) {
 		return
 	}
+	seq, waiting := l.core.PullWaiting(learner)
+	p := l.route[learner]
 	l.route[learner] = nil
 	r := l.core.Step(Msg{Type: MsgLeave, Job: l.core.cfg.Job, Shard: l.core.Index(), Learner: learner})
 	l.deliver(context.Background(), r, nil)
+	if waiting && p != nil {
+		l.s.reject(p, l.core.Index(), seq, fmt.Errorf("ps shard %d: pull from learner %d (seq %d): %w: the learner was removed from the job", l.core.Index(), learner, seq, ErrRefused))
+	}
 }
 
 // rejected reports whether the message of the Step that returned r was

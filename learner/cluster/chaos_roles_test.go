@@ -479,8 +479,13 @@ func (s *simServer) command(m ctl) {
 		if e.Incarnation >= b.inc {
 			b.inc, b.dead, b.conn = e.Incarnation, true, nil
 			if s.shard.Member(e.Learner) {
+				seq, waiting := s.shard.PullWaiting(e.Learner)
+				to := s.routes[e.Learner]
 				s.routes[e.Learner] = nil
 				s.route(s.shard.Step(ps.Msg{Type: ps.MsgLeave, Job: j.pc.Job, Shard: s.k, Learner: e.Learner}), nil)
+				if waiting && to != nil { // shardLoop.evict refuses it
+					j.send(to, s, ps.Reply{To: e.Learner, Seq: seq, Err: fmt.Errorf("%w: the learner was removed from the job", ps.ErrRefused)})
+				}
 			}
 			s.checkFinal()
 		}
