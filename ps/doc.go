@@ -334,7 +334,9 @@
 // top 20 bits of its sequence numbers) is bound to its connection, and a
 // second connection claiming it is refused; a lost connection is reported
 // to the server's owner (ServerConfig.OnLost), who decides whether the
-// learner has left (Server.Evict). Learners leave by themselves when they
+// learner has left (Server.Evict: a pull of the evicted incarnation that
+// was waiting is refused, so that a learner still running stops instead
+// of waiting for it). Learners leave by themselves when they
 // are done or idle (MsgLeave) and join again (MsgJoin); a shard
 // acknowledges both (Reply.Ack, TypeAck on the wire; a leave of a learner
 // that is not active changes nothing and is acknowledged too), and
