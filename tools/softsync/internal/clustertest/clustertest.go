@@ -61,7 +61,8 @@ type Result struct {
 	// and all processes, interleaved as they wrote it.
 	Output string
 	// ExitCode is the launcher's exit status, or -1 when it was ended by
-	// a signal (for example at the timeout).
+	// a signal. At the timeout it is either: the launcher may exit by
+	// itself once its processes, told to quit first, have ended.
 	ExitCode int
 	// TimedOut is true when the job ran past its Timeout and was killed.
 	TimedOut bool

@@ -236,7 +236,7 @@ func TestTimeout(t *testing.T) {
 	l := OpenMPI(t)
 	j := l.Start(t, Spec{N: 2, Argv: []string{"sleep", "600"}, Timeout: 2 * time.Second})
 	r := j.Wait()
-	if !r.TimedOut || !errors.Is(r.Err, context.DeadlineExceeded) || r.ExitCode != -1 {
+	if !r.TimedOut || !errors.Is(r.Err, context.DeadlineExceeded) || r.ExitCode == 0 {
 		t.Fatalf("want a timeout, got %s", r)
 	}
 	if !strings.Contains(r.String(), "sleep 600") || !strings.Contains(r.String(), "timed out") {
