@@ -315,14 +315,20 @@ func (s *Shard) redone(l *member, m Msg) {
 // pending gradients are applied if due.
 func (s *Shard) settle() {
 	if s.cfg.Protocol == Hardsync && s.pushed > 0 && s.pushed >= s.active && s.solver.Pending() == 0 {
-		s.clock++
-		s.stats.EmptyRounds++
-		s.endRound()
+		s.emptyRound()
 		return
 	}
 	if s.due(s.solver.Pending()) {
 		s.update(sgd.Grad{})
 	}
+}
+
+// emptyRound ends a hardsync round that holds no gradient: the clock
+// advances, Stats.EmptyRounds counts it, its pushes are cleared.
+func (s *Shard) emptyRound() {
+	s.clock++
+	s.stats.EmptyRounds++
+	s.endRound()
 }
 
 // endRound clears the hardsync round's pushes.
@@ -584,9 +590,7 @@ func (s *Shard) closeRound() {
 		s.update(sgd.Grad{})
 		return
 	}
-	s.clock++
-	s.stats.EmptyRounds++
-	s.endRound()
+	s.emptyRound()
 }
 
 // restorePulled restores the copies of the weights served to the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -19,15 +18,15 @@ const peakEvery = 100 * time.Millisecond
 // the exec, whatever the child's own.
 func watchPeak(pid int, stop <-chan struct{}) <-chan int64 {
 	out := make(chan int64, 1)
-	var peak atomic.Int64
 	go func() {
 		t := time.NewTicker(peakEvery)
 		defer t.Stop()
+		var peak int64
 		for {
-			peak.Store(max(peak.Load(), vmHWM(pid)))
+			peak = max(peak, vmHWM(pid))
 			select {
 			case <-stop:
-				out <- peak.Load()
+				out <- peak
 				return
 			case <-t.C:
 			}
