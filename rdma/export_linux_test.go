@@ -9,6 +9,9 @@ import (
 	"unsafe"
 )
 
+// ShmVersion is the version byte of shm set-ups and segments.
+const ShmVersion = shmVersion
+
 // NewShmRing returns the shm transport dialing connections with rings of
 // ring bytes, for tests of wrap-around and of frames many times the ring.
 func NewShmRing(opts Options, ring int) (*Shm, error) {

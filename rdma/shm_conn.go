@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,7 +56,8 @@ type shmConn struct {
 	own      *atomic.Uint32 // this end's closed word (in its producer line)
 	peer     *atomic.Uint32 // the peer's
 	closed   atomic.Bool
-	gone     atomic.Bool // a wake-up socket found the peer's end closed
+	gone     atomic.Bool   // a wake-up socket found the peer's end closed
+	wakes    atomic.Uint64 // wake-ups this end has sent, both directions
 
 	data     *net.UnixConn // bytes-written wake-ups: in from the peer, out to it
 	room     *net.UnixConn // room-freed wake-ups from the peer
@@ -88,11 +88,13 @@ type shmConn struct {
 
 // Tuning. A piece (shmPiece, at most a quarter of the ring) is what is
 // copied and checksummed at a time, and the most that is written (read)
-// before the tail (head) is published; an end polls the ring shmSpin
-// times, yielding in between, before it sleeps.
+// before the tail (head) is published; an end polls the ring for shmSpin
+// before it sleeps. It keeps its thread while it polls: yielding would
+// hand the goroutine to another thread at every poll when the process
+// has an idle P, each time a context switch, on cores the learners need.
 const (
 	shmPiece = 128 << 10
-	shmSpin  = 64
+	shmSpin  = 10 * time.Microsecond
 )
 
 // newShmConn makes the end side (0: dialer, 1: listener) of a connection
@@ -108,8 +110,10 @@ func newShmConn(seg []byte, r, side int, data, room *net.UnixConn, peerRoom int,
 	c.tx, c.rx = ringWriter{ring: out}, ringReader{ring: in}
 	c.own, c.peer = out.closed, in.closed
 	c.one[0] = 1
-	c.rdata = shmWaiter{c: c, sock: data, sleep: in.csleep, poll: c.rx.poll, flush: c.releaseRx}
-	c.wroom = shmWaiter{c: c, sock: room, sleep: out.psleep, poll: c.tx.room, flush: c.publishTx}
+	c.rdata = shmWaiter{c: c, sock: data, sleep: in.csleep, wakeAt: in.cwake, poll: c.rx.poll, flush: c.releaseRx,
+		at: func(want uint64) uint64 { return c.rx.head + want }}
+	c.wroom = shmWaiter{c: c, sock: room, sleep: out.psleep, wakeAt: out.pwake, poll: c.tx.room, flush: c.publishTx,
+		at: func(want uint64) uint64 { return c.tx.tail + want - uint64(r) }}
 	c.rdata.init()
 	c.wroom.init()
 	if data != nil {
@@ -164,13 +168,17 @@ var peerClosed = &joined{ErrClosed, errPeerGone, "rdma: closed by peer"}
 // on the data socket, Send for room on the room socket. Its methods run
 // under the direction's mutex.
 type shmWaiter struct {
-	c     *shmConn
-	sock  *net.UnixConn // nil: no peer to wait for (tests)
-	rc    syscall.RawConn
-	w     watch
-	sleep *atomic.Uint32         // this end's sleep word for this direction
-	poll  func() (uint64, error) // the bytes readable, or the room
-	flush func()                 // publishes what this direction holds back
+	c      *shmConn
+	sock   *net.UnixConn // nil: no peer to wait for (tests)
+	rc     syscall.RawConn
+	w      watch
+	sleep  *atomic.Uint32         // this end's sleep word for this direction
+	wakeAt *atomic.Uint64         // this end's "wakes at" word for this direction
+	poll   func() (uint64, error) // the bytes readable, or the room
+	flush  func()                 // publishes what this direction holds back
+	// at returns the peer's index (tail, head) at which want bytes are
+	// readable (may be written), from this end's own, published, index.
+	at    func(want uint64) uint64
 	need  uint64
 	err   error              // poll's error, seen by ready
 	ready func(uintptr) bool // w.readyFD, made once
@@ -187,15 +195,19 @@ func (w *shmWaiter) init() {
 	w.w.reset = func() { w.sock.SetReadDeadline(time.Time{}) }
 }
 
-// wait returns once need (≤ the ring size) bytes are readable (or may be
-// written), with how many, or fails: errPeerGone (with the bytes
-// readable), a context error, ErrClosed, an ErrProtocol error. It
-// flushes what the direction holds back first, for the peer may be
-// waiting for it; polls shmSpin times; and then sleeps on its socket
-// until the peer makes progress.
-func (w *shmWaiter) wait(ctx context.Context, need uint64) (uint64, error) {
+// wait returns once need bytes are readable (or may be written), with
+// how many, or fails: errPeerGone (with the bytes readable), a context
+// error, ErrClosed, an ErrProtocol error. It flushes what the direction
+// holds back first, for the peer may be waiting for it; polls for
+// shmSpin; and then sleeps on its socket until the peer has made want
+// (need ≤ want ≤ the ring size) bytes readable (room for want bytes):
+// the rest of the frame that is being read (written), so that the peer
+// does not wake it for every piece. want must come: the peer only wakes
+// it earlier when it ends.
+func (w *shmWaiter) wait(ctx context.Context, need, want uint64) (uint64, error) {
 	w.flush()
 	c := w.c
+	var start time.Time
 	for spin := 0; ; spin++ {
 		gone := c.peerEnded() // before the poll: the peer's last bytes precede its close
 		n, err := w.poll()
@@ -213,11 +225,14 @@ func (w *shmWaiter) wait(ctx context.Context, need uint64) (uint64, error) {
 		case w.sock == nil:
 			c.gone.Store(true)
 			continue
-		case spin < shmSpin:
-			runtime.Gosched()
+		case spin == 0:
+			start = time.Now()
+			continue
+		case time.Since(start) < shmSpin:
 			continue
 		}
 		w.need, w.err = need, nil
+		w.wakeAt.Store(w.at(want)) // before readyFD's sleep word
 		w.w.use(ctx)
 		if err := w.rc.Read(w.ready); err != nil {
 			// The checks above sort out a cancellation, a Close or a
@@ -262,6 +277,7 @@ func (c *shmConn) publishTx() {
 	}
 	c.unpub = 0
 	if c.tx.publish() && c.data != nil {
+		c.wakes.Add(1)
 		c.dataRC.Control(c.wakeData)
 	}
 }
@@ -273,6 +289,7 @@ func (c *shmConn) releaseRx() {
 	}
 	c.unrel = 0
 	if c.rx.release() && c.peerRoom >= 0 {
+		c.wakes.Add(1)
 		wake(c.peerRoom, c.one[:])
 	}
 }
@@ -361,7 +378,8 @@ func (c *shmConn) send(ctx context.Context, m *Msg) error {
 // it has copied a lent payload drops the frame as truncated, so that it
 // never delivers one the lender changed in the middle of its copy.
 func (c *shmConn) awaitLent(ctx context.Context) error {
-	_, err := c.wroom.wait(ctx, uint64(len(c.tx.ring.data)))
+	r := uint64(len(c.tx.ring.data))
+	_, err := c.wroom.wait(ctx, r, r)
 	if err != nil {
 		c.own.Store(1)
 	}
@@ -376,7 +394,7 @@ func (c *shmConn) write(ctx context.Context, p []byte, sum bool, crc *uint32) er
 		free := c.tx.writable()
 		if free < want {
 			var err error
-			if free, err = c.wroom.wait(ctx, want); err != nil {
+			if free, err = c.wroom.wait(ctx, want, min(uint64(len(p)), uint64(len(c.tx.ring.data)))); err != nil {
 				return err
 			}
 		}
@@ -407,7 +425,7 @@ func (c *shmConn) Recv(ctx context.Context) (*Msg, error) {
 	}
 	// Wait for a whole header before consuming anything: a cancellation
 	// here leaves the ring in frame sync.
-	n, err := c.rdata.wait(ctx, HeaderSize)
+	n, err := c.rdata.wait(ctx, HeaderSize, HeaderSize)
 	if err != nil {
 		switch {
 		case errors.Is(err, errPeerGone) && n == 0:
@@ -450,7 +468,7 @@ func (c *shmConn) readFull(ctx context.Context, p []byte, sum bool, crc uint32) 
 		avail := c.rx.readable()
 		if avail == 0 {
 			var err error
-			if avail, err = c.rdata.wait(ctx, 1); err != nil {
+			if avail, err = c.rdata.wait(ctx, 1, min(uint64(len(p)), uint64(len(c.rx.ring.data)))); err != nil {
 				return crc, midFrame(err)
 			}
 		}
@@ -519,7 +537,7 @@ func (c *shmConn) skip(ctx context.Context, n uint64) error {
 		avail := c.rx.readable()
 		if avail == 0 {
 			var err error
-			if avail, err = c.rdata.wait(ctx, 1); err != nil {
+			if avail, err = c.rdata.wait(ctx, 1, min(n, uint64(len(c.rx.ring.data)))); err != nil {
 				return midFrame(err)
 			}
 		}

@@ -415,7 +415,7 @@ func TestShmAuth(t *testing.T) {
 
 // setupMsg builds a shm set-up message (docs/wire.md).
 func setupMsg(magic string, ring uint64) []byte {
-	b := append([]byte(magic), 2, 0, 0, 0)
+	b := append([]byte(magic), rdma.ShmVersion, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, ring)
 	return append(b, make([]byte, 32)...)
 }
@@ -484,7 +484,7 @@ func TestShmHostileSetup(t *testing.T) {
 	}
 	segment := func(t *testing.T) int { // a proper segment
 		fd := memfd(t, size, 0)
-		hdr := append([]byte("SSYM"), 2, 0, 0, 0)
+		hdr := append([]byte("SSYM"), rdma.ShmVersion, 0, 0, 0)
 		if _, err := unix.Pwrite(fd, binary.LittleEndian.AppendUint64(hdr, ring), 0); err != nil {
 			t.Fatal(err)
 		}

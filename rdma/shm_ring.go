@@ -21,8 +21,8 @@ import (
 //	    5     3  0
 //	    8     8  ring size R: a power of two from shmMinRing to shmMaxRing
 //	   16   112  0
-//	  128   128  ring 0, producer line: tail (8), producer sleeps (4), producer closed (4)
-//	  256   128  ring 0, consumer line: head (8), consumer sleeps (4)
+//	  128   128  ring 0, producer line: tail (8), producer sleeps (4), producer closed (4), producer wakes at (8)
+//	  256   128  ring 0, consumer line: head (8), consumer sleeps (4), 0 (4), consumer wakes at (8)
 //	  384   128  ring 1, producer line
 //	  512   128  ring 1, consumer line
 //	  640  3456  0
@@ -36,11 +36,16 @@ import (
 // becomes visible with the tail store that covers it, and its place is
 // free again with the head store that covers it. The sleep words say
 // that an end is about to block on its wake-up socket: the producer
-// waiting for room, the consumer for bytes. The other end clears the
-// word when it makes progress and then sends a wake-up.
+// waiting for room, the consumer for bytes; its "wakes at" word, stored
+// before the sleep word, says how far the other end's index must have
+// come (the head that frees the room the producer waits for, the tail
+// that covers the bytes the consumer waits for). The other end, once
+// its index has reached that point, clears the sleep word and then sends
+// a wake-up; before that it lets the sleeper sleep on, so that a frame
+// larger than a piece wakes its reader once, not once per piece.
 const (
 	shmMagic    = "SSYM"
-	shmVersion  = 2
+	shmVersion  = 3
 	shmHeader   = 4096
 	shmLine     = 128 // two cache lines: adjacent-line prefetch never shares one
 	shmRingCtl  = 128 // offset of ring 0's producer line
@@ -49,6 +54,7 @@ const (
 	shmOffTail  = 0
 	shmOffSleep = 8
 	shmOffClose = 12
+	shmOffWake  = 16
 	shmOffHead  = 0
 )
 
@@ -89,9 +95,11 @@ type shmRing struct {
 	mask   uint64
 	tail   *atomic.Uint64 // producer's
 	psleep *atomic.Uint32 // producer waits for room; the consumer clears it
+	pwake  *atomic.Uint64 // the head at which the sleeping producer has its room
 	closed *atomic.Uint32 // the producer's end is closed (its connection, both directions)
 	head   *atomic.Uint64 // consumer's
 	csleep *atomic.Uint32 // consumer waits for bytes; the producer clears it
+	cwake  *atomic.Uint64 // the tail at which the sleeping consumer has its bytes
 }
 
 // ringOf returns ring i (0 or 1) of seg, whose rings have r bytes; seg
@@ -103,8 +111,8 @@ func ringOf(seg []byte, r, i int) shmRing {
 	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&seg[off])) }
 	d := shmHeader + i*r
 	return shmRing{data: seg[d : d+r : d+r], mask: uint64(r - 1),
-		tail: u64(p + shmOffTail), psleep: u32(p + shmOffSleep), closed: u32(p + shmOffClose),
-		head: u64(c + shmOffHead), csleep: u32(c + shmOffSleep)}
+		tail: u64(p + shmOffTail), psleep: u32(p + shmOffSleep), closed: u32(p + shmOffClose), pwake: u64(p + shmOffWake),
+		head: u64(c + shmOffHead), csleep: u32(c + shmOffSleep), cwake: u64(c + shmOffWake)}
 }
 
 // ringReader is the consumer's side of a ring; head and tail are its
@@ -147,10 +155,19 @@ func (r *ringReader) copyOut(p []byte) {
 func (r *ringReader) discard(n uint64) { r.head += n }
 
 // release publishes the head and reports whether the producer sleeps
-// and must be woken.
+// and must be woken: the head has reached its "wakes at".
 func (r *ringReader) release() (wake bool) {
 	r.ring.head.Store(r.head)
-	return r.ring.psleep.Load() != 0 && r.ring.psleep.Swap(0) != 0
+	return due(r.ring.psleep, r.ring.pwake, r.head)
+}
+
+// due reports whether an end that has stored its index at pos must wake
+// the other end, which sleeps (sleep set) until the index reaches its
+// wake word: if so, it clears sleep (and the caller sends the wake-up).
+// The wake word is the peer's, untrusted: any value only decides when
+// the peer itself is woken.
+func due(sleep *atomic.Uint32, at *atomic.Uint64, pos uint64) bool {
+	return sleep.Load() != 0 && int64(pos-at.Load()) >= 0 && sleep.Swap(0) != 0
 }
 
 // ringWriter is the producer's side of a ring.
@@ -187,8 +204,8 @@ func (w *ringWriter) copyIn(p []byte) {
 }
 
 // publish makes the bytes written visible and reports whether the
-// consumer sleeps and must be woken.
+// consumer sleeps and must be woken: the tail has reached its "wakes at".
 func (w *ringWriter) publish() (wake bool) {
 	w.ring.tail.Store(w.tail)
-	return w.ring.csleep.Load() != 0 && w.ring.csleep.Swap(0) != 0
+	return due(w.ring.csleep, w.ring.cwake, w.tail)
 }

@@ -9,7 +9,9 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -201,5 +203,141 @@ func TestShmHostileLent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestShmWakeAt: an end that stores its index (a tail, a head) clears
+// the other end's sleep word, and so wakes it, only once the index has
+// reached the sleeper's "wakes at" word, modulo 2⁶⁴.
+func TestShmWakeAt(t *testing.T) {
+	const r = 4096
+	for _, base := range []uint64{0, 1<<64 - 100} {
+		seg := make([]byte, shmSegSize(r))
+		ring := ringOf(seg, r, 0)
+		ring.tail.Store(base)
+		ring.head.Store(base)
+		w := ringWriter{ring: ring, tail: base, head: base}
+		rd := ringReader{ring: ring, head: base, tail: base}
+
+		// The consumer sleeps until 300 bytes are readable.
+		ring.cwake.Store(base + 300)
+		ring.csleep.Store(1)
+		w.copyIn(make([]byte, 200))
+		if w.publish() || ring.csleep.Load() != 1 {
+			t.Fatalf("base %d: the consumer was woken with 200 of the 300 bytes it waits for", base)
+		}
+		w.copyIn(make([]byte, 100))
+		if !w.publish() || ring.csleep.Load() != 0 {
+			t.Fatalf("base %d: 300 bytes published and the consumer not woken", base)
+		}
+		w.copyIn(make([]byte, 1))
+		if w.publish() {
+			t.Fatalf("base %d: a consumer that does not sleep was woken", base)
+		}
+
+		// The producer sleeps until the ring is empty: the head at the tail.
+		if _, err := rd.poll(); err != nil {
+			t.Fatal(err)
+		}
+		ring.pwake.Store(w.tail)
+		ring.psleep.Store(1)
+		rd.discard(150)
+		if rd.release() || ring.psleep.Load() != 1 {
+			t.Fatalf("base %d: the producer was woken with 150 of 301 bytes freed", base)
+		}
+		rd.discard(rd.readable())
+		if !rd.release() || ring.psleep.Load() != 0 {
+			t.Fatalf("base %d: the ring is empty and the producer not woken", base)
+		}
+	}
+}
+
+// TestShmWakeOnce: a reader that sleeps until a frame's remaining bytes
+// are in the ring is woken once, when the last piece is published, not
+// for every piece; a writer waiting for room likewise.
+func TestShmWakeOnce(t *testing.T) {
+	const ring, want = 1 << 20, 600 << 10 // pieces of 128 KiB
+	c, s := shmConns(t, Options{}, ring)
+	ctx := testCtx(t)
+	asleep := func(what string, word *atomic.Uint32) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); word.Load() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never went to sleep", what)
+			}
+		}
+	}
+	waited := func(ch chan uint64, what string) uint64 {
+		t.Helper()
+		select {
+		case n := <-ch:
+			return n
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s still waits", what)
+			return 0
+		}
+	}
+
+	// Bytes written: s waits for want bytes.
+	got := make(chan uint64, 1)
+	go func() {
+		n, err := s.rdata.wait(ctx, 1, want)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	asleep("the reader", s.rx.ring.csleep)
+	var crc uint32
+	if err := c.write(ctx, make([]byte, 512<<10), false, &crc); err != nil {
+		t.Fatal(err)
+	}
+	c.publishTx()
+	if n := c.wakes.Load(); n != 0 {
+		t.Fatalf("%d wake-ups for 512 KiB of the %d bytes the reader waits for", n, want)
+	}
+	if err := c.write(ctx, make([]byte, want-512<<10), false, &crc); err != nil {
+		t.Fatal(err)
+	}
+	c.publishTx()
+	if n := waited(got, "the reader"); n < want {
+		t.Fatalf("the reader woke with %d bytes, want %d", n, want)
+	}
+	if n := c.wakes.Load(); n != 1 {
+		t.Fatalf("%d wake-ups for one wait, want 1", n)
+	}
+
+	// Room freed: the ring is full, c waits for room for want bytes.
+	if err := c.write(ctx, make([]byte, ring-want), false, &crc); err != nil {
+		t.Fatal(err)
+	}
+	c.publishTx()
+	go func() {
+		n, err := c.wroom.wait(ctx, 1, want)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	asleep("the writer", c.tx.ring.psleep)
+	if _, err := s.rx.poll(); err != nil {
+		t.Fatal(err)
+	}
+	for freed := 0; freed < 512<<10; freed += 128 << 10 {
+		s.rx.discard(128 << 10)
+		s.unrel += 128 << 10
+		s.releaseRx()
+	}
+	if n := s.wakes.Load(); n != 0 {
+		t.Fatalf("%d wake-ups for 512 KiB of the %d bytes of room the writer waits for", n, want)
+	}
+	s.rx.discard(want - 512<<10)
+	s.unrel += want - 512<<10
+	s.releaseRx()
+	if n := waited(got, "the writer"); n < want {
+		t.Fatalf("the writer woke with room for %d bytes, want %d", n, want)
+	}
+	if n := s.wakes.Load(); n != 1 {
+		t.Fatalf("%d wake-ups for one wait, want 1", n)
 	}
 }
