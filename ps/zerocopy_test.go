@@ -16,6 +16,15 @@ import (
 type watchNet struct {
 	rdma.Network
 	sent, recv func(m *rdma.Msg)
+	alloc      func(m *rdma.Msg) // nil: not watched
+}
+
+func (n *watchNet) NewMsg(k int) *rdma.Msg {
+	m := n.Network.NewMsg(k)
+	if n.alloc != nil && k > 0 {
+		n.alloc(m)
+	}
+	return m
 }
 
 func (n *watchNet) Listen(addr string) (rdma.Listener, error) {
@@ -70,7 +79,8 @@ func (c *watchConn) Place(p rdma.Placement) { c.Conn.(rdma.Placer).Place(p) }
 // TestZeroCopy checks, over in-memory, TCP and shm connections, where
 // payloads are copied: a push is sent from the learner's gradient itself
 // (lent, not copied into a message); a shard answers a pull from its own
-// weights (lent while its goroutine waits); the client receives the
+// weights (lent while its goroutine waits), which live in memory of the
+// network's allocator (so that shm lends them); the client receives the
 // weights straight into the vector it pulls into: &w[lo] is the payload
 // the transport wrote, no buffer of the pool was taken for it. The values
 // arrive intact.
@@ -98,6 +108,12 @@ func testZeroCopy(t *testing.T, kind string) {
 	var bad []string
 	ranges, _ := Ranges(n, 2)
 	net := &watchNet{Network: inner}
+	allocated := map[*float32]bool{}
+	net.alloc = func(m *rdma.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		allocated[&m.Payload[0]] = true
+	}
 	net.sent = func(m *rdma.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -132,6 +148,10 @@ func testZeroCopy(t *testing.T, kind string) {
 	for _, s := range grp.servers {
 		for _, l := range s.loops {
 			shardW = append(shardW, l.core.w)
+			if mu.Lock(); !allocated[&l.core.w[0]] {
+				t.Errorf("shard %d keeps its weights outside the network's allocator", l.core.Index())
+			}
+			mu.Unlock()
 		}
 	}
 	grp.Finish()
