@@ -24,8 +24,9 @@ type unacked struct {
 
 // pushMsg returns the message of push u to shard k: its payload, stamp,
 // mini-batch, life and sequence. The payload is the gradient itself, lent
-// to the transport (rdma.Msg.Borrow), which encodes or sends it from
-// where it lies. A TopK push travels as its selection, without error
+// to the transport (rdma.Msg.BorrowHeld: the gradient stays unchanged
+// until a Pull or Leave after the push has its answers, see Push), which
+// encodes or sends it from where it lies. A TopK push travels as its selection, without error
 // feedback: the codec sends exactly its elements.
 func (c *Client) pushMsg(k int, u *unacked) *rdma.Msg {
 	var m *rdma.Msg
@@ -34,7 +35,7 @@ func (c *Client) pushMsg(k int, u *unacked) *rdma.Msg {
 		scatter(m.Payload, u.sel)
 	} else {
 		m = c.msg(MsgPush, k, 0)
-		m.Borrow(u.grad)
+		m.BorrowHeld(u.grad)
 	}
 	m.Seq, m.Timestamp, m.Codec = u.seq, u.stamp, c.cfg.Codec
 	setPushData(m, u.batch, u.life)

@@ -56,7 +56,8 @@ const (
 // buffer of its own; verbs writes it from where it lies when it is memory
 // of the network's NewMsg, waiting for the write to complete, and copies
 // it otherwise), so the lender may
-// change it from then on; Release never recycles it.
+// change it from then on (BorrowHeld: once a later request has its
+// answer); Release never recycles it.
 type Msg struct {
 	Type    Type
 	Codec   Codec  // Send: encoding of Payload on the wire; Recv: the encoding it arrived in (Fraction 0)
@@ -79,6 +80,7 @@ type Msg struct {
 
 	wire     []byte    // in-memory transport: encoded payload between Send and Recv
 	borrowed bool      // Payload is lent (Borrow): own is the Msg's own buffer
+	held     bool      // with borrowed: BorrowHeld
 	own      []float32 // with borrowed: the payload buffer Release keeps
 	released bool
 	pool     *regPool // non-nil: Payload lies in blk, registered memory of pool
@@ -120,7 +122,7 @@ func (m *Msg) Release() {
 		panic("rdma: Msg released twice")
 	}
 	if m.borrowed {
-		m.Payload, m.own, m.borrowed = m.own, nil, false
+		m.Payload, m.own, m.borrowed, m.held = m.own, nil, false, false
 	}
 	if m.pool != nil {
 		m.pool.releaseMsg(m)
@@ -150,6 +152,22 @@ func (m *Msg) Borrow(p []float32) {
 	m.Payload = p
 }
 
+// BorrowHeld is Borrow by a lender that keeps p unchanged until it has
+// received, on the same connection, a message its peer sent after
+// reading this one, or until it has closed the connection: a request
+// sent after it was answered. A Send over shm of such memory of the
+// network's NewMsg then returns once the frame is written, rather than
+// once the receiver has copied the payload, which it copies when it reads
+// the frame; the other transports are done with p when Send returns, as
+// with Borrow. A receiver that finds the sender's end closed once it has
+// copied the payload drops the frame (the lender may have changed p
+// meanwhile): a lender that closes the connection before an answer may
+// lose what it sent.
+func (m *Msg) BorrowHeld(p []float32) {
+	m.Borrow(p)
+	m.held = true
+}
+
 // Borrowed reports whether m's payload is lent (Borrow, or a Recv into
 // memory its Placement named).
 func (m *Msg) Borrowed() bool { return m.borrowed }
@@ -166,7 +184,7 @@ func (m *Msg) keep(fill bool) {
 		copy(t.Payload, m.Payload)
 	}
 	m.Payload, t.Payload = t.Payload, m.own
-	m.own, m.borrowed = nil, false
+	m.own, m.borrowed, m.held = nil, false, false
 	t.Release()
 }
 

@@ -349,7 +349,7 @@ func (c *shmConn) send(ctx context.Context, m *Msg) error {
 		binary.LittleEndian.PutUint32(c.trl[:], crc)
 		err = c.write(ctx, c.trl[:], false, &crc)
 	}
-	if err == nil && lent {
+	if err == nil && lent && !m.held {
 		err = c.awaitLent(ctx)
 	}
 	if err != nil {

@@ -20,8 +20,9 @@ const lentFrame = rdma.HeaderSize + 16 + rdma.TrailerSize
 // one (a learner's gradient), travels as a reference: the ring carries
 // 72 bytes, Send waits until the receiver has copied the payload (so the
 // lender may overwrite it as soon as Send returns), and the received
-// message is the receiver's own memory. A payload from elsewhere, or a
-// small one, goes through the ring and Send does not wait.
+// message is the receiver's own memory; a held one (BorrowHeld) is not
+// waited for. A payload from elsewhere, or a small one, goes through the
+// ring and Send does not wait.
 func TestShmLent(t *testing.T) {
 	n := newShm(t, rdma.Options{})
 	c, s := shmPair(t, n)
@@ -61,6 +62,53 @@ func TestShmLent(t *testing.T) {
 			t.Fatal("the received payload lies in the lend segment")
 		}
 		got.Release()
+	})
+
+	t.Run("held", func(t *testing.T) {
+		// BorrowHeld: Send returns with the frame unread; the lender
+		// keeps the payload until an answer, which the receiver sends
+		// after it has read (copied) it.
+		g := n.NewMsg(elems)
+		defer g.Release()
+		for i := range g.Payload {
+			g.Payload[i] = float32(i)
+		}
+		want := slices.Clone(g.Payload)
+		m := rdma.NewMsg(0)
+		m.BorrowHeld(g.Payload)
+		ctx, cancel := context.WithTimeout(recvCtx(t), 20*time.Second)
+		defer cancel()
+		if err := c.Send(ctx, m); err != nil {
+			t.Fatalf("held Send with nobody reading: %v", err)
+		}
+		if unread, _ := rdma.ShmUnread(s); unread != lentFrame {
+			t.Fatalf("%d bytes in the ring, want %d: the reference only", unread, lentFrame)
+		}
+		got := mustRecvExt(t, s)
+		if err := s.Send(recvCtx(t), rdma.NewMsg(1)); err != nil { // the answer
+			t.Fatal(err)
+		}
+		mustRecvExt(t, c).Release()
+		for i := range g.Payload { // the lender's next gradient
+			g.Payload[i] = -1
+		}
+		if !slices.Equal(got.Payload, want) {
+			t.Fatalf("payload differs from the lent one at %d", firstDiff(got.Payload, want))
+		}
+		got.Release()
+
+		// Closed before an answer, the lender may have changed it: the
+		// receiver drops the frame.
+		c2, s2 := shmPair(t, n)
+		m = rdma.NewMsg(0)
+		m.BorrowHeld(g.Payload)
+		if err := c2.Send(recvCtx(t), m); err != nil {
+			t.Fatal(err)
+		}
+		c2.Close()
+		if _, err := s2.Recv(recvCtx(t)); !errors.Is(err, rdma.ErrTruncated) {
+			t.Fatalf("recv of a held lent frame whose sender closed: %v, want a truncated frame", err)
+		}
 	})
 
 	t.Run("own", func(t *testing.T) {
