@@ -98,11 +98,14 @@
 // A large payload of the network's NewMsg lies in the process's lend
 // segment, which the peer maps read-only: it is lent, not copied, the
 // ring carrying only its reference, and Send waits until the receiver
-// has copied it out (docs/wire.md, "Lent payloads").
+// has copied it out (docs/wire.md, "Lent payloads"), or, lent held
+// (Msg.BorrowHeld), only until the frame is written. A shard server keeps
+// its weights there, so that a pull is one copy, the learner's.
 // The peer is not trusted: every ring index is checked each time it is
 // read (ErrProtocol when it is out of range), and frames are validated
 // as on a stream. An end that waits polls briefly, then sleeps in the
-// netpoller on a socket of its own, which the peer's progress wakes and
+// netpoller on a socket of its own, which the peer wakes once it has
+// written (read) the rest of the frame part the end waits for, and
 // which reports the peer's end closed, so that a peer killed in the
 // middle of a frame ends the connection with a truncated frame, never a
 // hang. Auto verifies that a peer is on the same host, and in the same
