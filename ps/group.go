@@ -53,9 +53,6 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		for _, ln := range lns {
 			ln.Close()
 		}
-		for _, s := range g.servers {
-			s.release()
-		}
 		return nil, err
 	}
 	for i := range n {
@@ -63,16 +60,13 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		for k := i; k < cfg.PS.Shards; k += n {
 			shards = append(shards, k)
 		}
-		// Listen first: verbs registers the memory of NewMsg once the
-		// network has a listener.
-		ln, err := cfg.Network.Listen(cfg.Addr)
+		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
+			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost})
 		if err != nil {
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}
-		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
-			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg})
+		ln, err := cfg.Network.Listen(cfg.Addr)
 		if err != nil {
-			ln.Close()
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}
 		for _, k := range shards {

@@ -67,13 +67,6 @@ type ServerConfig struct {
 	// incarnations (Server.Checkpoint).
 	Restore    []*Checkpoint
 	Identities []Identity
-	// NewMsg, if set, allocates the memory each shard keeps its weights
-	// in: the network's allocator (rdma.Network.NewMsg), so that a pull
-	// is answered from memory the transport sends from without a copy (a
-	// reference into the lend segment over shm, registered memory under
-	// verbs). nil: the Go heap. Serve releases the messages when it
-	// returns.
-	NewMsg func(n int) *rdma.Msg
 	// Inactive starts every shard with no active learner: learners join
 	// when they connect. A shard server that replaces an earlier life of
 	// its own sets it: learners that finished or left while it was away
@@ -132,7 +125,6 @@ type Server struct {
 	stopMu  sync.Once
 	final   chan struct{} // closed when every shard is final
 	nFinal  atomic.Int32
-	placed  []*rdma.Msg // the shards' weights (ServerConfig.NewMsg)
 	done    atomic.Bool // Finish was called
 
 	badFrames, errorsDropped, refused, notHosted, lost atomic.Uint64
@@ -237,13 +229,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 				}
 			}
 		}
-		if err == nil && cfg.NewMsg != nil {
-			m := cfg.NewMsg(len(core.Weights()))
-			s.placed = append(s.placed, m)
-			err = core.PlaceWeights(m.Payload)
-		}
 		if err != nil {
-			s.release()
 			return nil, err
 		}
 		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), sent: make(chan struct{}, 1),
@@ -326,17 +312,8 @@ func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 		c.Close()
 	}
 	wg.Wait()
-	s.release() // the loops have ended: nothing reads the weights now but finalW, a copy
 	close(s.stopped)
 	return err
-}
-
-// release returns the memory of the shards' weights (ServerConfig.NewMsg).
-func (s *Server) release() {
-	for _, m := range s.placed {
-		m.Release()
-	}
-	s.placed = nil
 }
 
 // Stop ends Serve. It may be called any number of times, from any

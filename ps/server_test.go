@@ -682,9 +682,7 @@ func (c *countingNetwork) NewMsg(n int) *rdma.Msg {
 // TestNetworkAllocator: the client's messages are allocated by the
 // network (which for verbs hands out registered memory), not by the
 // process-wide pool; pushes lend the gradient and weights replies the
-// shard's weights, so no payload is taken from any allocator. The shard
-// servers keep their weights in the network's memory: one message per
-// shard.
+// shard's weights, so no payload is taken from any allocator.
 func TestNetworkAllocator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -714,10 +712,9 @@ func TestNetworkAllocator(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	// 3 pulls, 3 pushes and a leave to 2 shards from the client; the
-	// weights of 2 shards.
-	if n := net.n.Load(); n != 3*2+3*2+2+2 {
-		t.Errorf("%d messages from the network's allocator, want %d", n, 3*2+3*2+2+2)
+	// 3 pulls, 3 pushes and a leave to 2 shards from the client.
+	if n := net.n.Load(); n != 3*2+3*2+2 {
+		t.Errorf("%d messages from the network's allocator, want %d", n, 3*2+3*2+2)
 	}
 }
 

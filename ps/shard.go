@@ -151,20 +151,6 @@ func (s *Shard) Clock() uint64 { return s.clock }
 // next Step.
 func (s *Shard) Weights() []float32 { return s.w }
 
-// PlaceWeights moves the shard's weights into buf, which must have the
-// shard's length: it copies them there and keeps them there from then on
-// (Weights, and the Weights of its replies, are buf). A shard server
-// places them in memory its transport sends from without a copy
-// (ServerConfig.NewMsg). Call it between two Steps.
-func (s *Shard) PlaceWeights(buf []float32) error {
-	if len(buf) != len(s.w) {
-		return param.Fieldf("buf", "has %d elements, shard %d owns %d", len(buf), s.index, len(s.w))
-	}
-	copy(buf, s.w)
-	s.w = buf
-	return nil
-}
-
 // Consumed returns the mini-batch ids of the gradients the shard has
 // accepted or dropped (Msg.Batch), as a copy of its intervals, sorted.
 func (s *Shard) Consumed() []Interval { return s.consumed.Intervals() }

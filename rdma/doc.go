@@ -99,8 +99,7 @@
 // segment, which the peer maps read-only: it is lent, not copied, the
 // ring carrying only its reference, and Send waits until the receiver
 // has copied it out (docs/wire.md, "Lent payloads"), or, lent held
-// (Msg.BorrowHeld), only until the frame is written. A shard server keeps
-// its weights there, so that a pull is one copy, the learner's.
+// (Msg.BorrowHeld), only until the frame is written.
 // The peer is not trusted: every ring index is checked each time it is
 // read (ErrProtocol when it is out of range), and frames are validated
 // as on a stream. An end that waits polls briefly, then sleeps in the

@@ -78,7 +78,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if cfg.PS.DataSize == 0 {
 		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
-	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true, NewMsg: cfg.Network.NewMsg,
+	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
 		OnUpdate: refusalLog(cfg.log(), time.Now),
 		OnLost:   func(l, inc uint32) { r.ctrl().send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
 	if cfg.Resume != nil {
