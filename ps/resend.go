@@ -26,8 +26,9 @@ type unacked struct {
 // mini-batch, life and sequence. The payload is the gradient itself, lent
 // to the transport (rdma.Msg.BorrowHeld: the gradient stays unchanged
 // until a Pull or Leave after the push has its answers, see Push), which
-// encodes or sends it from where it lies. A TopK push travels as its selection, without error
-// feedback: the codec sends exactly its elements.
+// encodes or sends it from where it lies. A TopK push travels as its
+// selection, without error feedback: the codec sends exactly its
+// elements.
 func (c *Client) pushMsg(k int, u *unacked) *rdma.Msg {
 	var m *rdma.Msg
 	if u.sel != nil {

@@ -111,9 +111,9 @@ func newShmConn(seg []byte, r, side int, data, room *net.UnixConn, peerRoom int,
 	c.own, c.peer = out.closed, in.closed
 	c.one[0] = 1
 	c.rdata = shmWaiter{c: c, sock: data, sleep: in.csleep, wakeAt: in.cwake, poll: c.rx.poll, flush: c.releaseRx,
-		at: func(want uint64) uint64 { return c.rx.head + want }}
+		at: func(want uint64) uint64 { return c.rx.head + min(want, uint64(r)) }}
 	c.wroom = shmWaiter{c: c, sock: room, sleep: out.psleep, wakeAt: out.pwake, poll: c.tx.room, flush: c.publishTx,
-		at: func(want uint64) uint64 { return c.tx.tail + want - uint64(r) }}
+		at: func(want uint64) uint64 { return c.tx.tail + min(want, uint64(r)) - uint64(r) }}
 	c.rdata.init()
 	c.wroom.init()
 	if data != nil {
@@ -176,8 +176,9 @@ type shmWaiter struct {
 	wakeAt *atomic.Uint64         // this end's "wakes at" word for this direction
 	poll   func() (uint64, error) // the bytes readable, or the room
 	flush  func()                 // publishes what this direction holds back
-	// at returns the peer's index (tail, head) at which want bytes are
-	// readable (may be written), from this end's own, published, index.
+	// at returns the peer's index (tail, head) at which want bytes, at
+	// most a ring's worth, are readable (may be written), from this end's
+	// own, published, index.
 	at    func(want uint64) uint64
 	need  uint64
 	err   error              // poll's error, seen by ready
@@ -200,10 +201,10 @@ func (w *shmWaiter) init() {
 // error, ErrClosed, an ErrProtocol error. It flushes what the direction
 // holds back first, for the peer may be waiting for it; polls for
 // shmSpin; and then sleeps on its socket until the peer has made want
-// (need ≤ want ≤ the ring size) bytes readable (room for want bytes):
-// the rest of the frame that is being read (written), so that the peer
-// does not wake it for every piece. want must come: the peer only wakes
-// it earlier when it ends.
+// (≥ need; at most a ring's worth counts) bytes readable (room for want
+// bytes): the rest of the frame part that is being read (written), so
+// that the peer does not wake it for every piece. want must come: the
+// peer only wakes it earlier when it ends.
 func (w *shmWaiter) wait(ctx context.Context, need, want uint64) (uint64, error) {
 	w.flush()
 	c := w.c
@@ -394,7 +395,7 @@ func (c *shmConn) write(ctx context.Context, p []byte, sum bool, crc *uint32) er
 		free := c.tx.writable()
 		if free < want {
 			var err error
-			if free, err = c.wroom.wait(ctx, want, min(uint64(len(p)), uint64(len(c.tx.ring.data)))); err != nil {
+			if free, err = c.wroom.wait(ctx, want, uint64(len(p))); err != nil {
 				return err
 			}
 		}
@@ -468,7 +469,7 @@ func (c *shmConn) readFull(ctx context.Context, p []byte, sum bool, crc uint32) 
 		avail := c.rx.readable()
 		if avail == 0 {
 			var err error
-			if avail, err = c.rdata.wait(ctx, 1, min(uint64(len(p)), uint64(len(c.rx.ring.data)))); err != nil {
+			if avail, err = c.rdata.wait(ctx, 1, uint64(len(p))); err != nil {
 				return crc, midFrame(err)
 			}
 		}
@@ -537,7 +538,7 @@ func (c *shmConn) skip(ctx context.Context, n uint64) error {
 		avail := c.rx.readable()
 		if avail == 0 {
 			var err error
-			if avail, err = c.rdata.wait(ctx, 1, min(n, uint64(len(c.rx.ring.data)))); err != nil {
+			if avail, err = c.rdata.wait(ctx, 1, n); err != nil {
 				return midFrame(err)
 			}
 		}

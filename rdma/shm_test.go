@@ -9,7 +9,6 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,13 +258,24 @@ func TestShmWakeOnce(t *testing.T) {
 	const ring, want = 1 << 20, 600 << 10 // pieces of 128 KiB
 	c, s := shmConns(t, Options{}, ring)
 	ctx := testCtx(t)
-	asleep := func(what string, word *atomic.Uint32) {
+	// sleeping starts w waiting for want bytes (room) and returns once
+	// it sleeps, with where the bytes it woke with arrive.
+	sleeping := func(what string, w *shmWaiter) chan uint64 {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); word.Load() == 0; time.Sleep(time.Millisecond) {
+		got := make(chan uint64, 1)
+		go func() {
+			n, err := w.wait(ctx, 1, want)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- n
+		}()
+		for deadline := time.Now().Add(20 * time.Second); w.sleep.Load() == 0; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s never went to sleep", what)
 			}
 		}
+		return got
 	}
 	waited := func(ch chan uint64, what string) uint64 {
 		t.Helper()
@@ -279,15 +289,7 @@ func TestShmWakeOnce(t *testing.T) {
 	}
 
 	// Bytes written: s waits for want bytes.
-	got := make(chan uint64, 1)
-	go func() {
-		n, err := s.rdata.wait(ctx, 1, want)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- n
-	}()
-	asleep("the reader", s.rx.ring.csleep)
+	got := sleeping("the reader", &s.rdata)
 	var crc uint32
 	if err := c.write(ctx, make([]byte, 512<<10), false, &crc); err != nil {
 		t.Fatal(err)
@@ -312,14 +314,7 @@ func TestShmWakeOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.publishTx()
-	go func() {
-		n, err := c.wroom.wait(ctx, 1, want)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- n
-	}()
-	asleep("the writer", c.tx.ring.psleep)
+	got = sleeping("the writer", &c.wroom)
 	if _, err := s.rx.poll(); err != nil {
 		t.Fatal(err)
 	}
