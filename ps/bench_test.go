@@ -69,21 +69,24 @@ func BenchmarkShardPush(b *testing.B) {
 
 // BenchmarkServerRoundTrip measures the runtime end to end: one learner
 // (client) does Pull then Push of LeNet's 431,080 parameters against
-// Shards servers over the transport, each op one push+pull round trip;
-// gbps counts gradient plus weights bytes (2·4·n per op), the unit of
-// `softsync bench transport`. Steady state allocates nothing: allocs/op
-// is 0 on every transport.
+// the shards of one or two servers over the transport, each op one
+// push+pull round trip; gbps counts gradient plus weights bytes (2·4·n
+// per op), the unit of `softsync bench transport`. Steady state with one
+// server allocates nothing: allocs/op is 0 on every transport. With two,
+// a pull receives from the second server on a goroutine of its own,
+// which takes a few allocations.
 func BenchmarkServerRoundTrip(b *testing.B) {
 	const n = 431080
 	for _, kind := range []string{"inmem", "tcp", "shm"} {
-		for _, shards := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/shards=%d", kind, shards), func(b *testing.B) {
+		for _, sv := range [][2]int{{1, 1}, {2, 1}, {2, 2}} {
+			shards, servers := sv[0], sv[1]
+			b.Run(fmt.Sprintf("%s/shards=%d/servers=%d", kind, shards, servers), func(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				cfg := Config{Job: 1, Learners: 1, Protocol: Softsync, N: 1, Shards: shards, Batch: 1,
 					Solver: sgd.Config{LR: 0.01, Momentum: 0.9}}
 				net, addr := network(b, kind, 1)
-				grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
+				grp, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr, Servers: servers})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -89,8 +89,8 @@ type Client struct {
 	// the Placement of every connection receives a shard's awaited
 	// weights straight into its range (see place).
 	into    []float32
-	left    []int       // collect's scratch: the shards of a link not answered yet
 	partial partialPush // the push PushReady is sending (owner only)
+	await   awaited     // what the collect in progress waits for
 
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
@@ -119,6 +119,7 @@ type link struct {
 	gen    int
 	dead   error // Redial gave up: every later use fails with it
 	shards []int
+	left   []int // collectLink's scratch: the shards not answered yet
 }
 
 func (l *link) get() (rdma.Conn, int, error) {
@@ -479,71 +480,175 @@ func (c *Client) pushing(call string) error {
 // and their stamps, lives and link generations into stamps, lives and
 // gens (see collect).
 func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int) error {
-	return c.collect(ctx, "pull", TypeWeights, func(k int, m *rdma.Msg, gen int) error {
-		if len(m.Payload) != c.ranges[k].Len() {
-			return fmt.Errorf("ps client %d: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
-		}
-		c.fill(w, k, m)
-		stamps[k], lives[k], gens[k] = m.Timestamp, lifeOf(m), gen
-		return nil
-	}, func(l *link, left []int) error { return c.sendPulls(ctx, l, left, false) })
+	c.await = awaited{req: MsgPull, w: w, stamps: stamps, lives: lives, gens: gens}
+	return c.collect(ctx, &c.await)
 }
 
-// collect receives, connection by connection, every shard's answer to
-// its request in c.reqs: a reply of type want with the request's Seq,
-// handed to take with the generation of the connection it came on (take
-// may fail the call). A connection that fails is replaced (Redial) and
-// the requests still unanswered on it are sent again (resend). An answer
-// acknowledges the pushes to its shard sent before the request (acked).
-// Other replies are dropped, except rejections: a rejection of a request ends
-// the call with it, those of earlier messages are returned, joined and
-// wrapping ErrRejected, once every answer is in.
-func (c *Client) collect(ctx context.Context, what string, want rdma.Type, take func(k int, m *rdma.Msg, gen int) error,
-	resend func(*link, []int) error) error {
-	var rejections []error
-	for _, l := range c.links {
-		left := append(c.left[:0], l.shards...)
-		for len(left) > 0 {
-			conn, gen, err := l.get()
-			if err != nil {
-				return err
-			}
-			m, err := conn.Recv(ctx)
-			if err != nil {
-				if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-					return fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, what, l.shards, rerr)
-				}
-				if err := resend(l, left); err != nil {
-					return err
-				}
-				continue
-			}
-			k := int(m.Shard)
-			mine := slices.Contains(left, k)
-			switch {
-			case m.Type == rdma.TypeError:
-				err := rejection(m)
-				if mine && m.Seq == c.reqs[k] { // the request itself: no answer will come
-					m.Release()
-					return errors.Join(append(rejections, err)...)
-				}
-				rejections = append(rejections, err)
-			case m.Type != want || !mine || m.Seq != c.reqs[k]:
-				// a reply to an older request
-			default:
-				if err := take(k, m, gen); err != nil {
-					m.Release()
-					return err
-				}
-				c.acked(k, m.Seq)
-				c.reqs[k] = 0 // answered: a duplicate reply is ignored
-				left = slices.DeleteFunc(left, func(x int) bool { return x == k })
-			}
-			m.Release()
-		}
-		c.left = left
+// awaited is what a collect call waits for: the answers to the requests
+// of type req in c.reqs, and where they go. It is data, not callbacks, so
+// that the goroutines of collect take nothing from the heap.
+type awaited struct {
+	req    MsgType   // MsgPull, MsgJoin, MsgLeave or snapshotReq
+	epoch  int       // snapshotReq: the epoch asked for
+	w      []float32 // MsgPull, snapshotReq: the vector the weights go into
+	stamps []uint64  // MsgPull, snapshotReq: the weights' stamps
+	lives  []uint64  // MsgPull: their shards' lives
+	gens   []int     // MsgPull: the generations of the links they came on
+}
+
+// snapshotReq is the request kind of a Snapshot (TypeSnapshot).
+const snapshotReq = MsgType(TypeSnapshot)
+
+// what names a's requests in errors.
+func (a *awaited) what() string {
+	if a.req == snapshotReq {
+		return "snapshot"
 	}
-	return errors.Join(rejections...)
+	return a.req.String()
+}
+
+// want is the rdma type of the answers a waits for.
+func (a *awaited) want() rdma.Type {
+	if a.req == MsgJoin || a.req == MsgLeave {
+		return TypeAck
+	}
+	return TypeWeights
+}
+
+// take records m, shard k's answer to a request of a, received on a
+// connection of generation gen.
+func (c *Client) take(a *awaited, k int, m *rdma.Msg, gen int) error {
+	switch a.req {
+	case MsgJoin, MsgLeave:
+		c.departed[k] = a.req == MsgLeave
+		return nil
+	}
+	if len(m.Payload) != c.ranges[k].Len() {
+		return fmt.Errorf("ps client %d: %s: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, a.what(), k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
+	}
+	c.fill(a.w, k, m)
+	a.stamps[k] = m.Timestamp
+	if a.req == MsgPull {
+		a.lives[k], a.gens[k] = lifeOf(m), gen
+	}
+	return nil
+}
+
+// ask sends a request of a to each of shards of link l. afterPush asks,
+// for a pull under hardsync, for the next round's weights.
+func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int, afterPush bool) error {
+	switch a.req {
+	case MsgPull:
+		return c.sendPulls(ctx, l, shards, afterPush)
+	case snapshotReq:
+		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
+			m := c.msg(0, k, 0)
+			m.Type, m.Timestamp = TypeSnapshot, uint64(a.epoch) // −1: SnapshotNow
+			return m
+		})
+	}
+	return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg { return c.msg(a.req, k, 0) })
+}
+
+// collect receives every shard's answer to its request in c.reqs: a
+// reply of a.want() with the request's Seq, recorded by take with the
+// generation of the connection it came on (take may fail the call). It
+// receives on every connection at once, one goroutine per server beyond
+// the first, so that a server never waits for the learner to read
+// another's answer: a reply bigger than the transport's buffers holds its
+// server's shard goroutine until it is read, and with it every learner
+// that server serves. A connection that fails is replaced (Redial) and
+// the requests still unanswered on it are sent again (ask). An answer
+// acknowledges the pushes to its shard sent before the request (acked).
+// Other replies are dropped, except rejections: a rejection of a request
+// ends the call with it (the other connections stop receiving), those of
+// earlier messages are returned, joined and wrapping ErrRejected, once
+// every answer is in.
+func (c *Client) collect(ctx context.Context, a *awaited) error {
+	if len(c.links) == 1 {
+		rejections, err := c.collectLink(ctx, a, c.links[0])
+		return joinAfter(rejections, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu         sync.Mutex
+		failed     error // the first connection's error: it ended the call
+		rejections []error
+		wg         sync.WaitGroup
+	)
+	recv := func(l *link) {
+		rej, err := c.collectLink(ctx, a, l)
+		mu.Lock()
+		defer mu.Unlock()
+		rejections = append(rejections, rej...)
+		if err != nil && failed == nil {
+			failed = err
+			cancel()
+		}
+	}
+	for _, l := range c.links[1:] {
+		wg.Go(func() { recv(l) })
+	}
+	recv(c.links[0])
+	wg.Wait()
+	return joinAfter(rejections, failed)
+}
+
+// collectLink is collect on link l: it returns the rejections of earlier
+// messages it received, and the error that ended it early.
+func (c *Client) collectLink(ctx context.Context, a *awaited, l *link) ([]error, error) {
+	var rejections []error
+	left := append(l.left[:0], l.shards...)
+	defer func() { l.left = left }()
+	for len(left) > 0 {
+		conn, gen, err := l.get()
+		if err != nil {
+			return rejections, err
+		}
+		m, err := conn.Recv(ctx)
+		if err != nil {
+			if rerr := c.repair(ctx, l, gen, err); rerr != nil {
+				return rejections, fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, a.what(), l.shards, rerr)
+			}
+			if err := c.ask(ctx, a, l, left, false); err != nil {
+				return rejections, err
+			}
+			continue
+		}
+		k := int(m.Shard)
+		mine := slices.Contains(left, k)
+		switch {
+		case m.Type == rdma.TypeError:
+			err := rejection(m)
+			if mine && m.Seq == c.reqs[k] { // the request itself: no answer will come
+				m.Release()
+				return rejections, err
+			}
+			rejections = append(rejections, err)
+		case m.Type != a.want() || !mine || m.Seq != c.reqs[k]:
+			// a reply to an older request
+		default:
+			if err := c.take(a, k, m, gen); err != nil {
+				m.Release()
+				return rejections, err
+			}
+			c.acked(k, m.Seq)
+			c.reqs[k] = 0 // answered: a duplicate reply is ignored
+			left = slices.DeleteFunc(left, func(x int) bool { return x == k })
+		}
+		m.Release()
+	}
+	return rejections, nil
+}
+
+// joinAfter returns the rejections and then err, joined; err alone if
+// there are none.
+func joinAfter(rejections []error, err error) error {
+	if len(rejections) == 0 {
+		return err
+	}
+	return errors.Join(append(rejections, err)...)
 }
 
 // rejection returns the error of a shard's error reply: its text, matching
@@ -576,28 +681,14 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
 	}
 	c.into = w
-	ask := func(l *link, shards []int) error {
-		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
-			m := c.msg(0, k, 0)
-			m.Type, m.Timestamp = TypeSnapshot, uint64(epoch) // −1: SnapshotNow
-			return m
-		})
-	}
+	stamps := make([]uint64, c.cfg.Shards)
+	c.await = awaited{req: snapshotReq, epoch: epoch, w: w, stamps: stamps}
 	for _, l := range c.links {
-		if err := ask(l, l.shards); err != nil {
+		if err := c.ask(ctx, &c.await, l, l.shards, false); err != nil {
 			return nil, err
 		}
 	}
-	stamps := make([]uint64, c.cfg.Shards)
-	err := c.collect(ctx, "snapshot", TypeWeights, func(k int, m *rdma.Msg, _ int) error {
-		if len(m.Payload) != c.ranges[k].Len() {
-			return fmt.Errorf("ps client: shard %d sent %d weights, its range has %d: %w", k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
-		}
-		c.fill(w, k, m)
-		stamps[k] = m.Timestamp
-		return nil
-	}, ask)
-	if err != nil {
+	if err := c.collect(ctx, &c.await); err != nil {
 		return nil, err
 	}
 	return stamps, nil
@@ -741,19 +832,14 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	if err := c.idle(t.String()); err != nil {
 		return err
 	}
-	ask := func(l *link, shards []int) error {
-		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg { return c.msg(t, k, 0) })
-	}
+	c.await = awaited{req: t}
 	defer c.report()
 	for _, l := range c.links {
-		if err := ask(l, l.shards); err != nil {
+		if err := c.ask(ctx, &c.await, l, l.shards, false); err != nil {
 			return err
 		}
 	}
-	return c.collect(ctx, t.String(), TypeAck, func(k int, _ *rdma.Msg, _ int) error {
-		c.departed[k] = t == MsgLeave
-		return nil
-	}, ask)
+	return c.collect(ctx, &c.await)
 }
 
 // Connections returns, per server connection, the shards it carries, the

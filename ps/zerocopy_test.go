@@ -179,9 +179,7 @@ func testZeroCopy(t *testing.T, kind string) {
 // learner's weights reply lies unread, over every transport: the shard's
 // goroutine waits for its connection's writer, never for the learner to
 // read. (Lent from the shard's weights over shm, a reply would hold the
-// shard until the learner had copied it; a learner reads its shards'
-// replies one after the other, and a hardsync job whose shard server had
-// restarted hung so.)
+// shard until the learner had copied it.)
 func TestReplyNotAwaited(t *testing.T) {
 	for _, kind := range []string{"inmem", "tcp", "shm"} {
 		t.Run(kind, func(t *testing.T) {
@@ -214,6 +212,105 @@ func TestReplyNotAwaited(t *testing.T) {
 				if err := b.Pull(pctx, w); err != nil {
 					t.Fatalf("pull %d of learner 1 while learner 0's reply is unread: %v", i, err)
 				}
+			}
+		})
+	}
+}
+
+// TestRepliesReadAtOnce: a learner receives every server's answer to its
+// pull at once, so that a server whose reply is bigger than the
+// transport's buffers is not held up, and with it every learner it
+// serves, until another server has answered. Under hardsync, learner 0
+// waits for the next round on both servers; learner 1 (raw connections)
+// completes server 1's round only, so that server 1 writes learner 0 a
+// reply of 4 MiB (more than shm's ring and the TCP sockets hold) while
+// server 0 has nothing to answer yet. Server 1 must still answer learner
+// 1's pull; then learner 1 completes server 0's round and learner 0's
+// pull returns.
+func TestRepliesReadAtOnce(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp", "shm"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const half = 1 << 20 // floats per shard
+			cfg := Config{Job: 1, Learners: 2, Protocol: Hardsync, N: 2, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+			net, err := rdma.Open(kind, rdma.Options{Job: 1, SocketBuffer: 64 << 10, QueueLen: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, addr := network(t, kind, 1)
+			g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 2*half), Network: net, Addr: addr, Servers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := g.Dial(ctx, net, 0, rdma.Codec{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			w, grad := make([]float32, 2*half), make([]float32, 2*half)
+			for i := range grad {
+				grad[i] = 1
+			}
+			if err := a.Pull(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Push(ctx, grad, 0); err != nil {
+				t.Fatal(err)
+			}
+			pulled := make(chan error, 1)
+			go func() { pulled <- a.Pull(ctx, w) }()
+
+			var b [2]rdma.Conn // learner 1's connections to servers 0 and 1
+			for k := range b {
+				if b[k], err = net.Dial(ctx, g.Addrs()[k]); err != nil {
+					t.Fatal(err)
+				}
+				defer b[k].Close()
+			}
+			push := func(k int, seq uint64) {
+				m := wireMsg(rdma.NewMsg, MsgPush, 1, k, seq, 0, half)
+				copy(m.Payload, grad)
+				if err := b[k].Send(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			push(1, Seq(0, 1))
+			if err := b[1].Send(ctx, wireMsg(rdma.NewMsg, MsgPull, 1, 1, Seq(0, 2), 1, 0)); err != nil {
+				t.Fatal(err)
+			}
+			bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer bcancel()
+			for {
+				m, err := b[1].Recv(bctx)
+				if err != nil {
+					t.Fatalf("learner 1's pull from server 1 while server 0 keeps learner 0 waiting: %v", err)
+				}
+				done := m.Type == TypeWeights && m.Seq == Seq(0, 2)
+				if done && (m.Timestamp != 1 || len(m.Payload) != half || m.Payload[0] != -0.5) {
+					t.Fatalf("server 1 answered clock %d, %d weights, w[0] = %g; want clock 1, %d weights, −0.5", m.Timestamp, len(m.Payload), m.Payload[0], half)
+				}
+				m.Release()
+				if done {
+					break
+				}
+			}
+			select {
+			case err := <-pulled:
+				t.Fatalf("learner 0's pull returned before server 0's round was complete: %v", err)
+			default:
+			}
+			push(0, Seq(0, 3))
+			select {
+			case err := <-pulled:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-ctx.Done():
+				t.Fatal("learner 0's pull did not return once both rounds were complete")
+			}
+			if st := a.Stamps(); st[0] != 1 || st[1] != 1 || w[0] != -0.5 || w[2*half-1] != -0.5 {
+				t.Fatalf("learner 0 pulled stamps %v, w[0] = %g, w[last] = %g; want [1 1], −0.5, −0.5", st, w[0], w[2*half-1])
 			}
 		})
 	}
