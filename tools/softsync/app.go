@@ -97,6 +97,9 @@ func (a *App) setup() error {
 		return fmt.Errorf("--log-level %q: %w", a.Level, err)
 	}
 	a.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := checkTimerSlackEnv(); err != nil {
+		return err
+	}
 	if a.Threads < 0 {
 		return fmt.Errorf("--threads %d: must be ≥ 0", a.Threads)
 	}

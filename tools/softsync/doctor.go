@@ -28,7 +28,7 @@ var cpuFeatures = []string{"AVX", "AVX2", "FMA3", "F16C", "AVX512F", "AVX512CD",
 func newDoctorCmd(app *App) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Describe the CPU, RDMA devices, the BLAS library and kernel in use, threads and engine",
+		Short: "Describe the CPU, RDMA devices, the BLAS library and kernel in use, threads, engine and timer slack",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			w := tabwriter.NewWriter(app.Out, 18, 0, 2, ' ', 0) // fixed width: flushed in two parts
@@ -96,6 +96,7 @@ func newDoctorCmd(app *App) *cobra.Command {
 			if info.ThreadTimeout != 0 {
 				fmt.Fprintf(w, "BLAS spin\tOPENBLAS_THREAD_TIMEOUT=%d (workers spin 2^%d cycles after a job)\n", info.ThreadTimeout, info.ThreadTimeout)
 			}
+			fmt.Fprintf(w, "Timer slack\t%s\n", timerSlackLine())
 			if _, ok := os.LookupEnv("OPENBLAS_NUM_THREADS"); ok {
 				fmt.Fprintf(w, "Note\tOPENBLAS_NUM_THREADS is set; --threads overrides it\n")
 			}

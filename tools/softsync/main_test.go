@@ -29,7 +29,7 @@ func run(t *testing.T, args ...string) string {
 
 func TestDoctor(t *testing.T) {
 	out := run(t, "doctor", "--threads", "1")
-	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Kernel ISA", "Solver, codecs", "Threads"} {
+	for _, want := range []string{"CPU", "CPU features", "RDMA", "Locked memory", "Transport auto", "Engine", "Pure-Go fallback", "Kernel ISA", "Solver, codecs", "Threads", "Timer slack"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
