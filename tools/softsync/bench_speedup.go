@@ -26,7 +26,7 @@ type speedupRow struct {
 	EarlyPush    bool        `json:"early_push"`
 	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
 	Runs         []float64   `json:"runs"`           // images/s of every run, in order
-	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport, protocol and early push
+	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport, protocol, shards and early push
 	Efficiency   float64     `json:"efficiency"`     // speedup / (λ / the first λ)
 	Steps        int64       `json:"steps"`
 	Seconds      float64     `json:"seconds"`
@@ -34,10 +34,11 @@ type speedupRow struct {
 }
 
 // speedupCells returns the jobs of bench speedup in the order they run in
-// each round: by model, protocol, λ, then transport and early push, so
-// that the variants of one λ run side by side; with ceiling, each model's
-// independent jobs (runIndependent) for every λ first.
-func speedupCells(ms []modelBatch, data string, protocols []string, learners []int, transports []string, early []bool, shards, steps int, ceiling bool) []benchJob {
+// each round: by model, protocol, λ, then transport, shard count and
+// early push, so that the variants of one λ run side by side; with
+// ceiling, each model's independent jobs (runIndependent) for every λ
+// first.
+func speedupCells(ms []modelBatch, data string, protocols []string, learners []int, transports []string, early []bool, shards []int, steps int, ceiling bool) []benchJob {
 	var js []benchJob
 	for _, m := range ms {
 		for _, l := range learners {
@@ -48,8 +49,10 @@ func speedupCells(ms []modelBatch, data string, protocols []string, learners []i
 		for _, proto := range protocols {
 			for _, l := range learners {
 				for _, tr := range transports {
-					for _, e := range early {
-						js = append(js, benchJob{modelBatch: m, data: data, protocol: proto, transport: tr, learners: l, shards: shards, earlyPush: e, steps: steps})
+					for _, s := range shards {
+						for _, e := range early {
+							js = append(js, benchJob{modelBatch: m, data: data, protocol: proto, transport: tr, learners: l, shards: s, earlyPush: e, steps: steps})
+						}
 					}
 				}
 			}
@@ -60,7 +63,7 @@ func speedupCells(ms []modelBatch, data string, protocols []string, learners []i
 
 // benchSpeedup runs every job repeat times, in rounds, and returns a row
 // per job from its median run, the speedup over the first λ of the same
-// model, protocol, transport and early push.
+// model, protocol, transport, shard count and early push.
 func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
 	runs := make([][]*launchResult, len(jobs))
 	for range repeat {
@@ -78,10 +81,10 @@ func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([
 // speedupRows makes a row of each job from its runs (runs[i] are job i's,
 // each with its report): the median run by images/s (the lower of the two
 // middle ones for an even count), the speedup over the first job of the
-// same model, protocol, transport and early push.
+// same model, protocol, transport, shard count and early push.
 func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 	var rows []speedupRow
-	base := map[string]speedupRow{} // the first row of each model, protocol, transport and early push
+	base := map[string]speedupRow{} // the first row of each model, protocol, transport, shard count and early push
 	for i, j := range jobs {
 		r := speedupRow{Model: j.model, Batch: j.batch, Data: j.data, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
 			Shards: j.shards, EarlyPush: j.earlyPush}
@@ -91,7 +94,7 @@ func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
 		mid := sorted[(len(sorted)-1)/2]
 		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
-		key := fmt.Sprintf("%s %s %s %v", j.modelBatch, j.protocol, j.transport, j.earlyPush)
+		key := fmt.Sprintf("%s %s %s %d %v", j.modelBatch, j.protocol, j.transport, j.shards, j.earlyPush)
 		b, ok := base[key]
 		if !ok {
 			b, base[key] = r, r
@@ -181,8 +184,8 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 }
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
-	var models, dataName, protocols, learners, transports string
-	var batch, steps, repeat, shards int
+	var models, dataName, protocols, learners, transports, shards string
+	var batch, steps, repeat int
 	var asJSON, ceiling bool
 	var early []bool
 	c := &cobra.Command{
@@ -190,14 +193,14 @@ func newBenchSpeedupCmd(app *App) *cobra.Command {
 		Short: "images/s of the same job with 1, 2, … learner processes over the network, and the speedup",
 		Long: `Run the same training job (LeNet on MNIST by default, random order, a fixed
 number of mini-batches per learner) as processes on this host, as softsync
-launch does: --shards shard servers and λ learner processes of one compute
-thread each, over each transport of --transport, with and without
---early-push as asked, for every model, protocol and λ asked, and print
-images/s, the speedup over the first λ of the same model, transport,
-protocol and early push, the efficiency (speedup / λ, relative to the
-first λ) and the peak resident set (VmHWM) of the processes. Softsync
-runs with n = λ. The transports (and early push) take turns at each λ, so that they
-see the same load.
+launch does: S shard servers and λ learner processes of one compute
+thread each, over each transport of --transport, for each S of --shards,
+with and without --early-push as asked, for every model, protocol and λ
+asked, and print images/s, the speedup over the first λ of the same
+model, transport, shard count, protocol and early push, the efficiency
+(speedup / λ, relative to the first λ) and the peak resident set (VmHWM)
+of the processes. Softsync runs with n = λ. The transports, shard counts
+and early push take turns at each λ, so that they see the same load.
 With --repeat N every job runs N times, in rounds of all the jobs, and its
 row is its median run. Training time runs from the moment every process has
 arrived to the last mini-batch done, so process start-up is not in it; the
@@ -211,13 +214,14 @@ speedup the machine allows for the same per-learner work with no
 transport, shard server or head: a λ-learner job can only come close to
 it.`,
 		Example: `  softsync bench speedup --transport tcp,shm
+  softsync bench speedup --transport shm --shards 1,2 --ceiling --repeat 5
   softsync bench speedup --model lenet:64,cifar10_full:100 --transport shm --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, c := range []struct {
 				flag string
 				v    int
-			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}, {"--shards", shards}} {
+			}{{"--steps", steps}, {"--batch", batch}, {"--repeat", repeat}} {
 				if c.v < 1 {
 					return fmt.Errorf("%s: must be ≥ 1, got %d", c.flag, c.v)
 				}
@@ -230,9 +234,13 @@ it.`,
 			if err != nil {
 				return err
 			}
+			ss, err := parseCounts("--shards", shards)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			rows, err := benchSpeedup(ctx, app, speedupCells(ms, dataName, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, shards, steps, ceiling), repeat)
+			rows, err := benchSpeedup(ctx, app, speedupCells(ms, dataName, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, ss, steps, ceiling), repeat)
 			if err != nil {
 				return err
 			}
@@ -240,13 +248,13 @@ it.`,
 				return app.printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(tw, "model\ttransport\tprotocol\tlearners\timages/s\tspeedup\tefficiency\tpeak RSS: head, shard, learners\t\n")
+			fmt.Fprintf(tw, "model\ttransport\tprotocol\tshards\tlearners\timages/s\tspeedup\tefficiency\tpeak RSS: head, shard, learners\t\n")
 			for _, r := range rows {
 				tr := r.Transport
 				if r.EarlyPush {
 					tr += ", early push"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, tr, r.Protocol, r.Learners,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, tr, r.Protocol, r.Shards, r.Learners,
 					thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
 			}
 			return tw.Flush()
@@ -261,7 +269,7 @@ it.`,
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")
 	f.StringVar(&learners, "learners", "1,2", "comma-separated learner counts; the first is the base of the speedup")
 	f.StringVar(&transports, "transport", "tcp", "comma-separated transports, measured side by side: tcp, shm, verbs or auto")
-	f.IntVar(&shards, "shards", 1, "shard-server processes, one shard each")
+	f.StringVar(&shards, "shards", "1", "comma-separated shard counts, measured side by side: shard-server processes, one shard each")
 	f.BoolVar(&ceiling, "ceiling", false, `also run, at each λ, λ independent one-learner jobs at once in this process (one compute thread each, parameter server in process, random data): rows of transport "independent", protocol "none", the machine's ceiling for λ learners`)
 	f.BoolSliceVar(&early, "early-push", []bool{false}, "comma-separated: without (false) and/or with (true) train's --early-push, side by side")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, shards, early_push, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")

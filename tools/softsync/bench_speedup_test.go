@@ -30,8 +30,8 @@ func TestParseModelBatches(t *testing.T) {
 }
 
 func TestSpeedupRows(t *testing.T) {
-	jobs := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, 2, 10, false)
-	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, "synthetic", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, 1, 10, true); len(ceil) != 4 ||
+	jobs := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, []int{2}, 10, false)
+	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, "synthetic", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, []int{1}, 10, true); len(ceil) != 4 ||
 		ceil[0].transport != independentTransport || ceil[3].data != "synthetic" || ceil[1].transport != independentTransport || ceil[1].learners != 2 || ceil[2].transport != "tcp" {
 		t.Fatalf("jobs with the ceiling: %+v", ceil)
 	}
@@ -57,6 +57,16 @@ func TestSpeedupRows(t *testing.T) {
 			r.Processes[0].Process != want.run || len(r.Runs) != 3 || r.Runs[0] != runs[i][0].Report.ImagesPerSec {
 			t.Errorf("row %d: %+v, want images/s %g (run %s), speedup %g", i, r, want.ips, want.run, want.speedup)
 		}
+	}
+	// Shard counts take turns at each λ, and each is the base of its own
+	// speedups.
+	js := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"hardsync"}, []int{1, 2}, []string{"shm"}, []bool{false}, []int{1, 2}, 10, false)
+	if len(js) != 4 || js[0].shards != 1 || js[1].shards != 2 || js[1].learners != 1 || js[2].shards != 1 || js[3].shards != 2 || js[3].learners != 2 {
+		t.Fatalf("jobs of --shards 1,2: %+v", js)
+	}
+	rows = speedupRows(js, [][]*launchResult{{res(1000, "a")}, {res(800, "a")}, {res(1500, "a")}, {res(1600, "a")}})
+	if rows[2].Speedup != 1.5 || rows[3].Speedup != 2 || rows[3].Shards != 2 {
+		t.Errorf("rows of --shards 1,2: %+v", rows)
 	}
 }
 

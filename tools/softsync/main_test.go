@@ -75,6 +75,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "speedup", "--batch", "-1"}, "--batch", "-1"},
 		{[]string{"bench", "speedup", "--repeat", "0"}, "--repeat", "0"},
 		{[]string{"bench", "speedup", "--model", "lenet:0"}, "--model", `"lenet:0"`},
+		{[]string{"bench", "speedup", "--shards", "1,0"}, "--shards", `"0"`},
 	} {
 		_, err := runErrWithin(t, time.Minute, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), c.value) {
