@@ -71,10 +71,9 @@ func BenchmarkShardPush(b *testing.B) {
 // (client) does Pull then Push of LeNet's 431,080 parameters against
 // the shards of one or two servers over the transport, each op one
 // push+pull round trip; gbps counts gradient plus weights bytes (2·4·n
-// per op), the unit of `softsync bench transport`. Steady state with one
-// server allocates nothing: allocs/op is 0 on every transport. With two,
-// a pull receives from the second server on a goroutine of its own,
-// which takes a few allocations.
+// per op), the unit of `softsync bench transport`. Steady state
+// allocates nothing: allocs/op is 0 on every transport, with one server
+// or two (whose answers the client receives at once, see receivers).
 func BenchmarkServerRoundTrip(b *testing.B) {
 	const n = 431080
 	for _, kind := range []string{"inmem", "tcp", "shm"} {

@@ -91,6 +91,7 @@ type Client struct {
 	into    []float32
 	partial partialPush // the push PushReady is sending (owner only)
 	await   awaited     // what the collect in progress waits for
+	recv    *receivers  // started by the first collect over several connections
 
 	ackMu   sync.Mutex
 	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
@@ -120,6 +121,11 @@ type link struct {
 	dead   error // Redial gave up: every later use fails with it
 	shards []int
 	left   []int // collectLink's scratch: the shards not answered yet
+	// rx hands the link's part of a collect to its receiver goroutine
+	// (links beyond the first), which leaves its result in rej and err.
+	rx  chan *awaited
+	rej []error
+	err error
 }
 
 func (l *link) get() (rdma.Conn, int, error) {
@@ -553,8 +559,9 @@ func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int, aft
 // collect receives every shard's answer to its request in c.reqs: a
 // reply of a.want() with the request's Seq, recorded by take with the
 // generation of the connection it came on (take may fail the call). It
-// receives on every connection at once, one goroutine per server beyond
-// the first, so that a server never waits for the learner to read
+// receives on every connection at once, the first on the caller's
+// goroutine and the others on the receivers' (receivers.go), so that a
+// server never waits for the learner to read
 // another's answer: a reply bigger than the transport's buffers holds its
 // server's shard goroutine until it is read, and with it every learner
 // that server serves. A connection that fails is replaced (Redial) and
@@ -569,29 +576,29 @@ func (c *Client) collect(ctx context.Context, a *awaited) error {
 		rejections, err := c.collectLink(ctx, a, c.links[0])
 		return joinAfter(rejections, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu         sync.Mutex
-		failed     error // the first connection's error: it ended the call
-		rejections []error
-		wg         sync.WaitGroup
-	)
-	recv := func(l *link) {
-		rej, err := c.collectLink(ctx, a, l)
-		mu.Lock()
-		defer mu.Unlock()
-		rejections = append(rejections, rej...)
-		if err != nil && failed == nil {
-			failed = err
-			cancel()
-		}
+	if c.recv == nil {
+		c.recv = c.startReceivers()
 	}
+	r := c.recv
+	rctx := r.context(ctx)
 	for _, l := range c.links[1:] {
-		wg.Go(func() { recv(l) })
+		l.rx <- a
 	}
-	recv(c.links[0])
-	wg.Wait()
+	rejections, failed := c.collectLink(rctx, a, c.links[0])
+	if failed != nil {
+		r.cancel(failed)
+	}
+	for range len(c.links) - 1 {
+		l := <-r.done
+		rejections = append(rejections, l.rej...)
+		if failed == nil {
+			failed = l.err
+		}
+		l.rej, l.err = nil, nil
+	}
+	if cause := context.Cause(rctx); cause != nil && ctx.Err() == nil {
+		failed = cause // the part that failed first; the others were stopped
+	}
 	return joinAfter(rejections, failed)
 }
 
@@ -877,7 +884,7 @@ func (c *Client) Stats() rdma.Stats {
 
 // Close closes every connection (which ends a pull in flight with an
 // error), so that none is redialed and no push is sent again, and stops
-// the PullAsync goroutine, waiting for it: once Close returns the client
+// the PullAsync goroutine and the receivers, waiting for them: once Close returns the client
 // reads no gradient it was lent and writes no weights vector.
 func (c *Client) Close() error {
 	var errs []error
@@ -894,6 +901,10 @@ func (c *Client) Close() error {
 		close(c.pf.req)
 		c.pf.req = nil
 		<-c.pf.exited // an asynchronous pull in flight has failed: the goroutine is done with the client
+	}
+	if c.recv != nil {
+		c.recv.stop(c.links[1:])
+		c.recv = nil
 	}
 	if c.enc != nil {
 		c.enc.Close()

@@ -2,7 +2,9 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,14 +254,7 @@ func TestRepliesReadAtOnce(t *testing.T) {
 			for i := range grad {
 				grad[i] = 1
 			}
-			if err := a.Pull(ctx, w); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.Push(ctx, grad, 0); err != nil {
-				t.Fatal(err)
-			}
-			pulled := make(chan error, 1)
-			go func() { pulled <- a.Pull(ctx, w) }()
+			pulled := nextRound(t, ctx, a, w, grad, 1)
 
 			var b [2]rdma.Conn // learner 1's connections to servers 0 and 1
 			for k := range b {
@@ -314,4 +309,71 @@ func TestRepliesReadAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCollectStopsAtRefusal: when one server refuses a pull while another
+// has nothing to answer yet, the pull returns the refusal at once (the
+// receiving on the other connection stops), and once the client and the
+// servers are closed no goroutine is left (the client's receivers
+// included). Under hardsync learner 0 waits
+// for the next round on two servers, which learner 1 never completes;
+// server 1 evicts learner 0.
+func TestCollectStopsAtRefusal(t *testing.T) {
+	for _, kind := range []string{"inmem", "tcp", "shm"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg := Config{Job: 1, Learners: 2, Protocol: Hardsync, N: 2, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+			net, addr := network(t, kind, 1)
+			leaks := noLeaks(t)
+			gctx, stop := context.WithCancel(ctx)
+			g, err := StartGroup(gctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net, Addr: addr, Servers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := g.Dial(ctx, net, 0, rdma.Codec{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, grad := make([]float32, 64), make([]float32, 64)
+			pulled := nextRound(t, ctx, a, w, grad, 3) // pulls over both connections start the receiver
+			for a.Pushes()[1] == 0 || g.servers[1].Stats().Shards[0].Gradients == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("server 1 never stepped learner 0's push")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			g.servers[1].Evict(0, 0)
+			select {
+			case err := <-pulled:
+				if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "removed from the job") {
+					t.Fatalf("pull of an evicted learner: %v, want server 1's refusal", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pull did not return at server 1's refusal while server 0 had nothing to answer")
+			}
+			a.Close()
+			stop()
+			g.Wait()
+			leaks()
+		})
+	}
+}
+
+// nextRound makes c pull pulls times into w, push grad, and then pull
+// into w on a goroutine of its own, whose result the channel returns:
+// under hardsync, a pull that waits for the next round.
+func nextRound(t *testing.T, ctx context.Context, c *Client, w, grad []float32, pulls int) <-chan error {
+	t.Helper()
+	for range pulls {
+		if err := c.Pull(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Push(ctx, grad, 0); err != nil {
+		t.Fatal(err)
+	}
+	pulled := make(chan error, 1)
+	go func() { pulled <- c.Pull(ctx, w) }()
+	return pulled
 }
