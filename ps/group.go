@@ -173,6 +173,7 @@ func (g *Group) Stats() ([]Stats, ServerStats) {
 		sum.Refused += st.Refused
 		sum.NotHosted += st.NotHosted
 		sum.Lost += st.Lost
+		sum.Detached += st.Detached
 	}
 	return shards, sum
 }

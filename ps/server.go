@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
@@ -82,6 +83,11 @@ type ServerStats struct {
 	Refused       uint64  // learner messages refused (ErrRefused)
 	NotHosted     uint64  // messages for a shard this server does not run
 	Lost          uint64  // connections lost while learners were bound to them
+	// Detached counts weights replies whose connection's writer still
+	// read the shard's weights after lendWait: the shard went on with a
+	// copy of them (a learner on a slow link, or one that stopped reading,
+	// with a reply bigger than the transport's buffers).
+	Detached uint64
 }
 
 // Server runs one or more shard cores behind one listener, each core on a
@@ -127,7 +133,7 @@ type Server struct {
 	nFinal  atomic.Int32
 	done    atomic.Bool // Finish was called
 
-	badFrames, errorsDropped, refused, notHosted, lost atomic.Uint64
+	badFrames, errorsDropped, refused, notHosted, lost, detached atomic.Uint64
 
 	mu    sync.Mutex // guards conns and binds
 	conns map[rdma.Conn]bool
@@ -367,7 +373,7 @@ func (s *Server) each(f func(*shardLoop)) {
 // from any goroutine but those Serve waits for.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{BadFrames: s.badFrames.Load(), ErrorsDropped: s.errorsDropped.Load(), Refused: s.refused.Load(),
-		NotHosted: s.notHosted.Load(), Lost: s.lost.Load()}
+		NotHosted: s.notHosted.Load(), Lost: s.lost.Load(), Detached: s.detached.Load()}
 	for _, l := range s.loops {
 		var ls Stats
 		if !s.each1(l, func() { ls = l.core.Stats() }) {
@@ -679,13 +685,15 @@ func (p *peer) queue(ctx context.Context, r reply) bool {
 }
 
 // sendLent sends m, whose payload is lent memory of the caller (a shard's
-// weights), in its turn after the replies queued before it, and returns
-// once the writer is done with that memory: Send has returned, or the
-// writer has ended and will never read it. done is the caller's own
-// token channel (capacity 1, empty).
-func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}) {
+// weights), in its turn after the replies queued before it, and reports
+// whether the writer is done with that memory: Send has returned, or the
+// writer has ended and will never read it. It returns false when timeout
+// fires first: the writer may still read the memory, and will send its
+// token on done later. done is the caller's own token channel (capacity
+// 1, empty).
+func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}, timeout <-chan time.Time) bool {
 	if !p.queue(ctx, reply{m, done}) {
-		return
+		return true
 	}
 	select {
 	case <-done:
@@ -694,5 +702,8 @@ func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}) {
 		case <-done:
 		default:
 		}
+	case <-timeout:
+		return false
 	}
+	return true
 }

@@ -148,8 +148,12 @@ func (s *Shard) PullWaiting(learner uint32) (uint64, bool) {
 func (s *Shard) Clock() uint64 { return s.clock }
 
 // Weights returns a read-only view of the shard's weights, valid until the
-// next Step.
+// next Step or Detach.
 func (s *Shard) Weights() []float32 { return s.w }
+
+// Detach gives the shard a copy of its weights to go on with, so that the
+// array Weights returned stays as it is for whoever still reads it.
+func (s *Shard) Detach() { s.w = slices.Clone(s.w) }
 
 // Consumed returns the mini-batch ids of the gradients the shard has
 // accepted or dropped (Msg.Batch), as a copy of its intervals, sorted.

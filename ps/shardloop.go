@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // shardLoop runs one shard core on its own goroutine: messages from the
@@ -25,8 +26,16 @@ type shardLoop struct {
 	final    bool
 	finalW   []float32
 	sent     chan struct{} // a peer's writer is done with the weights lent to it (capacity 1)
+	lendWait *time.Timer   // bounds a wait for sent (stopped between waits)
 	last     Stats         // the core's counters when the goroutine ended
 }
+
+// lendWait is how long a shard waits for a connection's writer to be done
+// with the weights it lent it before it goes on with a copy of them
+// (Shard.Detach): a reply bigger than the transport's buffers is only sent
+// as fast as its learner reads it, and a learner on a slow link, or one
+// that stopped reading, must not hold up the shard for everyone.
+const lendWait = 10 * time.Millisecond
 
 // snapshot is a copy of the shard's weights at an epoch end.
 type snapshot struct {
@@ -214,7 +223,23 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 // sendWeights sends w, weights of the shard stamped clock, to learner to
 // on p in answer to request seq, straight from w: the shard's goroutine
 // waits until p's writer is done with them, so that no Step changes them
-// meanwhile.
+// meanwhile, for lendWait at most. Then it leaves w to the writer and goes
+// on with a copy, if w is the shard's own weights (a snapshot's stay as
+// they are anyway), and with a new token channel, for the writer's token
+// will come later.
 func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, w []float32) {
-	p.sendLent(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec), l.sent)
+	if l.lendWait == nil {
+		l.lendWait = time.NewTimer(lendWait)
+	} else {
+		l.lendWait.Reset(lendWait)
+	}
+	if p.sendLent(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec), l.sent, l.lendWait.C) {
+		l.lendWait.Stop()
+		return
+	}
+	l.s.detached.Add(1)
+	l.sent = make(chan struct{}, 1)
+	if cw := l.core.Weights(); len(w) > 0 && len(cw) > 0 && &w[0] == &cw[0] {
+		l.core.Detach()
+	}
 }

@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -182,12 +183,21 @@ func testZeroCopy(t *testing.T, kind string) {
 // goroutine waits for its connection's writer, never for the learner to
 // read. (Lent from the shard's weights over shm, a reply would hold the
 // shard until the learner had copied it.)
+//
+// A reply bigger than the transport's buffers (16 MiB: more than shm's
+// ring and than the TCP sockets hold while nobody reads) keeps the writer
+// on the shard's weights: the shard goes on with a copy of them after
+// lendWait (ServerStats.Detached).
 func TestReplyNotAwaited(t *testing.T) {
-	for _, kind := range []string{"inmem", "tcp", "shm"} {
-		t.Run(kind, func(t *testing.T) {
+	for _, c := range []struct {
+		kind     string
+		n        int
+		detached bool
+	}{{"inmem", 1 << 16, false}, {"tcp", 1 << 16, false}, {"shm", 1 << 16, false}, {"tcp", 1 << 22, true}, {"shm", 1 << 22, true}} {
+		kind, n := c.kind, c.n
+		t.Run(fmt.Sprintf("%s/%d", kind, n), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			const n = 1 << 16 // 256 KiB of weights: lent over shm, and within its ring
 			cfg := Config{Job: 1, Learners: 2, Protocol: Softsync, N: 2, Shards: 1, Batch: 1, Solver: sgd.Config{LR: 0.5}}
 			net, addr := network(t, kind, 1)
 			g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, n), Network: net, Addr: addr})
@@ -209,11 +219,31 @@ func TestReplyNotAwaited(t *testing.T) {
 			defer b.Close()
 			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 			defer pcancel()
-			w := make([]float32, n)
+			w, grad := make([]float32, n), make([]float32, n)
 			for i := range 3 {
 				if err := b.Pull(pctx, w); err != nil {
 					t.Fatalf("pull %d of learner 1 while learner 0's reply is unread: %v", i, err)
 				}
+				if i > 0 && w[n-1] != -0.5*float32(i) {
+					t.Fatalf("pull %d: w[last] = %g, want %g", i, w[n-1], -0.5*float32(i))
+				}
+				grad[n-1] = 1
+				if err := b.Push(pctx, grad, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := g.servers[0].Stats().Detached; (d > 0) != c.detached {
+				t.Errorf("%d replies detached, want detached %v", d, c.detached)
+			}
+			// Learner 0's reply carries the weights of its pull, not
+			// those the shard has since stepped to.
+			m, err := a.Recv(pctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release()
+			if m.Type != TypeWeights || m.Timestamp != 0 || len(m.Payload) != n || m.Payload[n-1] != 0 {
+				t.Fatalf("learner 0's reply: type %d, clock %d, %d weights, w[last] = %g; want the weights of clock 0, w[last] = 0", m.Type, m.Timestamp, len(m.Payload), m.Payload[n-1])
 			}
 		})
 	}

@@ -161,6 +161,7 @@ func (c *core) result() *Result {
 		r.Server.Refused += s.stats.Refused
 		r.Server.NotHosted += s.stats.NotHosted
 		r.Server.Lost += s.stats.Lost
+		r.Server.Detached += s.stats.Detached
 	}
 	// A learner that died reported its last pushes to no one: a shard
 	// counted at least those it received.

@@ -484,7 +484,7 @@ func collectServer(ch chan<- prometheus.Metric, st ps.ServerStats, counter func(
 		kind string
 		n    uint64
 	}{{"bad_frame", st.BadFrames}, {"error_reply_dropped", st.ErrorsDropped}, {"refused", st.Refused},
-		{"not_hosted", st.NotHosted}, {"connection_lost", st.Lost}} {
+		{"not_hosted", st.NotHosted}, {"connection_lost", st.Lost}, {"reply_detached", st.Detached}} {
 		counter(descServerErrors, c.n, c.kind)
 	}
 }
