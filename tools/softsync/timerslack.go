@@ -1,42 +1,9 @@
 package main
 
-/*
-#include <stdlib.h>
-#include <sys/prctl.h>
-
-// softsync_timer_slack runs before the Go runtime starts (a constructor of
-// the executable), so that every thread the runtime makes inherits the
-// timer slack it sets: $SOFTSYNC_TIMER_SLACK nanoseconds, else
-// SOFTSYNC_DEFAULT_SLACK; 0, or a value that is not a number, keeps the
-// slack the process inherited (timerSlackEnv reports the latter).
-#define SOFTSYNC_DEFAULT_SLACK 1000000L
-static long softsync_slack = -1;
-
-__attribute__((constructor)) static void softsync_timer_slack(void) {
-	const char *s = getenv("SOFTSYNC_TIMER_SLACK");
-	long ns = SOFTSYNC_DEFAULT_SLACK;
-	if (s != NULL) {
-		char *end;
-		ns = strtol(s, &end, 10);
-		if (*s == 0 || *end != 0 || ns < 0) {
-			return;
-		}
-	}
-	if (ns > 0 && prctl(PR_SET_TIMERSLACK, (unsigned long)ns, 0, 0, 0) == 0) {
-		softsync_slack = ns;
-	}
-}
-
-static long softsync_timer_slack_set(void) { return softsync_slack; }
-static long softsync_timer_slack_now(void) { return prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); }
-*/
-import "C"
-
 import (
 	"fmt"
 	"os"
 	"strconv"
-	"time"
 )
 
 // timerSlackEnv names the environment variable that sets the process's
@@ -51,16 +18,6 @@ import (
 // stretched: a thread woken by a message, a futex or a socket wakes at
 // once.
 const timerSlackEnv = "SOFTSYNC_TIMER_SLACK"
-
-// timerSlack returns the timer slack of the calling thread, and the one
-// the process set at start-up (0 if it kept the inherited one).
-func timerSlack() (now, set time.Duration) {
-	set = time.Duration(C.softsync_timer_slack_set())
-	if set < 0 {
-		set = 0
-	}
-	return time.Duration(C.softsync_timer_slack_now()), set
-}
 
 // checkTimerSlackEnv returns an error naming $SOFTSYNC_TIMER_SLACK if it is
 // set to something other than a number of nanoseconds (≥ 0).
@@ -78,7 +35,10 @@ func checkTimerSlackEnv() error {
 // timerSlackLine describes the timer slack for softsync doctor.
 func timerSlackLine() string {
 	now, set := timerSlack()
-	if set == 0 {
+	switch {
+	case !timerSlackSettable:
+		return fmt.Sprintf("not set: a build without cgo, or off Linux, cannot set it before the Go runtime starts ($%s is ignored)", timerSlackEnv)
+	case set == 0:
 		return fmt.Sprintf("%v, inherited ($%s=0)", now, timerSlackEnv)
 	}
 	return fmt.Sprintf("%v, set at start-up ($%s, default 1ms): batches the Go runtime's monitor wake-ups", now, timerSlackEnv)
