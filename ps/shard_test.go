@@ -731,3 +731,22 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 		t.Fatalf("restored shard gave up %d pushes, want 2", st.StaleLife)
 	}
 }
+
+// TestDetach: after Detach the shard steps a copy of its weights; the
+// array a reply carried before stays as it was.
+func TestDetach(t *testing.T) {
+	h := newHarness(t, plainConfig(1, Softsync, 1), []float32{1, 2})
+	r := h.pull(0, 0)
+	if len(r.Replies) != 1 || r.Replies[0].Weights == nil {
+		t.Fatalf("pull: %+v", r)
+	}
+	lent := r.Replies[0].Weights
+	h.s.Detach()
+	h.push(0, 0, []float32{2, 2})
+	if w := h.s.Weights(); &w[0] == &lent[0] || w[0] != 0 || w[1] != 1 {
+		t.Errorf("weights after Detach and a push: %v (same array: %v), want [0 1] in a new array", w, &w[0] == &lent[0])
+	}
+	if lent[0] != 1 || lent[1] != 2 {
+		t.Errorf("the reply's weights changed to %v, want [1 2]", lent)
+	}
+}
