@@ -21,10 +21,10 @@ var (
 	ErrDiverged       = errors.New("the job diverged: its updates keep being refused")
 )
 
-// rejectionReasons lists the reasons above, for a client to recognise
-// them in an error reply's text.
+// rejectionReasons lists the reasons above and the server's (ErrRefused,
+// ErrNotHosted), for a client to recognise them in an error reply's text.
 var rejectionReasons = []error{ErrWrongJob, ErrWrongShard, ErrUnknownLearner, ErrBadType, ErrBadLength,
-	ErrFutureClock, ErrNonFinite, ErrAlreadyPushed, ErrDiverged}
+	ErrFutureClock, ErrNonFinite, ErrAlreadyPushed, ErrDiverged, ErrRefused, ErrNotHosted}
 
 // RefusedLimit is the number of updates in a row a shard refuses (each
 // would have made a weight or its momentum NaN or infinite) before it

@@ -376,8 +376,8 @@ func TestCollectStopsAtRefusal(t *testing.T) {
 			g.servers[1].Evict(0, 0)
 			select {
 			case err := <-pulled:
-				if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "removed from the job") {
-					t.Fatalf("pull of an evicted learner: %v, want server 1's refusal", err)
+				if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "removed from the job") {
+					t.Fatalf("pull of an evicted learner: %v, want server 1's refusal (ErrRejected, ErrRefused)", err)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the pull did not return at server 1's refusal while server 0 had nothing to answer")
