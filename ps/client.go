@@ -540,12 +540,14 @@ func (c *Client) take(a *awaited, k int, m *rdma.Msg, gen int) error {
 	return nil
 }
 
-// ask sends a request of a to each of shards of link l. afterPush asks,
-// for a pull under hardsync, for the next round's weights.
-func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int, afterPush bool) error {
+// ask sends a request of a to each of shards of link l: the first ones of
+// a snapshot, join or leave, and any request sent again on a replaced
+// connection (a pull then as sendPulls without afterPush; startPull sends
+// a pull's first ones).
+func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int) error {
 	switch a.req {
 	case MsgPull:
-		return c.sendPulls(ctx, l, shards, afterPush)
+		return c.sendPulls(ctx, l, shards, false)
 	case snapshotReq:
 		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
 			m := c.msg(0, k, 0)
@@ -561,10 +563,9 @@ func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int, aft
 // generation of the connection it came on (take may fail the call). It
 // receives on every connection at once, the first on the caller's
 // goroutine and the others on the receivers' (receivers.go), so that a
-// server never waits for the learner to read
-// another's answer: a reply bigger than the transport's buffers holds its
-// server's shard goroutine until it is read, and with it every learner
-// that server serves. A connection that fails is replaced (Redial) and
+// server never waits for the learner to read another's answer: a reply
+// bigger than the transport's buffers is only sent as fast as it is
+// read. A connection that fails is replaced (Redial) and
 // the requests still unanswered on it are sent again (ask). An answer
 // acknowledges the pushes to its shard sent before the request (acked).
 // Other replies are dropped, except rejections: a rejection of a request
@@ -618,7 +619,7 @@ func (c *Client) collectLink(ctx context.Context, a *awaited, l *link) ([]error,
 			if rerr := c.repair(ctx, l, gen, err); rerr != nil {
 				return rejections, fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, a.what(), l.shards, rerr)
 			}
-			if err := c.ask(ctx, a, l, left, false); err != nil {
+			if err := c.ask(ctx, a, l, left); err != nil {
 				return rejections, err
 			}
 			continue
@@ -691,7 +692,7 @@ func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64
 	stamps := make([]uint64, c.cfg.Shards)
 	c.await = awaited{req: snapshotReq, epoch: epoch, w: w, stamps: stamps}
 	for _, l := range c.links {
-		if err := c.ask(ctx, &c.await, l, l.shards, false); err != nil {
+		if err := c.ask(ctx, &c.await, l, l.shards); err != nil {
 			return nil, err
 		}
 	}
@@ -842,7 +843,7 @@ func (c *Client) all(ctx context.Context, t MsgType) error {
 	c.await = awaited{req: t}
 	defer c.report()
 	for _, l := range c.links {
-		if err := c.ask(ctx, &c.await, l, l.shards, false); err != nil {
+		if err := c.ask(ctx, &c.await, l, l.shards); err != nil {
 			return err
 		}
 	}
@@ -884,8 +885,9 @@ func (c *Client) Stats() rdma.Stats {
 
 // Close closes every connection (which ends a pull in flight with an
 // error), so that none is redialed and no push is sent again, and stops
-// the PullAsync goroutine and the receivers, waiting for them: once Close returns the client
-// reads no gradient it was lent and writes no weights vector.
+// the PullAsync goroutine and the receivers, waiting for them: once Close
+// returns the client reads no gradient it was lent and writes no weights
+// vector.
 func (c *Client) Close() error {
 	var errs []error
 	for _, l := range c.links {

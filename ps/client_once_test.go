@@ -67,17 +67,19 @@ func TestClientLeaveWaits(t *testing.T) {
 	}
 }
 
-// groupAndClient starts a group for gc over the in-memory transport (gc's
-// Network and Addr are set here) and dials learner 0 to it.
+// groupAndClient starts a group for gc, over the in-memory transport
+// unless gc names a Network, and dials learner 0 to it; the client is
+// closed when the test ends.
 func groupAndClient(t *testing.T, ctx context.Context, gc GroupConfig) (*Group, *Client) {
 	t.Helper()
-	net, addr := network(t, "inmem", gc.PS.Job)
-	gc.Network, gc.Addr = net, addr
+	if gc.Network == nil {
+		gc.Network, gc.Addr = network(t, "inmem", gc.PS.Job)
+	}
 	g, err := StartGroup(ctx, gc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := g.Dial(ctx, net, 0, rdma.Codec{})
+	c, err := g.Dial(ctx, gc.Network, 0, rdma.Codec{})
 	if err != nil {
 		t.Fatal(err)
 	}

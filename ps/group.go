@@ -168,12 +168,7 @@ func (g *Group) Stats() ([]Stats, ServerStats) {
 		for i, k := range s.Shards() {
 			shards[k] = st.Shards[i]
 		}
-		sum.BadFrames += st.BadFrames
-		sum.ErrorsDropped += st.ErrorsDropped
-		sum.Refused += st.Refused
-		sum.NotHosted += st.NotHosted
-		sum.Lost += st.Lost
-		sum.Detached += st.Detached
+		sum.Add(&st)
 	}
 	return shards, sum
 }

@@ -90,6 +90,16 @@ type ServerStats struct {
 	Detached uint64
 }
 
+// Add adds o's counters to s's (Shards aside).
+func (s *ServerStats) Add(o *ServerStats) {
+	s.BadFrames += o.BadFrames
+	s.ErrorsDropped += o.ErrorsDropped
+	s.Refused += o.Refused
+	s.NotHosted += o.NotHosted
+	s.Lost += o.Lost
+	s.Detached += o.Detached
+}
+
 // Server runs one or more shard cores behind one listener, each core on a
 // goroutine of its own, so that shards update in parallel. Each
 // connection has a reader goroutine, which checks the learner's identity

@@ -271,15 +271,7 @@ func TestRepliesReadAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, addr := network(t, kind, 1)
-			g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: make([]float32, 2*half), Network: net, Addr: addr, Servers: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := g.Dial(ctx, net, 0, rdma.Codec{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
+			g, a := groupAndClient(t, ctx, GroupConfig{PS: cfg, Init: make([]float32, 2*half), Network: net, Addr: addr, Servers: 2})
 			w, grad := make([]float32, 2*half), make([]float32, 2*half)
 			for i := range grad {
 				grad[i] = 1
@@ -357,14 +349,7 @@ func TestCollectStopsAtRefusal(t *testing.T) {
 			net, addr := network(t, kind, 1)
 			leaks := noLeaks(t)
 			gctx, stop := context.WithCancel(ctx)
-			g, err := StartGroup(gctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net, Addr: addr, Servers: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := g.Dial(ctx, net, 0, rdma.Codec{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, a := groupAndClient(t, gctx, GroupConfig{PS: cfg, Init: make([]float32, 64), Network: net, Addr: addr, Servers: 2})
 			w, grad := make([]float32, 64), make([]float32, 64)
 			pulled := nextRound(t, ctx, a, w, grad, 3) // pulls over both connections start the receiver
 			for a.Pushes()[1] == 0 || g.servers[1].Stats().Shards[0].Gradients == 0 {

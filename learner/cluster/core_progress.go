@@ -156,12 +156,7 @@ func (c *core) result() *Result {
 				r.Shards[k] = s.stats.Shards[j]
 			}
 		}
-		r.Server.BadFrames += s.stats.BadFrames
-		r.Server.ErrorsDropped += s.stats.ErrorsDropped
-		r.Server.Refused += s.stats.Refused
-		r.Server.NotHosted += s.stats.NotHosted
-		r.Server.Lost += s.stats.Lost
-		r.Server.Detached += s.stats.Detached
+		r.Server.Add(&s.stats)
 	}
 	// A learner that died reported its last pushes to no one: a shard
 	// counted at least those it received.
