@@ -61,7 +61,7 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 			shards = append(shards, k)
 		}
 		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
-			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost})
+			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg})
 		if err != nil {
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
@@ -68,6 +67,11 @@ type ServerConfig struct {
 	// incarnations (Server.Checkpoint).
 	Restore    []*Checkpoint
 	Identities []Identity
+	// NewMsg, if set, allocates the memory each shard keeps its weights
+	// in: the network's allocator (rdma.Network.NewMsg), so that a reply
+	// goes out of memory the transport can lend its peer (shm's lend
+	// segment: the learner copies its weights straight out of the shard's).
+	NewMsg func(n int) *rdma.Msg
 	// Inactive starts every shard with no active learner: learners join
 	// when they connect. A shard server that replaces an earlier life of
 	// its own sets it: learners that finished or left while it was away
@@ -83,10 +87,12 @@ type ServerStats struct {
 	Refused       uint64  // learner messages refused (ErrRefused)
 	NotHosted     uint64  // messages for a shard this server does not run
 	Lost          uint64  // connections lost while learners were bound to them
-	// Detached counts weights replies whose connection's writer still
-	// read the shard's weights after lendWait: the shard went on with a
-	// copy of them (a learner on a slow link, or one that stopped reading,
-	// with a reply bigger than the transport's buffers).
+	// Detached counts weights replies still reading the shard's weights
+	// lendWait after the shard was to change them: the shard went on with
+	// a copy (a learner on a slow link, or one that stopped reading, whose
+	// reply is bigger than the transport's buffers, or lies in shm's lend
+	// segment, where the learner copies it straight out of the shard's
+	// memory).
 	Detached uint64
 }
 
@@ -173,11 +179,12 @@ type peer struct {
 }
 
 // reply is a message queued for a peer's writer; done, if not nil,
-// receives a token once Send has returned, so that a shard goroutine that
-// lent the message its weights (rdma.Msg.Borrow) knows it may change them.
+// receives the peer once Send has returned, so that a shard goroutine that
+// lent the message its weights (rdma.Msg.Borrow) knows when it may change
+// them (lends).
 type reply struct {
 	m    *rdma.Msg
-	done chan struct{}
+	done chan *peer
 }
 
 // admission is a connection's record that it may speak for a learner in
@@ -248,7 +255,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), sent: make(chan struct{}, 1),
+		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), lends: newLends(cfg.PS.Learners),
 			route: make([]*peer, cfg.PS.Learners), snaps: map[int]snapshot{}}
 		if cfg.PS.DataSize > 0 {
 			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
@@ -260,6 +267,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		l.consumed = st.Gradients + st.Dropped + l.base
 		s.loops = append(s.loops, l)
 		s.byShard[k] = l
+	}
+	for _, l := range s.loops {
+		if l.wmsg = l.newWeights(); l.wmsg != nil {
+			l.core.Move(l.wmsg.Payload)
+		}
 	}
 	return s, nil
 }
@@ -652,7 +664,7 @@ func (p *peer) write(ctx context.Context) {
 		case r := <-p.out:
 			err := p.conn.Send(ctx, r.m) // Send owns m, also on failure
 			if r.done != nil {
-				r.done <- struct{}{}
+				r.done <- p
 			}
 			if err != nil {
 				p.conn.Close() // the reader sees the loss
@@ -692,28 +704,4 @@ func (p *peer) queue(ctx context.Context, r reply) bool {
 	}
 	r.m.Release()
 	return false
-}
-
-// sendLent sends m, whose payload is lent memory of the caller (a shard's
-// weights), in its turn after the replies queued before it, and reports
-// whether the writer is done with that memory: Send has returned, or the
-// writer has ended and will never read it. It returns false when timeout
-// fires first: the writer may still read the memory, and will send its
-// token on done later. done is the caller's own token channel (capacity
-// 1, empty).
-func (p *peer) sendLent(ctx context.Context, m *rdma.Msg, done chan struct{}, timeout <-chan time.Time) bool {
-	if !p.queue(ctx, reply{m, done}) {
-		return true
-	}
-	select {
-	case <-done:
-	case <-p.exited:
-		select { // a token sent just before the writer ended
-		case <-done:
-		default:
-		}
-	case <-timeout:
-		return false
-	}
-	return true
 }

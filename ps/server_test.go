@@ -712,9 +712,10 @@ func TestNetworkAllocator(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	// 3 pulls, 3 pushes and a leave to 2 shards from the client.
-	if n := net.n.Load(); n != 3*2+3*2+2 {
-		t.Errorf("%d messages from the network's allocator, want %d", n, 3*2+3*2+2)
+	// Each shard's weights, and 3 pulls, 3 pushes and a leave to 2
+	// shards from the client.
+	if n := net.n.Load(); n != 2+3*2+3*2+2 {
+		t.Errorf("%d messages from the network's allocator, want %d", n, 2+3*2+3*2+2)
 	}
 }
 

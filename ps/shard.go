@@ -151,9 +151,16 @@ func (s *Shard) Clock() uint64 { return s.clock }
 // next Step or Detach.
 func (s *Shard) Weights() []float32 { return s.w }
 
-// Detach gives the shard a copy of its weights to go on with, so that the
-// array Weights returned stays as it is for whoever still reads it.
-func (s *Shard) Detach() { s.w = slices.Clone(s.w) }
+// Move copies the shard's weights into w, which must be as long, and goes
+// on with w, so that the array Weights returned before stays as it is for
+// whoever still reads it.
+func (s *Shard) Move(w []float32) {
+	if len(w) != len(s.w) {
+		panic(fmt.Sprintf("ps: Shard.Move to %d weights, the shard has %d", len(w), len(s.w)))
+	}
+	copy(w, s.w)
+	s.w = w
+}
 
 // Consumed returns the mini-batch ids of the gradients the shard has
 // accepted or dropped (Msg.Batch), as a copy of its intervals, sorted.

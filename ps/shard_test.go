@@ -732,19 +732,20 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 	}
 }
 
-// TestDetach: after Detach the shard steps a copy of its weights; the
-// array a reply carried before stays as it was.
-func TestDetach(t *testing.T) {
+// TestMove: after Move the shard steps the new array; the array a reply
+// carried before stays as it was.
+func TestMove(t *testing.T) {
 	h := newHarness(t, plainConfig(1, Softsync, 1), []float32{1, 2})
 	r := h.pull(0, 0)
 	if len(r.Replies) != 1 || r.Replies[0].Weights == nil {
 		t.Fatalf("pull: %+v", r)
 	}
 	lent := r.Replies[0].Weights
-	h.s.Detach()
+	to := make([]float32, 2)
+	h.s.Move(to)
 	h.push(0, 0, []float32{2, 2})
-	if w := h.s.Weights(); &w[0] == &lent[0] || w[0] != 0 || w[1] != 1 {
-		t.Errorf("weights after Detach and a push: %v (same array: %v), want [0 1] in a new array", w, &w[0] == &lent[0])
+	if w := h.s.Weights(); &w[0] != &to[0] || w[0] != 0 || w[1] != 1 {
+		t.Errorf("weights after Move and a push: %v (the array moved to: %v), want [0 1] in it", w, &w[0] == &to[0])
 	}
 	if lent[0] != 1 || lent[1] != 2 {
 		t.Errorf("the reply's weights changed to %v, want [1 2]", lent)

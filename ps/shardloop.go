@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/softsync/softsync/rdma"
 )
 
 // shardLoop runs one shard core on its own goroutine: messages from the
@@ -25,16 +27,19 @@ type shardLoop struct {
 	waits    []snapWait // snapshot requests for epochs not reached yet
 	final    bool
 	finalW   []float32
-	sent     chan struct{} // a peer's writer is done with the weights lent to it (capacity 1)
-	lendWait *time.Timer   // bounds a wait for sent (stopped between waits)
-	last     Stats         // the core's counters when the goroutine ended
+	lends    *lends      // the replies reading the core's weights
+	wmsg     *rdma.Msg   // owns the core's weights (nil: the heap does)
+	lendWait *time.Timer // bounds a wait for lends (stopped between waits)
+	last     Stats       // the core's counters when the goroutine ended
 }
 
-// lendWait is how long a shard waits for a connection's writer to be done
-// with the weights it lent it before it goes on with a copy of them
-// (Shard.Detach): a reply bigger than the transport's buffers is only sent
-// as fast as its learner reads it, and a learner on a slow link, or one
-// that stopped reading, must not hold up the shard for everyone.
+// lendWait is how long a shard waits, before it changes its weights, for
+// the connections' writers to be done with the weights it lent them,
+// before it goes on with a copy of them (Shard.Move): a reply bigger
+// than the transport's buffers, or lent on by the transport (shm), is
+// only sent as fast as its learner reads it, and a learner on a slow
+// link, or one that stopped reading, must not hold up the shard for
+// everyone.
 const lendWait = 10 * time.Millisecond
 
 // snapshot is a copy of the shard's weights at an epoch end.
@@ -53,7 +58,10 @@ type snapWait struct {
 }
 
 func (l *shardLoop) run(ctx context.Context) {
-	defer func() { l.last = l.core.Stats() }()
+	defer func() {
+		l.last = l.core.Stats()
+		l.detach(nil)
+	}()
 	l.checkFinal() // Finish may precede Serve
 	for {
 		select {
@@ -81,6 +89,7 @@ func (l *shardLoop) step(ctx context.Context, in inbound) {
 	if known {
 		prev, l.route[m.Learner] = l.route[m.Learner], in.p
 	}
+	l.settle(ctx)
 	r := l.core.Step(m)
 	in.m.Release()
 	switch {
@@ -105,6 +114,7 @@ func (l *shardLoop) evict(learner uint32) {
 	seq, waiting := l.core.PullWaiting(learner)
 	p := l.route[learner]
 	l.route[learner] = nil
+	l.settle(context.Background())
 	r := l.core.Step(Msg{Type: MsgLeave, Job: l.core.cfg.Job, Shard: l.core.Index(), Learner: learner})
 	l.deliver(context.Background(), r, nil)
 	if waiting && p != nil {
@@ -221,25 +231,72 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 }
 
 // sendWeights sends w, weights of the shard stamped clock, to learner to
-// on p in answer to request seq, straight from w: the shard's goroutine
-// waits until p's writer is done with them, so that no Step changes them
-// meanwhile, for lendWait at most. Then it leaves w to the writer and goes
-// on with a copy, if w is the shard's own weights (a snapshot's stay as
-// they are anyway), and with a new token channel, for the writer's token
-// will come later.
+// on p in answer to request seq, straight from w: a snapshot's, which
+// never change, or the core's, which the shard lends p's writer until it
+// next changes them (settle).
 func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, w []float32) {
+	cw := l.core.Weights()
+	if len(w) == 0 || len(cw) == 0 || &w[0] != &cw[0] {
+		p.send(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec))
+		return
+	}
+	if l.lends.full() {
+		l.settle(ctx) // which may move the weights
+	}
+	m := weightsMsg(to, l.core.Index(), clock, life, seq, l.core.Weights(), l.s.cfg.Codec)
+	if p.queue(ctx, reply{m, l.lends.tokens}) {
+		l.lends.add(p)
+	}
+}
+
+// settle returns once no reply reads the core's weights, so that the next
+// Step may change them: when the writers are done with them, or after
+// lendWait, when the shard goes on with a copy and leaves the old array to
+// them.
+func (l *shardLoop) settle(ctx context.Context) {
+	if len(l.lends.out) == 0 {
+		return
+	}
 	if l.lendWait == nil {
 		l.lendWait = time.NewTimer(lendWait)
 	} else {
 		l.lendWait.Reset(lendWait)
 	}
-	if p.sendLent(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec), l.sent, l.lendWait.C) {
+	if l.lends.settle(ctx, l.lendWait.C) {
 		l.lendWait.Stop()
 		return
 	}
-	l.s.detached.Add(1)
-	l.sent = make(chan struct{}, 1)
-	if cw := l.core.Weights(); len(w) > 0 && len(cw) > 0 && &w[0] == &cw[0] {
-		l.core.Detach()
+	l.s.detached.Add(uint64(len(l.lends.out)))
+	l.detach(l.newWeights())
+}
+
+// detach moves the core's weights to w (nil: a copy on the heap) and
+// leaves the array they were in, and the message that owns it, to the
+// replies still reading it.
+func (l *shardLoop) detach(w *rdma.Msg) {
+	old, owner := l.lends, l.wmsg
+	if w != nil {
+		l.core.Move(w.Payload)
+	} else {
+		l.core.Move(slices.Clone(l.core.Weights()))
 	}
+	l.lends, l.wmsg = newLends(len(l.route)), w
+	if owner != nil {
+		go old.retire(owner.Release)
+	}
+}
+
+// newWeights returns a message of the server's allocator (ServerConfig.
+// NewMsg) to keep the core's weights in, or nil.
+func (l *shardLoop) newWeights() *rdma.Msg {
+	n := len(l.core.Weights())
+	if l.s.cfg.NewMsg == nil || n == 0 {
+		return nil
+	}
+	m := l.s.cfg.NewMsg(n)
+	if len(m.Payload) != n {
+		m.Release()
+		return nil
+	}
+	return m
 }

@@ -125,7 +125,7 @@ func lifeOf(rm *rdma.Msg) uint64 {
 
 // weightsMsg returns a TypeWeights message stamped clock, of the shard's
 // life, whose payload is w, lent (rdma.Msg.Borrow): the shard's own
-// weights, unchanged until Send returns (peer.sendLent).
+// weights, unchanged until Send returns (lends).
 func weightsMsg(to uint32, shard int, clock, life, seq uint64, w []float32, codec rdma.Codec) *rdma.Msg {
 	m := rdma.NewMsg(0)
 	m.Borrow(w)

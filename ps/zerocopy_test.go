@@ -73,7 +73,7 @@ func (c *watchConn) Place(p rdma.Placement) { c.Conn.(rdma.Placer).Place(p) }
 // TestZeroCopy checks, over in-memory, TCP and shm connections, where
 // payloads are copied: a push is sent from the learner's gradient itself
 // (lent, not copied into a message); a shard answers a pull from its own
-// weights (lent while its goroutine waits); the client receives the
+// weights (lent until its next update); the client receives the
 // weights straight into the vector it pulls into: &w[lo] is the payload
 // the transport wrote, no buffer of the pool was taken for it. The values
 // arrive intact.
@@ -180,20 +180,19 @@ func testZeroCopy(t *testing.T, kind string) {
 
 // TestReplyNotAwaited: a shard answers one learner's pull while another
 // learner's weights reply lies unread, over every transport: the shard's
-// goroutine waits for its connection's writer, never for the learner to
-// read. (Lent from the shard's weights over shm, a reply would hold the
-// shard until the learner had copied it.)
+// goroutine never waits for a learner to read for more than lendWait.
 //
 // A reply bigger than the transport's buffers (16 MiB: more than shm's
-// ring and than the TCP sockets hold while nobody reads) keeps the writer
-// on the shard's weights: the shard goes on with a copy of them after
-// lendWait (ServerStats.Detached).
+// ring and than the TCP sockets hold while nobody reads), or any reply
+// over shm, which lends the shard's weights to the learner to copy,
+// keeps the writer on the shard's weights: the shard goes on with a copy
+// of them after lendWait (ServerStats.Detached).
 func TestReplyNotAwaited(t *testing.T) {
 	for _, c := range []struct {
 		kind     string
 		n        int
 		detached bool
-	}{{"inmem", 1 << 16, false}, {"tcp", 1 << 16, false}, {"shm", 1 << 16, false}, {"tcp", 1 << 22, true}, {"shm", 1 << 22, true}} {
+	}{{"inmem", 1 << 16, false}, {"tcp", 1 << 16, false}, {"shm", 1 << 16, true}, {"tcp", 1 << 22, true}, {"shm", 1 << 22, true}} {
 		kind, n := c.kind, c.n
 		t.Run(fmt.Sprintf("%s/%d", kind, n), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -211,6 +210,14 @@ func TestReplyNotAwaited(t *testing.T) {
 			defer a.Close()
 			if err := a.Send(ctx, wireMsg(rdma.NewMsg, MsgPull, 0, 0, Seq(0, 1), 0, 0)); err != nil {
 				t.Fatal(err)
+			}
+			// The shard has answered learner 0 before learner 1 starts.
+			srv, l := g.servers[0], g.servers[0].loops[0]
+			for routed := false; !routed; {
+				if !srv.each1(l, func() { routed = l.route[0] != nil }) || ctx.Err() != nil {
+					t.Fatal("learner 0's pull never reached the shard")
+				}
+				time.Sleep(time.Millisecond)
 			}
 			b, err := g.Dial(ctx, net, 1, rdma.Codec{})
 			if err != nil {

@@ -68,6 +68,7 @@ type shmConn struct {
 
 	// send side, guarded by sendMu
 	hbuf  [HeaderSize]byte
+	sref  [shmRefSize]byte // a lent payload's reference
 	swire []byte
 	trl   [TrailerSize]byte
 	werr  error
@@ -339,10 +340,9 @@ func (c *shmConn) send(ctx context.Context, m *Msg) error {
 		if sum {
 			crc = crc32.Update(crc, castagnoli, payload)
 		}
-		var ref [shmRefSize]byte
-		binary.LittleEndian.PutUint64(ref[:], off)
-		binary.LittleEndian.PutUint64(ref[8:], uint64(len(payload)))
-		err = c.write(ctx, ref[:], false, &crc)
+		binary.LittleEndian.PutUint64(c.sref[:], off)
+		binary.LittleEndian.PutUint64(c.sref[8:], uint64(len(payload)))
+		err = c.write(ctx, c.sref[:], false, &crc)
 	default:
 		err = c.write(ctx, payload, sum, &crc)
 	}

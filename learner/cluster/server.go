@@ -81,6 +81,9 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
 		OnUpdate: refusalLog(cfg.log(), time.Now),
 		OnLost:   func(l, inc uint32) { r.ctrl().send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
+	if cfg.Network != nil {
+		pcfg.NewMsg = cfg.Network.NewMsg
+	}
 	if cfg.Resume != nil {
 		cfg.Resume.restoreConfig(&pcfg)
 	}
