@@ -134,6 +134,11 @@ func testZeroCopy(t *testing.T, kind string) {
 	}
 	for _, s := range grp.servers {
 		for _, l := range s.loops {
+			// The shard keeps its weights in the network's memory (shm:
+			// the lend segment, which a learner copies straight out of).
+			if l.wmsg == nil || &l.wmsg.Payload[0] != &l.core.w[0] {
+				t.Fatalf("shard %d does not keep its weights in a message of the network's NewMsg", l.core.Index())
+			}
 			shardW = append(shardW, l.core.w)
 		}
 	}
