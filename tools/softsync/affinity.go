@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,4 +57,55 @@ func startOn(cmd *exec.Cmd, cpus []int) error {
 		err = errors.Join(err, fmt.Errorf("restoring the CPU affinity after starting a process: %w", rerr))
 	}
 	return err
+}
+
+// addBindFlag adds --bind, softsync launch's placement of its processes.
+func addBindFlag(fs *pflag.FlagSet, bind *string) {
+	fs.StringVar(bind, "bind", "learners", "learners: pin learner i to the i-th of λ equal blocks of the CPUs launch may use (when there are at least λ), the head and the shard servers run anywhere; none: leave every process to the scheduler")
+}
+
+// bindLearners returns the CPUs of each process for --bind: learner i
+// gets the i-th of λ equal blocks of the CPUs this process may use (the
+// remainder unused), so that learners never share a core and the
+// scheduler never moves one onto another's; the head and the shard
+// servers, which run briefly at every step, get every CPU. With more
+// learners than CPUs, or --bind none, it returns nil: no process is
+// pinned.
+func bindLearners(app *App, bind string, learners int) (func(role string, id int) []int, error) {
+	switch bind {
+	case "none":
+		return nil, nil
+	case "learners":
+	default:
+		return nil, fmt.Errorf("--bind: %q, want learners or none", bind)
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return nil, err
+	}
+	blocks := learnerBlocks(cpus, learners)
+	if blocks == nil {
+		app.Log.Info("learners not pinned: more learners than CPUs", "learners", learners, "cpus", len(cpus))
+		return nil, nil
+	}
+	return func(role string, id int) []int {
+		if role != "learner" || id < 0 || id >= len(blocks) {
+			return nil
+		}
+		return blocks[id]
+	}, nil
+}
+
+// learnerBlocks splits cpus into n equal blocks, in order (nil for more
+// learners than CPUs).
+func learnerBlocks(cpus []int, n int) [][]int {
+	if n < 1 || n > len(cpus) {
+		return nil
+	}
+	k := len(cpus) / n
+	blocks := make([][]int, n)
+	for i := range blocks {
+		blocks[i] = cpus[i*k : (i+1)*k : (i+1)*k]
+	}
+	return blocks
 }

@@ -24,6 +24,7 @@ type speedupRow struct {
 	Learners     int         `json:"learners"`
 	Shards       int         `json:"shards"`
 	EarlyPush    bool        `json:"early_push"`
+	Bind         string      `json:"bind"`           // launch --bind ("" for independent jobs)
 	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
 	Runs         []float64   `json:"runs"`           // images/s of every run, in order
 	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport, protocol, shards and early push
@@ -33,25 +34,43 @@ type speedupRow struct {
 	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard servers, the learners (none for independent jobs)
 }
 
-// speedupCells returns the jobs of bench speedup in the order they run in
-// each round: by model, protocol, λ, then transport, shard count and
-// early push, so that the variants of one λ run side by side; with
+// speedupGrid is what bench speedup varies: every combination of its
+// lists is a job.
+type speedupGrid struct {
+	models     []modelBatch
+	data       string // --data ("": each model's own)
+	protocols  []string
+	learners   []int
+	transports []string
+	shards     []int
+	early      []bool
+	binds      []string // launch --bind values
+	steps      int
+	ceiling    bool
+}
+
+// cells returns the jobs of bench speedup in the order they run in each
+// round: by model, protocol, λ, then transport, shard count, early push
+// and binding, so that the variants of one λ run side by side; with
 // ceiling, each model's independent jobs (runIndependent) for every λ
 // first.
-func speedupCells(ms []modelBatch, data string, protocols []string, learners []int, transports []string, early []bool, shards []int, steps int, ceiling bool) []benchJob {
+func (g speedupGrid) cells() []benchJob {
 	var js []benchJob
-	for _, m := range ms {
-		for _, l := range learners {
-			if ceiling {
-				js = append(js, benchJob{modelBatch: m, data: "synthetic", protocol: "none", transport: independentTransport, learners: l, steps: steps})
+	for _, m := range g.models {
+		for _, l := range g.learners {
+			if g.ceiling {
+				js = append(js, benchJob{modelBatch: m, data: "synthetic", protocol: "none", transport: independentTransport, learners: l, steps: g.steps})
 			}
 		}
-		for _, proto := range protocols {
-			for _, l := range learners {
-				for _, tr := range transports {
-					for _, s := range shards {
-						for _, e := range early {
-							js = append(js, benchJob{modelBatch: m, data: data, protocol: proto, transport: tr, learners: l, shards: s, earlyPush: e, steps: steps})
+		for _, proto := range g.protocols {
+			for _, l := range g.learners {
+				for _, tr := range g.transports {
+					for _, s := range g.shards {
+						for _, e := range g.early {
+							for _, b := range g.binds {
+								js = append(js, benchJob{modelBatch: m, data: g.data, protocol: proto, transport: tr, learners: l, shards: s,
+									earlyPush: e, bind: b, steps: g.steps})
+							}
 						}
 					}
 				}
@@ -63,7 +82,7 @@ func speedupCells(ms []modelBatch, data string, protocols []string, learners []i
 
 // benchSpeedup runs every job repeat times, in rounds, and returns a row
 // per job from its median run, the speedup over the first λ of the same
-// model, protocol, transport, shard count and early push.
+// model, protocol, transport, shard count, early push and binding.
 func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
 	runs := make([][]*launchResult, len(jobs))
 	for range repeat {
@@ -81,20 +100,20 @@ func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([
 // speedupRows makes a row of each job from its runs (runs[i] are job i's,
 // each with its report): the median run by images/s (the lower of the two
 // middle ones for an even count), the speedup over the first job of the
-// same model, protocol, transport, shard count and early push.
+// same model, protocol, transport, shard count, early push and binding.
 func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
 	var rows []speedupRow
-	base := map[string]speedupRow{} // the first row of each model, protocol, transport, shard count and early push
+	base := map[string]speedupRow{} // the first row of each model, protocol, transport, shard count, early push and binding
 	for i, j := range jobs {
 		r := speedupRow{Model: j.model, Batch: j.batch, Data: j.data, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
-			Shards: j.shards, EarlyPush: j.earlyPush}
+			Shards: j.shards, EarlyPush: j.earlyPush, Bind: j.bind}
 		for _, x := range runs[i] {
 			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
 		}
 		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
 		mid := sorted[(len(sorted)-1)/2]
 		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
-		key := fmt.Sprintf("%s %s %s %d %v", j.modelBatch, j.protocol, j.transport, j.shards, j.earlyPush)
+		key := fmt.Sprintf("%s %s %s %d %v %s", j.modelBatch, j.protocol, j.transport, j.shards, j.earlyPush, j.bind)
 		b, ok := base[key]
 		if !ok {
 			b, base[key] = r, r
@@ -158,6 +177,7 @@ type benchJob struct {
 	protocol, transport string
 	learners, shards    int
 	earlyPush           bool
+	bind                string // launch --bind
 	steps               int
 	pin                 func(role string, id int) []int
 }
@@ -176,7 +196,7 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 		args = append(args, "--data", j.data)
 	}
 	app.Threads = 1
-	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, pin: j.pin}, args, true)
+	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, bind: cmp.Or(j.bind, "learners"), pin: j.pin}, args, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s, %s over %s with %d learners: %w", j.modelBatch, j.protocol, j.transport, j.learners, err)
 	}
@@ -184,7 +204,7 @@ func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
 }
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
-	var models, dataName, protocols, learners, transports, shards string
+	var models, dataName, protocols, learners, transports, shards, binds string
 	var batch, steps, repeat int
 	var asJSON, ceiling bool
 	var early []bool
@@ -195,17 +215,20 @@ func newBenchSpeedupCmd(app *App) *cobra.Command {
 number of mini-batches per learner) as processes on this host, as softsync
 launch does: S shard servers and λ learner processes of one compute
 thread each, over each transport of --transport, for each S of --shards,
-with and without --early-push as asked, for every model, protocol and λ
-asked, and print images/s, the speedup over the first λ of the same
-model, transport, shard count, protocol and early push, the efficiency
+with and without --early-push and with each --bind as asked, for every
+model, protocol and λ asked, and print images/s, the speedup over the first λ of the same
+model, transport, shard count, protocol, early push and binding, the efficiency
 (speedup / λ, relative to the first λ) and the peak resident set (VmHWM)
-of the processes. Softsync runs with n = λ. The transports, shard counts
-and early push take turns at each λ, so that they see the same load.
+of the processes. Softsync runs with n = λ. The transports, shard counts,
+early push and bindings take turns at each λ, so that they see the same
+load.
 With --repeat N every job runs N times, in rounds of all the jobs, and its
 row is its median run. Training time runs from the moment every process has
-arrived to the last mini-batch done, so process start-up is not in it; the
-head (coordinator and evaluator) and the shard server run on the same cores
-as the learners (softsync bench scale pins each to a core of its own).
+arrived to the last mini-batch done, so process start-up is not in it. As
+under launch, each learner is pinned to CPUs of its own (--bind learners,
+when there are as many CPUs as learners) and runs under SCHED_BATCH; the
+head (coordinator and evaluator) and the shard servers run on any core, the
+learners' too (softsync bench scale pins each to a core of its own).
 With --ceiling every round also runs, at each λ, λ independent
 one-learner jobs at once in the benchmark's process (bench train's job:
 one compute thread, parameter server in process, random data); their
@@ -240,7 +263,14 @@ it.`,
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			rows, err := benchSpeedup(ctx, app, speedupCells(ms, dataName, strings.Split(protocols, ","), ls, strings.Split(transports, ","), early, ss, steps, ceiling), repeat)
+			g := speedupGrid{models: ms, data: dataName, protocols: strings.Split(protocols, ","), learners: ls, transports: strings.Split(transports, ","),
+				shards: ss, early: early, binds: strings.Split(binds, ","), steps: steps, ceiling: ceiling}
+			for _, b := range g.binds {
+				if b != "learners" && b != "none" {
+					return fmt.Errorf("--bind: %q, want learners or none", b)
+				}
+			}
+			rows, err := benchSpeedup(ctx, app, g.cells(), repeat)
 			if err != nil {
 				return err
 			}
@@ -253,6 +283,9 @@ it.`,
 				tr := r.Transport
 				if r.EarlyPush {
 					tr += ", early push"
+				}
+				if r.Bind == "none" {
+					tr += ", unpinned"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, tr, r.Protocol, r.Shards, r.Learners,
 					thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
@@ -272,7 +305,8 @@ it.`,
 	f.StringVar(&shards, "shards", "1", "comma-separated shard counts, measured side by side: shard-server processes, one shard each")
 	f.BoolVar(&ceiling, "ceiling", false, `also run, at each λ, λ independent one-learner jobs at once in this process (one compute thread each, parameter server in process, random data): rows of transport "independent", protocol "none", the machine's ceiling for λ learners`)
 	f.BoolSliceVar(&early, "early-push", []bool{false}, "comma-separated: without (false) and/or with (true) train's --early-push, side by side")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, shards, early_push, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
+	f.StringVar(&binds, "bind", "learners", "comma-separated launch --bind values, side by side: learners (each learner pinned to CPUs of its own) and/or none")
+	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, shards, early_push, bind, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
 }
 

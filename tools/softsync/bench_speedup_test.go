@@ -30,8 +30,10 @@ func TestParseModelBatches(t *testing.T) {
 }
 
 func TestSpeedupRows(t *testing.T) {
-	jobs := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false, true}, []int{2}, 10, false)
-	if ceil := speedupCells([]modelBatch{{"lenet", 64}}, "synthetic", []string{"softsync"}, []int{1, 2}, []string{"tcp"}, []bool{false}, []int{1}, 10, true); len(ceil) != 4 ||
+	jobs := speedupGrid{models: []modelBatch{{"lenet", 64}}, protocols: []string{"softsync"}, learners: []int{1, 2}, transports: []string{"tcp"},
+		early: []bool{false, true}, shards: []int{2}, binds: []string{"learners"}, steps: 10}.cells()
+	if ceil := (speedupGrid{models: []modelBatch{{"lenet", 64}}, data: "synthetic", protocols: []string{"softsync"}, learners: []int{1, 2}, transports: []string{"tcp"},
+		early: []bool{false}, shards: []int{1}, binds: []string{"learners"}, steps: 10, ceiling: true}).cells(); len(ceil) != 4 ||
 		ceil[0].transport != independentTransport || ceil[3].data != "synthetic" || ceil[1].transport != independentTransport || ceil[1].learners != 2 || ceil[2].transport != "tcp" {
 		t.Fatalf("jobs with the ceiling: %+v", ceil)
 	}
@@ -60,13 +62,24 @@ func TestSpeedupRows(t *testing.T) {
 	}
 	// Shard counts take turns at each λ, and each is the base of its own
 	// speedups.
-	js := speedupCells([]modelBatch{{"lenet", 64}}, "", []string{"hardsync"}, []int{1, 2}, []string{"shm"}, []bool{false}, []int{1, 2}, 10, false)
+	js := speedupGrid{models: []modelBatch{{"lenet", 64}}, protocols: []string{"hardsync"}, learners: []int{1, 2}, transports: []string{"shm"},
+		early: []bool{false}, shards: []int{1, 2}, binds: []string{"learners"}, steps: 10}.cells()
 	if len(js) != 4 || js[0].shards != 1 || js[1].shards != 2 || js[1].learners != 1 || js[2].shards != 1 || js[3].shards != 2 || js[3].learners != 2 {
 		t.Fatalf("jobs of --shards 1,2: %+v", js)
 	}
 	rows = speedupRows(js, [][]*launchResult{{res(1000, "a")}, {res(800, "a")}, {res(1500, "a")}, {res(1600, "a")}})
 	if rows[2].Speedup != 1.5 || rows[3].Speedup != 2 || rows[3].Shards != 2 {
 		t.Errorf("rows of --shards 1,2: %+v", rows)
+	}
+	// So do bindings.
+	js = speedupGrid{models: []modelBatch{{"lenet", 64}}, protocols: []string{"hardsync"}, learners: []int{1, 2}, transports: []string{"shm"},
+		early: []bool{false}, shards: []int{1}, binds: []string{"learners", "none"}, steps: 10}.cells()
+	if len(js) != 4 || js[0].bind != "learners" || js[1].bind != "none" || js[1].learners != 1 || js[2].bind != "learners" || js[3].bind != "none" || js[3].learners != 2 {
+		t.Fatalf("jobs of --bind learners,none: %+v", js)
+	}
+	rows = speedupRows(js, [][]*launchResult{{res(1000, "a")}, {res(800, "a")}, {res(1500, "a")}, {res(1600, "a")}})
+	if rows[2].Speedup != 1.5 || rows[3].Speedup != 2 || rows[3].Bind != "none" {
+		t.Errorf("rows of --bind learners,none: %+v", rows)
 	}
 }
 
@@ -85,11 +98,15 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var raw []map[string]any
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "shards", "early_push", "images_per_sec", "speedup", "efficiency", "processes"} {
+	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "shards", "early_push", "bind", "images_per_sec", "speedup", "efficiency", "processes"} {
 		if _, ok := raw[0][key]; !ok {
 			t.Errorf("a row lacks %q: %v", key, raw[0])
 		}
@@ -123,6 +140,21 @@ func TestBenchSpeedupJSON(t *testing.T) {
 		}
 		if r.Processes[0].Process != "head" || r.Processes[1].Process != "shard server 0" || r.Processes[3].Process != "learner 0" {
 			t.Errorf("processes %+v", r.Processes)
+		}
+		// --bind learners: each learner on CPUs of its own, the head and
+		// the shard servers anywhere.
+		seen := map[int]bool{}
+		for _, p := range r.Processes {
+			learner := strings.HasPrefix(p.Process, "learner")
+			if r.Bind != "learners" || (learner != (len(p.CPUs) > 0) && len(cpus) >= r.Learners) {
+				t.Errorf("bind %q, %d CPUs: %s pinned to %v", r.Bind, len(cpus), p.Process, p.CPUs)
+			}
+			for _, c := range p.CPUs {
+				if seen[c] || !slices.Contains(cpus, c) {
+					t.Errorf("%s pinned to CPU %d, shared or not among %v", p.Process, c, cpus)
+				}
+				seen[c] = true
+			}
 		}
 		if len(r.Runs) != 1 || r.Runs[0] != r.ImagesPerSec {
 			t.Errorf("runs %v of a job run once, images/s %g", r.Runs, r.ImagesPerSec)

@@ -26,6 +26,7 @@ type clusterFlags struct {
 	resume         string        // --resume DIR
 	id             int           // --id (role commands)
 	metrics        string        // --metrics HOST:PORT
+	sched          string        // --sched: a learner process's scheduling policy
 }
 
 // addClusterFlags adds the flags of multi-process jobs; train also gets
@@ -48,13 +49,14 @@ func addClusterFlags(fl *pflag.FlagSet, c *clusterFlags, train bool) {
 	fl.StringVar(&c.ckptEvery, "checkpoint-every", "", "with --checkpoint-dir: a checkpoint every N mini-batches (all learners) or every DURATION (e.g. 10m); default: only when interrupted or stopped")
 	fl.StringVar(&c.resume, "resume", "", "continue the job from the newest complete checkpoint in this folder (another number of --shards is fine); checkpoints then go on there unless --checkpoint-dir says otherwise")
 	fl.StringVar(&c.metrics, "metrics", "", "HOST:PORT where this process serves Prometheus metrics at /metrics while it runs (docs/metrics.md); port 0 picks a free one, which is logged. With --cluster auto rank r serves on PORT+r; for launch this is the head's, and its shard servers and learners get the ports after it (see launch --help)")
+	fl.StringVar(&c.sched, "sched", "batch", "the scheduling policy of a learner process (softsync learner, a learner's rank under --cluster auto): batch (SCHED_BATCH: its threads never preempt another task when they wake, so the shard servers' and the head's short work goes first) or normal; other processes keep theirs")
 	fl.DurationVar(&c.psTimeout, "ps-timeout", time.Minute, "how long learners retry, with backoff, to reach a shard server whose connection failed (it may be restarting with --resume), and the coordinator waits for it, before the job fails; also how long every process dials again a listener that closes its connection during the handshake (one busy with unauthenticated connections); 0: the job fails at once")
 }
 
 // check refuses the values that would silently turn a safeguard off: a
 // heartbeat or a rendezvous timeout that is not positive (no learner
 // would ever be removed, the rendezvous would wait for ever), a negative
-// --ps-timeout.
+// --ps-timeout; and an unknown --sched.
 func (c *clusterFlags) check() error {
 	for _, d := range []struct {
 		flag string
@@ -63,6 +65,9 @@ func (c *clusterFlags) check() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%s: must be > 0, got %v", d.flag, d.v)
 		}
+	}
+	if _, ok := schedPolicies[c.sched]; !ok {
+		return fmt.Errorf("--sched: %q, want batch or normal", c.sched)
 	}
 	if c.psTimeout < 0 {
 		return fmt.Errorf("--ps-timeout: must be ≥ 0 (0: the job fails as soon as a shard server is lost), got %v", c.psTimeout)

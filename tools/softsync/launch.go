@@ -24,8 +24,11 @@ func init() { addCommand(newLaunchCmd) }
 // launchFlags are the flags of softsync launch itself (before --).
 type launchFlags struct {
 	learners, shards, restarts int
+	// bind is --bind: "learners" pins each learner to CPUs of its own
+	// (bindLearners), "none" leaves every process to the scheduler.
+	bind string
 	// pin, when set (by the benchmarks), gives the CPUs of each process
-	// by role ("eval", "ps", "learner") and id.
+	// by role ("eval", "ps", "learner") and id, whatever bind says.
 	pin func(role string, id int) []int
 }
 
@@ -87,6 +90,7 @@ a free port and logs it ("serving metrics").`,
 	c.Flags().IntVarP(&lf.learners, "learners", "n", 2, "λ, learner processes")
 	c.Flags().IntVar(&lf.shards, "shards", 1, "shard-server processes, one shard each")
 	c.Flags().IntVar(&lf.restarts, "restarts", 0, "processes launch starts again after they die (learners, shard servers, the head), in all")
+	addBindFlag(c.Flags(), &lf.bind)
 	return c
 }
 
@@ -101,6 +105,13 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 		return nil, fmt.Errorf("--shards: must be ≥ 1, got %d", lf.shards)
 	case lf.restarts < 0:
 		return nil, fmt.Errorf("--restarts: must be ≥ 0, got %d", lf.restarts)
+	}
+	pin := lf.pin
+	if pin == nil {
+		var err error
+		if pin, err = bindLearners(app, lf.bind, lf.learners); err != nil {
+			return nil, err
+		}
 	}
 	f := new(trainFlags)
 	fl := pflag.NewFlagSet("train flags", pflag.ContinueOnError)
@@ -155,7 +166,7 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	}
 	out := &lineWriter{w: os.Stderr, tty: term.IsTerminal(int(os.Stderr.Fd()))}
 	g := &procGroup{app: app, self: self, secret: secret, out: out, restarts: lf.restarts, ckptDir: cmp.Or(f.cluster.ckptDir, f.cluster.resume),
-		ended: ended, pin: lf.pin}
+		ended: ended, pin: pin}
 	common := append([]string{"--coordinator", coord, "--log-level", app.Level, "--engine", app.Engine}, jobArgs(fl)...)
 	if app.Threads > 0 {
 		common = append(common, "--threads", strconv.Itoa(app.Threads))

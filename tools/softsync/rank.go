@@ -51,12 +51,18 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	}
 	rank := w.Rank
 	roles := topo.Processes[rank]
+
 	if f.cluster.metrics != "" {
 		f.cluster.metrics = metricsAddr(f.cluster.metrics, rank)
 	}
 	cfg, err := prepareTrain(ctx, app, fl, f, roles.Coordinator || len(roles.Learners) > 0)
 	if err != nil {
 		return err
+	}
+	if len(roles.Learners) > 0 && len(roles.Servers) == 0 && !roles.Coordinator {
+		if err := applySched(f.cluster.sched); err != nil {
+			return err
+		}
 	}
 	app.Log.Debug("cluster", "world", w.String(), "shards", S, "learners", f.learners)
 	coord, secret, cleanup, err := rendezvous(ctx, app, f, w, oneHost)

@@ -46,6 +46,11 @@ func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) e
 	if err != nil {
 		return err
 	}
+	if role == cluster.RoleLearner {
+		if err := applySched(f.cluster.sched); err != nil {
+			return err
+		}
+	}
 	return app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
 }
 

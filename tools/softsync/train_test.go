@@ -281,6 +281,7 @@ func TestTrainBadFlags(t *testing.T) {
 		{[]string{"--rendezvous-timeout", "0"}, "--rendezvous-timeout"},
 		{[]string{"--rendezvous-timeout", "-1s"}, "--rendezvous-timeout"},
 		{[]string{"--ps-timeout", "-1s"}, "--ps-timeout"},
+		{[]string{"--sched", "fifo"}, "--sched"},
 	} {
 		_, err := runErrWithin(t, time.Minute, append([]string{"train"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
@@ -331,6 +332,9 @@ func TestRoleBadFlags(t *testing.T) {
 		{[]string{"eval", "--ps-timeout", "-1m", "--data", "/no/such/data"}, "--ps-timeout"},
 		{[]string{"launch", "-n", "1", "--", "--heartbeat", "0", "--data", "/no/such/data"}, "--heartbeat"},
 		{[]string{"launch", "-n", "1", "--", "--rendezvous-timeout", "-1s", "--data", "/no/such/data"}, "--rendezvous-timeout"},
+		{append([]string{"learner", "--sched", "idle"}, to...), "--sched"},
+		{[]string{"launch", "-n", "1", "--", "--sched", "fifo", "--data", "/no/such/data"}, "--sched"},
+		{[]string{"launch", "-n", "1", "--bind", "cores", "--", "--data", "/no/such/data"}, "--bind"},
 	} {
 		_, err := runErrWithin(t, time.Minute, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.flag) {

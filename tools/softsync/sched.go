@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// A learner process (softsync learner, a learner's rank under --cluster
+// auto) runs under SCHED_BATCH by default (--sched): the kernel then never lets one of its threads that wakes up,
+// its weights arrived, preempt the task running on that core, which is
+// often the shard server still waking the job's other learners, nor
+// another learner's compute. The shard server and the head keep the
+// normal policy, so that their short work preempts a learner at once.
+
+// setSchedPolicy puts every thread of this process under policy (unix.
+// SCHED_BATCH or unix.SCHED_NORMAL, nice unchanged); the threads the
+// process starts later inherit it from the thread that starts them.
+func setSchedPolicy(policy uint32) error {
+	done := map[int]bool{}
+	for changed := true; changed; { // again, for threads started meanwhile
+		changed = false
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return fmt.Errorf("scheduling policy: %w", err)
+		}
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			attr, err := unix.SchedGetAttr(tid, 0)
+			if err == nil {
+				attr.Policy, attr.Flags = policy, 0
+				err = unix.SchedSetAttr(tid, attr, 0)
+			}
+			if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: the thread has ended
+				return fmt.Errorf("scheduling policy of thread %d: %w", tid, err)
+			}
+			done[tid], changed = true, true
+		}
+	}
+	return nil
+}
+
+// schedPolicies are the values of --sched.
+var schedPolicies = map[string]uint32{"batch": unix.SCHED_BATCH, "normal": unix.SCHED_NORMAL}
+
+// applySched sets the policy --sched names.
+func applySched(name string) error {
+	p, ok := schedPolicies[name]
+	if !ok {
+		return fmt.Errorf("--sched: %q, want batch or normal", name)
+	}
+	return setSchedPolicy(p)
+}

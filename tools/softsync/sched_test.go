@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadPolicies returns the scheduling policy of every thread of this
+// process.
+func threadPolicies(t *testing.T) map[int]uint32 {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := map[int]uint32{}
+	for _, e := range ents {
+		tid, _ := strconv.Atoi(e.Name())
+		if a, err := unix.SchedGetAttr(tid, 0); err == nil {
+			ps[tid] = a.Policy
+		}
+	}
+	return ps
+}
+
+// TestSchedPolicy: --sched batch puts every thread under SCHED_BATCH,
+// threads started afterwards too; normal puts them back.
+func TestSchedPolicy(t *testing.T) {
+	if err := applySched("fifo"); err == nil || !strings.Contains(err.Error(), "--sched") {
+		t.Errorf("--sched fifo: %v, want an error naming --sched", err)
+	}
+	if err := applySched("batch"); err != nil {
+		t.Fatal(err)
+	}
+	defer applySched("normal")
+	// Threads started now, by goroutines that hold theirs.
+	var wg sync.WaitGroup
+	ready, done := make(chan struct{}), make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			// The goroutine's thread stays its own, and the runtime
+			// starts others meanwhile.
+			runtime.LockOSThread()
+			ready <- struct{}{}
+			<-done
+		})
+	}
+	for range 4 {
+		<-ready
+	}
+	for tid, p := range threadPolicies(t) {
+		if p != unix.SCHED_BATCH {
+			t.Errorf("thread %d: policy %d, want SCHED_BATCH (%d)", tid, p, unix.SCHED_BATCH)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if err := applySched("normal"); err != nil {
+		t.Fatal(err)
+	}
+	for tid, p := range threadPolicies(t) {
+		if p != unix.SCHED_NORMAL {
+			t.Errorf("thread %d after --sched normal: policy %d, want SCHED_NORMAL", tid, p)
+		}
+	}
+}
