@@ -72,6 +72,13 @@ launch starts dead processes again, N times in all:
 A process that ends with an error of the job (exit status 1) is not
 restarted.
 
+Placement: with --bind learners (the default), learner i is pinned to the
+i-th of λ equal blocks of the CPUs launch may use, when there are at least
+λ; the head and the shard servers run anywhere. Learners run under
+SCHED_BATCH (--sched after --), so that a learner woken by a shard server
+never preempts it while it still wakes the others (docs/cluster.md,
+"Placement"). --bind none leaves every process to the scheduler.
+
 Metrics: with --metrics HOST:PORT after --, the head serves the job's
 progress there (docs/metrics.md), and on the same HOST shard server K serves
 its metrics on port PORT+1+K and learner R on PORT+1+S+R (S shard servers),
