@@ -60,19 +60,22 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		for k := i; k < cfg.PS.Shards; k += n {
 			shards = append(shards, k)
 		}
-		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
-			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg})
+		// Listening first opens the network's device, if it has one, so
+		// that the shards' weights come from registered memory.
+		ln, err := cfg.Network.Listen(cfg.Addr)
 		if err != nil {
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}
-		ln, err := cfg.Network.Listen(cfg.Addr)
+		lns = append(lns, ln)
+		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
+			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg})
 		if err != nil {
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}
 		for _, k := range shards {
 			g.addrs[k] = ln.Addr()
 		}
-		g.servers, lns = append(g.servers, s), append(lns, ln)
+		g.servers = append(g.servers, s)
 	}
 	for i, s := range g.servers {
 		g.wg.Go(func() {
