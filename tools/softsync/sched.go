@@ -16,9 +16,11 @@ import (
 // another learner's compute. The shard server and the head keep the
 // normal policy, so that their short work preempts a learner at once.
 
-// setSchedPolicy puts every thread of this process under policy (unix.
-// SCHED_BATCH or unix.SCHED_NORMAL, nice unchanged); the threads the
-// process starts later inherit it from the thread that starts them.
+// setSchedPolicy puts every thread of this process that runs under
+// SCHED_NORMAL or SCHED_BATCH under policy (one of them, nice unchanged);
+// a thread under another policy (real-time, SCHED_IDLE: the user's
+// choice, e.g. chrt) keeps it. The threads the process starts later
+// inherit the policy of the thread that starts them.
 func setSchedPolicy(policy uint32) error {
 	done := map[int]bool{}
 	for changed := true; changed; { // again, for threads started meanwhile
@@ -33,7 +35,7 @@ func setSchedPolicy(policy uint32) error {
 				continue
 			}
 			attr, err := unix.SchedGetAttr(tid, 0)
-			if err == nil {
+			if err == nil && (attr.Policy == unix.SCHED_NORMAL || attr.Policy == unix.SCHED_BATCH) {
 				attr.Policy, attr.Flags = policy, 0
 				err = unix.SchedSetAttr(tid, attr, 0)
 			}

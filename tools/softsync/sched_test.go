@@ -30,10 +30,42 @@ func threadPolicies(t *testing.T) map[int]uint32 {
 }
 
 // TestSchedPolicy: --sched batch puts every thread under SCHED_BATCH,
-// threads started afterwards too; normal puts them back.
+// threads started afterwards too, but one the user put under another
+// policy; normal puts them back.
 func TestSchedPolicy(t *testing.T) {
 	if err := applySched("fifo"); err == nil || !strings.Contains(err.Error(), "--sched") {
 		t.Errorf("--sched fifo: %v, want an error naming --sched", err)
+	}
+	// A thread the user put under another policy keeps it.
+	idle := make(chan int)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		tid := unix.Gettid()
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err == nil {
+			attr.Policy = unix.SCHED_IDLE
+			err = unix.SchedSetAttr(tid, attr, 0)
+		}
+		if err != nil {
+			tid = -1
+		}
+		idle <- tid
+		<-release
+		if tid >= 0 { // as it was, for the process's other tests
+			attr.Policy = unix.SCHED_NORMAL
+			unix.SchedSetAttr(tid, attr, 0)
+		}
+		runtime.UnlockOSThread()
+		idle <- 0
+	}()
+	idleTid := <-idle
+	defer func() {
+		close(release)
+		<-idle
+	}()
+	if idleTid < 0 {
+		t.Fatal("cannot put a thread under SCHED_IDLE")
 	}
 	if err := applySched("batch"); err != nil {
 		t.Fatal(err)
@@ -55,8 +87,8 @@ func TestSchedPolicy(t *testing.T) {
 		<-ready
 	}
 	for tid, p := range threadPolicies(t) {
-		if p != unix.SCHED_BATCH {
-			t.Errorf("thread %d: policy %d, want SCHED_BATCH (%d)", tid, p, unix.SCHED_BATCH)
+		if want := uint32(unix.SCHED_BATCH); tid == idleTid && p != unix.SCHED_IDLE || tid != idleTid && p != want {
+			t.Errorf("thread %d: policy %d, want SCHED_BATCH (%d), or SCHED_IDLE for the thread under it", tid, p, want)
 		}
 	}
 	close(done)
@@ -65,7 +97,7 @@ func TestSchedPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tid, p := range threadPolicies(t) {
-		if p != unix.SCHED_NORMAL {
+		if p != unix.SCHED_NORMAL && tid != idleTid {
 			t.Errorf("thread %d after --sched normal: policy %d, want SCHED_NORMAL", tid, p)
 		}
 	}
