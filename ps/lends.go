@@ -82,6 +82,7 @@ func (l *lends) settle(ctx context.Context, timeout <-chan time.Time) bool {
 		select {
 		case p := <-l.tokens:
 			l.done(p)
+		case <-l.out[0].exited: // its last replies will send no token
 		case <-timeout:
 			l.drain()
 			l.dropExited()

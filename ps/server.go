@@ -150,6 +150,9 @@ type Server struct {
 	done    atomic.Bool // Finish was called
 
 	badFrames, errorsDropped, refused, notHosted, lost, detached atomic.Uint64
+	// retiring runs the goroutines that release the memory of weights a
+	// shard moved away from while writers still sent them (lends.retire).
+	retiring sync.WaitGroup
 
 	mu    sync.Mutex // guards conns and binds
 	conns map[rdma.Conn]bool
@@ -268,11 +271,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.loops = append(s.loops, l)
 		s.byShard[k] = l
 	}
-	for _, l := range s.loops {
-		if l.wmsg = l.newWeights(); l.wmsg != nil {
-			l.core.Move(l.wmsg.Payload)
-		}
-	}
 	return s, nil
 }
 
@@ -340,6 +338,7 @@ func (s *Server) Serve(ctx context.Context, ln rdma.Listener) error {
 		c.Close()
 	}
 	wg.Wait()
+	s.retiring.Wait() // the writers have ended: at once
 	close(s.stopped)
 	return err
 }

@@ -148,7 +148,8 @@ func (s *Shard) PullWaiting(learner uint32) (uint64, bool) {
 func (s *Shard) Clock() uint64 { return s.clock }
 
 // Weights returns a read-only view of the shard's weights, valid until the
-// next Step or Move.
+// next Step of a message other than a pull (a pull never changes them) or
+// Move.
 func (s *Shard) Weights() []float32 { return s.w }
 
 // Move copies the shard's weights into w, which must be as long, and goes

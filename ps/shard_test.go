@@ -732,6 +732,24 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 	}
 }
 
+// TestPullKeepsWeights: a pull never changes the weights, in place or
+// by moving them, under either protocol, whether it is answered at once
+// or waits (the shard's goroutine lends the weights across it).
+func TestPullKeepsWeights(t *testing.T) {
+	for _, proto := range []Protocol{Softsync, Hardsync} {
+		h := newHarness(t, plainConfig(2, proto, 1), []float32{1, 2})
+		h.push(0, 0, []float32{2, 2}) // a pending gradient or an open round
+		before := h.s.Weights()
+		want := slices.Clone(before)
+		for l := range uint32(2) {
+			h.pull(l, 1)
+			if w := h.s.Weights(); &w[0] != &before[0] || !slices.Equal(w, want) {
+				t.Errorf("%v: weights after learner %d's pull: %v (same array: %v), want %v in place", proto, l, w, &w[0] == &before[0], want)
+			}
+		}
+	}
+}
+
 // TestMove: after Move the shard steps the new array; the array a reply
 // carried before stays as it was.
 func TestMove(t *testing.T) {

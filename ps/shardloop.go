@@ -58,9 +58,14 @@ type snapWait struct {
 }
 
 func (l *shardLoop) run(ctx context.Context) {
+	if l.wmsg = l.newWeights(); l.wmsg != nil {
+		l.core.Move(l.wmsg.Payload)
+	}
 	defer func() {
 		l.last = l.core.Stats()
-		l.detach(nil)
+		if l.wmsg != nil {
+			l.detach(nil)
+		}
 	}()
 	l.checkFinal() // Finish may precede Serve
 	for {
@@ -89,7 +94,9 @@ func (l *shardLoop) step(ctx context.Context, in inbound) {
 	if known {
 		prev, l.route[m.Learner] = l.route[m.Learner], in.p
 	}
-	l.settle(ctx)
+	if m.Type != MsgPull { // a pull never changes the weights (Shard.Step)
+		l.settle(ctx)
+	}
 	r := l.core.Step(m)
 	in.m.Release()
 	switch {
@@ -153,7 +160,7 @@ func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
 			continue
 		}
 		if p := l.route[rep.To]; p != nil {
-			l.sendWeights(ctx, p, rep.To, rep.Clock, rep.Life, rep.Seq, rep.Weights)
+			l.sendWeights(ctx, p, rep.To, rep.Clock, rep.Life, rep.Seq, nil)
 		}
 	}
 	if s.cfg.OnUpdate != nil {
@@ -194,7 +201,7 @@ func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
 	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
 	in.m.Release()
 	if now {
-		l.sendWeights(ctx, w.p, w.learner, l.core.Clock(), l.core.Life(), w.seq, l.core.Weights())
+		l.sendWeights(ctx, w.p, w.learner, l.core.Clock(), l.core.Life(), w.seq, nil)
 		return
 	}
 	if !l.s.cfg.Snapshots && w.epoch > 0 {
@@ -230,18 +237,17 @@ func (l *shardLoop) answerWaits(ctx context.Context) {
 	})
 }
 
-// sendWeights sends w, weights of the shard stamped clock, to learner to
-// on p in answer to request seq, straight from w: a snapshot's, which
-// never change, or the core's, which the shard lends p's writer until it
-// next changes them (settle).
-func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, w []float32) {
-	cw := l.core.Weights()
-	if len(w) == 0 || len(cw) == 0 || &w[0] != &cw[0] {
-		p.send(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, w, l.s.cfg.Codec))
+// sendWeights sends learner to on p, in answer to request seq, weights of
+// the shard stamped clock straight from where they lie: snap, a
+// snapshot's, which never change, or with snap nil the core's, which the
+// shard lends p's writer until it next changes them (settle).
+func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, snap []float32) {
+	if snap != nil {
+		p.send(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, snap, l.s.cfg.Codec))
 		return
 	}
 	if l.lends.full() {
-		l.settle(ctx) // which may move the weights
+		l.settle(ctx) // which may move the weights: read them after it
 	}
 	m := weightsMsg(to, l.core.Index(), clock, life, seq, l.core.Weights(), l.s.cfg.Codec)
 	if p.queue(ctx, reply{m, l.lends.tokens}) {
@@ -266,6 +272,10 @@ func (l *shardLoop) settle(ctx context.Context) {
 		l.lendWait.Stop()
 		return
 	}
+	if ctx.Err() != nil { // the server is ending: a copy on the heap will do
+		l.detach(nil)
+		return
+	}
 	l.s.detached.Add(uint64(len(l.lends.out)))
 	l.detach(l.newWeights())
 }
@@ -282,7 +292,7 @@ func (l *shardLoop) detach(w *rdma.Msg) {
 	}
 	l.lends, l.wmsg = newLends(len(l.route)), w
 	if owner != nil {
-		go old.retire(owner.Release)
+		l.s.retiring.Go(func() { old.retire(owner.Release) })
 	}
 }
 

@@ -138,11 +138,18 @@ func testZeroCopy(t *testing.T, kind string) {
 	for _, s := range grp.servers {
 		for _, l := range s.loops {
 			// The shard keeps its weights in the network's memory (shm:
-			// the lend segment, which a learner copies straight out of).
-			if l.wmsg == nil || &l.wmsg.Payload[0] != &l.core.w[0] {
+			// the lend segment, which a learner copies straight out of;
+			// verbs: registered memory).
+			var inMsg bool
+			s.each1(l, func() {
+				inMsg = l.wmsg != nil && &l.wmsg.Payload[0] == &l.core.w[0]
+				mu.Lock()
+				shardW = append(shardW, l.core.w)
+				mu.Unlock()
+			})
+			if !inMsg {
 				t.Fatalf("shard %d does not keep its weights in a message of the network's NewMsg", l.core.Index())
 			}
-			shardW = append(shardW, l.core.w)
 		}
 	}
 	grp.Finish()

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -65,8 +70,9 @@ func addBindFlag(fs *pflag.FlagSet, bind *string) {
 }
 
 // bindLearners returns the CPUs of each process for --bind: learner i
-// gets the i-th of λ equal blocks of the CPUs this process may use (the
-// remainder unused), so that learners never share a core and the
+// gets the i-th of λ equal blocks of the CPUs this process may use, whole
+// physical cores where they divide evenly (coreOrder; the remainder
+// unused), so that learners share no core when there are enough and the
 // scheduler never moves one onto another's; the head and the shard
 // servers, which run briefly at every step, get every CPU. With more
 // learners than CPUs, or --bind none, it returns nil: no process is
@@ -83,7 +89,7 @@ func bindLearners(app *App, bind string, learners int) (func(role string, id int
 	if err != nil {
 		return nil, err
 	}
-	blocks := learnerBlocks(cpus, learners)
+	blocks := learnerBlocks(coreOrder(cpus, sysTopology), learners)
 	if blocks == nil {
 		app.Log.Info("learners not pinned: more learners than CPUs", "learners", learners, "cpus", len(cpus))
 		return nil, nil
@@ -94,6 +100,46 @@ func bindLearners(app *App, bind string, learners int) (func(role string, id int
 		}
 		return blocks[id]
 	}, nil
+}
+
+// coreOrder returns cpus ordered by package, then physical core, then
+// number, as topo reports them, so that the logical CPUs of one core (SMT
+// siblings, often numbered c and c + N/2) are next to each other and an
+// equal split gives each block whole cores. A CPU whose topology topo
+// cannot tell is a core of its own, after the others.
+func coreOrder(cpus []int, topo func(cpu int) (pkg, core int, ok bool)) []int {
+	type place struct{ known, pkg, core, cpu int } // known: 0 if topo told, else 1
+	ps := make([]place, len(cpus))
+	for i, c := range cpus {
+		pkg, core, ok := topo(c)
+		ps[i] = place{pkg: pkg, core: core, cpu: c}
+		if !ok {
+			ps[i] = place{known: 1, core: c, cpu: c}
+		}
+	}
+	slices.SortStableFunc(ps, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.known, b.known), cmp.Compare(a.pkg, b.pkg), cmp.Compare(a.core, b.core), cmp.Compare(a.cpu, b.cpu))
+	})
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.cpu
+	}
+	return out
+}
+
+// sysTopology reads a CPU's package and core ids from sysfs.
+func sysTopology(cpu int) (pkg, core int, ok bool) {
+	read := func(name string) (int, bool) {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/topology/%s", cpu, name))
+		if err != nil {
+			return 0, false
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		return v, err == nil
+	}
+	pkg, ok1 := read("physical_package_id")
+	core, ok2 := read("core_id")
+	return pkg, core, ok1 && ok2
 }
 
 // learnerBlocks splits cpus into n equal blocks, in order (nil for more

@@ -34,6 +34,28 @@ func TestLearnerBlocks(t *testing.T) {
 	}
 }
 
+// TestCoreOrder: SMT siblings numbered c and c + 4 come next to each
+// other, so that 4 learners on 8 logical CPUs get a core each; packages
+// come in order; a CPU of unknown topology comes last, a core of its own.
+func TestCoreOrder(t *testing.T) {
+	topo := func(cpu int) (int, int, bool) {
+		switch {
+		case cpu == 9:
+			return 0, 0, false
+		case cpu >= 8:
+			return 1, 0, true // package 1, one core
+		}
+		return 0, cpu % 4, true
+	}
+	got := coreOrder([]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, topo)
+	if want := []int{0, 4, 1, 5, 2, 6, 3, 7, 8, 9}; !slices.Equal(got, want) {
+		t.Fatalf("coreOrder: %v, want %v", got, want)
+	}
+	if b := learnerBlocks(got[:8], 4); !slices.EqualFunc(b, [][]int{{0, 4}, {1, 5}, {2, 6}, {3, 7}}, slices.Equal) {
+		t.Errorf("4 learners on 4 cores of 2 siblings: %v, want a core each", b)
+	}
+}
+
 func TestBindLearners(t *testing.T) {
 	var log bytes.Buffer
 	app := &App{Log: slog.New(slog.NewTextHandler(&log, nil))}
@@ -51,7 +73,7 @@ func TestBindLearners(t *testing.T) {
 	if err != nil || pin == nil {
 		t.Fatalf("--bind learners with %d learners on %d CPUs: %v", len(cpus), len(cpus), err)
 	}
-	for i, c := range cpus {
+	for i, c := range coreOrder(cpus, sysTopology) {
 		if got := pin("learner", i); !slices.Equal(got, []int{c}) {
 			t.Errorf("learner %d pinned to %v, want [%d]", i, got, c)
 		}

@@ -73,8 +73,9 @@ A process that ends with an error of the job (exit status 1) is not
 restarted.
 
 Placement: with --bind learners (the default), learner i is pinned to the
-i-th of λ equal blocks of the CPUs launch may use, when there are at least
-λ; the head and the shard servers run anywhere. Learners run under
+i-th of λ equal blocks of the CPUs launch may use (SMT siblings kept in one
+block), when there are at least λ; the head and the shard servers run
+anywhere. Learners run under
 SCHED_BATCH (--sched after --), so that a learner woken by a shard server
 never preempts it while it still wakes the others (docs/cluster.md,
 "Placement"). --bind none leaves every process to the scheduler.

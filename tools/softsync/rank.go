@@ -60,7 +60,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		return err
 	}
 	if len(roles.Learners) > 0 && len(roles.Servers) == 0 && !roles.Coordinator {
-		if err := applySched(f.cluster.sched); err != nil {
+		if err := app.applySched(f.cluster.sched); err != nil {
 			return err
 		}
 	}

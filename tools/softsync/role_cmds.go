@@ -47,7 +47,7 @@ func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) e
 		return err
 	}
 	if role == cluster.RoleLearner {
-		if err := applySched(f.cluster.sched); err != nil {
+		if err := app.applySched(f.cluster.sched); err != nil {
 			return err
 		}
 	}

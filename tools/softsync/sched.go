@@ -36,7 +36,7 @@ func setSchedPolicy(policy uint32) error {
 			}
 			attr, err := unix.SchedGetAttr(tid, 0)
 			if err == nil && (attr.Policy == unix.SCHED_NORMAL || attr.Policy == unix.SCHED_BATCH) {
-				attr.Policy, attr.Flags = policy, 0
+				attr.Policy, attr.Flags = policy, attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK
 				err = unix.SchedSetAttr(tid, attr, 0)
 			}
 			if err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: the thread has ended
@@ -51,11 +51,16 @@ func setSchedPolicy(policy uint32) error {
 // schedPolicies are the values of --sched.
 var schedPolicies = map[string]uint32{"batch": unix.SCHED_BATCH, "normal": unix.SCHED_NORMAL}
 
-// applySched sets the policy --sched names.
-func applySched(name string) error {
+// applySched sets the policy --sched names. A name that is not one is an
+// error; a kernel or sandbox that refuses the policy (seccomp, gVisor) is
+// only worth a warning, as the learner runs as well without it.
+func (app *App) applySched(name string) error {
 	p, ok := schedPolicies[name]
 	if !ok {
 		return fmt.Errorf("--sched: %q, want batch or normal", name)
 	}
-	return setSchedPolicy(p)
+	if err := setSchedPolicy(p); err != nil {
+		app.Log.Warn("the learner's scheduling policy is not set", "sched", name, "err", err)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
@@ -33,7 +35,9 @@ func threadPolicies(t *testing.T) map[int]uint32 {
 // threads started afterwards too, but one the user put under another
 // policy; normal puts them back.
 func TestSchedPolicy(t *testing.T) {
-	if err := applySched("fifo"); err == nil || !strings.Contains(err.Error(), "--sched") {
+	var log bytes.Buffer
+	app := &App{Log: slog.New(slog.NewTextHandler(&log, nil))}
+	if err := app.applySched("fifo"); err == nil || !strings.Contains(err.Error(), "--sched") {
 		t.Errorf("--sched fifo: %v, want an error naming --sched", err)
 	}
 	// A thread the user put under another policy keeps it.
@@ -67,10 +71,10 @@ func TestSchedPolicy(t *testing.T) {
 	if idleTid < 0 {
 		t.Fatal("cannot put a thread under SCHED_IDLE")
 	}
-	if err := applySched("batch"); err != nil {
+	if err := app.applySched("batch"); err != nil {
 		t.Fatal(err)
 	}
-	defer applySched("normal")
+	defer app.applySched("normal")
 	// Threads started now, by goroutines that hold theirs.
 	var wg sync.WaitGroup
 	ready, done := make(chan struct{}), make(chan struct{})
@@ -93,8 +97,11 @@ func TestSchedPolicy(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	if err := applySched("normal"); err != nil {
+	if err := app.applySched("normal"); err != nil {
 		t.Fatal(err)
+	}
+	if log.Len() > 0 {
+		t.Errorf("warnings: %s", log.String())
 	}
 	for tid, p := range threadPolicies(t) {
 		if p != unix.SCHED_NORMAL && tid != idleTid {
