@@ -72,7 +72,7 @@ func (l *lends) dropExited() {
 }
 
 // settle waits until no reply reads the array, and reports whether that
-// came before timeout fired or ctx ended.
+// came before timeout fired or ctx ended (a nil timeout never fires).
 func (l *lends) settle(ctx context.Context, timeout <-chan time.Time) bool {
 	for {
 		l.dropExited()
@@ -96,16 +96,6 @@ func (l *lends) settle(ctx context.Context, timeout <-chan time.Time) bool {
 // retire calls release once no reply reads the array any more, however
 // long that takes: the writers end when their connections do.
 func (l *lends) retire(release func()) {
-	for {
-		l.dropExited()
-		if len(l.out) == 0 {
-			release()
-			return
-		}
-		select {
-		case p := <-l.tokens:
-			l.done(p)
-		case <-l.out[0].exited:
-		}
-	}
+	l.settle(context.Background(), nil)
+	release()
 }

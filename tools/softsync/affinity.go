@@ -69,6 +69,14 @@ func addBindFlag(fs *pflag.FlagSet, bind *string) {
 	fs.StringVar(bind, "bind", "learners", "learners: pin learner i to the i-th of λ equal blocks of the CPUs launch may use (when there are at least λ), the head and the shard servers run anywhere; none: leave every process to the scheduler")
 }
 
+// checkBind refuses a --bind value other than learners and none.
+func checkBind(bind string) error {
+	if bind != "learners" && bind != "none" {
+		return fmt.Errorf("--bind: %q, want learners or none", bind)
+	}
+	return nil
+}
+
 // bindLearners returns the CPUs of each process for --bind: learner i
 // gets the i-th of λ equal blocks of the CPUs this process may use, whole
 // physical cores where they divide evenly (coreOrder; the remainder
@@ -78,12 +86,8 @@ func addBindFlag(fs *pflag.FlagSet, bind *string) {
 // learners than CPUs, or --bind none, it returns nil: no process is
 // pinned.
 func bindLearners(app *App, bind string, learners int) (func(role string, id int) []int, error) {
-	switch bind {
-	case "none":
-		return nil, nil
-	case "learners":
-	default:
-		return nil, fmt.Errorf("--bind: %q, want learners or none", bind)
+	if err := checkBind(bind); err != nil || bind == "none" {
+		return nil, err
 	}
 	cpus, err := allowedCPUs()
 	if err != nil {

@@ -266,8 +266,8 @@ it.`,
 			g := speedupGrid{models: ms, data: dataName, protocols: strings.Split(protocols, ","), learners: ls, transports: strings.Split(transports, ","),
 				shards: ss, early: early, binds: strings.Split(binds, ","), steps: steps, ceiling: ceiling}
 			for _, b := range g.binds {
-				if b != "learners" && b != "none" {
-					return fmt.Errorf("--bind: %q, want learners or none", b)
+				if err := checkBind(b); err != nil {
+					return err
 				}
 			}
 			rows, err := benchSpeedup(ctx, app, g.cells(), repeat)

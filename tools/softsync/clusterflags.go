@@ -66,8 +66,8 @@ func (c *clusterFlags) check() error {
 			return fmt.Errorf("%s: must be > 0, got %v", d.flag, d.v)
 		}
 	}
-	if _, ok := schedPolicies[c.sched]; !ok {
-		return fmt.Errorf("--sched: %q, want batch or normal", c.sched)
+	if _, err := schedPolicy(c.sched); err != nil {
+		return err
 	}
 	if c.psTimeout < 0 {
 		return fmt.Errorf("--ps-timeout: must be ≥ 0 (0: the job fails as soon as a shard server is lost), got %v", c.psTimeout)

@@ -75,10 +75,10 @@ restarted.
 Placement: with --bind learners (the default), learner i is pinned to the
 i-th of λ equal blocks of the CPUs launch may use (SMT siblings kept in one
 block), when there are at least λ; the head and the shard servers run
-anywhere. Learners run under
-SCHED_BATCH (--sched after --), so that a learner woken by a shard server
-never preempts it while it still wakes the others (docs/cluster.md,
-"Placement"). --bind none leaves every process to the scheduler.
+anywhere. Learners run under SCHED_BATCH (--sched after --), so that a
+learner woken by a shard server never preempts it while it still wakes the
+others (docs/cluster.md, "Placement"). --bind none leaves every process to
+the scheduler.
 
 Metrics: with --metrics HOST:PORT after --, the head serves the job's
 progress there (docs/metrics.md), and on the same HOST shard server K serves

@@ -51,7 +51,6 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	}
 	rank := w.Rank
 	roles := topo.Processes[rank]
-
 	if f.cluster.metrics != "" {
 		f.cluster.metrics = metricsAddr(f.cluster.metrics, rank)
 	}

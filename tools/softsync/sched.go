@@ -10,10 +10,10 @@ import (
 )
 
 // A learner process (softsync learner, a learner's rank under --cluster
-// auto) runs under SCHED_BATCH by default (--sched): the kernel then never lets one of its threads that wakes up,
-// its weights arrived, preempt the task running on that core, which is
-// often the shard server still waking the job's other learners, nor
-// another learner's compute. The shard server and the head keep the
+// auto) runs under SCHED_BATCH by default (--sched): the kernel then never
+// lets one of its threads that wakes up, its weights arrived, preempt the
+// task running on that core, which is often the shard server still waking
+// the job's other learners, nor another learner's compute. The shard server and the head keep the
 // normal policy, so that their short work preempts a learner at once.
 
 // setSchedPolicy puts every thread of this process that runs under
@@ -48,16 +48,24 @@ func setSchedPolicy(policy uint32) error {
 	return nil
 }
 
-// schedPolicies are the values of --sched.
-var schedPolicies = map[string]uint32{"batch": unix.SCHED_BATCH, "normal": unix.SCHED_NORMAL}
+// schedPolicy returns the policy --sched names.
+func schedPolicy(name string) (uint32, error) {
+	switch name {
+	case "batch":
+		return unix.SCHED_BATCH, nil
+	case "normal":
+		return unix.SCHED_NORMAL, nil
+	}
+	return 0, fmt.Errorf("--sched: %q, want batch or normal", name)
+}
 
 // applySched sets the policy --sched names. A name that is not one is an
 // error; a kernel or sandbox that refuses the policy (seccomp, gVisor) is
 // only worth a warning, as the learner runs as well without it.
 func (app *App) applySched(name string) error {
-	p, ok := schedPolicies[name]
-	if !ok {
-		return fmt.Errorf("--sched: %q, want batch or normal", name)
+	p, err := schedPolicy(name)
+	if err != nil {
+		return err
 	}
 	if err := setSchedPolicy(p); err != nil {
 		app.Log.Warn("the learner's scheduling policy is not set", "sched", name, "err", err)
