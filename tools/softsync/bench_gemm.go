@@ -2,39 +2,16 @@ package main
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/tools/bench"
 )
 
 func init() { addBenchCommand(newBenchGemmCmd) }
-
-// gemmSizes are the M×N×K products measured by default: a square one and
-// the GEMMs of the paper's networks (LeNet and cifar10_full convolutions
-// batched over the mini-batch, LeNet's ip1).
-var gemmSizes = [][3]int{
-	{1024, 1024, 1024},
-	{32, 25600, 800},
-	{50, 4096, 500},
-	{64, 6400, 800},
-	{500, 64, 800},
-	{128, 576, 1024},
-}
-
-// gemmResult is one row of `softsync bench gemm --json`.
-type gemmResult struct {
-	M         int     `json:"m"`
-	N         int     `json:"n"`
-	K         int     `json:"k"`
-	GFlops    float64 `json:"gflops"`     // through the Go API (Engine.Gemm)
-	GFlopsC   float64 `json:"gflops_c"`   // raw C loop over cblas_sgemm, same process
-	GFlopsRef float64 `json:"gflops_ref"` // pure-Go reference engine
-}
 
 func newBenchGemmCmd(app *App) *cobra.Command {
 	var asJSON bool
@@ -66,9 +43,9 @@ the best of --rounds runs of at least --min-time.`,
 			if err != nil {
 				return err
 			}
-			var res []gemmResult
+			var res []bench.GemmResult
 			for _, sz := range list {
-				r := benchGemm(e, sz[0], sz[1], sz[2], minTime, rounds)
+				r := bench.Gemm(e, sz[0], sz[1], sz[2], minTime, rounds)
 				res = append(res, r)
 				app.Log.Debug("gemm", "m", r.M, "n", r.N, "k", r.K, "gflops", r.GFlops, "gflops_c", r.GFlopsC)
 			}
@@ -94,62 +71,10 @@ the best of --rounds runs of at least --min-time.`,
 	return c
 }
 
-// benchGemm measures one size. The raw C figure is 0 when the engine is
-// not native.
-func benchGemm(e kernels.Engine, m, n, k int, minTime time.Duration, rounds int) gemmResult {
-	r := rand.New(rand.NewPCG(uint64(m), uint64(n)))
-	fill := func(x []float32) {
-		for i := range x {
-			x[i] = r.Float32()
-		}
-	}
-	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
-	fill(a)
-	fill(b)
-	flop := 2 * float64(m) * float64(n) * float64(k)
-	goCall := func(reps int) time.Duration {
-		t := time.Now()
-		for range reps {
-			e.Gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-		}
-		return time.Since(t)
-	}
-	res := gemmResult{M: m, N: n, K: k}
-	reps := calibrate(goCall, minTime)
-	native := e.Name() == "native"
-	cCall := func() {
-		if d, err := kernels.RawGemmLoop(kernels.ThreadsOf(e), m, n, k, a, b, c, reps); err == nil && d > 0 {
-			res.GFlopsC = max(res.GFlopsC, flop*float64(reps)/d.Seconds()/1e9)
-		}
-	}
-	for i := range max(rounds, 1) {
-		// Alternate which of Go and C runs first, so that neither
-		// always inherits the other's warm caches or clock.
-		if native && i%2 == 1 {
-			cCall()
-		}
-		res.GFlops = max(res.GFlops, flop*float64(reps)/goCall(reps).Seconds()/1e9)
-		if native && i%2 == 0 {
-			cCall()
-		}
-	}
-	ref := kernels.Reference()
-	refCall := func(reps int) time.Duration {
-		t := time.Now()
-		for range reps {
-			ref.Gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-		}
-		return time.Since(t)
-	}
-	refReps := calibrate(refCall, minTime)
-	res.GFlopsRef = flop * float64(refReps) / refCall(refReps).Seconds() / 1e9
-	return res
-}
-
-// parseSizes parses "MxNxK,MxNxK"; empty means gemmSizes.
+// parseSizes parses "MxNxK,MxNxK"; empty means bench.GemmSizes.
 func parseSizes(s string) ([][3]int, error) {
 	if s == "" {
-		return gemmSizes, nil
+		return bench.GemmSizes, nil
 	}
 	var out [][3]int
 	for _, f := range strings.Split(s, ",") {
@@ -160,16 +85,4 @@ func parseSizes(s string) ([][3]int, error) {
 		out = append(out, [3]int{m, n, k})
 	}
 	return out, nil
-}
-
-// calibrate returns how many calls of f take at least minTime (after one
-// warm-up call).
-func calibrate(f func(int) time.Duration, minTime time.Duration) int {
-	d := f(1)
-	reps := 1
-	for d < minTime && reps < 1<<20 {
-		reps *= 2
-		d = f(reps)
-	}
-	return reps
 }

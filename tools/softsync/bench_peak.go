@@ -11,37 +11,11 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/isa"
-	"github.com/softsync/softsync/kernels/peak"
+	"github.com/softsync/softsync/tools/bench"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 func init() { addBenchCommand(newBenchPeakCmd) }
-
-// peakLevel is one instruction-set level of `softsync bench peak --json`.
-type peakLevel struct {
-	ISA         string  `json:"isa"`
-	GFlopsCore  float64 `json:"gflops_one_core"`
-	GFlops      float64 `json:"gflops"` // all cores at once
-	Cores       int     `json:"cores"`
-	KernelLevel bool    `json:"kernels"` // the level the kernels run at (--isa, SOFTSYNC_ISA, or the best)
-}
-
-// peakCopy is one buffer size of the copy bandwidth.
-type peakCopy struct {
-	Bytes   int     `json:"bytes"` // per core, each of source and destination
-	GBsCore float64 `json:"gbs_one_core"`
-	GBs     float64 `json:"gbs"` // all cores at once; bytes read plus bytes written
-	Cores   int     `json:"cores"`
-}
-
-// peakResult is the output of `softsync bench peak --json`.
-type peakResult struct {
-	Levels []peakLevel `json:"levels"`
-	Copy   []peakCopy  `json:"copy"`
-}
-
-// defaultCopySizes are the copy buffers measured by default: one that
-// stays in a core's L2 cache and one far beyond the last-level cache.
-const defaultCopySizes = "256KiB,64MiB"
 
 // parseByteSizes reads a comma-separated list of sizes in bytes, each
 // with an optional KiB or MiB suffix.
@@ -101,33 +75,14 @@ of --rounds runs of at least --min-time.`,
 			if cores == 0 {
 				cores = kernels.DefaultThreads()
 			}
-			cfg := peak.Config{Cores: cores, MinTime: minTime, Rounds: rounds}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
 			sizes, err := parseByteSizes(copySizes)
 			if err != nil {
 				return err
 			}
-			var res peakResult
-			for _, l := range isa.All {
-				if !isa.Supported(l) {
-					app.Log.Info("level not measured", "isa", l, "reason", isa.Reason())
-					continue
-				}
-				r, err := peak.FMA(cfg, l)
-				if err != nil {
-					return err
-				}
-				res.Levels = append(res.Levels, peakLevel{ISA: l.String(), GFlopsCore: r.One, GFlops: r.All,
-					Cores: r.Cores, KernelLevel: l == kernelLevel})
-			}
-			for _, size := range sizes {
-				r, err := peak.Copy(cfg, size)
-				if err != nil {
-					return err
-				}
-				res.Copy = append(res.Copy, peakCopy{Bytes: size, GBsCore: r.One, GBs: r.All, Cores: r.Cores})
+			res, err := bench.Peak(bench.PeakConfig{Cores: cores, MinTime: minTime, Rounds: rounds, CopySizes: sizes,
+				Kernels: kernelLevel, Log: app.Log})
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return app.printJSON(res)
@@ -143,7 +98,7 @@ of --rounds runs of at least --min-time.`,
 			}
 			fmt.Fprintf(w, "\t\t\t\t\ncopy buffer\tGB/s one core\tGB/s %d cores\t\t\n", cores)
 			for _, c := range res.Copy {
-				fmt.Fprintf(w, "%s\t%.1f\t%.1f\t\t\n", fmtBytes(c.Bytes), c.GBsCore, c.GBs)
+				fmt.Fprintf(w, "%s\t%.1f\t%.1f\t\t\n", textfmt.Size(c.Bytes), c.GBsCore, c.GBs)
 			}
 			return w.Flush()
 		},
@@ -152,14 +107,6 @@ of --rounds runs of at least --min-time.`,
 	f.BoolVar(&asJSON, "json", false, "print {levels: [{isa, gflops_one_core, gflops, cores, kernels}], copy: [{bytes, gbs_one_core, gbs, cores}]}")
 	f.DurationVar(&minTime, "min-time", 100*time.Millisecond, "minimum duration of one timed run")
 	f.IntVar(&rounds, "rounds", 5, "timed runs per figure (best kept)")
-	f.StringVar(&copySizes, "copy-sizes", defaultCopySizes, "copy buffer sizes per core, comma-separated, in bytes with an optional KiB or MiB suffix")
+	f.StringVar(&copySizes, "copy-sizes", bench.DefaultCopySizes, "copy buffer sizes per core, comma-separated, in bytes with an optional KiB or MiB suffix")
 	return c
-}
-
-// fmtBytes prints a power-of-two size as KiB or MiB.
-func fmtBytes(n int) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }

@@ -1,109 +1,17 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/softsync/softsync/tools/bench"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 func init() { addBenchCommand(newBenchScaleCmd) }
-
-// scalePlan is where the processes of softsync bench scale run: of the C
-// CPUs it may use, counted from 0 in increasing order, shard server k on
-// the k-th, the head on the S shard servers', learner r on the (S + r)-th,
-// for λ = 1, 2, 4, … up to C − S (and C − S itself). With fewer than S + 2 CPUs there is no curve of
-// processes on CPUs of their own: then the CPUs are counted modulo C
-// (learner r on the ((S + r) mod C)-th), λ goes up to C, and the jobs where
-// λ + S > C share CPUs between shard servers and learners.
-type scalePlan struct {
-	CPUs     []int  `json:"cpus"` // the CPUs this process may use, in order
-	Shards   int    `json:"shards"`
-	Learners []int  `json:"learners"` // the λ values, increasing
-	Note     string `json:"note,omitempty"`
-}
-
-// planScale plans bench scale on cpus with shards shard servers, up to
-// maxLearners learners (0: as many as fit).
-func planScale(cpus []int, shards, maxLearners int) scalePlan {
-	p := scalePlan{CPUs: cpus, Shards: shards}
-	top := len(cpus) - shards
-	if top < 2 {
-		top = len(cpus)
-		p.Note = fmt.Sprintf("too few CPUs for a scaling curve: %d CPU(s), and %d shard server(s) and 2 learners need %d; "+
-			"running what fits, λ up to %d, the jobs marked shared with shard servers and learners on the same CPUs", len(cpus), shards, shards+2, top)
-	}
-	if maxLearners > 0 {
-		top = min(top, maxLearners)
-	}
-	for l := 1; l < top; l *= 2 {
-		p.Learners = append(p.Learners, l)
-	}
-	if top >= 1 {
-		p.Learners = append(p.Learners, top)
-	}
-	return p
-}
-
-// shared reports whether the job of λ learners puts two processes (the
-// head aside) on one CPU.
-func (p scalePlan) shared(learners int) bool { return learners+p.Shards > len(p.CPUs) }
-
-// cpusOf returns the CPUs a process of role ("eval", "ps", "learner") and
-// id runs on.
-func (p scalePlan) cpusOf(role string, id int) []int {
-	c := len(p.CPUs)
-	switch role {
-	case "eval":
-		return p.CPUs[:min(p.Shards, c)]
-	case "ps":
-		return []int{p.CPUs[id%c]}
-	}
-	return []int{p.CPUs[(p.Shards+id)%c]}
-}
-
-// simCPUs are the CPUs the prediction's inputs are measured on: those of
-// the shard servers and of the first learner.
-func (p scalePlan) simCPUs() []int { return p.CPUs[:min(len(p.CPUs), p.Shards+1)] }
-
-// scaleRow is one job of softsync bench scale beside its prediction.
-type scaleRow struct {
-	Protocol      string      `json:"protocol"` // hardsync, or softsync with n = λ
-	Learners      int         `json:"learners"`
-	ImagesPerSec  float64     `json:"images_per_sec"`
-	Speedup       float64     `json:"speedup"`    // over the same protocol's λ = 1
-	Efficiency    float64     `json:"efficiency"` // speedup / λ
-	MeanStaleness float64     `json:"mean_staleness"`
-	MaxStaleness  int         `json:"max_staleness"`
-	Predicted     simRow      `json:"predicted"` // softsync sim's row of the same λ and protocol
-	Error         float64     `json:"error"`     // (predicted − measured) / measured images/s
-	Steps         int64       `json:"steps"`
-	Seconds       float64     `json:"seconds"`
-	Shared        bool        `json:"shared"` // shard servers and learners shared CPUs
-	Processes     []procUsage `json:"processes"`
-}
-
-// scaleResult is the output of softsync bench scale --json.
-type scaleResult struct {
-	Model     string     `json:"model"`
-	Batch     int        `json:"batch"`
-	Transport string     `json:"transport"`
-	Plan      scalePlan  `json:"plan"`
-	Inputs    *simInputs `json:"inputs"` // softsync sim's, measured in the same run
-	Rows      []scaleRow `json:"rows"`
-}
-
-// simProtocolName is softsync sim's name of a job's protocol.
-func simProtocolName(proto string) string {
-	if proto == "softsync" {
-		return "λ-softsync"
-	}
-	return proto
-}
 
 // scaleOptions are the flags of softsync bench scale.
 type scaleOptions struct {
@@ -175,13 +83,14 @@ the jobs where shard servers and learners share CPUs marked shared.`,
 			if err != nil {
 				return err
 			}
-			plan := planScale(cpus, o.shards, o.maxLearners)
+			plan := bench.PlanScale(cpus, o.shards, o.maxLearners)
 			if plan.Note != "" {
 				app.Log.Warn("bench scale: " + plan.Note)
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			res, err := benchScale(ctx, app, &o, plan)
+			res, err := bench.Scale(ctx, bench.ScaleConfig{Model: o.model, Batch: o.batch, Steps: o.steps, Shards: o.shards,
+				Protocols: o.protocols, Transport: o.transport, Plan: plan, Engine: app.Engine, Procs: app.processes()})
 			if err != nil {
 				return err
 			}
@@ -204,57 +113,7 @@ the jobs where shard servers and learners share CPUs marked shared.`,
 	return c
 }
 
-// benchScale predicts the jobs of plan with softsync sim, pinned to the
-// CPUs of the shard servers and the first learner, then runs them,
-// protocol by protocol, λ increasing.
-func benchScale(ctx context.Context, app *App, o *scaleOptions, plan scalePlan) (*scaleResult, error) {
-	var pred struct {
-		Inputs *simInputs `json:"inputs"`
-		Rows   []simRow   `json:"rows"`
-	}
-	var ls, sps []string
-	for _, l := range plan.Learners {
-		ls = append(ls, strconv.Itoa(l))
-	}
-	for _, p := range o.protocols {
-		sps = append(sps, simProtocolName(p))
-	}
-	simArgs := []string{"sim", "--json", "--model", o.model, "--batch", strconv.Itoa(o.batch), "--learners", strings.Join(ls, ","),
-		"--protocols", strings.Join(sps, ","), "--link", o.transport, "--shards", strconv.Itoa(o.shards), "--steps", strconv.Itoa(o.steps)}
-	if err := selfJSON(ctx, plan.simCPUs(), &pred, []string{"--log-level", "warn", "--threads", "1", "--engine", app.Engine}, simArgs); err != nil {
-		return nil, fmt.Errorf("the prediction: %w", err)
-	}
-	res := &scaleResult{Model: o.model, Batch: o.batch, Transport: o.transport, Plan: plan, Inputs: pred.Inputs}
-	for _, proto := range o.protocols {
-		var base float64
-		for _, l := range plan.Learners {
-			j := benchJob{modelBatch: modelBatch{o.model, o.batch}, protocol: proto, transport: o.transport,
-				learners: l, shards: o.shards, steps: o.steps, pin: plan.cpusOf}
-			out, err := j.run(ctx, app)
-			if err != nil {
-				return nil, err
-			}
-			rep := out.Report
-			if base == 0 {
-				base = rep.ImagesPerSec / float64(l)
-			}
-			r := scaleRow{Protocol: proto, Learners: l, ImagesPerSec: rep.ImagesPerSec, Speedup: rep.ImagesPerSec / base,
-				MeanStaleness: rep.Staleness.Mean, MaxStaleness: rep.Staleness.Max,
-				Steps: rep.Steps, Seconds: rep.Seconds, Shared: plan.shared(l), Processes: out.Usage}
-			r.Efficiency = r.Speedup / float64(l)
-			for _, p := range pred.Rows {
-				if p.Learners == l && p.Protocol == simProtocolName(proto) {
-					r.Predicted = p
-					r.Error = (p.ImagesPerSec - rep.ImagesPerSec) / rep.ImagesPerSec
-				}
-			}
-			res.Rows = append(res.Rows, r)
-		}
-	}
-	return res, nil
-}
-
-func writeScaleText(w io.Writer, res *scaleResult) {
+func writeScaleText(w io.Writer, res *bench.ScaleResult) {
 	p := res.Plan
 	fmt.Fprintf(w, "%s, μ = %d, over %s: %d CPU(s) %v, %d shard server(s)\n", res.Model, res.Batch, res.Transport, len(p.CPUs), p.CPUs, p.Shards)
 	if p.Note != "" {
@@ -262,7 +121,7 @@ func writeScaleText(w io.Writer, res *scaleResult) {
 	}
 	if in := res.Inputs; in != nil {
 		fmt.Fprintf(w, "prediction (softsync sim): compute %s per mini-batch, link %s/s, latency %s, shard update %s/s, copy %s/s\n",
-			fmtDuration(in.ComputeSec), bytesText(uint64(in.Bandwidth)), fmtDuration(in.LatencySec), bytesText(uint64(in.ShardRate)), bytesText(uint64(in.CopyRate)))
+			textfmt.Duration(in.ComputeSec), textfmt.Bytes(uint64(in.Bandwidth)), textfmt.Duration(in.LatencySec), textfmt.Bytes(uint64(in.ShardRate)), textfmt.Bytes(uint64(in.CopyRate)))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -273,8 +132,8 @@ func writeScaleText(w io.Writer, res *scaleResult) {
 			mark = " (shared)"
 		}
 		fmt.Fprintf(tw, "%d%s\t%s\t%s\t%.2f×\t%.0f%%\t%.2f\t%d\t%s\t%.2f×\t%.2f\t%+.0f%%\t\n", r.Learners, mark, r.Protocol,
-			thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, r.MeanStaleness, r.MaxStaleness,
-			thousands(int64(r.Predicted.ImagesPerSec+0.5)), r.Predicted.Speedup, r.Predicted.MeanStaleness, 100*r.Error)
+			textfmt.Thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, r.MeanStaleness, r.MaxStaleness,
+			textfmt.Thousands(int64(r.Predicted.ImagesPerSec+0.5)), r.Predicted.Speedup, r.Predicted.MeanStaleness, 100*r.Error)
 	}
 	tw.Flush()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -14,66 +13,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-func TestPlanScale(t *testing.T) {
-	seq := func(n int) []int {
-		v := make([]int, n)
-		for i := range v {
-			v[i] = i
-		}
-		return v
-	}
-	type mask struct {
-		role string
-		id   int
-		cpus []int
-	}
-	for _, c := range []struct {
-		cpus       []int
-		shards     int
-		max        int
-		learners   []int
-		tooFew     bool
-		sharedFrom int // the first λ that shares CPUs; 0: none
-		masks      []mask
-	}{
-		{cpus: seq(8), shards: 1, learners: []int{1, 2, 4, 7},
-			masks: []mask{{"eval", 0, []int{0}}, {"ps", 0, []int{0}}, {"learner", 0, []int{1}}, {"learner", 6, []int{7}}}},
-		{cpus: seq(9), shards: 1, learners: []int{1, 2, 4, 8}},
-		{cpus: seq(16), shards: 1, learners: []int{1, 2, 4, 8, 15}},
-		{cpus: seq(8), shards: 2, learners: []int{1, 2, 4, 6},
-			masks: []mask{{"eval", 0, []int{0, 1}}, {"ps", 1, []int{1}}, {"learner", 0, []int{2}}, {"learner", 5, []int{7}}}},
-		{cpus: seq(8), shards: 1, max: 2, learners: []int{1, 2}},
-		{cpus: []int{2, 5, 9, 11}, shards: 1, learners: []int{1, 2, 3},
-			masks: []mask{{"eval", 0, []int{2}}, {"ps", 0, []int{2}}, {"learner", 0, []int{5}}, {"learner", 2, []int{11}}}},
-		{cpus: seq(2), shards: 1, learners: []int{1, 2}, tooFew: true, sharedFrom: 2,
-			masks: []mask{{"eval", 0, []int{0}}, {"ps", 0, []int{0}}, {"learner", 0, []int{1}}, {"learner", 1, []int{0}}}},
-		{cpus: seq(3), shards: 2, learners: []int{1, 2, 3}, tooFew: true, sharedFrom: 2,
-			masks: []mask{{"eval", 0, []int{0, 1}}, {"learner", 0, []int{2}}, {"learner", 1, []int{0}}}},
-		{cpus: []int{4}, shards: 1, learners: []int{1}, tooFew: true, sharedFrom: 1,
-			masks: []mask{{"eval", 0, []int{4}}, {"ps", 0, []int{4}}, {"learner", 0, []int{4}}}},
-	} {
-		p := planScale(c.cpus, c.shards, c.max)
-		name := fmt.Sprintf("CPUs %v, S = %d", c.cpus, c.shards)
-		if !slices.Equal(p.Learners, c.learners) {
-			t.Errorf("%s: λ %v, want %v", name, p.Learners, c.learners)
-		}
-		if got := strings.Contains(p.Note, "too few CPUs"); got != c.tooFew {
-			t.Errorf("%s: note %q", name, p.Note)
-		}
-		for _, l := range p.Learners {
-			if want := c.sharedFrom > 0 && l >= c.sharedFrom; p.shared(l) != want {
-				t.Errorf("%s: λ = %d shared %v, want %v", name, l, p.shared(l), want)
-			}
-		}
-		for _, m := range c.masks {
-			if got := p.cpusOf(m.role, m.id); !slices.Equal(got, m.cpus) {
-				t.Errorf("%s: %s %d on CPUs %v, want %v", name, m.role, m.id, got, m.cpus)
-			}
-		}
-	}
-}
+	"github.com/softsync/softsync/ps/sim/costmodel"
+	"github.com/softsync/softsync/tools/bench"
+)
 
 // TestStartOnPins starts a process on one CPU and reads the mask it got
 // from /proc; the starting thread keeps its own mask.
@@ -140,7 +83,7 @@ func TestBenchScaleRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res scaleResult
+	var res bench.ScaleResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
@@ -148,7 +91,7 @@ func TestBenchScaleRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := planScale(cpus, 1, 2)
+	plan := bench.PlanScale(cpus, 1, 2)
 	if !slices.Equal(res.Plan.Learners, plan.Learners) || res.Plan.Note != plan.Note || res.Model != "mlp" || res.Transport != "tcp" {
 		t.Errorf("plan %+v, want %+v", res.Plan, plan)
 	}
@@ -161,10 +104,10 @@ func TestBenchScaleRun(t *testing.T) {
 	for i, r := range res.Rows {
 		want := []string{"hardsync", "softsync"}[i/len(plan.Learners)]
 		l := plan.Learners[i%len(plan.Learners)]
-		if r.Protocol != want || r.Learners != l || r.ImagesPerSec <= 0 || r.Steps != int64(3*l) || r.Shared != plan.shared(l) {
+		if r.Protocol != want || r.Learners != l || r.ImagesPerSec <= 0 || r.Steps != int64(3*l) || r.Shared != plan.Shared(l) {
 			t.Errorf("row %d: %+v", i, r)
 		}
-		if r.Predicted.Learners != l || r.Predicted.Protocol != simProtocolName(want) || r.Predicted.ImagesPerSec <= 0 ||
+		if r.Predicted.Learners != l || r.Predicted.Protocol != bench.SimProtocolName(want) || r.Predicted.ImagesPerSec <= 0 ||
 			math.Abs(r.Error-(r.Predicted.ImagesPerSec/r.ImagesPerSec-1)) > 1e-9 {
 			t.Errorf("row %d: prediction %+v, error %g", i, r.Predicted, r.Error)
 		}
@@ -182,20 +125,20 @@ func TestBenchScaleRun(t *testing.T) {
 			case k > 1:
 				role, id = "learner", k-2
 			}
-			if !slices.Equal(p.CPUs, plan.cpusOf(role, id)) || p.PeakRSS <= 0 {
-				t.Errorf("row %d: %s on CPUs %v with peak RSS %d, want CPUs %v", i, p.Process, p.CPUs, p.PeakRSS, plan.cpusOf(role, id))
+			if !slices.Equal(p.CPUs, plan.CPUsOf(role, id)) || p.PeakRSS <= 0 {
+				t.Errorf("row %d: %s on CPUs %v with peak RSS %d, want CPUs %v", i, p.Process, p.CPUs, p.PeakRSS, plan.CPUsOf(role, id))
 			}
 		}
 	}
 }
 
 func TestWriteScaleText(t *testing.T) {
-	plan := planScale([]int{0, 1}, 1, 0)
-	res := &scaleResult{Model: "lenet", Batch: 64, Transport: "shm", Plan: plan, Inputs: &simInputs{ComputeSec: 0.008},
-		Rows: []scaleRow{
-			{Protocol: "softsync", Learners: 1, ImagesPerSec: 4000, Speedup: 1, Efficiency: 1, Predicted: simRow{ImagesPerSec: 5000, Speedup: 1}, Error: 0.25},
+	plan := bench.PlanScale([]int{0, 1}, 1, 0)
+	res := &bench.ScaleResult{Model: "lenet", Batch: 64, Transport: "shm", Plan: plan, Inputs: &costmodel.Inputs{ComputeSec: 0.008},
+		Rows: []bench.ScaleRow{
+			{Protocol: "softsync", Learners: 1, ImagesPerSec: 4000, Speedup: 1, Efficiency: 1, Predicted: costmodel.Row{ImagesPerSec: 5000, Speedup: 1}, Error: 0.25},
 			{Protocol: "softsync", Learners: 2, ImagesPerSec: 7000, Speedup: 1.75, Efficiency: 0.875, MeanStaleness: 0.95, MaxStaleness: 4,
-				Predicted: simRow{ImagesPerSec: 9800, Speedup: 1.96, MeanStaleness: 1}, Error: 0.4, Shared: true},
+				Predicted: costmodel.Row{ImagesPerSec: 9800, Speedup: 1.96, MeanStaleness: 1}, Error: 0.4, Shared: true},
 		}}
 	var b strings.Builder
 	writeScaleText(&b, res)

@@ -1,207 +1,19 @@
 package main
 
 import (
-	"cmp"
-	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/tools/bench"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 func init() { addBenchCommand(newBenchSpeedupCmd) }
-
-// speedupRow is one job of softsync bench speedup.
-type speedupRow struct {
-	Model        string      `json:"model"`
-	Batch        int         `json:"batch"`
-	Data         string      `json:"data"` // --data as given ("": the model's default)
-	Transport    string      `json:"transport"`
-	Protocol     string      `json:"protocol"`
-	Learners     int         `json:"learners"`
-	Shards       int         `json:"shards"`
-	EarlyPush    bool        `json:"early_push"`
-	Bind         string      `json:"bind"`           // launch --bind ("" for independent jobs)
-	ImagesPerSec float64     `json:"images_per_sec"` // of the median run
-	Runs         []float64   `json:"runs"`           // images/s of every run, in order
-	Speedup      float64     `json:"speedup"`        // images/s over λ = the first --learners of the same model, transport, protocol, shards and early push
-	Efficiency   float64     `json:"efficiency"`     // speedup / (λ / the first λ)
-	Steps        int64       `json:"steps"`
-	Seconds      float64     `json:"seconds"`
-	Processes    []procUsage `json:"processes"` // of the median run: the head, the shard servers, the learners (none for independent jobs)
-}
-
-// speedupGrid is what bench speedup varies: every combination of its
-// lists is a job.
-type speedupGrid struct {
-	models     []modelBatch
-	data       string // --data ("": each model's own)
-	protocols  []string
-	learners   []int
-	transports []string
-	shards     []int
-	early      []bool
-	binds      []string // launch --bind values
-	steps      int
-	ceiling    bool
-}
-
-// cells returns the jobs of bench speedup in the order they run in each
-// round: by model, protocol, λ, then transport, shard count, early push
-// and binding, so that the variants of one λ run side by side; with
-// ceiling, each model's independent jobs (runIndependent) for every λ
-// first.
-func (g speedupGrid) cells() []benchJob {
-	var js []benchJob
-	for _, m := range g.models {
-		for _, l := range g.learners {
-			if g.ceiling {
-				js = append(js, benchJob{modelBatch: m, data: "synthetic", protocol: "none", transport: independentTransport, learners: l, steps: g.steps})
-			}
-		}
-		for _, proto := range g.protocols {
-			for _, l := range g.learners {
-				for _, tr := range g.transports {
-					for _, s := range g.shards {
-						for _, e := range g.early {
-							for _, b := range g.binds {
-								js = append(js, benchJob{modelBatch: m, data: g.data, protocol: proto, transport: tr, learners: l, shards: s,
-									earlyPush: e, bind: b, steps: g.steps})
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	return js
-}
-
-// benchSpeedup runs every job repeat times, in rounds, and returns a row
-// per job from its median run, the speedup over the first λ of the same
-// model, protocol, transport, shard count, early push and binding.
-func benchSpeedup(ctx context.Context, app *App, jobs []benchJob, repeat int) ([]speedupRow, error) {
-	runs := make([][]*launchResult, len(jobs))
-	for range repeat {
-		for i, j := range jobs {
-			res, err := j.run(ctx, app)
-			if err != nil {
-				return nil, err
-			}
-			runs[i] = append(runs[i], res)
-		}
-	}
-	return speedupRows(jobs, runs), nil
-}
-
-// speedupRows makes a row of each job from its runs (runs[i] are job i's,
-// each with its report): the median run by images/s (the lower of the two
-// middle ones for an even count), the speedup over the first job of the
-// same model, protocol, transport, shard count, early push and binding.
-func speedupRows(jobs []benchJob, runs [][]*launchResult) []speedupRow {
-	var rows []speedupRow
-	base := map[string]speedupRow{} // the first row of each model, protocol, transport, shard count, early push and binding
-	for i, j := range jobs {
-		r := speedupRow{Model: j.model, Batch: j.batch, Data: j.data, Transport: j.transport, Protocol: j.protocol, Learners: j.learners,
-			Shards: j.shards, EarlyPush: j.earlyPush, Bind: j.bind}
-		for _, x := range runs[i] {
-			r.Runs = append(r.Runs, x.Report.ImagesPerSec)
-		}
-		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *launchResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
-		mid := sorted[(len(sorted)-1)/2]
-		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
-		key := fmt.Sprintf("%s %s %s %d %v %s", j.modelBatch, j.protocol, j.transport, j.shards, j.earlyPush, j.bind)
-		b, ok := base[key]
-		if !ok {
-			b, base[key] = r, r
-		}
-		r.Speedup = r.ImagesPerSec / b.ImagesPerSec
-		r.Efficiency = r.Speedup * float64(b.Learners) / float64(r.Learners)
-		rows = append(rows, r)
-	}
-	return rows
-}
-
-// modelBatch is a network and its mini-batch size μ.
-type modelBatch struct {
-	model string
-	batch int
-}
-
-func (m modelBatch) String() string { return fmt.Sprintf("%s μ=%d", m.model, m.batch) }
-
-// parseModelBatches reads a comma-separated list of MODEL or MODEL:μ;
-// MODEL alone takes batch.
-func parseModelBatches(s string, batch int) ([]modelBatch, error) {
-	var ms []modelBatch
-	for _, f := range strings.Split(s, ",") {
-		name, mu, ok := strings.Cut(strings.TrimSpace(f), ":")
-		m := modelBatch{model: name, batch: batch}
-		if ok {
-			b, err := strconv.Atoi(mu)
-			if err != nil || b < 1 {
-				return nil, fmt.Errorf("--model: %q: μ must be a number ≥ 1", f)
-			}
-			m.batch = b
-		}
-		if name == "" {
-			return nil, fmt.Errorf("--model: %q names no network", f)
-		}
-		ms = append(ms, m)
-	}
-	return ms, nil
-}
-
-// parseCounts reads a comma-separated list of numbers ≥ 1.
-func parseCounts(flag, s string) ([]int, error) {
-	var v []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%s: %q is not a number ≥ 1", flag, f)
-		}
-		v = append(v, n)
-	}
-	return v, nil
-}
-
-// benchJob is one training job of the process benchmarks: steps
-// mini-batches per learner of one compute thread, random order, a small
-// test subset, run as processes on this host by launchJob.
-type benchJob struct {
-	modelBatch
-	data                string // --data ("": the model's default)
-	protocol, transport string
-	learners, shards    int
-	earlyPush           bool
-	bind                string // launch --bind
-	steps               int
-	pin                 func(role string, id int) []int
-}
-
-func (j benchJob) run(ctx context.Context, app *App) (*launchResult, error) {
-	if j.transport == independentTransport {
-		return runIndependent(ctx, app, j)
-	}
-	args := []string{"--model", j.model, "--batch", strconv.Itoa(j.batch), "--epochs", "1000",
-		"--max-steps", strconv.Itoa(j.steps * j.learners), "--protocol", j.protocol, "--transport", j.transport,
-		"--test-subset", "100", "--quiet", "--lr", "0.01"}
-	if j.earlyPush {
-		args = append(args, "--early-push")
-	}
-	if j.data != "" {
-		args = append(args, "--data", j.data)
-	}
-	app.Threads = 1
-	res, err := launchJob(ctx, app, &launchFlags{learners: j.learners, shards: j.shards, bind: cmp.Or(j.bind, "learners"), pin: j.pin}, args, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s, %s over %s with %d learners: %w", j.modelBatch, j.protocol, j.transport, j.learners, err)
-	}
-	return res, nil
-}
 
 func newBenchSpeedupCmd(app *App) *cobra.Command {
 	var models, dataName, protocols, learners, transports, shards, binds string
@@ -263,14 +75,19 @@ it.`,
 			}
 			ctx, stop := signalContext(cmd, app)
 			defer stop()
-			g := speedupGrid{models: ms, data: dataName, protocols: strings.Split(protocols, ","), learners: ls, transports: strings.Split(transports, ","),
-				shards: ss, early: early, binds: strings.Split(binds, ","), steps: steps, ceiling: ceiling}
-			for _, b := range g.binds {
+			g := bench.SpeedupGrid{Models: ms, Data: dataName, Protocols: strings.Split(protocols, ","), Learners: ls, Transports: strings.Split(transports, ","),
+				Shards: ss, EarlyPush: early, Binds: strings.Split(binds, ","), Steps: steps, Ceiling: ceiling}
+			for _, b := range g.Binds {
 				if err := checkBind(b); err != nil {
 					return err
 				}
 			}
-			rows, err := benchSpeedup(ctx, app, g.cells(), repeat)
+			engine := func() (kernels.Engine, error) {
+				app.Threads = 1
+				e, _, err := app.EngineInfo()
+				return e, err
+			}
+			rows, err := bench.Speedup(ctx, bench.SpeedupConfig{Jobs: g.Jobs(), Repeat: repeat, Procs: app.processes(), Engine: engine})
 			if err != nil {
 				return err
 			}
@@ -287,8 +104,8 @@ it.`,
 				if r.Bind == "none" {
 					tr += ", unpinned"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", modelBatch{r.Model, r.Batch}, tr, r.Protocol, r.Shards, r.Learners,
-					thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", bench.ModelBatch{Model: r.Model, Batch: r.Batch}, tr, r.Protocol, r.Shards, r.Learners,
+					textfmt.Thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
 			}
 			return tw.Flush()
 		},
@@ -312,7 +129,7 @@ it.`,
 
 // rssText gives the peak resident sets of a job's processes: the head's,
 // the shard servers' largest and the learners' largest.
-func rssText(ps []procUsage) string {
+func rssText(ps []bench.ProcUsage) string {
 	var head, shard, learner int64
 	for _, p := range ps {
 		switch {
@@ -326,4 +143,39 @@ func rssText(ps []procUsage) string {
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.0f", float64(b)/(1<<20)) }
 	return fmt.Sprintf("%s, %s, %s MiB", mib(head), mib(shard), mib(learner))
+}
+
+// parseModelBatches reads a comma-separated list of MODEL or MODEL:μ;
+// MODEL alone takes batch.
+func parseModelBatches(s string, batch int) ([]bench.ModelBatch, error) {
+	var ms []bench.ModelBatch
+	for _, f := range strings.Split(s, ",") {
+		name, mu, ok := strings.Cut(strings.TrimSpace(f), ":")
+		m := bench.ModelBatch{Model: name, Batch: batch}
+		if ok {
+			b, err := strconv.Atoi(mu)
+			if err != nil || b < 1 {
+				return nil, fmt.Errorf("--model: %q: μ must be a number ≥ 1", f)
+			}
+			m.Batch = b
+		}
+		if name == "" {
+			return nil, fmt.Errorf("--model: %q names no network", f)
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+// parseCounts reads a comma-separated list of numbers ≥ 1.
+func parseCounts(flag, s string) ([]int, error) {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a number ≥ 1", flag, f)
+		}
+		v = append(v, n)
+	}
+	return v, nil
 }

@@ -8,7 +8,14 @@
 // run it with cluster.StartProcess (runJob); they print the summary and
 // the plots of cluster.NewReport's report.
 //
-// Adding a subcommand is a one-file change: a file whose init calls
+// The harnesses behind bench, repro and sim are libraries (tools/bench,
+// tools/repro, ps/sim/costmodel; docs/architecture.md, "Rooms"): this
+// package parses their flags into their configurations, gives them what
+// only the binary has (bench.Processes: softsync started as processes of
+// its own; the compute engine, created on first use), and prints their
+// results.
+//
+// Adding a subcommand is a one-file change here: a file whose init calls
 // addCommand (top level) or addBenchCommand (under "softsync bench") with
 // a constructor that receives the shared *App.
 //

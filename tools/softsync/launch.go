@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/tools/bench"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
@@ -30,14 +31,6 @@ type launchFlags struct {
 	// pin, when set (by the benchmarks), gives the CPUs of each process
 	// by role ("eval", "ps", "learner") and id, whatever bind says.
 	pin func(role string, id int) []int
-}
-
-// launchResult is what a launched job leaves: the head's report (when
-// asked for) and each process's use of the machine, the head first, then
-// the shard servers and learners in the order of cluster.Apart.
-type launchResult struct {
-	Report *cluster.Report
-	Usage  []procUsage
 }
 
 func newLaunchCmd(app *App) *cobra.Command {
@@ -105,7 +98,7 @@ a free port and logs it ("serving metrics").`,
 // launchJob runs a job as processes on this host (see the launch
 // command) and returns what its processes used, and the head's report
 // when report is set (from its --json, or a file of launch's own).
-func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, report bool) (*launchResult, error) {
+func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, report bool) (*bench.JobResult, error) {
 	switch {
 	case lf.learners < 1:
 		return nil, fmt.Errorf("-n: must be ≥ 1, got %d", lf.learners)
@@ -205,7 +198,7 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	if err != nil {
 		return nil, err
 	}
-	res := &launchResult{Usage: g.usage(procs)}
+	res := &bench.JobResult{Usage: g.usage(procs)}
 	if !report {
 		return res, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/tools/bench"
 )
 
 func run(t *testing.T, args ...string) string {
@@ -170,7 +171,7 @@ func TestISA(t *testing.T) {
 
 func TestBenchPeakJSON(t *testing.T) {
 	out := run(t, "bench", "peak", "--json", "--threads", "2", "--rounds", "1", "--min-time", "1ms", "--copy-sizes", "4KiB,64")
-	var res peakResult
+	var res bench.PeakResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
@@ -188,7 +189,7 @@ func TestBenchPeakJSON(t *testing.T) {
 // train --json: consistent with each other, not their values.
 func TestBenchTrainPeak(t *testing.T) {
 	out := run(t, "bench", "train", "--model", "lenet", "--batch", "4", "--images", "200", "--json")
-	var r benchTrainResult
+	var r bench.TrainResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}

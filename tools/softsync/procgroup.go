@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/tools/bench"
 )
 
 // procGroup runs the processes of a launched job (the head, shard servers,
@@ -257,24 +258,14 @@ func (g *procGroup) stop(ctx context.Context, failed bool) {
 
 // usage returns the peak resident set of each of procs, as far as they
 // have ended.
-func (g *procGroup) usage(procs []*proc) []procUsage {
+func (g *procGroup) usage(procs []*proc) []bench.ProcUsage {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	u := make([]procUsage, len(procs))
+	u := make([]bench.ProcUsage, len(procs))
 	for i, p := range procs {
-		u[i] = procUsage{Process: p.name, CPUs: p.cpus, PeakRSS: p.peakRSS, CPUSeconds: p.cpu}
+		u[i] = bench.ProcUsage{Process: p.name, CPUs: p.cpus, PeakRSS: p.peakRSS, CPUSeconds: p.cpu}
 	}
 	return u
-}
-
-// procUsage is what a process of a launched job used.
-type procUsage struct {
-	Process string `json:"process"` // "head", "shard server K", "learner R"
-	CPUs    []int  `json:"cpus,omitempty"`
-	PeakRSS int64  `json:"peak_rss_bytes"` // VmHWM, the largest of its runs
-	// CPUSeconds is the CPU time (user and system) of all its runs, from
-	// start to exit: start-up and data loading included.
-	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 func (g *procGroup) each(f func(*exec.Cmd)) {

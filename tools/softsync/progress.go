@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 // progress shows a training job's progress: on a terminal a one-line bar
@@ -101,7 +102,7 @@ func (p *progress) printEpoch(e cluster.Epoch) {
 		te = fmt.Sprintf("%.2f%%", 100*e.TestError)
 	}
 	if p.tty {
-		fmt.Fprintf(p.w, "\r\x1b[Kepoch %d/%d  train loss %.4f  test error %s  %s\n", e.Epoch, p.epochs, e.TrainLoss, te, fmtDuration(e.Seconds))
+		fmt.Fprintf(p.w, "\r\x1b[Kepoch %d/%d  train loss %.4f  test error %s  %s\n", e.Epoch, p.epochs, e.TrainLoss, te, textfmt.Duration(e.Seconds))
 		return
 	}
 	p.app.Log.Info("epoch", "epoch", e.Epoch, "epochs", p.epochs, "train_loss", fmt.Sprintf("%.4f", e.TrainLoss),
@@ -126,7 +127,7 @@ func (p *progress) show(s cluster.Progress) {
 // "epoch 3/10 [=====>    ] 450/937  loss 0.0412  5,120 img/s  ETA 1m23s".
 func renderBar(s cluster.Progress, rate float64, eta time.Duration, width int) string {
 	head := fmt.Sprintf("epoch %d/%d ", s.Epoch, s.Epochs)
-	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s  ETA %s", s.Batch, s.Batches, s.Loss, thousands(int64(rate)), eta)
+	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s  ETA %s", s.Batch, s.Batches, s.Loss, textfmt.Thousands(int64(rate)), eta)
 	n := width - 1 - len([]rune(head)) - len([]rune(tail)) - 2
 	if n < 5 {
 		line := []rune(strings.TrimSpace(head + tail))

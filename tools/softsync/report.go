@@ -1,15 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 // distributed reports whether the run had more than one learner or shard:
@@ -24,14 +26,14 @@ func writeText(w io.Writer, r *cluster.Report) {
 	if r.TestError != nil {
 		te = fmt.Sprintf("%.2f%% (%d test images)", 100**r.TestError, r.TestImages)
 	}
-	fmt.Fprintf(tw, "model\t%s (%s parameters), %s, %d learner(s) × batch %d\n", r.Model, thousands(int64(r.Params)), r.Data, r.Learners, r.Batch)
+	fmt.Fprintf(tw, "model\t%s (%s parameters), %s, %d learner(s) × batch %d\n", r.Model, textfmt.Thousands(int64(r.Params)), r.Data, r.Learners, r.Batch)
 	fmt.Fprintf(tw, "test error\t%s\n", te)
 	epochs := fmt.Sprintf("%d epochs", r.Epochs)
 	if r.EpochsDone < float64(r.Epochs) {
 		epochs = fmt.Sprintf("%.2f of %d epochs", r.EpochsDone, r.Epochs)
 	}
-	fmt.Fprintf(tw, "training time\t%s (%s, %s steps, %s images)\n", fmtDuration(r.Seconds), epochs, thousands(r.Steps), thousands(r.Images))
-	fmt.Fprintf(tw, "images/s\t%s\n", thousands(int64(math.Round(r.ImagesPerSec))))
+	fmt.Fprintf(tw, "training time\t%s (%s, %s steps, %s images)\n", textfmt.Duration(r.Seconds), epochs, textfmt.Thousands(r.Steps), textfmt.Thousands(r.Images))
+	fmt.Fprintf(tw, "images/s\t%s\n", textfmt.Thousands(int64(math.Round(r.ImagesPerSec))))
 	if distributed(r) {
 		proto := r.Protocol
 		switch {
@@ -46,21 +48,21 @@ func writeText(w io.Writer, r *cluster.Report) {
 		}
 		fmt.Fprintf(tw, "parameter server\t%s, lr-mode %s, %d shard(s), %s, compress %s\n", proto, rule, r.Shards, r.Transport, r.Compress)
 		if r.PulledBytes > 0 {
-			fmt.Fprintf(tw, "pulled weights kept\t%s (the weights each learner pulled, for lr-mode %s)\n", bytesText(r.PulledBytes), r.LRMode)
+			fmt.Fprintf(tw, "pulled weights kept\t%s (the weights each learner pulled, for lr-mode %s)\n", textfmt.Bytes(r.PulledBytes), r.LRMode)
 		}
 		fmt.Fprintf(tw, "staleness\tmean %.2f, max %d, histogram %s\n", r.Staleness.Mean, r.Staleness.Max, histText(r.Staleness.Histogram))
-		fmt.Fprintf(tw, "updates\t%s (%s partial; %s gradients accepted, %s dropped)\n", thousands(int64(r.Updates)), thousands(int64(r.Partial)), thousands(int64(r.Gradients)), thousands(int64(r.Dropped)))
+		fmt.Fprintf(tw, "updates\t%s (%s partial; %s gradients accepted, %s dropped)\n", textfmt.Thousands(int64(r.Updates)), textfmt.Thousands(int64(r.Partial)), textfmt.Thousands(int64(r.Gradients)), textfmt.Thousands(int64(r.Dropped)))
 		fmt.Fprintf(tw, "steps per learner\t%s\n", spread(r.LearnerSteps))
 		ratio := 1.0
 		if r.Traffic.PushRawBytes > 0 {
 			ratio = float64(r.Traffic.PushWireBytes) / float64(r.Traffic.PushRawBytes)
 		}
-		fmt.Fprintf(tw, "bytes sent\t%s (gradients at %.3f of raw size, codec time %s)\n", bytesText(r.BytesSent), ratio, fmtDuration(r.Traffic.CodecSeconds))
+		fmt.Fprintf(tw, "bytes sent\t%s (gradients at %.3f of raw size, codec time %s)\n", textfmt.Bytes(r.BytesSent), ratio, textfmt.Duration(r.Traffic.CodecSeconds))
 	}
 	if len(r.ShardStats) > 0 && r.ShardStats[0].Refused > 0 {
 		sh := r.ShardStats[0]
 		fmt.Fprintf(tw, "refused updates\t%s on shard 0 (each would have made a weight NaN or infinite); gradients discarded per learner %v\n",
-			thousands(int64(sh.Refused)), sh.RefusedGradients)
+			textfmt.Thousands(int64(sh.Refused)), sh.RefusedGradients)
 	}
 	if len(r.Processes) > 0 {
 		hosts := map[string]bool{}
@@ -90,7 +92,7 @@ func spread(v []int64) string {
 	for _, x := range v {
 		sum += x
 	}
-	return fmt.Sprintf("%s–%s (mean %.1f)", thousands(slices.Min(v)), thousands(slices.Max(v)), float64(sum)/float64(len(v)))
+	return fmt.Sprintf("%s–%s (mean %.1f)", textfmt.Thousands(slices.Min(v)), textfmt.Thousands(slices.Max(v)), float64(sum)/float64(len(v)))
 }
 
 // histText shows a staleness histogram as "τ=count" pairs, the largest
@@ -110,41 +112,11 @@ func histText(h []uint64) string {
 	return "{" + strings.Join(parts, " ") + "}"
 }
 
-// thousands formats n with thin separators: 1,234,567.
-func thousands(n int64) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
+// writeJSONFile writes v as indented JSON to path.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
 	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-func bytesText(n uint64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
-
-func fmtDuration(sec float64) string {
-	d := time.Duration(sec * float64(time.Second))
-	switch {
-	case d >= time.Minute:
-		return d.Round(time.Second).String()
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(time.Microsecond).String()
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

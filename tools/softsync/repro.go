@@ -6,22 +6,15 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/softsync/softsync/kernels"
-	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
-	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
-	"github.com/softsync/softsync/ps"
-	"github.com/softsync/softsync/ps/sgd"
-	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/tools/repro"
 )
 
 func init() { addCommand(newReproCmd) }
@@ -36,61 +29,6 @@ type reproFlags struct {
 	lr                          float64
 	trainSubset, testSubset     int
 	parallel                    int
-}
-
-// reproSchedule is the solver and length of every run of a table: the
-// paper keeps everything but λ, μ, the protocol and the rate mode equal.
-type reproSchedule struct {
-	epochs              int
-	lr, momentum, decay float64
-	steps               []int
-	trainSubset         int // 0: the whole training set
-}
-
-// reproSchedules are the full and the --quick schedule of each model:
-// cifar10_full's is the paper's (140 epochs, α0 = 0.001, ÷10 after 120
-// and 130); LeNet's is Caffe's MNIST solver with the rate step of
-// softsync train.
-var reproSchedules = map[string][2]reproSchedule{
-	"lenet": {
-		{epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: []int{8}},
-		{epochs: 2, lr: 0.01, momentum: 0.9, decay: 5e-4, trainSubset: 20000},
-	},
-	"cifar10_full": {
-		{epochs: 140, lr: 0.001, momentum: 0.9, decay: 0.004, steps: []int{120, 130}},
-		{epochs: 2, lr: 0.001, momentum: 0.9, decay: 0.004, trainSubset: 20000},
-	},
-}
-
-// reproRun is one row of the table.
-type reproRun struct {
-	protocol ps.Protocol
-	n        int    // softsync only
-	rule     string // the rule as spelled in --lr-modes
-	solver   sgd.Config
-	learners int
-	batch    int
-	timing   reproTiming // --sim only
-	rules    bool        // a row of softsync repro --rules
-}
-
-// name is the run's label in the table and in report.json ("run").
-func (r reproRun) name() string {
-	switch {
-	case r.learners == 1:
-		return "single learner"
-	case r.protocol == ps.Hardsync:
-		return "hardsync"
-	case r.rules:
-		return fmt.Sprintf("%d-softsync, %s, %s", r.n, r.rule, r.timing)
-	case r.rule == "staleness":
-		return fmt.Sprintf("%d-softsync, α0/τ", r.n)
-	case r.rule == "average":
-		return fmt.Sprintf("%d-softsync, α0/⟨τ⟩", r.n)
-	case r.rule == "constant":
-		return fmt.Sprintf("%d-softsync, α0", r.n)
-	}
-	return fmt.Sprintf("%d-softsync, %s", r.n, r.rule)
 }
 
 func newReproCmd(app *App) *cobra.Command {
@@ -129,8 +67,8 @@ whose updates keep being refused (each would make a weight NaN or infinite),
 stops and is reported as diverged.
 
 --rules compares the staleness rules instead, in the simulator: every rule of
---lr-modes (default: ` + defaultReproRules + `)
-under n-softsync for every n of --n (default: ` + defaultReproRulesN + `), each under two
+--lr-modes (default: ` + repro.DefaultRules + `)
+under n-softsync for every n of --n (default: ` + repro.DefaultRulesN + `), each under two
 timing models of the learners: homogeneous (the one above) and heterogeneous
 (each learner's speed drawn once from 1–3×, compute times log-normal with
 σ = 0.5). A rule is spelled as --lr-mode of softsync train; "+momentum-comp"
@@ -144,7 +82,24 @@ per timing model), report.json and rules.png (test error against n).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			return runRepro(ctx, app, cmd, &f)
+			cfg, err := f.config(ctx, cmd, app)
+			if err != nil {
+				return err
+			}
+			t, err := repro.Prepare(ctx, cfg)
+			if te := (*repro.TooFewImagesError)(nil); errors.As(err, &te) {
+				return fmt.Errorf("--train-subset: %w", err)
+			}
+			if err != nil {
+				return flagError(err)
+			}
+			res, err := t.Run(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(app.Out, res.Text)
+			fmt.Fprintf(app.Out, "\nwritten: %s\n", strings.Join(res.Files, ", "))
+			return nil
 		},
 	}
 	fl := c.Flags()
@@ -168,345 +123,71 @@ per timing model), report.json and rules.png (test error against n).`,
 	return c
 }
 
-// reproSetup is what every run of a table shares.
-type reproSetup struct {
-	app      *App
-	f        *reproFlags
-	spec     *nn.Spec
-	engine   kernels.Engine
-	sched    reproSchedule
-	dataName string
-	threads  int // --threads: workers per real learner (0: the cores shared out)
-	train    *data.Dataset
-	test     *data.Dataset
-	norm     data.Normalizer
-}
-
-func runRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFlags) error {
-	rs, runs, err := prepareRepro(ctx, app, cmd, f)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	mode := "real"
-	if f.sim {
-		mode = "sim"
-	}
-	app.Log.Info("repro", "data", rs.dataName, "model", rs.spec.Name, "mode", mode, "runs", len(runs),
-		"epochs", rs.sched.epochs, "train_images", rs.train.N)
-	entries := make([]*reproEntry, len(runs))
-	do := func(i int) error {
-		start := time.Now()
-		var e *reproEntry
-		var err error
-		if f.sim {
-			e, err = rs.simRun(ctx, runs[i])
-		} else {
-			e, err = rs.realRun(ctx, runs[i])
-		}
-		if err != nil {
-			return fmt.Errorf("run %q: %w", runs[i].name(), err)
-		}
-		entries[i] = e
-		app.Log.Info("run done", "run", e.Run, "test_error", errorText(e), "mean_staleness", fmt.Sprintf("%.2f", e.Staleness.Mean),
-			"took", time.Since(start).Round(time.Second))
-		return nil
-	}
-	if err := forEach(len(runs), f.parallel, f.sim, do); err != nil {
-		return err
-	}
-	return writeRepro(f.out, rs, entries)
-}
-
-// forEach calls do(0 … n−1): in order, stopping at the first error, or,
-// if concurrent, on at most parallel goroutines at once (0: the cores
-// available), returning every error.
-func forEach(n, parallel int, concurrent bool, do func(int) error) error {
-	if !concurrent {
-		for i := range n {
-			if err := do(i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if parallel <= 0 {
-		parallel = kernels.DefaultThreads()
-	}
-	next := make(chan int)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for range min(parallel, n) {
-		wg.Go(func() {
-			for i := range next {
-				errs[i] = do(i)
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// prepareRepro checks the flags, loads the data and the engine, and lists
-// the runs.
-func prepareRepro(ctx context.Context, app *App, cmd *cobra.Command, f *reproFlags) (*reproSetup, []reproRun, error) {
+// config checks the flags, loads the data and the network, and makes
+// repro's configuration of them.
+func (f *reproFlags) config(ctx context.Context, cmd *cobra.Command, app *App) (repro.Config, error) {
+	changed := cmd.Flags().Changed
 	switch {
 	case f.learners < 1:
-		return nil, nil, fmt.Errorf("--learners: must be ≥ 1, got %d", f.learners)
+		return repro.Config{}, fmt.Errorf("--learners: must be ≥ 1, got %d", f.learners)
 	case f.batch < 1 || f.single < 1:
-		return nil, nil, fmt.Errorf("--batch and --single-batch: must be ≥ 1, got %d and %d", f.batch, f.single)
+		return repro.Config{}, fmt.Errorf("--batch and --single-batch: must be ≥ 1, got %d and %d", f.batch, f.single)
 	case f.epochs < 0 || f.testSubset < 0 || f.trainSubset < -1 || f.parallel < 0:
-		return nil, nil, fmt.Errorf("--epochs, --train-subset, --test-subset and --parallel must be ≥ 0")
+		return repro.Config{}, fmt.Errorf("--epochs, --train-subset, --test-subset and --parallel must be ≥ 0")
 	}
-	if f.rules {
-		f.sim = true
-		if !cmd.Flags().Changed("lr-modes") {
-			f.modes = defaultReproRules
-		}
-		if !cmd.Flags().Changed("n") {
-			f.ns = defaultReproRulesN
-		}
+	modes, ns := f.modes, f.ns
+	if f.rules && !changed("lr-modes") {
+		modes = repro.DefaultRules
 	}
-	runs, err := reproRuns(f)
+	if f.rules && !changed("n") {
+		ns = repro.DefaultRulesN
+	}
+	rules, err := repro.ParseRules(modes)
 	if err != nil {
-		return nil, nil, err
+		return repro.Config{}, fmt.Errorf("--lr-modes: %w", err)
+	}
+	var nv []int
+	for _, s := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > f.learners {
+			return repro.Config{}, fmt.Errorf("--n: %q is not a number in [1, %d]", s, f.learners)
+		}
+		nv = append(nv, n)
 	}
 	ds, err := cluster.LookupData(ctx, f.data, goBinary())
-	name, train, test := ds.Name, ds.Train, ds.Test
 	if err != nil {
-		return nil, nil, fmt.Errorf("--data %s: %w", f.data, err)
+		return repro.Config{}, fmt.Errorf("--data %s: %w", f.data, err)
 	}
 	model := f.model
 	if model == "" {
 		model = "lenet"
-		if train.C == 3 {
+		if ds.Train.C == 3 {
 			model = "cifar10_full"
 		}
 	}
 	spec, err := nn.Load(model)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--model: %w", err)
+		return repro.Config{}, fmt.Errorf("--model: %w", err)
 	}
 	in := spec.Input
-	if err := train.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
-		return nil, nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, model, err)
+	if err := ds.Train.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
+		return repro.Config{}, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, model, err)
 	}
-	scheds, ok := reproSchedules[model]
-	if !ok {
-		scheds = reproSchedules["lenet"]
-	}
-	sched := scheds[0]
-	if f.quick {
-		sched = scheds[1]
-	}
-	if cmd.Flags().Changed("epochs") {
-		sched.epochs = f.epochs
-	}
-	if f.trainSubset >= 0 {
-		sched.trainSubset = f.trainSubset
-	}
-	if cmd.Flags().Changed("lr") {
-		sched.lr = f.lr
-	}
-	if sched.epochs < 1 {
-		return nil, nil, fmt.Errorf("--epochs: must be ≥ 1")
-	}
-	if sched.trainSubset > 0 {
-		train = train.Subset(sched.trainSubset)
-	}
-	if f.testSubset > 0 {
-		test = test.Subset(f.testSubset)
-	}
-	if per := train.N / f.learners; per < f.batch || train.N < f.single {
-		return nil, nil, fmt.Errorf("--train-subset: %d training images are too few for %d learners × %d and a single learner of %d",
-			train.N, f.learners, f.batch, f.single)
+	switch { // 0 takes the schedule's
+	case changed("epochs") && f.epochs < 1:
+		return repro.Config{}, fmt.Errorf("--epochs: must be ≥ 1")
+	case changed("lr") && f.lr == 0: // other rates are checked with the solver's settings
+		return repro.Config{}, fmt.Errorf("--lr: must be a finite number > 0, got 0")
 	}
 	// Every learner runs single-threaded kernels: real runs put λ
 	// learners on the cores, simulations one run per core.
 	threads := app.Threads
-	app.Threads = 1
-	e, _, err := app.EngineInfo()
-	if err != nil {
-		return nil, nil, err
+	engine := func() (kernels.Engine, error) {
+		app.Threads = 1
+		e, _, err := app.EngineInfo()
+		return e, err
 	}
-	rs := &reproSetup{app: app, f: f, spec: spec, engine: e, sched: sched, dataName: name, threads: threads,
-		train: train, test: test, norm: data.MeanNormalizer(train)}
-	for _, r := range runs { // a bad combination fails now, not after hours
-		cfg := rs.jobConfig(r)
-		if err := cfg.ValidateSettings(); err != nil {
-			return nil, nil, flagError(err)
-		}
-	}
-	return rs, runs, nil
-}
-
-// reproRuns lists the runs of the table: the single learner, hardsync,
-// then n-softsync for each n and rule; under --rules n-softsync only, for
-// each timing model, n and rule.
-func reproRuns(f *reproFlags) ([]reproRun, error) {
-	constant := sgd.Config{LRMode: sgd.LRConstant}
-	runs := []reproRun{ // τ = 0 under hardsync: the rule makes no difference
-		{protocol: ps.Hardsync, learners: 1, batch: f.single, rule: "constant", solver: constant},
-		{protocol: ps.Hardsync, learners: f.learners, batch: f.batch, rule: "constant", solver: constant},
-	}
-	timings := []reproTiming{timingHomogeneous}
-	if f.rules {
-		runs, timings = nil, []reproTiming{timingHomogeneous, timingHeterogeneous}
-	}
-	rules, solvers, err := parseReproRules(f.modes)
-	if err != nil {
-		return nil, err
-	}
-	var ns []int
-	for _, s := range strings.Split(f.ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > f.learners {
-			return nil, fmt.Errorf("--n: %q is not a number in [1, %d]", s, f.learners)
-		}
-		ns = append(ns, n)
-	}
-	for _, t := range timings {
-		for _, n := range ns {
-			for i, rule := range rules {
-				runs = append(runs, reproRun{protocol: ps.Softsync, n: n, rule: rule, solver: solvers[i], learners: f.learners,
-					batch: f.batch, timing: t, rules: f.rules})
-			}
-		}
-	}
-	return runs, nil
-}
-
-// momentumCompSuffix after a rule in --lr-modes adds --momentum-comp.
-const momentumCompSuffix = "+momentum-comp"
-
-// parseReproRules splits --lr-modes into rules, as spelled, and the
-// solver fields each sets. A part that starts with a digit continues the
-// previous one (the A of hinge:B,A).
-func parseReproRules(s string) ([]string, []sgd.Config, error) {
-	var rules []string
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if len(rules) > 0 && p != "" && p[0] >= '0' && p[0] <= '9' {
-			rules[len(rules)-1] += "," + p
-			continue
-		}
-		rules = append(rules, p)
-	}
-	solvers := make([]sgd.Config, len(rules))
-	for i, r := range rules {
-		base, mc := strings.CutSuffix(r, momentumCompSuffix)
-		if err := solvers[i].ParseRule(base); err != nil {
-			return nil, nil, fmt.Errorf("--lr-modes: %w", err)
-		}
-		solvers[i].MomentumComp = mc
-	}
-	return rules, solvers, nil
-}
-
-// jobConfig is run r as a job of softsync train: the configuration real
-// runs pass to the job runner and the one reports describe.
-func (rs *reproSetup) jobConfig(r reproRun) cluster.Config {
-	s := rs.sched
-	solver := r.solver
-	solver.LR, solver.Momentum, solver.WeightDecay, solver.LRSteps, solver.LRGamma = s.lr, s.momentum, s.decay, s.steps, 0.1
-	return cluster.Config{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
-		Learners: r.learners, Batch: r.batch, Epochs: s.epochs, Protocol: r.protocol, N: r.n, Shards: 1,
-		Solver:    solver,
-		Transport: "inmem", Codec: rdma.Codec{}, Seed: rs.f.seed, Normalizer: &rs.norm, DataName: rs.dataName}
-}
-
-// realRun trains run r with real concurrent learners through the
-// in-process job runner (cluster.Start and Wait, the code path of
-// softsync train).
-func (rs *reproSetup) realRun(ctx context.Context, r reproRun) (*reproEntry, error) {
-	cfg := rs.jobConfig(r)
-	par := learner.PlanThreads(rs.spec, kernels.DefaultThreads(), r.learners, r.batch, rs.threads)
-	cfg.Workers = par.Workers
-	var history []cluster.Epoch
-	var mu sync.Mutex
-	cfg.OnEpoch = func(e cluster.Epoch) {
-		mu.Lock()
-		history = append(history, e)
-		mu.Unlock()
-		rs.app.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError))
-	}
-	job, err := cluster.Start(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	res, err := job.Wait()
-	if err == nil {
-		return newReproEntry(&cfg, r, "real", res), nil
-	}
-	if !diverged(err) || ctx.Err() != nil {
-		return nil, err
-	}
-	// A diverged job has no result: report the epochs it completed and
-	// how far it got.
-	p := job.Progress()
-	mu.Lock()
-	defer mu.Unlock()
-	res = &cluster.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
-		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches}
-	if res.Seconds > 0 {
-		res.ImagesPerSec = float64(res.Images) / res.Seconds
-	}
-	e := newReproEntry(&cfg, r, "real", res)
-	e.Diverged, e.DivergedWhy = true, err.Error()
-	return e, nil
-}
-
-// diverged reports whether a job failed because its loss or a gradient
-// became NaN or infinite, or its updates kept being refused.
-func diverged(err error) bool {
-	return errors.Is(err, learner.ErrDiverged) || strings.Contains(err.Error(), ps.ErrNonFinite.Error()) ||
-		strings.Contains(err.Error(), ps.ErrDiverged.Error())
-}
-
-// errorText is a run's test error for logs and the table.
-func errorText(e *reproEntry) string {
-	switch {
-	case e.Diverged:
-		return fmt.Sprintf("diverged (epoch %.2f)", e.EpochsDone)
-	case e.TestError == nil:
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f%%", 100**e.TestError)
-}
-
-// writeRepro writes table.md, report.json and the plots into dir: the
-// test error per epoch and the staleness of every run, or under --rules
-// the test error against n and the staleness of the runs under α0/τ.
-func writeRepro(dir string, rs *reproSetup, entries []*reproEntry) error {
-	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(reproTable(rs, entries)), 0o644); err != nil {
-		return err
-	}
-	if err := writeJSONFile(filepath.Join(dir, "report.json"), entries); err != nil {
-		return err
-	}
-	files := []string{"table.md", "report.json", "test-error.png", "staleness.png"}
-	errorPlot := writeReproErrorPlot
-	row := func(e *reproEntry) (string, bool) { return e.lrMode, true }
-	if rs.f.rules {
-		files[2], errorPlot = "rules.png", writeReproRulesPlot
-		row = func(e *reproEntry) (string, bool) { return e.Timing, e.lrMode == "staleness" }
-	}
-	if err := errorPlot(filepath.Join(dir, files[2]), rs, entries); err != nil {
-		return fmt.Errorf("%s: %w", files[2], err)
-	}
-	if err := writeReproStalenessPlot(filepath.Join(dir, files[3]), entries, row); err != nil {
-		return fmt.Errorf("%s: %w", files[3], err)
-	}
-	for i := range files {
-		files[i] = filepath.Join(dir, files[i])
-	}
-	fmt.Fprint(rs.app.Out, reproTable(rs, entries))
-	fmt.Fprintf(rs.app.Out, "\nwritten: %s\n", strings.Join(files, ", "))
-	return nil
+	return repro.Config{Spec: spec, Train: ds.Train, Test: ds.Test, DataName: ds.Name, Out: f.out, Quick: f.quick, Sim: f.sim, Rules: f.rules,
+		Seed: f.seed, Learners: f.learners, Batch: f.batch, Single: f.single, N: nv, LRModes: rules, Epochs: f.epochs, LR: f.lr,
+		TrainSubset: f.trainSubset, TestSubset: f.testSubset, Parallel: f.parallel, Threads: threads, Engine: engine, Log: app.Log}, nil
 }

@@ -2,120 +2,27 @@ package main
 
 import (
 	"fmt"
-	"image/color"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner/nn"
-	"github.com/softsync/softsync/ps"
-	"github.com/softsync/softsync/ps/sgd"
-	"github.com/softsync/softsync/ps/sim"
+	"github.com/softsync/softsync/ps/sim/costmodel"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/tools/bench"
+	"github.com/softsync/softsync/tools/internal/plots"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
 func init() { addCommand(newSimCmd) }
 
-// simInputs are the measured or given inputs of a throughput prediction
-// (the "inputs" object of softsync sim --json; docs/sim.md).
-type simInputs struct {
-	Model         string  `json:"model"`
-	Params        int     `json:"params"`
-	Batch         int     `json:"batch"`
-	ComputeSec    float64 `json:"compute_s"`      // mean time of one mini-batch's forward and backward pass
-	ComputeSpread float64 `json:"compute_spread"` // σ of the log-normal compute time
-	Codec         string  `json:"codec"`
-	WireRatio     float64 `json:"wire_ratio"`    // encoded / raw gradient bytes
-	EncodeSec     float64 `json:"encode_s"`      // one gradient's encoding
-	DecodeSec     float64 `json:"decode_s"`      // one gradient's decoding
-	Bandwidth     float64 `json:"bandwidth_Bps"` // each learner's link, bytes/s per direction
-	ShardBW       float64 `json:"shard_bandwidth_Bps"`
-	LatencySec    float64 `json:"latency_s"`        // one way
-	ShardRate     float64 `json:"shard_update_Bps"` // gradient bytes per second a shard core updates with
-	CopyRate      float64 `json:"shard_copy_Bps"`   // weight bytes per second a shard core copies into pull replies
-	MessageSec    float64 `json:"message_s"`        // fixed service time of every message at a shard
-	SharedLink    bool    `json:"shared_link"`      // one link of shard_bandwidth_Bps for all traffic
-	Shards        int     `json:"shards"`
-	Steps         int     `json:"steps_per_learner"`
-	Seed          uint64  `json:"seed"`
-	Source        string  `json:"source"` // the preset, or what was measured
-}
-
-// simRow is one prediction: λ learners under one protocol.
-type simRow struct {
-	Learners      int     `json:"learners"`
-	Protocol      string  `json:"protocol"`
-	N             int     `json:"n"` // 0 for hardsync
-	ImagesPerSec  float64 `json:"images_per_sec"`
-	Speedup       float64 `json:"speedup"`    // over one learner
-	Efficiency    float64 `json:"efficiency"` // speedup / λ
-	MeanStaleness float64 `json:"mean_staleness"`
-}
-
-// simProtocol is a protocol of the sweep: hardsync, n-softsync with a
-// fixed n (capped at λ), or λ-softsync (n = λ, fully asynchronous).
-type simProtocol struct {
-	name  string
-	proto ps.Protocol
-	n     int // 0 with proto Softsync: n = λ
-}
-
-func (p simProtocol) at(learners int) (ps.Protocol, int) {
-	switch {
-	case p.proto == ps.Hardsync:
-		return ps.Hardsync, 0
-	case p.n == 0:
-		return ps.Softsync, learners
-	}
-	return ps.Softsync, min(p.n, learners)
-}
-
-func parseSimProtocols(s string) ([]simProtocol, error) {
-	var ps_ []simProtocol
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		switch {
-		case f == "hardsync":
-			ps_ = append(ps_, simProtocol{name: f, proto: ps.Hardsync})
-		case f == "λ-softsync" || f == "lambda-softsync":
-			ps_ = append(ps_, simProtocol{name: "λ-softsync", proto: ps.Softsync})
-		case strings.HasSuffix(f, "-softsync"):
-			n, err := strconv.Atoi(strings.TrimSuffix(f, "-softsync"))
-			if err != nil || n < 1 {
-				return nil, fmt.Errorf("--protocols: %q is not hardsync, N-softsync or λ-softsync", f)
-			}
-			ps_ = append(ps_, simProtocol{name: f, proto: ps.Softsync, n: n})
-		default:
-			return nil, fmt.Errorf("--protocols: %q is not hardsync, N-softsync or λ-softsync", f)
-		}
-	}
-	return ps_, nil
-}
-
-// simPresets are clusters described by their hardware rather than
-// measured here (docs/sim.md says how each figure was chosen).
-var simPresets = map[string]simInputs{
-	// Rudra on an IBM P775 (the paper's cluster): cifar10_full at μ = 4,
-	// 4 POWER7 threads per learner and per shard, 192 GB/s of
-	// interconnect per node, MPI latency of a few microseconds, a shard
-	// core that updates at 8 GB/s and copies at 10 GB/s (assumed). The
-	// compute time is fitted: --fit-speedup 22, 25 and 28 (30-softsync at
-	// λ = 30 over one learner, the paper's 22–28×) give 1.7, 2.0 and
-	// 2.5 ms; 2 ms is taken (docs/sim.md).
-	"p775": {Model: "cifar10_full", Batch: 4, ComputeSec: 2e-3, ComputeSpread: 0.15, Codec: "none", WireRatio: 1,
-		Bandwidth: 192e9, ShardBW: 192e9, LatencySec: 5e-6, ShardRate: 8e9, CopyRate: 10e9, MessageSec: 2e-6,
-		Shards: 1, Steps: 200, Source: "preset p775"},
-}
+// simMeasureTime is how long sim measures each input for (tests shorten
+// it).
+var simMeasureTime = 500 * time.Millisecond
 
 type simFlags struct {
 	preset, model, protocols, learners, link, comp  string
@@ -188,9 +95,9 @@ Inputs are measured on this machine unless given:
 }
 
 func runSim(cmd *cobra.Command, app *App, f *simFlags) error {
-	protos, err := parseSimProtocols(f.protocols)
+	protos, err := costmodel.ParseProtocols(f.protocols)
 	if err != nil {
-		return err
+		return fmt.Errorf("--protocols: %w", err)
 	}
 	var lambdas []int
 	for _, s := range strings.Split(f.learners, ",") {
@@ -208,26 +115,26 @@ func runSim(cmd *cobra.Command, app *App, f *simFlags) error {
 		return err
 	}
 	if f.fit > 0 {
-		t, err := fitCompute(in, f.fit, f.fitLearners)
+		t, err := costmodel.Fit(in, f.fit, f.fitLearners)
 		if err != nil {
-			return err
+			return fmt.Errorf("--fit-speedup %w", err)
 		}
-		fmt.Fprintf(app.Out, "compute time per mini-batch for %.3g× at λ = %d (λ-softsync): %s\n", f.fit, f.fitLearners, fmtDuration(t))
+		fmt.Fprintf(app.Out, "compute time per mini-batch for %.3g× at λ = %d (λ-softsync): %s\n", f.fit, f.fitLearners, textfmt.Duration(t))
 		return nil
 	}
-	rows, err := simSweep(in, protos, lambdas)
+	rows, err := costmodel.Sweep(in, protos, lambdas)
 	if err != nil {
 		return err
 	}
 	if f.plotOut != "" {
-		if err := writeSpeedupPlot(f.plotOut, in, rows, f.preset == "p775"); err != nil {
+		if err := plots.Speedup(f.plotOut, in, rows, f.preset == "p775"); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
 	if f.jsonOut {
 		return app.printJSON(struct {
-			Inputs *simInputs `json:"inputs"`
-			Rows   []simRow   `json:"rows"`
+			Inputs *costmodel.Inputs `json:"inputs"`
+			Rows   []costmodel.Row   `json:"rows"`
 		}{in, rows})
 	}
 	writeSimText(app, in, rows)
@@ -235,17 +142,17 @@ func runSim(cmd *cobra.Command, app *App, f *simFlags) error {
 }
 
 // simSetup takes the preset or measures what the flags leave open.
-func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*simInputs, error) {
+func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*costmodel.Inputs, error) {
 	set := cmd.Flags().Changed
-	var in simInputs
+	var in costmodel.Inputs
 	if f.preset != "" {
-		p, ok := simPresets[f.preset]
+		p, ok := costmodel.Presets[f.preset]
 		if !ok {
 			return nil, fmt.Errorf("--preset %q: the presets are p775", f.preset)
 		}
 		in = p
 	} else {
-		in = simInputs{Model: f.model, Batch: f.batch, ComputeSpread: f.spread, Codec: f.comp, Shards: f.shards, Steps: f.steps}
+		in = costmodel.Inputs{Model: f.model, Batch: f.batch, ComputeSpread: f.spread, Codec: f.comp, Shards: f.shards, Steps: f.steps}
 	}
 	// Flags given explicitly override the preset.
 	if set("model") {
@@ -309,7 +216,14 @@ func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*simInputs, error) {
 		return nil, fmt.Errorf("--compress: %w", err)
 	}
 	in.Codec = codec.String()
-	if err := measureSimInputs(cmd.Context(), app, spec, f, &in, set); err != nil {
+	engine := func(threads int) (kernels.Engine, error) {
+		app.Threads = threads
+		e, _, err := app.EngineInfo()
+		return e, err
+	}
+	mc := bench.MeasureConfig{Spec: spec, Threads: app.Threads, Engine: engine, Link: f.link,
+		KeepBandwidth: set("bandwidth"), KeepLatency: set("latency"), MinTime: simMeasureTime}
+	if err := bench.MeasureInputs(cmd.Context(), mc, &in); err != nil {
 		return nil, err
 	}
 	if in.ShardBW == 0 {
@@ -318,124 +232,26 @@ func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*simInputs, error) {
 	return &in, nil
 }
 
-// network is the ps/sim model of in. Besides the codec, a learner's
-// client copies its gradient into the push and the pulled weights into its
-// network each step (ps.Client): both are learner time at the copy rate.
-func (in *simInputs) network() *sim.Network {
-	codecLossless := true
-	if c, err := rdma.ParseCodec(in.Codec); err == nil {
-		codecLossless = c.ID.Lossless()
-	}
-	p := float64(in.Params)
-	n := &sim.Network{Elements: in.Params, GradientBytes: 4 * in.WireRatio, WeightBytes: 4, HeaderBytes: 56,
-		LearnerBandwidth: in.Bandwidth, ShardBandwidth: in.ShardBW, SharedLink: in.SharedLink,
-		PushFixed: in.MessageSec, PushPerElem: 4/in.ShardRate + in.DecodeSec/p,
-		PullFixed: in.MessageSec, PullPerElem: 4 / in.CopyRate,
-		EncodePerElem: in.EncodeSec/p + 4/in.CopyRate, DecodePerElem: 4 / in.CopyRate}
-	if codecLossless && in.Codec != "none" {
-		n.WeightBytes = 4 * in.WireRatio
-		n.PullPerElem += in.EncodeSec / p
-		n.DecodePerElem += in.DecodeSec / p
-	}
-	return n
-}
-
-// predict simulates λ learners under proto for in.Steps mini-batches each
-// and returns images/s and the mean staleness of shard 0.
-func predict(in *simInputs, proto ps.Protocol, n, learners int) (float64, float64, error) {
-	total := learners * in.Steps
-	cfg := sim.Config{
-		PS: ps.Config{Job: 1, Learners: learners, Protocol: proto, N: n, Shards: in.Shards, Batch: in.Batch,
-			Solver: sgd.Config{LR: 1e-3, LRMode: sgd.LRStaleness}},
-		Init:       make([]float32, 16*in.Shards), // a small vector standing for in.Params values
-		TotalSteps: total,
-		Compute:    sim.Dist{Kind: sim.LogNormal, Mean: in.ComputeSec, Spread: in.ComputeSpread},
-		Latency:    in.LatencySec,
-		Seed:       in.Seed,
-		Net:        in.network(),
-	}
-	res, err := sim.Run(cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	return float64(total*in.Batch) / res.Time, res.Shards[0].MeanStaleness(), nil
-}
-
-// simSweep predicts every λ × protocol; the speedup is over one learner
-// (λ = 1, where every protocol is the same).
-func simSweep(in *simInputs, protos []simProtocol, lambdas []int) ([]simRow, error) {
-	base, _, err := predict(in, ps.Hardsync, 0, 1)
-	if err != nil {
-		return nil, err
-	}
-	var rows []simRow
-	for _, p := range protos {
-		for _, l := range lambdas {
-			proto, n := p.at(l)
-			ips, tau, err := predict(in, proto, n, l)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, simRow{Learners: l, Protocol: p.name, N: n, ImagesPerSec: ips,
-				Speedup: ips / base, Efficiency: ips / base / float64(l), MeanStaleness: tau})
-		}
-	}
-	return rows, nil
-}
-
-// fitCompute finds by bisection (on a log scale) the compute time per
-// mini-batch at which λ-softsync with learners learners runs speedup
-// times one learner; the speedup grows with the compute time.
-func fitCompute(in *simInputs, speedup float64, learners int) (float64, error) {
-	if speedup >= float64(learners) {
-		return 0, fmt.Errorf("--fit-speedup %g: must be below λ = %d", speedup, learners)
-	}
-	at := func(t float64) (float64, error) {
-		c := *in
-		c.ComputeSec = t
-		one, _, err := predict(&c, ps.Hardsync, 0, 1)
-		if err != nil {
-			return 0, err
-		}
-		many, _, err := predict(&c, ps.Softsync, learners, learners)
-		return many / one, err
-	}
-	lo, hi := 1e-7, 100.0
-	for range 60 {
-		mid := math.Sqrt(lo * hi)
-		s, err := at(mid)
-		if err != nil {
-			return 0, err
-		}
-		if s < speedup {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return math.Sqrt(lo * hi), nil
-}
-
-func writeSimText(app *App, in *simInputs, rows []simRow) {
+func writeSimText(app *App, in *costmodel.Inputs, rows []costmodel.Row) {
 	fmt.Fprintf(app.Out, "%s, μ = %d: %s parameters, compute %s per mini-batch (log-normal σ %.2g), codec %s (wire ratio %.3f)\n",
-		in.Model, in.Batch, thousands(int64(in.Params)), fmtDuration(in.ComputeSec), in.ComputeSpread, in.Codec, in.WireRatio)
+		in.Model, in.Batch, textfmt.Thousands(int64(in.Params)), textfmt.Duration(in.ComputeSec), in.ComputeSpread, in.Codec, in.WireRatio)
 	rate := func(bps float64) string {
 		if bps == 0 {
 			return "unlimited"
 		}
-		return bytesText(uint64(bps)) + "/s"
+		return textfmt.Bytes(uint64(bps)) + "/s"
 	}
 	link := fmt.Sprintf("links %s per direction (shard servers %s)", rate(in.Bandwidth), rate(in.ShardBW))
 	if in.SharedLink {
 		link = fmt.Sprintf("one link of %s for all traffic", rate(in.ShardBW))
 	}
 	fmt.Fprintf(app.Out, "%s, latency %s; shard update %s, copy %s, %d shard(s); %s\n\n",
-		link, fmtDuration(in.LatencySec), rate(in.ShardRate), rate(in.CopyRate), in.Shards, in.Source)
+		link, textfmt.Duration(in.LatencySec), rate(in.ShardRate), rate(in.CopyRate), in.Shards, in.Source)
 	tw := tabwriter.NewWriter(app.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "λ\tprotocol\tn\timages/s\tspeedup\tefficiency\tmean τ\t")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.2f\t%.0f%%\t%.2f\t\n", r.Learners, r.Protocol, r.N,
-			thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, r.MeanStaleness)
+			textfmt.Thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, r.MeanStaleness)
 	}
 	tw.Flush()
 }
@@ -450,59 +266,4 @@ func parseDuration(s string) (float64, error) {
 		return 0, fmt.Errorf("%q: must be > 0", s)
 	}
 	return d.Seconds(), nil
-}
-
-// writeSpeedupPlot draws the speedup against λ of each protocol, with the
-// ideal line; paper adds the paper's 22–28× at λ = 30.
-func writeSpeedupPlot(path string, in *simInputs, rows []simRow, paper bool) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Predicted speedup, %s μ = %d (%s)", in.Model, in.Batch, in.Source)
-	p.X.Label.Text = "learners λ"
-	p.Y.Label.Text = "speedup over one learner"
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
-	maxL := 1
-	for _, r := range rows {
-		maxL = max(maxL, r.Learners)
-	}
-	ideal, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: float64(maxL), Y: float64(maxL)}})
-	if err != nil {
-		return err
-	}
-	ideal.Color, ideal.Dashes = color.Gray{Y: 150}, []vg.Length{vg.Points(3), vg.Points(3)}
-	p.Add(ideal)
-	p.Legend.Add("linear", ideal)
-	var names []string
-	for _, r := range rows {
-		if !slices.Contains(names, r.Protocol) {
-			names = append(names, r.Protocol)
-		}
-	}
-	for k, name := range names {
-		var xy plotter.XYs
-		for _, r := range rows {
-			if r.Protocol == name {
-				xy = append(xy, plotter.XY{X: float64(r.Learners), Y: r.Speedup})
-			}
-		}
-		line, points, err := plotter.NewLinePoints(xy)
-		if err != nil {
-			return err
-		}
-		c := plotutil.Color(k)
-		line.Color, points.Color, points.Shape, line.Width = c, c, draw.CircleGlyph{}, vg.Points(1.5)
-		p.Add(line, points)
-		p.Legend.Add(name, line, points)
-	}
-	if paper {
-		band, err := plotter.NewLine(plotter.XYs{{X: 30, Y: 22}, {X: 30, Y: 28}})
-		if err != nil {
-			return err
-		}
-		band.Color, band.Width = color.RGBA{R: 200, A: 255}, vg.Points(6)
-		p.Add(band)
-		p.Legend.Add("paper: 22–28× at λ = 30", band)
-	}
-	p.X.Min, p.Y.Min = 0, 0
-	return drawGrid(path, [][]*plot.Plot{{p}}, 7*vg.Inch, 5*vg.Inch)
 }

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softsync/softsync/ps/sim/costmodel"
 )
 
 type simOut struct {
-	Inputs simInputs `json:"inputs"`
-	Rows   []simRow  `json:"rows"`
+	Inputs costmodel.Inputs `json:"inputs"`
+	Rows   []costmodel.Row  `json:"rows"`
 }
 
 func runSimJSON(t *testing.T, args ...string) simOut {
@@ -25,34 +27,24 @@ func runSimJSON(t *testing.T, args ...string) simOut {
 	return o
 }
 
-// TestSimGiven predicts from inputs given on the command line (nothing is
-// measured) and checks one learner's images/s against the step written
-// out by hand: the push's and the pull's service at the shard, the two
-// transfers and latencies, the compute time (no jitter) and the client's
-// copies of the gradient and the weights. The run's
-// first pull and last push differ from a steady step by a fraction of one
-// step, a thousandth of a 50-step run.
+// TestSimGiven predicts from inputs given on the command line: nothing
+// is measured, the inputs are the flags', and the rows are every λ and
+// protocol (the predictions themselves: ps/sim/costmodel's tests).
 func TestSimGiven(t *testing.T) {
 	o := runSimJSON(t, "--model", "mlp", "--batch", "4", "--compute", "10ms", "--compute-spread", "0",
 		"--bandwidth", "1e9", "--latency", "50us", "--shard-rate", "2e9", "--copy-rate", "4e9",
 		"--learners", "1,4", "--protocols", "hardsync,2-softsync,λ-softsync", "--steps", "50")
 	in := o.Inputs
-	if in.Source != "given" || in.Params != 50890 || in.WireRatio != 1 {
+	if in.Source != "given" || in.Params != 50890 || in.WireRatio != 1 || in.ComputeSec != 10e-3 || in.ComputeSpread != 0 ||
+		in.Bandwidth != 1e9 || in.ShardBW != 1e9 || in.LatencySec != 50e-6 || in.ShardRate != 2e9 || in.CopyRate != 4e9 || in.Steps != 50 {
 		t.Fatalf("inputs %+v", in)
 	}
-	p := float64(in.Params)
-	// shard: push update and pull copy; links: two transfers and
-	// latencies; learner: compute and the client's two copies.
-	step := 4*p/2e9 + 4*p/4e9 + 2*(56+4*p)/1e9 + 2*50e-6 + 10e-3 + 2*4*p/4e9
 	if len(o.Rows) != 6 {
 		t.Fatalf("%d rows, want 6", len(o.Rows))
 	}
 	for _, r := range o.Rows {
-		if r.Learners == 1 && (math.Abs(r.ImagesPerSec-4/step) > 1e-3*4/step || r.Speedup != 1) {
-			t.Errorf("λ = 1 %s: %g images/s, speedup %g; want %g and 1", r.Protocol, r.ImagesPerSec, r.Speedup, 4/step)
-		}
-		if r.Learners == 4 && (r.Speedup < 3 || r.Speedup > 4 || math.Abs(r.Efficiency-r.Speedup/4) > 1e-12) {
-			t.Errorf("λ = 4 %s: speedup %g, efficiency %g", r.Protocol, r.Speedup, r.Efficiency)
+		if r.Learners == 1 && r.Speedup != 1 || r.Learners == 4 && r.Speedup <= 1 {
+			t.Errorf("row %+v", r)
 		}
 	}
 	if r := o.Rows[4]; r.Protocol != "λ-softsync" || r.N != 1 || o.Rows[3].N != 2 || o.Rows[5].N != 4 {
@@ -66,14 +58,14 @@ func TestSimGiven(t *testing.T) {
 func TestSimPreset(t *testing.T) {
 	png := filepath.Join(t.TempDir(), "speedup.png")
 	o := runSimJSON(t, "--preset", "p775", "--learners", "1,30", "--steps", "100", "--plot", png)
-	get := func(proto string, l int) simRow {
+	get := func(proto string, l int) costmodel.Row {
 		for _, r := range o.Rows {
 			if r.Protocol == proto && r.Learners == l {
 				return r
 			}
 		}
 		t.Fatalf("no row %s λ=%d", proto, l)
-		return simRow{}
+		return costmodel.Row{}
 	}
 	hard, soft := get("hardsync", 30), get("λ-softsync", 30)
 	if soft.Speedup < 22 || soft.Speedup > 28 || hard.Speedup >= soft.Speedup || math.Abs(soft.MeanStaleness-30) > 3 {

@@ -26,6 +26,7 @@ import (
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/tools/internal/plots"
 )
 
 func init() { addCommand(newTrainCmd) }
@@ -428,7 +429,7 @@ func (app *App) finish(f *trainFlags, cfg *cluster.Config, res *cluster.Result) 
 		}
 	}
 	if f.plotOut != "" {
-		if err := writePlot(f.plotOut, rep); err != nil {
+		if err := plots.Run(f.plotOut, rep); err != nil {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,26 +14,45 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
+	"github.com/softsync/softsync/ps/sim/costmodel"
 	"github.com/softsync/softsync/rdma"
 	"github.com/softsync/softsync/rdma/transportbench"
 )
 
-// simMeasureTime is how long each input is measured for (tests shorten it).
-var simMeasureTime = 500 * time.Millisecond
+// MeasureConfig says how MeasureInputs measures the inputs of a
+// throughput prediction on this machine.
+type MeasureConfig struct {
+	Spec *nn.Spec
+	// Threads is --threads: the cores the compute time is measured on
+	// (0: all; learner.PlanThreads shares them between goroutines and
+	// BLAS threads). Engine returns the compute engine of that many BLAS
+	// threads, created on first use.
+	Threads int
+	Engine  func(blasThreads int) (kernels.Engine, error)
+	// Link is the transport the link is measured over: tcp (loopback)
+	// or inmem.
+	Link string
+	// KeepBandwidth and KeepLatency keep the link's figures the inputs
+	// were given, while its codec is still measured.
+	KeepBandwidth, KeepLatency bool
+	// MinTime is how long each input is measured for.
+	MinTime time.Duration
+}
 
-// measureSimInputs measures on this machine every input of in that the
-// flags (set) leave open, and notes what it measured in in.Source.
-func measureSimInputs(ctx context.Context, app *App, spec *nn.Spec, f *simFlags, in *simInputs, set func(string) bool) error {
+// MeasureInputs measures on this machine every input of in left 0 (the
+// compute time of one mini-batch, the link's bandwidth and latency, the
+// codec's ratio and time, the shard's update and copy rates), and notes
+// what it measured in in.Source.
+func MeasureInputs(ctx context.Context, cfg MeasureConfig, in *costmodel.Inputs) error {
 	var measured []string
 	var grad []float32
 	if in.ComputeSec == 0 {
-		par := learner.PlanThreads(spec, kernels.DefaultThreads(), 1, in.Batch, app.Threads)
-		app.Threads = par.BLAS
-		e, _, err := app.EngineInfo()
+		par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), 1, in.Batch, cfg.Threads)
+		e, err := cfg.Engine(par.BLAS)
 		if err != nil {
 			return err
 		}
-		if in.ComputeSec, grad, err = measureCompute(e, spec, in.Batch, par.Workers); err != nil {
+		if in.ComputeSec, grad, err = measureCompute(e, cfg.Spec, in.Batch, par.Workers, cfg.MinTime); err != nil {
 			return err
 		}
 		measured = append(measured, fmt.Sprintf("compute (%d worker(s))", par.Workers))
@@ -46,22 +65,22 @@ func measureSimInputs(ctx context.Context, app *App, spec *nn.Spec, f *simFlags,
 		}
 	}
 	if in.Bandwidth == 0 || in.LatencySec == 0 || in.Codec != "none" {
-		if err := measureLink(ctx, f.link, in, set); err != nil {
+		if err := measureLink(ctx, &cfg, in); err != nil {
 			return err
 		}
-		measured = append(measured, "link and codec over "+f.link)
+		measured = append(measured, "link and codec over "+cfg.Link)
 	} else {
 		in.WireRatio = 1
 	}
 	if in.ShardRate == 0 {
 		var err error
-		if in.ShardRate, in.MessageSec, err = measureShard(spec, grad); err != nil {
+		if in.ShardRate, in.MessageSec, err = measureShard(grad, cfg.MinTime); err != nil {
 			return err
 		}
 		measured = append(measured, "shard update")
 	}
 	if in.CopyRate == 0 {
-		in.CopyRate = measureCopy(len(grad))
+		in.CopyRate = measureCopy(len(grad), cfg.MinTime)
 		measured = append(measured, "copy")
 	}
 	in.Source = "given"
@@ -74,7 +93,7 @@ func measureSimInputs(ctx context.Context, app *App, spec *nn.Spec, f *simFlags,
 // measureCompute times one mini-batch's forward and backward pass of
 // spec at batch images over workers goroutines, on the synthetic data of
 // softsync bench train; it returns the mean time and a gradient.
-func measureCompute(e kernels.Engine, spec *nn.Spec, batch, workers int) (float64, []float32, error) {
+func measureCompute(e kernels.Engine, spec *nn.Spec, batch, workers int, minTime time.Duration) (float64, []float32, error) {
 	net, err := nn.New(spec, e, nn.Config{Batch: batch, Workers: workers})
 	if err != nil {
 		return 0, nil, err
@@ -89,19 +108,19 @@ func measureCompute(e kernels.Engine, spec *nn.Spec, batch, workers int) (float6
 	for range data.Batches(ds, z, x, labels) {
 		break
 	}
-	times := timeCalls(func() { net.Gradient(x, labels) })
+	times := timeCalls(minTime, func() { net.Gradient(x, labels) })
 	return mean(times), slices.Clone(net.Grads()), nil
 }
 
 // timeCalls calls f a few times to warm up, then for at least
-// simMeasureTime and 5 calls, and returns each call's time in seconds.
-func timeCalls(f func()) []float64 {
+// minTime and 5 calls, and returns each call's time in seconds.
+func timeCalls(minTime time.Duration, f func()) []float64 {
 	for range 3 {
 		f()
 	}
 	var ts []float64
 	var total time.Duration
-	for len(ts) < 5 || total < simMeasureTime {
+	for len(ts) < 5 || total < minTime {
 		t0 := time.Now()
 		f()
 		d := time.Since(t0)
@@ -126,19 +145,20 @@ func mean(v []float64) float64 {
 // transport's echo rounds) of 4 KiB and of one gradient, uncompressed,
 // and fits round = 2·latency + 2·bytes/bandwidth through the two; with a
 // codec, one more row gives its wire ratio and its encode and decode time
-// per gradient (each round encodes and decodes twice). Values the flags
-// set are kept.
-func measureLink(ctx context.Context, link string, in *simInputs, set func(string) bool) error {
+// per gradient (each round encodes and decodes twice). The figures cfg
+// keeps are not replaced.
+func measureLink(ctx context.Context, cfg *MeasureConfig, in *costmodel.Inputs) error {
+	link := cfg.Link
 	codec, err := rdma.ParseCodec(in.Codec)
 	if err != nil {
 		return err
 	}
 	small, size := 4096, 4*in.Params
-	cfg := transportbench.Config{Transports: []string{link}, Codecs: []rdma.Codec{{}}, Sizes: []int{small, size},
-		MinTime: simMeasureTime, Seed: 1}
-	rows, err := transportbench.Run(ctx, cfg, nil)
+	tc := transportbench.Config{Transports: []string{link}, Codecs: []rdma.Codec{{}}, Sizes: []int{small, size},
+		MinTime: cfg.MinTime, Seed: 1}
+	rows, err := transportbench.Run(ctx, tc, nil)
 	if err != nil {
-		return fmt.Errorf("--link %s: %w", link, err)
+		return fmt.Errorf("link %s: %w", link, err)
 	}
 	r1, r2 := rows[0].RoundSec, rows[1].RoundSec
 	bw, lat := 0.0, r1/2
@@ -146,18 +166,18 @@ func measureLink(ctx context.Context, link string, in *simInputs, set func(strin
 		bw = 2 * float64(size-small) / (r2 - r1)
 		lat = max(0, r1-2*float64(small)/bw) / 2
 	}
-	if !set("bandwidth") {
+	if !cfg.KeepBandwidth {
 		in.Bandwidth = bw
 	}
-	if !set("latency") {
+	if !cfg.KeepLatency {
 		in.LatencySec = lat
 	}
 	in.WireRatio = 1
 	if codec.ID != rdma.CodecNone {
-		cfg.Codecs, cfg.Sizes = []rdma.Codec{codec}, []int{size}
-		rows, err := transportbench.Run(ctx, cfg, nil)
+		tc.Codecs, tc.Sizes = []rdma.Codec{codec}, []int{size}
+		rows, err := transportbench.Run(ctx, tc, nil)
 		if err != nil {
-			return fmt.Errorf("--compress %s: %w", codec, err)
+			return fmt.Errorf("codec %s: %w", codec, err)
 		}
 		in.WireRatio, in.EncodeSec, in.DecodeSec = rows[0].Ratio, rows[0].EncodeSec/2, rows[0].DecodeSec/2
 	}
@@ -169,7 +189,7 @@ func measureLink(ctx context.Context, link string, in *simInputs, set func(strin
 // every push is an update with momentum and weight decay) and returns the
 // gradient bytes per second it updates with, and the time of a push of
 // 16 values (the fixed cost of a message).
-func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
+func measureShard(grad []float32, minTime time.Duration) (float64, float64, error) {
 	rate := func(g []float32) (float64, error) {
 		const learners = 8
 		cfg := ps.Config{Learners: learners, Protocol: ps.Softsync, N: learners, Shards: 1, Batch: 1,
@@ -181,7 +201,7 @@ func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
 		m := ps.Msg{Type: ps.MsgPush, Grad: g}
 		i := 0
 		var failed error
-		ts := timeCalls(func() {
+		ts := timeCalls(minTime, func() {
 			m.Learner, m.Seq, m.Clock = uint32(i%learners), uint64(i), s.Clock()
 			if r := s.Step(m); len(r.Replies) > 0 && failed == nil {
 				failed = r.Replies[0].Err
@@ -203,7 +223,7 @@ func measureShard(spec *nn.Spec, grad []float32) (float64, float64, error) {
 
 // measureCopy returns the bytes per second of copying n floats, the work
 // of a shard answering a pull.
-func measureCopy(n int) float64 {
+func measureCopy(n int, minTime time.Duration) float64 {
 	src, dst := make([]float32, n), make([]float32, n)
-	return 4 * float64(n) / mean(timeCalls(func() { copy(dst, src) }))
+	return 4 * float64(n) / mean(timeCalls(minTime, func() { copy(dst, src) }))
 }

@@ -1,22 +1,34 @@
-package main
+// Package plots draws softsync's PNG figures with gonum/plot: a run's
+// training loss, test error and staleness histogram (train --plot), the
+// predicted speedup against λ (sim --plot), and the pieces the harnesses'
+// figures are made of (tools/repro): a grid of aligned panels, the
+// staleness histogram of one run, ticks for whole numbers and for
+// logarithmic axes.
+package plots
 
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
+	"slices"
+	"strconv"
 
-	"github.com/softsync/softsync/learner/cluster"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/ps/sim/costmodel"
 )
 
-// writePlot draws the run's training loss and test error per epoch and,
+// Run draws the run's training loss and test error per epoch and,
 // for runs with a parameter server of several learners or shards, the
 // staleness histogram of shard 0, side by side, as a PNG at path.
-func writePlot(path string, r *cluster.Report) error {
+func Run(path string, r *cluster.Report) error {
 	var loss, test plotter.XYs
 	for _, h := range r.History {
 		loss = append(loss, plotter.XY{X: float64(h.Epoch), Y: h.TrainLoss})
@@ -29,19 +41,19 @@ func writePlot(path string, r *cluster.Report) error {
 		seriesPlot("Training loss — "+title, "mean loss", loss, color.RGBA{R: 31, G: 119, B: 180, A: 255}),
 		seriesPlot("Test error", "test error (%)", test, color.RGBA{R: 214, G: 39, B: 40, A: 255}),
 	}
-	if distributed(r) {
-		h, err := histPlot(r)
+	if r.Learners > 1 || r.Shards > 1 { // a parameter server of several learners or shards
+		h, err := Staleness(r)
 		if err != nil {
 			return err
 		}
 		plots = append(plots, h)
 	}
-	return drawGrid(path, [][]*plot.Plot{plots}, 5*vg.Inch, 4*vg.Inch)
+	return Grid(path, [][]*plot.Plot{plots}, 5*vg.Inch, 4*vg.Inch)
 }
 
-// drawGrid draws rows of plots (nil leaves a tile empty), each tile
+// Grid draws rows of plots (nil leaves a tile empty), each tile
 // colW × rowH, aligned, as a PNG at path.
-func drawGrid(path string, rows [][]*plot.Plot, colW, rowH vg.Length) error {
+func Grid(path string, rows [][]*plot.Plot, colW, rowH vg.Length) error {
 	cols := 0
 	for _, r := range rows {
 		cols = max(cols, len(r))
@@ -92,12 +104,12 @@ func seriesPlot(title, ylabel string, xy plotter.XYs, c color.Color) *plot.Plot 
 	}
 	p.X.Min, p.X.Max = 0, xy[len(xy)-1].X+0.5
 	p.Y.Min = 0
-	p.X.Tick.Marker = integerTicks{}
+	p.X.Tick.Marker = IntegerTicks{}
 	return p
 }
 
-// histPlot is the staleness histogram (gradients per τ) of shard 0.
-func histPlot(r *cluster.Report) (*plot.Plot, error) {
+// Staleness is the staleness histogram (gradients per τ) of shard 0.
+func Staleness(r *cluster.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Staleness, %s (mean %.2f, max %d)", protocolText(r), r.Staleness.Mean, r.Staleness.Max)
 	p.X.Label.Text = "staleness τ (updates)"
@@ -117,7 +129,7 @@ func histPlot(r *cluster.Report) (*plot.Plot, error) {
 	bars.Color = color.RGBA{R: 44, G: 160, B: 44, A: 255}
 	bars.LineStyle.Width = 0
 	p.Add(plotter.NewGrid(), bars)
-	p.X.Tick.Marker = integerTicks{}
+	p.X.Tick.Marker = IntegerTicks{}
 	return p, nil
 }
 
@@ -128,10 +140,10 @@ func protocolText(r *cluster.Report) string {
 	return fmt.Sprintf("hardsync, λ=%d", r.Learners)
 }
 
-// integerTicks labels whole numbers only, at most about ten of them.
-type integerTicks struct{}
+// IntegerTicks labels whole numbers only, at most about ten of them.
+type IntegerTicks struct{}
 
-func (integerTicks) Ticks(min, max float64) []plot.Tick {
+func (IntegerTicks) Ticks(min, max float64) []plot.Tick {
 	step := 1
 	for (max-min)/float64(step) > 10 {
 		step *= 2
@@ -165,4 +177,81 @@ func clipTail(h []uint64, q float64) ([]uint64, uint64) {
 		return []uint64{0}, 0
 	}
 	return h, 0
+}
+
+// LogTicks labels a logarithmic axis at 1, 2 and 5 times the powers of
+// ten within its range, with minor ticks at the other integer multiples.
+type LogTicks struct{}
+
+func (LogTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= hi; p *= 10 {
+		for m := 1; m < 10; m++ {
+			v := float64(m) * p
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// Speedup draws the speedup against λ of each protocol of rows, with
+// the ideal line, as a PNG at path; paper adds the paper's 22–28× at λ = 30.
+func Speedup(path string, in *costmodel.Inputs, rows []costmodel.Row, paper bool) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Predicted speedup, %s μ = %d (%s)", in.Model, in.Batch, in.Source)
+	p.X.Label.Text = "learners λ"
+	p.Y.Label.Text = "speedup over one learner"
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	maxL := 1
+	for _, r := range rows {
+		maxL = max(maxL, r.Learners)
+	}
+	ideal, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: float64(maxL), Y: float64(maxL)}})
+	if err != nil {
+		return err
+	}
+	ideal.Color, ideal.Dashes = color.Gray{Y: 150}, []vg.Length{vg.Points(3), vg.Points(3)}
+	p.Add(ideal)
+	p.Legend.Add("linear", ideal)
+	var names []string
+	for _, r := range rows {
+		if !slices.Contains(names, r.Protocol) {
+			names = append(names, r.Protocol)
+		}
+	}
+	for k, name := range names {
+		var xy plotter.XYs
+		for _, r := range rows {
+			if r.Protocol == name {
+				xy = append(xy, plotter.XY{X: float64(r.Learners), Y: r.Speedup})
+			}
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return err
+		}
+		c := plotutil.Color(k)
+		line.Color, points.Color, points.Shape, line.Width = c, c, draw.CircleGlyph{}, vg.Points(1.5)
+		p.Add(line, points)
+		p.Legend.Add(name, line, points)
+	}
+	if paper {
+		band, err := plotter.NewLine(plotter.XYs{{X: 30, Y: 22}, {X: 30, Y: 28}})
+		if err != nil {
+			return err
+		}
+		band.Color, band.Width = color.RGBA{R: 200, A: 255}, vg.Points(6)
+		p.Add(band)
+		p.Legend.Add("paper: 22–28× at λ = 30", band)
+	}
+	p.X.Min, p.Y.Min = 0, 0
+	return Grid(path, [][]*plot.Plot{{p}}, 7*vg.Inch, 5*vg.Inch)
 }

@@ -1,4 +1,4 @@
-package main
+package repro
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -18,12 +17,15 @@ import (
 
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/ps"
+
+	"github.com/softsync/softsync/tools/internal/plots"
+	"github.com/softsync/softsync/tools/internal/textfmt"
 )
 
-// reproEntry is one run of softsync repro in report.json: the run report
+// Entry is one run of softsync repro in report.json: the run report
 // of softsync train --json (docs/report.md) plus the run's label, how it
 // ran and whether it diverged (docs/repro.md).
-type reproEntry struct {
+type Entry struct {
 	Run         string `json:"run"`
 	Mode        string `json:"mode"` // "real" or "sim"
 	Diverged    bool   `json:"diverged"`
@@ -38,13 +40,13 @@ type reproEntry struct {
 	lrMode   string
 }
 
-func newReproEntry(cfg *cluster.Config, r reproRun, mode string, res *cluster.Result) *reproEntry {
+func newEntry(cfg *cluster.Config, r run, mode string, res *cluster.Result) *Entry {
 	rep := cluster.NewReport(cfg, res)
 	if mode == "sim" {
 		rep.Transport = "sim"
 	}
 	rep.LRMode = r.rule // as spelled in --lr-modes
-	e := &reproEntry{Run: r.name(), Mode: mode, Report: rep, protocol: r.protocol, n: r.n, lrMode: r.rule}
+	e := &Entry{Run: r.name(), Mode: mode, Report: rep, protocol: r.protocol, n: r.n, lrMode: r.rule}
 	if r.rules {
 		e.Timing = r.timing.String()
 	}
@@ -60,51 +62,51 @@ func writeJSONFile(path string, v any) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// reproTable is table.md. In --sim mode every figure in it is a function
+// tableText is table.md. In --sim mode every figure in it is a function
 // of the flags and the seed alone.
-func reproTable(rs *reproSetup, entries []*reproEntry) string {
+func tableText(rs *Table, entries []*Entry) string {
 	var b strings.Builder
 	s := rs.sched
 	fmt.Fprintf(&b, "# softsync repro: %s, %s\n\n", rs.dataName, rs.spec.Name)
 	mode := "real: concurrent learners in one process (softsync train's job runner)"
 	ips := "images/s"
-	if rs.f.sim {
+	if rs.cfg.Sim {
 		mode = fmt.Sprintf("sim: the deterministic simulator, virtual time (compute %.2g ms per image, log-normal σ = %g; messages %g–%g µs); seed %d",
-			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, 1e6*(simLatency+simJitter), rs.f.seed)
+			1e3*simImageSeconds, simComputeSpread, 1e6*simLatency, 1e6*(simLatency+simJitter), rs.cfg.Seed)
 		ips = "images/s (virtual)"
 	}
-	if rs.f.rules {
+	if rs.cfg.Rules {
 		mode += fmt.Sprintf("; heterogeneous learners: speeds %g–%g× drawn once per learner, compute log-normal σ = %g",
 			simSlowMin, simSlowMax, simHeteroSpread)
 	}
 	fmt.Fprintf(&b, "Mode: %s.  \n", mode)
-	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, thousands(int64(rs.train.N)), thousands(int64(rs.test.N)))
+	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, textfmt.Thousands(int64(rs.train.N)), textfmt.Thousands(int64(rs.test.N)))
 	steps := "no rate steps"
 	if len(s.steps) > 0 {
 		steps = fmt.Sprintf("rate ×0.1 after epoch(s) %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.steps)), ", "), "[]"))
 	}
 	fmt.Fprintf(&b, "Schedule: %d epochs; α0 = %g, momentum %g, weight decay %g, %s.  \n", s.epochs, s.lr, s.momentum, s.decay, steps)
-	if rs.f.rules {
-		fmt.Fprintf(&b, "Runs: λ = %d learners × μ = %d under n-softsync, each rule as spelled in --lr-modes.\n", rs.f.learners, rs.f.batch)
-		b.WriteString(reproRulesTables(entries))
+	if rs.cfg.Rules {
+		fmt.Fprintf(&b, "Runs: λ = %d learners × μ = %d under n-softsync, each rule as spelled in --lr-modes.\n", rs.cfg.Learners, rs.cfg.Batch)
+		b.WriteString(rulesTables(entries))
 		b.WriteString("\n### Every run\n\n")
 	} else {
 		fmt.Fprintf(&b, "Distributed runs: λ = %d learners × μ = %d; single learner: μ = %d. α0 is the constant rate, α0/τ the staleness-aware one.\n\n",
-			rs.f.learners, rs.f.batch, rs.f.single)
+			rs.cfg.Learners, rs.cfg.Batch, rs.cfg.Single)
 	}
 	fmt.Fprintf(&b, "| run | λ × μ | test error | mean τ | max τ | updates | %s |\n|---|---|---:|---:|---:|---:|---:|\n", ips)
 	for _, e := range entries {
 		fmt.Fprintf(&b, "| %s | %d × %d | %s | %.2f | %d | %s | %s |\n", e.Run, e.Learners, e.Batch, errorText(e),
-			e.Staleness.Mean, e.Staleness.Max, thousands(int64(e.Updates)), thousands(int64(e.ImagesPerSec+0.5)))
+			e.Staleness.Mean, e.Staleness.Max, textfmt.Thousands(int64(e.Updates)), textfmt.Thousands(int64(e.ImagesPerSec+0.5)))
 	}
 	return b.String()
 }
 
-// writeReproErrorPlot draws the test error per epoch of every run, one
+// writeErrorPlot draws the test error per epoch of every run, one
 // panel per rate mode of the softsync runs; the single learner and
 // hardsync appear in each panel. The axis is logarithmic: errors of a
 // few tenths of a percent and of a diverged run share it.
-func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) error {
+func writeErrorPlot(path string, rs *Table, entries []*Entry) error {
 	var modes []string
 	for _, e := range entries {
 		if e.protocol == ps.Softsync && !slices.Contains(modes, e.lrMode) {
@@ -114,7 +116,7 @@ func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) err
 	if len(modes) == 0 {
 		modes = []string{""}
 	}
-	var plots []*plot.Plot
+	var panels []*plot.Plot
 	for _, m := range modes {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s, %s: test error", rs.dataName, rs.spec.Name)
@@ -123,8 +125,8 @@ func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) err
 		}
 		p.X.Label.Text = "epoch"
 		p.Y.Label.Text = "test error (%)"
-		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, logTicks{}
-		p.X.Tick.Marker = integerTicks{}
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plots.LogTicks{}
+		p.X.Tick.Marker = plots.IntegerTicks{}
 		p.Legend.Top = true
 		p.Add(plotter.NewGrid())
 		k := 0
@@ -167,22 +169,22 @@ func writeReproErrorPlot(path string, rs *reproSetup, entries []*reproEntry) err
 			p.Add(line, points)
 			p.Legend.Add(e.Run, line, points)
 		}
-		plots = append(plots, p)
+		panels = append(panels, p)
 	}
 	// One scale for every panel, from epoch 0.
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, p := range plots {
+	for _, p := range panels {
 		lo, hi = min(lo, p.Y.Min), max(hi, p.Y.Max)
 	}
-	for _, p := range plots {
+	for _, p := range panels {
 		p.X.Min, p.Y.Min, p.Y.Max = 0, lo, hi
 	}
-	return drawGrid(path, [][]*plot.Plot{plots}, 6*vg.Inch, 4.5*vg.Inch)
+	return plots.Grid(path, [][]*plot.Plot{panels}, 6*vg.Inch, 4.5*vg.Inch)
 }
 
-// writeReproStalenessPlot draws the staleness histogram of every softsync
+// writeStalenessPlot draws the staleness histogram of every softsync
 // run for which row returns a key, a row per key.
-func writeReproStalenessPlot(path string, entries []*reproEntry, row func(*reproEntry) (string, bool)) error {
+func writeStalenessPlot(path string, entries []*Entry, row func(*Entry) (string, bool)) error {
 	var rows [][]*plot.Plot
 	var modes []string
 	for _, e := range entries {
@@ -190,7 +192,7 @@ func writeReproStalenessPlot(path string, entries []*reproEntry, row func(*repro
 		if !ok || e.protocol != ps.Softsync || len(e.Staleness.Histogram) == 0 {
 			continue
 		}
-		p, err := histPlot(e.Report)
+		p, err := plots.Staleness(e.Report)
 		if err != nil {
 			return err
 		}
@@ -207,27 +209,5 @@ func writeReproStalenessPlot(path string, entries []*reproEntry, row func(*repro
 		p.Title.Text = "no softsync run"
 		rows = [][]*plot.Plot{{p}}
 	}
-	return drawGrid(path, rows, 4*vg.Inch, 3*vg.Inch)
-}
-
-// logTicks labels a logarithmic axis at 1, 2 and 5 times the powers of
-// ten within its range, with minor ticks at the other integer multiples.
-type logTicks struct{}
-
-func (logTicks) Ticks(lo, hi float64) []plot.Tick {
-	var ts []plot.Tick
-	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= hi; p *= 10 {
-		for m := 1; m < 10; m++ {
-			v := float64(m) * p
-			if v < lo || v > hi {
-				continue
-			}
-			t := plot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 {
-				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
-			}
-			ts = append(ts, t)
-		}
-	}
-	return ts
+	return plots.Grid(path, rows, 4*vg.Inch, 3*vg.Inch)
 }

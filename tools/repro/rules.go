@@ -1,4 +1,4 @@
-package main
+package repro
 
 import (
 	"fmt"
@@ -15,23 +15,25 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/softsync/softsync/ps/sim"
+
+	"github.com/softsync/softsync/tools/internal/plots"
 )
 
 // The rules and n values of softsync repro --rules. Parameters: FedAsync's
 // (Xie et al. 2019) a = 0.5 for poly and b = 4, a = 10 for hinge; Zheng
 // et al.'s (2017) λ = 0.04 for dc and λ = 2 for dc-adaptive.
 const (
-	defaultReproRules  = "constant,staleness,average,poly:0.5,hinge:4,10,dc:0.04,dc-adaptive:2,gap,staleness+momentum-comp"
-	defaultReproRulesN = "1,4,30"
+	DefaultRules  = "constant,staleness,average,poly:0.5,hinge:4,10,dc:0.04,dc-adaptive:2,gap,staleness+momentum-comp"
+	DefaultRulesN = "1,4,30"
 )
 
-// reproTiming is a model of the learners' compute times in the simulator.
-type reproTiming uint8
+// timing is a model of the learners' compute times in the simulator.
+type timing uint8
 
 const (
 	// timingHomogeneous: every learner at the same speed, a log-normal
 	// jitter of σ = simComputeSpread per mini-batch.
-	timingHomogeneous reproTiming = iota
+	timingHomogeneous timing = iota
 	// timingHeterogeneous: learner l's compute times are multiplied by a
 	// speed drawn once, uniformly from [simSlowMin, simSlowMax], and the
 	// jitter per mini-batch is log-normal with σ = simHeteroSpread: the
@@ -45,7 +47,7 @@ const (
 	simHeteroSpread        = 0.5
 )
 
-func (t reproTiming) String() string {
+func (t timing) String() string {
 	if t == timingHeterogeneous {
 		return "heterogeneous"
 	}
@@ -56,7 +58,7 @@ func (t reproTiming) String() string {
 // μ = batch and the speed multipliers of λ = learners (nil: all 1). The
 // speeds come from a PCG stream seeded with (seed, 0x5eed5bee), apart
 // from the simulator's own streams, in learner order.
-func (t reproTiming) model(learners, batch int, seed uint64) (sim.Dist, []float64) {
+func (t timing) model(learners, batch int, seed uint64) (sim.Dist, []float64) {
 	d := sim.Dist{Kind: sim.LogNormal, Mean: float64(batch) * simImageSeconds, Spread: simComputeSpread}
 	if t != timingHeterogeneous {
 		return d, nil
@@ -70,16 +72,16 @@ func (t reproTiming) model(learners, batch int, seed uint64) (sim.Dist, []float6
 	return d, speeds
 }
 
-// reproRulesTables is the part of table.md that --rules adds: for each
+// rulesTables is the part of table.md that --rules adds: for each
 // timing model, the test error of every rule (rows) at every n (columns),
 // then the staleness of each n (mean and max τ over the rules' runs that
 // did not diverge).
-func reproRulesTables(entries []*reproEntry) string {
+func rulesTables(entries []*Entry) string {
 	var b strings.Builder
-	for _, t := range []reproTiming{timingHomogeneous, timingHeterogeneous} {
+	for _, t := range []timing{timingHomogeneous, timingHeterogeneous} {
 		var rules []string
 		var ns []int
-		cell := map[string]*reproEntry{}
+		cell := map[string]*Entry{}
 		for _, e := range entries {
 			if e.Timing != t.String() {
 				continue
@@ -126,17 +128,17 @@ func reproRulesTables(entries []*reproEntry) string {
 	return b.String()
 }
 
-// writeReproRulesPlot draws the final test error against n, one line per
+// writeRulesPlot draws the final test error against n, one line per
 // rule, one panel per timing model; a diverged run is a cross at 100%.
 // Both axes are logarithmic, the panels share their scales.
-func writeReproRulesPlot(path string, rs *reproSetup, entries []*reproEntry) error {
-	var plots []*plot.Plot
+func writeRulesPlot(path string, rs *Table, entries []*Entry) error {
+	var panels []*plot.Plot
 	var ticks nTicks
-	for _, t := range []reproTiming{timingHomogeneous, timingHeterogeneous} {
+	for _, t := range []timing{timingHomogeneous, timingHeterogeneous} {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s, %s, %s learners", rs.dataName, rs.spec.Name, t)
 		p.X.Label.Text, p.Y.Label.Text = "n (softsync)", "final test error (%)"
-		p.X.Scale, p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogScale{}, logTicks{}
+		p.X.Scale, p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogScale{}, plots.LogTicks{}
 		p.Legend.Top = true
 		p.Add(plotter.NewGrid())
 		var rules []string
@@ -185,20 +187,20 @@ func writeReproRulesPlot(path string, rs *reproSetup, entries []*reproEntry) err
 				}
 			}
 		}
-		plots = append(plots, p)
+		panels = append(panels, p)
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, p := range plots {
+	for _, p := range panels {
 		lo, hi = min(lo, p.Y.Min), max(hi, p.Y.Max)
 	}
-	for _, p := range plots {
+	for _, p := range panels {
 		p.Y.Min, p.Y.Max = lo, hi
 		p.X.Tick.Marker = ticks
 		if len(ticks) > 0 {
 			p.X.Min, p.X.Max = slices.Min(ticks)/1.3, slices.Max(ticks)*1.3
 		}
 	}
-	return drawGrid(path, [][]*plot.Plot{plots}, 6*vg.Inch, 5*vg.Inch)
+	return plots.Grid(path, [][]*plot.Plot{panels}, 6*vg.Inch, 5*vg.Inch)
 }
 
 // nTicks labels the n values of a --rules plot.

@@ -1,4 +1,4 @@
-package main
+package repro
 
 import (
 	"context"
@@ -37,7 +37,7 @@ const (
 // epoch e is measured on the shard's weights right after it consumed its
 // (e·P)-th gradient (P mini-batches per epoch), as in a real job; the
 // last epoch's on the final weights.
-func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, error) {
+func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 	cfg := rs.jobConfig(r)
 	net, err := nn.New(rs.spec, rs.engine, nn.Config{Batch: r.batch, Workers: 1})
 	if err != nil {
@@ -97,7 +97,7 @@ func (rs *reproSetup) simRun(ctx context.Context, r reproRun) (*reproEntry, erro
 		testError = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
 		history = append(history, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: testError, Seconds: res.Time})
 	}
-	e := newReproEntry(&cfg, r, "sim", cfg.SimResult(res, history, testError))
+	e := newEntry(&cfg, r, "sim", cfg.SimResult(res, history, testError))
 	if g.diverged != nil {
 		e.Diverged, e.DivergedWhy = true, g.diverged.Error()
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -19,33 +19,33 @@ import (
 // The results of softsync bench all (bench/results.json); docs/bench.md
 // documents the schema.
 
-// benchSchema is the version of the results format; it changes when a
+// Schema is the version of the results format; it changes when a
 // field changes meaning or goes away.
-const benchSchema = 1
+const Schema = 1
 
-// benchResults is one run of softsync bench all.
-type benchResults struct {
-	Schema  int          `json:"schema"`
-	Date    time.Time    `json:"date"`    // start of the run, UTC
-	Seconds float64      `json:"seconds"` // length of the whole run
-	Quick   bool         `json:"quick"`   // --quick: tiny sizes, figures meaningless
-	Commit  benchCommit  `json:"commit"`
-	Machine benchMachine `json:"machine"`
+// Results is one run of softsync bench all.
+type Results struct {
+	Schema  int       `json:"schema"`
+	Date    time.Time `json:"date"`    // start of the run, UTC
+	Seconds float64   `json:"seconds"` // length of the whole run
+	Quick   bool      `json:"quick"`   // --quick: tiny sizes, figures meaningless
+	Commit  Commit    `json:"commit"`
+	Machine Machine   `json:"machine"`
 	// Figures are the measurements, in the order they were taken.
-	Figures []benchFigure `json:"figures"`
+	Figures []Figure `json:"figures"`
 	// Failed lists the steps that did not run or failed, with why.
-	Failed []benchFailure `json:"failed,omitempty"`
+	Failed []Failure `json:"failed,omitempty"`
 }
 
-// benchCommit is the source tree the binary was built from, as git sees
+// Commit is the source tree the binary was built from, as git sees
 // the working directory; empty outside a git work tree.
-type benchCommit struct {
+type Commit struct {
 	Hash  string `json:"hash,omitempty"`
 	Dirty bool   `json:"dirty"` // tracked files differ from Hash (bench/ and docs/performance.md aside)
 }
 
-// benchMachine is the host the figures were measured on.
-type benchMachine struct {
+// Machine is the host the figures were measured on.
+type Machine struct {
 	CPU          string   `json:"cpu"` // brand string (CPUID)
 	Vendor       string   `json:"vendor"`
 	Hypervisor   bool     `json:"hypervisor"` // a virtual machine (CPUID hypervisor bit)
@@ -65,9 +65,9 @@ type benchMachine struct {
 	LoadAfter  []float64 `json:"load_after,omitempty"`
 }
 
-// benchFigure is one measured figure and, where one exists, the same
+// Figure is one measured figure and, where one exists, the same
 // quantity measured for a reference in the same run.
-type benchFigure struct {
+type Figure struct {
 	Group  string         `json:"group"` // peak, gemm, train, train-flops, kernels, solver, transport, speedup
 	Name   string         `json:"name"`
 	Params map[string]any `json:"params,omitempty"`
@@ -78,14 +78,14 @@ type benchFigure struct {
 	// rounds", "median round"; Runs holds its one result).
 	Stat  string             `json:"stat"`
 	Runs  []float64          `json:"runs"`
-	Ref   *benchRef          `json:"reference,omitempty"`
+	Ref   *Ref               `json:"reference,omitempty"`
 	Extra map[string]float64 `json:"extra,omitempty"` // further figures of the same runs
 }
 
-// benchRef is the reference a figure is compared with. Ratio is the
+// Ref is the reference a figure is compared with. Ratio is the
 // figure's Value over the reference's Value. When the reference could not
 // be measured, Missing says why and Value and Ratio are 0.
-type benchRef struct {
+type Ref struct {
 	Name    string             `json:"name"`
 	Value   float64            `json:"value,omitempty"`
 	Unit    string             `json:"unit,omitempty"`
@@ -95,16 +95,16 @@ type benchRef struct {
 	Extra   map[string]float64 `json:"extra,omitempty"`
 }
 
-// benchFailure is a step of the run that produced no figures.
-type benchFailure struct {
+// Failure is a step of the run that produced no figures.
+type Failure struct {
 	Step   string `json:"step"`
 	Reason string `json:"reason"`
 }
 
-// compare sets f's reference to value in unit (measured, so the ratio is
+// Compare sets f's reference to value in unit (measured, so the ratio is
 // defined); a non-positive value records the reference as missing.
-func (f *benchFigure) compare(name string, value float64, unit string, runs []float64) {
-	f.Ref = &benchRef{Name: name, Value: value, Unit: unit, Runs: runs}
+func (f *Figure) Compare(name string, value float64, unit string, runs []float64) {
+	f.Ref = &Ref{Name: name, Value: value, Unit: unit, Runs: runs}
 	if value > 0 {
 		f.Ref.Ratio = f.Value / value
 	} else {
@@ -112,24 +112,24 @@ func (f *benchFigure) compare(name string, value float64, unit string, runs []fl
 	}
 }
 
-// readResults reads a results file and checks its schema version.
-func readResults(path string) (*benchResults, error) {
+// ReadResults reads a results file and checks its schema version.
+func ReadResults(path string) (*Results, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r benchResults
+	var r Results
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if r.Schema != benchSchema {
-		return nil, fmt.Errorf("%s: schema %d, this softsync reads %d", path, r.Schema, benchSchema)
+	if r.Schema != Schema {
+		return nil, fmt.Errorf("%s: schema %d, this softsync reads %d", path, r.Schema, Schema)
 	}
 	return &r, nil
 }
 
-// encodeResults returns r as indented JSON.
-func encodeResults(r *benchResults) ([]byte, error) {
+// EncodeResults returns r as indented JSON.
+func EncodeResults(r *Results) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
@@ -139,10 +139,10 @@ func encodeResults(r *benchResults) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// detectMachine describes this host and the engine the benchmarks run on.
-func detectMachine(info kernels.Info) benchMachine {
+// DetectMachine describes this host and the engine the benchmarks run on.
+func DetectMachine(info kernels.Info) Machine {
 	cpu := kernels.DetectCPU()
-	m := benchMachine{CPU: strings.TrimSpace(cpu.Brand), Vendor: cpu.Vendor, Hypervisor: cpu.Has("HYPERVISOR"),
+	m := Machine{CPU: strings.TrimSpace(cpu.Brand), Vendor: cpu.Vendor, Hypervisor: cpu.Has("HYPERVISOR"),
 		Cores: kernels.DefaultThreads(), ISAKernels: info.ISA.String(), BLASCore: info.CoreName, BLASReason: info.CoreReason,
 		BLASConfig: info.BLASConfig, Engine: info.Engine, Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		LoadBefore: loadAverage()}
@@ -176,15 +176,15 @@ func loadAverage() []float64 {
 	return l
 }
 
-// detectCommit asks git for the commit of the working directory and
+// DetectCommit asks git for the commit of the working directory and
 // whether tracked files differ from it, leaving out the files bench all
 // writes; the zero value outside a work tree or without git.
-func detectCommit() benchCommit {
+func DetectCommit() Commit {
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
-		return benchCommit{}
+		return Commit{}
 	}
-	c := benchCommit{Hash: strings.TrimSpace(string(out))}
+	c := Commit{Hash: strings.TrimSpace(string(out))}
 	st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--",
 		".", ":(exclude)bench", ":(exclude)docs/performance.md").Output()
 	c.Dirty = err != nil || len(bytes.TrimSpace(st)) > 0
