@@ -17,6 +17,7 @@
 #include "../csrc/direct512.c"
 #include "../csrc/isa.c"
 #include "../csrc/im2col.c"
+#include "../csrc/image.c"
 #include "../csrc/layers.c"
 #include "../csrc/parallel.c"
 #include "../csrc/pool.c"

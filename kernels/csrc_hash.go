@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "1ee43a99511a372aa9a30d324b3efd01658f5f3c3a8424372aef5026b93dd1bc"
+const csrcHash = "328fb357eeb0879fe3378428f1baf799adcf37bf6cdcd158d7ec2ab97fcf1277"

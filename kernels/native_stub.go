@@ -17,3 +17,6 @@ func newNative(Config, isa.Level) (Engine, Info, error) { return nil, Info{}, Er
 func RawGemmLoop(threads, m, n, k int, a, b, c []float32, reps int) (time.Duration, error) {
 	return 0, ErrNotBuilt
 }
+
+// NativeImages returns ErrNotBuilt: this build has no C kernels.
+func NativeImages() (Images, error) { return nil, ErrNotBuilt }
