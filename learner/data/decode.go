@@ -61,7 +61,9 @@ func (d *decoder) close() {
 }
 
 // isJPEG reports whether src starts with JPEG's SOI marker.
-func isJPEG(src []byte) bool { return len(src) >= 3 && src[0] == 0xff && src[1] == 0xd8 && src[2] == 0xff }
+func isJPEG(src []byte) bool {
+	return len(src) >= 3 && src[0] == 0xff && src[1] == 0xd8 && src[2] == 0xff
+}
 
 // decode decodes src; minShort > 0 lets a JPEG decode smaller, down to
 // a shorter side of minShort. The error wraps ErrImage.

@@ -125,8 +125,8 @@ func (e *Encoder) Close() {
 
 // Sampling of an encoded JPEG's chroma.
 const (
-	Sub444 = C.TJSAMP_444
-	Sub420 = C.TJSAMP_420
+	Sub444  = C.TJSAMP_444
+	Sub420  = C.TJSAMP_420
 	SubGray = C.TJSAMP_GRAY
 )
 

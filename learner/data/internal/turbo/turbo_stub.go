@@ -37,4 +37,6 @@ const (
 )
 
 // Encode returns ErrNotBuilt.
-func (*Encoder) Encode(out, _ []byte, _, _, _, _ int, _ bool) ([]byte, error) { return out, ErrNotBuilt }
+func (*Encoder) Encode(out, _ []byte, _, _, _, _ int, _ bool) ([]byte, error) {
+	return out, ErrNotBuilt
+}
