@@ -19,9 +19,13 @@ var ErrImage = errors.New("undecodable image")
 
 // RGB is a decoded image: W×H pixels of 3 bytes (red, green, blue),
 // row-major with no padding (pixel (x, y) at Pix[3·(y·W+x)]).
+//
+// SrcW×SrcH is the size of the encoded image, which a JPEG decoded at a
+// reduced DCT scale exceeds.
 type RGB struct {
-	Pix  []byte
-	W, H int
+	Pix        []byte
+	W, H       int
+	SrcW, SrcH int
 }
 
 // TurboJPEG reports whether JPEGs are decoded by libjpeg-turbo in this
@@ -78,6 +82,7 @@ func (d *decoder) decode(src []byte, minShort int) (RGB, error) {
 		}
 		w, h := turbo.ScaledSize(hd.W, hd.H, minShort)
 		img := d.alloc(w, h)
+		img.SrcW, img.SrcH = hd.W, hd.H
 		if err := d.tj.Decode(src, hd, w, h, img.Pix); err != nil {
 			return RGB{}, fmt.Errorf("%w: %w", ErrImage, err)
 		}
@@ -103,7 +108,7 @@ func (d *decoder) alloc(w, h int) RGB {
 	if cap(d.buf) < 3*w*h {
 		d.buf = make([]byte, 3*w*h)
 	}
-	return RGB{Pix: d.buf[:3*w*h], W: w, H: h}
+	return RGB{Pix: d.buf[:3*w*h], W: w, H: h, SrcW: w, SrcH: h}
 }
 
 // toRGB writes m into img (of m's size).

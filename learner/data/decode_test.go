@@ -166,8 +166,14 @@ func TestDecodeLossless(t *testing.T) {
 		{"png-rgb", col, false, func(x, y int) [3]byte { p := col.Pix[col.PixOffset(x, y):]; return [3]byte{p[0], p[1], p[2]} }},
 		{"png-alpha", nrgba, false, func(x, y int) [3]byte { p := nrgba.Pix[nrgba.PixOffset(x, y):]; return [3]byte{p[0], p[1], p[2]} }},
 		{"png-grey16", grey16, false, func(x, y int) [3]byte { v := byte(3000 * (y*6 + x) >> 8); return [3]byte{v, v, v} }},
-		{"png-paletted", pal, false, func(x, y int) [3]byte { r, g, b, _ := pal.At(x, y).RGBA(); return [3]byte{byte(r >> 8), byte(g >> 8), byte(b >> 8)} }},
-		{"gif", pal, true, func(x, y int) [3]byte { r, g, b, _ := pal.At(x, y).RGBA(); return [3]byte{byte(r >> 8), byte(g >> 8), byte(b >> 8)} }},
+		{"png-paletted", pal, false, func(x, y int) [3]byte {
+			r, g, b, _ := pal.At(x, y).RGBA()
+			return [3]byte{byte(r >> 8), byte(g >> 8), byte(b >> 8)}
+		}},
+		{"gif", pal, true, func(x, y int) [3]byte {
+			r, g, b, _ := pal.At(x, y).RGBA()
+			return [3]byte{byte(r >> 8), byte(g >> 8), byte(b >> 8)}
+		}},
 	} {
 		var buf bytes.Buffer
 		var err error
@@ -266,6 +272,10 @@ func TestDecodeBad(t *testing.T) {
 		for name, d := range decoders(t) {
 			if _, err := d.decode(tc.b, 0); !errors.Is(err, ErrImage) {
 				t.Errorf("%s %s: err = %v, want ErrImage", tc.name, name, err)
+			}
+			// The decoder still works after a failure.
+			if _, err := d.decode(good, 0); err != nil {
+				t.Errorf("%s %s: a good image after the bad one: %v", tc.name, name, err)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"iter"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // ErrConfig: a LoaderConfig or Plan field is invalid; the message names it.
@@ -82,6 +84,7 @@ func (b *Batch) Last() bool { return b.Pos == b.Chunk.Count-1 }
 // ErrEnd. A Loader is used by one goroutine; Close stops its producer.
 type Loader struct {
 	cfg    LoaderConfig
+	waited atomic.Int64 // nanoseconds Next waited for a batch
 	free   chan *Batch
 	ready  chan item
 	stop   context.CancelFunc
@@ -99,24 +102,60 @@ type item struct {
 
 // NewLoader validates cfg against ds and starts the prefetching goroutine.
 func NewLoader(ds *Dataset, cfg LoaderConfig) (*Loader, error) {
-	cfg.Plan.Images = ds.N
+	if err := checkNormalizer(ds, cfg.Normalizer); err != nil {
+		return nil, err
+	}
+	z := cfg.Normalizer
+	return startLoader(ds.N, ds.Source, ds.ImageLen(), 2, cfg, func(b *Batch, idx []int, _ int) error {
+		il := ds.ImageLen()
+		for j, img := range idx {
+			z.Fill(ds, img, b.X[j*il:(j+1)*il])
+			b.Labels[j] = ds.Labels[img]
+		}
+		return nil
+	})
+}
+
+// NewImageLoader is NewLoader over an image set: each batch is decoded
+// and augmented by a (a.Seed is set to the plan's seed) on p's threads,
+// up to depth batches ahead of the caller (≥ 1). cfg.Normalizer is
+// unused: a's Mean and Scale normalise. Memory: depth+1 batches of
+// μ·3·H·W floats, beside the pipeline's own (see Pipeline).
+func NewImageLoader(set *ImageSet, a Augment, p *Pipeline, depth int, cfg LoaderConfig) (*Loader, error) {
+	if err := a.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", set.Source(), err)
+	}
+	if depth < 1 {
+		return nil, fmt.Errorf("%w: prefetch depth must be ≥ 1, got %d", ErrConfig, depth)
+	}
+	a.Seed = cfg.Plan.Seed
+	return startLoader(set.Len(), set.Source(), a.ImageLen(), depth+1, cfg, func(b *Batch, idx []int, epoch int) error {
+		return p.Fill(set, &a, idx, epoch, b.X, b.Labels)
+	})
+}
+
+// fillFunc writes the images idx (of the given epoch) into b's X and
+// Labels.
+type fillFunc func(b *Batch, idx []int, epoch int) error
+
+// startLoader starts a loader over n images of il values each with bufs
+// batch buffers.
+func startLoader(n int, source string, il, bufs int, cfg LoaderConfig, fill fillFunc) (*Loader, error) {
+	cfg.Plan.Images = n
 	if err := cfg.Plan.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", ds.Source, err)
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	if cfg.Source == nil {
 		return nil, fmt.Errorf("%w: no Source", ErrConfig)
 	}
-	if err := checkNormalizer(ds, cfg.Normalizer); err != nil {
-		return nil, err
-	}
 	ctx, stop := context.WithCancel(context.Background())
-	l := &Loader{cfg: cfg, free: make(chan *Batch, 2), ready: make(chan item, 2), stop: stop, exited: make(chan struct{})}
-	mu, il := cfg.Plan.Batch, ds.ImageLen()
-	for range 2 {
+	l := &Loader{cfg: cfg, free: make(chan *Batch, bufs), ready: make(chan item, bufs), stop: stop, exited: make(chan struct{})}
+	mu := cfg.Plan.Batch
+	for range bufs {
 		l.free <- &Batch{X: make([]float32, mu*il), Labels: make([]int32, mu)}
 	}
-	p := &producer{ds: ds, cfg: cfg, epoch: -1,
-		base: rand.New(rand.NewPCG(cfg.Plan.Seed, 0x9e3779b97f4a7c15)).Perm(ds.N), order: make([]int, ds.N)}
+	p := &producer{n: n, fill: fill, cfg: cfg, epoch: -1,
+		base: rand.New(rand.NewPCG(cfg.Plan.Seed, 0x9e3779b97f4a7c15)).Perm(n), order: make([]int, n)}
 	go p.run(ctx, l)
 	return l, nil
 }
@@ -150,21 +189,33 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	var it item
 	select {
-	case it := <-l.ready:
-		if errors.Is(it.err, ErrIdle) {
-			return nil, it.err
+	case it = <-l.ready:
+	default:
+		start := time.Now()
+		select {
+		case it = <-l.ready:
+			l.waited.Add(int64(time.Since(start)))
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		if it.err != nil {
-			l.err = it.err
-			return nil, it.err
-		}
-		l.cur = it.b
-		return it.b, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
+	if errors.Is(it.err, ErrIdle) {
+		return nil, it.err
+	}
+	if it.err != nil {
+		l.err = it.err
+		return nil, it.err
+	}
+	l.cur = it.b
+	return it.b, nil
 }
+
+// Waited returns the time Next has spent waiting for a batch to be
+// filled (not for a chunk: an ErrIdle answer ends the wait). Safe to call
+// from any goroutine.
+func (l *Loader) Waited() time.Duration { return time.Duration(l.waited.Load()) }
 
 // Done reports that the gradient of b, the batch Next returned last, has
 // been pushed; on the last batch of a chunk it completes the chunk with
@@ -186,7 +237,8 @@ func (l *Loader) Close() {
 
 // producer is the state of the prefetching goroutine.
 type producer struct {
-	ds          *Dataset
+	n           int
+	fill        fillFunc
 	cfg         LoaderConfig
 	base, order []int // the seed's permutation; the order of epoch
 	epoch       int
@@ -223,7 +275,10 @@ func (p *producer) run(ctx context.Context, l *Loader) {
 			case <-ctx.Done():
 				return
 			}
-			p.fill(b, c, i)
+			if err := p.batch(b, c, i); err != nil {
+				send(item{err: err})
+				return
+			}
 			if !send(item{b: b}) {
 				return
 			}
@@ -231,20 +286,16 @@ func (p *producer) run(ctx context.Context, l *Loader) {
 	}
 }
 
-// fill writes batch i of chunk c into b.
-func (p *producer) fill(b *Batch, c Chunk, i int) {
+// batch writes batch i of chunk c into b.
+func (p *producer) batch(b *Batch, c Chunk, i int) error {
 	if c.Epoch != p.epoch {
 		copy(p.order, p.base)
 		shuffleEpoch(p.order, p.cfg.Plan.Seed, c.Epoch)
 		p.epoch = c.Epoch
 	}
-	mu, il := p.cfg.Plan.Batch, p.ds.ImageLen()
-	k := c.Batch(i)
-	for j, img := range p.order[k*mu : (k+1)*mu] {
-		p.cfg.Normalizer.Fill(p.ds, img, b.X[j*il:(j+1)*il])
-		b.Labels[j] = p.ds.Labels[img]
-	}
+	mu, k := p.cfg.Plan.Batch, c.Batch(i)
 	b.Epoch, b.Index, b.Chunk, b.Pos = c.Epoch, k, c, i
+	return p.fill(b, p.order[k*mu:(k+1)*mu], c.Epoch)
 }
 
 // Batches walks ds once in order, for evaluation: each step fills x with

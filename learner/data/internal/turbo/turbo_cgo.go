@@ -53,8 +53,15 @@ func (d *Decoder) Close() {
 	}
 }
 
+// err returns the error of the last call and replaces the handle: one
+// that failed mid-stream may not decode the next image right.
 func (d *Decoder) err(what string) error {
-	return fmt.Errorf("%w: %s: %s", ErrDecode, what, C.GoString(C.tjGetErrorStr2(d.h)))
+	err := fmt.Errorf("%w: %s: %s", ErrDecode, what, C.GoString(C.tjGetErrorStr2(d.h)))
+	if h := C.tjInitDecompress(); h != nil {
+		C.tjDestroy(d.h)
+		d.h = h
+	}
+	return err
 }
 
 // Header reads jpeg's size and colour space.
@@ -98,8 +105,18 @@ func (d *Decoder) Decode(jpeg []byte, hd Header, sw, sh int, dst []byte) error {
 }
 
 // complete reports whether the last call's failure was only a warning on
-// data that holds a whole image.
-func (d *Decoder) complete(jpeg []byte) bool { return C.ss_tj_warning(d.h) != 0 && hasEOI(jpeg) }
+// data that holds a whole image (the handle is fresh after a warning, as
+// after an error).
+func (d *Decoder) complete(jpeg []byte) bool {
+	if C.ss_tj_warning(d.h) != 0 && hasEOI(jpeg) {
+		if h := C.tjInitDecompress(); h != nil {
+			C.tjDestroy(d.h)
+			d.h = h
+		}
+		return true
+	}
+	return false
+}
 
 // Encoder is a TurboJPEG compressor handle.
 type Encoder struct{ h C.tjhandle }
