@@ -306,7 +306,8 @@ float ss_softmax_xent(int n, int k, const float *logits, const int *labels,
  * coef[i*taps + t] * source pixel start[i] + t, in fixed point with
  * SS_IMG_BITS fraction bits (each output's coefficients sum to
  * 1 << SS_IMG_BITS), rounded to nearest and clamped to 0..255. start is
- * non-decreasing and every tap lies inside the source. A crop is an axis
+ * non-decreasing, every len[i] is taps (with zero coefficients where
+ * needed) and every tap lies inside the source. A crop is an axis
  * of only the outputs wanted.
  *
  * Images are packed RGB bytes, row-major, no padding. The horizontal pass

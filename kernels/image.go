@@ -35,31 +35,52 @@ func NewResizeAxis(in, out, lo, n int) *ResizeAxis {
 	scale := float64(in) / float64(out)
 	fs := max(scale, 1)
 	support := fs // bilinear's support is 1, widened by the scale
-	taps := int(math.Ceil(support))*2 + 1
-	a := &ResizeAxis{In: in, Out: out, Lo: lo, N: n, Taps: taps,
-		Start: make([]int32, n), Len: make([]int32, n), Coef: make([]int32, n*taps)}
-	w := make([]float64, taps)
+	type span struct {
+		x0 int
+		k  []float64
+	}
+	spans := make([]span, n)
+	maxTaps := int(math.Ceil(support))*2 + 1
+	weights := make([]float64, n*maxTaps) // one backing array for every span
+	taps := 1
 	for i := range n {
 		center := (float64(lo+i) + 0.5) * scale
 		x0 := max(int(center-support+0.5), 0)
 		x1 := min(int(center+support+0.5), in)
+		k := weights[i*maxTaps : i*maxTaps+x1-x0]
 		var sum float64
-		k := w[:x1-x0]
 		for t := range k {
 			v := math.Abs((float64(x0+t) - center + 0.5) / fs)
 			k[t] = max(1-v, 0)
 			sum += k[t]
 		}
-		// Trim zero weights at both ends, so that every tap counts.
+		for t := range k {
+			k[t] /= sum
+		}
+		// Trim zero weights at both ends.
 		for len(k) > 1 && k[len(k)-1] == 0 {
 			k = k[:len(k)-1]
 		}
 		for len(k) > 1 && k[0] == 0 {
 			k, x0 = k[1:], x0+1
 		}
-		a.Start[i], a.Len[i] = int32(x0), int32(len(k))
-		for t, v := range k {
-			a.Coef[i*taps+t] = int32(math.Round(v / sum * (1 << ImageBits)))
+		spans[i] = span{x0, k}
+		taps = max(taps, len(k))
+	}
+	// Every output gets exactly taps taps (zeros added after its own,
+	// or before them at the far edge), so that the kernels run loops of
+	// one fixed length.
+	a := &ResizeAxis{In: in, Out: out, Lo: lo, N: n, Taps: taps,
+		Start: make([]int32, n), Len: make([]int32, n), Coef: make([]int32, n*taps)}
+	for i, sp := range spans {
+		x0, pad := sp.x0, 0
+		if x0+taps > in {
+			pad = x0 + taps - in
+			x0 = in - taps
+		}
+		a.Start[i], a.Len[i] = int32(x0), int32(taps)
+		for t, v := range sp.k {
+			a.Coef[i*taps+pad+t] = int32(math.Round(v * (1 << ImageBits)))
 		}
 	}
 	return a
@@ -74,7 +95,7 @@ func (a *ResizeAxis) rows() (lo, hi int) {
 // axes x (columns) and y (rows).
 func ImageTmpLen(x, y *ResizeAxis) int {
 	lo, hi := y.rows()
-	return (hi-lo)*3*x.N + 3*x.N*4 + 4
+	return (hi-lo)*3*x.N + 3*x.N*5 + 4
 }
 
 // Images are the image kernels of the data pipeline, over packed RGB

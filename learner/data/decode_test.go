@@ -209,14 +209,14 @@ func TestDecodeLossless(t *testing.T) {
 // for a much shorter side decodes at the smallest M/8 factor that keeps
 // it, close to the full decode shrunk to that size.
 func TestDecodeScaled(t *testing.T) {
-	if w, h := turbo.ScaledSize(500, 375, 256); w != 375 || h != 282 { // 6/8
-		t.Fatalf("ScaledSize(500, 375, 256) = %d×%d, want 375×282", w, h)
+	if w, h := turbo.ScaledSize(500, 375, 256); w != 500 || h != 375 { // 1/2 is too small
+		t.Fatalf("ScaledSize(500, 375, 256) = %d×%d, want 500×375", w, h)
 	}
 	if w, h := turbo.ScaledSize(64, 48, 0); w != 64 || h != 48 {
 		t.Fatalf("ScaledSize without target = %d×%d", w, h)
 	}
-	if w, h := turbo.ScaledSize(2000, 1600, 100); w != 250 || h != 200 { // 1/8
-		t.Fatalf("ScaledSize(2000, 1600, 100) = %d×%d, want 250×200", w, h)
+	if w, h := turbo.ScaledSize(2000, 1600, 300); w != 500 || h != 400 { // 1/4
+		t.Fatalf("ScaledSize(2000, 1600, 300) = %d×%d, want 500×400", w, h)
 	}
 	file := encodeJPEG(t, smooth(160, 120), 95)
 	for name, d := range decoders(t) {

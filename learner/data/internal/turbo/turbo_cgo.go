@@ -82,6 +82,10 @@ func (d *Decoder) Header(jpeg []byte) (Header, error) {
 // marker (a truncated file); libjpeg-turbo's other warnings (extraneous
 // bytes before a marker, say) leave a complete image.
 func (d *Decoder) Decode(jpeg []byte, hd Header, sw, sh int, dst []byte) error {
+	return d.decodeFlags(jpeg, hd, sw, sh, dst, C.TJFLAG_FASTUPSAMPLE)
+}
+
+func (d *Decoder) decodeFlags(jpeg []byte, hd Header, sw, sh int, dst []byte, flags int) error {
 	if len(dst) < 3*sw*sh {
 		panic(fmt.Sprintf("turbo.Decode: dst has %d bytes, need %d", len(dst), 3*sw*sh))
 	}
@@ -92,13 +96,13 @@ func (d *Decoder) Decode(jpeg []byte, hd Header, sw, sh int, dst []byte) error {
 			d.cmyk = make([]byte, 4*sw*sh)
 		}
 		k := d.cmyk[:4*sw*sh]
-		if C.tjDecompress2(d.h, src, n, (*C.uchar)(&k[0]), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_cmyk(), 0) != 0 && !d.complete(jpeg) {
+		if C.tjDecompress2(d.h, src, n, (*C.uchar)(&k[0]), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_cmyk(), C.int(flags)) != 0 && !d.complete(jpeg) {
 			return d.err("decode")
 		}
 		CMYKToRGB(k, dst[:3*sw*sh])
 		return nil
 	}
-	if C.tjDecompress2(d.h, src, n, (*C.uchar)(unsafe.Pointer(&dst[0])), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_rgb(), 0) != 0 && !d.complete(jpeg) {
+	if C.tjDecompress2(d.h, src, n, (*C.uchar)(unsafe.Pointer(&dst[0])), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_rgb(), C.int(flags)) != 0 && !d.complete(jpeg) {
 		return d.err("decode")
 	}
 	return nil
