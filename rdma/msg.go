@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"sync"
 	"unsafe"
+
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // Type is a message's kind. The transport gives meaning only to the types
@@ -17,7 +19,7 @@ const (
 	// TypeReserved is the first type reserved for the transport.
 	TypeReserved Type = 0xf0
 	// TypeError carries an error report for the receiver in Data (UTF-8
-	// text); see NewErrorMsg and Msg.Err.
+	// text, then the codes of its sentinels); see NewErrorMsg and Msg.Err.
 	TypeError Type = 0xff
 )
 
@@ -205,20 +207,22 @@ func sizeClass(n int) int {
 	return bits.Len(uint(n - 1))
 }
 
-// NewErrorMsg returns a TypeError message carrying err's text, for
-// reporting a rejected message to the peer that sent it.
+// NewErrorMsg returns a TypeError message carrying err, for reporting a
+// rejected message to the peer that sent it: its text and the codes of
+// the registered sentinels it matches (errcode.Append; docs/wire.md).
 func NewErrorMsg(err error) *Msg {
 	m := NewMsg(0)
 	m.Type = TypeError
-	m.Data = append(m.Data, err.Error()...)
+	m.Data = errcode.Append(m.Data, err)
 	return m
 }
 
 // Err returns, for a TypeError message, an error matching ErrRemote with
-// the peer's text; nil for any other type.
+// the peer's text, which matches too every sentinel whose code the peer
+// sent and this process knows (errcode.Parse); nil for any other type.
 func (m *Msg) Err() error {
 	if m.Type != TypeError {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrRemote, m.Data)
+	return fmt.Errorf("%w: %w", ErrRemote, errcode.Parse(m.Data))
 }

@@ -811,8 +811,8 @@ func (l *simLearner) command(m ctl) {
 	case tStop:
 		var st stop
 		decodeInto(m, &st)
-		if st.Err != "" {
-			l.fail("stopped: " + st.Err)
+		if st.Text != "" {
+			l.fail("stopped: " + st.Text)
 		} else {
 			l.dead = true // the job is over
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // Checkpoints of a job (ps/checkpoint, docs/checkpoint.md): the
@@ -75,10 +76,12 @@ type ckptOrder struct {
 	Version uint64 `json:"version"`
 }
 
+// ckptReport: a shard server wrote its files of a version, or failed
+// with its error (err and err_codes, package errcode).
 type ckptReport struct {
 	Version uint64               `json:"version"`
 	Files   []checkpoint.FileSum `json:"files"`
-	Err     string               `json:"err,omitempty"`
+	errcode.Wire
 }
 
 // writeShards writes the shards of srv into version v of store and

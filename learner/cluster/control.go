@@ -11,6 +11,7 @@ import (
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // The control protocol: every role keeps one connection to the
@@ -206,13 +207,17 @@ type addr struct {
 	Addr  string `json:"addr"`
 }
 
+// stop: the job is over. Its error (err and err_codes, package errcode:
+// its text and the codes of the sentinels it matches) says why it
+// failed; none: it ended well.
 type stop struct {
-	Err         string `json:"err,omitempty"`         // the job failed: why
-	Interrupted bool   `json:"interrupted,omitempty"` // the job was interrupted: stop now, report what was done
+	errcode.Wire
+	Interrupted bool `json:"interrupted,omitempty"` // the job was interrupted: stop now, report what was done
 }
 
+// failure: the role failed with its error (err and err_codes).
 type failure struct {
-	Err string `json:"err"`
+	errcode.Wire
 }
 
 // Settings are the flags that define a job, by flag name (without the
@@ -390,4 +395,23 @@ func decodeCtrl(t rdma.Type, b []byte) (any, error) {
 		return nil, nil
 	}
 	return v, decode(t, b, v)
+}
+
+// why returns the reason of a stop that refuses a process: its error, or
+// one that says none was given.
+func (s *stop) why() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return errors.New("no reason given")
+}
+
+// jobFailed returns err, the job's failure as the coordinator reported
+// it, as a role's error: matching ErrJobFailed (as it does already when
+// the coordinator failed the job).
+func jobFailed(err error) error {
+	if errors.Is(err, ErrJobFailed) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrJobFailed, err)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // ctrlPair returns the two ends of a control connection over a network
@@ -101,7 +102,7 @@ func TestControlParts(t *testing.T) {
 				t.Errorf("messages seen: %v", seen)
 			}
 			// A small message after the large ones, as before.
-			if err := a.send(ctx, tStop, stop{Err: "x"}); err != nil {
+			if err := a.send(ctx, tStop, stop{Wire: errcode.Wire{Text: "x"}}); err != nil {
 				t.Fatal(err)
 			}
 			if typ, msg, err := b.recv(ctx); err != nil || typ != tStop || string(msg) != `{"err":"x"}` {

@@ -13,6 +13,7 @@ import (
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // The coordinator's protocol is a deterministic core in the style of
@@ -357,7 +358,7 @@ func (c *core) onMsg(ev event) {
 			err = c.register(ev.conn, ev.peer, h)
 		}
 		if err != nil {
-			c.send(ev.conn, tStop, stop{Err: err.Error()})
+			c.send(ev.conn, tStop, stop{Wire: errcode.Encode(err)})
 			c.close(ev.conn)
 			if errors.Is(err, ErrRendezvous) {
 				c.fail(err)
@@ -650,7 +651,7 @@ func (c *core) serverMsg(conn connID, id int, t rdma.Type, msg any) {
 	case tConsumed:
 		c.verify(id, s, msg.(*consumed))
 	case tFail:
-		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, s.proc, msg.(*failure).Err))
+		c.fail(fmt.Errorf("%w: %s: %w", ErrJobFailed, s.proc, msg.(*failure).Err()))
 	default:
 		c.fail(fmt.Errorf("%w: message %#x from %s", ErrProtocol, t, s.proc))
 	}
@@ -680,7 +681,7 @@ func (c *core) learnerMsg(conn connID, id int, t rdma.Type, msg any) {
 	case tWhere:
 		c.whereWaits = append(c.whereWaits, whereWait{conn, msg.(*where).Shard})
 	case tFail:
-		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, l.proc, msg.(*failure).Err))
+		c.fail(fmt.Errorf("%w: %s: %w", ErrJobFailed, l.proc, msg.(*failure).Err()))
 	default:
 		c.fail(fmt.Errorf("%w: message %#x from learner %d", ErrProtocol, t, id))
 	}
@@ -697,7 +698,7 @@ func (c *core) evalMsg(conn connID, t rdma.Type, msg any) {
 	case tWhere:
 		c.whereWaits = append(c.whereWaits, whereWait{conn, msg.(*where).Shard})
 	case tFail:
-		c.fail(fmt.Errorf("%w: %s: %s", ErrJobFailed, c.eval.proc, msg.(*failure).Err))
+		c.fail(fmt.Errorf("%w: %s: %w", ErrJobFailed, c.eval.proc, msg.(*failure).Err()))
 	default:
 		c.fail(fmt.Errorf("%w: message %#x from the evaluator", ErrProtocol, t))
 	}
@@ -970,7 +971,7 @@ func (c *core) serverLost(id int, s *serverState, err error) {
 // part of a running checkpoint round.
 func (c *core) serverGone(id int, s *serverState) {
 	if r := c.ckpt.round; r != nil && r.waiting[id] {
-		c.checkpointed(id, ckptReport{Version: r.version, Err: "lost during the checkpoint"})
+		c.checkpointed(id, ckptReport{Version: r.version, Wire: errcode.Wire{Text: "lost during the checkpoint"}})
 	}
 }
 
@@ -1135,7 +1136,7 @@ func (c *core) over() (*Result, error, bool) {
 func (c *core) stopAll(err error) {
 	msg := stop{}
 	if err != nil && !errors.Is(err, ErrInterrupted) { // an interrupted job stops well
-		msg.Err = err.Error()
+		msg.Wire = errcode.Encode(err)
 	}
 	// Interrupted before it started: the processes waiting for their
 	// welcome stop as interrupted.

@@ -112,8 +112,8 @@ func (c *core) checkpointed(id int, rep ckptReport) {
 		return
 	}
 	delete(r.waiting, id)
-	if rep.Err != "" {
-		r.err = errors.Join(r.err, fmt.Errorf("shard server %d: %s", id, rep.Err))
+	if err := rep.Err(); err != nil {
+		r.err = errors.Join(r.err, fmt.Errorf("shard server %d: %w", id, err))
 	}
 	r.files = append(r.files, rep.Files...)
 	c.maybeCommit()

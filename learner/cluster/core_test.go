@@ -193,7 +193,7 @@ func TestCoreRendezvous(t *testing.T) {
 	// Another learner with other settings is refused, and fails the job.
 	bad := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Settings: Settings{"lr": "0.2"}})
 	m := h.expect(bad, tStop)
-	if !strings.Contains(m[0].v.(stop).Err, "--lr") || !h.shut[bad] {
+	if st := m[0].v.(stop); !strings.Contains(st.Text, "--lr") || !errors.Is(st.Err(), ErrRendezvous) || !h.shut[bad] {
 		t.Errorf("stop %+v, closed %v: want the flag named and the connection closed", m[0].v, h.shut[bad])
 	}
 	if !h.rd.done || !errors.Is(h.rd.err, ErrRendezvous) {
@@ -617,7 +617,7 @@ func TestCoreRejoinSameCoordinator(t *testing.T) {
 	}
 	h.lost(j.lrn[1]) // removed
 	late := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true})
-	if m := h.expect(late, tStop); !strings.Contains(m[0].v.(stop).Err, "removed") || h.rd.done {
+	if m := h.expect(late, tStop); !strings.Contains(m[0].v.(stop).Text, "removed") || h.rd.done {
 		t.Errorf("stop %+v, job done %v", m[0].v, h.rd.done)
 	}
 }

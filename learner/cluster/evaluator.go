@@ -12,6 +12,7 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // EvaluatorConfig configures the evaluator role.
@@ -85,7 +86,7 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 				return nil, serr
 			}
 		case <-time.After(stopGrace):
-			cc.send(context.Background(), tFail, failure{Err: err.Error()})
+			cc.send(context.Background(), tFail, failure{errcode.Encode(err)})
 		}
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	case t == tStop:
 		var s stop
 		decode(t, b, &s)
-		err = fmt.Errorf("%w: the coordinator refused %s: %s", ErrRendezvous, m.Process, s.Err)
+		err = fmt.Errorf("%w: the coordinator refused %s: %w", ErrRendezvous, m.Process, s.why())
 		if s.Interrupted {
 			err = fmt.Errorf("%w: %s: the job was interrupted before it started", ErrInterrupted, m.Process)
 		}
@@ -218,8 +218,8 @@ func stopErr(t rdma.Type, b []byte) error {
 		return err
 	}
 	switch {
-	case s.Err != "":
-		return fmt.Errorf("%w: %s", ErrJobFailed, s.Err)
+	case s.Text != "":
+		return jobFailed(s.Err())
 	case s.Interrupted:
 		return fmt.Errorf("%w before the job started", ErrInterrupted)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // ServerConfig configures a shard-server role.
@@ -95,7 +96,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	srv, err := ps.NewServer(pcfg)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
-		cc.send(context.Background(), tFail, failure{Err: err.Error()})
+		cc.send(context.Background(), tFail, failure{errcode.Encode(err)})
 		return err
 	}
 	r.srv = srv
@@ -256,9 +257,9 @@ func (r *serverRole) commands(ctx context.Context) error {
 			go func() {
 				rep := ckptReport{Version: o.Version}
 				if cfg.Checkpoints == nil {
-					rep.Err = "no checkpoint folder (--checkpoint-dir)"
+					rep.Text = "no checkpoint folder (--checkpoint-dir)"
 				} else if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, o.Version); err != nil {
-					rep.Err = err.Error()
+					rep.Wire = errcode.Encode(err)
 				} else {
 					rep.Files = sums
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // LearnerConfig configures a learner role.
@@ -83,7 +84,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		if jobErr := r.jobError(); jobErr != nil {
 			return jobErr
 		}
-		r.ctrl().send(context.Background(), tFail, failure{Err: err.Error()})
+		r.ctrl().send(context.Background(), tFail, failure{errcode.Encode(err)})
 		return err
 	}
 	return nil
@@ -395,7 +396,7 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 			case st.Interrupted:
 				r.flush(ctx, true) // what was done, before the learner stops
 				r.setErr(ErrInterrupted)
-			case st.Err != "":
+			case st.Text != "":
 				r.setErr(stopErr(t, b))
 			}
 			return

@@ -3,8 +3,9 @@
 // parameter vector (Segment, ValidateLayout) and the configuration error
 // that names the offending field (FieldError, ErrInvalidConfig).
 //
-// It imports nothing of softsync, so that a network (package nn) can
-// describe its parameters without importing the solver or the server.
+// It imports nothing of softsync but the registry of error codes
+// (rdma/errcode, a leaf), so that a network (package nn) can describe its
+// parameters without importing the solver or the server.
 package param
 
 import (

@@ -588,12 +588,14 @@ func topKFailedSend(t *testing.T, f Factory) bool {
 
 func testErrorMsg(t *testing.T, f Factory) {
 	c, s := pair(t, f, rdma.Options{})
-	send(t, c, rdma.NewErrorMsg(errors.New("gradient has 3 elements, want 5")))
+	send(t, c, rdma.NewErrorMsg(fmt.Errorf("%w: gradient has 3 elements, want 5", rdma.ErrBadLength)))
 	m := recv(t, s)
 	defer m.Release()
+	// The peer's text, and the identity of its sentinel (package errcode).
 	err := m.Err()
-	if m.Type != rdma.TypeError || !errors.Is(err, rdma.ErrRemote) || !strings.Contains(err.Error(), "3 elements, want 5") {
-		t.Fatalf("type %d, error %v", m.Type, err)
+	if want := "rdma: error reported by peer: " + rdma.ErrBadLength.Error() + ": gradient has 3 elements, want 5"; m.Type != rdma.TypeError ||
+		!errors.Is(err, rdma.ErrRemote) || !errors.Is(err, rdma.ErrBadLength) || errors.Is(err, rdma.ErrCorrupt) || err.Error() != want {
+		t.Fatalf("type %d, error %q (want %q, matching ErrRemote and ErrBadLength)", m.Type, err, want)
 	}
 	ok := rdma.NewMsg(1)
 	defer ok.Release()

@@ -423,10 +423,11 @@ func (rs *Table) realRun(ctx context.Context, r run) (*Entry, error) {
 }
 
 // diverged reports whether a job failed because its loss or a gradient
-// became NaN or infinite, or its updates kept being refused.
+// became NaN or infinite, or its updates kept being refused: errors of a
+// learner's or a shard's that keep their identity on their way to the
+// coordinator (docs/wire.md, "Errors between processes").
 func diverged(err error) bool {
-	return errors.Is(err, learner.ErrDiverged) || strings.Contains(err.Error(), ps.ErrNonFinite.Error()) ||
-		strings.Contains(err.Error(), ps.ErrDiverged.Error())
+	return errors.Is(err, learner.ErrDiverged) || errors.Is(err, ps.ErrNonFinite) || errors.Is(err, ps.ErrDiverged)
 }
 
 // errorText is a run's test error for logs and the table.

@@ -1,11 +1,19 @@
 package repro
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"slices"
 	"testing"
 
+	"github.com/softsync/softsync/learner"
+	"github.com/softsync/softsync/learner/cluster"
+	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/ps/sim"
+	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 func TestParseRules(t *testing.T) {
@@ -70,5 +78,31 @@ func TestReproTimingHeterogeneous(t *testing.T) {
 	}
 	if d, s := timingHomogeneous.model(30, 4, 7); s != nil || d.Spread != simComputeSpread {
 		t.Errorf("homogeneous: %+v, %v", d, s)
+	}
+}
+
+// TestDiverged: a job's failure is a divergence by the identity of its
+// cause, as it reaches the coordinator from another process (its text
+// and codes, package errcode), never by its text alone.
+func TestDiverged(t *testing.T) {
+	remote := func(err error) error { // as the coordinator fails a job with a learner's failure
+		return fmt.Errorf("%w: learner 1 on h, pid 7: %w", cluster.ErrJobFailed, errcode.Encode(err).Err())
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{remote(fmt.Errorf("learner 1 step 2: %w: ps shard 0: %w: element 7 is +Inf", ps.ErrRejected, ps.ErrNonFinite)), true},
+		{remote(fmt.Errorf("learner 1 step 9: %w: %w", learner.ErrDiverged, ps.ErrDiverged)), true},
+		{remote(fmt.Errorf("learner 0 step 4: loss NaN: %w", learner.ErrDiverged)), true},
+		{fmt.Errorf("learner 0 step 4: loss NaN: %w", learner.ErrDiverged), true},
+		// The same words without the identity: an error about a file, say.
+		{remote(errors.New("ps shard 0: " + ps.ErrNonFinite.Error())), false},
+		{remote(fmt.Errorf("read %s: %w", ps.ErrDiverged.Error(), io.ErrUnexpectedEOF)), false},
+		{remote(fmt.Errorf("learner 0: %w", rdma.ErrClosed)), false},
+	} {
+		if got := diverged(tc.err); got != tc.want {
+			t.Errorf("diverged(%q) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
