@@ -33,6 +33,11 @@ type CoordinatorConfig struct {
 	// Rendezvous, if > 0, fails the job when some process has not arrived
 	// after that long.
 	Rendezvous time.Duration
+	// WaitWarn is how long the rendezvous lasts before the coordinator
+	// warns that it still waits, naming who is missing, and again each
+	// time it has lasted as long once more (0: DefaultWaitWarn); until
+	// then it says so at debug level only.
+	WaitWarn time.Duration
 	// Checkpoints, if set, is where the job's checkpoints go (see
 	// checkpoint.go): every CheckpointEvery mini-batches or
 	// CheckpointInterval (0: not), when the job is interrupted, and when a
@@ -108,10 +113,10 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 }
 
 // tickEvery is how often the core's clock ticks: the granularity of the
-// heartbeat and the rendezvous deadline.
+// heartbeat, the rendezvous deadline and its warnings.
 func (c *Coordinator) tickEvery() time.Duration {
 	every := time.Second
-	for _, d := range []time.Duration{c.cfg.Heartbeat, c.cfg.Rendezvous} {
+	for _, d := range []time.Duration{c.cfg.Heartbeat, c.cfg.Rendezvous, c.cfg.WaitWarn} {
 		if d > 0 {
 			every = min(every, max(d/4, 10*time.Millisecond))
 		}

@@ -133,9 +133,9 @@ type core struct {
 	// learners had rejoinGrace to say which chunks they hold (see
 	// dispatch).
 	rejoin      bool
-	dispatching bool // chunks are handed out
-	lastWaitLog time.Time
-	err         error // the job failed
+	dispatching bool    // chunks are handed out
+	waitLog     waitLog // the rendezvous's
+	err         error   // the job failed
 
 	conns    map[connID]*connState
 	servers  []*serverState
@@ -248,7 +248,7 @@ func newCore(cfg CoordinatorConfig, firstVersion uint64) (*core, error) {
 	c := &core{cfg: cfg, disp: disp, total: int64(cfg.Plan.Total()), per: cfg.Plan.BatchesPerEpoch(),
 		conns: map[connID]*connState{}, servers: make([]*serverState, len(cfg.Servers)),
 		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), pushes: make([]uint64, n),
-		givenUp: make([]uint64, n)}
+		givenUp: make([]uint64, n), waitLog: waitLog{warn: cfg.WaitWarn}}
 	for i := range c.learners {
 		c.learners[i] = &learnerState{}
 	}
@@ -280,8 +280,11 @@ func (c *core) step(ev event, now time.Time) ready {
 	if c.ended {
 		return c.rd
 	}
-	if c.rendezvousBy.IsZero() && c.cfg.Rendezvous > 0 && !c.started {
-		c.rendezvousBy = now.Add(c.cfg.Rendezvous)
+	if !c.started {
+		if c.rendezvousBy.IsZero() && c.cfg.Rendezvous > 0 {
+			c.rendezvousBy = now.Add(c.cfg.Rendezvous)
+		}
+		c.waitLog.begin(now)
 	}
 	switch ev.kind {
 	case evMsg:
@@ -1007,16 +1010,16 @@ func (c *core) catchUp(s *serverState) {
 }
 
 // onTick fails a rendezvous that takes too long (logging who is missing
-// every 5 seconds meanwhile), removes learners silent for longer than the
+// meanwhile: at debug level, and as a warning once it lasts longer than
+// WaitWarn), removes learners silent for longer than the
 // heartbeat, fails the job when a lost shard server has not come back in
 // time, and starts a checkpoint when one is due.
 func (c *core) onTick() {
 	if !c.started {
 		if !c.rendezvousBy.IsZero() && !c.now.Before(c.rendezvousBy) {
 			c.fail(fmt.Errorf("%w: after %v, still waiting for %s", ErrRendezvous, c.cfg.Rendezvous, c.missing()))
-		} else if c.now.Sub(c.lastWaitLog) >= 5*time.Second {
-			c.log(slog.LevelInfo, "waiting at rendezvous", "for", c.missing())
-			c.lastWaitLog = c.now
+		} else if level, ok := c.waitLog.next(c.now); ok {
+			c.log(level, "waiting at rendezvous", "for", c.missing(), "waited", c.waitLog.waited(c.now))
 		}
 	}
 	for _, s := range c.servers {

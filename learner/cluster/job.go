@@ -123,6 +123,11 @@ type Config struct {
 	// have to arrive (0: no bound); Rendezvous also bounds every role's
 	// wait for the coordinator (Member.Rendezvous).
 	Heartbeat, Rendezvous time.Duration
+	// WaitWarn is how long a wait at start-up is normal, logged at debug
+	// level, before it is a warning: the coordinator's for the processes
+	// and each role's for the coordinator (CoordinatorConfig.WaitWarn,
+	// Member.WaitWarn; 0: DefaultWaitWarn).
+	WaitWarn time.Duration
 	// OnServe and OnClient, if set, receive the live ps.Server of the
 	// job's shard server and each learner's ps.Client as they start, for
 	// their counters (see ServerConfig.OnServe, LearnerConfig.OnClient).
@@ -189,6 +194,8 @@ func (c *Config) ValidateSettings() error {
 		return param.Fieldf("Heartbeat", "must be ≥ 0 (0: none), got %v", c.Heartbeat)
 	case c.Rendezvous < 0:
 		return param.Fieldf("Rendezvous", "must be ≥ 0 (0: none), got %v", c.Rendezvous)
+	case c.WaitWarn < 0:
+		return param.Fieldf("WaitWarn", "must be ≥ 0 (0: %v), got %v", DefaultWaitWarn, c.WaitWarn)
 	case c.TrainSubset < 0:
 		return param.Fieldf("TrainSubset", "must be ≥ 0 (0: all), got %d", c.TrainSubset)
 	case c.TestSubset < 0:

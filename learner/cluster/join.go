@@ -25,6 +25,11 @@ type Member struct {
 	// Rendezvous bounds the wait for the coordinator to answer (0: until
 	// ctx ends).
 	Rendezvous time.Duration
+	// WaitWarn is how long the member dials a coordinator that does not
+	// listen yet before it warns, and again each time it has waited as
+	// long once more (0: DefaultWaitWarn); until then it says so at debug
+	// level only: processes start at different times.
+	WaitWarn time.Duration
 	// PSTimeout bounds how long a learner or the evaluator tries to reach
 	// a shard server again after its connection failed (the server may be
 	// restarting), with backoff, before it fails naming the shard and the
@@ -118,11 +123,12 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 		defer cancel()
 	}
 	log := m.log()
-	lastLog := time.Time{}
+	wait := waitLog{warn: m.WaitWarn}
+	wait.begin(time.Now())
 	conn, err := m.dial(ctx, m.Coordinator, func(err error) {
-		if time.Since(lastLog) > 5*time.Second {
-			log.Info("waiting for the coordinator", "addr", m.Coordinator, "me", m.Process.String(), "err", err)
-			lastLog = time.Now()
+		now := time.Now()
+		if level, ok := wait.next(now); ok {
+			log.Log(ctx, level, "waiting for the coordinator", "addr", m.Coordinator, "me", m.Process.String(), "waited", wait.waited(now), "err", err)
 		}
 	})
 	switch {

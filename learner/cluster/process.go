@@ -124,7 +124,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		}
 		coord, err := NewCoordinator(CoordinatorConfig{Settings: settings, Plan: plan, Learners: cfg.Learners,
 			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
-			Rendezvous: cfg.Rendezvous, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
+			Rendezvous: cfg.Rendezvous, WaitWarn: cfg.WaitWarn, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
 			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
 			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult)})
 		if err != nil {
@@ -150,7 +150,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if j.coord != nil { // the coordinator in this process bounds the rendezvous, naming who is missing
 			rendezvous = 0
 		}
-		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: rendezvous,
+		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: rendezvous, WaitWarn: cfg.WaitWarn,
 			PSTimeout: cfg.PSTimeout, Locate: p.Locate, Logger: cfg.Logger,
 			Process: Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()}}
 	}
