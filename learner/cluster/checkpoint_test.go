@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
@@ -63,5 +66,54 @@ func TestLoadResumeNonFinite(t *testing.T) {
 	write(4, func(s *checkpoint.Shard) { s.Weights[0] = float32(math.Inf(1)) }) // the store keeps the newest two: both bad
 	if _, skipped, err := LoadResume(store, nil, nil, total, 1); !errors.Is(err, checkpoint.ErrNone) || len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "weights element 0 (flat index 0) is +Inf") {
 		t.Fatalf("resume from bad versions only: %v, skipped %v", err, skipped)
+	}
+}
+
+// TestCheckpointFailuresReported: a job whose first checkpoint cannot be
+// written (its version's folder cannot be made: a file holds its name)
+// goes on, writes the next ones, and its result and report count the
+// failure with its version, epoch, time and error, not only a log line.
+func TestCheckpointFailuresReported(t *testing.T) {
+	train, test := mnistSubset(t, 512, 64)
+	dir := t.TempDir()
+	store, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := store.VersionDir(1)
+	if err := os.WriteFile(blocked, []byte("not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 1, Batch: 16, Epochs: 1, Seed: 1,
+		Protocol: ps.Hardsync, N: 1, Shards: 2, Checkpoints: store, CheckpointEvery: 10, Report: 2 * time.Millisecond,
+		Solver: sgd.Config{LR: 0.05, Momentum: 0.9}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := time.Now()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.Checkpoints
+	f := st.LastFailure
+	if st.Failed != 1 || st.Written < 1 || f == nil {
+		t.Fatalf("checkpoints %+v, want 1 failed and at least one written", st)
+	}
+	if f.Version != 1 || f.Epochs <= 0 || f.Epochs >= 1 || f.Seconds <= 0 || f.Time.Before(before) || !strings.Contains(f.Err.Error(), blocked) {
+		t.Errorf("the failure %+v", f)
+	}
+	rep := NewReport(&cfg, res)
+	rf := rep.CheckpointFailures
+	if when, err := time.Parse(time.RFC3339, rf.LastTime); err != nil || when.Before(before.Add(-time.Second)) {
+		t.Errorf("last_time %q: %v", rf.LastTime, err)
+	}
+	if rep.CheckpointsWritten != st.Written || rf.Count != 1 || rf.LastVersion != 1 || rf.LastEpoch != f.Epochs || rf.LastSeconds != f.Seconds ||
+		rf.LastError != f.Err.Error() {
+		t.Errorf("report: checkpoints_written %d, checkpoint_failures %+v; result %+v", rep.CheckpointsWritten, rf, st)
+	}
+	// Without failures the report says so with zeros.
+	res.Checkpoints = CheckpointStats{Written: 2}
+	if rep := NewReport(&cfg, res); rep.CheckpointsWritten != 2 || rep.CheckpointFailures != (ReportCheckpointFailures{}) {
+		t.Errorf("no failure: %d written, %+v", rep.CheckpointsWritten, rep.CheckpointFailures)
 	}
 }

@@ -31,6 +31,7 @@ type ckptState struct {
 	steps int64     // steps when the last round started
 	time  time.Time // when the last round started (or the job)
 	round *ckptRound
+	stats CheckpointStats
 }
 
 // ckptRound is a checkpoint being written.
@@ -145,16 +146,21 @@ func (c *core) committed(v uint64, err error) {
 	}
 	if err == nil {
 		c.ckpt.last = v
+		c.ckpt.stats.Written++
 		c.log(slog.LevelInfo, "checkpoint written", "version", v, "dir", c.cfg.Checkpoints.VersionDir(v))
 	}
 	c.endRound(err)
 }
 
 // endRound ends the running round (err: it failed, which the job
-// survives: the previous version stays).
+// survives: the previous version stays; the result counts it).
 func (c *core) endRound(err error) {
 	if err != nil {
 		c.log(slog.LevelError, "checkpoint failed; the previous version stays", "err", err)
+		st := &c.ckpt.stats
+		st.Failed++
+		st.LastFailure = &CheckpointFailure{Version: c.ckpt.round.version, Epochs: float64(c.ckpt.steps) / float64(c.per),
+			Seconds: c.elapsed().Seconds(), Time: c.now, Err: err}
 	}
 	for _, conn := range c.ckpt.round.requesters {
 		c.send(conn, tCheckpointDone, nil)

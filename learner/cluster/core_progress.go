@@ -142,7 +142,7 @@ func (c *core) result() *Result {
 	r := &Result{History: slices.Clone(c.history), Steps: steps, Images: steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
 		Lost: c.lost, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.links),
-		Interrupted: c.interrupted, TestError: c.finalErr}
+		Interrupted: c.interrupted, TestError: c.finalErr, Checkpoints: c.ckpt.stats}
 	if r.Seconds > 0 {
 		r.ImagesPerSec = float64(r.Images) / r.Seconds
 	}

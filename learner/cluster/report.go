@@ -3,6 +3,7 @@ package cluster
 import (
 	"math"
 	"slices"
+	"time"
 
 	"github.com/softsync/softsync/ps"
 )
@@ -61,6 +62,10 @@ type Report struct {
 	Chunks      ReportChunks    `json:"chunks"`
 	Lost        int             `json:"learners_lost"`
 	Restarts    int             `json:"learner_restarts"`
+
+	// The checkpoints written during the job and those that failed.
+	CheckpointsWritten int                      `json:"checkpoints_written"`
+	CheckpointFailures ReportCheckpointFailures `json:"checkpoint_failures"`
 
 	Solver  ReportSolver `json:"solver"`
 	Seed    uint64       `json:"seed"`
@@ -141,6 +146,17 @@ type ReportChunks struct {
 	Redone     int `json:"redone"`  // mini-batches handed out again: a shard lacked them
 }
 
+// ReportCheckpointFailures counts the checkpoints that failed during the
+// job and describes the last one (zero values: none failed).
+type ReportCheckpointFailures struct {
+	Count       int     `json:"count"`
+	LastVersion uint64  `json:"last_version"`
+	LastEpoch   float64 `json:"last_epoch"`   // epochs trained when it began
+	LastSeconds float64 `json:"last_seconds"` // training time when it failed
+	LastTime    string  `json:"last_time"`    // when it failed, RFC 3339 in UTC
+	LastError   string  `json:"last_error"`
+}
+
 // ReportSolver is the solver's settings.
 type ReportSolver struct {
 	LR          float64 `json:"lr"`
@@ -170,6 +186,11 @@ func NewReport(c *Config, res *Result) *Report {
 	}
 	if c.Train != nil {
 		r.TrainImages = c.Train.N
+	}
+	r.CheckpointsWritten, r.CheckpointFailures.Count = res.Checkpoints.Written, res.Checkpoints.Failed
+	if f := res.Checkpoints.LastFailure; f != nil {
+		r.CheckpointFailures = ReportCheckpointFailures{Count: res.Checkpoints.Failed, LastVersion: f.Version, LastEpoch: f.Epochs,
+			LastSeconds: f.Seconds, LastTime: f.Time.UTC().Format(time.RFC3339), LastError: f.Err.Error()}
 	}
 	if c.Test != nil {
 		r.TestImages = c.Test.N

@@ -63,6 +63,30 @@ type Result struct {
 	// Connections are the learners' connections to the shard servers and
 	// the transport each uses (as reported when the learner finished).
 	Connections []Connection
+	// Checkpoints counts the checkpoints the coordinator wrote and those
+	// that failed, since it started (a restarted coordinator counts
+	// afresh).
+	Checkpoints CheckpointStats
+}
+
+// CheckpointStats counts a coordinator's checkpoint rounds.
+type CheckpointStats struct {
+	Written int // versions committed
+	Failed  int // rounds that failed: the previous version stayed the newest
+	// LastFailure is the last round that failed (nil: none).
+	LastFailure *CheckpointFailure
+}
+
+// CheckpointFailure is a checkpoint round that failed.
+type CheckpointFailure struct {
+	Version uint64
+	// Epochs are the epochs trained when the round began (mini-batches
+	// pushed over the mini-batches of an epoch): the state it was to keep.
+	Epochs float64
+	// Seconds is the training time when it failed; Time the wall clock.
+	Seconds float64
+	Time    time.Time
+	Err     error
 }
 
 // Connection is one learner's connection to a shard server.

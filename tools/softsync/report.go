@@ -72,7 +72,21 @@ func writeText(w io.Writer, r *cluster.Report) {
 		fmt.Fprintf(tw, "processes\t%s on %s; %d learner(s) lost, %d restart(s), %d chunk(s) reassigned\n",
 			count(len(r.Processes), "process", "processes"), count(len(hosts), "host", "hosts"), r.Lost, r.Restarts, r.Chunks.Reassigned)
 	}
+	if r.CheckpointsWritten > 0 || r.CheckpointFailures.Count > 0 {
+		fmt.Fprintf(tw, "checkpoints\t%s\n", checkpointsText(r))
+	}
 	tw.Flush()
+}
+
+// checkpointsText tells the checkpoints written and failed during the
+// job, and the last failure.
+func checkpointsText(r *cluster.Report) string {
+	s := fmt.Sprintf("%d written", r.CheckpointsWritten)
+	if f := r.CheckpointFailures; f.Count > 0 {
+		s += fmt.Sprintf(", %d FAILED (the last, version %d of epoch %.2f, at %s: %s)", f.Count, f.LastVersion, f.LastEpoch,
+			textfmt.Duration(f.LastSeconds), f.LastError)
+	}
+	return s
 }
 
 // count shows n with the singular or plural noun.

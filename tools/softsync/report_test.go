@@ -27,3 +27,28 @@ func TestReportProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestReportCheckpoints: the summary tells the checkpoints written and
+// those that failed, with the last failure; nothing without checkpoints.
+func TestReportCheckpoints(t *testing.T) {
+	for _, c := range []struct {
+		r    cluster.Report
+		want string
+	}{
+		{cluster.Report{}, ""},
+		{cluster.Report{CheckpointsWritten: 4}, "checkpoints 4 written"},
+		{cluster.Report{CheckpointsWritten: 1, CheckpointFailures: cluster.ReportCheckpointFailures{Count: 2, LastVersion: 3, LastEpoch: 0.9,
+			LastSeconds: 6.4, LastError: "checkpoint 3: shard server 0: write v00000003/.shard-00000.ckpt.tmp: no space left on device"}},
+			"checkpoints 1 written, 2 FAILED (the last, version 3 of epoch 0.90, at 6.4s: checkpoint 3: shard server 0: write v00000003/.shard-00000.ckpt.tmp: no space left on device)"},
+	} {
+		var b bytes.Buffer
+		writeText(&b, &c.r)
+		_, line, _ := strings.Cut(b.String(), "\ncheckpoints")
+		if line != "" {
+			line = strings.Join(strings.Fields("checkpoints"+line), " ")
+		}
+		if line != c.want {
+			t.Errorf("summary\n%s\nwant its last line %q", b.String(), c.want)
+		}
+	}
+}

@@ -418,6 +418,12 @@ func (app *App) finish(f *trainFlags, cfg *cluster.Config, res *cluster.Result) 
 	if res.Interrupted {
 		defer func() { app.Log.Warn("the job was interrupted: the weights and the report are those reached") }()
 	}
+	if f := rep.CheckpointFailures; f.Count > 0 {
+		defer func() {
+			app.Log.Warn("checkpoints failed during the job",
+				"failed", f.Count, "written", rep.CheckpointsWritten, "last_version", f.LastVersion, "last_err", f.LastError)
+		}()
+	}
 	if f.save != "" {
 		if err := learner.SaveWeights(f.save, cfg.Spec, learner.Weights{Params: res.Weights, Normalizer: res.Normalizer}); err != nil {
 			return fmt.Errorf("--save: %w", err)
