@@ -18,8 +18,9 @@ import (
 type SpeedupRow struct {
 	Model        string      `json:"model"`
 	Batch        int         `json:"batch"`
-	Data         string      `json:"data"` // --data as given ("": the model's default)
-	Transport    string      `json:"transport"`
+	Data         string      `json:"data"`           // --data as given ("": the model's default)
+	Transport    string      `json:"transport"`      // as asked (--transport)
+	Used         string      `json:"transport_used"` // the learners' connections' (the report's: shm for auto on one host); "" for independent jobs
 	Protocol     string      `json:"protocol"`
 	Learners     int         `json:"learners"`
 	Shards       int         `json:"shards"`
@@ -127,7 +128,7 @@ func speedupRows(jobs []Job, runs [][]*JobResult) []SpeedupRow {
 		}
 		sorted := slices.SortedStableFunc(slices.Values(runs[i]), func(a, b *JobResult) int { return cmp.Compare(a.Report.ImagesPerSec, b.Report.ImagesPerSec) })
 		mid := sorted[(len(sorted)-1)/2]
-		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage
+		r.ImagesPerSec, r.Steps, r.Seconds, r.Processes, r.Used = mid.Report.ImagesPerSec, mid.Report.Steps, mid.Report.Seconds, mid.Usage, mid.Report.Transport
 		key := fmt.Sprintf("%s %s %s %d %v %s", j.ModelBatch, j.Protocol, j.Transport, j.Shards, j.EarlyPush, j.Bind)
 		b, ok := base[key]
 		if !ok {

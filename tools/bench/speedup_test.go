@@ -59,4 +59,14 @@ func TestSpeedupRows(t *testing.T) {
 	if rows[2].Speedup != 1.5 || rows[3].Speedup != 2 || rows[3].Bind != "none" {
 		t.Errorf("rows of --bind learners,none: %+v", rows)
 	}
+	// A row's transport used is its median run's: what auto chose.
+	js = SpeedupGrid{Models: []ModelBatch{{"lenet", 64}}, Protocols: []string{"hardsync"}, Learners: []int{1}, Transports: []string{"auto"},
+		EarlyPush: []bool{false}, Shards: []int{1}, Binds: []string{"learners"}, Steps: 10}.Jobs()
+	used := func(ips float64, tr string) *JobResult {
+		return &JobResult{Report: &cluster.Report{ImagesPerSec: ips, Transport: tr}}
+	}
+	rows = speedupRows(js, [][]*JobResult{{used(1, "tcp"), used(3, "shm"), used(2, "verbs")}})
+	if rows[0].Transport != "auto" || rows[0].Used != "verbs" {
+		t.Errorf("transport %q, used %q; want auto, and verbs of the median run", rows[0].Transport, rows[0].Used)
+	}
 }

@@ -26,7 +26,8 @@ func newBenchSpeedupCmd(app *App) *cobra.Command {
 		Long: `Run the same training job (LeNet on MNIST by default, random order, a fixed
 number of mini-batches per learner) as processes on this host, as softsync
 launch does: S shard servers and λ learner processes of one compute
-thread each, over each transport of --transport, for each S of --shards,
+thread each, over each transport of --transport (by default auto, as a job
+would: shared memory between processes of one host), for each S of --shards,
 with and without --early-push and with each --bind as asked, for every
 model, protocol and λ asked, and print images/s, the speedup over the first λ of the same
 model, transport, shard count, protocol, early push and binding, the efficiency
@@ -48,7 +49,8 @@ images over the time of the slowest, against the first λ's, is the
 speedup the machine allows for the same per-learner work with no
 transport, shard server or head: a λ-learner job can only come close to
 it.`,
-		Example: `  softsync bench speedup --transport tcp,shm
+		Example: `  softsync bench speedup
+  softsync bench speedup --transport tcp,shm
   softsync bench speedup --transport shm --shards 1,2 --ceiling --repeat 5
   softsync bench speedup --model lenet:64,cifar10_full:100 --transport shm --json`,
 		Args: cobra.NoArgs,
@@ -98,6 +100,9 @@ it.`,
 			fmt.Fprintf(tw, "model\ttransport\tprotocol\tshards\tlearners\timages/s\tspeedup\tefficiency\tpeak RSS: head, shard, learners\t\n")
 			for _, r := range rows {
 				tr := r.Transport
+				if r.Used != "" && r.Used != r.Transport {
+					tr += " (" + r.Used + ")"
+				}
 				if r.EarlyPush {
 					tr += ", early push"
 				}
@@ -118,12 +123,12 @@ it.`,
 	f.IntVar(&repeat, "repeat", 1, "runs of each job, in rounds of all the jobs; the median run is kept")
 	f.StringVar(&protocols, "protocols", "hardsync,softsync", "comma-separated protocols")
 	f.StringVar(&learners, "learners", "1,2", "comma-separated learner counts; the first is the base of the speedup")
-	f.StringVar(&transports, "transport", "tcp", "comma-separated transports, measured side by side: tcp, shm, verbs or auto")
+	f.StringVar(&transports, "transport", "auto", "comma-separated transports, measured side by side: auto (the one a job uses: shm on one host), tcp, shm or verbs")
 	f.StringVar(&shards, "shards", "1", "comma-separated shard counts, measured side by side: shard-server processes, one shard each")
 	f.BoolVar(&ceiling, "ceiling", false, `also run, at each λ, λ independent one-learner jobs at once in this process (one compute thread each, parameter server in process, random data): rows of transport "independent", protocol "none", the machine's ceiling for λ learners`)
 	f.BoolSliceVar(&early, "early-push", []bool{false}, "comma-separated: without (false) and/or with (true) train's --early-push, side by side")
 	f.StringVar(&binds, "bind", "learners", "comma-separated launch --bind values, side by side: learners (each learner pinned to CPUs of its own) and/or none")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, protocol, learners, shards, early_push, bind, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
+	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, transport_used, protocol, learners, shards, early_push, bind, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
 }
 

@@ -28,14 +28,24 @@ func TestParseModelBatches(t *testing.T) {
 	}
 }
 
-// TestBenchSpeedupJSON runs the smallest speedup benchmark over tcp and
-// shm side by side, with two shard servers and early pushes, on
-// synthetic data, and the independent jobs of the ceiling, and checks
-// every field of its rows.
+// TestBenchSpeedupDefaults: bench speedup measures by default over the
+// transport a job uses (auto), as --help says.
+func TestBenchSpeedupDefaults(t *testing.T) {
+	c := newBenchSpeedupCmd(&App{})
+	f := c.Flags().Lookup("transport")
+	if f.DefValue != "auto" || !strings.Contains(f.Usage, "auto (the one a job uses") || !strings.Contains(c.Long, "by default auto") {
+		t.Errorf("--transport: default %q, usage %q", f.DefValue, f.Usage)
+	}
+}
+
+// TestBenchSpeedupJSON runs the smallest speedup benchmark over auto (a
+// job's default: shm on one host) and tcp side by side, with two shard
+// servers and early pushes, on synthetic data, and the independent jobs
+// of the ceiling, and checks every field of its rows.
 func TestBenchSpeedupJSON(t *testing.T) {
 	multiProcess(t)
 	out, err := runErrWithin(t, 2*time.Minute, "--log-level", "warn", "bench", "speedup", "--json", "--model", "mlp:8", "--data", "synthetic", "--steps", "3",
-		"--learners", "1,2", "--protocols", "softsync", "--transport", "tcp,shm", "--shards", "2", "--early-push", "true", "--ceiling")
+		"--learners", "1,2", "--protocols", "softsync", "--transport", "auto,tcp", "--shards", "2", "--early-push", "true", "--ceiling")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +61,7 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"model", "batch", "transport", "protocol", "learners", "shards", "early_push", "bind", "images_per_sec", "speedup", "efficiency", "processes"} {
+	for _, key := range []string{"model", "batch", "transport", "transport_used", "protocol", "learners", "shards", "early_push", "bind", "images_per_sec", "speedup", "efficiency", "processes"} {
 		if _, ok := raw[0][key]; !ok {
 			t.Errorf("a row lacks %q: %v", key, raw[0])
 		}
@@ -64,13 +74,13 @@ func TestBenchSpeedupJSON(t *testing.T) {
 	}
 	for _, r := range rows[:2] {
 		if r.Transport != bench.Independent || r.Protocol != "none" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
-			len(r.Processes) != 0 || (r.Learners == 1 && r.Speedup != 1) {
+			len(r.Processes) != 0 || r.Used != "" || (r.Learners == 1 && r.Speedup != 1) {
 			t.Errorf("independent jobs: %+v", r)
 		}
 	}
 	var got []string
 	for _, r := range rows[2:] {
-		got = append(got, r.Transport)
+		got = append(got, r.Transport+":"+r.Used)
 		if r.Model != "mlp" || r.Batch != 8 || r.Data != "synthetic" || r.Protocol != "softsync" || r.ImagesPerSec <= 0 || r.Steps != int64(3*r.Learners) ||
 			r.Shards != 2 || !r.EarlyPush {
 			t.Errorf("row %+v", r)
@@ -108,7 +118,7 @@ func TestBenchSpeedupJSON(t *testing.T) {
 			t.Errorf("λ = 1: speedup %g, efficiency %g", r.Speedup, r.Efficiency)
 		}
 	}
-	if want := []string{"tcp", "shm", "tcp", "shm"}; !slices.Equal(got, want) {
-		t.Errorf("transports %v, want %v (side by side at each λ)", got, want)
+	if want := []string{"auto:shm", "tcp:tcp", "auto:shm", "tcp:tcp"}; !slices.Equal(got, want) {
+		t.Errorf("transports asked:used %v, want %v (side by side at each λ)", got, want)
 	}
 }
