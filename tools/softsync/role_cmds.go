@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -74,7 +75,11 @@ func (app *App) runRole(ctx context.Context, f *trainFlags, cfg *cluster.Config,
 		if err != nil {
 			return fmt.Errorf("--coordinator: listen: %w", err)
 		}
-		fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
+		if _, port, _ := net.SplitHostPort(f.cluster.coordinator); port == "0" {
+			// The port the others need is known only now: say it
+			// whatever the log level (launch chooses one and says none).
+			fmt.Fprintf(os.Stderr, "coordinator listening on %s\n", ln.Addr())
+		}
 		p.Listeners.Coordinator = ln
 		if path := f.cluster.rendezvousFile; path != "" {
 			host, _ := os.Hostname()
