@@ -4,7 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -123,6 +127,63 @@ func TestErrorCodesDocumented(t *testing.T) {
 			t.Errorf("%s is not registered", c)
 		}
 	}
+}
+
+// TestSentinelsRegistered: every sentinel a package of a job defines
+// (an exported Err… = errors.New(…) of its sources) has a code, so that
+// it keeps its identity when a peer reports it.
+func TestSentinelsRegistered(t *testing.T) {
+	named := map[string]bool{}
+	for _, c := range errcode.Registered() {
+		named[sentinelName(c)] = true
+	}
+	for dir, pkg := range map[string]string{"../../rdma": "rdma", "../../ps": "ps", "../../ps/param": "param", "../../ps/checkpoint": "checkpoint",
+		"../../learner": "learner", "../../learner/data": "data", ".": "cluster"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range sentinels(file) {
+				if !named[pkg+"."+name] {
+					t.Errorf("%s: %s.%s has no code: register it (an errcodes.go beside it) and list it in docs/wire.md", f, pkg, name)
+				}
+			}
+		}
+	}
+}
+
+// sentinels returns the names of the exported variables Err… of file
+// whose value is errors.New(…).
+func sentinels(file *ast.File) []string {
+	var names []string
+	for _, d := range file.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if !strings.HasPrefix(n.Name, "Err") || !n.IsExported() || i >= len(vs.Values) {
+					continue
+				}
+				if call, ok := vs.Values[i].(*ast.CallExpr); ok {
+					if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "New" && fmt.Sprint(sel.X) == "errors" {
+						names = append(names, n.Name)
+					}
+				}
+			}
+		}
+	}
+	return names
 }
 
 // sentinelName is the Go name of the sentinel of code, as docs/wire.md
