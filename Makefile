@@ -71,7 +71,7 @@ BENCHTIME ?= 1s
 # Flags of softsync bench all in make bench (e.g. --quick, --repeat 1).
 BENCH_FLAGS ?=
 # The references make bench measures softsync against.
-BENCH_PACKAGES := iperf3 python3-torch
+BENCH_PACKAGES := iperf3 python3-torch python3-torchvision
 PROFILE ?= cpu
 # softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
 REPRO_FLAGS ?= --sim

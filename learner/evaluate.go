@@ -5,37 +5,18 @@ import (
 	"github.com/softsync/softsync/learner/nn"
 )
 
-// Evaluate copies w into net's parameters and returns the fraction of ds
-// that net misclassifies (ds normalised by z), walking ds once in order
-// in batches of net.Batch() images.
-func Evaluate(net *nn.Net, w []float32, ds *data.Dataset, z data.Normalizer) float64 {
-	top1, _ := EvaluateTop(net, w, ds, z)
-	return top1
-}
-
-// EvaluateTop is Evaluate returning the top-1 and the top-5 error: the
-// fractions of ds whose label is not the class of the largest logit, and
-// not among the five largest (see TopK).
-func EvaluateTop(net *nn.Net, w []float32, ds *data.Dataset, z data.Normalizer) (top1, top5 float64) {
+// Evaluate copies w into net's parameters and returns its top-1 and
+// top-5 errors on set (normalised by z): the fractions of the set whose
+// label is not the class of the largest logit, and not among the five
+// largest (see TopK). It walks the set once in order (Set.Eval) in
+// batches of net.Batch() images; a failure of the walk (an image set's
+// image whose substitutes failed too) is returned.
+func Evaluate(net *nn.Net, w []float32, set data.Set, z data.Normalizer) (top1, top5 float64, err error) {
 	copy(net.Params(), w)
-	x, labels := make([]float32, net.Batch()*ds.ImageLen()), make([]int32, net.Batch())
+	info := set.Info()
+	x, labels := make([]float32, net.Batch()*info.ImageLen()), make([]int32, net.Batch())
 	c1, c5 := 0, 0
-	for n := range data.Batches(ds, z, x, labels) {
-		net.Forward(x, labels)
-		c1 += TopK(net.Logits(), net.Classes(), labels[:n], 1)
-		c5 += TopK(net.Logits(), net.Classes(), labels[:n], 5)
-	}
-	return 1 - float64(c1)/float64(ds.N), 1 - float64(c5)/float64(ds.N)
-}
-
-// EvaluateImages is EvaluateTop over an image set, its inputs made by a
-// (the centre crop) on p's threads. A failure of the pipeline (every
-// substitute of an image undecodable) is returned.
-func EvaluateImages(net *nn.Net, w []float32, p *data.Pipeline, set *data.ImageSet, a *data.Augment) (top1, top5 float64, err error) {
-	copy(net.Params(), w)
-	x, labels := make([]float32, net.Batch()*a.ImageLen()), make([]int32, net.Batch())
-	c1, c5 := 0, 0
-	for n := range data.ImageBatches(p, set, a, x, labels, &err) {
+	for n := range set.Eval(z, x, labels, &err) {
 		net.Forward(x, labels)
 		c1 += TopK(net.Logits(), net.Classes(), labels[:n], 1)
 		c5 += TopK(net.Logits(), net.Classes(), labels[:n], 5)
@@ -43,7 +24,7 @@ func EvaluateImages(net *nn.Net, w []float32, p *data.Pipeline, set *data.ImageS
 	if err != nil {
 		return 0, 0, err
 	}
-	return 1 - float64(c1)/float64(set.Len()), 1 - float64(c5)/float64(set.Len()), nil
+	return 1 - float64(c1)/float64(info.Len), 1 - float64(c5)/float64(info.Len), nil
 }
 
 // TopK returns how many of the rows i < len(labels) of logits (rows of

@@ -49,13 +49,23 @@ type coordState struct {
 	Trained       float64    `json:"trained_seconds"` // training time so far
 	Lost          int        `json:"learners_lost"`
 	Restarts      int        `json:"learner_restarts"`
+	TestErr5      []*float64 `json:"test_error_top5,omitempty"` // per epoch, as TestErr
+	// Norm is the job's input normalisation, which a resumed job keeps
+	// (nil in checkpoints of earlier versions: computed again).
+	Norm     *inputNorm `json:"normalizer,omitempty"`
+	DataWait float64    `json:"data_wait_seconds,omitempty"`
+	// Skipped are the bad images reported (files), SkippedFirst the
+	// messages of the first data.MaxNamedSkips.
+	Skipped      []string `json:"skipped,omitempty"`
+	SkippedFirst []string `json:"skipped_first,omitempty"`
 }
 
 type epochJSON struct {
-	Epoch     int      `json:"epoch"`
-	TrainLoss float64  `json:"train_loss"`
-	TestError *float64 `json:"test_error"`
-	Seconds   float64  `json:"seconds"`
+	Epoch         int      `json:"epoch"`
+	TrainLoss     float64  `json:"train_loss"`
+	TestError     *float64 `json:"test_error"`
+	TestErrorTop5 *float64 `json:"test_error_top5,omitempty"`
+	Seconds       float64  `json:"seconds"`
 }
 
 func fracPtr(v float64) *float64 {
@@ -128,8 +138,8 @@ func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total
 	var old []*checkpoint.Shard
 	snap, skipped, err := store.Latest(func(s *checkpoint.Snapshot) error {
 		var diffs []string
-		for _, k := range keys {
-			if got, ok := s.Manifest.Job[k]; !ok || got != settings[k] {
+		for _, k := range keys { // a key neither has (the classes of MNIST) agrees
+			if got := s.Manifest.Job[k]; got != settings[k] {
 				diffs = append(diffs, fmt.Sprintf("--%s %q, this job has %q", k, got, settings[k]))
 			}
 		}

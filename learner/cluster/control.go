@@ -140,6 +140,9 @@ type welcome struct {
 	// Returning: a shard server that replaces an earlier life of its own
 	// in a job that has started.
 	Returning bool `json:"returning,omitempty"`
+	// Norm (learner, evaluator): the job's input normalisation, which
+	// the coordinator decided (CoordinatorConfig.norm).
+	Norm *inputNorm `json:"normalizer,omitempty"`
 }
 
 // consumed is, per shard of a server (in the order of its shards), the
@@ -170,6 +173,11 @@ type progress struct {
 	Traffic     *rdma.Stats  `json:"traffic,omitempty"`
 	Connections []Connection `json:"connections,omitempty"` // with Done
 	Pushes      []uint64     `json:"pushes,omitempty"`      // per shard, gradients pushed so far (ps.Client.Pushes)
+	// DataWait is the time the learner waited for its data since its
+	// previous report (seconds, data.Loader.Waited); Skipped the bad
+	// images its process found since then (data.Set.Skips).
+	DataWait float64     `json:"data_wait,omitempty"`
+	Skipped  []data.Skip `json:"skipped,omitempty"`
 }
 
 type delivered struct {
@@ -186,11 +194,15 @@ type epochLoss struct {
 // epochResult reports the weights of an epoch end (Epoch ≥ 1), the final
 // weights (0) or, in an interrupted job, the weights reached (−1): first
 // that they were taken (Taken: the coordinator notes the time), then
-// their test error (nil without a test set).
+// their top-1 and top-5 test errors (nil without a test set).
 type epochResult struct {
-	Epoch     int      `json:"epoch"`
-	Taken     bool     `json:"taken,omitempty"`
-	TestError *float64 `json:"test_error,omitempty"`
+	Epoch         int      `json:"epoch"`
+	Taken         bool     `json:"taken,omitempty"`
+	TestError     *float64 `json:"test_error,omitempty"`
+	TestErrorTop5 *float64 `json:"test_error_top5,omitempty"`
+	// Skipped are the bad images of the test set found since the
+	// evaluator's previous report.
+	Skipped []data.Skip `json:"skipped,omitempty"`
 }
 
 type member struct {

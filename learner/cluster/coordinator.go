@@ -64,6 +64,10 @@ type CoordinatorConfig struct {
 	// dies before it returns is restarted (Resume) with them still there
 	// and ends the job again. It is called from the Serve goroutine.
 	OnResult func(*Result)
+
+	// norm is the job's input normalisation, which the learners and the
+	// evaluator are welcomed with (nil: none) and checkpoints keep.
+	norm *inputNorm
 }
 
 // Coordinator runs a job's membership, data, progress and end (see the

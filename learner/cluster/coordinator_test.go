@@ -120,7 +120,7 @@ func checkResumeRendezvous(t *testing.T, cfg Config, store *checkpoint.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coord, err := NewCoordinator(CoordinatorConfig{Plan: cfg.Plan(cfg.Train.N), Learners: cfg.Learners, Servers: [][]int{{0}},
+	coord, err := NewCoordinator(CoordinatorConfig{Plan: cfg.Plan(cfg.Train.Info().Len), Learners: cfg.Learners, Servers: [][]int{{0}},
 		Evaluator: true, Resume: re})
 	if err != nil {
 		t.Fatal(err)

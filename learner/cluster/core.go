@@ -158,10 +158,14 @@ type core struct {
 	lossSum  []float64 // per epoch, 0-based
 	lossCnt  []int64
 	testErr  []float64 // per epoch, NaN until measured (or without a test set)
+	testErr5 []float64 // top-5, likewise
 	secs     []float64
 	known    []bool // the evaluator reported the epoch
 	history  []Epoch
 	finalErr float64
+	final5   float64 // top-5 of the final weights
+	dataWait float64 // seconds the learners waited for data, all reports
+	skipped  skips   // bad images reported
 	traffic  rdma.Stats
 	links    []Connection
 	pushes   []uint64 // per shard, gradients pushed by learner incarnations that have ended (see totalPushes)
@@ -247,7 +251,7 @@ func newCore(cfg CoordinatorConfig, firstVersion uint64) (*core, error) {
 	}
 	c := &core{cfg: cfg, disp: disp, total: int64(cfg.Plan.Total()), per: cfg.Plan.BatchesPerEpoch(),
 		conns: map[connID]*connState{}, servers: make([]*serverState, len(cfg.Servers)),
-		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), pushes: make([]uint64, n),
+		learners: make([]*learnerState, cfg.Learners), ema: math.NaN(), finalErr: math.NaN(), final5: math.NaN(), pushes: make([]uint64, n),
 		givenUp: make([]uint64, n), waitLog: waitLog{warn: cfg.WaitWarn}}
 	for i := range c.learners {
 		c.learners[i] = &learnerState{}
@@ -255,9 +259,9 @@ func newCore(cfg CoordinatorConfig, firstVersion uint64) (*core, error) {
 	c.epochs = int(c.total) / c.per
 	E := cfg.Plan.Epochs
 	c.lossSum, c.lossCnt = make([]float64, E), make([]int64, E)
-	c.testErr, c.secs, c.known = make([]float64, E), make([]float64, E), make([]bool, E)
+	c.testErr, c.testErr5, c.secs, c.known = make([]float64, E), make([]float64, E), make([]float64, E), make([]bool, E)
 	for e := range c.testErr {
-		c.testErr[e] = math.NaN()
+		c.testErr[e], c.testErr5[e] = math.NaN(), math.NaN()
 	}
 	c.ckpt.next = firstVersion
 	if cfg.Resume != nil {
@@ -577,7 +581,7 @@ func (c *core) startIfAll() {
 		if cs == nil || cs.gone {
 			continue
 		}
-		w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1)}
+		w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1), Norm: c.cfg.norm}
 		if cs.role == RoleLearner {
 			w.Incarnation = c.learners[cs.id].inc
 		}

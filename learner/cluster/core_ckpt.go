@@ -190,12 +190,15 @@ func (c *core) state() coordState {
 		st.Lives, st.LearnerSteps = append(st.Lives, l.lives), append(st.LearnerSteps, l.steps)
 		st.LearnerPushes = append(st.LearnerPushes, slices.Clone(l.pushes))
 	}
-	for _, te := range c.testErr {
-		st.TestErr = append(st.TestErr, fracPtr(te))
+	for e, te := range c.testErr {
+		st.TestErr, st.TestErr5 = append(st.TestErr, fracPtr(te)), append(st.TestErr5, fracPtr(c.testErr5[e]))
 	}
 	for _, h := range c.history {
-		st.History = append(st.History, epochJSON{h.Epoch, h.TrainLoss, fracPtr(h.TestError), h.Seconds})
+		st.History = append(st.History, epochJSON{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fracPtr(h.TestError),
+			TestErrorTop5: fracPtr(h.TestErrorTop5), Seconds: h.Seconds})
 	}
+	st.Norm, st.DataWait = c.cfg.norm, c.dataWait
+	st.Skipped, st.SkippedFirst = slices.Clone(c.skipped.files), slices.Clone(c.skipped.first)
 	return st
 }
 
@@ -230,9 +233,18 @@ func (c *core) restore(st coordState) error {
 	}
 	for e, te := range st.TestErr {
 		c.testErr[e] = fracOf(te)
+		if e < len(st.TestErr5) {
+			c.testErr5[e] = fracOf(st.TestErr5[e])
+		}
 	}
 	for _, h := range st.History {
-		c.history = append(c.history, Epoch{h.Epoch, h.TrainLoss, fracOf(h.TestError), h.Seconds})
+		c.history = append(c.history, Epoch{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fracOf(h.TestError),
+			TestErrorTop5: fracOf(h.TestErrorTop5), Seconds: h.Seconds})
+	}
+	c.dataWait = st.DataWait
+	c.skipped = skips{files: st.Skipped, first: st.SkippedFirst, seen: map[string]bool{}}
+	for _, f := range st.Skipped {
+		c.skipped.seen[f] = true
 	}
 	c.before = time.Duration(st.Trained * float64(time.Second))
 	c.ckpt.steps = c.steps

@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"log/slog"
 	"math"
 	"slices"
 	"time"
 
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 )
 
@@ -41,26 +43,56 @@ func (c *core) addProgress(l *learnerState, p *progress) {
 	if p.Done {
 		l.done = true
 	}
+	c.dataWait += p.DataWait
+	c.addSkipped(p.Skipped)
 	c.emit()
+}
+
+// skips are the bad images a job's roles reported, each file once.
+type skips struct {
+	files []string        // in the order reported
+	seen  map[string]bool // files
+	first []string        // the messages of the first data.MaxNamedSkips
+}
+
+// addSkipped records bad images reported; the first data.MaxNamedSkips
+// are logged by name, and that more follow once.
+func (c *core) addSkipped(reported []data.Skip) {
+	s := &c.skipped
+	for _, k := range reported {
+		if s.seen[k.File] {
+			continue
+		}
+		if s.seen == nil {
+			s.seen = map[string]bool{}
+		}
+		s.seen[k.File] = true
+		s.files = append(s.files, k.File)
+		switch n := len(s.files); {
+		case n <= data.MaxNamedSkips:
+			s.first = append(s.first, k.Err)
+			c.log(slog.LevelWarn, "image skipped: it cannot be read or decoded", "err", k.Err)
+		case n == data.MaxNamedSkips+1:
+			c.log(slog.LevelWarn, "more images skipped: counted, not named (data_skipped in the report)")
+		}
+	}
 }
 
 // epochResult records an evaluator report.
 func (c *core) epochResult(r *epochResult) {
-	te := math.NaN()
-	if r.TestError != nil {
-		te = *r.TestError
-	}
+	te, te5 := fracOf(r.TestError), fracOf(r.TestErrorTop5)
 	secs := c.now.Sub(c.start).Seconds()
 	switch {
 	case r.Epoch <= 0 && !r.Taken:
-		c.finalErr, c.eval.done = te, true
+		c.finalErr, c.final5, c.eval.done = te, te5, true
 	case r.Epoch <= 0:
 	case r.Epoch > len(c.testErr):
 	case r.Taken:
 		c.secs[r.Epoch-1] = secs
 	default:
-		c.testErr[r.Epoch-1], c.known[r.Epoch-1] = te, true
+		c.testErr[r.Epoch-1], c.testErr5[r.Epoch-1], c.known[r.Epoch-1] = te, te5, true
 	}
+	c.addSkipped(r.Skipped)
 	c.emit()
 }
 
@@ -79,9 +111,9 @@ func (c *core) emit() {
 		case last && c.cfg.Evaluator && (c.eval == nil || !c.eval.done), !last && !c.known[e] && c.cfg.Evaluator:
 			return
 		}
-		ep := Epoch{Epoch: e + 1, TestError: c.testErr[e], Seconds: c.secs[e]}
+		ep := Epoch{Epoch: e + 1, TestError: c.testErr[e], TestErrorTop5: c.testErr5[e], Seconds: c.secs[e]}
 		if last {
-			ep.TestError, ep.Seconds = c.finalErr, c.trained.Seconds()
+			ep.TestError, ep.TestErrorTop5, ep.Seconds = c.finalErr, c.final5, c.trained.Seconds()
 		}
 		if c.lossCnt[e] > 0 {
 			ep.TrainLoss = c.lossSum[e] / float64(c.lossCnt[e])
@@ -142,7 +174,8 @@ func (c *core) result() *Result {
 	r := &Result{History: slices.Clone(c.history), Steps: steps, Images: steps * int64(c.cfg.Plan.Batch),
 		Seconds: c.trained.Seconds(), BatchesPerEpoch: c.per, Traffic: c.traffic, Chunks: c.disp.Stats(),
 		Lost: c.lost, Restarts: c.restarts, Processes: slices.Clone(c.procs), Connections: slices.Clone(c.links),
-		Interrupted: c.interrupted, TestError: c.finalErr, Checkpoints: c.ckpt.stats}
+		Interrupted: c.interrupted, TestError: c.finalErr, TestErrorTop5: c.final5, Checkpoints: c.ckpt.stats,
+		DataWait: seconds(c.dataWait), Skipped: len(c.skipped.files), SkippedFirst: slices.Clone(c.skipped.first)}
 	if r.Seconds > 0 {
 		r.ImagesPerSec = float64(r.Images) / r.Seconds
 	}
@@ -170,7 +203,8 @@ func (c *core) result() *Result {
 // progress returns the job's progress; elapsed is the training time now.
 func (c *core) progress(elapsed time.Duration) Progress {
 	p := Progress{Epochs: c.cfg.Plan.Epochs, Batches: c.per, Steps: c.steps, TotalSteps: c.total, Loss: c.ema,
-		Images: c.steps * int64(c.cfg.Plan.Batch), Elapsed: elapsed, Waiting: !c.started}
+		Images: c.steps * int64(c.cfg.Plan.Batch), Elapsed: elapsed, Waiting: !c.started,
+		DataWait: seconds(c.dataWait), Skipped: len(c.skipped.files)}
 	if c.trained > 0 {
 		p.Elapsed = c.trained // the training clock stops with the data
 	}
@@ -182,3 +216,6 @@ func (c *core) progress(elapsed time.Duration) Progress {
 	}
 	return p
 }
+
+// seconds converts seconds to a Duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

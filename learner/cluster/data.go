@@ -19,7 +19,7 @@ type DataSet struct {
 	// or the folder alone for idx files that are neither MNIST nor
 	// Fashion-MNIST.
 	Name        string
-	Train, Test *data.Dataset
+	Train, Test data.Set // Test nil: none
 }
 
 // CIFAR10Dir is the folder, relative to the working directory, that the
@@ -33,9 +33,14 @@ const CIFAR10Dir = "cifar-10-batches-bin"
 // files (directly or in CIFAR10Dir). A data set that is not there is an
 // error wrapping data.ErrMissing that says how to get it.
 func LookupData(ctx context.Context, name, goBin string) (DataSet, error) {
+	var tr, te *data.Dataset
 	load := func(label string, read func(string) (*data.Dataset, *data.Dataset, error), dir string) (DataSet, error) {
-		tr, te, err := read(dir)
-		return DataSet{Name: label, Train: tr, Test: te}, err
+		var err error
+		tr, te, err = read(dir)
+		if err != nil {
+			return DataSet{}, err
+		}
+		return DataSet{Name: label, Train: tr, Test: te}, nil
 	}
 	switch name {
 	case "mnist":
@@ -63,10 +68,13 @@ func LookupData(ctx context.Context, name, goBin string) (DataSet, error) {
 		return load("CIFAR-10 ("+name+")", data.LoadCIFAR10, name)
 	}
 	ds, err := load(name, data.LoadMNIST, name)
-	if known := data.Identify(ds.Train, ds.Test); known != "" {
+	if err != nil {
+		return ds, err
+	}
+	if known := data.Identify(tr, te); known != "" {
 		ds.Name = known + " (" + name + ")"
 	}
-	return ds, err
+	return ds, nil
 }
 
 // SyntheticTrain and SyntheticTest are the sizes of SyntheticData's sets
@@ -96,35 +104,30 @@ func isCIFAR(dir string) bool {
 	return false
 }
 
-// UseData makes ds the job's data: its first TrainSubset training and
-// TestSubset test images (0: all), which must fit Spec (an error wrapping
-// data.ErrShape) and hold one round of mini-batches (a *param.FieldError
-// naming Batch). It sets Train, Test and DataName, and Normalizer to the
-// training set's mean unless it is set (weights loaded with theirs).
+// UseData makes ds the job's data: TrainSubset training and TestSubset
+// test images of it (0: all; data.Subset), which must fit Spec (an error
+// wrapping data.ErrShape) and hold one round of mini-batches (a
+// *param.FieldError naming Batch). It sets Train, Test and DataName.
 func (c *Config) UseData(ds DataSet) error {
-	train, test := ds.Train, ds.Test
-	if c.TrainSubset > 0 {
-		train = train.Subset(c.TrainSubset)
+	train, test := data.Subset(ds.Train, c.TrainSubset), ds.Test
+	if test != nil {
+		test = data.Subset(test, c.TestSubset)
 	}
-	if c.TestSubset > 0 && test != nil {
-		test = test.Subset(c.TestSubset)
-	}
-	in := c.Spec.Input
-	if err := train.CheckShape(in.C, in.H, in.W, c.Spec.Classes()); err != nil {
-		return err
+	for _, s := range []data.Set{train, test} {
+		if s != nil {
+			if err := s.Info().CheckShape(c.Spec.Input.C, c.Spec.Input.H, c.Spec.Input.W, c.Spec.Classes()); err != nil {
+				return err
+			}
+		}
 	}
 	group := 1
 	if c.Protocol == ps.Hardsync {
 		group = max(c.Learners, 1)
 	}
-	if round := c.Batch * group; train.N < round {
+	if n, round := train.Info().Len, c.Batch*group; n < round {
 		return param.Fieldf("Batch", "%d training images, fewer than one round of %d (%d learner(s) × batch %d under %s)",
-			train.N, round, group, c.Batch, c.Protocol)
+			n, round, group, c.Batch, c.Protocol)
 	}
 	c.Train, c.Test, c.DataName = train, test, ds.Name
-	if c.Normalizer == nil {
-		norm := data.MeanNormalizer(train)
-		c.Normalizer = &norm
-	}
 	return nil
 }

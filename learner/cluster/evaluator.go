@@ -18,13 +18,14 @@ import (
 // EvaluatorConfig configures the evaluator role.
 type EvaluatorConfig struct {
 	Member
-	Spec       *nn.Spec
-	Engine     kernels.Engine
-	Test       *data.Dataset // nil: no test error, only the weights
-	Normalizer data.Normalizer
-	Batch      int // images per evaluation forward pass (0: 100)
-	Workers    int
-	Shards     int
+	Spec   *nn.Spec
+	Engine kernels.Engine
+	// Test is measured with the coordinator's normalisation (its
+	// welcome's); nil: no test error, only the weights.
+	Test    data.Set
+	Batch   int // images per evaluation forward pass (0: 100)
+	Workers int
+	Shards  int
 	// OnFinal, if set, receives the final weights (those reached, when
 	// interrupted) before their test error goes to the coordinator. It is
 	// the slice RunEvaluator returns.
@@ -111,12 +112,17 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 	}
 	defer client.Close()
 	var net *nn.Net
-	if cfg.Test != nil && cfg.Test.N > 0 {
+	var norm data.Normalizer
+	if cfg.Test != nil && cfg.Test.Info().Len > 0 {
+		if norm, err = welcomeNorm(w, cfg.Spec); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Process, err)
+		}
 		if net, err = nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: max(cfg.Batch, 100), Workers: cfg.Workers}); err != nil {
 			return nil, err
 		}
 		defer net.Close()
 	}
+	skipped := 0 // the test set's bad images reported
 	epochCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -139,8 +145,13 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		}
 		r := epochResult{Epoch: epoch}
 		if net != nil {
-			te := learner.Evaluate(net, weights, cfg.Test, cfg.Normalizer)
-			r.TestError = &te
+			te, te5, err := learner.Evaluate(net, weights, cfg.Test, norm)
+			if err != nil {
+				return fmt.Errorf("%s: test error of epoch %d: %w", cfg.Process, epoch, err)
+			}
+			r.TestError, r.TestErrorTop5 = &te, &te5
+			r.Skipped = cfg.Test.Skips(skipped)
+			skipped += len(r.Skipped)
 		}
 		if epoch <= 0 && cfg.OnFinal != nil {
 			cfg.OnFinal(weights)

@@ -38,17 +38,21 @@ var ErrConfig = param.ErrInvalidConfig
 type Config struct {
 	Spec   *nn.Spec       // the network
 	Engine kernels.Engine // shared by every learner and the evaluator
-	Train  *data.Dataset  // handed out to the learners in chunks (see data.Plan)
-	Test   *data.Dataset  // evaluated at each epoch end; nil: no evaluation
+	Train  data.Set       // handed out to the learners in chunks (see data.Plan)
+	Test   data.Set       // evaluated at each epoch end; nil: no evaluation
 
 	// Model names the network: a built-in one or a spec file (LoadModel).
 	Model string
 	// Data names the data set (LookupData); DataName is how reports name
 	// it (UseData sets it).
 	Data, DataName string
-	// TrainSubset and TestSubset, if > 0, keep the first images of the
-	// data set only (UseData).
+	// TrainSubset and TestSubset, if > 0, keep that many images of the
+	// data set only (UseData, data.Subset: the first of MNIST or
+	// CIFAR-10, images spread evenly through an image folder or list).
 	TrainSubset, TestSubset int
+	// Images are how image data (a folder or list file, IsImageData) is
+	// read: FitImages, LookupImages.
+	Images ImageOptions
 	// InitFile is the file Init is read from (LoadInit); "" for weights
 	// drawn from Seed or given directly.
 	InitFile string
@@ -89,8 +93,12 @@ type Config struct {
 	EarlyPush bool
 	Seed      uint64    // weight initialisation and data shuffling
 	Init      []float32 // initial weights; nil: the spec's fillers drawn from Seed
-	// Normalizer maps pixels to inputs; nil: the per-pixel mean of Train
-	// (data.MeanNormalizer). Pass the one saved with loaded weights.
+	// Normalizer maps pixels to inputs; nil: the training set's mean
+	// (data.Set.Mean: the per-pixel mean of MNIST or CIFAR-10, the
+	// per-channel mean of MeanImages images of an image set), or the one a
+	// resumed job's checkpoint kept. The coordinator decides it and
+	// welcomes the learners and the evaluator with it, so that every
+	// process normalises alike. Pass the one saved with loaded weights.
 	Normalizer *data.Normalizer
 	EvalBatch  int // images per evaluation forward pass (0: 100)
 	// Workers is the number of goroutines each learner's network splits
@@ -156,11 +164,12 @@ type Config struct {
 
 // ResumeKeys returns the settings a job must share with the checkpoint it
 // resumes from (Settings keys: the flag names): the network, the data,
-// the batch, the seed of the data order, the learners and the protocol
-// (the chunks of the data). The rest (rates, epochs, shards, …) may
+// (its path and, for image data, its classes), the batch, the seed of
+// the data order, the learners and the protocol (the chunks of the
+// data). The rest (rates, epochs, shards, …) may
 // change. It returns a new slice at every call.
 func ResumeKeys() []string {
-	return []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+	return []string{"model", "data", "classes", "train-subset", "batch", "seed", "learners", "protocol"}
 }
 
 // Validate returns a *param.FieldError naming the first invalid field of
@@ -200,6 +209,8 @@ func (c *Config) ValidateSettings() error {
 		return param.Fieldf("TrainSubset", "must be ≥ 0 (0: all), got %d", c.TrainSubset)
 	case c.TestSubset < 0:
 		return param.Fieldf("TestSubset", "must be ≥ 0 (0: all), got %d", c.TestSubset)
+	case c.Images.Resize < 0:
+		return param.Fieldf("Images.Resize", "must be ≥ 0 (0: the network's input × 256/224), got %d", c.Images.Resize)
 	}
 	if err := c.Codec.Validate(); err != nil {
 		return param.Fieldf("Codec", "%v", err)

@@ -339,7 +339,7 @@ func TestConfigErrors(t *testing.T) {
 // checkpoint (docs/checkpoint.md) are the same for every caller: what one
 // does with the slice it got changes nothing for the others.
 func TestResumeKeys(t *testing.T) {
-	want := []string{"model", "data", "train-subset", "batch", "seed", "learners", "protocol"}
+	want := []string{"model", "data", "classes", "train-subset", "batch", "seed", "learners", "protocol"}
 	keys := ResumeKeys()
 	if !slices.Equal(keys, want) {
 		t.Fatalf("resume keys %q, want %q", keys, want)
@@ -573,19 +573,20 @@ func TestSyntheticData(t *testing.T) {
 	sp := spec(t, "cifar10_full")
 	ds := SyntheticData(sp)
 	in := sp.Input
-	if err := ds.Train.CheckShape(in.C, in.H, in.W, sp.Classes()); err != nil {
+	train, test := ds.Train.(*data.Dataset), ds.Test.(*data.Dataset)
+	if err := train.CheckShape(in.C, in.H, in.W, sp.Classes()); err != nil {
 		t.Fatal(err)
 	}
-	if ds.Train.N != SyntheticTrain || ds.Test.N != SyntheticTest || ds.Name != "synthetic" {
-		t.Fatalf("%s: %d training and %d test images", ds.Name, ds.Train.N, ds.Test.N)
+	if train.N != SyntheticTrain || test.N != SyntheticTest || ds.Name != "synthetic" {
+		t.Fatalf("%s: %d training and %d test images", ds.Name, train.N, test.N)
 	}
 	all := data.Synthetic(SyntheticTrain+SyntheticTest, in.C, in.H, in.W, sp.Classes(), 1)
-	il := ds.Train.ImageLen()
-	if !slices.Equal(ds.Test.Pixels, all.Pixels[SyntheticTrain*il:]) || !slices.Equal(ds.Test.Labels, all.Labels[SyntheticTrain:]) ||
-		!slices.Equal(ds.Train.Labels, all.Labels[:SyntheticTrain]) {
+	il := train.ImageLen()
+	if !slices.Equal(test.Pixels, all.Pixels[SyntheticTrain*il:]) || !slices.Equal(test.Labels, all.Labels[SyntheticTrain:]) ||
+		!slices.Equal(train.Labels, all.Labels[:SyntheticTrain]) {
 		t.Fatal("the test images are not the ones after the training images of one draw")
 	}
-	if again := SyntheticData(sp); !slices.Equal(again.Train.Pixels, ds.Train.Pixels) {
+	if again := SyntheticData(sp); !slices.Equal(again.Train.(*data.Dataset).Pixels, train.Pixels) {
 		t.Fatal("two calls made different images")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/softsync/softsync/learner/data"
@@ -110,23 +111,22 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		return nil, err
 	}
 	j := &Job{roles: r, stop: make(chan struct{}), parent: ctx}
-	if cfg.Normalizer != nil {
-		j.norm = *cfg.Normalizer
-	} else if cfg.Train != nil {
-		j.norm = data.MeanNormalizer(cfg.Train)
-	}
 	settings := cfg.Settings()
 	coordAddr := p.Coordinator
 	if r.Coordinator {
-		plan := cfg.Plan(cfg.Train.N)
+		plan := cfg.Plan(cfg.Train.Info().Len)
 		if err := plan.Validate(); err != nil {
 			return nil, param.Fieldf("Batch", "%v", err)
+		}
+		var err error
+		if j.norm, err = cfg.normalizer(); err != nil {
+			return nil, err
 		}
 		coord, err := NewCoordinator(CoordinatorConfig{Settings: settings, Plan: plan, Learners: cfg.Learners,
 			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
 			Rendezvous: cfg.Rendezvous, WaitWarn: cfg.WaitWarn, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
 			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
-			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult)})
+			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult), norm: packNorm(j.norm, cfg.Spec.Input)})
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +180,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 	if r.Evaluator {
 		j.wg.Go(func() {
 			w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
-				Test: cfg.Test, Normalizer: j.norm, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards,
+				Test: cfg.Test, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards,
 				OnFinal: func(w []float32) {
 					j.mu.Lock()
 					j.weights = w
@@ -195,7 +195,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 	for _, id := range r.Learners {
 		j.wg.Go(func() {
 			j.fail(RunLearner(ctx, LearnerConfig{Member: member(RoleLearner, id), ID: id, Spec: cfg.Spec, Engine: cfg.Engine,
-				Train: cfg.Train, Normalizer: j.norm, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
+				Train: cfg.Train, Workers: cfg.Workers, Protocol: cfg.Protocol, Shards: cfg.Shards,
 				Codec: cfg.Codec, Overlap: cfg.Overlap, EarlyPush: cfg.EarlyPush, Report: cfg.Report, OnClient: cfg.OnClient}))
 		})
 	}
@@ -226,21 +226,57 @@ func (c *Config) validateFor(r Roles) error {
 		return param.Fieldf("Spec", "no network")
 	case (learns || r.Evaluator) && c.Engine == nil:
 		return param.Fieldf("Engine", "no compute engine")
-	case (learns || r.Coordinator) && (c.Train == nil || c.Train.N == 0):
+	case (learns || r.Coordinator) && (c.Train == nil || c.Train.Info().Len == 0):
 		return param.Fieldf("Train", "no training data")
 	}
 	if err := c.ValidateSettings(); err != nil {
 		return err
 	}
 	in := c.Spec.Input
-	for _, ds := range []*data.Dataset{c.Train, c.Test} {
+	for _, ds := range []data.Set{c.Train, c.Test} {
 		if ds != nil {
-			if err := ds.CheckShape(in.C, in.H, in.W, c.Spec.Classes()); err != nil {
+			if err := ds.Info().CheckShape(in.C, in.H, in.W, c.Spec.Classes()); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// normalizer returns the job's input normalisation (see
+// Config.Normalizer): the one a resumed job's checkpoint kept, else
+// Normalizer, else the training set's mean.
+func (c *Config) normalizer() (data.Normalizer, error) {
+	if c.Resume != nil {
+		st, err := c.Resume.coordinatorState()
+		if err != nil {
+			return data.Normalizer{}, err
+		}
+		if st.Norm != nil {
+			z, err := st.Norm.normalizer(c.Spec.Input)
+			if err != nil {
+				return z, fmt.Errorf("%s: %w", c.Resume.Snapshot.Path(coordinatorFile), err)
+			}
+			return z, nil
+		}
+	}
+	if c.Normalizer != nil {
+		return *c.Normalizer, nil
+	}
+	_, inMemory := c.Train.(*data.Dataset)
+	if !inMemory && c.Logger != nil {
+		c.Logger.Info("taking the input mean", "images", min(MeanImages, c.Train.Info().Len), "data", c.Train.Info().Name)
+	}
+	z, err := c.Train.Mean(MeanImages)
+	if err == nil && !inMemory && c.Logger != nil && len(z.Mean) > 0 {
+		plane := len(z.Mean) / c.Spec.Input.C
+		var per []string
+		for ch := range c.Spec.Input.C {
+			per = append(per, fmt.Sprintf("%.2f", z.Mean[ch*plane]))
+		}
+		c.Logger.Info("input mean", "channels", strings.Join(per, " "))
+	}
+	return z, err
 }
 
 // fail records a role's failure and stops the others.

@@ -27,9 +27,19 @@ type Report struct {
 	LearnerSteps []int64       `json:"learner_steps"`
 	Images       int64         `json:"images"`
 	TestError    *float64      `json:"test_error"`
+	TestError5   *float64      `json:"test_error_top5"`
 	ImagesPerSec float64       `json:"images_per_sec"`
 	Seconds      float64       `json:"seconds"`
 	History      []ReportEpoch `json:"history"`
+	// DataWait is the time the learners waited for their data, all
+	// together; DataWaitFraction that over the learners' training time
+	// (Seconds × Learners).
+	DataWait         float64 `json:"data_wait_seconds"`
+	DataWaitFraction float64 `json:"data_wait_fraction"`
+	// DataSkipped counts the images that could not be read or decoded,
+	// DataSkippedFirst names the first few.
+	DataSkipped      int      `json:"data_skipped"`
+	DataSkippedFirst []string `json:"data_skipped_first"`
 
 	Protocol     string `json:"protocol"`
 	N            int    `json:"n"`
@@ -75,10 +85,11 @@ type Report struct {
 
 // ReportEpoch is one entry of Report.History.
 type ReportEpoch struct {
-	Epoch     int      `json:"epoch"`
-	TrainLoss float64  `json:"train_loss"`
-	TestError *float64 `json:"test_error"`
-	Seconds   float64  `json:"seconds"`
+	Epoch      int      `json:"epoch"`
+	TrainLoss  float64  `json:"train_loss"`
+	TestError  *float64 `json:"test_error"`
+	TestError5 *float64 `json:"test_error_top5"`
+	Seconds    float64  `json:"seconds"`
 }
 
 // ReportStaleness summarises the staleness of a shard's accepted
@@ -173,7 +184,8 @@ func NewReport(c *Config, res *Result) *Report {
 	r := &Report{
 		Model: c.Spec.Name, Params: c.Spec.NumParams(), Data: c.DataName, Learners: c.Learners, Batch: c.Batch, Epochs: c.Epochs,
 		Steps: res.Steps, LearnerSteps: append([]int64{}, res.LearnerSteps...), Images: res.Images,
-		TestError: fraction(res.TestError), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
+		TestError: fraction(res.TestError), TestError5: fraction(res.TestErrorTop5), ImagesPerSec: res.ImagesPerSec, Seconds: res.Seconds,
+		DataWait: res.DataWait.Seconds(), DataSkipped: res.Skipped, DataSkippedFirst: append([]string{}, res.SkippedFirst...),
 		History: []ReportEpoch{}, Protocol: c.Protocol.String(), N: c.N, MaxStaleness: c.MaxStaleness,
 		LRMode: c.Solver.RuleString(), MomentumComp: c.Solver.MomentumComp, Shards: c.Shards, Transport: c.Transport, Compress: c.Codec.String(),
 		Overlap: c.Overlap, EarlyPush: c.EarlyPush, ShardStats: []ReportShard{}, Seed: c.Seed, Threads: max(c.Workers, 1),
@@ -185,7 +197,7 @@ func NewReport(c *Config, res *Result) *Report {
 			Redone: res.Chunks.Redone},
 	}
 	if c.Train != nil {
-		r.TrainImages = c.Train.N
+		r.TrainImages = c.Train.Info().Len
 	}
 	r.CheckpointsWritten, r.CheckpointFailures.Count = res.Checkpoints.Written, res.Checkpoints.Failed
 	if f := res.Checkpoints.LastFailure; f != nil {
@@ -193,10 +205,13 @@ func NewReport(c *Config, res *Result) *Report {
 			LastSeconds: f.Seconds, LastTime: f.Time.UTC().Format(time.RFC3339), LastError: f.Err.Error()}
 	}
 	if c.Test != nil {
-		r.TestImages = c.Test.N
+		r.TestImages = c.Test.Info().Len
 	}
 	if c.Engine != nil {
 		r.Engine = c.Engine.Name()
+	}
+	if t := res.Seconds * float64(max(c.Learners, 1)); t > 0 {
+		r.DataWaitFraction = min(r.DataWait/t, 1)
 	}
 	if res.BatchesPerEpoch > 0 {
 		done := res.Steps // mini-batches done: of the completed chunks when known
@@ -222,7 +237,8 @@ func NewReport(c *Config, res *Result) *Report {
 		r.NSchedule = c.NSchedule.String()
 	}
 	for _, h := range res.History {
-		r.History = append(r.History, ReportEpoch{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fraction(h.TestError), Seconds: h.Seconds})
+		r.History = append(r.History, ReportEpoch{Epoch: h.Epoch, TrainLoss: h.TrainLoss, TestError: fraction(h.TestError),
+			TestError5: fraction(h.TestErrorTop5), Seconds: h.Seconds})
 	}
 	r.Staleness = ReportStaleness{Histogram: []uint64{}}
 	for k, s := range res.Shards {

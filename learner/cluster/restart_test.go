@@ -204,7 +204,7 @@ func restartJob(t *testing.T) (Config, *checkpoint.Store) {
 // shard holding exactly one gradient of every mini-batch.
 func checkOnce(t *testing.T, cfg Config, res *Result) {
 	t.Helper()
-	plan := cfg.Plan(cfg.Train.N)
+	plan := cfg.Plan(cfg.Train.Info().Len)
 	total := int64(plan.Total())
 	if len(res.History) != cfg.Epochs {
 		t.Errorf("history %+v, want %d epochs", res.History, cfg.Epochs)
@@ -238,7 +238,7 @@ func TestJobHeadRestart(t *testing.T) {
 		j := p.start(i, cfg)
 		wg.Go(func() { _, errs[i] = waitJob(t, j, 2*time.Minute) })
 	}
-	plan := cfg.Plan(cfg.Train.N)
+	plan := cfg.Plan(cfg.Train.Info().Len)
 	total := int64(plan.Total())
 	transporttest.Eventually(t, time.Minute, "a checkpoint and a third of the job's mini-batches", func() bool {
 		_, _, err := store.Latest(nil)
@@ -275,7 +275,7 @@ func TestJobServerRestart(t *testing.T) {
 	p.slow[1] = 20 * time.Millisecond // learner 0 takes most chunks; learner 1 ends the job
 	// Near the end, the learners' pushes wait for the restart: the job
 	// cannot end before the shard server dies.
-	plan := cfg.Plan(cfg.Train.N)
+	plan := cfg.Plan(cfg.Train.Info().Len)
 	total := int64(plan.Total())
 	near := total - 2*int64(cfg.Chunk)
 	var head *Job

@@ -13,13 +13,18 @@ type Epoch struct {
 	Epoch     int     // 1-based
 	TrainLoss float64 // mean loss of the mini-batches of this epoch, over all learners
 	TestError float64 // fraction of the test set misclassified (NaN without a test set)
-	Seconds   float64 // wall time from the start of training to the epoch's end
+	// TestErrorTop5 is the fraction whose label is not among the
+	// network's five largest outputs (NaN without a test set).
+	TestErrorTop5 float64
+	Seconds       float64 // wall time from the start of training to the epoch's end
 }
 
 // Result is what a finished job reports.
 type Result struct {
-	History   []Epoch
-	TestError float64 // on the final weights (NaN without a test set)
+	History []Epoch
+	// TestError and TestErrorTop5 are the top-1 and top-5 errors of the
+	// final weights (NaN without a test set).
+	TestError, TestErrorTop5 float64
 	// Interrupted is set for the result of an interrupted job: the weights
 	// and test error are those reached, the history has the epochs
 	// completed.
@@ -63,6 +68,15 @@ type Result struct {
 	// Connections are the learners' connections to the shard servers and
 	// the transport each uses (as reported when the learner finished).
 	Connections []Connection
+	// DataWait is the time the learners waited for their mini-batches to
+	// be read and decoded, all learners together (data.Loader.Waited).
+	DataWait time.Duration
+	// Skipped counts the images of the training and test sets that could
+	// not be read or decoded (each replaced by the next one that could);
+	// SkippedFirst are the messages of the first data.MaxNamedSkips, each
+	// naming its file.
+	Skipped      int
+	SkippedFirst []string
 	// Checkpoints counts the checkpoints the coordinator wrote and those
 	// that failed, since it started (a restarted coordinator counts
 	// afresh).
@@ -109,6 +123,11 @@ type Progress struct {
 	Loss       float64 // moving average of recent mini-batch losses (NaN before the first)
 	Images     int64
 	Elapsed    time.Duration // training wall time so far; it stops at the end of the data, as Result.Seconds
+	// DataWait is the time the learners waited for data so far, all
+	// together (as reported, every Config.Report).
+	DataWait time.Duration
+	// Skipped counts the bad images found so far.
+	Skipped int
 	// Waiting is set while the job waits for its processes: at the
 	// rendezvous, or a restarted coordinator for the job's processes to
 	// come back (Steps are then those of the checkpoint).

@@ -12,7 +12,7 @@ func (c *Config) SimResult(res *sim.Result, history []Epoch, testError float64) 
 		r.Normalizer = *c.Normalizer
 	}
 	if c.Train != nil {
-		plan := c.Plan(c.Train.N)
+		plan := c.Plan(c.Train.Info().Len)
 		r.BatchesPerEpoch = plan.BatchesPerEpoch()
 	}
 	for _, s := range res.Steps {

@@ -24,18 +24,23 @@ import (
 // Defaults are the settings a network trains with unless a command says
 // otherwise: Caffe's solvers for its networks (lenet_solver.prototxt with
 // one step of the rate after epoch 8 instead of its "inv" decay; the
-// paper's cifar10_full settings), and the data set it is made for.
+// paper's cifar10_full and alexnet settings; torchvision's reference
+// recipe for resnet18), and the data set it is made for ("" for the
+// ImageNet networks: an image folder the user names).
 type Defaults struct {
 	Batch, Epochs             int
 	LR, Momentum, WeightDecay float64
-	LRSteps                   []int  // epochs after which the rate is multiplied by the gamma
-	Data                      string // the data set, by name (LookupData)
+	LRSteps                   []int   // epochs after which the rate is multiplied by LRGamma
+	LRGamma                   float64 // 0.1, or 0.2 (÷5) for alexnet
+	Data                      string  // the data set, by name (LookupData)
 }
 
 var defaults = map[string]Defaults{
-	"lenet":        {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, Data: "mnist"},
-	"mlp":          {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, Data: "mnist"},
-	"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, Data: "cifar10"},
+	"lenet":        {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, LRGamma: 0.1, Data: "mnist"},
+	"mlp":          {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRGamma: 0.1, Data: "mnist"},
+	"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, LRGamma: 0.1, Data: "cifar10"},
+	"alexnet":      {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
+	"resnet18":     {Batch: 256, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
 }
 
 // DefaultsFor returns the defaults of the built-in network model, or
@@ -102,6 +107,7 @@ func (c *Config) Settings() Settings {
 		"compress":      c.Codec.String(), "overlap": strconv.FormatBool(c.Overlap), "transport": c.Transport,
 		"early-push": strconv.FormatBool(c.EarlyPush),
 	}
+	c.imageSettings(s)
 	if c.Init != nil {
 		b, _ := binary.Append(nil, binary.LittleEndian, c.Init)
 		s["load"] = fmt.Sprintf("%x", sha256.Sum256(b))

@@ -97,9 +97,11 @@ func TestSettings(t *testing.T) {
 // the caller owns the steps it gets.
 func TestDefaults(t *testing.T) {
 	for model, want := range map[string]Defaults{
-		"lenet":        {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, Data: "mnist"},
-		"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, Data: "cifar10"},
-		"my.net":       {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, Data: "mnist"},
+		"lenet":        {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, LRGamma: 0.1, Data: "mnist"},
+		"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, LRGamma: 0.1, Data: "cifar10"},
+		"my.net":       {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, LRGamma: 0.1, Data: "mnist"},
+		// The paper's ImageNet schedule: α0 = 0.01, ÷5 after epochs 20 and 30, 35 epochs.
+		"alexnet": {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
 	} {
 		d := DefaultsFor(model)
 		if !slices.Equal(d.LRSteps, want.LRSteps) {
@@ -174,8 +176,8 @@ func TestWeightsCodecAndEvalWorkers(t *testing.T) {
 
 // TestData: a folder of idx files is found by name and named in reports
 // by it; UseData keeps the subsets, refuses images the network does not
-// take and a training set smaller than a round, and takes the mean
-// normaliser unless one is set.
+// take and a training set smaller than a round, and leaves the
+// normaliser to the job (the coordinator's).
 func TestData(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []struct {
@@ -187,7 +189,7 @@ func TestData(t *testing.T) {
 		}
 	}
 	ds, err := LookupData(context.Background(), dir, "go")
-	if err != nil || ds.Name != dir || ds.Train.N != 100 || ds.Test.N != 30 {
+	if err != nil || ds.Name != dir || ds.Train.Info().Len != 100 || ds.Test.Info().Len != 30 {
 		t.Fatalf("LookupData(%s): %q, %v", dir, ds.Name, err)
 	}
 	if _, err := LookupData(context.Background(), filepath.Join(dir, "nothing"), "go"); !errors.Is(err, data.ErrMissing) {
@@ -195,14 +197,8 @@ func TestData(t *testing.T) {
 	}
 	cfg := settingsConfig(t)
 	cfg.TrainSubset, cfg.TestSubset = 80, 20
-	if err := cfg.UseData(ds); err != nil || cfg.Train.N != 80 || cfg.Test.N != 20 || cfg.DataName != dir || cfg.Normalizer == nil {
-		t.Fatalf("UseData: %v; %d and %d images, name %q", err, cfg.Train.N, cfg.Test.N, cfg.DataName)
-	}
-	norm := data.Normalizer{Scale: 1}
-	cfg = settingsConfig(t)
-	cfg.Normalizer = &norm
-	if err := cfg.UseData(ds); err != nil || cfg.Normalizer != &norm {
-		t.Errorf("UseData with a normaliser: %v, normaliser replaced: %t", err, cfg.Normalizer != &norm)
+	if err := cfg.UseData(ds); err != nil || cfg.Train.Info().Len != 80 || cfg.Test.Info().Len != 20 || cfg.DataName != dir || cfg.Normalizer != nil {
+		t.Fatalf("UseData: %v; %d and %d images, name %q, normaliser %v", err, cfg.Train.Info().Len, cfg.Test.Info().Len, cfg.DataName, cfg.Normalizer)
 	}
 	var fe *param.FieldError
 	cfg = settingsConfig(t)

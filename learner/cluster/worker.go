@@ -21,17 +21,17 @@ import (
 // LearnerConfig configures a learner role.
 type LearnerConfig struct {
 	Member
-	ID         int // learner id, 0 … λ−1
-	Spec       *nn.Spec
-	Engine     kernels.Engine
-	Train      *data.Dataset
-	Normalizer data.Normalizer
-	Workers    int // goroutines the network splits a mini-batch over (nn.Config.Workers)
-	Protocol   ps.Protocol
-	Shards     int
-	Codec      rdma.Codec // of the gradients it pushes
-	Overlap    bool
-	EarlyPush  bool // see learner.Config.EarlyPush
+	ID     int // learner id, 0 … λ−1
+	Spec   *nn.Spec
+	Engine kernels.Engine
+	// Train is read with the coordinator's normalisation (its welcome's).
+	Train     data.Set
+	Workers   int // goroutines the network splits a mini-batch over (nn.Config.Workers)
+	Protocol  ps.Protocol
+	Shards    int
+	Codec     rdma.Codec // of the gradients it pushes
+	Overlap   bool
+	EarlyPush bool // see learner.Config.EarlyPush
 	// Report is how often the learner reports its progress, which is also
 	// its heartbeat (0: half a second).
 	Report time.Duration
@@ -132,11 +132,16 @@ type worker struct {
 
 	flushMu sync.Mutex // serialises flush
 	mu      sync.Mutex
-	cc      *ctrl              // the current connection to the coordinator
-	asking  *chunkReq          // a chunk request not answered yet
-	client  *ps.Client         // set once train has dialed the shard servers
-	report  map[int]*epochLoss // since the last report
-	plan    data.Plan
+	cc      *ctrl        // the current connection to the coordinator
+	asking  *chunkReq    // a chunk request not answered yet
+	client  *ps.Client   // set once train has dialed the shard servers
+	loader  *data.Loader // set once train has started it
+	// waitSent and skipSent are the data wait and the bad images of the
+	// training set reported so far (flushMu).
+	waitSent time.Duration
+	skipSent int
+	report   map[int]*epochLoss // since the last report
+	plan     data.Plan
 	// held are the chunks of this life (distinct) with their
 	// mini-batches delivered: a rejoining learner tells them. ids maps
 	// the mini-batch ids of the chunks not complete to their chunk and
@@ -184,11 +189,18 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	if err := client.Join(ctx); err != nil {
 		return err
 	}
-	ld, err := data.NewLoader(cfg.Train, data.LoaderConfig{Plan: w.Plan, Source: r, Normalizer: cfg.Normalizer})
+	norm, err := welcomeNorm(w, cfg.Spec)
+	if err != nil {
+		return fmt.Errorf("learner %d: %w", cfg.ID, err)
+	}
+	ld, err := cfg.Train.Loader(data.LoaderConfig{Plan: w.Plan, Source: r, Normalizer: norm})
 	if err != nil {
 		return err
 	}
 	defer ld.Close()
+	r.mu.Lock()
+	r.loader = ld
+	r.mu.Unlock()
 	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, EarlyPush: cfg.EarlyPush, OnStep: r.onStep,
 		BatchID: func(b *data.Batch) uint64 { return w.Plan.ID(b.Epoch, b.Index) }}
 	if cfg.Overlap {
@@ -301,10 +313,16 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		p.Delivered = append(p.Delivered, delivered{Chunk: h.Chunk, N: h.Delivered})
 	}
 	clear(r.news)
-	client, cc := r.client, r.cc
+	client, cc, ld := r.client, r.cc, r.loader
 	r.mu.Unlock()
 	if client != nil {
 		p.Pushes = client.Pushes()
+	}
+	var waited time.Duration
+	if ld != nil {
+		waited = ld.Waited()
+		p.DataWait = (waited - r.waitSent).Seconds()
+		p.Skipped = r.cfg.Train.Skips(r.skipSent)
 	}
 	if done && client != nil {
 		st := client.Stats()
@@ -314,7 +332,11 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 				Transport: c.Transport.Name, Reason: c.Transport.Reason})
 		}
 	}
-	if err := cc.send(ctx, tProgress, p); err != nil {
+	err := cc.send(ctx, tProgress, p)
+	if err == nil && ld != nil {
+		r.waitSent, r.skipSent = waited, r.skipSent+len(p.Skipped)
+	}
+	if err != nil {
 		if ctx.Err() != nil || rdma.Recoverable(err) || done {
 			return err
 		}

@@ -45,17 +45,9 @@ func (d *Dataset) ImageLen() int { return d.C * d.H * d.W }
 
 // CheckShape returns an error wrapping ErrShape, naming the data set's
 // source, unless its images are c×h×w and its classes fit into a network
-// with the given number of outputs.
+// with the given number of outputs (SetInfo.CheckShape).
 func (d *Dataset) CheckShape(c, h, w, classes int) error {
-	if d.C != c || d.H != h || d.W != w {
-		return fmt.Errorf("%s: %w: images are %d×%d×%d (C×H×W), the network takes %d×%d×%d",
-			d.Source, ErrShape, d.C, d.H, d.W, c, h, w)
-	}
-	if d.Classes > classes {
-		return fmt.Errorf("%s: %w: %d classes, the network has %d outputs",
-			d.Source, ErrShape, d.Classes, classes)
-	}
-	return nil
+	return d.Info().CheckShape(c, h, w, classes)
 }
 
 // Subset returns a data set holding the first n images of d (all of them

@@ -27,7 +27,13 @@ type ImageSet struct {
 
 	mu    sync.Mutex
 	bad   map[int]bool
-	first []string // the first few bad files, with why
+	skips []Skip // the bad files, in the order they were found
+}
+
+// Skip is an image that could not be read or decoded: its file and why.
+type Skip struct {
+	File string `json:"file"`
+	Err  string `json:"err"` // names the file
 }
 
 // NewFolderSet returns the image set of l's files.
@@ -54,7 +60,21 @@ const MaxNamedSkips = 5
 func (s *ImageSet) Skipped() (n int, first []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.bad), slices.Clone(s.first)
+	for _, k := range s.skips[:min(len(s.skips), MaxNamedSkips)] {
+		first = append(first, k.Err)
+	}
+	return len(s.skips), first
+}
+
+// Skips returns the bad files found so far from the k-th on (0: all),
+// in the order they were found; each file is there once.
+func (s *ImageSet) Skips(k int) []Skip {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k >= len(s.skips) {
+		return nil
+	}
+	return slices.Clone(s.skips[k:])
 }
 
 func (s *ImageSet) skip(i int, err error) {
@@ -65,9 +85,7 @@ func (s *ImageSet) skip(i int, err error) {
 	}
 	if !s.bad[i] {
 		s.bad[i] = true
-		if len(s.first) < MaxNamedSkips {
-			s.first = append(s.first, err.Error())
-		}
+		s.skips = append(s.skips, Skip{File: s.List.File(i), Err: err.Error()})
 	}
 }
 
@@ -138,3 +156,31 @@ func (f files) read(i int, buf []byte) ([]byte, error) {
 }
 
 func (files) close() error { return nil }
+
+// Spread returns a set of n of s's images spread evenly through it
+// (image ⌊i·Len/n⌋ for i < n; all of them when n ≤ 0 or n ≥ Len), so
+// that a folder's subset, whose list is in class order, keeps every
+// class. It reads the same files (or records) as s; its bad images are
+// counted apart.
+func (s *ImageSet) Spread(n int) *ImageSet {
+	if n <= 0 || n >= s.Len() {
+		return s
+	}
+	l := &ImageList{Source: s.List.Source, Root: s.List.Root, Classes: s.List.Classes}
+	idx := make([]int, n)
+	for i := range idx {
+		k := int(int64(i) * int64(s.Len()) / int64(n))
+		idx[i] = k
+		l.Paths, l.Labels = append(l.Paths, s.List.Paths[k]), append(l.Labels, s.List.Labels[k])
+	}
+	return &ImageSet{List: l, rec: picked{s.rec, idx}}
+}
+
+// picked reads the records idx of rec.
+type picked struct {
+	rec records
+	idx []int
+}
+
+func (p picked) read(i int, buf []byte) ([]byte, error) { return p.rec.read(p.idx[i], buf) }
+func (p picked) close() error                           { return nil }

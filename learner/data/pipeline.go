@@ -15,8 +15,8 @@ import (
 // bilinear filter) so that its shorter side is Resize pixels (the longer
 // side scaled alike, rounded down, as torchvision does), an H×W window is
 // cut from it — at a random position (Random) or the centre (rounded to
-// nearest) — and mirrored left to right with probability ½ (Mirror,
-// random crops only); each value becomes Scale·pixel − Mean[value] (Mean
+// nearest) — and mirrored left to right with probability ½ (Mirror; as
+// Caffe's mirror, also of centre crops); each value becomes Scale·pixel − Mean[value] (Mean
 // nil: no subtraction), planes in R, G, B order (C×H×W).
 //
 // The random choices of image i in epoch e are drawn from (Seed, e, i)
@@ -71,13 +71,14 @@ func mix(z uint64) uint64 {
 // place returns the crop's corner and mirror for image i of epoch e in a
 // rw×rh resized image.
 func (a *Augment) place(rw, rh, epoch, i int) (x0, y0 int, mirror bool) {
-	if !a.Random {
-		return int(math.Round(float64(rw-a.W) / 2)), int(math.Round(float64(rh-a.H) / 2)), false
-	}
 	r := mix(mix(a.Seed^0x5eed) ^ uint64(uint32(epoch))<<32 ^ uint64(uint32(i)))
+	mirror = a.Mirror && r>>32&1 == 1
+	if !a.Random {
+		return int(math.Round(float64(rw-a.W) / 2)), int(math.Round(float64(rh-a.H) / 2)), mirror
+	}
 	x0 = int((r & 0xffff) * uint64(rw-a.W+1) >> 16)
 	y0 = int((r >> 16 & 0xffff) * uint64(rh-a.H+1) >> 16)
-	return x0, y0, a.Mirror && r>>32&1 == 1
+	return x0, y0, mirror
 }
 
 // maxSubstitutes bounds the images tried in place of a bad one.

@@ -21,7 +21,7 @@ import (
 
 // Steps are the steps of bench all, in the order they run (--skip
 // names them).
-var Steps = []string{"peak", "gemm", "train", "pytorch", "transport", "iperf3", "speedup"}
+var Steps = []string{"peak", "gemm", "train", "pytorch", "data", "torchvision", "transport", "iperf3", "speedup"}
 
 // trainNets are the trainings bench all measures, softsync and PyTorch.
 var trainNets = []struct {
@@ -40,8 +40,9 @@ type AllConfig struct {
 	TorchSeconds float64  // timed seconds per PyTorch network and run
 	TrainThreads []int    // thread counts of the trainings
 	Skip         []string // steps not to run (of Steps)
-	Python       string   // with Debian's python3-torch
+	Python       string   // with Debian's python3-torch and python3-torchvision
 	Script       string   // bench/torch_train_throughput.py
+	DataScript   string   // bench/torch_data_throughput.py
 	// ISA is the --isa every step runs at ("": each its default; the
 	// trainings then run at both avx512 and avx2 on an AVX-512 host).
 	ISA string
@@ -89,6 +90,7 @@ func All(ctx context.Context, o AllConfig) error {
 	r.step("peak", r.peak)
 	r.step("gemm", r.gemm)
 	r.step("train", r.train)
+	r.step("data", r.data)
 	for _, path := range o.GoBench {
 		r.step("go-bench "+path, func() error { return r.goBench(path) })
 	}

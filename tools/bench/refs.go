@@ -102,17 +102,27 @@ func runTorch(ctx context.Context, cfg torchConfig, threads int, nets [][2]strin
 	if cfg.CoreType != "" {
 		cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+cfg.CoreType)
 	}
+	out, err := scriptOutput(cmd)
+	if err != nil {
+		return "", nil, err
+	}
+	return parseTorch(out)
+}
+
+// scriptOutput runs a reference script and returns its output; a failure
+// names the command and ends with the tail of its standard error.
+func scriptOutput(cmd *exec.Cmd) ([]byte, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) || errors.Is(err, exec.ErrNotFound) {
-			return "", nil, fmt.Errorf("%s %s: %w: %s", cfg.Python, cfg.Script, err, tail(stderr.Bytes(), 300))
+			return nil, fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, tail(stderr.Bytes(), 300))
 		}
-		return "", nil, err
+		return nil, err
 	}
-	return parseTorch(out)
+	return out, nil
 }
 
 // iperfResult is what parseIperf keeps of iperf3 -J's report.

@@ -27,6 +27,7 @@ var groupTitles = []struct{ group, title string }{
 	{"gemm", "sgemm: Go API against a raw C loop (bench gemm)"},
 	{"train", "Training: softsync against PyTorch (bench train)"},
 	{"train-flops", "Training FLOP rate against the FMA peak of all cores (bench train)"},
+	{"data", "Image pipeline: read, decode, resize, crop, mirror against torchvision (bench data)"},
 	{"kernels", "Kernels, one thread, per second of CPU time (go test -bench ./kernels)"},
 	{"solver", "Solver passes (go test -bench ./ps/sgd)"},
 	{"transport", "Transport: push + pull round trips against iperf3 (bench transport)"},

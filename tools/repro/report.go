@@ -1,6 +1,7 @@
 package repro
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"image/color"
@@ -80,10 +81,10 @@ func tableText(rs *Table, entries []*Entry) string {
 			simSlowMin, simSlowMax, simHeteroSpread)
 	}
 	fmt.Fprintf(&b, "Mode: %s.  \n", mode)
-	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, textfmt.Thousands(int64(rs.train.N)), textfmt.Thousands(int64(rs.test.N)))
+	fmt.Fprintf(&b, "Data: %s, %s training and %s test images.  \n", rs.dataName, textfmt.Thousands(int64(rs.train.Info().Len)), textfmt.Thousands(int64(rs.test.Info().Len)))
 	steps := "no rate steps"
 	if len(s.steps) > 0 {
-		steps = fmt.Sprintf("rate ×0.1 after epoch(s) %s", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.steps)), ", "), "[]"))
+		steps = fmt.Sprintf("rate ×%g after epoch(s) %s", cmp.Or(s.gamma, 0.1), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(s.steps)), ", "), "[]"))
 	}
 	fmt.Fprintf(&b, "Schedule: %d epochs; α0 = %g, momentum %g, weight decay %g, %s.  \n", s.epochs, s.lr, s.momentum, s.decay, steps)
 	if rs.cfg.Rules {
@@ -94,19 +95,45 @@ func tableText(rs *Table, entries []*Entry) string {
 		fmt.Fprintf(&b, "Distributed runs: λ = %d learners × μ = %d; single learner: μ = %d. α0 is the constant rate, α0/τ the staleness-aware one.\n\n",
 			rs.cfg.Learners, rs.cfg.Batch, rs.cfg.Single)
 	}
-	fmt.Fprintf(&b, "| run | λ × μ | test error | mean τ | max τ | updates | %s |\n|---|---|---:|---:|---:|---:|---:|\n", ips)
+	if rs.cfg.ImageNet {
+		fmt.Fprintf(&b, "| run | λ × μ | top-1 error | top-5 error | mean τ | max τ | updates | %s | data wait |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n", ips)
+	} else {
+		fmt.Fprintf(&b, "| run | λ × μ | test error | mean τ | max τ | updates | %s |\n|---|---|---:|---:|---:|---:|---:|\n", ips)
+	}
 	for _, e := range entries {
-		fmt.Fprintf(&b, "| %s | %d × %d | %s | %.2f | %d | %s | %s |\n", e.Run, e.Learners, e.Batch, errorText(e),
+		top5 := ""
+		if rs.cfg.ImageNet {
+			top5 = " " + fracText(e.TestError5) + " |"
+			if e.Diverged {
+				top5 = " – |"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d × %d | %s |%s %.2f | %d | %s | %s |", e.Run, e.Learners, e.Batch, errorText(e), top5,
 			e.Staleness.Mean, e.Staleness.Max, textfmt.Thousands(int64(e.Updates)), textfmt.Thousands(int64(e.ImagesPerSec+0.5)))
+		if rs.cfg.ImageNet {
+			fmt.Fprintf(&b, " %.1f%% |", 100*e.DataWaitFraction)
+		}
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-// writeErrorPlot draws the test error per epoch of every run, one
-// panel per rate mode of the softsync runs; the single learner and
-// hardsync appear in each panel. The axis is logarithmic: errors of a
-// few tenths of a percent and of a diverged run share it.
-func writeErrorPlot(path string, rs *Table, entries []*Entry) error {
+// errorOf picks a test error of an epoch: top-1 or top-5.
+type errorOf struct {
+	name string
+	of   func(h *cluster.ReportEpoch) *float64
+}
+
+var (
+	top1 = errorOf{"test error", func(h *cluster.ReportEpoch) *float64 { return h.TestError }}
+	top5 = errorOf{"top-5 test error", func(h *cluster.ReportEpoch) *float64 { return h.TestError5 }}
+)
+
+// writeErrorPlot draws the test error (top-1 or top-5, which) per epoch
+// of every run, one panel per rate mode of the softsync runs; the single
+// learner and hardsync appear in each panel. The axis is logarithmic:
+// errors of a few tenths of a percent and of a diverged run share it.
+func writeErrorPlot(path string, rs *Table, entries []*Entry, which errorOf) error {
 	var modes []string
 	for _, e := range entries {
 		if e.protocol == ps.Softsync && !slices.Contains(modes, e.lrMode) {
@@ -119,12 +146,12 @@ func writeErrorPlot(path string, rs *Table, entries []*Entry) error {
 	var panels []*plot.Plot
 	for _, m := range modes {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s, %s: test error", rs.dataName, rs.spec.Name)
+		p.Title.Text = fmt.Sprintf("%s, %s: %s", rs.dataName, rs.spec.Name, which.name)
 		if m != "" {
 			p.Title.Text += ", softsync with lr-mode " + m
 		}
 		p.X.Label.Text = "epoch"
-		p.Y.Label.Text = "test error (%)"
+		p.Y.Label.Text = which.name + " (%)"
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plots.LogTicks{}
 		p.X.Tick.Marker = plots.IntegerTicks{}
 		p.Legend.Top = true
@@ -150,8 +177,8 @@ func writeErrorPlot(path string, rs *Table, entries []*Entry) error {
 			}
 			var xy plotter.XYs
 			for _, h := range e.History {
-				if h.TestError != nil && *h.TestError > 0 {
-					xy = append(xy, plotter.XY{X: float64(h.Epoch), Y: 100 * *h.TestError})
+				if v := which.of(&h); v != nil && *v > 0 {
+					xy = append(xy, plotter.XY{X: float64(h.Epoch), Y: 100 * *v})
 				}
 			}
 			if len(xy) == 0 {

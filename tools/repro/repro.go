@@ -16,6 +16,7 @@
 package repro
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +43,12 @@ type Config struct {
 	// schedule and the subsets below take their part), DataName its name
 	// in the table and the reports.
 	Spec        *nn.Spec
-	Train, Test *data.Dataset
+	Train, Test data.Set
 	DataName    string
+	// ImageNet runs the paper's ImageNet design: alexnet's schedule
+	// (whatever the network), top-5 errors in the table and a plot of
+	// them. The data is an image set (real runs only).
+	ImageNet bool
 	// Out is the folder of table.md, report.json and the plots
 	// (created).
 	Out string
@@ -97,13 +102,16 @@ type schedule struct {
 	epochs              int
 	lr, momentum, decay float64
 	steps               []int
-	trainSubset         int // 0: the whole training set
+	gamma               float64 // the rate's factor at each step (0: 0.1)
+	trainSubset         int     // 0: the whole training set
+	testSubset          int     // 0: the whole test set
 }
 
 // schedules are the full and the --quick schedule of each model:
 // cifar10_full's is the paper's (140 epochs, α0 = 0.001, ÷10 after 120
-// and 130); LeNet's is Caffe's MNIST solver with the rate step of
-// softsync train.
+// and 130), alexnet's too (35 epochs, α0 = 0.01, ÷5 after 20 and 30;
+// Caffe's weight decay); LeNet's is Caffe's MNIST solver with the rate
+// step of softsync train.
 var schedules = map[string][2]schedule{
 	"lenet": {
 		{epochs: 10, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: []int{8}},
@@ -112,6 +120,10 @@ var schedules = map[string][2]schedule{
 	"cifar10_full": {
 		{epochs: 140, lr: 0.001, momentum: 0.9, decay: 0.004, steps: []int{120, 130}},
 		{epochs: 2, lr: 0.001, momentum: 0.9, decay: 0.004, trainSubset: 20000},
+	},
+	"alexnet": {
+		{epochs: 35, lr: 0.01, momentum: 0.9, decay: 5e-4, steps: []int{20, 30}, gamma: 0.2},
+		{epochs: 2, lr: 0.01, momentum: 0.9, decay: 5e-4, gamma: 0.2, trainSubset: 20000, testSubset: 2000},
 	},
 }
 
@@ -154,8 +166,8 @@ type Table struct {
 	engine   kernels.Engine
 	sched    schedule
 	dataName string
-	train    *data.Dataset
-	test     *data.Dataset
+	train    data.Set
+	test     data.Set
 	norm     data.Normalizer
 }
 
@@ -176,10 +188,16 @@ func Prepare(ctx context.Context, cfg Config) (*Table, error) {
 	}
 	spec, name, train, test := cfg.Spec, cfg.DataName, cfg.Train, cfg.Test
 	in := spec.Input
-	if err := train.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
+	if err := train.Info().CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
 		return nil, fmt.Errorf("data %s does not fit model %s: %w", name, spec.Name, err)
 	}
+	if _, inMemory := train.(*data.Dataset); cfg.Sim && !inMemory {
+		return nil, fmt.Errorf("%s is read from disk: the simulator takes data held in memory (MNIST, CIFAR-10); run real learners", name)
+	}
 	model := spec.Name
+	if cfg.ImageNet {
+		model = "alexnet" // the design's schedule, whatever network stands in
+	}
 	scheds, ok := schedules[model]
 	if !ok {
 		scheds = schedules["lenet"]
@@ -200,21 +218,26 @@ func Prepare(ctx context.Context, cfg Config) (*Table, error) {
 	if sched.epochs < 1 {
 		return nil, fmt.Errorf("epochs: must be ≥ 1, got %d", sched.epochs)
 	}
-	if sched.trainSubset > 0 {
-		train = train.Subset(sched.trainSubset)
-	}
 	if cfg.TestSubset > 0 {
-		test = test.Subset(cfg.TestSubset)
+		sched.testSubset = cfg.TestSubset
 	}
-	if per := train.N / cfg.Learners; per < cfg.Batch || train.N < cfg.Single {
-		return nil, &TooFewImagesError{Images: train.N, Learners: cfg.Learners, Batch: cfg.Batch, Single: cfg.Single}
+	if test == nil {
+		return nil, fmt.Errorf("data %s has no test set (an image folder's val/, a --val-list)", name)
+	}
+	train, test = data.Subset(train, sched.trainSubset), data.Subset(test, sched.testSubset)
+	if n := train.Info().Len; n/cfg.Learners < cfg.Batch || n < cfg.Single {
+		return nil, &TooFewImagesError{Images: n, Learners: cfg.Learners, Batch: cfg.Batch, Single: cfg.Single}
 	}
 	e, err := cfg.Engine()
 	if err != nil {
 		return nil, err
 	}
+	norm, err := train.Mean(cluster.MeanImages) // once for every run
+	if err != nil {
+		return nil, err
+	}
 	rs := &Table{cfg: cfg, runs: runs, spec: spec, engine: e, sched: sched, dataName: name,
-		train: train, test: test, norm: data.MeanNormalizer(train)}
+		train: train, test: test, norm: norm}
 	for _, r := range runs { // a bad combination fails now, not after hours
 		jc := rs.jobConfig(r)
 		if err := jc.ValidateSettings(); err != nil {
@@ -238,7 +261,7 @@ func (rs *Table) Run(ctx context.Context) (*Result, error) {
 	}
 	runs := rs.runs
 	cfg.Log.Info("repro", "data", rs.dataName, "model", rs.spec.Name, "mode", mode, "runs", len(runs),
-		"epochs", rs.sched.epochs, "train_images", rs.train.N)
+		"epochs", rs.sched.epochs, "train_images", rs.train.Info().Len)
 	entries := make([]*Entry, len(runs))
 	do := func(i int) error {
 		start := time.Now()
@@ -253,7 +276,7 @@ func (rs *Table) Run(ctx context.Context) (*Result, error) {
 			return fmt.Errorf("run %q: %w", runs[i].name(), err)
 		}
 		entries[i] = e
-		cfg.Log.Info("run done", "run", e.Run, "test_error", errorText(e), "mean_staleness", fmt.Sprintf("%.2f", e.Staleness.Mean),
+		cfg.Log.Info("run done", "run", e.Run, "test_error", errorText(e), "test_error_top5", fracText(e.TestError5), "mean_staleness", fmt.Sprintf("%.2f", e.Staleness.Mean),
 			"took", time.Since(start).Round(time.Second))
 		return nil
 	}
@@ -374,7 +397,7 @@ func parseRule(r string) (sgd.Config, error) {
 func (rs *Table) jobConfig(r run) cluster.Config {
 	s := rs.sched
 	solver := r.solver
-	solver.LR, solver.Momentum, solver.WeightDecay, solver.LRSteps, solver.LRGamma = s.lr, s.momentum, s.decay, s.steps, 0.1
+	solver.LR, solver.Momentum, solver.WeightDecay, solver.LRSteps, solver.LRGamma = s.lr, s.momentum, s.decay, s.steps, cmp.Or(s.gamma, 0.1)
 	return cluster.Config{Spec: rs.spec, Engine: rs.engine, Train: rs.train, Test: rs.test,
 		Learners: r.learners, Batch: r.batch, Epochs: s.epochs, Protocol: r.protocol, N: r.n, Shards: 1,
 		Solver:    solver,
@@ -394,7 +417,8 @@ func (rs *Table) realRun(ctx context.Context, r run) (*Entry, error) {
 		mu.Lock()
 		history = append(history, e)
 		mu.Unlock()
-		rs.cfg.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError))
+		rs.cfg.Log.Info("epoch", "run", r.name(), "epoch", e.Epoch, "test_error", fmt.Sprintf("%.2f%%", 100*e.TestError),
+			"test_error_top5", fmt.Sprintf("%.2f%%", 100*e.TestErrorTop5))
 	}
 	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
@@ -412,7 +436,7 @@ func (rs *Table) realRun(ctx context.Context, r run) (*Entry, error) {
 	p := job.Progress()
 	mu.Lock()
 	defer mu.Unlock()
-	res = &cluster.Result{History: history, TestError: nan(), Steps: p.Steps, Images: p.Images,
+	res = &cluster.Result{History: history, TestError: nan(), TestErrorTop5: nan(), Steps: p.Steps, Images: p.Images,
 		Seconds: p.Elapsed.Seconds(), BatchesPerEpoch: p.Batches}
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Images) / res.Seconds
@@ -432,13 +456,18 @@ func diverged(err error) bool {
 
 // errorText is a run's test error for logs and the table.
 func errorText(e *Entry) string {
-	switch {
-	case e.Diverged:
+	if e.Diverged {
 		return fmt.Sprintf("diverged (epoch %.2f)", e.EpochsDone)
-	case e.TestError == nil:
+	}
+	return fracText(e.TestError)
+}
+
+// fracText shows a fraction as a percentage, "n/a" for none.
+func fracText(v *float64) string {
+	if v == nil {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f%%", 100**e.TestError)
+	return fmt.Sprintf("%.2f%%", 100**v)
 }
 
 // write writes table.md, report.json and the plots into Config.Out: the
@@ -454,7 +483,7 @@ func (rs *Table) write(entries []*Entry) (*Result, error) {
 		return nil, err
 	}
 	files := []string{"table.md", "report.json", "test-error.png", "staleness.png"}
-	errorPlot := writeErrorPlot
+	errorPlot := func(path string, rs *Table, entries []*Entry) error { return writeErrorPlot(path, rs, entries, top1) }
 	row := func(e *Entry) (string, bool) { return e.lrMode, true }
 	if rs.cfg.Rules {
 		files[2], errorPlot = "rules.png", writeRulesPlot
@@ -465,6 +494,12 @@ func (rs *Table) write(entries []*Entry) (*Result, error) {
 	}
 	if err := writeStalenessPlot(filepath.Join(dir, files[3]), entries, row); err != nil {
 		return nil, fmt.Errorf("%s: %w", files[3], err)
+	}
+	if rs.cfg.ImageNet {
+		files = append(files, "test-error-top5.png")
+		if err := writeErrorPlot(filepath.Join(dir, files[4]), rs, entries, top5); err != nil {
+			return nil, fmt.Errorf("%s: %w", files[4], err)
+		}
 	}
 	for i := range files {
 		files[i] = filepath.Join(dir, files[i])

@@ -51,7 +51,7 @@ func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 	defer evalNet.Close()
 	// The job's plan (data.Plan, as the real job's dispatcher uses):
 	// under hardsync a round of λ consecutive mini-batches.
-	plan := cfg.Plan(rs.train.N)
+	plan := cfg.Plan(rs.train.Info().Len)
 	if err := plan.Validate(); err != nil {
 		return nil, err
 	}
@@ -61,8 +61,9 @@ func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 	}
 	P, E := plan.BatchesPerEpoch(), cfg.Epochs
 
-	g := &simGradients{net: net, ds: rs.train, norm: rs.norm, plan: plan, lossSum: make([]float64, E), lossCnt: make([]int, E),
-		x: make([]float32, r.batch*rs.train.ImageLen()), labels: make([]int32, r.batch)}
+	ds := rs.train.(*data.Dataset) // Prepare checked
+	g := &simGradients{net: net, ds: ds, norm: rs.norm, plan: plan, lossSum: make([]float64, E), lossCnt: make([]int, E),
+		x: make([]float32, r.batch*ds.ImageLen()), labels: make([]int32, r.batch)}
 	history := make([]cluster.Epoch, 0, E)
 	consumed := 0
 	compute, speeds := r.timing.model(r.learners, r.batch, cfg.Seed)
@@ -77,8 +78,8 @@ func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 				return
 			}
 			e := consumed / P
-			history = append(history, cluster.Epoch{Epoch: e, TrainLoss: g.meanLoss(e - 1),
-				TestError: learner.Evaluate(evalNet, w, rs.test, rs.norm), Seconds: at})
+			te, te5, _ := learner.Evaluate(evalNet, w, rs.test, rs.norm) // in memory: no failure
+			history = append(history, cluster.Epoch{Epoch: e, TrainLoss: g.meanLoss(e - 1), TestError: te, TestErrorTop5: te5, Seconds: at})
 		},
 		Stop: func() bool { return g.diverged != nil || ctx.Err() != nil },
 	}
@@ -92,12 +93,14 @@ func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	testError := nan()
+	testError, top5 := nan(), nan()
 	if g.diverged == nil {
-		testError = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
-		history = append(history, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: testError, Seconds: res.Time})
+		testError, top5, _ = learner.Evaluate(evalNet, res.Weights, rs.test, rs.norm)
+		history = append(history, cluster.Epoch{Epoch: E, TrainLoss: g.meanLoss(E - 1), TestError: testError, TestErrorTop5: top5, Seconds: res.Time})
 	}
-	e := newEntry(&cfg, r, "sim", cfg.SimResult(res, history, testError))
+	sr := cfg.SimResult(res, history, testError)
+	sr.TestErrorTop5 = top5
+	e := newEntry(&cfg, r, "sim", sr)
 	if g.diverged != nil {
 		e.Diverged, e.DivergedWhy = true, g.diverged.Error()
 	}

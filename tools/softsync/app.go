@@ -16,6 +16,7 @@ import (
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/kernels/isa"
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
@@ -39,8 +40,9 @@ type App struct {
 	info    kernels.Info
 	profile *profiling // the running profile, nil if none
 
-	interrupts *interrupts // the running command's signal handling
-	metrics    *metrics    // --metrics, served until the command ends
+	interrupts *interrupts    // the running command's signal handling
+	metrics    *metrics       // --metrics, served until the command ends
+	pipeline   *data.Pipeline // image data's decoding threads, until the command ends
 
 	connMu   sync.Mutex
 	connSeen map[string]bool // transport choices logged (logConnect)

@@ -23,6 +23,7 @@ type benchAllOptions struct {
 	trainThreads   []int
 	skip           []string
 	python, script string
+	dataScript     string
 }
 
 func newBenchAllCmd(app *App) *cobra.Command {
@@ -35,7 +36,11 @@ bench gemm (beside a raw C loop over cblas_sgemm in the same process),
 bench train for LeNet at μ = 64 and 4 and cifar10_full at μ = 100 and 4 on
 --train-threads threads, at every level the CPU runs of avx512 and avx2,
 beside PyTorch's training step on the same threads
-(bench/torch_train_throughput.py, Debian's python3-torch), bench
+(bench/torch_train_throughput.py, Debian's python3-torch), bench data
+(the image pipeline on a generated folder of ImageNet-sized JPEGs, resnet18's
+224×224 crops of images resized to 256) beside torchvision's transforms on the
+same folder and threads (bench/torch_data_throughput.py, Debian's
+python3-torchvision), bench
 transport (inmem, tcp and shm with every codec, verbs-emu) beside iperf3 over
 loopback, and bench speedup (λ = 1, 2 learner processes, over tcp and shm,
 beside its --ceiling of λ independent jobs). --go-bench adds
@@ -43,7 +48,7 @@ the output of go test -bench runs (make bench: the convolution layers and
 memory-bound kernels of package kernels per level, compared with the bench
 peak of this run, and the solver's passes of ps/sgd beside memmove).
 
-Training and PyTorch alternate --repeat times, and so do the jobs of bench
+Training and PyTorch, bench data and torchvision alternate --repeat times, and so do the jobs of bench
 speedup; their figure is the median of the runs. The other figures are what the benchmark itself keeps (best of
 its rounds, median round). A reference that cannot run (torch or iperf3
 missing) is recorded as missing with the reason.
@@ -81,7 +86,8 @@ that everything runs, not a measurement.`,
 			}
 			return bench.All(cmd.Context(), bench.AllConfig{Out: o.out, Doc: o.doc, GoBench: o.goBench, Quick: o.quick, Repeat: o.repeat,
 				Images: o.images, TorchSeconds: o.torchSeconds, TrainThreads: o.trainThreads, Skip: o.skip, Python: o.python, Script: o.script,
-				ISA: app.ISA, Info: info, Log: app.Log, Procs: app.processes()})
+				DataScript: o.dataScript,
+				ISA:        app.ISA, Info: info, Log: app.Log, Procs: app.processes()})
 		},
 	}
 	f := c.Flags()
@@ -92,9 +98,10 @@ that everything runs, not a measurement.`,
 	f.IntVar(&o.repeat, "repeat", 3, "runs of each training, PyTorch and speedup figure (median kept)")
 	f.IntVar(&o.images, "train-images", 10000, "images per training run (a tenth of them warm up)")
 	f.Float64Var(&o.torchSeconds, "torch-seconds", 5, "timed seconds per PyTorch network and run")
-	f.IntSliceVar(&o.trainThreads, "train-threads", []int{2, 1}, "thread counts of the trainings, softsync and PyTorch")
+	f.IntSliceVar(&o.trainThreads, "train-threads", []int{2, 1}, "thread counts of the trainings, softsync and PyTorch, and of bench data and torchvision")
 	f.StringSliceVar(&o.skip, "skip", nil, "steps not to run: "+strings.Join(bench.Steps, ", "))
 	f.StringVar(&o.python, "python", "/usr/bin/python3", "Python with Debian's python3-torch")
 	f.StringVar(&o.script, "torch-script", "bench/torch_train_throughput.py", "the PyTorch reference script")
+	f.StringVar(&o.dataScript, "torch-data-script", "bench/torch_data_throughput.py", "the torchvision reference script of bench data")
 	return c
 }

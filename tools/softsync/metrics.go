@@ -84,12 +84,16 @@ var (
 	descJobElapsed    = newDesc("job_elapsed_seconds", "Training time so far.")
 	descLastEpoch     = newDesc("job_last_epoch", "The last epoch completed (0 before the first).")
 	descLastTestError = newDesc("job_test_error", "Test error (fraction misclassified) of the last epoch completed.")
+	descLastTop5      = newDesc("job_test_error_top5", "Top-5 test error (fraction whose label is not among the five largest outputs) of the last epoch completed.")
 	descLastTrainLoss = newDesc("job_train_loss", "Mean training loss of the last epoch completed.")
+	descJobDataWait   = newDesc("job_data_wait_seconds_total", "Time the learners waited for their mini-batches to be read and decoded, all learners together.")
+	descJobSkipped    = newDesc("job_data_skipped_total", "Images that could not be read or decoded (each replaced by the next that could).")
 
 	allDescs = []*prometheus.Desc{descRoles, descAuthFailures, descUpdates, descPartial, descRefused, descRefusedGrads, descGradients, descRejected,
 		descStaleness, descStalenessMax, descPulledBytes, descShardEpoch, descServerErrors, descLearnerSteps, descImagesPerSec,
 		descWireBytes, descRawBytes, descMessages, descFrameBytes, descJobEpoch, descJobEpochs, descJobSteps,
-		descJobStepsPlan, descJobImages, descJobLoss, descJobElapsed, descLastEpoch, descLastTestError, descLastTrainLoss}
+		descJobStepsPlan, descJobImages, descJobLoss, descJobElapsed, descLastEpoch, descLastTestError, descLastTop5, descLastTrainLoss,
+		descJobDataWait, descJobSkipped}
 )
 
 // metrics is a process's metrics endpoint and what it reads. A nil
@@ -438,6 +442,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(descJobLoss, p.Loss)
 		}
 		gauge(descJobElapsed, p.Elapsed.Seconds())
+		ch <- prometheus.MustNewConstMetric(descJobDataWait, prometheus.CounterValue, p.DataWait.Seconds())
+		counter(descJobSkipped, uint64(p.Skipped))
 		if last == nil {
 			gauge(descLastEpoch, 0)
 		} else {
@@ -445,6 +451,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(descLastTrainLoss, last.TrainLoss)
 			if !math.IsNaN(last.TestError) {
 				gauge(descLastTestError, last.TestError)
+			}
+			if !math.IsNaN(last.TestErrorTop5) {
+				gauge(descLastTop5, last.TestErrorTop5)
 			}
 		}
 	}

@@ -66,12 +66,13 @@ func (a *App) stopProfile() {
 }
 
 // stopProfileAfterRun makes every runnable command under root stop the
-// profile when it returns, whether it succeeded or not (cobra skips the
-// post-run hooks after an error).
+// profile and the image pipeline when it returns, whether it succeeded
+// or not (cobra skips the post-run hooks after an error).
 func stopProfileAfterRun(root *cobra.Command, app *App) {
 	if run := root.RunE; run != nil {
 		root.RunE = func(cmd *cobra.Command, args []string) error {
 			defer app.stopProfile()
+			defer app.closePipeline()
 			return run(cmd, args)
 		}
 	}

@@ -28,6 +28,7 @@ type progress struct {
 	tty      bool
 	quiet    bool
 	epochs   int
+	learners int // of the job, for the data wait's fraction
 	width    int
 	events   chan cluster.Epoch
 	done     chan struct{}
@@ -35,8 +36,8 @@ type progress struct {
 	wg       sync.WaitGroup
 }
 
-func newProgress(app *App, quiet bool, epochs int) *progress {
-	p := &progress{app: app, w: os.Stderr, quiet: quiet, epochs: epochs, width: 80,
+func newProgress(app *App, quiet bool, epochs, learners int) *progress {
+	p := &progress{app: app, w: os.Stderr, quiet: quiet, epochs: epochs, learners: learners, width: 80,
 		events: make(chan cluster.Epoch, 1024), done: make(chan struct{})}
 	fd := int(os.Stderr.Fd())
 	p.tty = term.IsTerminal(fd)
@@ -97,16 +98,16 @@ func (p *progress) stop() {
 }
 
 func (p *progress) printEpoch(e cluster.Epoch) {
-	te := "n/a"
+	te, te5 := "n/a", "n/a"
 	if !math.IsNaN(e.TestError) {
-		te = fmt.Sprintf("%.2f%%", 100*e.TestError)
+		te, te5 = fmt.Sprintf("%.2f%%", 100*e.TestError), fmt.Sprintf("%.2f%%", 100*e.TestErrorTop5)
 	}
 	if p.tty {
-		fmt.Fprintf(p.w, "\r\x1b[Kepoch %d/%d  train loss %.4f  test error %s  %s\n", e.Epoch, p.epochs, e.TrainLoss, te, textfmt.Duration(e.Seconds))
+		fmt.Fprintf(p.w, "\r\x1b[Kepoch %d/%d  train loss %.4f  test error %s (top-5 %s)  %s\n", e.Epoch, p.epochs, e.TrainLoss, te, te5, textfmt.Duration(e.Seconds))
 		return
 	}
 	p.app.Log.Info("epoch", "epoch", e.Epoch, "epochs", p.epochs, "train_loss", fmt.Sprintf("%.4f", e.TrainLoss),
-		"test_error", te, "seconds", fmt.Sprintf("%.1f", e.Seconds))
+		"test_error", te, "test_error_top5", te5, "seconds", fmt.Sprintf("%.1f", e.Seconds))
 }
 
 func (p *progress) show(s cluster.Progress) {
@@ -115,19 +116,38 @@ func (p *progress) show(s cluster.Progress) {
 	}
 	rate := float64(s.Images) / s.Elapsed.Seconds()
 	eta := time.Duration(float64(s.Elapsed) / float64(s.Steps) * float64(s.TotalSteps-s.Steps)).Round(time.Second)
+	wait := dataWait(s, p.learners)
 	if !p.tty {
-		p.app.Log.Info("progress", "epoch", s.Epoch, "batch", s.Batch, "batches", s.Batches,
-			"loss", fmt.Sprintf("%.4f", s.Loss), "images_per_sec", int(rate), "eta", eta)
+		args := []any{"epoch", s.Epoch, "batch", s.Batch, "batches", s.Batches,
+			"loss", fmt.Sprintf("%.4f", s.Loss), "images_per_sec", int(rate), "eta", eta}
+		if s.DataWait > 0 {
+			args = append(args, "data_wait", fmt.Sprintf("%.1f%%", 100*wait))
+		}
+		p.app.Log.Info("progress", args...)
 		return
 	}
-	fmt.Fprint(p.w, "\r"+renderBar(s, rate, eta, p.width)+"\x1b[K")
+	fmt.Fprint(p.w, "\r"+renderBar(s, rate, wait, eta, p.width)+"\x1b[K")
+}
+
+// dataWait is the fraction of the learners' time they waited for data
+// so far.
+func dataWait(s cluster.Progress, learners int) float64 {
+	if t := s.Elapsed.Seconds() * float64(max(learners, 1)); t > 0 {
+		return min(s.DataWait.Seconds()/t, 1)
+	}
+	return 0
 }
 
 // renderBar draws one line of at most width columns:
-// "epoch 3/10 [=====>    ] 450/937  loss 0.0412  5,120 img/s  ETA 1m23s".
-func renderBar(s cluster.Progress, rate float64, eta time.Duration, width int) string {
+// "epoch 3/10 [=====>    ] 450/937  loss 0.0412  5,120 img/s  ETA 1m23s",
+// with "  data wait 4%" before the ETA when the learners waited for data.
+func renderBar(s cluster.Progress, rate, wait float64, eta time.Duration, width int) string {
 	head := fmt.Sprintf("epoch %d/%d ", s.Epoch, s.Epochs)
-	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s  ETA %s", s.Batch, s.Batches, s.Loss, textfmt.Thousands(int64(rate)), eta)
+	dw := ""
+	if s.DataWait > 0 {
+		dw = fmt.Sprintf("  data wait %.0f%%", 100*wait)
+	}
+	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s%s  ETA %s", s.Batch, s.Batches, s.Loss, textfmt.Thousands(int64(rate)), dw, eta)
 	n := width - 1 - len([]rune(head)) - len([]rune(tail)) - 2
 	if n < 5 {
 		line := []rune(strings.TrimSpace(head + tail))

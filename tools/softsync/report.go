@@ -24,7 +24,7 @@ func writeText(w io.Writer, r *cluster.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	te := "n/a (no test set)"
 	if r.TestError != nil {
-		te = fmt.Sprintf("%.2f%% (%d test images)", 100**r.TestError, r.TestImages)
+		te = fmt.Sprintf("%.2f%%, top-5 %s (%d test images)", 100**r.TestError, percent(r.TestError5), r.TestImages)
 	}
 	fmt.Fprintf(tw, "model\t%s (%s parameters), %s, %d learner(s) × batch %d\n", r.Model, textfmt.Thousands(int64(r.Params)), r.Data, r.Learners, r.Batch)
 	fmt.Fprintf(tw, "test error\t%s\n", te)
@@ -34,6 +34,13 @@ func writeText(w io.Writer, r *cluster.Report) {
 	}
 	fmt.Fprintf(tw, "training time\t%s (%s, %s steps, %s images)\n", textfmt.Duration(r.Seconds), epochs, textfmt.Thousands(r.Steps), textfmt.Thousands(r.Images))
 	fmt.Fprintf(tw, "images/s\t%s\n", textfmt.Thousands(int64(math.Round(r.ImagesPerSec))))
+	if r.DataWait > 0 {
+		fmt.Fprintf(tw, "data wait\t%s, %.1f%% of the learners' time (images read and decoded too slowly: --data-threads)\n",
+			textfmt.Duration(r.DataWait), 100*r.DataWaitFraction)
+	}
+	if r.DataSkipped > 0 {
+		fmt.Fprintf(tw, "images skipped\t%d (cannot be read or decoded; each replaced by the next image)\n", r.DataSkipped)
+	}
 	if distributed(r) {
 		proto := r.Protocol
 		switch {
@@ -133,4 +140,12 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// percent shows a fraction as a percentage, "n/a" for none.
+func percent(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f%%", 100**v)
 }

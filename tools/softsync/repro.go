@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ func init() { addCommand(newReproCmd) }
 // reproFlags holds the flags of softsync repro.
 type reproFlags struct {
 	data, model, out, ns, modes string
+	imagenet                    string
+	images                      imageFlags
 	quick, sim, rules           bool
 	seed                        uint64
 	learners, batch, single     int
@@ -66,6 +69,19 @@ runs several simulations at once. A run whose loss becomes NaN or infinite, or
 whose updates keep being refused (each would make a weight NaN or infinite),
 stops and is reported as diverged.
 
+--imagenet DIR runs the design of the paper's ImageNet experiment instead, on the
+image folder DIR (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE; or a list file with
+--data-root and --val-list): λ = 18 learners of μ = 16 under n-softsync for
+n ∈ {1, 2, 4, 9, 18} with α0 and α0/τ, hardsync (18 × 16) and the single learner
+(μ = 256), alexnet (--model: any network taking 3-channel images; its classes
+are the folder's for alexnet and resnet18) with the paper's schedule: 35 epochs,
+α0 0.01, momentum 0.9, weight decay 5e-4, ×0.2 after epochs 20 and 30; --quick:
+2 epochs on 20,000 training images spread over the classes, evaluated on 2,000.
+Images are resized, cropped (random for training, centre for evaluation) and
+mirrored as softsync train does (--resize, --crop, --mirror, --data-threads).
+The table adds the top-5 error and the learners' data wait, and
+test-error-top5.png the top-5 error per epoch. Real learners only (no --sim).
+
 --rules compares the staleness rules instead, in the simulator: every rule of
 --lr-modes (default: ` + repro.DefaultRules + `)
 under n-softsync for every n of --n (default: ` + repro.DefaultRulesN + `), each under two
@@ -77,7 +93,8 @@ per timing model), report.json and rules.png (test error against n).`,
 		Example: `  softsync repro --quick --sim
   softsync repro --rules --quick --data fashion-mnist --out repro/rules-fashion-mnist
   softsync repro --sim --data fashion-mnist --out repro/fashion-mnist
-  softsync repro --data ~/cifar-10-batches-bin --out repro/cifar10`,
+  softsync repro --data ~/cifar-10-batches-bin --out repro/cifar10
+  softsync repro --imagenet ~/imagenet --quick --out repro/imagenet`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -120,8 +137,19 @@ per timing model), report.json and rules.png (test error against n).`,
 	fl.IntVar(&f.trainSubset, "train-subset", -1, "train on the first N images (default: the schedule's; 0 = all)")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images; 0 = all")
 	fl.IntVar(&f.parallel, "parallel", 0, "--sim: simulations run at once (default: the cores available)")
+	fl.StringVar(&f.imagenet, "imagenet", "", "run the paper's ImageNet design on this image folder or list file (see above)")
+	addImageFlags(fl, &f.images)
 	return c
 }
+
+// The paper's ImageNet design (--imagenet): λ, μ, the single learner's
+// μ and softsync's n values.
+const (
+	imagenetLearners = 18
+	imagenetBatch    = 16
+	imagenetSingle   = 256
+	imagenetN        = "1,2,4,9,18"
+)
 
 // config checks the flags, loads the data and the network, and makes
 // repro's configuration of them.
@@ -134,6 +162,26 @@ func (f *reproFlags) config(ctx context.Context, cmd *cobra.Command, app *App) (
 		return repro.Config{}, fmt.Errorf("--batch and --single-batch: must be ≥ 1, got %d and %d", f.batch, f.single)
 	case f.epochs < 0 || f.testSubset < 0 || f.trainSubset < -1 || f.parallel < 0:
 		return repro.Config{}, fmt.Errorf("--epochs, --train-subset, --test-subset and --parallel must be ≥ 0")
+	}
+	if f.imagenet != "" {
+		switch {
+		case changed("data"):
+			return repro.Config{}, fmt.Errorf("--data and --imagenet: give one (--imagenet DIR is the data)")
+		case f.rules:
+			return repro.Config{}, fmt.Errorf("--rules and --imagenet: the rules are compared in the simulator, which takes data held in memory")
+		}
+		if !changed("learners") {
+			f.learners = imagenetLearners
+		}
+		if !changed("batch") {
+			f.batch = imagenetBatch
+		}
+		if !changed("single-batch") {
+			f.single = imagenetSingle
+		}
+		if !changed("n") {
+			f.ns = imagenetN
+		}
 	}
 	modes, ns := f.modes, f.ns
 	if f.rules && !changed("lr-modes") {
@@ -154,24 +202,9 @@ func (f *reproFlags) config(ctx context.Context, cmd *cobra.Command, app *App) (
 		}
 		nv = append(nv, n)
 	}
-	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	ds, spec, err := f.loadData(ctx, cmd, app)
 	if err != nil {
-		return repro.Config{}, fmt.Errorf("--data %s: %w", f.data, err)
-	}
-	model := f.model
-	if model == "" {
-		model = "lenet"
-		if ds.Train.C == 3 {
-			model = "cifar10_full"
-		}
-	}
-	spec, err := nn.Load(model)
-	if err != nil {
-		return repro.Config{}, fmt.Errorf("--model: %w", err)
-	}
-	in := spec.Input
-	if err := ds.Train.CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
-		return repro.Config{}, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, model, err)
+		return repro.Config{}, err
 	}
 	switch { // 0 takes the schedule's
 	case changed("epochs") && f.epochs < 1:
@@ -187,7 +220,51 @@ func (f *reproFlags) config(ctx context.Context, cmd *cobra.Command, app *App) (
 		e, _, err := app.EngineInfo()
 		return e, err
 	}
-	return repro.Config{Spec: spec, Train: ds.Train, Test: ds.Test, DataName: ds.Name, Out: f.out, Quick: f.quick, Sim: f.sim, Rules: f.rules,
+	return repro.Config{Spec: spec, Train: ds.Train, Test: ds.Test, DataName: ds.Name, ImageNet: f.imagenet != "", Out: f.out, Quick: f.quick, Sim: f.sim, Rules: f.rules,
 		Seed: f.seed, Learners: f.learners, Batch: f.batch, Single: f.single, N: nv, LRModes: rules, Epochs: f.epochs, LR: f.lr,
 		TrainSubset: f.trainSubset, TestSubset: f.testSubset, Parallel: f.parallel, Threads: threads, Engine: engine, Log: app.Log}, nil
+}
+
+// loadData loads --data or --imagenet and the network (--model, else
+// the data's: lenet, cifar10_full for CIFAR-10, alexnet for --imagenet).
+func (f *reproFlags) loadData(ctx context.Context, cmd *cobra.Command, app *App) (cluster.DataSet, *nn.Spec, error) {
+	if f.imagenet != "" {
+		cfg := &cluster.Config{Model: cmp.Or(f.model, "alexnet"), Data: f.imagenet}
+		if err := cfg.LoadModel(); err != nil {
+			return cluster.DataSet{}, nil, fmt.Errorf("--model: %w", err)
+		}
+		if !cluster.IsImageData(f.imagenet) {
+			return cluster.DataSet{}, nil, fmt.Errorf("--imagenet %s: not an image folder (DIR/train/CLASS/IMAGE) nor a list file", f.imagenet)
+		}
+		if err := f.images.fit(cfg, cmd.Flags()); err != nil {
+			return cluster.DataSet{}, nil, err
+		}
+		ds, err := app.lookupImages(cfg, &f.images)
+		return ds, cfg.Spec, err
+	}
+	for _, name := range imageFlagNames {
+		if cmd.Flags().Changed(name) {
+			return cluster.DataSet{}, nil, fmt.Errorf("--%s: applies to --imagenet", name)
+		}
+	}
+	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	if err != nil {
+		return ds, nil, fmt.Errorf("--data %s: %w", f.data, err)
+	}
+	model := f.model
+	if model == "" {
+		model = "lenet"
+		if ds.Train.Info().C == 3 {
+			model = "cifar10_full"
+		}
+	}
+	spec, err := nn.Load(model)
+	if err != nil {
+		return ds, nil, fmt.Errorf("--model: %w", err)
+	}
+	in := spec.Input
+	if err := ds.Train.Info().CheckShape(in.C, in.H, in.W, spec.Classes()); err != nil {
+		return ds, nil, fmt.Errorf("--data %s does not fit --model %s: %w", f.data, model, err)
+	}
+	return ds, spec, nil
 }

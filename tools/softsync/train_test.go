@@ -360,7 +360,7 @@ func TestBenchTrainJSON(t *testing.T) {
 func TestRenderBar(t *testing.T) {
 	p := cluster.Progress{Epoch: 3, Epochs: 10, Batch: 450, Batches: 900, Loss: 0.0412, Steps: 2250, TotalSteps: 9000}
 	for _, width := range []int{40, 80, 200} {
-		s := renderBar(p, 5120, 83*time.Second, width)
+		s := renderBar(p, 5120, 0, 83*time.Second, width)
 		if n := len([]rune(s)); n > width {
 			t.Errorf("width %d: %d columns: %q", width, n, s)
 		}
@@ -369,8 +369,17 @@ func TestRenderBar(t *testing.T) {
 				t.Errorf("width %d: %q lacks %q", width, s, want)
 			}
 		}
+		if strings.Contains(s, "data wait") {
+			t.Errorf("width %d: a data wait without waiting: %q", width, s)
+		}
 	}
-	s := renderBar(p, 1, time.Second, 80)
+	// Two learners that waited 3 s of their 2 × 100 s.
+	w := p
+	w.Elapsed, w.DataWait = 100*time.Second, 3*time.Second
+	if s := renderBar(w, 5120, dataWait(w, 2), 83*time.Second, 100); !strings.Contains(s, "data wait 2%  ETA") {
+		t.Errorf("data wait 1.5%%: %q", s)
+	}
+	s := renderBar(p, 1, 0, time.Second, 80)
 	bar := s[strings.Index(s, "[")+1 : strings.Index(s, "]")]
 	if fill := strings.Count(bar, "="); fill != len(bar)/2 || !strings.HasPrefix(bar, strings.Repeat("=", fill)+">") {
 		t.Errorf("half-way bar: %q", s)

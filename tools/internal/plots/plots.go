@@ -25,21 +25,32 @@ import (
 	"github.com/softsync/softsync/ps/sim/costmodel"
 )
 
-// Run draws the run's training loss and test error per epoch and,
-// for runs with a parameter server of several learners or shards, the
-// staleness histogram of shard 0, side by side, as a PNG at path.
+// Run draws the run's training loss and its top-1 and top-5 test errors
+// per epoch and, for runs with a parameter server of several learners
+// or shards, the staleness histogram of shard 0, side by side, as a PNG
+// at path.
 func Run(path string, r *cluster.Report) error {
-	var loss, test plotter.XYs
+	var loss, test, top5 plotter.XYs
 	for _, h := range r.History {
 		loss = append(loss, plotter.XY{X: float64(h.Epoch), Y: h.TrainLoss})
 		if h.TestError != nil {
 			test = append(test, plotter.XY{X: float64(h.Epoch), Y: 100 * *h.TestError})
 		}
+		if h.TestError5 != nil {
+			top5 = append(top5, plotter.XY{X: float64(h.Epoch), Y: 100 * *h.TestError5})
+		}
 	}
 	title := fmt.Sprintf("%s, %d learner(s) × batch %d", r.Model, r.Learners, r.Batch)
+	errPlot := seriesPlot("Test error: top-1 (solid), top-5 (dashed)", "test error (%)", test, color.RGBA{R: 214, G: 39, B: 40, A: 255})
+	if len(top5) > 0 {
+		if line, err := plotter.NewLine(top5); err == nil {
+			line.Color, line.Width, line.Dashes = color.RGBA{R: 214, G: 39, B: 40, A: 255}, vg.Points(1.5), []vg.Length{vg.Points(4), vg.Points(2)}
+			errPlot.Add(line)
+		}
+	}
 	plots := []*plot.Plot{
 		seriesPlot("Training loss — "+title, "mean loss", loss, color.RGBA{R: 31, G: 119, B: 180, A: 255}),
-		seriesPlot("Test error", "test error (%)", test, color.RGBA{R: 214, G: 39, B: 40, A: 255}),
+		errPlot,
 	}
 	if r.Learners > 1 || r.Shards > 1 { // a parameter server of several learners or shards
 		h, err := Staleness(r)
