@@ -66,26 +66,17 @@ func IsImageData(name string) bool {
 var classesFromData = []string{"alexnet", "resnet18"}
 
 // FitImages reads the classes of the image data Data names into
-// Images.Classes (the folder names of train/, or the labels of the list
-// file: cheap, no image is read) and fits the network to them: a network
+// Images.Classes (the folder names of train/, each checked to hold an
+// image, or the labels of the list file: cheap, no image is read) and
+// fits the network to them: a network
 // whose classes come from the data (alexnet, resnet18) gets as many
 // outputs; any other must have as many already. Spec must be set. An
 // error names the data and, for a network that disagrees, both numbers.
 func (c *Config) FitImages() error {
 	var classes []string
 	if fi, err := os.Stat(c.Data); err == nil && fi.IsDir() {
-		dir := filepath.Join(c.Data, "train")
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w: %w", dir, data.ErrMissing, err)
-		}
-		for _, e := range ents {
-			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-				classes = append(classes, e.Name())
-			}
-		}
-		if len(classes) == 0 {
-			return fmt.Errorf("%s: %w: no class folders (want %s/CLASS/IMAGE)", dir, data.ErrFormat, dir)
+		if classes, err = data.FolderClasses(filepath.Join(c.Data, "train")); err != nil {
+			return err
 		}
 	} else {
 		l, err := data.ReadListFile(c.Data, c.listRoot())

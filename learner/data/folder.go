@@ -76,18 +76,9 @@ func ReadImageFolder(dir string) (train, val *ImageList, err error) {
 // without images is an error, as is a dir without class folders; both
 // wrap ErrFormat and name the path. Files directly in dir are ignored.
 func ReadFolderSplit(dir string, classes []string) (*ImageList, error) {
-	ents, err := os.ReadDir(dir)
+	names, err := classFolders(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", dir, ErrMissing, err)
-	}
-	var names []string
-	for _, e := range ents {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-			names = append(names, e.Name())
-		}
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("%s: %w: no class folders (want %s/CLASS/IMAGE)", dir, ErrFormat, dir)
+		return nil, err
 	}
 	l := &ImageList{Source: dir, Root: dir, Classes: names}
 	index := map[string]int32{}
@@ -103,16 +94,7 @@ func ReadFolderSplit(dir string, classes []string) (*ImageList, error) {
 			return nil, fmt.Errorf("%s: %w: class %q is not a class of the training set", filepath.Join(dir, name), ErrLabel, name)
 		}
 		before := len(l.Paths)
-		err := filepath.WalkDir(filepath.Join(dir, name), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && p != filepath.Join(dir, name) && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !IsImageName(p) {
-				return nil
-			}
+		err := walkImages(filepath.Join(dir, name), func(p string) error {
 			rel, _ := filepath.Rel(dir, p)
 			l.Paths = append(l.Paths, filepath.ToSlash(rel))
 			l.Labels = append(l.Labels, label)
@@ -122,10 +104,78 @@ func ReadFolderSplit(dir string, classes []string) (*ImageList, error) {
 			return nil, fmt.Errorf("%s: %w: %w", dir, ErrMissing, err)
 		}
 		if len(l.Paths) == before {
-			return nil, fmt.Errorf("%s: %w: class folder holds no images (.jpg, .jpeg, .png, .gif)", filepath.Join(dir, name), ErrFormat)
+			return nil, noImages(filepath.Join(dir, name))
 		}
 	}
 	return l, nil
+}
+
+// FolderClasses returns the classes of a folder of class folders, as
+// ReadFolderSplit names them, with its errors for a folder without class
+// folders or a class folder without images; it reads each class folder
+// only until it finds an image, so that the classes of a large set are
+// known at once.
+func FolderClasses(dir string) ([]string, error) {
+	names, err := classFolders(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		found := false
+		err := walkImages(filepath.Join(dir, name), func(string) error {
+			found = true
+			return fs.SkipAll
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", dir, ErrMissing, err)
+		}
+		if !found {
+			return nil, noImages(filepath.Join(dir, name))
+		}
+	}
+	return names, nil
+}
+
+// classFolders returns the names of dir's class folders (its
+// sub-folders but hidden ones), sorted; none is an error.
+func classFolders(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", dir, ErrMissing, err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s: %w: no class folders (want %s/CLASS/IMAGE)", dir, ErrFormat, dir)
+	}
+	return names, nil
+}
+
+// walkImages calls f with the path of every image (IsImageName) below
+// root, in sorted path order, skipping hidden folders; symbolic links to
+// folders are not followed. f may return fs.SkipAll.
+func walkImages(root string, f func(path string) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !IsImageName(p) {
+			return nil
+		}
+		return f(p)
+	})
+}
+
+// noImages is the error of a class folder without images.
+func noImages(dir string) error {
+	return fmt.Errorf("%s: %w: class folder holds no images (.jpg, .jpeg, .png, .gif)", dir, ErrFormat)
 }
 
 // ReadListFile reads a Caffe-style list file (ImageData's source): one

@@ -53,12 +53,22 @@ func TestFolderErrors(t *testing.T) {
 	if _, _, err := ReadImageFolder(dir); !errors.Is(err, ErrLabel) || !strings.Contains(err.Error(), filepath.Join(dir, "val", "zebra")) {
 		t.Fatalf("validation class absent from training: %v", err)
 	}
-	os.MkdirAll(filepath.Join(dir, "train", "empty"), 0o755)
+	if classes, err := FolderClasses(filepath.Join(dir, "train")); err != nil || !slices.Equal(classes, []string{"c000", "c001", "c002"}) {
+		t.Fatalf("FolderClasses: %v, %v", classes, err)
+	}
+	os.MkdirAll(filepath.Join(dir, "train", "empty", ".hidden"), 0o755)
+	os.WriteFile(filepath.Join(dir, "train", "empty", ".hidden", "a.jpg"), []byte("x"), 0o644)
 	if _, err := ReadFolderSplit(filepath.Join(dir, "train"), nil); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), filepath.Join(dir, "train", "empty")) {
 		t.Fatalf("empty class folder: %v", err)
 	}
+	if _, err := FolderClasses(filepath.Join(dir, "train")); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), filepath.Join(dir, "train", "empty")) {
+		t.Fatalf("empty class folder, FolderClasses: %v", err)
+	}
 	if _, err := ReadFolderSplit(t.TempDir(), nil); !errors.Is(err, ErrFormat) {
 		t.Fatalf("no class folders: %v", err)
+	}
+	if _, err := FolderClasses(t.TempDir()); !errors.Is(err, ErrFormat) {
+		t.Fatalf("no class folders, FolderClasses: %v", err)
 	}
 	if _, _, err := ReadImageFolder(filepath.Join(dir, "nothing")); !errors.Is(err, ErrMissing) {
 		t.Fatalf("missing folder: %v", err)

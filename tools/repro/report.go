@@ -203,6 +203,12 @@ func writeErrorPlot(path string, rs *Table, entries []*Entry, which errorOf) err
 	for _, p := range panels {
 		lo, hi = min(lo, p.Y.Min), max(hi, p.Y.Max)
 	}
+	if !(lo > 0 && lo <= hi) { // no error above 0 (a top-5 error of few classes): a linear axis
+		lo, hi = 0, 100
+		for _, p := range panels {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LinearScale{}, plot.DefaultTicks{}
+		}
+	}
 	for _, p := range panels {
 		p.X.Min, p.Y.Min, p.Y.Max = 0, lo, hi
 	}
