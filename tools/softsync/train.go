@@ -64,8 +64,8 @@ func newTrainCmd(app *App) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "train",
 		Short: "Train a network: one learner, or λ learners through an in-process parameter server",
-		Long: `Train a network on MNIST, Fashion-MNIST or CIFAR-10 with SGD (momentum, weight decay, step
-schedule). With --learners 1 (the default) this is plain mini-batch SGD; with
+		Long: `Train a network on MNIST, Fashion-MNIST, CIFAR-10 or an image folder (ImageNet's layout,
+or a list file) with SGD (momentum, weight decay, step schedule). With --learners 1 (the default) this is plain mini-batch SGD; with
 more, λ learners push gradients to a parameter server of --shards shards in
 this process under --protocol hardsync or softsync (--n), over --transport
 inmem or tcp (loopback). The single learner is the same code path with λ = 1.
@@ -76,7 +76,21 @@ Solver defaults come from the model (flags left unset take them):
   mlp           batch 64, 10 epochs, lr 0.01, momentum 0.9, weight decay 5e-4, no lr steps (MNIST)
   cifar10_full  batch 128, 140 epochs, lr 0.001, momentum 0.9, weight decay 0.004,
                 lr ×0.1 after epochs 120 and 130 (CIFAR-10)
+  alexnet       batch 256, 35 epochs, lr 0.01, momentum 0.9, weight decay 5e-4,
+                lr ×0.2 after epochs 20 and 30 (the paper's ImageNet schedule)
+  resnet18      batch 256, 90 epochs, lr 0.1, momentum 0.9, weight decay 1e-4,
+                lr ×0.1 after epochs 30 and 60 (torchvision's recipe)
   a spec file   as lenet
+(alexnet and resnet18 need --data: an image folder or list file; their last
+layer takes the data's classes.)
+
+Image data (docs/data.md): --data DIR reads DIR/train/CLASS/IMAGE and evaluates
+DIR/val/CLASS/IMAGE; images (JPEG through libjpeg-turbo, PNG, GIF) are resized
+(--resize), cropped to the network's input (--crop random for training; the
+centre for evaluation) and mirrored (--mirror) on --data-threads threads, the
+training set's per-channel mean subtracted. The classes come from the data: a
+network with other outputs is an error. Undecodable files are skipped, named
+and counted (--strict-data: refuse to start instead).
 The batch is per learner (μ); λ learners together process λ·μ images per round.
 
 Threads: each learner splits its mini-batch over --threads goroutines running
@@ -86,15 +100,17 @@ the default, 0, divides the cores available among the learners (at least 1
 each).
 
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
-at the end the test error, training time and images/s (and, with a parameter
-server, the staleness, updates, dropped gradients and bytes sent). --json
-writes the run report (docs/report.md), --plot a PNG of loss and test error
-per epoch (plus the staleness histogram with several learners), --save the
+at the end the test error (top-1 and top-5), training time and images/s, the
+time the learners waited for data (and, with a parameter server, the
+staleness, updates, dropped gradients and bytes sent). --json
+writes the run report (docs/report.md), --plot a PNG of loss and top-1 and
+top-5 test error per epoch (plus the staleness histogram with several learners), --save the
 final weights (docs/weights.md).`,
 		Example: `  softsync train --epochs 2
   softsync train --model lenet --data mnist --epochs 10 --json run.json --plot run.png --save lenet.weights
   softsync train --learners 8 --batch 8 --protocol softsync --n 8 --lr-mode staleness
-  softsync train --load lenet.weights --epochs 0          # test error of saved weights`,
+  softsync train --load lenet.weights --epochs 0          # test error of saved weights
+  softsync train --model alexnet --data /data/imagenet --learners 4 --batch 16 --protocol softsync --n 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd, app)
