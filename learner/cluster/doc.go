@@ -6,7 +6,8 @@
 // It owns a job's wiring, so that one process and many cannot drift
 // apart: every command fills a Config, the job's description (the
 // network, data set and initial weights by name, the model's defaults:
-// DefaultsFor, LookupData, UseData, LoadInit), from which derive the
+// DefaultsFor, LookupData or, for image data, FitImages and LookupImages,
+// UseData, LoadInit), from which derive the
 // Settings every process must share, the job id of the job's secret
 // (JobID), the initial weights, the weights' codec, the evaluator's
 // workers, the data plan and the parameter server's ps.Config. A Topology
@@ -24,10 +25,11 @@
 //     arrived: the job's clock starts then), membership (learner incarnations; a learner whose control
 //     connection is lost, or that misses heartbeats, is removed: its
 //     chunks go back to the queue and every shard server evicts it), the
-//     job's data (a data.Dispatcher handing out chunks on request), the
-//     progress and the epoch history, the end of the job (when every
-//     chunk is done: it tells the shard servers to finish) and the
-//     result.
+//     job's data (a data.Dispatcher handing out chunks on request, and
+//     the input normalisation every learner and the evaluator are
+//     welcomed with), the progress and the epoch history, the end of
+//     the job (when every chunk is done: it tells the shard servers to
+//     finish) and the result.
 //   - A shard server (RunServer) runs one or more shards (ps.Server)
 //     behind one listener and carries out the coordinator's evictions.
 //     It logs the updates its shards refuse (ps.Update.Refused: each

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,36 @@ func TestBenchAddSpeedup(t *testing.T) {
 	}
 	if f := r.res.Figures[0]; f.Ref != nil {
 		t.Errorf("λ = 1 has a reference: %+v", f.Ref)
+	}
+}
+
+func TestBenchAddData(t *testing.T) {
+	r := &benchRun{res: &Results{}}
+	run := func(ips float64) DataResult {
+		return DataResult{Images: 128, Threads: 2, Decoder: "libjpeg-turbo", H: 224, W: 224, Resize: 256, Decoded: 256,
+			Seconds: 256 / ips, ImagesPerSec: ips, CPUSeconds: 1}
+	}
+	runs := map[int][]DataResult{2: {run(300), run(100), run(200)}, 1: {run(90)}}
+	torch := map[int][]torchDataResult{2: {{ImagesPerSec: 50, ImagesPerCPU: 128, Version: "0.14.1"}, {ImagesPerSec: 40, ImagesPerCPU: 64}}}
+	r.addData([]int{2, 1, 4}, runs, torch, nil)
+	if len(r.res.Figures) != 2 {
+		t.Fatalf("%d figures, want 2 (no runs of 4 threads)", len(r.res.Figures))
+	}
+	f := r.res.Figures[0]
+	if f.Group != "data" || f.Name != "224×224 crops of 128 JPEGs resized to 256, libjpeg-turbo, 2 threads" || f.Value != 200 ||
+		f.Stat != "median of 3 runs" || f.Extra["images_per_cpu_s"] != 256 || f.Extra["images_per_s_per_thread"] != 100 {
+		t.Errorf("2 threads: %+v", f)
+	}
+	if f.Ref == nil || f.Ref.Value != 45 || f.Ref.Extra["images_per_cpu_s"] != 96 || f.Extra["ratio_per_cpu_s"] != 256.0/96 ||
+		!strings.Contains(f.Ref.Name, "torchvision 0.14.1") {
+		t.Errorf("2 threads, torchvision: %+v", f.Ref)
+	}
+	if f := r.res.Figures[1]; f.Ref == nil || f.Ref.Missing == "" || f.Stat != "one run" {
+		t.Errorf("1 thread, no torchvision run: %+v, %+v", f, f.Ref)
+	}
+	r = &benchRun{res: &Results{}}
+	r.addData([]int{1}, runs, nil, errors.New("no torchvision"))
+	if f := r.res.Figures[0]; f.Ref == nil || f.Ref.Missing != "no torchvision" {
+		t.Errorf("torchvision failed: %+v", f.Ref)
 	}
 }

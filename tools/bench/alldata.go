@@ -67,7 +67,15 @@ func (r *benchRun) data() error {
 			torch[th] = append(torch[th], t)
 		}
 	}
-	for _, th := range r.o.TrainThreads {
+	r.addData(r.o.TrainThreads, runs, torch, torchErr)
+	return nil
+}
+
+// addData adds the data step's figures: per thread count the median
+// images/s beside torchvision's, or its reason for missing (torchErr,
+// else skipped).
+func (r *benchRun) addData(threads []int, runs map[int][]DataResult, torch map[int][]torchDataResult, torchErr error) {
+	for _, th := range threads {
 		rs := runs[th]
 		if len(rs) == 0 {
 			continue
@@ -102,7 +110,6 @@ func (r *benchRun) data() error {
 		}
 		r.add(f)
 	}
-	return nil
 }
 
 // runTorchData runs torch_data_throughput.py over dir on threads

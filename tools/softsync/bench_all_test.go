@@ -12,14 +12,15 @@ import (
 // TestBenchAllQuick runs bench all with tiny sizes, each step in
 // processes of its own, without the trainings (TestBenchTrainJSON runs
 // bench train, TestBenchAddTrain the figures bench all makes of it), the
-// speedup (make bench runs it) and the references that need Debian
-// packages. Every step produces figures, beside their references.
+// image pipeline (TestBenchDataJSON and TestBenchAddData likewise; its
+// step measures resnet18's input), the speedup (make bench runs it) and
+// the references that need Debian packages. Every step produces figures, beside their references.
 func TestBenchAllQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several softsync processes")
 	}
 	out := t.TempDir()
-	run(t, "bench", "all", "--quick", "--out", out, "--skip", "train,speedup,iperf3",
+	run(t, "bench", "all", "--quick", "--out", out, "--skip", "train,data,speedup,iperf3",
 		"--go-bench", filepath.Join("..", "bench", "testdata", "go-bench.txt"))
 	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
 	if err != nil {
