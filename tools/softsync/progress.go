@@ -120,7 +120,7 @@ func (p *progress) show(s cluster.Progress) {
 	if !p.tty {
 		args := []any{"epoch", s.Epoch, "batch", s.Batch, "batches", s.Batches,
 			"loss", fmt.Sprintf("%.4f", s.Loss), "images_per_sec", int(rate), "eta", eta}
-		if s.DataWait > 0 {
+		if wait >= minDataWait {
 			args = append(args, "data_wait", fmt.Sprintf("%.1f%%", 100*wait))
 		}
 		p.app.Log.Info("progress", args...)
@@ -128,6 +128,10 @@ func (p *progress) show(s cluster.Progress) {
 	}
 	fmt.Fprint(p.w, "\r"+renderBar(s, rate, wait, eta, p.width)+"\x1b[K")
 }
+
+// minDataWait is the fraction of their time the learners waited for
+// data from which the progress shows it: below, the data keeps up.
+const minDataWait = 0.005
 
 // dataWait is the fraction of the learners' time they waited for data
 // so far.
@@ -140,11 +144,12 @@ func dataWait(s cluster.Progress, learners int) float64 {
 
 // renderBar draws one line of at most width columns:
 // "epoch 3/10 [=====>    ] 450/937  loss 0.0412  5,120 img/s  ETA 1m23s",
-// with "  data wait 4%" before the ETA when the learners waited for data.
+// with "  data wait 4%" before the ETA when the learners waited for data
+// (wait ≥ minDataWait).
 func renderBar(s cluster.Progress, rate, wait float64, eta time.Duration, width int) string {
 	head := fmt.Sprintf("epoch %d/%d ", s.Epoch, s.Epochs)
 	dw := ""
-	if s.DataWait > 0 {
+	if wait >= minDataWait {
 		dw = fmt.Sprintf("  data wait %.0f%%", 100*wait)
 	}
 	tail := fmt.Sprintf(" %d/%d  loss %.4f  %s img/s%s  ETA %s", s.Batch, s.Batches, s.Loss, textfmt.Thousands(int64(rate)), dw, eta)

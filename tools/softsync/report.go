@@ -35,8 +35,11 @@ func writeText(w io.Writer, r *cluster.Report) {
 	fmt.Fprintf(tw, "training time\t%s (%s, %s steps, %s images)\n", textfmt.Duration(r.Seconds), epochs, textfmt.Thousands(r.Steps), textfmt.Thousands(r.Images))
 	fmt.Fprintf(tw, "images/s\t%s\n", textfmt.Thousands(int64(math.Round(r.ImagesPerSec))))
 	if r.DataWait > 0 {
-		fmt.Fprintf(tw, "data wait\t%s, %.1f%% of the learners' time (images read and decoded too slowly: --data-threads)\n",
-			textfmt.Duration(r.DataWait), 100*r.DataWaitFraction)
+		behind := ""
+		if r.DataWaitFraction > 0.05 {
+			behind = " (the data came too slowly: more --data-threads, or fewer learners per host)"
+		}
+		fmt.Fprintf(tw, "data wait\t%s, %.1f%% of the learners' time%s\n", textfmt.Duration(r.DataWait), 100*r.DataWaitFraction, behind)
 	}
 	if r.DataSkipped > 0 {
 		fmt.Fprintf(tw, "images skipped\t%d (cannot be read or decoded; each replaced by the next image)\n", r.DataSkipped)
