@@ -11,15 +11,15 @@ import (
 
 var benchDir = flag.String("data.benchdir", "", "folder of ImageNet-sized JPEGs for BenchmarkImagePipeline (generated there when it has no train/; a temporary folder when empty)")
 
-// benchFolder returns a folder of 128 ImageNet-sized JPEGs (500×375 on
-// average, ±20%; quality 90; 8 classes), generated once.
+// benchFolder returns a folder of 128 ImageNet-like JPEGs (ImageNetLike:
+// 500×375 on average, about 110 KB; 8 classes), generated once.
 func benchFolder(b *testing.B) string {
 	dir := *benchDir
 	if dir == "" {
 		dir = filepath.Join(b.TempDir(), "imagenet-like")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "train")); err != nil {
-		if err := GenerateImageFolder(dir, FolderGen{Classes: 8, Train: 16, W: 500, H: 375, Vary: 0.2, Quality: 90, Noise: 12, Seed: 1}); err != nil {
+		if err := GenerateImageFolder(dir, ImageNetLike(8, 16, 1)); err != nil {
 			b.Fatal(err)
 		}
 	}
