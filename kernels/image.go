@@ -15,10 +15,9 @@ import (
 // of half-width max(In/Out, 1) source pixels centred on (i+0.5)·In/Out,
 // normalised to sum 1; when shrinking it averages over every source pixel
 // it covers (antialiased), and In = Out copies the pixels. Its weights are
-// rounded to 16-bit integers, as PIL-SIMD does: Bits is the most fraction
-// bits (at most 22) that keep every coefficient below 2¹⁵, and each
-// output's coefficients sum to exactly 2^Bits (the rounding's remainder
-// goes to its largest), so a flat image stays flat.
+// rounded to 16-bit integers, as PIL-SIMD does, with Bits = ImageBits
+// fraction bits; each output's coefficients sum to exactly 2^Bits (the
+// rounding's remainder goes to its largest), so a flat image stays flat.
 //
 // Every output has Taps coefficients (zeros added where its own are
 // fewer), so that the kernels run loops of one length. Start is
@@ -32,9 +31,11 @@ type ResizeAxis struct {
 	w []float64 // weights, reused by Set
 }
 
-// maxImageBits bounds ResizeAxis.Bits, so that sums of 255 times the
-// coefficients stay within 31 bits.
-const maxImageBits = 22
+// ImageBits is the number of fraction bits of a ResizeAxis's
+// coefficients: 14, so that a coefficient of 1 fits in 16 bits. It does
+// not depend on the outputs chosen, so that a crop of a resize computes
+// the same pixels as the whole resize.
+const ImageBits = 14
 
 // NewResizeAxis returns the filter of outputs lo … lo+n−1 of a resize
 // from in to out pixels. It panics unless 1 ≤ n and 0 ≤ lo, lo+n ≤ out.
@@ -58,7 +59,7 @@ func (a *ResizeAxis) Set(in, out, lo, n int) {
 	a.Start = grow(a.Start, n)
 	// The weights of output i, trimmed of zeros at both ends, start at
 	// Start[i] and fill w[i·maxTaps …]; taps counts the longest.
-	taps, peak := 1, 0.0
+	taps := 1
 	for i := range n {
 		center := (float64(lo+i) + 0.5) * scale
 		x0 := max(int(center-support+0.5), 0)
@@ -74,7 +75,6 @@ func (a *ResizeAxis) Set(in, out, lo, n int) {
 		m := x1 - x0
 		for t := range m {
 			k[t] /= sum
-			peak = max(peak, k[t])
 		}
 		for m > 1 && k[m-1] == 0 {
 			m--
@@ -88,10 +88,7 @@ func (a *ResizeAxis) Set(in, out, lo, n int) {
 		a.Start[i] = int32(x0 + skip)
 		taps = max(taps, m-skip)
 	}
-	bits := maxImageBits
-	for bits > 14 && math.Round(peak*float64(int(1)<<bits))+float64(taps) > math.MaxInt16 {
-		bits--
-	}
+	bits := ImageBits
 	a.In, a.Out, a.Lo, a.N, a.Taps, a.Bits = in, out, lo, n, taps, bits
 	a.Coef = grow(a.Coef, n*taps)
 	for i := range n {

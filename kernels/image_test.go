@@ -292,3 +292,24 @@ func TestResizeAxisWindow(t *testing.T) {
 	}()
 	x.Window(5, w) // pixels 3… are needed
 }
+
+// TestImageCropOfResize checks that a crop of a resize holds exactly the
+// pixels of the whole resize at its place (what a pack of pre-resized
+// images relies on).
+func TestImageCropOfResize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	src := randImage(rng, 500, 375)
+	fx, fy := NewResizeAxis(500, 341, 0, 341), NewResizeAxis(375, 256, 0, 256)
+	whole := make([]byte, 3*341*256)
+	ReferenceImages().Resize(src, 500, 375, fx, fy, whole, make([]byte, ImageTmpLen(fx, fy)))
+	for name, im := range imageKernels(t) {
+		x, y := NewResizeAxis(500, 341, 101, 224), NewResizeAxis(375, 256, 17, 224)
+		crop := make([]byte, 3*224*224)
+		im.Resize(src, 500, 375, x, y, crop, make([]byte, ImageTmpLen(x, y)))
+		for j := range 224 {
+			if !bytes.Equal(crop[3*224*j:3*224*(j+1)], whole[3*(341*(17+j)+101):][:3*224]) {
+				t.Fatalf("%s: row %d of the crop differs from the whole resize", name, j)
+			}
+		}
+	}
+}
