@@ -46,10 +46,10 @@
 # the verbs build tag: the verbs transport's cgo binding (rdma/internal/verbs)
 # is compiled in, and libibverbs.so.1 is loaded at run time. Without it, or
 # with CGO_ENABLED=0, the verbs transport reports itself unsupported.
-# Likewise, when pkg-config finds libturbojpeg (libturbojpeg0-dev), the
-# turbojpeg tag links libjpeg-turbo's TurboJPEG API into the data pipeline
-# (learner/data/internal/turbo); without it JPEGs are decoded by Go's
-# image/jpeg, several times slower.
+# Likewise, when pkg-config finds libturbojpeg and libjpeg (libturbojpeg0-dev,
+# libjpeg62-turbo-dev), the turbojpeg tag links libjpeg-turbo into the data
+# pipeline (learner/data/internal/turbo); without it JPEGs are decoded by
+# Go's image/jpeg, several times slower.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
@@ -59,7 +59,7 @@ GO ?= go
 # (tools/softsync/internal/clustertest, docs/cluster.md) start real jobs
 # under Open MPI, MPICH and a throw-away Slurm, and shape links between
 # network namespaces with ip and tc (iproute2).
-DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev libturbojpeg0-dev ca-certificates git \
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev libturbojpeg0-dev libjpeg62-turbo-dev ca-certificates git \
 	openmpi-bin mpich slurmctld slurmd slurm-client iproute2
 # Packages whose tests run under the race detector, and those also tested
 # without cgo (the pure-Go reference engine).
@@ -82,10 +82,10 @@ REPRO_DATA := mnist fashion-mnist
 OPENBLAS_LIBDIR = $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 LDFLAGS = -X github.com/softsync/softsync/kernels.buildLibDir=$(OPENBLAS_LIBDIR)
 # The verbs build tag, when libibverbs' headers are installed, and the
-# turbojpeg tag, when libjpeg-turbo's TurboJPEG library is (recursive, like
+# turbojpeg tag, when libjpeg-turbo's libraries are (recursive, like
 # OPENBLAS_LIBDIR).
 TAGS = $(strip $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs) \
-	$(shell pkg-config --exists libturbojpeg 2>/dev/null && echo turbojpeg))
+	$(shell pkg-config --exists libturbojpeg libjpeg 2>/dev/null && echo turbojpeg))
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 

@@ -37,6 +37,7 @@
 #define SOFTSYNC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -302,35 +303,35 @@ float ss_softmax_xent(int n, int k, const float *logits, const int *labels,
 
 /* Image resizing (csrc/image.c). An ss_img_axis is the filter of one axis
  * of a separable resize, made by the caller (the Go package kernels):
- * output pixel i (0 <= i < n) of the axis is the sum over t < len[i] of
- * coef[i*taps + t] * source pixel start[i] + t, in fixed point with
- * SS_IMG_BITS fraction bits (each output's coefficients sum to
- * 1 << SS_IMG_BITS), rounded to nearest and clamped to 0..255. start is
- * non-decreasing, every len[i] is taps (with zero coefficients where
- * needed) and every tap lies inside the source. A crop is an axis
+ * output pixel i (0 <= i < n) of the axis is the sum over t < taps of
+ * coef[i*taps + t] * source pixel start[i] + t, in fixed point with bits
+ * fraction bits (each output's coefficients sum to 1 << bits and lie in
+ * 0 .. 32767), rounded to nearest and clamped to 0..255. start is
+ * non-decreasing and every tap lies inside the source. A crop is an axis
  * of only the outputs wanted.
  *
- * Images are packed RGB bytes, row-major, no padding. The horizontal pass
- * runs first over the source rows the vertical filter needs (rounded to
- * bytes, as PIL does), then the vertical pass. tmp holds
- * ss_img_tmp_size(x, y) bytes of scratch. */
-#define SS_IMG_BITS 22
+ * Images are packed RGB bytes, row-major, no padding, sw x sh pixels.
+ * The horizontal pass runs first over the source rows the vertical filter
+ * needs (rounded to bytes, as PIL does), then the vertical pass. tmp holds
+ * ss_img_tmp_size(sw, x, y) bytes of scratch. isa is the instruction-set
+ * level to run (SS_ISA_*); every level computes the same bytes. */
 typedef struct {
-	int n, taps;           /* outputs; coefficients stored per output */
-	const int *start, *len;
-	const int *coef;       /* n*taps values */
+	int n, taps, bits;    /* outputs; coefficients per output; fraction bits */
+	const int *start;     /* n first source pixels */
+	const int16_t *coef;  /* n*taps values */
 } ss_img_axis;
 
-size_t ss_img_tmp_size(const ss_img_axis *x, const ss_img_axis *y);
+size_t ss_img_tmp_size(int sw, const ss_img_axis *x, const ss_img_axis *y);
 /* dst: y->n rows of x->n RGB pixels. */
-void ss_img_resize_u8(const unsigned char *src, int sw, const ss_img_axis *x, const ss_img_axis *y,
+void ss_img_resize_u8(int isa, const unsigned char *src, int sw, int sh, const ss_img_axis *x, const ss_img_axis *y,
                       unsigned char *dst, void *tmp);
 /* dst: 3 planes (R, G, B) of y->n x x->n floats; value of channel c at
  * output (j, i) = scale*p - mean[(c*y->n + j)*x->n + i] (mean may be NULL:
- * no subtraction), where p is the resized pixel (j, x->n-1-i) when mirror
- * is set, else (j, i): the mean is in output coordinates. */
-void ss_img_resize_f32(const unsigned char *src, int sw, const ss_img_axis *x, const ss_img_axis *y, int mirror,
-                       float scale, const float *mean, float *dst, void *tmp);
+ * no subtraction; the product is rounded before the subtraction), where p
+ * is the resized pixel (j, x->n-1-i) when mirror is set, else (j, i): the
+ * mean is in output coordinates. */
+void ss_img_resize_f32(int isa, const unsigned char *src, int sw, int sh, const ss_img_axis *x, const ss_img_axis *y,
+                       int mirror, float scale, const float *mean, float *dst, void *tmp);
 
 #ifdef __cplusplus
 }

@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "41c01598446ee6451e1b632f6b8693cdc8678ce3040f03ca090993b3db91d28c"
+const csrcHash = "8e751c6ccbd73a9b684426c7e678af6f9ab15cffd5a455b08ff958e1f3782505"

@@ -20,3 +20,6 @@ func RawGemmLoop(threads, m, n, k int, a, b, c []float32, reps int) (time.Durati
 
 // NativeImages returns ErrNotBuilt: this build has no C kernels.
 func NativeImages() (Images, error) { return nil, ErrNotBuilt }
+
+// NativeImagesAt returns ErrNotBuilt: this build has no C kernels.
+func NativeImagesAt(isa.Level) (Images, error) { return nil, ErrNotBuilt }

@@ -17,15 +17,25 @@ import (
 // truncated, or of another format). The message names the file.
 var ErrImage = errors.New("undecodable image")
 
-// RGB is a decoded image: W×H pixels of 3 bytes (red, green, blue),
-// row-major with no padding (pixel (x, y) at Pix[3·(y·W+x)]).
+// RGB is a decoded image, or a rectangle of one: W×H pixels of 3 bytes
+// (red, green, blue), row-major with no padding (pixel (x, y) at
+// Pix[3·(y·W+x)]), pixel (X+x, Y+y) of the image as decoded, FullW×FullH.
 //
 // SrcW×SrcH is the size of the encoded image, which a JPEG decoded at a
 // reduced DCT scale exceeds.
 type RGB struct {
-	Pix        []byte
-	W, H       int
-	SrcW, SrcH int
+	Pix          []byte
+	W, H         int
+	X, Y         int
+	FullW, FullH int
+	SrcW, SrcH   int
+}
+
+// rectFunc chooses the rectangle of an image to decode once its size is
+// known (w×h as decoded, srcW×srcH as encoded): columns x0 … x1−1 and rows
+// y0 … y1−1. A decoder may return more.
+type rectFunc interface {
+	rect(w, h, srcW, srcH int) (x0, y0, x1, y1 int)
 }
 
 // TurboJPEG reports whether JPEGs are decoded by libjpeg-turbo in this
@@ -72,6 +82,13 @@ func isJPEG(src []byte) bool {
 // decode decodes src; minShort > 0 lets a JPEG decode smaller, down to
 // a shorter side of minShort. The error wraps ErrImage.
 func (d *decoder) decode(src []byte, minShort int) (RGB, error) {
+	return d.decodeRect(src, minShort, nil)
+}
+
+// decodeRect is decode of the rectangle r chooses (nil: the whole image).
+// libjpeg-turbo decodes only that rectangle of a JPEG (widened to whole
+// iMCU columns); other decoders decode the whole image.
+func (d *decoder) decodeRect(src []byte, minShort int, r rectFunc) (RGB, error) {
 	if len(src) == 0 {
 		return RGB{}, fmt.Errorf("%w: empty file", ErrImage)
 	}
@@ -81,12 +98,16 @@ func (d *decoder) decode(src []byte, minShort int) (RGB, error) {
 			return RGB{}, fmt.Errorf("%w: %w", ErrImage, err)
 		}
 		w, h := turbo.ScaledSize(hd.W, hd.H, minShort)
-		img := d.alloc(w, h)
-		img.SrcW, img.SrcH = hd.W, hd.H
-		if err := d.tj.Decode(src, hd, w, h, img.Pix); err != nil {
+		x0, y0, x1, y1 := 0, 0, w, h
+		if r != nil {
+			x0, y0, x1, y1 = r.rect(w, h, hd.W, hd.H)
+		}
+		d.buf = grow(d.buf, 3*w*(y1-y0))
+		x, cw, err := d.tj.DecodeRect(src, hd, w, h, x0, y0, x1, y1, d.buf)
+		if err != nil {
 			return RGB{}, fmt.Errorf("%w: %w", ErrImage, err)
 		}
-		return img, nil
+		return RGB{Pix: d.buf[:3*cw*(y1-y0)], W: cw, H: y1 - y0, X: x, Y: y0, FullW: w, FullH: h, SrcW: hd.W, SrcH: hd.H}, nil
 	}
 	var m image.Image
 	var err error
@@ -101,14 +122,24 @@ func (d *decoder) decode(src []byte, minShort int) (RGB, error) {
 	b := m.Bounds()
 	img := d.alloc(b.Dx(), b.Dy())
 	toRGB(m, img)
+	if r != nil {
+		r.rect(img.W, img.H, img.W, img.H) // the whole image serves any rectangle
+	}
 	return img, nil
 }
 
 func (d *decoder) alloc(w, h int) RGB {
-	if cap(d.buf) < 3*w*h {
-		d.buf = make([]byte, 3*w*h)
+	d.buf = grow(d.buf, 3*w*h)
+	return RGB{Pix: d.buf[:3*w*h], W: w, H: h, FullW: w, FullH: h, SrcW: w, SrcH: h}
+}
+
+// grow returns b with n bytes, reallocated (with room to spare) only when
+// too small.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n, n+n/4)
 	}
-	return RGB{Pix: d.buf[:3*w*h], W: w, H: h, SrcW: w, SrcH: h}
+	return b[:n]
 }
 
 // toRGB writes m into img (of m's size).

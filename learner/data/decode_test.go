@@ -280,3 +280,79 @@ func TestDecodeBad(t *testing.T) {
 		}
 	}
 }
+
+// fixedRect asks for a fixed rectangle (clipped to the image).
+type fixedRect struct{ x0, y0, x1, y1 int }
+
+func (r fixedRect) rect(w, h, _, _ int) (int, int, int, int) {
+	return min(r.x0, w-1), min(r.y0, h-1), min(r.x1, w), min(r.y1, h)
+}
+
+// TestDecodeRect decodes rectangles of JPEGs (4:2:0, 4:4:4, greyscale,
+// CMYK; odd sizes, so that rectangles cut iMCUs; full size and ½ scale)
+// by every path: each holds at least the rectangle asked, and its pixels
+// are exactly those of the whole image decoded by the same path. A
+// truncated file fails whatever rectangle is asked.
+func TestDecodeRect(t *testing.T) {
+	files := map[string][]byte{"go-420": encodeJPEG(t, smooth(203, 151), 90)}
+	if cmyk, err := os.ReadFile("testdata/cmyk.jpg"); err == nil {
+		files["cmyk"] = cmyk
+	} else {
+		t.Fatal(err)
+	}
+	if turbo.Built {
+		e, err := turbo.NewEncoder()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		pix := rgbOf(smooth(203, 151)).Pix
+		for name, sub := range map[string]int{"420": turbo.Sub420, "444": turbo.Sub444} {
+			b, err := e.Encode(nil, pix, 203, 151, 90, sub, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files["turbo-"+name] = b
+		}
+		grey := make([]byte, 203*151)
+		for i := range grey {
+			grey[i] = byte(i * 7)
+		}
+		if files["turbo-grey"], err = e.Encode(nil, grey, 203, 151, 90, turbo.SubGray, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rects := []fixedRect{{0, 0, 1000, 1000}, {17, 9, 150, 100}, {1, 1, 2, 2}, {100, 140, 203, 151}, {33, 0, 41, 151}, {0, 70, 203, 71}}
+	for fname, file := range files {
+		for dname, d := range decoders(t) {
+			for _, minShort := range []int{0, 70} {
+				whole, err := d.decode(file, minShort)
+				if err != nil {
+					t.Fatalf("%s %s: %v", fname, dname, err)
+				}
+				whole.Pix = bytes.Clone(whole.Pix)
+				for _, r := range rects {
+					x0, y0, x1, y1 := r.rect(whole.W, whole.H, 0, 0)
+					m, err := d.decodeRect(file, minShort, r)
+					if err != nil {
+						t.Fatalf("%s %s %v: %v", fname, dname, r, err)
+					}
+					if m.FullW != whole.W || m.FullH != whole.H || m.X > x0 || m.Y > y0 || m.X+m.W < x1 || m.Y+m.H < y1 {
+						t.Fatalf("%s %s %v: got %d×%d at (%d,%d) of %d×%d, want [%d,%d)×[%d,%d) of %d×%d",
+							fname, dname, r, m.W, m.H, m.X, m.Y, m.FullW, m.FullH, x0, x1, y0, y1, whole.W, whole.H)
+					}
+					for y := range m.H {
+						row := m.Pix[3*y*m.W : 3*(y+1)*m.W]
+						full := whole.Pix[3*((m.Y+y)*whole.W+m.X):][:3*m.W]
+						if !bytes.Equal(row, full) {
+							t.Fatalf("%s %s %v (minShort %d): row %d differs from the whole image's", fname, dname, r, minShort, m.Y+y)
+						}
+					}
+				}
+			}
+			if _, err := d.decodeRect(file[:len(file)*2/3], 0, fixedRect{0, 0, 8, 8}); !errors.Is(err, ErrImage) {
+				t.Errorf("%s %s: the top of a truncated file: err = %v, want ErrImage", fname, dname, err)
+			}
+		}
+	}
+}

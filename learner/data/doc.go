@@ -9,6 +9,14 @@
 // Debian installs it in FashionMNISTDir). Identify tells the published idx
 // data sets apart by the checksum of their test labels.
 //
+// Image data (ImageNet-style folders, Caffe list files, packs): an ImageSet
+// reads encoded images from disk as they are needed, the files of a folder
+// (ReadImageFolder, NewFolderSet) or the records of a pack (PackFolder
+// writes one, OpenPack reads it: record files of pre-resized JPEGs with a
+// checksummed index, docs/data.md); a Pipeline decodes, resizes, crops,
+// mirrors and normalises them on threads of its own (Augment), and
+// NewImageLoader feeds a learner from it. MeasurePipeline measures it.
+//
 // Memory layout: a Dataset keeps its images as bytes, N×C×H×W in NCHW order
 // (image n, channel c, row h, column w at ((n·C+c)·H+h)·W+w), and one int32
 // label per image. Floats are made only for the mini-batch being used:

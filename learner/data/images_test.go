@@ -278,3 +278,28 @@ func TestChannelMean(t *testing.T) {
 }
 
 func abs(v float64) float64 { return max(v, -v) }
+
+// TestMeasurePipeline counts every image of every pass and reports
+// positive rates; bad arguments are errors.
+func TestMeasurePipeline(t *testing.T) {
+	train, _, err := ReadImageFolder(smallFolder(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := NewFolderSet(train)
+	a := Augment{H: 16, W: 16, Resize: 20, Random: true, Mirror: true, Scale: 1}
+	m, err := MeasurePipeline(set, a, PipelineConfig{Threads: 2}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Images != 3*set.Len() || m.Threads != 2 || m.ImagesPerSec() <= 0 || m.Wall <= 0 {
+		t.Fatalf("%+v", m)
+	}
+	if _, err := MeasurePipeline(set, a, PipelineConfig{Threads: 1}, 0); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no passes: %v", err)
+	}
+	a.Resize = 8
+	if _, err := MeasurePipeline(set, a, PipelineConfig{Threads: 1}, 1); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad augmentation: %v", err)
+	}
+}

@@ -91,10 +91,16 @@ var ErrNoImages = errors.New("no decodable image")
 // transformer turns an ImageSet's image into network input; one per
 // pipeline thread.
 type transformer struct {
-	dec *decoder
-	img kernels.Images
-	buf []byte // file bytes
-	tmp []byte // kernel scratch
+	dec    *decoder
+	img    kernels.Images
+	buf    []byte // file bytes
+	tmp    []byte // kernel scratch
+	ax, ay kernels.ResizeAxis
+
+	// the image being transformed, for rect
+	a        *Augment
+	i, epoch int
+	mirror   bool
 }
 
 // load writes image i of set (epoch e) into x and returns its label.
@@ -120,18 +126,33 @@ func (t *transformer) transform(set *ImageSet, a *Augment, i, epoch int, x []flo
 		return err
 	}
 	t.buf = b
-	m, err := t.dec.decode(b, a.Resize)
+	t.a, t.i, t.epoch = a, i, epoch
+	m, err := t.dec.decodeRect(b, a.Resize, t)
 	if err != nil {
 		return err
 	}
-	rw, rh := a.resized(m.SrcW, m.SrcH) // the encoded size: the same for every decoder
-	x0, y0, mirror := a.place(rw, rh, epoch, i)
-	ax, ay := kernels.NewResizeAxis(m.W, rw, x0, a.W), kernels.NewResizeAxis(m.H, rh, y0, a.H)
-	if n := kernels.ImageTmpLen(ax, ay); cap(t.tmp) < n {
-		t.tmp = make([]byte, n+n/4)
+	if m.FullW != m.W || m.FullH != m.H {
+		t.ax.Window(m.X, m.W)
+		t.ay.Window(m.Y, m.H)
 	}
-	t.img.ResizeCHW(m.Pix, m.W, m.H, ax, ay, mirror, a.Scale, a.Mean, x[:a.ImageLen()], t.tmp[:cap(t.tmp)])
+	t.tmp = grow(t.tmp, kernels.ImageTmpLen(&t.ax, &t.ay))
+	t.img.ResizeCHW(m.Pix, m.W, m.H, &t.ax, &t.ay, t.mirror, a.Scale, a.Mean, x[:a.ImageLen()], t.tmp)
 	return nil
+}
+
+// rect places the crop of the image being transformed once its size is
+// known and returns the source rectangle its resize reads. The resized
+// size comes from the encoded size, the same for every decoder.
+func (t *transformer) rect(w, h, srcW, srcH int) (x0, y0, x1, y1 int) {
+	a := t.a
+	rw, rh := a.resized(srcW, srcH)
+	cx, cy, mirror := a.place(rw, rh, t.epoch, t.i)
+	t.mirror = mirror
+	t.ax.Set(w, rw, cx, a.W)
+	t.ay.Set(h, rh, cy, a.H)
+	x0, x1 = t.ax.Needs()
+	y0, y1 = t.ay.Needs()
+	return x0, y0, x1, y1
 }
 
 // PipelineConfig configures a Pipeline.

@@ -4,22 +4,20 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 )
 
 var benchDir = flag.String("data.benchdir", "", "folder of ImageNet-sized JPEGs for BenchmarkImagePipeline (generated there when it has no train/; a temporary folder when empty)")
 
-// benchFolder returns a folder of 128 ImageNet-sized JPEGs (500×375 on
-// average, ±20%; quality 90; 8 classes), generated once.
+// benchFolder returns a folder of 128 ImageNet-like JPEGs (ImageNetLike:
+// 500×375 on average, about 110 KB; 8 classes), generated once.
 func benchFolder(b *testing.B) string {
 	dir := *benchDir
 	if dir == "" {
 		dir = filepath.Join(b.TempDir(), "imagenet-like")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "train")); err != nil {
-		if err := GenerateImageFolder(dir, FolderGen{Classes: 8, Train: 16, W: 500, H: 375, Vary: 0.2, Quality: 90, Noise: 12, Seed: 1}); err != nil {
+		if err := GenerateImageFolder(dir, ImageNetLike(8, 16, 1)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -27,10 +25,11 @@ func benchFolder(b *testing.B) string {
 }
 
 // BenchmarkImagePipeline measures the training-time work on every image
-// of a folder of ImageNet-sized JPEGs — read, decode, resize to 256,
-// random 224×224 crop, mirror, normalise into the input tensor — on one
-// pipeline thread (images/s per core) and on two, with libjpeg-turbo
-// (when built in) and with Go's decoder.
+// of a folder of ImageNet-like JPEGs — read, decode, resize to 256,
+// random 224×224 crop, mirror, into the input tensor — with
+// MeasurePipeline, one op a pass over the folder: on one pipeline thread
+// (images per CPU-second is the per-core figure) and on two, with
+// libjpeg-turbo (when built in) and with Go's decoder.
 func BenchmarkImagePipeline(b *testing.B) {
 	train, _, err := ReadImageFolder(benchFolder(b))
 	if err != nil {
@@ -44,35 +43,12 @@ func BenchmarkImagePipeline(b *testing.B) {
 		pureGo  bool
 	}{{"decoder=default/threads=1", 1, false}, {"decoder=default/threads=2", 2, false}, {"decoder=go/threads=1", 1, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, err := NewPipeline(PipelineConfig{Threads: tc.threads, PureGo: tc.pureGo})
+			t, err := MeasurePipeline(set, a, PipelineConfig{Threads: tc.threads, PureGo: tc.pureGo}, b.N)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer p.Close()
-			const mu = 32
-			x, labels, idx := make([]float32, mu*a.ImageLen()), make([]int32, mu), make([]int, mu)
-			n := 0
-			c0 := cpuTime()
-			b.ResetTimer()
-			for e := 0; b.Loop(); e++ {
-				for k := range idx {
-					idx[k] = (e*mu + k) % set.Len()
-				}
-				if err := p.Fill(set, &a, idx, e, x, labels); err != nil {
-					b.Fatal(err)
-				}
-				n += mu
-			}
-			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "images/s")
-			b.ReportMetric(float64(n)/b.Elapsed().Seconds()/float64(tc.threads), "images/s/thread")
-			b.ReportMetric(float64(n)/(cpuTime()-c0).Seconds(), "images/cpu-s")
+			b.ReportMetric(t.ImagesPerSec(), "images/s")
+			b.ReportMetric(t.ImagesPerCPUSec(), "images/cpu-s")
 		})
 	}
-}
-
-// cpuTime is the process's CPU time (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -3,18 +3,18 @@
 package turbo
 
 /*
-#cgo pkg-config: libturbojpeg
-#cgo noescape tjDecompressHeader3
-#cgo nocallback tjDecompressHeader3
-#cgo noescape tjDecompress2
-#cgo nocallback tjDecompress2
+#cgo pkg-config: libturbojpeg libjpeg
+#cgo noescape ss_jdec_header
+#cgo nocallback ss_jdec_header
+#cgo noescape ss_jdec_rect
+#cgo nocallback ss_jdec_rect
 #include <stdlib.h>
 #include <turbojpeg.h>
+#include "jdec.h"
 
 static int ss_tj_pixel_rgb(void) { return TJPF_RGB; }
 static int ss_tj_pixel_cmyk(void) { return TJPF_CMYK; }
 static int ss_tj_pixel_gray(void) { return TJPF_GRAY; }
-static int ss_tj_warning(tjhandle h) { return tjGetErrorCode(h) == TJERR_WARNING; }
 */
 import "C"
 
@@ -27,41 +27,36 @@ import (
 // Built reports whether this build has the binding to libjpeg-turbo.
 const Built = true
 
-// Decoder is a TurboJPEG decompressor handle.
+// Decoder is a libjpeg decompressor.
 type Decoder struct {
-	h    C.tjhandle
-	cmyk []byte // CMYK scratch, reused
+	d *C.ss_jdec
+	// FastDCT selects libjpeg-turbo's fast integer inverse DCT
+	// (TJFLAG_FASTDCT, JDCT_IFAST) instead of the accurate one.
+	FastDCT bool
 }
 
-// NewDecoder returns a decoder; its handle is freed by Close (or, failing
-// that, when it is collected).
+// NewDecoder returns a decoder; it is freed by Close (or, failing that,
+// when it is collected).
 func NewDecoder() (*Decoder, error) {
-	h := C.tjInitDecompress()
-	if h == nil {
-		return nil, fmt.Errorf("turbojpeg: tjInitDecompress: %s", C.GoString(C.tjGetErrorStr2(nil)))
+	p := C.ss_jdec_new()
+	if p == nil {
+		return nil, fmt.Errorf("turbojpeg: cannot make a decompressor (out of memory)")
 	}
-	d := &Decoder{h: h}
+	d := &Decoder{d: p}
 	runtime.SetFinalizer(d, (*Decoder).Close)
 	return d, nil
 }
 
-// Close frees the handle. The decoder must not be used afterwards.
+// Close frees the decompressor. The decoder must not be used afterwards.
 func (d *Decoder) Close() {
-	if d.h != nil {
-		C.tjDestroy(d.h)
-		d.h = nil
+	if d.d != nil {
+		C.ss_jdec_free(d.d)
+		d.d = nil
 	}
 }
 
-// err returns the error of the last call and replaces the handle: one
-// that failed mid-stream may not decode the next image right.
 func (d *Decoder) err(what string) error {
-	err := fmt.Errorf("%w: %s: %s", ErrDecode, what, C.GoString(C.tjGetErrorStr2(d.h)))
-	if h := C.tjInitDecompress(); h != nil {
-		C.tjDestroy(d.h)
-		d.h = h
-	}
-	return err
+	return fmt.Errorf("%w: %s: %s", ErrDecode, what, C.GoString(&d.d.msg[0]))
 }
 
 // Header reads jpeg's size and colour space.
@@ -69,57 +64,81 @@ func (d *Decoder) Header(jpeg []byte) (Header, error) {
 	if len(jpeg) == 0 {
 		return Header{}, fmt.Errorf("%w: empty", ErrDecode)
 	}
-	var w, h, sub, cs C.int
-	if C.tjDecompressHeader3(d.h, (*C.uchar)(&jpeg[0]), C.ulong(len(jpeg)), &w, &h, &sub, &cs) != 0 {
+	var w, h, cs C.int
+	if C.ss_jdec_header(d.d, (*C.uchar)(&jpeg[0]), C.ulong(len(jpeg)), &w, &h, &cs) != 0 {
 		return Header{}, d.err("header")
 	}
-	return Header{W: int(w), H: int(h), ColorSpace: int(cs)}, nil
+	return Header{W: int(w), H: int(h), ColorSpace: colorSpace(cs)}, nil
+}
+
+// colorSpace maps libjpeg's J_COLOR_SPACE to CSRGB … CSYCCK.
+func colorSpace(cs C.int) int {
+	switch cs {
+	case C.JCS_RGB:
+		return CSRGB
+	case C.JCS_GRAYSCALE:
+		return CSGray
+	case C.JCS_CMYK:
+		return CSCMYK
+	case C.JCS_YCCK:
+		return CSYCCK
+	}
+	return CSYCbCr
 }
 
 // Decode decodes jpeg, whose header is hd, at size sw×sh (hd's size or
-// one ScaledSize returned) into dst as packed RGB (3·sw·sh bytes). A
-// decoding warning is an error only when the data ends before its EOI
-// marker (a truncated file); libjpeg-turbo's other warnings (extraneous
-// bytes before a marker, say) leave a complete image.
+// one ScaledSize returned) into dst as packed RGB (3·sw·sh bytes).
 func (d *Decoder) Decode(jpeg []byte, hd Header, sw, sh int, dst []byte) error {
-	return d.decodeFlags(jpeg, hd, sw, sh, dst, C.TJFLAG_FASTUPSAMPLE)
+	_, _, err := d.DecodeRect(jpeg, hd, sw, sh, 0, 0, sw, sh, dst)
+	return err
 }
 
-func (d *Decoder) decodeFlags(jpeg []byte, hd Header, sw, sh int, dst []byte, flags int) error {
-	if len(dst) < 3*sw*sh {
-		panic(fmt.Sprintf("turbo.Decode: dst has %d bytes, need %d", len(dst), 3*sw*sh))
+// DecodeRect decodes rows y0 … y1−1 and at least columns x0 … x1−1 of
+// jpeg (header hd) at size sw×sh (hd's size or one ScaledSize returned)
+// into dst as packed RGB, 3·w bytes a row, y1−y0 rows; dst must hold
+// 3·sw·(y1−y0) bytes. The columns decoded are x … x+w−1: libjpeg-turbo
+// decodes whole iMCUs (8 to 32 pixels wide), so they may reach beyond x0
+// and x1. Its pixels are those of the whole image decoded.
+//
+// A decoding warning is an error only when the data ends before its EOI
+// marker (a truncated file; all of such a file's data is then decoded,
+// whatever rectangle is asked, so that the answer does not depend on
+// it); libjpeg-turbo's other warnings (extraneous bytes before a marker,
+// say) leave a complete image.
+func (d *Decoder) DecodeRect(jpeg []byte, hd Header, sw, sh, x0, y0, x1, y1 int, dst []byte) (x, w int, err error) {
+	if x0 < 0 || y0 < 0 || x1 > sw || y1 > sh || x0 >= x1 || y0 >= y1 {
+		panic(fmt.Sprintf("turbo.DecodeRect: rectangle [%d,%d)×[%d,%d) of a %d×%d image", x0, x1, y0, y1, sw, sh))
 	}
-	src, n := (*C.uchar)(&jpeg[0]), C.ulong(len(jpeg))
-	switch hd.ColorSpace {
-	case CSCMYK, CSYCCK:
-		if cap(d.cmyk) < 4*sw*sh {
-			d.cmyk = make([]byte, 4*sw*sh)
+	if len(dst) < 3*sw*(y1-y0) {
+		panic(fmt.Sprintf("turbo.DecodeRect: dst has %d bytes, need %d", len(dst), 3*sw*(y1-y0)))
+	}
+	num := 0
+	for _, s := range scales {
+		if scaled(hd.W, s) == sw && scaled(hd.H, s) == sh {
+			num = 8 * s.num / s.den
 		}
-		k := d.cmyk[:4*sw*sh]
-		if C.tjDecompress2(d.h, src, n, (*C.uchar)(&k[0]), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_cmyk(), C.int(flags)) != 0 && !d.complete(jpeg) {
-			return d.err("decode")
-		}
-		CMYKToRGB(k, dst[:3*sw*sh])
-		return nil
 	}
-	if C.tjDecompress2(d.h, src, n, (*C.uchar)(unsafe.Pointer(&dst[0])), C.int(sw), 0, C.int(sh), C.ss_tj_pixel_rgb(), C.int(flags)) != 0 && !d.complete(jpeg) {
-		return d.err("decode")
+	if num == 0 || len(jpeg) == 0 {
+		return 0, 0, fmt.Errorf("%w: cannot decode a %d×%d JPEG at %d×%d", ErrDecode, hd.W, hd.H, sw, sh)
 	}
-	return nil
+	truncated := !hasEOI(jpeg)
+	var ox, ow C.int
+	n := C.ss_jdec_rect(d.d, (*C.uchar)(&jpeg[0]), C.ulong(len(jpeg)), C.int(num), C.int(sw), C.int(sh),
+		C.int(x0), C.int(y0), C.int(x1), C.int(y1), cbool(truncated), cbool(d.FastDCT), (*C.uchar)(unsafe.Pointer(&dst[0])), &ox, &ow)
+	switch {
+	case n < 0:
+		return 0, 0, d.err("decode")
+	case n > 0 && truncated:
+		return 0, 0, d.err("truncated (no EOI marker)")
+	}
+	return int(ox), int(ow), nil
 }
 
-// complete reports whether the last call's failure was only a warning on
-// data that holds a whole image (the handle is fresh after a warning, as
-// after an error).
-func (d *Decoder) complete(jpeg []byte) bool {
-	if C.ss_tj_warning(d.h) != 0 && hasEOI(jpeg) {
-		if h := C.tjInitDecompress(); h != nil {
-			C.tjDestroy(d.h)
-			d.h = h
-		}
-		return true
+func cbool(b bool) C.int {
+	if b {
+		return 1
 	}
-	return false
+	return 0
 }
 
 // Encoder is a TurboJPEG compressor handle.

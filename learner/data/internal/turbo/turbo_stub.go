@@ -5,8 +5,8 @@ package turbo
 // Built reports whether this build has the binding to libjpeg-turbo.
 const Built = false
 
-// Decoder stands in for the TurboJPEG decompressor of cgo builds.
-type Decoder struct{}
+// Decoder stands in for the libjpeg decompressor of cgo builds.
+type Decoder struct{ FastDCT bool }
 
 // NewDecoder returns ErrNotBuilt.
 func NewDecoder() (*Decoder, error) { return nil, ErrNotBuilt }
@@ -19,6 +19,11 @@ func (*Decoder) Header([]byte) (Header, error) { return Header{}, ErrNotBuilt }
 
 // Decode returns ErrNotBuilt.
 func (*Decoder) Decode([]byte, Header, int, int, []byte) error { return ErrNotBuilt }
+
+// DecodeRect returns ErrNotBuilt.
+func (*Decoder) DecodeRect([]byte, Header, int, int, int, int, int, int, []byte) (int, int, error) {
+	return 0, 0, ErrNotBuilt
+}
 
 // Encoder stands in for the TurboJPEG compressor of cgo builds.
 type Encoder struct{}
