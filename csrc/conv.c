@@ -51,8 +51,21 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
  *   xT   L*g      (g > 1, CHWN)
  *   dcol K*P*g    (backward)
  *   dxT  L*g      (backward, g > 1, CHWN) */
+static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                                  int backward);
+
 ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
                             int backward)
+{
+	const ptrdiff_t m = method_workspace(isa, threads, s, group, method, backward);
+	if (!backward || !ss_wgrad_supported(isa, s))
+		return m;
+	const ptrdiff_t w = ss_wgrad_workspace(threads, s);
+	return w > m ? w : m;
+}
+
+static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                                  int backward)
 {
 	if (method == SS_CONV_DIRECT)
 		return ss_conv_direct_workspace(isa, threads, s, backward);
@@ -271,6 +284,16 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
+	if (ss_wgrad_supported(isa, s)) {
+		/* The weight gradient as one GEMM over the batch, then the
+		 * method's input gradient alone. */
+		if (db)
+			ss_conv_bias_grad(threads, s, dy, db);
+		ss_wgrad(threads, s, x, dy, dw, ws, ws_len);
+		if (dx == NULL)
+			return;
+		dw = NULL, db = NULL;
+	}
 	if (method == SS_CONV_DIRECT) {
 		ss_conv_direct_backward(isa, threads, s, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
@@ -304,9 +327,11 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
 			dYg = dY;
 			ldY = cols;
 		}
-		expand(&j, method, x + n0 * xn, xT, col);
-		ss_sgemm(threads, 0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
-		         n0 == 0 ? 0.0f : 1.0f, dw, (int)k);
+		if (dw) {
+			expand(&j, method, x + n0 * xn, xT, col);
+			ss_sgemm(threads, 0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
+			         n0 == 0 ? 0.0f : 1.0f, dw, (int)k);
+		}
 		if (dx == NULL)
 			continue;
 		ss_sgemm(threads, 1, 0, (int)k, (int)cols, s->oc, 1.0f, w, (int)k, dYg, (int)ldY, 0.0f, dcol, (int)cols);

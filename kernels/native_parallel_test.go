@@ -69,6 +69,29 @@ func TestNativeConvPlans(t *testing.T) {
 	}
 }
 
+// TestNativeWgradChunks runs the convolution tests at level AVX2, whose
+// weight gradient is one GEMM over the batch, with its images cut into
+// groups of a few hundred floats and its output gradient into chunks of a
+// few pixels, on one thread and on three (whose bits must agree), so that
+// every boundary of csrc/wgrad.c is crossed on the suite's small shapes.
+func TestNativeWgradChunks(t *testing.T) {
+	if !isa.Supported(isa.AVX2) {
+		t.Skipf("level avx2: %s", isa.Reason())
+	}
+	kernels.SetWgradBudget(300, 2048)
+	defer kernels.SetWgradBudget(0, 0)
+	var es []kernels.Engine
+	for _, threads := range []int{1, 3} {
+		e, info, err := kernels.New(kernels.Config{Threads: threads, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: isa.AVX2})
+		if err != nil || info.Fallback {
+			t.Fatal(err, info.FallbackErr)
+		}
+		es = append(es, e)
+		kerneltest.RunConv(t, e)
+	}
+	kerneltest.ThreadsAgree(t, es[0], es[1])
+}
+
 // TestLevelsAgree runs pooling, ReLU and LRN, whose variants do the same
 // operations in the same order, at every instruction-set level the CPU
 // runs and checks that each gives the generic level's bits, on the

@@ -54,6 +54,7 @@ var (
 	SetMinParallelFloats = setMinParallelFloats
 	ParallelMaxParts     = parallelMaxParts
 	BLASThreads          = blasThreads
+	SetWgradBudget       = setWgradBudget
 )
 
 // NativeWith returns the native engine with a given convolution
@@ -64,6 +65,14 @@ var (
 func NativeWith(floats int, method string, l isa.Level) Engine {
 	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
 	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
+	e.budget, e.method = floats, m
+	return e
+}
+
+// NativeWithThreads is NativeWith over a given number of threads.
+func NativeWithThreads(floats int, method string, l isa.Level, threads int) Engine {
+	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
+	e := newNativeAt(cISA(min(l, isa.Best())), threads)
 	e.budget, e.method = floats, m
 	return e
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // convShapes covers stride, padding (also wider than the kernel),
-// non-square kernels and images, 1×1 kernels, output rows of whole and
+// non-square kernels and images, 1×1 kernels (also strided and padded), output rows of whole and
 // partial 8-pixel vectors, output planes of whole and partial 16-pixel
 // vectors, channel counts off the kernels' blocks of 4 and 8, and batches
 // large enough for an engine to split into chunks.
@@ -27,6 +27,8 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
 	{N: 2, C: 5, H: 14, W: 13, OC: 9, KH: 5, KW: 4, StrideH: 1, StrideW: 1},
 	{N: 3, C: 6, H: 11, W: 37, OC: 13, KH: 3, KW: 5, PadH: 1, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 3, C: 9, H: 9, W: 10, OC: 6, KH: 1, KW: 1, PadH: 1, PadW: 1, StrideH: 2, StrideW: 3},
+	{N: 2, C: 10, H: 12, W: 11, OC: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
 }
 
 func testConv(t *testing.T, e kernels.Engine) {
