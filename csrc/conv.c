@@ -27,9 +27,22 @@ static ptrdiff_t conv_k(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->kh
 static ptrdiff_t conv_p(const ss_conv_shape *s) { return (ptrdiff_t)ss_conv_out_h(s) * ss_conv_out_w(s); }
 static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h * s->w; }
 
+/* direct_pays reports whether the direct kernels beat the GEMMs on a
+ * shape they support. The AVX2 kernels compute output rows in whole
+ * 8-pixel vectors: a narrow plane whose rows end in a partial vector (13,
+ * 14 or 7 pixels) wastes an eighth to a fifth of their work, and with
+ * many taps (C*kh*kw >= 1024) a GEMM over the batch-innermost columns
+ * loses less to its copies than that (AlexNet's conv3-5, ResNet-18's
+ * layer3 and layer4). The AVX-512 kernels run vectors across rows. */
+static int direct_pays(int isa, const ss_conv_shape *s)
+{
+	const int ow = ss_conv_out_w(s);
+	return ss_isa(isa) != SS_ISA_AVX2 || ow % 8 == 0 || ow >= 16 || conv_k(s) < 1024;
+}
+
 int ss_conv_method(int isa, const ss_conv_shape *s)
 {
-	if (ss_conv_direct_supported(isa, s))
+	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
 }

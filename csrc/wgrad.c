@@ -28,15 +28,15 @@ enum {
 };
 
 /* Xt of one group stays below wg_xt_budget floats (default 64 MiB), the
- * packed output gradient of a part below wg_dy_budget (1 MiB) unless a
+ * packed output gradient of a part below wg_dy_budget (256 KiB, in L2) unless a
  * chunk needs more (ss_wgrad_set_budget). Written only by tests, before
  * any kernel runs. */
-static ptrdiff_t wg_xt_budget = (ptrdiff_t)1 << 24, wg_dy_budget = (ptrdiff_t)1 << 18;
+static ptrdiff_t wg_xt_budget = (ptrdiff_t)1 << 24, wg_dy_budget = (ptrdiff_t)1 << 16;
 
 void ss_wgrad_set_budget(ptrdiff_t xt_floats, ptrdiff_t dy_floats)
 {
 	wg_xt_budget = xt_floats > 0 ? xt_floats : (ptrdiff_t)1 << 24;
-	wg_dy_budget = dy_floats > 0 ? dy_floats : (ptrdiff_t)1 << 18;
+	wg_dy_budget = dy_floats > 0 ? dy_floats : (ptrdiff_t)1 << 16;
 }
 
 typedef struct {
