@@ -87,12 +87,13 @@ static ptrdiff_t wg_fixed_floats(const ss_conv_shape *s, const wg_geom *g)
 	return wg_xt_floats(s, g) + (g->direct ? 0 : (ptrdiff_t)s->oc * g->kt);
 }
 
-/* The GEMM reuses each packed block of taps for every output channel:
- * with fewer than 96 of them the direct kernels' weight gradient (stride 1)
- * or OpenBLAS's over the column matrix does as well. */
+/* The GEMM reuses each packed block of taps for every output channel and
+ * each packed output gradient for every tap: with fewer than 96 output
+ * channels or 128 taps the direct kernels' weight gradient (stride 1) or
+ * OpenBLAS's over the column matrix does as well. */
 int ss_wgrad_supported(int isa, const ss_conv_shape *s)
 {
-	return ss_isa(isa) == SS_ISA_AVX2 && s->oc >= 96;
+	return ss_isa(isa) == SS_ISA_AVX2 && s->oc >= 96 && (ptrdiff_t)s->c * s->kh * s->kw >= 128;
 }
 
 ptrdiff_t ss_wgrad_workspace(int threads, const ss_conv_shape *s)
