@@ -173,11 +173,12 @@ int ss_wgrad_supported(int isa, const ss_conv_shape *s);
 ptrdiff_t ss_wgrad_workspace(int threads, const ss_conv_shape *s);
 void ss_wgrad(int threads, const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws,
               ptrdiff_t ws_len);
-/* ss_wgrad_set_budget bounds the floats of the channel-last images of one
- * group and of a part's packed output gradient (0: the defaults), so that
- * tests reach several groups and super-chunks with small shapes. Not safe
- * while a kernel runs; the results stay within rounding of the default's. */
-void ss_wgrad_set_budget(ptrdiff_t xt_floats, ptrdiff_t dy_floats);
+/* ss_wgrad_set_test bounds the floats of the channel-last images of one
+ * group and of a part's packed output gradient (0: the defaults) and, with
+ * all nonzero, has ss_wgrad_supported accept every shape at level AVX2,
+ * so that tests reach every path with small shapes. Not safe while a
+ * kernel runs; the results stay within rounding of the defaults'. */
+void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
 
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }

@@ -28,15 +28,17 @@ enum {
 };
 
 /* Xt of one group stays below wg_xt_budget floats (default 64 MiB), the
- * packed output gradient of a part below wg_dy_budget (256 KiB, in L2) unless a
- * chunk needs more (ss_wgrad_set_budget). Written only by tests, before
- * any kernel runs. */
+ * packed output gradient of a part below wg_dy_budget (256 KiB, in L2)
+ * unless a chunk needs more; wg_all runs every shape at level AVX2. Set
+ * only by tests (ss_wgrad_set_test), before any kernel runs. */
 static ptrdiff_t wg_xt_budget = (ptrdiff_t)1 << 24, wg_dy_budget = (ptrdiff_t)1 << 16;
+static int wg_all;
 
-void ss_wgrad_set_budget(ptrdiff_t xt_floats, ptrdiff_t dy_floats)
+void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all)
 {
 	wg_xt_budget = xt_floats > 0 ? xt_floats : (ptrdiff_t)1 << 24;
 	wg_dy_budget = dy_floats > 0 ? dy_floats : (ptrdiff_t)1 << 16;
+	wg_all = all;
 }
 
 typedef struct {
@@ -93,7 +95,7 @@ static ptrdiff_t wg_fixed_floats(const ss_conv_shape *s, const wg_geom *g)
  * OpenBLAS's over the column matrix does as well. */
 int ss_wgrad_supported(int isa, const ss_conv_shape *s)
 {
-	return ss_isa(isa) == SS_ISA_AVX2 && s->oc >= 96 && (ptrdiff_t)s->c * s->kh * s->kw >= 128;
+	return ss_isa(isa) == SS_ISA_AVX2 && (wg_all || (s->oc >= 96 && (ptrdiff_t)s->c * s->kh * s->kw >= 128));
 }
 
 ptrdiff_t ss_wgrad_workspace(int threads, const ss_conv_shape *s)

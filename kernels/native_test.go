@@ -54,7 +54,7 @@ var (
 	SetMinParallelFloats = setMinParallelFloats
 	ParallelMaxParts     = parallelMaxParts
 	BLASThreads          = blasThreads
-	SetWgradBudget       = setWgradBudget
+	SetWgradTest         = setWgradTest
 )
 
 // NativeWith returns the native engine with a given convolution
