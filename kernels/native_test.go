@@ -69,11 +69,15 @@ func NativeWith(floats int, method string, l isa.Level) Engine {
 	return e
 }
 
-// NativeWithThreads is NativeWith over a given number of threads.
+// NativeWithThreads is NativeWith over threads threads. Like NativeWith,
+// it needs OpenBLAS loaded by an earlier New.
 func NativeWithThreads(floats int, method string, l isa.Level, threads int) Engine {
-	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
-	e := newNativeAt(cISA(min(l, isa.Best())), threads)
-	e.budget, e.method = floats, m
+	e := NativeWith(floats, method, l).(native)
+	return newNativeAt(e.isa, threads).with(e.budget, e.method)
+}
+
+func (e native) with(budget, method int) native {
+	e.budget, e.method = budget, method
 	return e
 }
 
