@@ -27,9 +27,22 @@ static ptrdiff_t conv_k(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->kh
 static ptrdiff_t conv_p(const ss_conv_shape *s) { return (ptrdiff_t)ss_conv_out_h(s) * ss_conv_out_w(s); }
 static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h * s->w; }
 
+/* direct_pays reports whether the direct kernels beat the GEMMs on a
+ * shape they support. The AVX2 kernels compute output rows in whole
+ * 8-pixel vectors: a narrow plane whose rows end in a partial vector (13,
+ * 14 or 7 pixels) wastes an eighth to a fifth of their work, and with
+ * many taps (C*kh*kw >= 1024) a GEMM over the batch-innermost columns
+ * loses less to its copies than that (AlexNet's conv3-5, ResNet-18's
+ * layer3 and layer4). The AVX-512 kernels run vectors across rows. */
+static int direct_pays(int isa, const ss_conv_shape *s)
+{
+	const int ow = ss_conv_out_w(s);
+	return ss_isa(isa) != SS_ISA_AVX2 || ow % 8 == 0 || ow >= 16 || conv_k(s) < 1024;
+}
+
 int ss_conv_method(int isa, const ss_conv_shape *s)
 {
-	if (ss_conv_direct_supported(isa, s))
+	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
 }
@@ -51,8 +64,21 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
  *   xT   L*g      (g > 1, CHWN)
  *   dcol K*P*g    (backward)
  *   dxT  L*g      (backward, g > 1, CHWN) */
+static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                                  int backward);
+
 ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
                             int backward)
+{
+	const ptrdiff_t m = method_workspace(isa, threads, s, group, method, backward);
+	if (!backward || !ss_wgrad_supported(isa, s))
+		return m;
+	const ptrdiff_t w = ss_wgrad_workspace(threads, s);
+	return w > m ? w : m;
+}
+
+static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
+                                  int backward)
 {
 	if (method == SS_CONV_DIRECT)
 		return ss_conv_direct_workspace(isa, threads, s, backward);
@@ -271,6 +297,16 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
+	if (ss_wgrad_supported(isa, s)) {
+		/* The weight gradient as one GEMM over the batch, then the
+		 * method's input gradient alone. */
+		if (db)
+			ss_conv_bias_grad(threads, s, dy, db);
+		ss_wgrad(threads, s, x, dy, dw, ws, ws_len);
+		if (dx == NULL)
+			return;
+		dw = NULL, db = NULL;
+	}
 	if (method == SS_CONV_DIRECT) {
 		ss_conv_direct_backward(isa, threads, s, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
@@ -304,9 +340,11 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
 			dYg = dY;
 			ldY = cols;
 		}
-		expand(&j, method, x + n0 * xn, xT, col);
-		ss_sgemm(threads, 0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
-		         n0 == 0 ? 0.0f : 1.0f, dw, (int)k);
+		if (dw) {
+			expand(&j, method, x + n0 * xn, xT, col);
+			ss_sgemm(threads, 0, 1, s->oc, (int)k, (int)cols, 1.0f, dYg, (int)ldY, col, (int)cols,
+			         n0 == 0 ? 0.0f : 1.0f, dw, (int)k);
+		}
 		if (dx == NULL)
 			continue;
 		ss_sgemm(threads, 1, 0, (int)k, (int)cols, s->oc, 1.0f, w, (int)k, dYg, (int)ldY, 0.0f, dcol, (int)cols);

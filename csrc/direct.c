@@ -585,7 +585,8 @@ void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const
 #endif
 	if (db)
 		ss_conv_bias_grad(threads, s, dy, db);
-	weight_grad(threads, s, x, dy, dw, ws);
+	if (dw)
+		weight_grad(threads, s, x, dy, dw, ws);
 	if (dx == NULL)
 		return;
 	const dgeom f = dgeom_forward(s), g = dgeom_data(s);

@@ -165,6 +165,21 @@ void ss_d512_forward(int threads, const ss_conv_shape *s, const float *x, const 
 void ss_d512_backward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
                       float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
+/* The weight gradient as one GEMM over the batch's pixels at level AVX2,
+ * for any stride (wgrad.c): whether it runs the shape at level isa, its
+ * workspace over threads threads, and the pass, which overwrites dw (with
+ * less workspace than asked for, it uses fewer threads). */
+int ss_wgrad_supported(int isa, const ss_conv_shape *s);
+ptrdiff_t ss_wgrad_workspace(int threads, const ss_conv_shape *s);
+void ss_wgrad(int threads, const ss_conv_shape *s, const float *x, const float *dy, float *dw, float *ws,
+              ptrdiff_t ws_len);
+/* ss_wgrad_set_test bounds the floats of the channel-last images of one
+ * group and of a part's packed output gradient (0: the defaults) and, with
+ * all nonzero, has ss_wgrad_supported accept every shape at level AVX2,
+ * so that tests reach every path with small shapes. Not safe while a
+ * kernel runs; the results stay within rounding of the defaults'. */
+void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
+
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }
 

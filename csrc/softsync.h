@@ -196,9 +196,11 @@ enum {
 int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
 
 /* ss_conv_method returns the fastest method for the shape at level isa:
- * direct where supported, else image-major GEMMs when output rows are
- * long (OW >= 24: im2col copies them whole and no transposes are needed),
- * batch-innermost GEMMs otherwise. */
+ * direct where supported, except at level AVX2 for narrow output planes
+ * (OW < 16, not a multiple of 8) with C*kh*kw >= 1024 taps; else
+ * image-major GEMMs when output rows are long (OW >= 24: im2col copies
+ * them whole and no transposes are needed), batch-innermost GEMMs
+ * otherwise. */
 int ss_conv_method(int isa, const ss_conv_shape *s);
 
 /* ss_conv_group returns how many images one GEMM should cover so that the

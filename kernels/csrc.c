@@ -21,3 +21,4 @@
 #include "../csrc/layers.c"
 #include "../csrc/parallel.c"
 #include "../csrc/pool.c"
+#include "../csrc/wgrad.c"

@@ -40,7 +40,14 @@
 // tap, and the gradients use the same tiles (the input gradient as the
 // correlation of the padded output gradient with the rotated kernel, or
 // by scattering when the forward padding is narrower than the kernel);
-// the AVX-512 weight gradient puts output channels in the lanes. Other
+// the AVX-512 weight gradient puts output channels in the lanes. At level
+// AVX2, narrow output planes whose rows end in a partial 8-pixel vector
+// (OW < 16) with many taps (C·KH·KW ≥ 1024) run on the GEMMs instead, and
+// the weight gradient of every layer of at least 96 output channels and
+// 128 taps, of any stride, is one GEMM over the batch's pixels
+// (csrc/wgrad.c): the
+// input copied channel-last so that a block of 24 taps of a pixel is
+// contiguous, a 4 × 24 register tile of output channels by taps. Other
 // convolutions cover a group of images with one OpenBLAS GEMM, the column
 // matrix either batch-innermost (the group transposed to CHWN so that
 // im2col copies long runs; small images) or image-major (wide output rows

@@ -53,6 +53,7 @@ package kernels
 #cgo nocallback ss_blas_threads
 #include <stdlib.h>
 #include "softsync.h"
+void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
 */
 import "C"
 
@@ -334,6 +335,15 @@ func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, pr
 // before it runs on another thread (tests lower it to reach the parallel
 // paths with small shapes).
 func setMinParallelFloats(n int) { C.ss_set_min_parallel_floats(C.ptrdiff_t(n)) }
+
+// setWgradTest bounds the chunks of the AVX2 weight-gradient GEMM (floats
+// of a group's channel-last images and of a thread's packed output
+// gradient; 0 restores the defaults) and, with all set, runs it for every
+// shape, so that tests reach all its paths with small shapes. No kernel
+// may run meanwhile.
+func setWgradTest(xt, dy int, all bool) {
+	C.ss_wgrad_set_test(C.ptrdiff_t(xt), C.ptrdiff_t(dy), cbool(all))
+}
 
 // parallelMaxParts returns the most threads a C kernel's job run by the
 // calling OS thread was split over since the previous call, 0 if none

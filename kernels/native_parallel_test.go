@@ -36,6 +36,36 @@ func TestNativeParallel(t *testing.T) {
 	}
 }
 
+// TestNativeWgrad runs the convolution tests at level AVX2 with the weight
+// gradient as one GEMM over the batch (csrc/wgrad.c) for every shape, not
+// only the networks' large ones: with the default chunks, and with its
+// images cut into groups of a few hundred floats and its output gradient
+// into chunks of a few pixels, on one thread and on three (whose bits
+// must agree), so that every boundary is crossed on the suite's shapes.
+func TestNativeWgrad(t *testing.T) {
+	if !isa.Supported(isa.AVX2) {
+		t.Skipf("level avx2: %s", isa.Reason())
+	}
+	defer kernels.SetWgradTest(0, 0, false)
+	kernels.SetWgradTest(0, 0, true)
+	e, info, err := kernels.New(kernels.Config{Threads: 2, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: isa.AVX2})
+	if err != nil || info.Fallback {
+		t.Fatal(err, info.FallbackErr)
+	}
+	t.Run("default", func(t *testing.T) { kerneltest.RunConv(t, e) })
+	kernels.SetWgradTest(300, 2048, true)
+	var es []kernels.Engine
+	for _, threads := range []int{1, 3} {
+		e, info, err := kernels.New(kernels.Config{Threads: threads, CoreType: os.Getenv("OPENBLAS_CORETYPE"), ISA: isa.AVX2})
+		if err != nil || info.Fallback {
+			t.Fatal(err, info.FallbackErr)
+		}
+		es = append(es, e)
+		kerneltest.RunConv(t, e)
+	}
+	kerneltest.ThreadsAgree(t, es[0], es[1])
+}
+
 // TestNativeConvPlans runs the convolution tests with each method forced,
 // the GEMM methods with one image per GEMM and with uneven groups, and the
 // direct method at each level that has it (AVX2, AVX-512), so that every

@@ -54,6 +54,7 @@ var (
 	SetMinParallelFloats = setMinParallelFloats
 	ParallelMaxParts     = parallelMaxParts
 	BLASThreads          = blasThreads
+	SetWgradTest         = setWgradTest
 )
 
 // NativeWith returns the native engine with a given convolution
@@ -65,6 +66,18 @@ func NativeWith(floats int, method string, l isa.Level) Engine {
 	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
 	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
 	e.budget, e.method = floats, m
+	return e
+}
+
+// NativeWithThreads is NativeWith over threads threads. Like NativeWith,
+// it needs OpenBLAS loaded by an earlier New.
+func NativeWithThreads(floats int, method string, l isa.Level, threads int) Engine {
+	e := NativeWith(floats, method, l).(native)
+	return newNativeAt(e.isa, threads).with(e.budget, e.method)
+}
+
+func (e native) with(budget, method int) native {
+	e.budget, e.method = budget, method
 	return e
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // convShapes covers stride, padding (also wider than the kernel),
-// non-square kernels and images, 1×1 kernels, output rows of whole and
+// non-square kernels and images, 1×1 kernels (also strided and padded), output rows of whole and
 // partial 8-pixel vectors, output planes of whole and partial 16-pixel
 // vectors, channel counts off the kernels' blocks of 4 and 8, and batches
 // large enough for an engine to split into chunks.
@@ -19,6 +19,8 @@ var convShapes = []kernels.ConvShape{
 	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
 	{N: 2, C: 4, H: 6, W: 5, OC: 3, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
 	{N: 1, C: 2, H: 5, W: 5, OC: 2, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
+	{N: 3, C: 9, H: 9, W: 10, OC: 6, KH: 1, KW: 1, PadH: 1, PadW: 1, StrideH: 2, StrideW: 3},
+	{N: 2, C: 10, H: 12, W: 11, OC: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
 	{N: 4, C: 3, H: 9, W: 9, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 3, StrideW: 3},
 	{N: 1, C: 1, H: 3, W: 3, OC: 1, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 9, C: 8, H: 12, W: 12, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
