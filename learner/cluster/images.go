@@ -51,8 +51,12 @@ const MeanImages = 1000
 const PrefetchBatches = 2
 
 // IsImageData reports whether the data set name (Config.Data) is image
-// data: a folder with a train sub-folder, or a file (a list file).
+// data: a pack (data.IsPack), a folder with a train sub-folder, or a file
+// (a list file).
 func IsImageData(name string) bool {
+	if data.IsPack(name) {
+		return true
+	}
 	if fi, err := os.Stat(filepath.Join(name, "train")); err == nil && fi.IsDir() {
 		return true
 	}
@@ -74,7 +78,13 @@ var classesFromData = []string{"alexnet", "resnet18"}
 // error names the data and, for a network that disagrees, both numbers.
 func (c *Config) FitImages() error {
 	var classes []string
-	if fi, err := os.Stat(c.Data); err == nil && fi.IsDir() {
+	if data.IsPack(c.Data) {
+		m, err := data.ReadPackManifest(c.Data)
+		if err != nil {
+			return err
+		}
+		classes = m.Classes
+	} else if fi, err := os.Stat(c.Data); err == nil && fi.IsDir() {
 		if classes, err = data.FolderClasses(filepath.Join(c.Data, "train")); err != nil {
 			return err
 		}
@@ -144,6 +154,9 @@ func (c *Config) imageSettings(s Settings) {
 // file that fails. Errors name the folder or the list file and line.
 func (c *Config) LookupImages(p *data.Pipeline, threads int) (DataSet, error) {
 	o := &c.Images
+	if data.IsPack(c.Data) {
+		return c.lookupPack(p, threads)
+	}
 	var train, val *data.ImageList
 	var err error
 	if fi, serr := os.Stat(c.Data); serr == nil && fi.IsDir() {
@@ -167,14 +180,51 @@ func (c *Config) LookupImages(p *data.Pipeline, threads int) (DataSet, error) {
 	if !slices.Equal(train.Classes, o.Classes) {
 		return DataSet{}, fmt.Errorf("%s: %w: its classes changed since they were read (%d, then %d)", c.Data, data.ErrFormat, len(o.Classes), len(train.Classes))
 	}
+	sets := []*data.ImageSet{data.NewFolderSet(train)}
+	if val != nil {
+		sets = append(sets, data.NewFolderSet(val))
+	}
+	return c.imageSets(p, threads, sets)
+}
+
+// lookupPack is LookupImages for a pack (data.OpenPack): its train and
+// val splits, whose classes must be those FitImages read.
+func (c *Config) lookupPack(p *data.Pipeline, threads int) (DataSet, error) {
+	pk, err := data.OpenPack(c.Data)
+	if err != nil {
+		return DataSet{}, err
+	}
+	m := pk.Manifest
+	switch {
+	case !slices.Equal(m.Classes, c.Images.Classes):
+		err = fmt.Errorf("%s: %w: its classes changed since they were read (%d, then %d)", c.Data, data.ErrFormat, len(c.Images.Classes), len(m.Classes))
+	case c.resize() > m.Resize:
+		err = param.Fieldf("Images.Resize", "%d is larger than the %d the pack %s was resized to: pack the images again with --resize %d", c.resize(), m.Resize, c.Data, c.resize())
+	}
+	if err != nil {
+		pk.Close()
+		return DataSet{}, err
+	}
+	sets := []*data.ImageSet{pk.Train}
+	if pk.Val != nil {
+		sets = append(sets, pk.Val)
+	}
+	ds, err := c.imageSets(p, threads, sets)
+	if err != nil {
+		pk.Close()
+	}
+	return ds, err
+}
+
+// imageSets makes the job's data of an image set's train split (sets[0])
+// and val split (sets[1], if any): augmented for the network's input,
+// decoded on p, every image scanned first with Images.Strict.
+func (c *Config) imageSets(p *data.Pipeline, threads int, sets []*data.ImageSet) (DataSet, error) {
+	o := &c.Images
 	in := c.Spec.Input
 	a := data.Augment{H: in.H, W: in.W, Resize: c.resize(), Random: !o.CenterCrop, Mirror: o.Mirror}
 	if a.Resize < max(a.H, a.W) {
 		return DataSet{}, param.Fieldf("Images.Resize", "%d is shorter than the network's input %d×%d", a.Resize, a.H, a.W)
-	}
-	sets := []*data.ImageSet{data.NewFolderSet(train)}
-	if val != nil {
-		sets = append(sets, data.NewFolderSet(val))
 	}
 	if o.Strict {
 		var bad []error
@@ -186,7 +236,7 @@ func (c *Config) LookupImages(p *data.Pipeline, threads int) (DataSet, error) {
 		}
 	}
 	ds := DataSet{Name: c.Data, Train: &data.Images{Set: sets[0], Augment: a, Pipeline: p, Depth: PrefetchBatches}}
-	if val != nil {
+	if len(sets) > 1 {
 		ds.Test = &data.Images{Set: sets[1], Augment: a, Pipeline: p, Depth: PrefetchBatches}
 	}
 	return ds, nil

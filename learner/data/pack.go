@@ -150,7 +150,7 @@ func PackLists(ctx context.Context, source string, train, val *ImageList, out st
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: %w", out, err)
 	}
-	if m, err := readManifest(out); err == nil {
+	if m, err := ReadPackManifest(out); err == nil {
 		if m.Fingerprint != fp {
 			return nil, fmt.Errorf("%s: %w: it holds a finished pack of other sources or options", out, ErrConfig)
 		}

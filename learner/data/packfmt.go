@@ -174,8 +174,9 @@ func writeAtomic(path string, b []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// readManifest reads dir's pack.json.
-func readManifest(dir string) (*PackManifest, error) {
+// ReadPackManifest reads the manifest (pack.json) of the pack in dir;
+// errors wrap ErrMissing or ErrFormat and name the file.
+func ReadPackManifest(dir string) (*PackManifest, error) {
 	path := filepath.Join(dir, packManifest)
 	b, err := os.ReadFile(path)
 	if err != nil {

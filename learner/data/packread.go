@@ -38,7 +38,7 @@ func (p *Pack) Close() error {
 // header or checksum is wrong fails to read (ErrFormat), and the
 // pipeline treats it as a bad image. Errors name the file.
 func OpenPack(dir string) (*Pack, error) {
-	m, err := readManifest(dir)
+	m, err := ReadPackManifest(dir)
 	if err != nil {
 		return nil, err
 	}

