@@ -195,16 +195,20 @@ static inline int ss_conv_out_w(const ss_conv_shape *s)
 
 /* ss_conv_planes returns the strides between the planes of consecutive
  * images (xn, yn) and channels (xc, yc) of x and y in the shape's layout:
- * plane (n, c) of x is at x + n*xn + c*xc. */
+ * plane (n, c) of x is at x + n*xn + c*xc. The tensors hold s->groups
+ * blocks of s->c (x) and s->oc (y) channels (see ss_conv_shape): every
+ * kernel addresses activations through these strides only, which is what
+ * lets a grouped convolution run group by group. */
 static inline void ss_conv_planes(const ss_conv_shape *s, ptrdiff_t *xn, ptrdiff_t *xc, ptrdiff_t *yn,
                                   ptrdiff_t *yc)
 {
 	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w;
 	const ptrdiff_t p = (ptrdiff_t)ss_conv_out_h(s) * ss_conv_out_w(s);
+	const ptrdiff_t g = s->groups > 1 ? s->groups : 1;
 	if (s->layout == SS_CNHW) {
 		*xn = hw, *xc = s->n * hw, *yn = p, *yc = s->n * p;
 	} else {
-		*xn = s->c * hw, *xc = hw, *yn = s->oc * p, *yc = p;
+		*xn = g * s->c * hw, *xc = hw, *yn = g * s->oc * p, *yc = p;
 	}
 }
 

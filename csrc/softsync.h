@@ -51,13 +51,23 @@ enum {
 
 /* ss_conv_shape describes a batched 2-D convolution. Output size (Caffe):
  * OH = (H + 2*pad_h - kh)/stride_h + 1, likewise OW. layout orders x and
- * dx (C channels) and y and dy (OC channels) alike. */
+ * dx (C channels) and y and dy (OC channels) alike.
+ *
+ * Grouped convolutions run one group at a time: with groups = G > 1 the
+ * shape describes one group, c input channels to oc output channels, of
+ * tensors that hold G such blocks of channels side by side (x has G*c
+ * channels, y G*oc), and every kernel addresses planes with the strides
+ * of those whole tensors (ss_conv_planes in internal.h). Group g is then
+ * the call on x + g*c*xc, w + g*oc*c*kh*kw, b + g*oc and y + g*oc*yc
+ * (dx, dw, db likewise), where xc and yc are the strides between
+ * channel planes: H*W and OH*OW in NCHW, N*H*W and N*OH*OW in CNHW. */
 typedef struct {
 	int n, c, h, w;          /* batch, input channels, height, width */
 	int oc, kh, kw;          /* output channels, kernel height, width */
 	int pad_h, pad_w;        /* zero padding on each side */
 	int stride_h, stride_w;  /* >= 1 */
 	int layout;              /* SS_NCHW or SS_CNHW */
+	int groups;              /* blocks of c and oc channels in x and y; 0 or 1: one */
 } ss_conv_shape;
 
 /* Pooling modes of ss_pool_shape. */

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Validation shared by every Engine implementation, so that both panic on
 // the same misuse with the same message. Messages have the form
@@ -93,6 +96,10 @@ func (s ConvShape) check(op string) {
 	if s.KW > s.W+2*s.PadW {
 		fail(op, "ConvShape.KW = %d exceeds padded width %d", s.KW, s.W+2*s.PadW)
 	}
+	nonNegative(op, "ConvShape.Group", s.Group)
+	if g := s.Groups(); s.C%g != 0 || s.OC%g != 0 {
+		fail(op, "ConvShape.Group = %d does not divide C = %d and OC = %d", s.Group, s.C, s.OC)
+	}
 }
 
 func (s PoolShape) check(op string) {
@@ -149,6 +156,24 @@ func (s LRNShape) check(op string) {
 	}
 	if !(s.Beta >= 0) {
 		fail(op, "LRNShape.Beta = %g, must be ≥ 0", s.Beta)
+	}
+	if s.Region != WithinChannel && s.Region != AcrossChannels {
+		fail(op, "LRNShape.Region = %d, must be WithinChannel or AcrossChannels", s.Region)
+	}
+}
+
+func (d Dropout) check(op string) {
+	if !(d.Ratio >= 0 && d.Ratio < 1) {
+		fail(op, "Dropout.Ratio = %g, must be in [0, 1)", d.Ratio)
+	}
+}
+
+func (s BNShape) check(op string) {
+	positive(op, "BNShape.N", s.N)
+	positive(op, "BNShape.C", s.C)
+	positive(op, "BNShape.HW", s.HW)
+	if !(s.Eps > 0) || s.Eps > math.MaxFloat32 {
+		fail(op, "BNShape.Eps = %g, must be finite and > 0", s.Eps)
 	}
 }
 
@@ -225,6 +250,48 @@ func checkLRNBackward(s LRNShape, x, y, scale, dy, dx []float32) {
 	needLen(op, "scale", scale, s.Len())
 	needLen(op, "dy", dy, s.Len())
 	needLen(op, "dx", dx, s.Len())
+}
+
+func checkDropoutForward(d Dropout, x, y []float32) {
+	const op = "DropoutForward"
+	d.check(op)
+	needLen(op, "y", y, len(x))
+}
+
+func checkDropoutBackward(d Dropout, dy, dx []float32) {
+	const op = "DropoutBackward"
+	d.check(op)
+	needLen(op, "dx", dx, len(dy))
+}
+
+// checkBNForward validates the arguments of BNForwardTrain (whose mean
+// and variance are outputs) and BNForwardInfer (inputs).
+func checkBNForward(op string, s BNShape, x, gamma, beta, mean, variance, y []float32) {
+	s.check(op)
+	needLen(op, "x", x, s.Len())
+	needLen(op, "gamma", gamma, s.C)
+	needLen(op, "beta", beta, s.C)
+	needLen(op, "mean", mean, s.C)
+	needLen(op, "variance", variance, s.C)
+	needLen(op, "y", y, s.Len())
+}
+
+func checkBNBackward(s BNShape, x, gamma, mean, variance, dy, dx, dgamma, dbeta []float32) {
+	const op = "BNBackward"
+	s.check(op)
+	needLen(op, "x", x, s.Len())
+	needLen(op, "gamma", gamma, s.C)
+	needLen(op, "mean", mean, s.C)
+	needLen(op, "variance", variance, s.C)
+	needLen(op, "dy", dy, s.Len())
+	needLenOrNil(op, "dx", dx, s.Len())
+	needLen(op, "dgamma", dgamma, s.C)
+	needLen(op, "dbeta", dbeta, s.C)
+}
+
+func checkAdd(a, b, y []float32) {
+	needLen("Add", "b", b, len(a))
+	needLen("Add", "y", y, len(a))
 }
 
 func checkFC(op string, n, in, out int) {

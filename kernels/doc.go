@@ -1,6 +1,7 @@
 // Package kernels is the compute layer of softsync: GEMM, convolution
-// through im2col/col2im, pooling, ReLU, Caffe's within-channel LRN, fully
-// connected layers and softmax cross-entropy, behind one Engine interface.
+// (grouped too), pooling, ReLU, Caffe's LRN within and across channels,
+// dropout, batch normalisation, element-wise sums, fully connected layers
+// and softmax cross-entropy, behind one Engine interface.
 //
 // Two engines implement it and pass the same tests (package kerneltest):
 //

@@ -12,7 +12,7 @@ import (
 // -fuzztime 10s ./kernels. In builds without a native engine it has
 // nothing to compare and passes.
 func FuzzNativeVsReference(f *testing.F) {
-	for op := range uint8(5) {
+	for op := range uint8(kerneltest.Ops) {
 		for seed := range uint64(4) {
 			f.Add(op, seed)
 		}

@@ -10,9 +10,11 @@ package kernels
 //     element (n, c, h, w) of a tensor with C channels and H×W pixels is at
 //     ((n*C+c)*H+h)*W+w; convolutions also take them channel-major (CNHW,
 //     see Layout). Per-plane methods (pooling, LRN, ReLU) see a CNHW
-//     tensor as an NCHW one with N and C swapped. Convolution weights are
-//     [OC][C][KH][KW], fully connected weights [Out][In], biases one value
-//     per output channel.
+//     tensor as an NCHW one with N and C swapped; cross-channel LRN and
+//     batch normalisation see it as one image (see LRNShape, BNShape).
+//     Convolution weights are [OC][C/G][KH][KW] (G channel groups, see
+//     ConvShape), fully connected weights [Out][In], biases one value per
+//     output channel.
 //   - Outputs are overwritten, never accumulated into, unless a method says
 //     otherwise. Inputs are never modified. Outputs must not alias inputs
 //     unless a method allows it.
@@ -57,14 +59,51 @@ type Engine interface {
 	// output y; dx may alias dy.
 	ReLUBackward(y, dy, dx []float32)
 
-	// LRNForward computes Caffe's local response normalisation in
-	// WITHIN_CHANNEL mode: scale = K + Alpha/(Size²)·Σ x² over a Size×Size
-	// window centred on each pixel (zero padded), y = x·scale^(−Beta).
-	// scale (s.Len() entries) is kept for LRNBackward.
+	// LRNForward computes Caffe's local response normalisation (s.Region):
+	// within a channel, scale = K + Alpha/Size²·Σ x² over a Size×Size
+	// window centred on each pixel; across channels, scale = K +
+	// Alpha/Size·Σ x² over channels c−⌊Size/2⌋ … c+⌊Size/2⌋ at the same
+	// pixel; zero padded; y = x·scale^(−Beta). scale (s.Len() entries) is
+	// kept for LRNBackward.
 	LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace)
 	// LRNBackward computes dx (overwritten) from the forward x, y, scale and
 	// the output gradient dy.
 	LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace)
+
+	// DropoutForward computes inverted dropout: y = x/(1−d.Ratio) where
+	// the mask of d keeps element i, else 0 (see Dropout), for the
+	// len(x) elements of x. y may alias x.
+	DropoutForward(d Dropout, x, y []float32)
+	// DropoutBackward computes dx = dy/(1−d.Ratio) where the mask of d
+	// keeps element i, else 0, for the len(dy) elements of dy: the
+	// gradient of DropoutForward with the same d. dx may alias dy.
+	DropoutBackward(d Dropout, dy, dx []float32)
+
+	// BNForwardTrain computes batch normalisation with the batch's
+	// statistics, PyTorch's BatchNorm2d in training mode: for each
+	// channel c, mean[c] and variance[c] (overwritten) receive the mean
+	// and the biased variance (divided by M = N·HW) of its M values, and
+	// y = gamma[c]·(x − mean[c])/sqrt(variance[c] + Eps) + beta[c]. A
+	// running variance that follows PyTorch's is updated with the unbiased
+	// variance[c]·M/(M−1). gamma, beta, mean and variance have s.C
+	// entries; y may alias x.
+	BNForwardTrain(s BNShape, x, gamma, beta, y, mean, variance []float32)
+	// BNForwardInfer computes y = gamma[c]·(x − mean[c])/sqrt(variance[c]
+	// + Eps) + beta[c] with the given (running) statistics, PyTorch's
+	// evaluation mode. y may alias x.
+	BNForwardInfer(s BNShape, x, gamma, beta, mean, variance, y []float32)
+	// BNBackward computes the gradients of BNForwardTrain from its input
+	// x, gamma, the batch mean and variance it wrote, and the output
+	// gradient dy: dgamma[c] = Σ dy·x̂ and dbeta[c] = Σ dy over the
+	// channel's values (x̂ = (x − mean)/sqrt(variance + Eps)), and dx =
+	// gamma/sqrt(variance + Eps)·(dy − dbeta/M − x̂·dgamma/M), all
+	// overwritten; dx may be nil (not computed) and may alias dy.
+	BNBackward(s BNShape, x, gamma, mean, variance, dy, dx, dgamma, dbeta []float32)
+
+	// Add computes y = a + b element-wise over the len(a) elements of a;
+	// y may alias a or b. It serves residual sums and the accumulation of
+	// the gradients of an activation that several layers read.
+	Add(a, b, y []float32)
 
 	// FCForward computes y = x·wᵀ + b for n rows of in features: x is n×in,
 	// w is out×in, b has out entries (nil for none), y is n×out.

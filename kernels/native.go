@@ -197,11 +197,24 @@ func (e native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 		fptr(a), C.int(lda), fptr(b), C.int(ldb), C.float(beta), fptr(c), C.int(ldc))
 }
 
+// convShape returns the C shape of one group of s (all of s when it is
+// ungrouped): its channel counts, and the number of groups the tensors
+// hold, from which the C kernels take the plane strides (see
+// ss_conv_shape).
 func convShape(s ConvShape) C.ss_conv_shape {
-	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW())
-	return C.ss_conv_shape{n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
-		oc: C.int(s.OC), kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
-		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW), layout: C.int(s.Layout)}
+	sub := s.groupShape()
+	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW(), s.InputLen(), s.OutputLen())
+	return C.ss_conv_shape{n: C.int(s.N), c: C.int(sub.C), h: C.int(s.H), w: C.int(s.W),
+		oc: C.int(sub.OC), kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
+		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW), layout: C.int(s.Layout), groups: C.int(s.Groups())}
+}
+
+// convGroup returns the offsets, in floats, of group g's first plane of
+// x and of y, of its first weight, and of its first bias.
+func convGroup(s ConvShape, g int) (xo, yo, wo, bo int) {
+	sub := s.groupShape()
+	_, xc, _, yc := s.planes()
+	return g * sub.C * xc, g * sub.OC * yc, g * sub.OC * sub.C * s.KH * s.KW, g * sub.OC
 }
 
 // convPlan returns the GEMM group size, the method and a workspace slice
@@ -220,20 +233,38 @@ func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.i
 	return g, method, ws.Floats(int(need))
 }
 
+// fptrAt returns a pointer to x[o], or nil when x is nil.
+func fptrAt(x []float32, o int) *C.float {
+	if x == nil {
+		return nil
+	}
+	return fptr(x[o:])
+}
+
+// ConvForward runs the groups one after the other, each an ungrouped
+// convolution of the C kernels over its block of channels.
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, false, ws)
-	yieldSlice()
-	C.ss_conv_forward(e.isa, e.threads, &cs, g, method, fptr(x), fptr(w), fptr(b), fptr(y), fptr(buf), C.ptrdiff_t(len(buf)))
+	for k := range s.Groups() {
+		xo, yo, wo, bo := convGroup(s, k)
+		yieldSlice()
+		C.ss_conv_forward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(b, bo), fptrAt(y, yo),
+			fptr(buf), C.ptrdiff_t(len(buf)))
+	}
 }
 
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
 	g, method, buf := e.convPlan(&cs, true, ws)
-	yieldSlice()
-	C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptr(x), fptr(w), fptr(dy), fptr(dx), fptr(dw), fptr(db), fptr(buf), C.ptrdiff_t(len(buf)))
+	for k := range s.Groups() {
+		xo, yo, wo, bo := convGroup(s, k)
+		yieldSlice()
+		C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo), fptrAt(dx, xo),
+			fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+	}
 }
 
 func poolShape(s PoolShape) C.ss_pool_shape {
@@ -296,6 +327,10 @@ func lrnShape(s LRNShape) C.ss_lrn_shape {
 
 func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
+	if s.Region == AcrossChannels {
+		reference{}.LRNForward(s, x, y, scale, ws)
+		return
+	}
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()
@@ -304,6 +339,10 @@ func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 
 func (e native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
+	if s.Region == AcrossChannels {
+		reference{}.LRNBackward(s, x, y, scale, dy, dx, ws)
+		return
+	}
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()

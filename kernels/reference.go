@@ -94,25 +94,39 @@ func col2im(s ConvShape, col, x []float32, cs int) {
 	}
 }
 
-// The convolutions run image by image: plane (n, c) of x is at n·xn +
-// c·xc and row oc of image n's output (OC×P) at n·yn + oc·yc, a matrix of
-// row stride yc, in either layout.
+// The convolutions run image by image and group by group: plane (n, c)
+// of x is at n·xn + c·xc and row oc of image n's output (OC×P) at n·yn +
+// oc·yc, a matrix of row stride yc, in either layout. Group g is the
+// ungrouped convolution sub (C/G channels to OC/G) of the planes from
+// channel g·C/G of x and g·OC/G of y, with the g-th block of weights.
+
+// groupShape returns the shape of one group of s (its channel counts; the
+// strides stay those of s, see planes).
+func (s ConvShape) groupShape() ConvShape {
+	g := s.Groups()
+	s.C, s.OC, s.Group = s.C/g, s.OC/g, 1
+	return s
+}
 
 func (e reference) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
+	sub := s.groupShape()
 	p := s.OutH() * s.OutW()
-	ckk := s.C * s.KH * s.KW
+	ckk := sub.C * s.KH * s.KW
 	xn, xc, yn, yc := s.planes()
 	col := ws.Floats(ckk * p)
 	for n := 0; n < s.N; n++ {
-		im2col(s, x[n*xn:], xc, col)
-		out := y[n*yn:]
-		e.Gemm(false, false, s.OC, p, ckk, 1, w, ckk, col, p, 0, out, yc)
-		if b != nil {
-			for oc := 0; oc < s.OC; oc++ {
+		for g := 0; g < s.Groups(); g++ {
+			im2col(sub, x[n*xn+g*sub.C*xc:], xc, col)
+			out := y[n*yn+g*sub.OC*yc:]
+			e.Gemm(false, false, sub.OC, p, ckk, 1, w[g*sub.OC*ckk:], ckk, col, p, 0, out, yc)
+			if b == nil {
+				continue
+			}
+			for oc := 0; oc < sub.OC; oc++ {
 				row := out[oc*yc : oc*yc+p]
 				for i := range row {
-					row[i] += b[oc]
+					row[i] += b[g*sub.OC+oc]
 				}
 			}
 		}
@@ -121,24 +135,28 @@ func (e reference) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace)
 
 func (e reference) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
+	sub := s.groupShape()
 	p := s.OutH() * s.OutW()
-	ckk := s.C * s.KH * s.KW
+	ckk := sub.C * s.KH * s.KW
 	xn, xc, yn, yc := s.planes()
 	buf := ws.Floats(2 * ckk * p)
 	col, dcol := buf[:ckk*p], buf[ckk*p:]
 	for n := 0; n < s.N; n++ {
-		dyn := dy[n*yn:]
-		im2col(s, x[n*xn:], xc, col)
 		beta := float32(1)
 		if n == 0 {
 			beta = 0
 		}
-		// dw (OC×CKK) += dy_n (OC×P) · col_nᵀ (P×CKK)
-		e.Gemm(false, true, s.OC, ckk, p, 1, dyn, yc, col, p, beta, dw, ckk)
-		if dx != nil {
-			// dcol (CKK×P) = wᵀ (CKK×OC) · dy_n (OC×P)
-			e.Gemm(true, false, ckk, p, s.OC, 1, w, ckk, dyn, yc, 0, dcol, p)
-			col2im(s, dcol, dx[n*xn:], xc)
+		for g := 0; g < s.Groups(); g++ {
+			dyn := dy[n*yn+g*sub.OC*yc:]
+			wg := w[g*sub.OC*ckk:]
+			im2col(sub, x[n*xn+g*sub.C*xc:], xc, col)
+			// dw_g (OC/G×CKK) += dy_ng (OC/G×P) · col_ngᵀ (P×CKK)
+			e.Gemm(false, true, sub.OC, ckk, p, 1, dyn, yc, col, p, beta, dw[g*sub.OC*ckk:], ckk)
+			if dx != nil {
+				// dcol (CKK×P) = w_gᵀ (CKK×OC/G) · dy_ng (OC/G×P)
+				e.Gemm(true, false, ckk, p, sub.OC, 1, wg, ckk, dyn, yc, 0, dcol, p)
+				col2im(sub, dcol, dx[n*xn+g*sub.C*xc:], xc)
+			}
 		}
 	}
 	if db != nil {
@@ -247,14 +265,25 @@ func (reference) ReLUBackward(y, dy, dx []float32) {
 	}
 }
 
-// lrnWindowSum returns Σ v[q] over the Size×Size window centred on (h, w)
-// of an H×W plane, clipped to the plane (zero padding).
-func lrnWindowSum(s LRNShape, v []float32, h, w int) float32 {
+// lrnWindowSum returns Σ v over the window of element (q, h, w) of an
+// N·C×H×W tensor (q = n·C + c): the Size×Size pixels centred on (h, w) of
+// plane q, or the same pixel of channels c−⌊Size/2⌋ … c+⌊Size/2⌋ of image
+// n, in ascending order, clipped to the tensor (zero padding).
+func lrnWindowSum(s LRNShape, v []float32, q, h, w int) float32 {
 	r := s.Size / 2
 	var sum float32
+	if s.Region == AcrossChannels {
+		plane := s.H * s.W
+		n, c := q/s.C, q%s.C
+		for k := max(c-r, 0); k <= min(c+r, s.C-1); k++ {
+			sum += v[(n*s.C+k)*plane+h*s.W+w]
+		}
+		return sum
+	}
+	o := q * s.H * s.W
 	for i := max(h-r, 0); i <= min(h+r, s.H-1); i++ {
 		for j := max(w-r, 0); j <= min(w+r, s.W-1); j++ {
-			sum += v[i*s.W+j]
+			sum += v[o+i*s.W+j]
 		}
 	}
 	return sum
@@ -262,42 +291,41 @@ func lrnWindowSum(s LRNShape, v []float32, h, w int) float32 {
 
 func (reference) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
-	plane := s.H * s.W
-	sq := ws.Floats(plane)
-	coef := s.Alpha / float32(s.Size*s.Size)
+	n := s.Len()
+	sq := ws.Floats(n)
+	for i, v := range x[:n] {
+		sq[i] = v * v
+	}
+	coef := s.Alpha / s.norm()
 	for q := 0; q < s.N*s.C; q++ {
-		xp := x[q*plane : (q+1)*plane]
-		for i, v := range xp {
-			sq[i] = v * v
-		}
 		for h := 0; h < s.H; h++ {
 			for w := 0; w < s.W; w++ {
-				i := q*plane + h*s.W + w
-				scale[i] = s.K + coef*lrnWindowSum(s, sq, h, w)
+				i := (q*s.H+h)*s.W + w
+				scale[i] = s.K + coef*lrnWindowSum(s, sq, q, h, w)
 				y[i] = x[i] * float32(math.Pow(float64(scale[i]), -float64(s.Beta)))
 			}
 		}
 	}
 }
 
-// LRNBackward uses, for y = x·scale^(−β) with scale = K + α/S²·Σ x²,
-// dx_q = dy_q·scale_q^(−β) − 2αβ/S²·x_q·Σ_{p ∋ q} dy_p·y_p/scale_p, where
-// the sum runs over the windows containing q (the window centred on q).
+// LRNBackward uses, for y = x·scale^(−β) with scale = K + α/norm·Σ x²,
+// dx_q = dy_q·scale_q^(−β) − 2αβ/norm·x_q·Σ_{p ∋ q} dy_p·y_p/scale_p, where
+// the sum runs over the windows containing q: the window centred on q,
+// windows being symmetric.
 func (reference) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
-	plane := s.H * s.W
-	t := ws.Floats(plane)
-	coef := 2 * s.Alpha * s.Beta / float32(s.Size*s.Size)
+	n := s.Len()
+	t := ws.Floats(n)
+	for i := range t {
+		t[i] = dy[i] * y[i] / scale[i]
+	}
+	coef := 2 * s.Alpha * s.Beta / s.norm()
 	for q := 0; q < s.N*s.C; q++ {
-		o := q * plane
-		for i := range t {
-			t[i] = dy[o+i] * y[o+i] / scale[o+i]
-		}
 		for h := 0; h < s.H; h++ {
 			for w := 0; w < s.W; w++ {
-				i := o + h*s.W + w
+				i := (q*s.H+h)*s.W + w
 				dx[i] = dy[i]*float32(math.Pow(float64(scale[i]), -float64(s.Beta))) -
-					coef*x[i]*lrnWindowSum(s, t, h, w)
+					coef*x[i]*lrnWindowSum(s, t, q, h, w)
 			}
 		}
 	}

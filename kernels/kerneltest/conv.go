@@ -12,8 +12,8 @@ import (
 // convShapes covers stride, padding (also wider than the kernel),
 // non-square kernels and images, 1×1 kernels (also strided and padded), output rows of whole and
 // partial 8-pixel vectors, output planes of whole and partial 16-pixel
-// vectors, channel counts off the kernels' blocks of 4 and 8, and batches
-// large enough for an engine to split into chunks.
+// vectors, channel counts off the kernels' blocks of 4 and 8, batches
+// large enough for an engine to split into chunks, and channel groups.
 var convShapes = []kernels.ConvShape{
 	{N: 2, C: 3, H: 7, W: 6, OC: 4, KH: 3, KW: 2, PadH: 1, PadW: 0, StrideH: 2, StrideW: 1},
 	{N: 3, C: 1, H: 8, W: 8, OC: 5, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
@@ -29,6 +29,11 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
 	{N: 2, C: 5, H: 14, W: 13, OC: 9, KH: 5, KW: 4, StrideH: 1, StrideW: 1},
 	{N: 3, C: 6, H: 11, W: 37, OC: 13, KH: 3, KW: 5, PadH: 1, PadW: 2, StrideH: 1, StrideW: 1},
+	// Grouped: AlexNet's conv2 in miniature, strided, and one group per
+	// channel (depthwise).
+	{N: 3, C: 8, H: 9, W: 9, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1, Group: 2},
+	{N: 3, C: 6, H: 9, W: 8, OC: 9, KH: 3, KW: 2, PadH: 1, StrideH: 2, StrideW: 1, Group: 3},
+	{N: 2, C: 4, H: 6, W: 7, OC: 4, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1, Group: 4},
 }
 
 func testConv(t *testing.T, e kernels.Engine) {
@@ -147,6 +152,8 @@ func testConvGradient(t *testing.T, e kernels.Engine) {
 		{N: 2, C: 2, H: 5, W: 6, OC: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 1},
 		{N: 3, C: 3, H: 6, W: 6, OC: 2, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
 		{N: 3, C: 2, H: 6, W: 9, OC: 5, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1, Layout: kernels.CNHW},
+		{N: 2, C: 4, H: 5, W: 6, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1, Group: 2},
+		{N: 2, C: 6, H: 6, W: 5, OC: 3, KH: 3, KW: 3, PadH: 1, StrideH: 2, StrideW: 1, Layout: kernels.CNHW, Group: 3},
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			r := newRand(uint64(200 + i))

@@ -15,10 +15,13 @@ import (
 func Differential(t *testing.T, want, got kernels.Engine, op uint8, seed uint64) {
 	r := newRand(seed)
 	dim := func(lo, hi int) int { return lo + r.IntN(hi-lo+1) }
-	switch op % 5 {
+	switch op % Ops {
 	case 0: // convolution, forward and backward
 		s := kernels.ConvShape{N: dim(1, 5), C: dim(1, 6), H: dim(1, 14), W: dim(1, 14), OC: dim(1, 7),
 			KH: dim(1, 5), KW: dim(1, 5), PadH: dim(0, 2), PadW: dim(0, 2), StrideH: dim(1, 3), StrideW: dim(1, 3)}
+		if g := dim(0, 3); g > 1 {
+			s.C, s.OC, s.Group = s.C*g, s.OC*g, g
+		}
 		s.KH, s.KW = min(s.KH, s.H+2*s.PadH), min(s.KW, s.W+2*s.PadW)
 		s.Layout = kernels.Layout(r.IntN(2))
 		x, w, b, dy := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC), uniform(r, s.OutputLen())
@@ -61,7 +64,11 @@ func Differential(t *testing.T, want, got kernels.Engine, op uint8, seed uint64)
 		approx(t, "dx", dx2, sliceTo64(dx1), sliceTo64(mdx), 1e-6)
 	case 2: // LRN
 		s := kernels.LRNShape{N: dim(1, 3), C: dim(1, 4), H: dim(1, 12), W: dim(1, 12), Size: 2*r.IntN(3) + 1,
-			Alpha: 2 * r.Float32(), Beta: []float32{0.75, 0.5, 1, 0.3}[r.IntN(4)], K: 0.5 + r.Float32()}
+			Alpha: 2 * r.Float32(), Beta: []float32{0.75, 0.5, 1, 0.3}[r.IntN(4)], K: 0.5 + r.Float32(),
+			Region: kernels.LRNRegion(r.IntN(2))}
+		if s.Region == kernels.AcrossChannels {
+			s.C = dim(1, 12)
+		}
 		x, dy := uniform(r, s.Len()), uniform(r, s.Len())
 		run := func(e kernels.Engine) (y, scale, dx []float32) {
 			ws := &kernels.Workspace{}
@@ -116,8 +123,47 @@ func Differential(t *testing.T, want, got kernels.Engine, op uint8, seed uint64)
 		approx(t, "dlogits", d2, sliceTo64(d1), addAbs(d1, p1), 1e-5)
 		approx(t, "relu y", y2, sliceTo64(y1), nil, 0)
 		approx(t, "relu dx", dx2, sliceTo64(dx1), nil, 0)
+	case 5: // batch normalisation
+		s := kernels.BNShape{N: dim(1, 6), C: dim(1, 9), HW: dim(1, 70), Eps: []float32{1e-5, 1e-3}[r.IntN(2)]}
+		x, gamma, beta, dy := bnInputs(s, r.Uint64())
+		w, g := BNPasses(want, s, x, gamma, beta, dy), BNPasses(got, s, x, gamma, beta, dy)
+		_, magY, mu, v := naiveBN(s, x, gamma, beta, nil, nil)
+		_, magI, _, _ := naiveBN(s, x, gamma, beta, w[1], w[2])
+		ng := naiveBNBackward(s, x, gamma, dy, w[1], w[2])
+		approx(t, "mean", g[1], sliceTo64(w[1]), absAdd(mu, v), 2e-6)
+		approx(t, "variance", g[2], sliceTo64(w[2]), nil, 2e-6)
+		// The two engines' statistics may differ in their last bit,
+		// which moves y and dx by about that much relative to x̂.
+		approx(t, "y", g[0], sliceTo64(w[0]), magY, 4e-6)
+		approx(t, "y (infer)", g[3], sliceTo64(w[3]), magI, 4e-6)
+		approx(t, "dgamma", g[5], sliceTo64(w[5]), ng.dgammaMag, 2e-6)
+		approx(t, "dbeta", g[6], sliceTo64(w[6]), ng.dbetaMag, 2e-6)
+		approx(t, "dx", g[4], sliceTo64(w[4]), ng.dxMag, 4e-6)
+	case 6: // dropout and Add, which agree bit for bit
+		n := dim(1, 3000)
+		d := kernels.Dropout{Ratio: r.Float32(), Seed: r.Uint64(), Offset: r.Uint64()}
+		if r.IntN(2) == 0 {
+			d.Offset = 1<<32 - uint64(r.IntN(n)) // across an upper-word boundary
+		}
+		a, b := uniform(r, n), uniform(r, n)
+		run := func(e kernels.Engine) (y, dx, sum []float32) {
+			y, dx, sum = make([]float32, n), make([]float32, n), make([]float32, n)
+			e.DropoutForward(d, a, y)
+			e.DropoutBackward(d, b, dx)
+			e.Add(a, b, sum)
+			return
+		}
+		y1, dx1, s1 := run(want)
+		y2, dx2, s2 := run(got)
+		approx(t, "dropout y", y2, sliceTo64(y1), nil, 0)
+		approx(t, "dropout dx", dx2, sliceTo64(dx1), nil, 0)
+		approx(t, "a+b", s2, sliceTo64(s1), nil, 0)
 	}
 }
+
+// Ops is the number of operations Differential chooses from (op mod
+// Ops).
+const Ops = 7
 
 // addAbs returns |a| + |b| element-wise (b may be nil), plus a floor of
 // 1e-6 for values that are zero in both.

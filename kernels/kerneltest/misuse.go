@@ -1,6 +1,7 @@
 package kerneltest
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -18,6 +19,11 @@ func testMisuse(t *testing.T, e kernels.Engine) {
 	px, py, pm := f(ps.InputLen()), f(ps.OutputLen()), make([]int32, ps.OutputLen())
 	ls := kernels.LRNShape{N: 1, C: 2, H: 4, W: 4, Size: 3, Alpha: 1, Beta: 0.75, K: 1}
 	lx := f(ls.Len())
+	gs := kernels.ConvShape{N: 2, C: 4, H: 6, W: 6, OC: 6, KH: 3, KW: 3, StrideH: 1, StrideW: 1, Group: 2}
+	gx, gw, gy := f(gs.InputLen()), f(gs.WeightLen()), f(gs.OutputLen())
+	bs := kernels.BNShape{N: 2, C: 3, HW: 5, Eps: 1e-5}
+	bx, bc := f(bs.Len()), f(bs.C)
+	do := kernels.Dropout{Ratio: 0.5, Seed: 1}
 
 	cases := []struct {
 		op, want string
@@ -41,6 +47,19 @@ func testMisuse(t *testing.T, e kernels.Engine) {
 		{"ConvBackward", "len(dx)", func() { e.ConvBackward(cs, x, w, y, x[1:], f(cs.WeightLen()), nil, ws) }},
 		{"ConvBackward", "len(dw)", func() { e.ConvBackward(cs, x, w, y, nil, w[1:], nil, ws) }},
 		{"ConvBackward", "len(db)", func() { e.ConvBackward(cs, x, w, y, nil, f(cs.WeightLen()), f(1), ws) }},
+		{"ConvForward", "ConvShape.Group = 4 does not divide C = 4 and OC = 6", func() {
+			s := gs
+			s.Group = 4
+			e.ConvForward(s, gx, f(s.WeightLen()), nil, gy, ws)
+		}},
+		{"ConvForward", "ConvShape.Group = 3 does not divide C = 4", func() {
+			s := gs
+			s.Group = 3
+			e.ConvForward(s, gx, f(s.WeightLen()), nil, gy, ws)
+		}},
+		{"ConvForward", "ConvShape.Group = -2", func() { s := gs; s.Group = -2; e.ConvForward(s, gx, gw, nil, gy, ws) }},
+		{"ConvForward", "len(w) = 107, need 108", func() { e.ConvForward(gs, gx, gw[1:], nil, gy, ws) }},
+		{"ConvBackward", "len(dw) = 107, need 108", func() { e.ConvBackward(gs, gx, gw, gy, nil, gw[1:], nil, ws) }},
 		{"PoolForward", "len(mask)", func() { e.PoolForward(ps, px, py, pm[1:]) }},
 		{"PoolForward", "len(y)", func() { e.PoolForward(ps, px, py[1:], pm) }},
 		{"PoolForward", "PadH", func() { s := ps; s.PadH = 2; e.PoolForward(s, px, py, pm) }},
@@ -62,6 +81,40 @@ func testMisuse(t *testing.T, e kernels.Engine) {
 		{"LRNForward", "Size", func() { s := ls; s.Size = 2; e.LRNForward(s, lx, f(ls.Len()), f(ls.Len()), ws) }},
 		{"LRNForward", "len(scale)", func() { e.LRNForward(ls, lx, f(ls.Len()), f(ls.Len()-1), ws) }},
 		{"LRNBackward", "len(dy)", func() { e.LRNBackward(ls, lx, lx, lx, lx[1:], f(ls.Len()), ws) }},
+		{"LRNForward", "LRNShape.Region = 2", func() {
+			s := ls
+			s.Region = 2
+			e.LRNForward(s, lx, f(ls.Len()), f(ls.Len()), ws)
+		}},
+		{"LRNBackward", "len(dx)", func() {
+			s := ls
+			s.Region = kernels.AcrossChannels
+			e.LRNBackward(s, lx, lx, lx, lx, f(ls.Len()-1), ws)
+		}},
+		{"DropoutForward", "Dropout.Ratio = 1", func() { d := do; d.Ratio = 1; e.DropoutForward(d, f(4), f(4)) }},
+		{"DropoutForward", "Dropout.Ratio = -0.1", func() { d := do; d.Ratio = -0.1; e.DropoutForward(d, f(4), f(4)) }},
+		{"DropoutForward", "Dropout.Ratio = NaN", func() {
+			d := do
+			d.Ratio = float32(math.NaN())
+			e.DropoutForward(d, f(4), f(4))
+		}},
+		{"DropoutForward", "len(y) = 3, need 4", func() { e.DropoutForward(do, f(4), f(3)) }},
+		{"DropoutBackward", "len(dx) = 3, need 4", func() { e.DropoutBackward(do, f(4), f(3)) }},
+		{"DropoutBackward", "Dropout.Ratio = 1.5", func() { d := do; d.Ratio = 1.5; e.DropoutBackward(d, f(4), f(4)) }},
+		{"BNForwardTrain", "BNShape.C = 0", func() { s := bs; s.C = 0; e.BNForwardTrain(s, bx, bc, bc, bx, bc, bc) }},
+		{"BNForwardTrain", "BNShape.HW = -1", func() { s := bs; s.HW = -1; e.BNForwardTrain(s, bx, bc, bc, bx, bc, bc) }},
+		{"BNForwardTrain", "BNShape.Eps = 0", func() { s := bs; s.Eps = 0; e.BNForwardTrain(s, bx, bc, bc, bx, bc, bc) }},
+		{"BNForwardTrain", "len(gamma) = 2, need 3", func() { e.BNForwardTrain(bs, bx, bc[1:], bc, bx, bc, bc) }},
+		{"BNForwardTrain", "len(variance) = 2, need 3", func() { e.BNForwardTrain(bs, bx, bc, bc, bx, bc, bc[1:]) }},
+		{"BNForwardTrain", "len(y) = 29, need 30", func() { e.BNForwardTrain(bs, bx, bc, bc, bx[1:], bc, bc) }},
+		{"BNForwardInfer", "len(mean) = 2, need 3", func() { e.BNForwardInfer(bs, bx, bc, bc, bc[1:], bc, f(bs.Len())) }},
+		{"BNForwardInfer", "len(x) = 29, need 30", func() { e.BNForwardInfer(bs, bx[1:], bc, bc, bc, bc, f(bs.Len())) }},
+		{"BNBackward", "len(dgamma) = 2, need 3", func() { e.BNBackward(bs, bx, bc, bc, bc, bx, nil, bc[1:], f(3)) }},
+		{"BNBackward", "len(dbeta) = 2, need 3", func() { e.BNBackward(bs, bx, bc, bc, bc, bx, nil, f(3), bc[1:]) }},
+		{"BNBackward", "len(dx) = 29, need 30", func() { e.BNBackward(bs, bx, bc, bc, bc, bx, f(29), f(3), f(3)) }},
+		{"BNBackward", "len(dy) = 29, need 30", func() { e.BNBackward(bs, bx, bc, bc, bc, bx[1:], nil, f(3), f(3)) }},
+		{"Add", "len(b) = 4, need 5", func() { e.Add(f(5), f(4), f(5)) }},
+		{"Add", "len(y) = 4, need 5", func() { e.Add(f(5), f(5), f(4)) }},
 		{"FCForward", "len(w)", func() { e.FCForward(2, 3, 4, f(6), f(11), nil, f(8)) }},
 		{"FCForward", "n = 0", func() { e.FCForward(0, 3, 4, f(6), f(12), nil, f(8)) }},
 		{"FCBackward", "len(dw)", func() { e.FCBackward(2, 3, 4, f(6), f(12), f(8), nil, f(11), nil) }},
@@ -91,7 +144,26 @@ func testAllocs(t *testing.T, e kernels.Engine) {
 	ly, lscale, ldx := make([]float32, ls.Len()), make([]float32, ls.Len()), make([]float32, ls.Len())
 	labels := []int32{1, 2, 3, 4}
 	prob := make([]float32, 40)
+	gs := cs
+	gs.C, gs.OC, gs.Group = 4, 8, 2
+	gx, gw := uniform(r, gs.InputLen()), uniform(r, gs.WeightLen())
+	gdx, gdw := make([]float32, gs.InputLen()), make([]float32, gs.WeightLen())
+	la := ls
+	la.Region = kernels.AcrossChannels
+	bs := kernels.BNShape{N: 4, C: 8, HW: 144, Eps: 1e-5}
+	bc, bm, bv := uniform(r, bs.C), make([]float32, bs.C), make([]float32, bs.C)
+	dg, dbt := make([]float32, bs.C), make([]float32, bs.C)
 	step := func() {
+		e.ConvForward(gs, gx, gw, b, y, ws)
+		e.ConvBackward(gs, gx, gw, y, gdx, gdw, db, ws)
+		e.LRNForward(la, y, ly, lscale, ws)
+		e.LRNBackward(la, y, ly, lscale, ly, ldx, ws)
+		e.DropoutForward(kernels.Dropout{Ratio: 0.5}, y, ly)
+		e.DropoutBackward(kernels.Dropout{Ratio: 0.5}, ly, ldx)
+		e.BNForwardTrain(bs, y, bc, bc, ly, bm, bv)
+		e.BNForwardInfer(bs, y, bc, bc, bm, bv, ly)
+		e.BNBackward(bs, y, bc, bm, bv, ly, ldx, dg, dbt)
+		e.Add(y, ly, ldx)
 		e.ConvForward(cs, x, w, b, y, ws)
 		e.ConvBackward(cs, x, w, y, dx, dw, db, ws)
 		e.PoolForward(ps, y, py, pm)

@@ -47,15 +47,19 @@ func naiveGemm(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b 
 }
 
 // convTaps calls f for every (input index, weight index, output index)
-// triple of a convolution that touches the image (padding taps skipped).
+// triple of a convolution that touches the image (padding taps skipped),
+// in NCHW. With G groups, output channel oc reads the C/G input channels
+// of its group, oc/(OC/G), through weights [OC][C/G][KH][KW].
 func convTaps(s kernels.ConvShape, f func(xi, wi, yi int)) {
 	oh, ow := s.OutH(), s.OutW()
+	cg, og := s.C/s.Groups(), s.OC/s.Groups()
 	for n := 0; n < s.N; n++ {
 		for oc := 0; oc < s.OC; oc++ {
 			for y := 0; y < oh; y++ {
 				for x := 0; x < ow; x++ {
 					yi := ((n*s.OC+oc)*oh+y)*ow + x
-					for c := 0; c < s.C; c++ {
+					for k := 0; k < cg; k++ {
+						c := oc/og*cg + k
 						for i := 0; i < s.KH; i++ {
 							h := y*s.StrideH - s.PadH + i
 							if h < 0 || h >= s.H {
@@ -66,7 +70,7 @@ func convTaps(s kernels.ConvShape, f func(xi, wi, yi int)) {
 								if w < 0 || w >= s.W {
 									continue
 								}
-								f(((n*s.C+c)*s.H+h)*s.W+w, ((oc*s.C+c)*s.KH+i)*s.KW+j, yi)
+								f(((n*s.C+c)*s.H+h)*s.W+w, ((oc*cg+k)*s.KH+i)*s.KW+j, yi)
 							}
 						}
 					}
@@ -158,29 +162,182 @@ func naivePoolForward(s kernels.PoolShape, x []float32) (y []float64, arg []int)
 	return y, arg
 }
 
-// naiveLRN returns scale and y of Caffe's within-channel LRN.
+// lrnWindow calls f with the index of every element of the window of
+// element (q, h, w) (q = n·C + c) that lies inside the tensor: the
+// Size×Size pixels centred on (h, w) of plane q within a channel, the
+// pixel (h, w) of channels c−⌊Size/2⌋ … c+⌊Size/2⌋ of image n across
+// channels.
+func lrnWindow(s kernels.LRNShape, q, h, w int, f func(p int)) {
+	r := s.Size / 2
+	if s.Region == kernels.AcrossChannels {
+		n, c := q/s.C, q%s.C
+		for k := c - r; k <= c+r; k++ {
+			if k >= 0 && k < s.C {
+				f(((n*s.C+k)*s.H+h)*s.W + w)
+			}
+		}
+		return
+	}
+	for i := h - r; i <= h+r; i++ {
+		for j := w - r; j <= w+r; j++ {
+			if i >= 0 && i < s.H && j >= 0 && j < s.W {
+				f((q*s.H+i)*s.W + j)
+			}
+		}
+	}
+}
+
+// lrnNorm is the divisor of Alpha: Size² within a channel, Size across.
+func lrnNorm(s kernels.LRNShape) float64 {
+	if s.Region == kernels.AcrossChannels {
+		return float64(s.Size)
+	}
+	return float64(s.Size * s.Size)
+}
+
+// naiveLRN returns scale and y of Caffe's LRN.
 func naiveLRN(s kernels.LRNShape, x []float32) (scale, y []float64) {
 	scale, y = make([]float64, s.Len()), make([]float64, s.Len())
-	r := s.Size / 2
 	for q := 0; q < s.N*s.C; q++ {
 		for h := 0; h < s.H; h++ {
 			for w := 0; w < s.W; w++ {
 				var sum float64
-				for i := h - r; i <= h+r; i++ {
-					for j := w - r; j <= w+r; j++ {
-						if i >= 0 && i < s.H && j >= 0 && j < s.W {
-							v := float64(x[(q*s.H+i)*s.W+j])
-							sum += v * v
-						}
-					}
-				}
+				lrnWindow(s, q, h, w, func(p int) { sum += float64(x[p]) * float64(x[p]) })
 				k := (q*s.H+h)*s.W + w
-				scale[k] = float64(s.K) + float64(s.Alpha)/float64(s.Size*s.Size)*sum
+				scale[k] = float64(s.K) + float64(s.Alpha)/lrnNorm(s)*sum
 				y[k] = float64(x[k]) * math.Pow(scale[k], -float64(s.Beta))
 			}
 		}
 	}
 	return scale, y
+}
+
+// naiveLRNBackward returns dx and its magnitudes from the exact scale and
+// y: dx_q = dy_q·scale_q^(−β) − 2αβ/norm·x_q·Σ_{p ∋ q} dy_p·y_p/scale_p,
+// the windows containing q being those centred in q's own window.
+func naiveLRNBackward(s kernels.LRNShape, x, dy []float32, scale, y []float64) (dx, mag []float64) {
+	dx, mag = make([]float64, s.Len()), make([]float64, s.Len())
+	c := 2 * float64(s.Alpha) * float64(s.Beta) / lrnNorm(s)
+	for q := 0; q < s.N*s.C; q++ {
+		for h := 0; h < s.H; h++ {
+			for w := 0; w < s.W; w++ {
+				k := (q*s.H+h)*s.W + w
+				var sum, sumMag float64
+				lrnWindow(s, q, h, w, func(p int) {
+					v := float64(dy[p]) * y[p] / scale[p]
+					sum += v
+					sumMag += math.Abs(v)
+				})
+				d := float64(dy[k]) * math.Pow(scale[k], -float64(s.Beta))
+				dx[k] = d - c*float64(x[k])*sum
+				mag[k] = math.Abs(d) + c*math.Abs(float64(x[k]))*sumMag
+			}
+		}
+	}
+	return dx, mag
+}
+
+// naiveKept returns the dropout mask of d over n elements, written from
+// the definition in kernels.Dropout's doc comment.
+func naiveKept(d kernels.Dropout, n int) []bool {
+	fmix := func(z uint64) uint64 {
+		z ^= z >> 30
+		z *= 0xbf58476d1ce4e5b9
+		z ^= z >> 27
+		z *= 0x94d049bb133111eb
+		return z ^ z>>31
+	}
+	hash := func(x uint32) uint32 {
+		for _, r := range [3]struct {
+			shift int
+			mul   uint32
+		}{{17, 0xed5ad4bb}, {11, 0xac4c1b51}, {15, 0x31848bab}} {
+			x ^= x >> r.shift
+			x *= r.mul
+		}
+		return x ^ x>>14
+	}
+	thr := uint32(float64(d.Ratio) * math.Exp2(32))
+	kept := make([]bool, n)
+	for i := range kept {
+		c := d.Offset + uint64(i)
+		key := uint32(fmix(fmix(d.Seed) + c>>32))
+		kept[i] = hash(uint32(c)^key) >= thr
+	}
+	return kept
+}
+
+// naiveBN returns, for batch normalisation of x with the given channel
+// statistics (nil: the batch's, two passes in float64), y and its
+// magnitudes, and the statistics used.
+func naiveBN(s kernels.BNShape, x, gamma, beta, mean, variance []float32) (y, mag, mu, v []float64) {
+	m := float64(s.N * s.HW)
+	y, mag = make([]float64, s.Len()), make([]float64, s.Len())
+	mu, v = make([]float64, s.C), make([]float64, s.C)
+	each := func(c int, f func(i int)) {
+		for n := 0; n < s.N; n++ {
+			for i := 0; i < s.HW; i++ {
+				f((n*s.C+c)*s.HW + i)
+			}
+		}
+	}
+	for c := 0; c < s.C; c++ {
+		if mean != nil {
+			mu[c], v[c] = float64(mean[c]), float64(variance[c])
+		} else {
+			each(c, func(i int) { mu[c] += float64(x[i]) })
+			mu[c] /= m
+			each(c, func(i int) { v[c] += (float64(x[i]) - mu[c]) * (float64(x[i]) - mu[c]) })
+			v[c] /= m
+		}
+		is := 1 / math.Sqrt(v[c]+float64(s.Eps))
+		each(c, func(i int) {
+			t := float64(gamma[c]) * (float64(x[i]) - mu[c]) * is
+			y[i] = t + float64(beta[c])
+			// x − mean cancels: its rounding is relative to |x| + |mean|.
+			mag[i] = math.Abs(float64(gamma[c])*is)*(math.Abs(float64(x[i]))+math.Abs(mu[c])) + math.Abs(float64(beta[c]))
+		})
+	}
+	return y, mag, mu, v
+}
+
+// bnGrads holds the naive gradients of batch normalisation and the
+// magnitudes of their terms.
+type bnGrads struct{ dx, dxMag, dgamma, dgammaMag, dbeta, dbetaMag []float64 }
+
+// naiveBNBackward returns the gradients of batch normalisation from x,
+// gamma, dy and the statistics mean and variance that BNBackward is given
+// (the forward's), by the formula of kernels.Engine.BNBackward.
+func naiveBNBackward(s kernels.BNShape, x, gamma, dy, mean, variance []float32) bnGrads {
+	m := float64(s.N * s.HW)
+	g := bnGrads{dx: make([]float64, s.Len()), dxMag: make([]float64, s.Len()),
+		dgamma: make([]float64, s.C), dgammaMag: make([]float64, s.C),
+		dbeta: make([]float64, s.C), dbetaMag: make([]float64, s.C)}
+	for c := 0; c < s.C; c++ {
+		mu := float64(mean[c])
+		is := 1 / math.Sqrt(float64(variance[c])+float64(s.Eps))
+		var idx []int
+		for n := 0; n < s.N; n++ {
+			for i := 0; i < s.HW; i++ {
+				idx = append(idx, (n*s.C+c)*s.HW+i)
+			}
+		}
+		for _, i := range idx {
+			d := float64(dy[i])
+			g.dbeta[c] += d
+			g.dbetaMag[c] += math.Abs(d)
+			g.dgamma[c] += d * (float64(x[i]) - mu) * is
+			g.dgammaMag[c] += math.Abs(d) * (math.Abs(float64(x[i])) + math.Abs(mu)) * is
+		}
+		a := float64(gamma[c]) * is
+		for _, i := range idx {
+			xh := (float64(x[i]) - mu) * is
+			g.dx[i] = a * (float64(dy[i]) - g.dbeta[c]/m - xh*g.dgamma[c]/m)
+			xhMag := (math.Abs(float64(x[i])) + math.Abs(mu)) * is
+			g.dxMag[i] = math.Abs(a) * (math.Abs(float64(dy[i])) + g.dbetaMag[c]/m + xhMag*g.dgammaMag[c]/m)
+		}
+	}
+	return g
 }
 
 // naiveSoftmax returns the probabilities and the mean cross-entropy.

@@ -75,6 +75,12 @@ var lrnShapes = []kernels.LRNShape{
 	{N: 2, C: 2, H: 8, W: 8, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1}, // cifar10_full's norm layers
 	{N: 1, C: 1, H: 1, W: 3, Size: 3, Alpha: 1.5, Beta: 1.3, K: 1.2},
 	{N: 2, C: 2, H: 9, W: 11, Size: 1, Alpha: 0.7, Beta: 0.75, K: 1},
+	// Across channels: AlexNet's norm1 in miniature, a window wider than
+	// the channels, other powers, and a window of one channel.
+	{N: 2, C: 7, H: 3, W: 5, Size: 5, Alpha: 0.9, Beta: 0.75, K: 1, Region: kernels.AcrossChannels},
+	{N: 1, C: 3, H: 2, W: 5, Size: 7, Alpha: 2, Beta: 0.5, K: 2, Region: kernels.AcrossChannels},
+	{N: 3, C: 5, H: 4, W: 4, Size: 3, Alpha: 1.3, Beta: 1.3, K: 1.2, Region: kernels.AcrossChannels},
+	{N: 2, C: 4, H: 1, W: 3, Size: 1, Alpha: 0.7, Beta: 1, K: 1, Region: kernels.AcrossChannels},
 }
 
 func testLRN(t *testing.T, e kernels.Engine) {
@@ -91,34 +97,12 @@ func testLRN(t *testing.T, e kernels.Engine) {
 			in.check(t, "LRNForward")
 			checkTail(t, "y", y, n)
 			checkTail(t, "scale", scale, n)
-			// scale is a sum of Size² positive terms; y one power of it.
+			// scale is a sum of Size² (Size) positive terms; y one power of it.
 			approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
 			approx(t, "y", y, wantY, nil, 1e-5)
 
-			// dx_q = dy_q·scale_q^(−β) − 2αβ/S²·x_q·Σ_{p ∋ q} dy_p·y_p/scale_p.
 			dy := uniform(r, n)
-			want, mag := make([]float64, n), make([]float64, n)
-			c := 2 * float64(s.Alpha) * float64(s.Beta) / float64(s.Size*s.Size)
-			rad := s.Size / 2
-			for q := 0; q < s.N*s.C; q++ {
-				for h := 0; h < s.H; h++ {
-					for w := 0; w < s.W; w++ {
-						k := (q*s.H+h)*s.W + w
-						var sum, sumMag float64
-						for a := max(h-rad, 0); a <= min(h+rad, s.H-1); a++ {
-							for b := max(w-rad, 0); b <= min(w+rad, s.W-1); b++ {
-								p := (q*s.H+a)*s.W + b
-								v := float64(dy[p]) * wantY[p] / wantScale[p]
-								sum += v
-								sumMag += math.Abs(v)
-							}
-						}
-						d := float64(dy[k]) * math.Pow(wantScale[k], -float64(s.Beta))
-						want[k] = d - c*float64(x[k])*sum
-						mag[k] = math.Abs(d) + c*math.Abs(float64(x[k]))*sumMag
-					}
-				}
-			}
+			want, mag := naiveLRNBackward(s, x, dy, wantScale, wantY)
 			dx := output(n)
 			in = freeze("x", x, "y", y[:n], "scale", scale[:n], "dy", dy)
 			e.LRNBackward(s, x, y[:n], scale[:n], dy, dx, ws)
@@ -130,7 +114,8 @@ func testLRN(t *testing.T, e kernels.Engine) {
 }
 
 func testLRNGradient(t *testing.T, e kernels.Engine) {
-	for i, s := range lrnShapes[:2] {
+	for _, i := range []int{0, 1, 5, 7} {
+		s := lrnShapes[i]
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			r := newRand(uint64(600 + i))
 			n := s.Len()
@@ -143,6 +128,159 @@ func testLRNGradient(t *testing.T, e kernels.Engine) {
 			e.LRNBackward(s, x, y, scale, g, dx, ws)
 			gradCheck(t, "dx", r, x, dx, loss, 1e-2, 40, 1e-2, 0.1)
 		})
+	}
+}
+
+// testAdd checks y = a + b, in place over either operand too.
+func testAdd(t *testing.T, e kernels.Engine) {
+	r := newRand(1200)
+	for _, n := range []int{1, 7, 1037, 4099} {
+		a, b := uniform(r, n), uniform(r, n)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(a[i] + b[i]) // one float32 rounding, as required
+		}
+		y := output(n)
+		in := freeze("a", a, "b", b)
+		e.Add(a, b, y)
+		in.check(t, "Add")
+		checkTail(t, "y", y, n)
+		approx(t, fmt.Sprintf("y (n=%d)", n), y, want, nil, 0)
+		a2, b2 := append([]float32(nil), a...), append([]float32(nil), b...)
+		e.Add(a2, b, a2)
+		approx(t, "y (aliasing a)", a2, want, nil, 0)
+		e.Add(a, b2, b2)
+		approx(t, "y (aliasing b)", b2, want, nil, 0)
+	}
+}
+
+// dropouts covers no dropping, AlexNet's ratio, ratios near the ends, a
+// stream starting at an offset, and one whose positions cross a 2^32
+// boundary.
+var dropouts = []kernels.Dropout{
+	{Ratio: 0, Seed: 1},
+	{Ratio: 0.5, Seed: 42},
+	{Ratio: 0.1, Seed: 7, Offset: 12345},
+	{Ratio: 0.9, Seed: 1 << 40},
+	{Ratio: 0.5, Seed: 3, Offset: 1<<32 - 600},
+}
+
+// testDropout checks DropoutForward and DropoutBackward against the mask
+// written from its definition, in place too, and that the kept fraction
+// is 1 − Ratio within 5 standard errors.
+func testDropout(t *testing.T, e kernels.Engine) {
+	r := newRand(1300)
+	for i, d := range dropouts {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			n := 1037 + 64*i
+			x := uniform(r, n)
+			kept := naiveKept(d, n)
+			scale := 1 / (1 - d.Ratio)
+			want := make([]float64, n)
+			nk := 0
+			for k := range want {
+				if kept[k] {
+					want[k] = float64(x[k] * scale)
+					nk++
+				}
+			}
+			y := output(n)
+			in := freeze("x", x)
+			e.DropoutForward(d, x, y)
+			in.check(t, "DropoutForward")
+			checkTail(t, "y", y, n)
+			approx(t, "y", y, want, nil, 0)
+			dx := output(n)
+			e.DropoutBackward(d, x, dx)
+			in.check(t, "DropoutBackward")
+			checkTail(t, "dx", dx, n)
+			approx(t, "dx", dx, want, nil, 0)
+			xy := append([]float32(nil), x...)
+			e.DropoutForward(d, xy, xy)
+			approx(t, "y (in place)", xy, want, nil, 0)
+			copy(xy, x)
+			e.DropoutBackward(d, xy, xy)
+			approx(t, "dx (in place)", xy, want, nil, 0)
+			p := 1 - float64(d.Ratio)
+			if se := math.Sqrt(p * (1 - p) / float64(n)); math.Abs(float64(nk)/float64(n)-p) > 5*se+1e-12 {
+				t.Errorf("kept %d of %d, want a fraction %g ± %g", nk, n, p, 5*se)
+			}
+
+			// The gradient, by finite differences of the forward pass.
+			g := uniform(r, n)
+			yy := make([]float32, n)
+			loss := func() float64 { e.DropoutForward(d, x, yy); return dot64(g, yy) }
+			gx := make([]float32, n)
+			e.DropoutBackward(d, g, gx)
+			gradCheck(t, "dx", r, x, gx, loss, 1e-2, 40, 1e-2, 0.1)
+		})
+	}
+}
+
+// testDropoutMask checks the mask's statistics on a million elements and
+// that a tensor split into parts at any offsets gets the mask it gets
+// whole.
+func testDropoutMask(t *testing.T, e kernels.Engine) {
+	const n = 1 << 20
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 1
+	}
+	y := make([]float32, n)
+	for _, d := range []kernels.Dropout{{Ratio: 0.5, Seed: 9}, {Ratio: 0.25, Seed: 10, Offset: 1<<32 - n/2}} {
+		e.DropoutForward(d, x, y)
+		p := 1 - float64(d.Ratio)
+		var kept, pairs, runs int
+		for i, v := range y {
+			k := v != 0
+			if k {
+				kept++
+			}
+			if i > 0 && k && y[i-1] != 0 {
+				pairs++ // both neighbours kept
+			}
+			if i > 0 && k != (y[i-1] != 0) {
+				runs++
+			}
+		}
+		se := math.Sqrt(p * (1 - p) / n)
+		if f := float64(kept) / n; math.Abs(f-p) > 5*se {
+			t.Errorf("%+v: kept fraction %g, want %g ± %g", d, f, p, 5*se)
+		}
+		// Neighbours independent: both kept with probability p², and
+		// the mask changes between neighbours with probability 2p(1−p).
+		if f, w := float64(pairs)/(n-1), p*p; math.Abs(f-w) > 5*math.Sqrt(w*(1-w)/n) {
+			t.Errorf("%+v: neighbours both kept %g of the time, want %g", d, f, w)
+		}
+		if f, w := float64(runs)/(n-1), 2*p*(1-p); math.Abs(f-w) > 5*math.Sqrt(w*(1-w)/n) {
+			t.Errorf("%+v: mask changes between neighbours %g of the time, want %g", d, f, w)
+		}
+		// Split at uneven points, each part with its own Offset.
+		parts := make([]float32, n)
+		for lo, step := 0, 1; lo < n; lo, step = lo+step, step*3+1 {
+			hi := min(lo+step, n)
+			p := d
+			p.Offset += uint64(lo)
+			e.DropoutForward(p, x[lo:hi], parts[lo:hi])
+		}
+		for i := range y {
+			if parts[i] != y[i] {
+				t.Fatalf("%+v: element %d is %g when the tensor is split, %g whole", d, i, parts[i], y[i])
+			}
+		}
+	}
+	// Another seed gives another mask, unrelated to the first.
+	y2 := make([]float32, n)
+	e.DropoutForward(kernels.Dropout{Ratio: 0.5, Seed: 9}, x, y)
+	e.DropoutForward(kernels.Dropout{Ratio: 0.5, Seed: 11}, x, y2)
+	same := 0
+	for i := range y {
+		if (y[i] != 0) == (y2[i] != 0) {
+			same++
+		}
+	}
+	if f := float64(same) / n; math.Abs(f-0.5) > 5*0.5/math.Sqrt(n) {
+		t.Errorf("masks of seeds 9 and 11 agree on %g of the elements, want 0.5", f)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 
 // ThreadsAgree checks that two engines of one implementation and level,
 // which differ in their thread counts, compute the same results on the
-// suite's convolution, pooling, LRN and ReLU cases, one after the other
+// suite's convolution, pooling, LRN, batch normalisation, ReLU, Add and
+// dropout cases, one after the other
 // and while both run at once. The results must be the same bits, except
 // those of convolutions that run on OpenBLAS's GEMMs (every convolution
 // but the native engine's direct ones): OpenBLAS splits a GEMM differently
@@ -143,18 +144,43 @@ func threadCases(e kernels.Engine) []threadCase {
 			},
 		})
 	}
+	for i, s := range bnShapes {
+		x, gamma, beta, dy := bnInputs(s, uint64(950+i))
+		cases = append(cases, threadCase{
+			name: fmt.Sprintf("BN %+v", s), outs: []string{"y", "mean", "variance", "y (infer)", "dx", "dgamma", "dbeta"},
+			exact: true,
+			run:   func(e kernels.Engine, _ bool) [][]float32 { return BNPasses(e, s, x, gamma, beta, dy) },
+		})
+	}
 	r := newRand(1000)
 	x, dy := uniform(r, 4099), uniform(r, 4099)
 	cases = append(cases, threadCase{
-		name: "ReLU", outs: []string{"y", "dx"}, exact: true,
+		name: "ReLU, Add, Dropout", outs: []string{"y", "dx", "a+b", "dropout y", "dropout dx"}, exact: true,
 		run: func(e kernels.Engine, _ bool) [][]float32 {
-			y, dx := make([]float32, len(x)), make([]float32, len(x))
+			y, dx, sum := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
 			e.ReLUForward(x, y)
 			e.ReLUBackward(y, dy, dx)
-			return [][]float32{y, dx}
+			e.Add(x, dy, sum)
+			d := kernels.Dropout{Ratio: 0.3, Seed: 77, Offset: 1<<32 - 2000}
+			dy1, dx1 := make([]float32, len(x)), make([]float32, len(x))
+			e.DropoutForward(d, x, dy1)
+			e.DropoutBackward(d, dy, dx1)
+			return [][]float32{y, dx, sum, dy1, dx1}
 		},
 	})
 	return cases
+}
+
+// BNPasses runs BNForwardTrain, BNForwardInfer (with the batch's
+// statistics) and BNBackward with e and returns y, mean, variance, the
+// inference y, dx, dgamma and dbeta, for tests that compare engines.
+func BNPasses(e kernels.Engine, s kernels.BNShape, x, gamma, beta, dy []float32) [][]float32 {
+	y, mean, variance := make([]float32, s.Len()), make([]float32, s.C), make([]float32, s.C)
+	yi, dx, dgamma, dbeta := make([]float32, s.Len()), make([]float32, s.Len()), make([]float32, s.C), make([]float32, s.C)
+	e.BNForwardTrain(s, x, gamma, beta, y, mean, variance)
+	e.BNForwardInfer(s, x, gamma, beta, mean, variance, yi)
+	e.BNBackward(s, x, gamma, mean, variance, dy, dx, dgamma, dbeta)
+	return [][]float32{y, mean, variance, yi, dx, dgamma, dbeta}
 }
 
 // PoolPasses runs PoolForward on x and PoolBackward on dy with e and
