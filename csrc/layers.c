@@ -1,8 +1,9 @@
-/* Element-wise layers, within-channel LRN, fully connected layers and
- * softmax cross-entropy. ReLU's and LRN's loops are written to vectorise
- * and compiled once per instruction-set level (SS_ISA_VARIANTS), LRN's
- * power and the small fully connected layers are written with AVX2 and
- * AVX-512 intrinsics; ss_isa picks the variant each call runs. */
+/* Element-wise layers (ReLU, Add), LRN within and across channels, fully
+ * connected layers and softmax cross-entropy. The element-wise and LRN
+ * loops are written to vectorise and compiled once per instruction-set
+ * level (SS_ISA_VARIANTS), LRN's power and the small fully connected
+ * layers are written with AVX2 and AVX-512 intrinsics; ss_isa picks the
+ * variant each call runs. */
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@ typedef struct {
 	const float *x, *y, *dy;
 	float *out;
 } relu_job;
+
+/* An element-wise job's first input is x, its second (Add's b) dy. */
 
 SS_INLINE void relu_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
@@ -37,6 +40,16 @@ SS_INLINE void relu_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int par
 	}
 }
 
+SS_INLINE void add_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	(void)part;
+	const relu_job *j = ctx;
+	const float *a = j->x, *b = j->dy;
+	float *y = j->out;
+	for (ptrdiff_t i = lo; i < hi; i++)
+		y[i] = a[i] + b[i];
+}
+
 /* Element-wise jobs are bound by memory bandwidth, which the cores share:
  * split only very large ones (`go test -bench Layers ./kernels` compares
  * the ReLU at one thread and at two). */
@@ -44,11 +57,19 @@ static ptrdiff_t relu_grain(void) { return 256 * ss_grain(1); }
 
 SS_ISA_VARIANTS(relu_forward_part);
 SS_ISA_VARIANTS(relu_backward_part);
+SS_ISA_VARIANTS(add_part);
 
 /* ReLU streams memory: at level AVX-512 it runs the 256-bit loops, which
  * move more bytes per second than 512-bit ones on AMD's Zen 5, written out
- * with intrinsics or not (`go test -bench Layers ./kernels`). */
+ * with intrinsics or not (`go test -bench Layers ./kernels`). Add, the
+ * same kind of loop, follows it. */
 static int relu_level(int isa) { return isa > SS_ISA_AVX2 ? SS_ISA_AVX2 : isa; }
+
+void ss_add(int isa, int threads, ptrdiff_t n, const float *a, const float *b, float *y)
+{
+	relu_job j = {.x = a, .dy = b, .out = y};
+	ss_parallel_for(threads, n, relu_grain(), add_part_isa[relu_level(ss_isa(isa))], &j);
+}
 
 void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y)
 {
@@ -251,33 +272,155 @@ SS_INLINE void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 	}
 }
 
-ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s)
+/* Across channels, the work is split into items of one image's block of
+ * at most LRN_BLOCK pixels in every channel (so that a CNHW tensor,
+ * passed as one image, still splits). An item walks the channels keeping
+ * the per-element terms (x^2 forward, dy*y/scale backward) of the window's
+ * channels in a ring of size slots of LRN_BLOCK floats, channel k in slot
+ * k % size, and sums each window in ascending channel order. */
+enum { LRN_BLOCK = 512 };
+
+/* lrn_across_block returns the pixels of an item and the floats of one
+ * ring slot. */
+static ptrdiff_t lrn_across_block(const ss_lrn_shape *s)
 {
-	return 2 * (ptrdiff_t)s->h * s->w * ss_threads_of(threads);
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w;
+	return hw < LRN_BLOCK ? hw : LRN_BLOCK;
 }
 
-static int lrn_threads(int threads, const ss_lrn_shape *s, ptrdiff_t ws_len)
+/* lrn_across_item returns the offset of item t's first element in
+ * channel 0 and its number of pixels. */
+static ptrdiff_t lrn_across_item(const ss_lrn_shape *s, ptrdiff_t t, ptrdiff_t *np)
 {
-	return ss_ws_threads(threads, ws_len, 2 * (ptrdiff_t)s->h * s->w);
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w, blocks = (hw + LRN_BLOCK - 1) / LRN_BLOCK;
+	const ptrdiff_t n = t / blocks, p0 = t % blocks * LRN_BLOCK;
+	*np = hw - p0 < LRN_BLOCK ? hw - p0 : LRN_BLOCK;
+	return n * s->c * hw + p0;
+}
+
+/* lrn_window_sum writes acc[i] = sum of ring[k % size][i] over channels
+ * k = max(c - r, 0) .. min(c + r, C - 1), in that order. */
+SS_INLINE void lrn_window_sum(const float *ring, ptrdiff_t slot, int size, int c, int r, int nc, ptrdiff_t np,
+                              float *restrict acc)
+{
+	const int k0 = ss_imax(c - r, 0), k1 = ss_imin(c + r, nc - 1);
+	const float *first = ring + (ptrdiff_t)(k0 % size) * slot;
+	for (ptrdiff_t i = 0; i < np; i++)
+		acc[i] = first[i];
+	for (int k = k0 + 1; k <= k1; k++) {
+		const float *t = ring + (ptrdiff_t)(k % size) * slot;
+		for (ptrdiff_t i = 0; i < np; i++)
+			acc[i] += t[i];
+	}
+}
+
+/* lrn_across runs items [lo, hi) forward (the ring holds x^2; scale and
+ * y are written) or backward (the ring holds dy*y/scale; dx is written).
+ * Each part uses (size + 1) slots of scratch at ws + part*(size + 1)*slot:
+ * the ring, then the window sums. */
+SS_INLINE void lrn_across(const lrn_job *j, ptrdiff_t lo, ptrdiff_t hi, int part, const int backward)
+{
+	const ss_lrn_shape *s = j->s;
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w, slot = lrn_across_block(s);
+	const int r = s->size / 2;
+	/* In locals: stores to float may alias *s. */
+	const float k0 = s->k, beta = s->beta;
+	const float coef = backward ? 2.0f * s->alpha * s->beta / (float)s->size : s->alpha / (float)s->size;
+	float *ring = j->ws + (ptrdiff_t)(s->size + 1) * slot * part, *acc = ring + (ptrdiff_t)s->size * slot;
+	for (ptrdiff_t t = lo; t < hi; t++) {
+		ptrdiff_t np;
+		const ptrdiff_t o = lrn_across_item(s, t, &np);
+		for (int k = -r; k < s->c; k++) {
+			/* Bring channel k + r into the ring, then finish channel k. */
+			if (k + r < s->c) {
+				const ptrdiff_t ok = o + (ptrdiff_t)(k + r) * hw;
+				const float *xp = j->x + ok;
+				float *tt = ring + (ptrdiff_t)((k + r) % s->size) * slot;
+				if (backward) {
+					const float *dy = j->dy + ok, *y = j->y + ok, *sc = j->scale_in + ok;
+					for (ptrdiff_t i = 0; i < np; i++)
+						tt[i] = dy[i] * y[i] / sc[i];
+				} else {
+					for (ptrdiff_t i = 0; i < np; i++)
+						tt[i] = xp[i] * xp[i];
+				}
+			}
+			if (k < 0)
+				continue;
+			const ptrdiff_t oc = o + (ptrdiff_t)k * hw;
+			const float *xp = j->x + oc;
+			float *out = j->out + oc;
+			lrn_window_sum(ring, slot, s->size, k, r, s->c, np, acc);
+			if (backward) {
+				lrn_pow(j->isa, np, j->dy + oc, j->scale_in + oc, beta, out);
+				for (ptrdiff_t i = 0; i < np; i++)
+					out[i] -= coef * xp[i] * acc[i];
+			} else {
+				float *sp = j->scale + oc;
+				for (ptrdiff_t i = 0; i < np; i++)
+					sp[i] = k0 + coef * acc[i];
+				lrn_pow(j->isa, np, xp, sp, beta, out);
+			}
+		}
+	}
+}
+
+SS_INLINE void lrn_across_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	lrn_across(ctx, lo, hi, part, 0);
+}
+
+SS_INLINE void lrn_across_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+{
+	lrn_across(ctx, lo, hi, part, 1);
+}
+
+/* lrn_per_thread returns the floats of scratch one thread uses. */
+static ptrdiff_t lrn_per_thread(const ss_lrn_shape *s)
+{
+	if (s->region == SS_LRN_ACROSS)
+		return (ptrdiff_t)(s->size + 1) * lrn_across_block(s);
+	return 2 * (ptrdiff_t)s->h * s->w;
+}
+
+ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s)
+{
+	return lrn_per_thread(s) * ss_threads_of(threads);
 }
 
 SS_ISA_VARIANTS(lrn_forward_part);
 SS_ISA_VARIANTS(lrn_backward_part);
+SS_ISA_VARIANTS(lrn_across_forward_part);
+SS_ISA_VARIANTS(lrn_across_backward_part);
+
+/* lrn_run splits a job over the planes (within channels) or the blocks
+ * of pixels (across) of the tensor, over as many threads as the
+ * workspace has room for. */
+static void lrn_run(int threads, const ss_lrn_shape *s, ptrdiff_t ws_len, const ss_range_fn within[],
+                    const ss_range_fn across[], lrn_job *j)
+{
+	const int t = ss_ws_threads(threads, ws_len, lrn_per_thread(s));
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w;
+	if (s->region == SS_LRN_ACROSS) {
+		const ptrdiff_t items = s->n * ((hw + LRN_BLOCK - 1) / LRN_BLOCK);
+		ss_parallel_for(t, items, ss_grain(s->c * lrn_across_block(s)), across[j->isa], j);
+		return;
+	}
+	ss_parallel_for(t, (ptrdiff_t)s->n * s->c, ss_grain(hw), within[j->isa], j);
+}
 
 void ss_lrn_forward(int isa, int threads, const ss_lrn_shape *s, const float *x, float *y, float *scale,
                     float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .out = y, .scale = scale, .ws = ws};
-	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
-	                lrn_forward_part_isa[j.isa], &j);
+	lrn_run(threads, s, ws_len, lrn_forward_part_isa, lrn_across_forward_part_isa, &j);
 }
 
 void ss_lrn_backward(int isa, int threads, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len)
 {
 	lrn_job j = {.s = s, .isa = ss_isa(isa), .x = x, .y = y, .scale_in = scale, .dy = dy, .out = dx, .ws = ws};
-	ss_parallel_for(lrn_threads(threads, s, ws_len), (ptrdiff_t)s->n * s->c, ss_grain((ptrdiff_t)s->h * s->w),
-	                lrn_backward_part_isa[j.isa], &j);
+	lrn_run(threads, s, ws_len, lrn_backward_part_isa, lrn_across_backward_part_isa, &j);
 }
 
 /* ---- fully connected ---- */

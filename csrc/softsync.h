@@ -84,14 +84,32 @@ typedef struct {
 	int stride_h, stride_w;
 } ss_pool_shape;
 
-/* ss_lrn_shape describes Caffe's LRN in WITHIN_CHANNEL mode: over a
- * size x size window centred on each pixel (zero padded, size odd),
- * scale = k + alpha/size^2 * sum(x^2), y = x * scale^(-beta). */
+/* LRN windows (ss_lrn_shape.region). */
+enum {
+	SS_LRN_WITHIN = 0,  /* Caffe's WITHIN_CHANNEL: size x size pixels of the plane */
+	SS_LRN_ACROSS = 1   /* Caffe's ACROSS_CHANNELS: the pixel of size channels */
+};
+
+/* ss_lrn_shape describes Caffe's LRN: scale = k + alpha/norm * sum(x^2)
+ * over a window centred on each element (zero padded, size odd), y = x *
+ * scale^(-beta). Within a channel the window is size x size pixels of the
+ * element's plane and norm = size^2; across channels it is the element's
+ * pixel in channels c - size/2 .. c + size/2 of its image, norm = size. */
 typedef struct {
 	int n, c, h, w;
 	int size;
 	float alpha, beta, k;
+	int region;              /* SS_LRN_WITHIN or SS_LRN_ACROSS */
 } ss_lrn_shape;
+
+/* ss_bn_shape describes batch normalisation per channel over n*hw
+ * values: x is n x c x hw, channel ch's values the n runs of hw floats at
+ * (i*c + ch)*hw. eps is added to the variance before its square root. */
+typedef struct {
+	int n, c;
+	ptrdiff_t hw;
+	float eps;
+} ss_bn_shape;
 
 /* ---- instruction sets (isa.c) ---- */
 
@@ -282,8 +300,9 @@ void ss_relu_forward(int isa, int threads, ptrdiff_t n, const float *x, float *y
 void ss_relu_backward(int isa, int threads, ptrdiff_t n, const float *y, const float *dy, float *dx);
 
 /* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
- * use over threads threads (2*H*W per thread); with less, they use fewer
- * threads (at least 2*H*W floats are required). */
+ * use over threads threads (per thread 2*H*W within channels, (size + 1)
+ * times a block of at most 512 pixels across channels); with
+ * less, they use fewer threads (one thread's share is required). */
 ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s);
 /* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len
  * floats (see ss_lrn_workspace). */
@@ -291,10 +310,44 @@ void ss_lrn_forward(int isa, int threads, const ss_lrn_shape *s, const float *x,
                     float *ws, ptrdiff_t ws_len);
 /* ss_lrn_backward computes dx from x, y, scale and dy:
  * dx_q = dy_q*scale_q^(-beta)
- *        - 2*alpha*beta/size^2 * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
+ *        - 2*alpha*beta/norm * x_q * sum_{p in window(q)} dy_p*y_p/scale_p.
  * ws holds ws_len floats (see ss_lrn_workspace). */
 void ss_lrn_backward(int isa, int threads, const ss_lrn_shape *s, const float *x, const float *y,
                      const float *scale, const float *dy, float *dx, float *ws, ptrdiff_t ws_len);
+
+/* ss_add: y = a + b; y may alias a or b. */
+void ss_add(int isa, int threads, ptrdiff_t n, const float *a, const float *b, float *y);
+
+/* ---- dropout (dropout.c) ---- */
+
+/* ss_dropout writes y[i] = x[i]*m for i < n, where m is scale if element
+ * i is kept and 0 if not: element i is kept when triple32((uint32)c ^ key) >=
+ * threshold, with c = offset + i and key = (uint32)fmix64(fmix64(seed) +
+ * (c >> 32)) (the definition, and the hashes, are in the Go package's
+ * Dropout). The same call on the output gradient is the backward pass. y
+ * may alias x. */
+void ss_dropout(int isa, int threads, ptrdiff_t n, const float *x, float *y, unsigned long long seed,
+                unsigned long long offset, unsigned threshold, float scale);
+
+/* ---- batch normalisation (batchnorm.c) ---- */
+
+/* ss_bn_forward_train writes each channel's mean and biased variance (its
+ * n*hw values' sum of squares about the mean, divided by n*hw; both
+ * summed in double precision) and y = (x - mean)*(gamma/sqrt(var + eps))
+ * + beta. y may alias x. */
+void ss_bn_forward_train(int isa, int threads, const ss_bn_shape *s, const float *x, const float *gamma,
+                         const float *beta, float *y, float *mean, float *var);
+/* ss_bn_forward_infer computes y as ss_bn_forward_train does, with the
+ * given mean and var. y may alias x. */
+void ss_bn_forward_infer(int isa, int threads, const ss_bn_shape *s, const float *x, const float *gamma,
+                         const float *beta, const float *mean, const float *var, float *y);
+/* ss_bn_backward computes, per channel, with is = 1/sqrt(var + eps) and
+ * M = n*hw, dbeta = sum(dy), dgamma = is*sum(dy*(x - mean)) (summed in
+ * double precision) and dx = (dy - dbeta/M - (x - mean)*is*dgamma/M) *
+ * gamma*is (NULL to skip; may alias dy). */
+void ss_bn_backward(int isa, int threads, const ss_bn_shape *s, const float *x, const float *gamma,
+                    const float *mean, const float *var, const float *dy, float *dx, float *dgamma,
+                    float *dbeta);
 
 /* ss_fc_forward: y (n x out) = x (n x in) * w^T (w is out x in) + b; b may
  * be NULL. Batches of more than a few rows (or at level SS_ISA_GENERIC)

@@ -11,10 +11,12 @@
  */
 #define _GNU_SOURCE /* dladdr, in blas.c */
 
+#include "../csrc/batchnorm.c"
 #include "../csrc/blas.c"
 #include "../csrc/conv.c"
 #include "../csrc/direct.c"
 #include "../csrc/direct512.c"
+#include "../csrc/dropout.c"
 #include "../csrc/isa.c"
 #include "../csrc/im2col.c"
 #include "../csrc/image.c"

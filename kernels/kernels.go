@@ -70,13 +70,13 @@ type Engine interface {
 	// the output gradient dy.
 	LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace)
 
-	// DropoutForward computes inverted dropout: y = x/(1−d.Ratio) where
-	// the mask of d keeps element i, else 0 (see Dropout), for the
-	// len(x) elements of x. y may alias x.
+	// DropoutForward computes inverted dropout, y = x·m for the len(x)
+	// elements of x, where m is 1/(1−d.Ratio) for the elements the mask
+	// of d keeps and 0 for the others (see Dropout). y may alias x.
 	DropoutForward(d Dropout, x, y []float32)
-	// DropoutBackward computes dx = dy/(1−d.Ratio) where the mask of d
-	// keeps element i, else 0, for the len(dy) elements of dy: the
-	// gradient of DropoutForward with the same d. dx may alias dy.
+	// DropoutBackward computes dx = dy·m, with the m of DropoutForward,
+	// for the len(dy) elements of dy: the gradient of DropoutForward with
+	// the same d. dx may alias dy.
 	DropoutBackward(d Dropout, dy, dx []float32)
 
 	// BNForwardTrain computes batch normalisation with the batch's

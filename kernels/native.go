@@ -43,6 +43,16 @@ package kernels
 #cgo nocallback ss_softmax_xent
 #cgo noescape ss_lrn_workspace
 #cgo nocallback ss_lrn_workspace
+#cgo noescape ss_add
+#cgo nocallback ss_add
+#cgo noescape ss_dropout
+#cgo nocallback ss_dropout
+#cgo noescape ss_bn_forward_train
+#cgo nocallback ss_bn_forward_train
+#cgo noescape ss_bn_forward_infer
+#cgo nocallback ss_bn_forward_infer
+#cgo noescape ss_bn_backward
+#cgo nocallback ss_bn_backward
 #cgo noescape ss_isa_best
 #cgo nocallback ss_isa_best
 #cgo noescape ss_threads_init
@@ -322,15 +332,17 @@ func (e native) ReLUBackward(y, dy, dx []float32) {
 func lrnShape(s LRNShape) C.ss_lrn_shape {
 	fits32("LRN", s.N*s.C, s.H*s.W)
 	return C.ss_lrn_shape{n: C.int(s.N), c: C.int(s.C), h: C.int(s.H), w: C.int(s.W),
-		size: C.int(s.Size), alpha: C.float(s.Alpha), beta: C.float(s.Beta), k: C.float(s.K)}
+		size: C.int(s.Size), alpha: C.float(s.Alpha), beta: C.float(s.Beta), k: C.float(s.K), region: C.int(s.Region)}
 }
+
+// The Go and C names of the LRN windows agree (checked at compile time).
+var (
+	_ [C.SS_LRN_WITHIN]struct{} = [WithinChannel]struct{}{}
+	_ [C.SS_LRN_ACROSS]struct{} = [AcrossChannels]struct{}{}
+)
 
 func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 	checkLRNForward(s, x, y, scale)
-	if s.Region == AcrossChannels {
-		reference{}.LRNForward(s, x, y, scale, ws)
-		return
-	}
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()
@@ -339,14 +351,64 @@ func (e native) LRNForward(s LRNShape, x, y, scale []float32, ws *Workspace) {
 
 func (e native) LRNBackward(s LRNShape, x, y, scale, dy, dx []float32, ws *Workspace) {
 	checkLRNBackward(s, x, y, scale, dy, dx)
-	if s.Region == AcrossChannels {
-		reference{}.LRNBackward(s, x, y, scale, dy, dx, ws)
-		return
-	}
 	ls := lrnShape(s)
 	buf := ws.Floats(int(C.ss_lrn_workspace(e.threads, &ls)))
 	yieldSlice()
 	C.ss_lrn_backward(e.isa, e.threads, &ls, fptr(x), fptr(y), fptr(scale), fptr(dy), fptr(dx), fptr(buf), C.ptrdiff_t(len(buf)))
+}
+
+func (e native) DropoutForward(d Dropout, x, y []float32) {
+	checkDropoutForward(d, x, y)
+	e.dropout(d, x, y)
+}
+
+func (e native) DropoutBackward(d Dropout, dy, dx []float32) {
+	checkDropoutBackward(d, dy, dx)
+	e.dropout(d, dy, dx)
+}
+
+func (e native) dropout(d Dropout, in, out []float32) {
+	if len(in) == 0 {
+		return
+	}
+	yieldSlice()
+	C.ss_dropout(e.isa, e.threads, C.ptrdiff_t(len(in)), fptr(in), fptr(out), C.ulonglong(d.Seed),
+		C.ulonglong(d.Offset), C.uint(d.threshold()), C.float(d.scale()))
+}
+
+func bnShape(s BNShape) C.ss_bn_shape {
+	fits32("BN", s.N, s.C)
+	return C.ss_bn_shape{n: C.int(s.N), c: C.int(s.C), hw: C.ptrdiff_t(s.HW), eps: C.float(s.Eps)}
+}
+
+func (e native) BNForwardTrain(s BNShape, x, gamma, beta, y, mean, variance []float32) {
+	checkBNForward("BNForwardTrain", s, x, gamma, beta, mean, variance, y)
+	bs := bnShape(s)
+	yieldSlice()
+	C.ss_bn_forward_train(e.isa, e.threads, &bs, fptr(x), fptr(gamma), fptr(beta), fptr(y), fptr(mean), fptr(variance))
+}
+
+func (e native) BNForwardInfer(s BNShape, x, gamma, beta, mean, variance, y []float32) {
+	checkBNForward("BNForwardInfer", s, x, gamma, beta, mean, variance, y)
+	bs := bnShape(s)
+	yieldSlice()
+	C.ss_bn_forward_infer(e.isa, e.threads, &bs, fptr(x), fptr(gamma), fptr(beta), fptr(mean), fptr(variance), fptr(y))
+}
+
+func (e native) BNBackward(s BNShape, x, gamma, mean, variance, dy, dx, dgamma, dbeta []float32) {
+	checkBNBackward(s, x, gamma, mean, variance, dy, dx, dgamma, dbeta)
+	bs := bnShape(s)
+	yieldSlice()
+	C.ss_bn_backward(e.isa, e.threads, &bs, fptr(x), fptr(gamma), fptr(mean), fptr(variance), fptr(dy), fptr(dx),
+		fptr(dgamma), fptr(dbeta))
+}
+
+func (e native) Add(a, b, y []float32) {
+	checkAdd(a, b, y)
+	if len(a) > 0 {
+		yieldSlice()
+		C.ss_add(e.isa, e.threads, C.ptrdiff_t(len(a)), fptr(a), fptr(b), fptr(y))
+	}
 }
 
 func (e native) FCForward(n, in, out int, x, w, b, y []float32) {

@@ -99,7 +99,8 @@ func TestNativeConvPlans(t *testing.T) {
 	}
 }
 
-// TestLevelsAgree runs pooling, ReLU and LRN, whose variants do the same
+// TestLevelsAgree runs pooling, ReLU, LRN (within and across channels),
+// batch normalisation, Add and dropout, whose variants do the same
 // operations in the same order, at every instruction-set level the CPU
 // runs and checks that each gives the generic level's bits, on the
 // networks' shapes and on shapes off the vector paths (odd sizes,
@@ -164,6 +165,9 @@ func TestLevelsAgree(t *testing.T) {
 		{N: 2, C: 3, H: 16, W: 16, Size: 3, Alpha: 5e-5, Beta: 0.75, K: 1},
 		{N: 1, C: 2, H: 7, W: 13, Size: 5, Alpha: 0.9, Beta: 0.5, K: 2},
 		{N: 1, C: 2, H: 5, W: 6, Size: 3, Alpha: 0.3, Beta: 1, K: 1},
+		{N: 2, C: 9, H: 13, W: 13, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels},
+		{N: 1, C: 4, H: 40, W: 31, Size: 3, Alpha: 0.9, Beta: 0.5, K: 2, Region: kernels.AcrossChannels},
+		{N: 1, C: 5, H: 3, W: 7, Size: 7, Alpha: 0.3, Beta: 1.3, K: 1, Region: kernels.AcrossChannels},
 	} {
 		x, dy := uniform(s.Len()), uniform(s.Len())
 		var want [3][]float32
@@ -181,18 +185,44 @@ func TestLevelsAgree(t *testing.T) {
 			same("LRN dx", kernels.ISAOf(e), dx, want[2])
 		}
 	}
+	for _, s := range []kernels.BNShape{
+		{N: 3, C: 4, HW: 13 * 13, Eps: 1e-5},
+		{N: 1, C: 3, HW: 2 * 7 * 7, Eps: 1e-5},
+		{N: 8, C: 5, HW: 1, Eps: 1e-3},
+	} {
+		x, gamma, beta, dy := uniform(s.Len()), uniform(s.C), uniform(s.C), uniform(s.Len())
+		var want [][]float32
+		for i, e := range engines {
+			got := kerneltest.BNPasses(e, s, x, gamma, beta, dy)
+			if i == 0 {
+				want = got
+				continue
+			}
+			for k := range got {
+				same(fmt.Sprintf("BN output %d %+v", k, s), kernels.ISAOf(e), got[k], want[k])
+			}
+		}
+	}
 	x, dy := uniform(1001), uniform(1001)
-	var want [2][]float32
+	var want [5][]float32
 	for i, e := range engines {
-		y, dx := make([]float32, len(x)), make([]float32, len(x))
+		y, dx, sum, dy1, dx1 := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x)),
+			make([]float32, len(x)), make([]float32, len(x))
 		e.ReLUForward(x, y)
 		e.ReLUBackward(y, dy, dx)
+		e.Add(x, dy, sum)
+		d := kernels.Dropout{Ratio: 0.4, Seed: 5, Offset: 1<<32 - 333}
+		e.DropoutForward(d, x, dy1)
+		e.DropoutBackward(d, dy, dx1)
 		if i == 0 {
-			want = [2][]float32{y, dx}
+			want = [5][]float32{y, dx, sum, dy1, dx1}
 			continue
 		}
 		same("ReLU y", kernels.ISAOf(e), y, want[0])
 		same("ReLU dx", kernels.ISAOf(e), dx, want[1])
+		same("Add", kernels.ISAOf(e), sum, want[2])
+		same("Dropout y", kernels.ISAOf(e), dy1, want[3])
+		same("Dropout dx", kernels.ISAOf(e), dx1, want[4])
 	}
 }
 
@@ -244,6 +274,23 @@ func TestEnginesOwnThreads(t *testing.T) {
 			e.LRNForward(ls, x, make([]float32, ls.Len()), make([]float32, ls.Len()), ws)
 		}},
 		{"ReLUForward", func(e kernels.Engine) { e.ReLUForward(x, make([]float32, len(x))) }},
+		{"Add", func(e kernels.Engine) { e.Add(x, x, make([]float32, len(x))) }},
+		{"DropoutForward", func(e kernels.Engine) { e.DropoutForward(kernels.Dropout{Ratio: 0.5}, x, make([]float32, len(x))) }},
+		{"LRNForward across channels", func(e kernels.Engine) {
+			s := ls
+			s.Region = kernels.AcrossChannels
+			e.LRNForward(s, x, make([]float32, s.Len()), make([]float32, s.Len()), ws)
+		}},
+		{"BNForwardTrain", func(e kernels.Engine) {
+			bs := kernels.BNShape{N: 4, C: 3, HW: 100, Eps: 1e-5}
+			c := make([]float32, bs.C)
+			e.BNForwardTrain(bs, x, c, c, make([]float32, bs.Len()), make([]float32, bs.C), make([]float32, bs.C))
+		}},
+		{"BNBackward", func(e kernels.Engine) {
+			bs := kernels.BNShape{N: 4, C: 3, HW: 100, Eps: 1e-5}
+			c := make([]float32, bs.C)
+			e.BNBackward(bs, x, c, c, c, x, make([]float32, bs.Len()), make([]float32, bs.C), make([]float32, bs.C))
+		}},
 	}
 	for _, op := range ops {
 		// Alternate, so that each call follows the other engine's.

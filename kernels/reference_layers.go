@@ -15,15 +15,15 @@ func (reference) DropoutBackward(d Dropout, dy, dx []float32) {
 	dropout(d, dy, dx)
 }
 
-// dropout writes out[i] = in[i]·scale where d keeps i, else 0.
+// dropout writes out[i] = in[i]·m, m = scale where d keeps i, else 0.
 func dropout(d Dropout, in, out []float32) {
 	scale := d.scale()
 	d.mask(len(in), func(i int, kept bool) {
+		m := float32(0)
 		if kept {
-			out[i] = in[i] * scale
-		} else {
-			out[i] = 0
+			m = scale
 		}
+		out[i] = in[i] * m
 	})
 }
 
@@ -84,7 +84,7 @@ func (reference) BNBackward(s BNShape, x, gamma, mean, variance, dy, dx, dgamma,
 			o := s.at(n, c)
 			for i, g := range dy[o : o+s.HW] {
 				sdy += float64(g)
-				sdyx += float64(g) * float64(x[o+i]-mu)
+				sdyx += float64(g) * (float64(x[o+i]) - float64(mu))
 			}
 		}
 		is := invStd(variance[c], s.Eps)

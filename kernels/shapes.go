@@ -159,7 +159,9 @@ func (s LRNShape) norm() float32 {
 }
 
 // Dropout describes inverted dropout over a tensor of n elements: element
-// i is kept, and scaled by 1/(1−Ratio), or dropped (set to 0), as a pure
+// i is multiplied by its mask value, 1/(1−Ratio) if it is kept or 0 if it
+// is dropped (so a dropped element becomes 0 with its sign, or NaN if it
+// is infinite or NaN, as with PyTorch's x·mask), kept or dropped as a pure
 // function of (Seed, Offset+i), so that backward recomputes the forward's
 // mask instead of storing it, and a tensor split into parts (each with
 // the Offset of its first element) gets the mask it gets whole. The mask
@@ -175,7 +177,8 @@ func (s LRNShape) norm() float32 {
 // z ^= z>>27; z *= 0x94d049bb133111eb; z ^= z>>31) and triple32 is Chris
 // Wellons's 32-bit hash (x ^= x>>17; x *= 0xed5ad4bb; x ^= x>>11;
 // x *= 0xac4c1b51; x ^= x>>15; x *= 0x31848bab; x ^= x>>14), all in
-// unsigned wrap-around arithmetic. The scale is the float32 1/(1−Ratio).
+// unsigned wrap-around arithmetic. The scale 1/(1−Ratio) is computed in
+// float32.
 // Each element is kept with probability 1 − Ratio (within 2^−32),
 // independently of its neighbours as far as statistical tests tell.
 type Dropout struct {

@@ -1,7 +1,8 @@
-/* Convolution (with OpenBLAS, loaded as the Go package loads it) and LRN
- * against loops written from their definitions, with every buffer,
- * workspaces included, exactly as large as the kernels say and guarded,
- * serially and over three threads. Under AddressSanitizer this proves the
+/* Convolution, grouped too (with OpenBLAS, loaded as the Go package loads
+ * it), and LRN within and across channels against loops written from
+ * their definitions, with every buffer, workspaces included, exactly as
+ * large as the kernels say and guarded, serially and over three
+ * threads. Under AddressSanitizer this proves the
  * workspace sizes. Skipped (exit 77) when OpenBLAS cannot be loaded. */
 #include "check.h"
 #include "softsync.h"
@@ -22,31 +23,35 @@ static size_t act(const ss_conv_shape *s, int cs, int hs, int ws, int n, int c, 
 	return (plane * hs + h) * ws + w;
 }
 
+/* test_conv checks a convolution of s.groups groups (0 or 1: one), run
+ * group by group as softsync.h describes: s is one group, c input to oc
+ * output channels of tensors of groups*c and groups*oc channels. */
 static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 {
+	const int G = s.groups > 1 ? s.groups : 1, ct = G * s.c, oct = G * s.oc;
 	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
-	const size_t in = (size_t)s.n * s.c * s.h * s.w, wl = (size_t)s.oc * s.c * s.kh * s.kw;
-	const size_t out = (size_t)s.n * s.oc * oh * ow;
+	const size_t kk = (size_t)s.kh * s.kw, in = (size_t)s.n * ct * s.h * s.w, wl = (size_t)oct * s.c * kk;
+	const size_t out = (size_t)s.n * oct * oh * ow;
 	const int g = ss_conv_group(&s, budget);
 	const size_t wsf = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 1);
 	const size_t wsl = wsf > wsb ? wsf : wsb;
-	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)s.oc), *y = guarded(out);
-	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)s.oc);
+	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)oct), *y = guarded(out);
+	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)oct);
 	float *ws = guarded(wsl);
-	double *wy = zeros(out), *wdx = zeros(in), *wdw = zeros(wl), *wdb = zeros((size_t)s.oc);
+	double *wy = zeros(out), *wdx = zeros(in), *wdw = zeros(wl), *wdb = zeros((size_t)oct);
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
 	for (size_t i = 0; i < wl; i++)
 		w[i] = uniform();
-	for (int i = 0; i < s.oc; i++)
+	for (int i = 0; i < oct; i++)
 		b[i] = uniform();
 	for (size_t i = 0; i < out; i++)
 		dy[i] = uniform();
 	for (int n = 0; n < s.n; n++)
-		for (int o = 0; o < s.oc; o++)
+		for (int o = 0; o < oct; o++)
 			for (int py = 0; py < oh; py++)
 				for (int px = 0; px < ow; px++) {
-					size_t yi = act(&s, s.oc, oh, ow, n, o, py, px);
+					size_t yi = act(&s, oct, oh, ow, n, o, py, px);
 					wy[yi] += b[o];
 					wdb[o] += dy[yi];
 					for (int c = 0; c < s.c; c++)
@@ -55,29 +60,38 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 								int h = py * s.stride_h - s.pad_h + i, ww = px * s.stride_w - s.pad_w + j;
 								if (h < 0 || h >= s.h || ww < 0 || ww >= s.w)
 									continue;
-								size_t xi = act(&s, s.c, s.h, s.w, n, c, h, ww);
-								size_t wi = (((size_t)o * s.c + c) * s.kh + i) * s.kw + j;
+								/* Output channel o reads its group's input channels. */
+								size_t xi = act(&s, ct, s.h, s.w, n, o / s.oc * s.c + c, h, ww);
+								size_t wi = ((size_t)o * s.c + c) * kk + (size_t)i * s.kw + j;
 								wy[yi] += (double)x[xi] * w[wi];
 								wdx[xi] += (double)w[wi] * dy[yi];
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
-	ss_conv_forward(isa, threads, &s, g, method, x, w, b, y, ws, (ptrdiff_t)wsf);
-	check_guards(ws, wsl, "forward workspace");
-	ss_conv_backward(isa, threads, &s, g, method, x, w, dy, dx, dw, db, ws, (ptrdiff_t)wsb);
-	check_guards(ws, wsl, "backward workspace");
+	/* Planes of channel 1 from channel 0's: H*W (OH*OW) apart in NCHW, N
+	 * times that in CNHW. */
+	const size_t xc = (size_t)s.h * s.w * (s.layout == SS_CNHW ? (size_t)s.n : 1);
+	const size_t yc = (size_t)oh * ow * (s.layout == SS_CNHW ? (size_t)s.n : 1);
+	for (int k = 0; k < G; k++) {
+		const size_t xo = (size_t)k * s.c * xc, yo = (size_t)k * s.oc * yc, wo = (size_t)k * s.oc * s.c * kk;
+		ss_conv_forward(isa, threads, &s, g, method, x + xo, w + wo, b + k * s.oc, y + yo, ws, (ptrdiff_t)wsf);
+		check_guards(ws, wsl, "forward workspace");
+		ss_conv_backward(isa, threads, &s, g, method, x + xo, w + wo, dy + yo, dx + xo, dw + wo, db + k * s.oc, ws,
+		                 (ptrdiff_t)wsb);
+		check_guards(ws, wsl, "backward workspace");
+	}
 	for (size_t i = 0; i < out; i++)
-		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "method %d layout %d g=%d y[%zu] = %g, want %g", method, s.layout, g, i, y[i], wy[i]);
+		CHECK(fabs(y[i] - wy[i]) <= 1e-4 * (1 + fabs(wy[i])), "method %d layout %d groups %d g=%d y[%zu] = %g, want %g", method, s.layout, G, g, i, y[i], wy[i]);
 	for (size_t i = 0; i < in; i++)
-		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "method %d layout %d g=%d dx[%zu] = %g, want %g", method, s.layout, g, i, dx[i], wdx[i]);
+		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "method %d layout %d groups %d g=%d dx[%zu] = %g, want %g", method, s.layout, G, g, i, dx[i], wdx[i]);
 	for (size_t i = 0; i < wl; i++)
-		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "method %d layout %d g=%d dw[%zu] = %g, want %g", method, s.layout, g, i, dw[i], wdw[i]);
-	for (int i = 0; i < s.oc; i++)
-		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "method %d layout %d g=%d db[%d] = %g, want %g", method, s.layout, g, i, db[i], wdb[i]);
+		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "method %d layout %d groups %d g=%d dw[%zu] = %g, want %g", method, s.layout, G, g, i, dw[i], wdw[i]);
+	for (int i = 0; i < oct; i++)
+		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "method %d layout %d groups %d g=%d db[%d] = %g, want %g", method, s.layout, G, g, i, db[i], wdb[i]);
 	check_guards(y, out, "y");
 	check_guards(dx, in, "dx");
 	check_guards(dw, wl, "dw");
-	check_guards(db, (size_t)s.oc, "db");
+	check_guards(db, (size_t)oct, "db");
 	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db), release(ws);
 	free(wy), free(wdx), free(wdw), free(wdb);
 }
@@ -132,59 +146,69 @@ static void test_fc(int n, int in, int out)
 	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db);
 }
 
+/* lrn_window returns the sum of v over the elements of the window of
+ * element (q, h, w), q = n*C + c, that lie inside the tensor. */
+static double lrn_window(const ss_lrn_shape *s, size_t q, int h, int w, const double *v)
+{
+	const int r = s->size / 2;
+	double sum = 0;
+	if (s->region == SS_LRN_ACROSS) {
+		const size_t n = q / (size_t)s->c;
+		const int c = (int)(q % (size_t)s->c);
+		for (int k = c - r; k <= c + r; k++)
+			if (k >= 0 && k < s->c)
+				sum += v[((n * (size_t)s->c + (size_t)k) * s->h + h) * s->w + w];
+		return sum;
+	}
+	for (int i = h - r; i <= h + r; i++)
+		for (int j = w - r; j <= w + r; j++)
+			if (i >= 0 && i < s->h && j >= 0 && j < s->w)
+				sum += v[(q * s->h + i) * s->w + j];
+	return sum;
+}
+
 static void test_lrn(ss_lrn_shape s)
 {
 	const size_t n = (size_t)s.n * s.c * s.h * s.w;
 	const size_t wsl = (size_t)ss_lrn_workspace(threads, &s);
+	const double norm = s.region == SS_LRN_ACROSS ? s.size : s.size * s.size;
 	float *x = guarded(n), *y = guarded(n), *sc = guarded(n), *dy = guarded(n), *dx = guarded(n);
 	float *ws = guarded(wsl);
-	double *wsc = zeros(n), *wy = zeros(n);
-	const int r = s.size / 2;
+	double *wsc = zeros(n), *wy = zeros(n), *sq = zeros(n), *t = zeros(n), *tm = zeros(n);
 	for (size_t i = 0; i < n; i++) {
 		x[i] = uniform();
 		dy[i] = uniform();
+		sq[i] = (double)x[i] * x[i];
 	}
 	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
 		for (int h = 0; h < s.h; h++)
 			for (int w = 0; w < s.w; w++) {
-				double sum = 0;
-				for (int i = h - r; i <= h + r; i++)
-					for (int j = w - r; j <= w + r; j++)
-						if (i >= 0 && i < s.h && j >= 0 && j < s.w) {
-							double v = x[(q * s.h + i) * s.w + j];
-							sum += v * v;
-						}
 				size_t k = (q * s.h + h) * s.w + w;
-				wsc[k] = s.k + s.alpha / (s.size * s.size) * sum;
+				wsc[k] = s.k + s.alpha / norm * lrn_window(&s, q, h, w, sq);
 				wy[k] = x[k] * pow(wsc[k], -s.beta);
 			}
 	ss_lrn_forward(isa, threads, &s, x, y, sc, ws, (ptrdiff_t)wsl);
 	for (size_t i = 0; i < n; i++) {
-		CHECK(fabs(sc[i] - wsc[i]) <= 1e-5 * wsc[i], "scale[%zu] = %g, want %g", i, sc[i], wsc[i]);
-		CHECK(fabs(y[i] - wy[i]) <= 1e-5 * (1e-3 + fabs(wy[i])), "y[%zu] = %g, want %g", i, y[i], wy[i]);
+		CHECK(fabs(sc[i] - wsc[i]) <= 1e-5 * wsc[i], "region %d scale[%zu] = %g, want %g", s.region, i, sc[i], wsc[i]);
+		CHECK(fabs(y[i] - wy[i]) <= 1e-5 * (1e-3 + fabs(wy[i])), "region %d y[%zu] = %g, want %g", s.region, i, y[i], wy[i]);
+		t[i] = dy[i] * wy[i] / wsc[i];
+		tm[i] = fabs(t[i]);
 	}
 	ss_lrn_backward(isa, threads, &s, x, y, sc, dy, dx, ws, (ptrdiff_t)wsl);
-	const double c = 2.0 * s.alpha * s.beta / (s.size * s.size);
+	const double c = 2.0 * s.alpha * s.beta / norm;
 	for (size_t q = 0; q < (size_t)s.n * s.c; q++)
 		for (int h = 0; h < s.h; h++)
 			for (int w = 0; w < s.w; w++) {
 				size_t k = (q * s.h + h) * s.w + w;
-				double sum = 0, mag = 0;
-				for (int i = h - r; i <= h + r; i++)
-					for (int j = w - r; j <= w + r; j++)
-						if (i >= 0 && i < s.h && j >= 0 && j < s.w) {
-							size_t p = (q * s.h + i) * s.w + j;
-							sum += dy[p] * wy[p] / wsc[p];
-							mag += fabs(dy[p] * wy[p] / wsc[p]);
-						}
+				const double sum = lrn_window(&s, q, h, w, t), mag = lrn_window(&s, q, h, w, tm);
 				double want = dy[k] * pow(wsc[k], -s.beta) - c * x[k] * sum;
 				CHECK(fabs(dx[k] - want) <= 1e-5 * (fabs(dy[k]) + c * fabs(x[k]) * mag + 1e-6),
-				      "dx[%zu] = %g, want %g", k, dx[k], want);
+				      "region %d dx[%zu] = %g, want %g", s.region, k, dx[k], want);
 			}
 	check_guards(ws, wsl, "LRN workspace");
 	check_guards(y, n, "y"), check_guards(sc, n, "scale"), check_guards(dx, n, "dx");
 	release(x), release(y), release(sc), release(dy), release(dx), release(ws);
-	free(wsc), free(wy);
+	free(wsc), free(wy), free(sq), free(t), free(tm);
 }
 
 int main(void)
@@ -205,14 +229,23 @@ int main(void)
 		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW}, /* LeNet conv2 */
 		{3, 6, 11, 37, 13, 3, 5, 1, 2, 1, 1, SS_NCHW},  /* AVX-512: units across rows, partial tiles */
 		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},    /* AVX-512: padded planes (OW = 16) */
+		/* grouped (each a group's shape; groups last) */
+		{3, 4, 9, 9, 5, 5, 5, 2, 2, 1, 1, SS_NCHW, 2},
+		{2, 2, 9, 8, 3, 3, 2, 1, 0, 2, 1, SS_NCHW, 3},
+		{2, 1, 6, 7, 1, 3, 3, 1, 1, 1, 1, SS_NCHW, 4},
 	};
 	static const ss_lrn_shape lrns[] = {
-		{2, 3, 5, 6, 3, 0.9f, 0.75f, 1.0f},
-		{1, 2, 7, 4, 5, 2.0f, 0.5f, 2.0f},
-		{2, 2, 9, 11, 1, 0.7f, 0.75f, 1.0f},
-		{1, 2, 1, 3, 3, 1.5f, 1.3f, 1.2f},
-		{2, 2, 3, 2, 5, 1.0f, 1.0f, 1.0f},
+		{2, 3, 5, 6, 3, 0.9f, 0.75f, 1.0f, SS_LRN_WITHIN},
+		{1, 2, 7, 4, 5, 2.0f, 0.5f, 2.0f, SS_LRN_WITHIN},
+		{2, 2, 9, 11, 1, 0.7f, 0.75f, 1.0f, SS_LRN_WITHIN},
+		{1, 2, 1, 3, 3, 1.5f, 1.3f, 1.2f, SS_LRN_WITHIN},
+		{2, 2, 3, 2, 5, 1.0f, 1.0f, 1.0f, SS_LRN_WITHIN},
+		{2, 7, 3, 5, 5, 0.9f, 0.75f, 1.0f, SS_LRN_ACROSS},
+		{1, 3, 2, 5, 7, 2.0f, 0.5f, 2.0f, SS_LRN_ACROSS},   /* window wider than the channels */
+		{2, 5, 30, 21, 3, 1.3f, 1.3f, 1.2f, SS_LRN_ACROSS}, /* two blocks of pixels per image */
+		{1, 4, 1, 3, 1, 0.7f, 1.0f, 1.0f, SS_LRN_ACROSS},
 	};
+
 	for (threads = 1; threads <= 3; threads += 2)
 		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
 			ss_threads_init(threads);

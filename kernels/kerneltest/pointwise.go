@@ -176,31 +176,36 @@ func testDropout(t *testing.T, e kernels.Engine) {
 			x := uniform(r, n)
 			kept := naiveKept(d, n)
 			scale := 1 / (1 - d.Ratio)
-			want := make([]float64, n)
+			// Infinities and NaNs too: a dropped element is x·0.
+			x[1], x[2], x[3] = float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())
+			want := make([]float32, n)
 			nk := 0
 			for k := range want {
+				m := float32(0)
 				if kept[k] {
-					want[k] = float64(x[k] * scale)
+					m = scale
 					nk++
 				}
+				want[k] = x[k] * m // 0 with x's sign when dropped
 			}
 			y := output(n)
 			in := freeze("x", x)
 			e.DropoutForward(d, x, y)
 			in.check(t, "DropoutForward")
 			checkTail(t, "y", y, n)
-			approx(t, "y", y, want, nil, 0)
+			sameBits(t, "y", y, want)
 			dx := output(n)
 			e.DropoutBackward(d, x, dx)
 			in.check(t, "DropoutBackward")
 			checkTail(t, "dx", dx, n)
-			approx(t, "dx", dx, want, nil, 0)
+			sameBits(t, "dx", dx, want)
 			xy := append([]float32(nil), x...)
 			e.DropoutForward(d, xy, xy)
-			approx(t, "y (in place)", xy, want, nil, 0)
+			sameBits(t, "y (in place)", xy, want)
 			copy(xy, x)
 			e.DropoutBackward(d, xy, xy)
-			approx(t, "dx (in place)", xy, want, nil, 0)
+			sameBits(t, "dx (in place)", xy, want)
+			x[1], x[2], x[3] = 0.5, -0.5, 0.25
 			p := 1 - float64(d.Ratio)
 			if se := math.Sqrt(p * (1 - p) / float64(n)); math.Abs(float64(nk)/float64(n)-p) > 5*se+1e-12 {
 				t.Errorf("kept %d of %d, want a fraction %g ± %g", nk, n, p, 5*se)

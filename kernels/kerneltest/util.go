@@ -121,6 +121,19 @@ func approx(t testing.TB, what string, got []float32, want, mag []float64, tol f
 	}
 }
 
+// sameBits fails unless got and want hold the same bits (zeros of either
+// sign and NaNs told apart) over want's length.
+func sameBits(t testing.TB, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Errorf("%s[%d] = %g (bits %#x), want %g (bits %#x)", what, i, got[i], math.Float32bits(got[i]),
+				want[i], math.Float32bits(want[i]))
+			return
+		}
+	}
+}
+
 // sumTol is the tolerance for float32 sums of k products, relative to the
 // sum of the products' magnitudes: a few units of roundoff times √k (the
 // typical growth of rounding error); a wrong index or a missed term gives
