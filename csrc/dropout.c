@@ -28,8 +28,10 @@ typedef struct {
 SS_INLINE void dropout_run(const float *x, float *y, ptrdiff_t n, uint32_t c0, uint32_t key,
                            uint32_t threshold, float scale)
 {
-	for (ptrdiff_t i = 0; i < n; i++) {
-		uint32_t h = (c0 + (uint32_t)i) ^ key; /* triple32 */
+	/* A 32-bit counter beside i: deriving it from i costs 64-bit lanes. */
+	uint32_t c = c0;
+	for (ptrdiff_t i = 0; i < n; i++, c++) {
+		uint32_t h = c ^ key; /* triple32 */
 		h ^= h >> 17;
 		h *= 0xed5ad4bbu;
 		h ^= h >> 11;

@@ -56,6 +56,13 @@ func benchImageNet(b *testing.B, e kernels.Engine, name string) {
 	big := randSlice(r, 32*64*112*112)
 	buf := [3][]float32{make([]float32, len(big)), make([]float32, len(big)), make([]float32, len(big))}
 
+	// The yardstick in the same run: Go's copy of the largest tensor
+	// (memmove; 8 bytes per element, read plus written, on the calling
+	// thread whatever the engine's threads).
+	b.Run(name+"/copy-32x64x112x112", func(b *testing.B) {
+		run(b, len(big), 8*len(big), func() { copy(buf[0], big) })
+	})
+
 	// Batch normalisation: ResNet-18's first (64 channels of 112×112,
 	// NCHW; and the same tensor channel-major, passed as one image) and
 	// its last (512 of 7×7). Training forward reads x twice (statistics,

@@ -15,8 +15,9 @@
 //     noblas tag or CGO_ENABLED=0.
 //
 // Threads: the native engine runs GEMMs on OpenBLAS's threads and splits
-// the rest (convolutions, pooling, LRN, ReLU) over a small pool of C
-// threads that sleep between jobs. Each engine owns its thread count
+// the rest (convolutions, pooling, LRN, ReLU, dropout, batch
+// normalisation, Add) over a small pool of C threads that sleep between
+// jobs. Each engine owns its thread count
 // (Config.Threads, reported by Info.Threads and ThreadsOf): a later New
 // with another count leaves the engines already made as they were. The C
 // pool is process-wide and only grows, to the largest count asked for;
@@ -53,7 +54,22 @@
 // matrix either batch-innermost (the group transposed to CHWN so that
 // im2col copies long runs; small images) or image-major (wide output rows
 // copied whole). Fully connected layers of at most 8 rows use direct
-// kernels too, larger ones OpenBLAS.
+// kernels too, larger ones OpenBLAS. A grouped convolution (ConvShape.Group)
+// runs as its groups one after the other, each an ungrouped convolution
+// of the same kernels over its block of channels, addressed through the
+// whole tensors' plane strides: no copies, and the method each group's
+// shape chooses.
+//
+// Normalisation and dropout: batch normalisation sums each channel's
+// values in float64 (eight interleaved lanes per run of a plane, runs in
+// order), so its statistics are the batch's to float32 rounding whatever
+// the batch size; the training pass and the backward pass split over
+// channels, inference over planes. LRN across channels splits a tensor
+// into blocks of pixels of one image and walks the channels once per
+// block. Dropout draws no random numbers: the mask is a hash of each
+// element's position in a seeded stream (see Dropout), the same in both
+// engines, at every level and for every thread count, and recomputed by
+// the backward pass instead of being stored.
 //
 // Instruction sets: the C kernels exist at the levels of package
 // kernels/isa (AVX-512, AVX2, portable code); each engine runs the
