@@ -219,17 +219,17 @@ int main(void)
 		return 77;
 	}
 	static const ss_conv_shape convs[] = {
-		/* n  c  h   w   oc kh kw ph pw sh sw layout */
-		{5, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1, SS_NCHW},
-		{4, 2, 11, 10, 3, 5, 5, 2, 2, 1, 1, SS_NCHW},
-		{3, 3, 9, 9, 2, 3, 2, 0, 1, 2, 3, SS_NCHW},
-		{2, 1, 6, 6, 2, 1, 1, 0, 0, 1, 1, SS_NCHW},
-		{3, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},   /* rows of 2 units and a partial one */
-		{2, 3, 7, 30, 6, 2, 4, 3, 0, 1, 1, SS_NCHW},    /* padding beyond the kernel: dx crops */
-		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW}, /* LeNet conv2 */
-		{3, 6, 11, 37, 13, 3, 5, 1, 2, 1, 1, SS_NCHW},  /* AVX-512: units across rows, partial tiles */
-		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW},    /* AVX-512: padded planes (OW = 16) */
-		/* grouped (each a group's shape; groups last) */
+		/* n  c  h   w   oc kh kw ph pw sh sw layout groups */
+		{5, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1, SS_NCHW, 1},
+		{4, 2, 11, 10, 3, 5, 5, 2, 2, 1, 1, SS_NCHW, 1},
+		{3, 3, 9, 9, 2, 3, 2, 0, 1, 2, 3, SS_NCHW, 1},
+		{2, 1, 6, 6, 2, 1, 1, 0, 0, 1, 1, SS_NCHW, 1},
+		{3, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW, 1},   /* rows of 2 units and a partial one */
+		{2, 3, 7, 30, 6, 2, 4, 3, 0, 1, 1, SS_NCHW, 1},    /* padding beyond the kernel: dx crops */
+		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW, 1}, /* LeNet conv2 */
+		{3, 6, 11, 37, 13, 3, 5, 1, 2, 1, 1, SS_NCHW, 1},  /* AVX-512: units across rows, partial tiles */
+		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW, 1},    /* AVX-512: padded planes (OW = 16) */
+		/* grouped: each a group's shape */
 		{3, 4, 9, 9, 5, 5, 5, 2, 2, 1, 1, SS_NCHW, 2},
 		{2, 2, 9, 8, 3, 3, 2, 1, 0, 2, 1, SS_NCHW, 3},
 		{2, 1, 6, 7, 1, 3, 3, 1, 1, 1, 1, SS_NCHW, 4},

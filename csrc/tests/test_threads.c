@@ -14,9 +14,9 @@ static int isa, blas;
 
 /* A convolution (stride 1, so that levels AVX2 and AVX-512 run their
  * direct kernels), a pooling and an LRN of one set of inputs. */
-static const ss_conv_shape conv = {6, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW};
+static const ss_conv_shape conv = {6, 5, 12, 19, 9, 5, 5, 2, 2, 1, 1, SS_NCHW, 1};
 static const ss_pool_shape pool = {SS_POOL_MAX, 3, 5, 13, 11, 3, 3, 1, 1, 2, 2};
-static const ss_lrn_shape lrn = {3, 4, 9, 11, 5, 0.9f, 0.75f, 1.0f};
+static const ss_lrn_shape lrn = {3, 4, 9, 11, 5, 0.9f, 0.75f, 1.0f, SS_LRN_WITHIN};
 
 enum { CONV_IN = 6 * 5 * 12 * 19, CONV_W = 9 * 5 * 5 * 5, CONV_OUT = 6 * 9 * 12 * 19 };
 enum { POOL_IN = 3 * 5 * 13 * 11, POOL_OUT = 3 * 5 * 7 * 6, LRN_N = 3 * 4 * 9 * 11 };
