@@ -213,7 +213,7 @@ func (e native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 // ss_conv_shape).
 func convShape(s ConvShape) C.ss_conv_shape {
 	sub := s.groupShape()
-	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW(), s.InputLen(), s.OutputLen())
+	fits32("conv", s.N, s.C, s.H, s.W, s.OC, s.C*s.KH*s.KW, s.OutH()*s.OutW())
 	return C.ss_conv_shape{n: C.int(s.N), c: C.int(sub.C), h: C.int(s.H), w: C.int(s.W),
 		oc: C.int(sub.OC), kh: C.int(s.KH), kw: C.int(s.KW), pad_h: C.int(s.PadH), pad_w: C.int(s.PadW),
 		stride_h: C.int(s.StrideH), stride_w: C.int(s.StrideW), layout: C.int(s.Layout), groups: C.int(s.Groups())}
