@@ -57,8 +57,8 @@
 // kernels too, larger ones OpenBLAS. A grouped convolution (ConvShape.Group)
 // runs as its groups one after the other, each an ungrouped convolution
 // of the same kernels over its block of channels, addressed through the
-// whole tensors' plane strides: no copies, and the method each group's
-// shape chooses.
+// whole tensors' plane strides (no gathering of a group's channels), by
+// the method the group's shape chooses.
 //
 // Normalisation and dropout: batch normalisation sums each channel's
 // values in float64 (eight interleaved lanes per run of a plane, runs in
