@@ -49,11 +49,17 @@ const (
 	MsgLeave
 )
 
-var msgTypeNames = [...]string{MsgPush: "push", MsgPull: "pull", MsgJoin: "join", MsgLeave: "leave"}
+// MsgSnapshot is an evaluator's request for the weights of an epoch end
+// (Clock: the epoch, as TypeSnapshot's Timestamp: see wire.go), which a
+// client core sends. The shard server answers it, not the core:
+// Shard.Step rejects it (ErrBadType).
+const MsgSnapshot = MsgType(TypeSnapshot)
 
-// String returns "push", "pull", "join" or "leave".
+var msgTypeNames = [...]string{MsgPush: "push", MsgPull: "pull", MsgJoin: "join", MsgLeave: "leave", MsgSnapshot: "snapshot"}
+
+// String returns "push", "pull", "join", "leave" or "snapshot".
 func (t MsgType) String() string {
-	if t >= MsgPush && int(t) < len(msgTypeNames) {
+	if int(t) < len(msgTypeNames) && msgTypeNames[t] != "" {
 		return msgTypeNames[t]
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
