@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
@@ -33,7 +31,7 @@ type ClientConfig struct {
 	// connection failed (a lost or restarted shard server): it returns a
 	// new connection, retrying as long as it sees fit, or an error that
 	// ends the client's use of that server. nil: a failed connection is
-	// an error of the call that saw it.
+	// an error of the call that saw it, and of every later one.
 	Redial func(ctx context.Context, shard int) (rdma.Conn, error)
 	// OnDelivered, if set, is called with the mini-batch id of each push
 	// (Push's batch, when not 0) once every shard has acknowledged it
@@ -51,81 +49,70 @@ type ClientConfig struct {
 // server share one connection. A Client is used by one goroutine
 // (PullAsync receives on a goroutine of its own).
 //
-// Pull minimum clocks: under softsync the learner's last stamp (weights
-// never go backwards); under hardsync, after a push, the last stamp + 1 (the
-// round must complete). Replies are matched to requests by sequence;
-// replies to older requests are discarded. The client keeps each push
-// until its shard has acknowledged it and resends it on a connection
-// that replaces a failed one (see Push and the package doc, "Runtime").
+// The protocol is the client core's (ClientCore: stamps, sequences,
+// pull clocks, resends, which answer ends which call); Client runs it
+// over rdma connections: it steps the core with each call and each
+// message received, under one lock, sends what the core asks for on each
+// connection in order, replaces the connections that fail
+// (ClientConfig.Redial) and waits for the calls to end. See the package
+// doc, "The client core" and "Runtime".
 //
 // Connection loss: the client repairs a failed connection with
 // ClientConfig.Redial from whichever call sees the failure, the
 // PullAsync goroutine included.
 type Client struct {
-	cfg     ClientConfig
-	links   []*link // the distinct connections
-	byShard []*link // per shard, its connection
-	ranges  []Range
-	stamps  []uint64      // per shard, the stamp of the weights last pulled
-	lives   []uint64      // per shard, the shard's life those weights come from
-	gens    []int         // per shard, the generation of its link those stamps come from
-	reqs    []uint64      // per shard, sequence of the request whose answer is awaited (pull, join, leave, snapshot)
-	pushed  bool          // a push was sent since the last pull
-	n       atomic.Uint64 // messages sent in this incarnation
-	member  atomic.Bool   // the learner is a member: a new connection joins it again first
-	// departed is, per shard, whether it acknowledged the learner's
-	// Leave: a connection replaced during the Leave joins the learner
-	// again only to the shards that have not. Written by Leave and Join
-	// (no asynchronous pull is in flight then), read by restore.
-	departed []bool
-	started  bool // a learner's call was made: member is known (owner only)
-	// feedback is, per shard, the error-feedback residual of the pushes
-	// (TopK): optimizer state of the learner, kept across reconnections.
-	feedback []rdma.Feedback
-	enc      *rdma.Encoder   // selects TopK pushes (Push only)
-	pushes   []atomic.Uint64 // per shard, gradients the learner pushed
-	pf       *prefetcher     // started by the first PullAsync
-	// into is the flat vector the pull or snapshot in progress fills:
-	// the Placement of every connection receives a shard's awaited
-	// weights straight into its range (see place).
-	into    []float32
-	partial partialPush // the push PushReady is sending (owner only)
-	await   awaited     // what the collect in progress waits for
-	recv    *receivers  // started by the first collect over several connections
+	cfg    ClientConfig
+	ranges []Range
+	links  []*link
+	pf     *prefetcher // started by the first PullAsync
+	recv   *receivers  // started by the first collect over several connections
 
-	ackMu   sync.Mutex
-	unacked [][]unacked // per shard, its pushes not acknowledged yet, in sequence order
-	sels    [][]byte    // selection buffers of acknowledged TopK pushes, for reuse
-	// undelivered holds, from push number first on, each push's
-	// mini-batch and the shards that have not acknowledged it.
-	undelivered []delivery
-	first       uint64
-	delivered   []uint64 // scratch of report
+	// mu guards the core, the links' queues (out, head) and what
+	// follows; it is never held while sending, receiving or dialling.
+	mu   sync.Mutex
+	core *ClientCore
+	// over and result are the end of the call in progress (the core's
+	// Done: a pull, join, leave or snapshot), once it has ended.
+	over   bool
+	result error
+	// delivered are the mini-batches the core reported delivered, for
+	// the caller to report (OnDelivered) before its call returns; report
+	// is its scratch.
+	delivered, report []uint64
 
 	statsMu sync.Mutex
 	retired rdma.Stats // traffic of connections replaced by Redial
 }
 
-// link is one connection and the shards it carries. Messages are sent
-// under send, which also takes their sequence numbers: on a connection
-// they leave in the order of their sequences, so that a reply to request
-// s acknowledges the messages sent before it (see Leave). A failed
-// connection is replaced (Redial) under send too; mu guards the fields
-// for readers, and gen counts the replacements, so that of two
-// goroutines that saw the same failure only one redials.
+// link is one connection and the shards it carries (the core's link of
+// the same index). Messages leave in the order the core made them: each
+// event's sends are queued on out, under Client.mu, and whoever sends
+// takes them from the head under send. mu guards the connection and is
+// held while it is replaced, so that a goroutine that needs it waits for
+// the replacement; gen counts the replacements, as the core does. Locks
+// are taken in the order send, mu, Client.mu (the transport's receive
+// lock, under which the Placement runs, before Client.mu too), and
+// Client.mu is never held while taking another.
 type link struct {
+	index  int
+	shards []int
 	send   sync.Mutex
+	out    []outMsg // under Client.mu
+	head   int      // under Client.mu
 	mu     sync.Mutex
 	conn   rdma.Conn
 	gen    int
-	dead   error // Redial gave up: every later use fails with it
-	shards []int
-	left   []int // collectLink's scratch: the shards not answered yet
+	dead   error // the core gave the link up: every later use fails with it
 	// rx hands the link's part of a collect to its receiver goroutine
-	// (links beyond the first), which leaves its result in rej and err.
-	rx  chan *awaited
-	rej []error
+	// (links beyond the first), which leaves its result in err.
+	rx  chan struct{}
 	err error
+}
+
+// outMsg is a message queued for the connection of generation gen.
+type outMsg struct {
+	m   *rdma.Msg
+	gen int
 }
 
 func (l *link) get() (rdma.Conn, int, error) {
@@ -137,12 +124,8 @@ func (l *link) get() (rdma.Conn, int, error) {
 // prefetcher receives the replies of an asynchronous pull on its own
 // goroutine: one request at a time, no allocation per pull.
 type prefetcher struct {
-	req    chan context.Context // a pull to receive into w, under that context
-	w      []float32
+	req    chan context.Context // a pull to receive, under that context
 	done   chan error
-	stamps []uint64      // stamps of the weights being received
-	lives  []uint64      // their shards' lives
-	gens   []int         // and the generations of their links
 	busy   bool          // a pull is in flight (owner goroutine only)
 	exited chan struct{} // closed when the goroutine ends
 }
@@ -154,31 +137,26 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	if len(conns) != cfg.Shards {
 		return nil, param.Fieldf("Shards", "%d shards but %d connections", cfg.Shards, len(conns))
 	}
-	if err := cfg.Codec.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Incarnation > MaxIncarnation {
-		return nil, param.Fieldf("Incarnation", "%d is above the highest a learner can have, %d", cfg.Incarnation, MaxIncarnation)
-	}
 	if cfg.NewMsg == nil {
 		cfg.NewMsg = rdma.NewMsg
 	}
-	rs, err := Ranges(cfg.Total, cfg.Shards)
-	if err != nil {
-		return nil, err
-	}
-	c := &Client{cfg: cfg, ranges: rs, stamps: make([]uint64, cfg.Shards), lives: make([]uint64, cfg.Shards), gens: make([]int, cfg.Shards),
-		reqs: make([]uint64, cfg.Shards), departed: make([]bool, cfg.Shards), feedback: make([]rdma.Feedback, cfg.Shards), pushes: make([]atomic.Uint64, cfg.Shards),
-		unacked: make([][]unacked, cfg.Shards)}
+	c := &Client{cfg: cfg}
+	linkOf := make([]int, len(conns))
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
-			c.links = append(c.links, &link{conn: conn})
+			c.links = append(c.links, &link{index: len(c.links), conn: conn})
 			i = len(c.links) - 1
 		}
 		c.links[i].shards = append(c.links[i].shards, k)
-		c.byShard = append(c.byShard, c.links[i])
+		linkOf[k] = i
 	}
+	core, err := NewClientCore(ClientCoreConfig{Learner: cfg.Learner, Incarnation: cfg.Incarnation, Protocol: cfg.Protocol,
+		Total: cfg.Total, Shards: cfg.Shards, Codec: cfg.Codec, Links: linkOf, Reconnect: cfg.Redial != nil})
+	if err != nil {
+		return nil, err
+	}
+	c.core, c.ranges = core, core.ranges
 	for _, l := range c.links {
 		c.placeInto(l.conn)
 	}
@@ -193,120 +171,143 @@ func (c *Client) placeInto(conn rdma.Conn) {
 	}
 }
 
-// place is the connections' rdma.Placement: the weights answering the
-// request awaited from shard (c.reqs) land in shard's range of c.into;
-// anything else in a buffer of the transport's. It runs on the goroutine
-// receiving the answers (the caller's, or the prefetcher's during an
-// asynchronous pull), which owns c.into and c.reqs meanwhile.
+// place is the connections' rdma.Placement: the weights answering a
+// request the core awaits land where the core says (ClientCore.Place);
+// anything else in a buffer of the transport's.
 func (c *Client) place(t rdma.Type, shard uint32, seq uint64, elems int) []float32 {
-	k := int(shard)
-	if t != TypeWeights || c.into == nil || k >= len(c.reqs) || seq == 0 || seq != c.reqs[k] || elems != c.ranges[k].Len() {
+	if t != TypeWeights {
 		return nil
 	}
-	return c.into[c.ranges[k].Lo:c.ranges[k].Hi]
-}
-
-// fill writes the weights of m, shard k's answer, into w, unless the
-// transport received them there already.
-func (c *Client) fill(w []float32, k int, m *rdma.Msg) {
-	r := c.ranges[k]
-	if r.Len() > 0 && &m.Payload[0] != &w[r.Lo] {
-		copy(w[r.Lo:r.Hi], m.Payload)
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Place(int(shard), seq, elems)
 }
 
 // Stamps returns, per shard, the stamp of the weights last pulled.
-func (c *Client) Stamps() []uint64 { return slices.Clone(c.stamps) }
-
-// msg returns a pooled message of type t for shard with n payload floats;
-// send gives it its sequence number.
-func (c *Client) msg(t MsgType, shard, n int) *rdma.Msg {
-	return wireMsg(c.cfg.NewMsg, t, c.cfg.Learner, shard, 0, 0, n)
+func (c *Client) Stamps() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Stamps()
 }
 
-// nextSeq returns the sequence number of the client's next message, or
-// ErrSeqExhausted.
-func (c *Client) nextSeq() (uint64, error) {
-	k := c.n.Add(1)
-	if k > MaxMessages {
-		return 0, fmt.Errorf("ps client %d: incarnation %d has sent %d messages: %w", c.cfg.Learner, c.cfg.Incarnation, uint64(MaxMessages), ErrSeqExhausted)
+// apply takes the outputs of one event of the core, with c.mu held: it
+// queues each message for its link, keeps the mini-batches delivered for
+// the caller to report and records the end of the call in progress.
+func (c *Client) apply(r *ClientReady) {
+	c.queue(r)
+	switch r.Done {
+	case CallPull, CallJoin, CallLeave, CallSnapshot:
+		c.over, c.result = true, r.Err
 	}
-	return Seq(c.cfg.Incarnation, k), nil
 }
 
-// errRedialed reports a message lost with a connection that was then
-// replaced: the caller sends it again or drops it.
-var errRedialed = errors.New("connection replaced")
+// queue queues the messages of r for their links and keeps its
+// mini-batches delivered, with c.mu held.
+func (c *Client) queue(r *ClientReady) {
+	for i := range r.Sends {
+		s := &r.Sends[i]
+		l := c.links[s.Link]
+		l.out = append(l.out, outMsg{sendMsg(c.cfg.NewMsg, c.cfg.Codec, c.ranges, s), s.Gen})
+	}
+	c.delivered = append(c.delivered, r.Delivered...)
+}
 
-// send sends m, a new message, to its shard's server with the client's
-// next sequence number, and returns that number. When the connection
-// fails and Redial replaces it, m is lost and send returns errRedialed;
-// except for a push (u, its record, not nil), which is queued as
-// unacknowledged before it is sent, and so sent again on the new
-// connection by the repair.
-func (c *Client) send(ctx context.Context, m *rdma.Msg, u *unacked) (uint64, error) {
-	l := c.byShard[m.Shard]
+// step runs one event of the core (ev) under c.mu and applies its
+// outputs; it returns the event's end of a call.
+func (c *Client) step(ev func() ClientReady) (Call, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := ev()
+	c.apply(&r)
+	return r.Done, r.Err
+}
+
+// flush sends the messages queued for every link and returns the first
+// error a send met (see drain).
+func (c *Client) flush(ctx context.Context) error {
+	var first error
+	for _, l := range c.links {
+		if err := c.drain(ctx, l); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// drain sends l's queued messages, in order, each on the connection it
+// was made for; one made for a connection since replaced is dropped (the
+// core restored what the new one needs). A connection that fails is
+// replaced (broken); a message whose Send failed while the connection
+// stays usable (its context ended) is reported to the core (Unsent).
+// It returns the first error: that Send's, or the link's once given up.
+func (c *Client) drain(ctx context.Context, l *link) error {
+	c.mu.Lock()
+	empty := l.head == len(l.out)
+	c.mu.Unlock()
+	if empty {
+		return nil
+	}
 	l.send.Lock()
 	defer l.send.Unlock()
-	conn, gen, err := l.get()
-	if err == nil {
-		m.Seq, err = c.nextSeq()
-	}
-	if err != nil {
-		m.Release()
-		return 0, err
-	}
-	t, shard, seq := m.Type, m.Shard, m.Seq
-	if u != nil {
-		u.seq = seq
-		c.ackMu.Lock()
-		c.unacked[shard] = append(c.unacked[shard], *u)
-		c.ackMu.Unlock()
-	}
-	if err := conn.Send(ctx, m); err != nil {
-		if rerr := c.repairLocked(ctx, l, gen, err); rerr != nil {
-			if u != nil {
-				c.unsent(int(shard), seq)
+	var failed error
+	for {
+		c.mu.Lock()
+		if l.head == len(l.out) {
+			l.out, l.head = l.out[:0], 0
+			c.mu.Unlock()
+			return failed
+		}
+		o := l.out[l.head]
+		l.out[l.head] = outMsg{}
+		l.head++
+		c.mu.Unlock()
+		t, shard, seq := o.m.Type, o.m.Shard, o.m.Seq
+		conn, gen, dead := l.get()
+		if dead != nil || gen != o.gen {
+			o.m.Release()
+			if dead != nil && failed == nil {
+				failed = fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), dead)
 			}
-			return seq, fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), rerr)
+			continue
 		}
-		if u == nil {
-			return seq, errRedialed
+		err := conn.Send(ctx, o.m)
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil || rdma.Recoverable(err):
+			err = fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), err)
+			c.step(func() ClientReady { return c.core.Unsent(l.index, gen, seq, err) })
+		default:
+			if err = c.broken(ctx, l, gen, err); err != nil {
+				err = fmt.Errorf("ps client %d: %s: %w", c.cfg.Learner, describeMsg(t, c.cfg.Learner, shard, seq), err)
+			}
+		}
+		if err != nil && failed == nil {
+			failed = err
 		}
 	}
-	return seq, nil
 }
 
-// repair replaces l's connection of generation gen, which failed with
-// cause, by Redial's; nil if the connection is usable again (replaced
-// here or by another goroutine).
-func (c *Client) repair(ctx context.Context, l *link, gen int, cause error) error {
-	l.send.Lock()
-	defer l.send.Unlock()
-	return c.repairLocked(ctx, l, gen, cause)
-}
-
-// repairLocked is repair with l.send held. A new connection is restored
-// before anything else is sent on it (see restore).
-func (c *Client) repairLocked(ctx context.Context, l *link, gen int, cause error) error {
-	if ctx.Err() != nil || rdma.Recoverable(cause) || c.cfg.Redial == nil {
-		return cause
-	}
-	conn, err := c.redial(ctx, l, gen, cause)
-	if conn == nil {
-		return err
-	}
-	return c.restore(ctx, l, conn)
-}
-
-// redial replaces l's connection of generation gen by Redial's and
-// returns the new one; nil and l's error if Redial gave up or another
-// goroutine replaced it already.
-func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdma.Conn, error) {
+// broken handles the failure (cause) of l's connection of generation
+// gen: unless another goroutine replaced it meanwhile, the core takes
+// the link down, and Redial replaces the connection (the core restores
+// on the new one what the old one carried: LinkUp) or the link is given
+// up. It returns the link's error if it is given up. l.mu is held
+// throughout, so that every goroutine needing the link waits for the
+// new connection.
+func (c *Client) broken(ctx context.Context, l *link, gen int, cause error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gen != gen || l.dead != nil {
-		return nil, l.dead
+		return l.dead
+	}
+	c.mu.Lock()
+	r := c.core.LinkDown(l.index, gen, cause)
+	c.apply(&r)
+	l.dead = c.core.LinkErr(l.index)
+	c.mu.Unlock()
+	if len(r.Dial) == 0 {
+		return l.dead
 	}
 	st := l.conn.Stats()
 	l.conn.Close()
@@ -314,14 +315,20 @@ func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdm
 	c.retired.Add(&st)
 	c.statsMu.Unlock()
 	conn, err := c.cfg.Redial(ctx, l.shards[0])
-	l.gen++
-	if err != nil {
-		l.dead = fmt.Errorf("connection to shards %v lost (%v), not restored: %w", l.shards, cause, err)
-		return nil, l.dead
+	if err == nil {
+		c.placeInto(conn)
 	}
-	l.conn = conn
-	c.placeInto(conn)
-	return conn, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		r = c.core.LinkDead(l.index, err)
+	} else {
+		l.conn, l.gen = conn, l.gen+1
+		r = c.core.LinkUp(l.index)
+	}
+	c.apply(&r)
+	l.dead = c.core.LinkErr(l.index)
+	return l.dead
 }
 
 // Pull asks every shard for its weights and writes them into w (the flat
@@ -331,11 +338,11 @@ func (c *Client) redial(ctx context.Context, l *link, gen int, cause error) (rdm
 // meanwhile are returned, joined and wrapping ErrRejected, after w is
 // filled; transport errors are returned at once.
 func (c *Client) Pull(ctx context.Context, w []float32) error {
-	if err := c.startPull(ctx, w, false); err != nil {
+	if err := c.startCall(ctx, func() ClientReady { return c.core.Pull(w, false) }); err != nil {
 		return err
 	}
-	defer c.report()
-	return c.recvWeights(ctx, w, c.stamps, c.lives, c.gens)
+	defer c.reportDelivered()
+	return c.collect(ctx)
 }
 
 // PullAsync starts a pull like Pull and returns once the requests are
@@ -353,18 +360,13 @@ func (c *Client) Pull(ctx context.Context, w []float32) error {
 // push before WaitPull can return.
 func (c *Client) PullAsync(ctx context.Context, w []float32) error {
 	if c.pf == nil {
-		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), exited: make(chan struct{}), stamps: make([]uint64, c.cfg.Shards),
-			lives: make([]uint64, c.cfg.Shards), gens: make([]int, c.cfg.Shards)}
+		c.pf = &prefetcher{req: make(chan context.Context), done: make(chan error, 1), exited: make(chan struct{})}
 		go c.prefetch()
 	}
-	if c.pf.busy {
-		return fmt.Errorf("ps client %d: PullAsync while a pull is in flight: %w", c.cfg.Learner, ErrInvalidConfig)
-	}
-	if err := c.startPull(ctx, w, true); err != nil {
+	if err := c.startCall(ctx, func() ClientReady { return c.core.Pull(w, true) }); err != nil {
 		return err
 	}
 	c.pf.busy = true
-	c.pf.w = w // read by the prefetcher after it receives ctx
 	c.pf.req <- ctx
 	return nil
 }
@@ -375,15 +377,16 @@ func (c *Client) WaitPull() error {
 	if c.pf == nil || !c.pf.busy {
 		return nil
 	}
-	if err := c.pushing("WaitPull"); err != nil {
+	c.mu.Lock()
+	err := c.core.pushing(CallWaitPull)
+	c.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	err := <-c.pf.done
+	err = <-c.pf.done
 	c.pf.busy = false
-	c.report()
-	copy(c.stamps, c.pf.stamps)
-	copy(c.lives, c.pf.lives)
-	copy(c.gens, c.pf.gens)
+	c.step(c.core.WaitPull)
+	c.reportDelivered()
 	return err
 }
 
@@ -392,190 +395,41 @@ func (c *Client) WaitPull() error {
 func (c *Client) prefetch() {
 	defer close(c.pf.exited)
 	for ctx := range c.pf.req {
-		c.pf.done <- c.recvWeights(ctx, c.pf.w, c.pf.stamps, c.pf.lives, c.pf.gens)
+		c.pf.done <- c.collect(ctx)
 	}
 }
 
-// startPull checks w and sends a pull to every shard. next asks, under
-// hardsync, for the next round's weights whether or not a push was sent.
-func (c *Client) startPull(ctx context.Context, w []float32, next bool) error {
-	if len(w) != c.cfg.Total {
-		return fmt.Errorf("ps client %d: Pull into %d floats, vector has %d: %w", c.cfg.Learner, len(w), c.cfg.Total, ErrInvalidConfig)
+// startCall steps the core with a call that waits for answers (ev) and
+// sends its requests; it returns the call's error if it ended at once
+// (refused: the end of an asynchronous pull in flight is not touched).
+// Otherwise the call is in progress: collect waits for it.
+func (c *Client) startCall(ctx context.Context, ev func() ClientReady) error {
+	c.mu.Lock()
+	r := ev()
+	c.queue(&r)
+	if r.Done == CallNone {
+		c.over, c.result = false, nil
 	}
-	if err := c.idle("Pull"); err != nil {
-		return err
+	c.mu.Unlock()
+	if r.Done != CallNone {
+		return r.Err
 	}
-	c.learner()
-	c.into = w
-	for _, l := range c.links {
-		if err := c.sendPulls(ctx, l, l.shards, c.pushed || next); err != nil {
-			return err
-		}
-	}
-	c.pushed = false
+	c.flush(ctx) // a failure ends the call or is the next receive's to see
 	return nil
 }
 
-// sendPulls sends a pull to each of shards of link l. afterPush asks,
-// under hardsync, for the next round's weights. A shard whose weights
-// came from a connection since replaced asks for any weights (minimum
-// clock 0): its restarted server's clock may be behind the stamp.
-func (c *Client) sendPulls(ctx context.Context, l *link, shards []int, afterPush bool) error {
-	return c.request(ctx, l, shards, func(k, gen int) *rdma.Msg {
-		m := c.msg(MsgPull, k, 0)
-		if c.gens[k] == gen {
-			m.Timestamp = c.stamps[k]
-			if afterPush && c.cfg.Protocol == Hardsync {
-				m.Timestamp++
-			}
-		}
-		return m
-	})
-}
-
-// maxResends bounds how many connections in a row request may see
-// replaced while it sends.
-const maxResends = 8
-
-// request sends each of shards of link l the request mk makes (given the
-// shard and the generation of the connection it goes on), recording its
-// sequence number in c.reqs. If the connection is replaced while it
-// sends, the requests of this call went with it, or may have: all of
-// them go again on the new connection, so that each shard has one whose
-// answer collect waits for (an answer to an earlier one is dropped).
-func (c *Client) request(ctx context.Context, l *link, shards []int, mk func(k, gen int) *rdma.Msg) error {
-	for try := 0; ; try++ {
-		_, gen, err := l.get()
-		if err != nil {
-			return err
-		}
-		for _, k := range shards {
-			if c.reqs[k], err = c.send(ctx, mk(k, gen), nil); err != nil {
-				break
-			}
-		}
-		switch {
-		case err == nil:
-			return nil
-		case !errors.Is(err, errRedialed):
-			return err
-		case try == maxResends:
-			return fmt.Errorf("ps client %d: the connection to shards %v was replaced %d times in a row while sending: %w", c.cfg.Learner, l.shards, try+1, err)
-		}
-	}
-}
-
-// idle returns an error naming call if an asynchronous pull is in
-// flight.
-func (c *Client) idle(call string) error {
-	if c.pf != nil && c.pf.busy {
-		return fmt.Errorf("ps client %d: %s while an asynchronous pull is in flight: %w", c.cfg.Learner, call, ErrInvalidConfig)
-	}
-	return c.pushing(call)
-}
-
-// pushing returns an error if a push is partly sent (PushReady).
-func (c *Client) pushing(call string) error {
-	if c.partial.next > 0 {
-		return fmt.Errorf("ps client %d: %s while the push of mini-batch %d is partly sent: %w", c.cfg.Learner, call, c.partial.batch, ErrInvalidConfig)
-	}
-	return nil
-}
-
-// recvWeights receives every shard's reply to its pull in c.reqs into w
-// and their stamps, lives and link generations into stamps, lives and
-// gens (see collect).
-func (c *Client) recvWeights(ctx context.Context, w []float32, stamps, lives []uint64, gens []int) error {
-	c.await = awaited{req: MsgPull, w: w, stamps: stamps, lives: lives, gens: gens}
-	return c.collect(ctx, &c.await)
-}
-
-// awaited is what a collect call waits for: the answers to the requests
-// of type req in c.reqs, and where they go. It is data, not callbacks, so
-// that the goroutines of collect take nothing from the heap.
-type awaited struct {
-	req    MsgType   // MsgPull, MsgJoin, MsgLeave or snapshotReq
-	epoch  int       // snapshotReq: the epoch asked for
-	w      []float32 // MsgPull, snapshotReq: the vector the weights go into
-	stamps []uint64  // MsgPull, snapshotReq: the weights' stamps
-	lives  []uint64  // MsgPull: their shards' lives
-	gens   []int     // MsgPull: the generations of the links they came on
-}
-
-// snapshotReq is the request kind of a Snapshot (TypeSnapshot).
-const snapshotReq = MsgType(TypeSnapshot)
-
-// what names a's requests in errors.
-func (a *awaited) what() string {
-	if a.req == snapshotReq {
-		return "snapshot"
-	}
-	return a.req.String()
-}
-
-// want is the rdma type of the answers a waits for.
-func (a *awaited) want() rdma.Type {
-	if a.req == MsgJoin || a.req == MsgLeave {
-		return TypeAck
-	}
-	return TypeWeights
-}
-
-// take records m, shard k's answer to a request of a, received on a
-// connection of generation gen.
-func (c *Client) take(a *awaited, k int, m *rdma.Msg, gen int) error {
-	switch a.req {
-	case MsgJoin, MsgLeave:
-		c.departed[k] = a.req == MsgLeave
-		return nil
-	}
-	if len(m.Payload) != c.ranges[k].Len() {
-		return fmt.Errorf("ps client %d: %s: shard %d sent %d weights, its range has %d: %w", c.cfg.Learner, a.what(), k, len(m.Payload), c.ranges[k].Len(), ErrBadLength)
-	}
-	c.fill(a.w, k, m)
-	a.stamps[k] = m.Timestamp
-	if a.req == MsgPull {
-		a.lives[k], a.gens[k] = lifeOf(m), gen
-	}
-	return nil
-}
-
-// ask sends a request of a to each of shards of link l: the first ones of
-// a snapshot, join or leave, and any request sent again on a replaced
-// connection (a pull then as sendPulls without afterPush; startPull sends
-// a pull's first ones).
-func (c *Client) ask(ctx context.Context, a *awaited, l *link, shards []int) error {
-	switch a.req {
-	case MsgPull:
-		return c.sendPulls(ctx, l, shards, false)
-	case snapshotReq:
-		return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg {
-			m := c.msg(0, k, 0)
-			m.Type, m.Timestamp = TypeSnapshot, uint64(a.epoch) // −1: SnapshotNow
-			return m
-		})
-	}
-	return c.request(ctx, l, shards, func(k, _ int) *rdma.Msg { return c.msg(a.req, k, 0) })
-}
-
-// collect receives every shard's answer to its request in c.reqs: a
-// reply of a.want() with the request's Seq, recorded by take with the
-// generation of the connection it came on (take may fail the call). It
-// receives on every connection at once, the first on the caller's
-// goroutine and the others on the receivers' (receivers.go), so that a
-// server never waits for the learner to read another's answer: a reply
-// bigger than the transport's buffers is only sent as fast as it is
-// read. A connection that fails is replaced (Redial) and
-// the requests still unanswered on it are sent again (ask). An answer
-// acknowledges the pushes to its shard sent before the request (acked).
-// Other replies are dropped, except rejections: a rejection of a request
-// ends the call with it (the other connections stop receiving), those of
-// earlier messages are returned, joined and wrapping ErrRejected, once
-// every answer is in.
-func (c *Client) collect(ctx context.Context, a *awaited) error {
+// collect waits for the end of the call in progress: it receives on
+// every connection the call awaits answers on, the first on the
+// caller's goroutine and the others on the receivers' (receivers.go), so
+// that a server never waits for the learner to read another's answer: a
+// reply bigger than the transport's buffers is only sent as fast as it
+// is read. A part that fails stops the others. It returns the call's
+// error: the core's (the end of the call), or, if the call has not
+// ended, the error that stopped the receiving, with which the core
+// cancels it.
+func (c *Client) collect(ctx context.Context) error {
 	if len(c.links) == 1 {
-		rejections, err := c.collectLink(ctx, a, c.links[0])
-		return joinAfter(rejections, err)
+		return c.finish(c.recvLink(ctx, c.links[0]))
 	}
 	if c.recv == nil {
 		c.recv = c.startReceivers()
@@ -583,101 +437,94 @@ func (c *Client) collect(ctx context.Context, a *awaited) error {
 	r := c.recv
 	rctx := r.context(ctx)
 	for _, l := range c.links[1:] {
-		l.rx <- a
+		l.rx <- struct{}{}
 	}
-	rejections, failed := c.collectLink(rctx, a, c.links[0])
+	failed := c.recvLink(rctx, c.links[0])
 	if failed != nil {
 		r.cancel(failed)
 	}
 	for range len(c.links) - 1 {
 		l := <-r.done
-		rejections = append(rejections, l.rej...)
 		if failed == nil {
 			failed = l.err
 		}
-		l.rej, l.err = nil, nil
+		l.err = nil
 	}
 	if cause := context.Cause(rctx); cause != nil && ctx.Err() == nil {
 		failed = cause // the part that failed first; the others were stopped
 	}
-	return joinAfter(rejections, failed)
+	return c.finish(failed)
 }
 
-// collectLink is collect on link l: it returns the rejections of earlier
-// messages it received, and the error that ended it early.
-func (c *Client) collectLink(ctx context.Context, a *awaited, l *link) ([]error, error) {
-	var rejections []error
-	left := append(l.left[:0], l.shards...)
-	defer func() { l.left = left }()
-	for len(left) > 0 {
+// finish returns the end of the call in progress, cancelling it with
+// err if it has not ended.
+func (c *Client) finish(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.over {
+		if err == nil {
+			err = c.core.errorf("the receiving stopped before the call ended")
+		}
+		r := c.core.Cancel(err)
+		c.apply(&r)
+	}
+	return c.result
+}
+
+// recvLink receives on l and steps the core with each message, as long
+// as the call in progress awaits an answer on l. It returns the error
+// that ended the call here (a rejection of its request, say), or that
+// stopped the receiving (ctx ended, a receive failed with l still
+// usable, l given up); nil once nothing is awaited on l.
+func (c *Client) recvLink(ctx context.Context, l *link) error {
+	for {
+		c.mu.Lock()
+		awaits := c.core.Awaits(l.index)
+		c.mu.Unlock()
+		if !awaits {
+			return nil
+		}
 		conn, gen, err := l.get()
 		if err != nil {
-			return rejections, err
+			return err
 		}
 		m, err := conn.Recv(ctx)
 		if err != nil {
-			if rerr := c.repair(ctx, l, gen, err); rerr != nil {
-				return rejections, fmt.Errorf("ps client %d: %s from shards %v: %w", c.cfg.Learner, a.what(), l.shards, rerr)
+			if ctx.Err() != nil || rdma.Recoverable(err) {
+				return fmt.Errorf("ps client %d: receiving from shards %v: %w", c.cfg.Learner, l.shards, err)
 			}
-			if err := c.ask(ctx, a, l, left); err != nil {
-				return rejections, err
+			if err := c.broken(ctx, l, gen, err); err != nil {
+				return err
 			}
+			c.drain(ctx, l) // the new connection's restore
 			continue
 		}
-		k := int(m.Shard)
-		mine := slices.Contains(left, k)
-		switch {
-		case m.Type == rdma.TypeError:
-			err := rejection(m)
-			if mine && m.Seq == c.reqs[k] { // the request itself: no answer will come
-				m.Release()
-				return rejections, err
-			}
-			rejections = append(rejections, err)
-		case m.Type != a.want() || !mine || m.Seq != c.reqs[k]:
-			// a reply to an older request
-		default:
-			if err := c.take(a, k, m, gen); err != nil {
-				m.Release()
-				return rejections, err
-			}
-			c.acked(k, m.Seq)
-			c.reqs[k] = 0 // answered: a duplicate reply is ignored
-			left = slices.DeleteFunc(left, func(x int) bool { return x == k })
+		r, ok := coreReply(m)
+		if !ok {
+			m.Release()
+			continue
 		}
+		done, err := c.step(func() ClientReady { return c.core.Recv(l.index, gen, int(m.Shard), r) })
 		m.Release()
-	}
-	return rejections, nil
-}
-
-// joinAfter returns the rejections and then err, joined; err alone if
-// there are none.
-func joinAfter(rejections []error, err error) error {
-	if len(rejections) == 0 {
-		return err
-	}
-	return errors.Join(append(rejections, err)...)
-}
-
-// rejection returns the error of a shard's error reply: its text, matching
-// ErrRejected, rdma.ErrRemote and the rejection reason (ErrDiverged,
-// ErrNonFinite, …) the text names, so that errors.Is finds the reason on
-// the learner's side too.
-func rejection(m *rdma.Msg) error {
-	err := fmt.Errorf("%w: %w", ErrRejected, m.Err())
-	for _, reason := range rejectionReasons {
-		if strings.Contains(string(m.Data), reason.Error()) {
-			return &reasonError{err, reason}
+		if done != CallNone && err != nil {
+			return err
 		}
 	}
-	return err
 }
 
-// reasonError is an error reply that names a rejection reason.
-type reasonError struct{ err, reason error }
-
-func (e *reasonError) Error() string   { return e.err.Error() }
-func (e *reasonError) Unwrap() []error { return []error{e.err, e.reason} }
+// reportDelivered calls OnDelivered for the mini-batches the core
+// reported delivered, in push order, on the caller's goroutine.
+func (c *Client) reportDelivered() {
+	c.mu.Lock()
+	c.report = append(c.report[:0], c.delivered...)
+	c.delivered = c.delivered[:0]
+	c.mu.Unlock()
+	if c.cfg.OnDelivered != nil {
+		for _, b := range c.report {
+			c.cfg.OnDelivered(b)
+		}
+	}
+}
 
 // Snapshot fills w (the flat vector) with every shard's weights at the end
 // of epoch (≥ 1: the snapshot of the servers' ServerConfig.Snapshots; 0:
@@ -685,18 +532,11 @@ func (e *reasonError) Unwrap() []error { return []error{e.err, e.reason} }
 // are now), waiting until they exist, and returns each shard's stamp. It
 // is an evaluator's request and binds no learner identity.
 func (c *Client) Snapshot(ctx context.Context, epoch int, w []float32) ([]uint64, error) {
-	if len(w) != c.cfg.Total {
-		return nil, fmt.Errorf("ps client: Snapshot into %d floats, vector has %d: %w", len(w), c.cfg.Total, ErrInvalidConfig)
-	}
-	c.into = w
 	stamps := make([]uint64, c.cfg.Shards)
-	c.await = awaited{req: snapshotReq, epoch: epoch, w: w, stamps: stamps}
-	for _, l := range c.links {
-		if err := c.ask(ctx, &c.await, l, l.shards); err != nil {
-			return nil, err
-		}
+	if err := c.startCall(ctx, func() ClientReady { return c.core.Snapshot(epoch, w, stamps) }); err != nil {
+		return nil, err
 	}
-	if err := c.collect(ctx, &c.await); err != nil {
+	if err := c.collect(ctx); err != nil {
 		return nil, err
 	}
 	return stamps, nil
@@ -737,47 +577,10 @@ func (c *Client) Push(ctx context.Context, grad []float32, batch uint64) error {
 // acknowledge it, so OnDelivered reports neither it nor any later push
 // (its mini-batch is not done): a learner stops on that error.
 func (c *Client) PushReady(ctx context.Context, grad []float32, batch uint64, lo int) error {
-	p := &c.partial
-	switch {
-	case len(grad) != c.cfg.Total:
-		return fmt.Errorf("ps client %d: Push of %d floats, vector has %d: %w", c.cfg.Learner, len(grad), c.cfg.Total, ErrInvalidConfig)
-	case p.next > 0 && (&grad[0] != p.grad || batch != p.batch):
-		return fmt.Errorf("ps client %d: Push of mini-batch %d while the push of mini-batch %d is partly sent: %w", c.cfg.Learner, batch, p.batch, ErrInvalidConfig)
-	case p.next == 0:
-		c.learner()
-		*p = partialPush{grad: &grad[0], batch: batch, next: len(c.ranges), push: c.newDelivery(batch)}
+	if _, err := c.step(func() ClientReady { return c.core.Push(grad, batch, lo) }); err != nil {
+		return err
 	}
-	for p.next > 0 && c.ranges[p.next-1].Lo >= lo {
-		k := p.next - 1
-		r := c.ranges[k]
-		c.pushes[k].Add(1)
-		u := unacked{stamp: c.stamps[k], life: c.lives[k], batch: batch, push: p.push, grad: grad[r.Lo:r.Hi]}
-		if c.cfg.Codec.ID == rdma.CodecTopK {
-			var err error
-			if u.sel, err = c.selectTopK(k, u.grad); err != nil {
-				p.next = 0
-				return fmt.Errorf("ps client %d: push to shard %d: %w", c.cfg.Learner, k, err)
-			}
-		}
-		if _, err := c.send(ctx, c.pushMsg(k, &u), &u); err != nil {
-			p.next = 0
-			return err
-		}
-		p.next = k
-	}
-	if p.next == 0 {
-		c.pushed = true
-	}
-	return nil
-}
-
-// partialPush is the push PushReady is sending: shards next and above
-// have their slices sent (next = 0: no push in progress).
-type partialPush struct {
-	grad  *float32 // &grad[0]
-	batch uint64
-	push  uint64 // its number (newDelivery)
-	next  int
+	return c.flush(ctx)
 }
 
 // Pushes returns, per shard, the gradients the learner pushed (Push
@@ -785,11 +588,9 @@ type partialPush struct {
 // connection or a restarted server (the shards' counters tell what
 // became of the others). It may be called from any goroutine.
 func (c *Client) Pushes() []uint64 {
-	n := make([]uint64, len(c.pushes))
-	for k := range c.pushes {
-		n[k] = c.pushes[k].Load()
-	}
-	return n
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Pushes()
 }
 
 // Join announces the learner to every shard again (after a Leave or a
@@ -797,21 +598,11 @@ func (c *Client) Pushes() []uint64 {
 // rejected it: the rejections are returned, wrapping ErrRejected). It
 // must not be called while an asynchronous pull is in flight.
 func (c *Client) Join(ctx context.Context) error {
-	c.started = true
-	clear(c.departed)
-	c.member.Store(true)
-	return c.all(ctx, MsgJoin)
-}
-
-// learner records that the client is a learner's: at its first pull or
-// push the learner is a member (every learner is, at the start of a
-// job), so that a connection replaced from then on joins it again. An
-// evaluator's client, which only asks for snapshots, never joins.
-func (c *Client) learner() {
-	if !c.started {
-		c.started = true
-		c.member.Store(true)
+	if err := c.startCall(ctx, c.core.Join); err != nil {
+		return err
 	}
+	defer c.reportDelivered()
+	return c.collect(ctx)
 }
 
 // Leave tells every shard that the learner is done, or pauses (a later
@@ -821,33 +612,16 @@ func (c *Client) learner() {
 // that connection (its pushes included): connections deliver in order,
 // the shard server steps one connection's messages to a shard in the
 // order they arrive, and the client sends a connection's messages in the
-// order of their sequence numbers. It must not be called while an
-// asynchronous pull is in flight. Once it has returned nil, the
-// learner's pushes are all delivered and it is no member: a connection
-// replaced from then on joins it to no shard, until Join.
+// order the core made them. It must not be called while an asynchronous
+// pull is in flight. Once it has returned nil, the learner's pushes are
+// all delivered and it is no member: a connection replaced from then on
+// joins it to no shard, until Join.
 func (c *Client) Leave(ctx context.Context) error {
-	c.started, c.pushed = true, false
-	if err := c.all(ctx, MsgLeave); err != nil {
+	if err := c.startCall(ctx, c.core.Leave); err != nil {
 		return err
 	}
-	c.member.Store(false)
-	return nil
-}
-
-// all sends a message of type t (join or leave) to every shard and waits
-// for the acknowledgements.
-func (c *Client) all(ctx context.Context, t MsgType) error {
-	if err := c.idle(t.String()); err != nil {
-		return err
-	}
-	c.await = awaited{req: t}
-	defer c.report()
-	for _, l := range c.links {
-		if err := c.ask(ctx, &c.await, l, l.shards); err != nil {
-			return err
-		}
-	}
-	return c.collect(ctx, &c.await)
+	defer c.reportDelivered()
+	return c.collect(ctx)
 }
 
 // Connections returns, per server connection, the shards it carries, the
@@ -897,8 +671,11 @@ func (c *Client) Close() error {
 		}
 		conn := l.conn
 		l.mu.Unlock()
-		errs = append(errs, conn.Close())
+		if conn != nil {
+			errs = append(errs, conn.Close())
+		}
 	}
+	c.step(c.core.Close)
 	if c.pf != nil && c.pf.req != nil {
 		close(c.pf.req)
 		c.pf.req = nil
@@ -908,12 +685,14 @@ func (c *Client) Close() error {
 		c.recv.stop(c.links[1:])
 		c.recv = nil
 	}
-	if c.enc != nil {
-		c.enc.Close()
-		c.enc = nil
+	c.mu.Lock()
+	for _, l := range c.links { // queued messages no writer will send
+		for _, o := range l.out[l.head:] {
+			o.m.Release()
+		}
+		clear(l.out)
+		l.out, l.head = l.out[:0], 0
 	}
+	c.mu.Unlock()
 	return errors.Join(errs...)
 }
-
-// errClientClosed is the error of every use of a link after Close.
-var errClientClosed = fmt.Errorf("ps client closed: %w", rdma.ErrClosed)

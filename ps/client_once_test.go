@@ -232,7 +232,7 @@ func TestClientResendTopK(t *testing.T) {
 		if sh := shards[k]; sh.Gradients != 3 || sh.Duplicates != uint64(k) {
 			t.Fatalf("shard %d: %+v, want 3 gradients and %d duplicate", k, sh, k)
 		}
-		res := c.feedback[k].Residual()
+		res := c.core.feedback[k].Residual()
 		for i := r.Lo; i < r.Hi; i++ {
 			var sum float32
 			for _, gr := range grads {

@@ -526,6 +526,9 @@ func (c *ClientCore) Close() ClientReady {
 	return c.ready
 }
 
+// errClientClosed is the error of every use of a client after Close.
+var errClientClosed = fmt.Errorf("ps client closed: %w", rdma.ErrClosed)
+
 // start makes a call of kind that waits for every shard's answer the
 // call in progress.
 func (c *ClientCore) start(kind Call, w []float32) {

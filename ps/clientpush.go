@@ -5,6 +5,33 @@ import "github.com/softsync/softsync/rdma"
 // The client core's pushes: sending them, keeping them until their shard
 // acknowledges them, and reporting them delivered.
 
+// unacked is a push its shard has not acknowledged: everything a resend
+// carries, and the number of the push it is part of.
+type unacked struct {
+	seq, stamp, life, batch, push uint64
+	// grad is the shard's slice of the pushed gradient: the caller's
+	// memory (see Push), not a copy.
+	grad []float32
+	// sel is, for TopK, the selection the push carries (Send.Sel).
+	sel []byte
+}
+
+// delivery is a push not yet reported delivered: its mini-batch and the
+// shards that have not acknowledged it.
+type delivery struct {
+	batch uint64
+	left  int
+}
+
+// partialPush is the push Push is sending: shards next and above have
+// their slices sent (next = 0: no push in progress).
+type partialPush struct {
+	grad  *float32 // &grad[0]
+	batch uint64
+	push  uint64 // its number (newDelivery)
+	next  int
+}
+
 // Push sends the part of a push of grad (Total floats, averaged over the
 // mini-batch) that grad[lo:] holds: the slice of every shard whose range
 // starts at lo or later and was not sent yet, last shards first, each

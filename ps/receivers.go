@@ -12,9 +12,9 @@ import (
 // allocated per call. They are started by the first collect over several
 // connections and stopped by Close.
 //
-// A collect hands each receiver its part (link.rx), receives on the
-// first connection itself, and then takes every part's result from done.
-// A part that fails ends ctx with its error as the cause, which stops the
+// A collect starts each receiver's part (link.rx), receives on the first
+// connection itself, and then takes every part's result from done. A
+// part that fails ends ctx with its error as the cause, which stops the
 // others.
 type receivers struct {
 	ctx    context.Context // the parts' context, derived from the caller's
@@ -33,10 +33,10 @@ var errCollectOver = errors.New("ps client: collect over")
 func (c *Client) startReceivers() *receivers {
 	r := &receivers{done: make(chan *link, len(c.links))}
 	for _, l := range c.links[1:] {
-		l.rx = make(chan *awaited)
+		l.rx = make(chan struct{})
 		r.wg.Go(func() {
-			for a := range l.rx {
-				l.rej, l.err = c.collectLink(r.ctx, a, l)
+			for range l.rx {
+				l.err = c.recvLink(r.ctx, l)
 				if l.err != nil {
 					r.cancel(l.err)
 				}

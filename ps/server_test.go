@@ -661,7 +661,7 @@ func TestClientTopKFeedback(t *testing.T) {
 	final := g.Weights()
 	rs, _ := Ranges(n, 2)
 	for k, r := range rs {
-		res := c.feedback[k].Residual()
+		res := c.core.feedback[k].Residual()
 		if len(res) != r.Len() {
 			t.Fatalf("shard %d: residual of %d elements, want %d", k, len(res), r.Len())
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 
 	"github.com/softsync/softsync/rdma"
 )
@@ -164,3 +166,72 @@ func ackMsg(to uint32, shard int, clock, seq uint64) *rdma.Msg {
 	m.Type, m.Learner, m.Shard, m.Timestamp, m.Seq = TypeAck, to, uint32(shard), clock, seq
 	return m
 }
+
+// sendMsg returns the rdma message of a client core's Send, from alloc
+// (the network's allocator): a push lends the caller's gradient
+// (BorrowHeld: it stays unchanged until a later request of the same
+// connection has its answer, see Client.Push), or carries its TopK
+// selection scattered into a payload of its shard's range (ranges).
+func sendMsg(alloc func(int) *rdma.Msg, codec rdma.Codec, ranges []Range, s *Send) *rdma.Msg {
+	m := &s.Msg
+	if m.Type != MsgPush {
+		return wireMsg(alloc, m.Type, m.Learner, m.Shard, m.Seq, m.Clock, 0)
+	}
+	var rm *rdma.Msg
+	if s.Sel != nil {
+		rm = wireMsg(alloc, MsgPush, m.Learner, m.Shard, m.Seq, m.Clock, ranges[m.Shard].Len())
+		scatter(rm.Payload, s.Sel)
+	} else {
+		rm = wireMsg(alloc, MsgPush, m.Learner, m.Shard, m.Seq, m.Clock, 0)
+		rm.BorrowHeld(m.Grad)
+	}
+	rm.Codec = codec
+	setPushData(rm, m.Batch, m.Life)
+	return rm
+}
+
+// scatter writes the elements of a TopK selection sel into dst, zero
+// elsewhere.
+func scatter(dst []float32, sel []byte) {
+	clear(dst)
+	n := len(sel) / 8
+	le := binary.LittleEndian
+	for j := range n {
+		dst[le.Uint32(sel[4*j:])] = math.Float32frombits(le.Uint32(sel[4*(n+j):]))
+	}
+}
+
+// coreReply returns the core's form of a message a server sent the
+// client: weights, an acknowledgement or a rejection; false for anything
+// else.
+func coreReply(m *rdma.Msg) (Reply, bool) {
+	switch m.Type {
+	case TypeWeights:
+		return Reply{To: m.Learner, Seq: m.Seq, Clock: m.Timestamp, Life: lifeOf(m), Weights: m.Payload}, true
+	case TypeAck:
+		return Reply{To: m.Learner, Seq: m.Seq, Clock: m.Timestamp, Ack: true}, true
+	case rdma.TypeError:
+		return Reply{To: m.Learner, Seq: m.Seq, Err: rejection(m)}, true
+	}
+	return Reply{}, false
+}
+
+// rejection returns the error of a shard's error reply: its text,
+// matching rdma.ErrRemote and the rejection reason (ErrDiverged,
+// ErrNonFinite, …) the text names, so that errors.Is finds the reason on
+// the learner's side too (the core wraps it in ErrRejected).
+func rejection(m *rdma.Msg) error {
+	err := m.Err()
+	for _, reason := range rejectionReasons {
+		if strings.Contains(string(m.Data), reason.Error()) {
+			return &reasonError{err, reason}
+		}
+	}
+	return err
+}
+
+// reasonError is an error reply that names a rejection reason.
+type reasonError struct{ err, reason error }
+
+func (e *reasonError) Error() string   { return e.err.Error() }
+func (e *reasonError) Unwrap() []error { return []error{e.err, e.reason} }

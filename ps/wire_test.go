@@ -24,7 +24,7 @@ func TestClientSeq(t *testing.T) {
 	}
 	seqs := func(k int) (out []uint64, err error) {
 		for range k {
-			seq, err := c.nextSeq()
+			seq, err := c.core.nextSeq()
 			if err != nil {
 				return out, err
 			}
@@ -32,12 +32,12 @@ func TestClientSeq(t *testing.T) {
 		}
 		return out, nil
 	}
-	c.n.Store(math.MaxUint32 - 1)
+	c.core.n = math.MaxUint32 - 1
 	s, err := seqs(3)
 	if err != nil || !(s[0] < s[1] && s[1] < s[2]) || Incarnation(s[2]) != 3 || s[2] != Seq(3, 1<<32+1) {
 		t.Fatalf("sequences %#x across 2^32 messages (%v)", s, err)
 	}
-	c.n.Store(MaxMessages - 1)
+	c.core.n = MaxMessages - 1
 	if s, err := seqs(2); !errors.Is(err, ErrSeqExhausted) || len(s) != 1 || Incarnation(s[0]) != 3 || s[0] != Seq(3, MaxMessages) {
 		t.Fatalf("the last sequences of a life: %#x, %v; want one, then ErrSeqExhausted", s, err)
 	}
