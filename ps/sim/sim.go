@@ -9,21 +9,25 @@
 //
 // # Model
 //
-// Each learner repeats: send a pull to every shard; when every shard has
-// answered, compute for a drawn time (the gradient itself, if
-// Config.Gradient is set, is computed from the pulled weights at that
-// moment); then push every shard its slice stamped with that shard's reply
-// stamp, and pull again at once. Pull minimum clocks are the learner's last
-// stamp under softsync and last stamp + 1 under hardsync (its own push must
-// be applied first). How many steps a learner takes is set either per
+// Each learner runs the client core of a job's learners (ps.ClientCore,
+// one link per shard), which decides what it sends, and repeats: pull
+// every shard; when every shard has answered, compute for a drawn time
+// (the gradient itself, if Config.Gradient is set, is computed from the
+// pulled weights at that moment); then push every shard its slice, last
+// shards first, and pull again at once. The core stamps each slice with
+// its shard's reply stamp and life, numbers the messages and sets the
+// pulls' minimum clocks (the learner's last stamp under softsync, + 1
+// under hardsync after its push), exactly as a job's learner does (see
+// ps.Client). How many steps a learner takes is set either per
 // learner (Config.Steps) or for the whole job (Config.TotalSteps: before
 // each pull a learner takes one mini-batch from the job's budget, in the
 // order learners ask, as a job's data dispatcher hands them out, so that
 // faster learners take more steps). Each push carries the id of its
 // mini-batch (its place in the job's budget, or step·λ + learner + 1 with
 // Steps) and the life of the shard whose weights the gradient was computed
-// on, as a job's learners push. A learner with no step left sends
-// MsgLeave to every shard. A message takes Config.Latency plus a draw from [0, Jitter); each
+// on, as a job's learners push. A learner with no step left leaves
+// (MsgLeave to every shard; it does not wait for the acknowledgements).
+// A message takes Config.Latency plus a draw from [0, Jitter); each
 // link (learner → shard, shard → learner) stays in order. Events at equal
 // times run in the order they were scheduled.
 //
@@ -175,13 +179,14 @@ func Run(cfg Config) (*Result, error) {
 	}
 	s.steps = make([]uint64, len(rs))
 	for i := range cfg.PS.Learners {
-		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
-			stamps: make([]uint64, len(rs)), lives: make([]uint64, len(rs)), speed: 1}
+		core, err := ps.NewClientCore(ps.ClientCoreConfig{Learner: uint32(i), Protocol: cfg.PS.Protocol, Total: len(cfg.Init), Shards: len(rs)})
+		if err != nil {
+			return nil, err
+		}
+		l := &learner{id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))), speed: 1, core: core,
+			w: make([]float32, len(cfg.Init)), grad: make([]float32, len(cfg.Init))}
 		if cfg.Speed != nil {
 			l.speed = cfg.Speed[i]
-		}
-		if cfg.Gradient != nil {
-			l.w, l.grad = make([]float32, len(cfg.Init)), make([]float32, len(cfg.Init))
 		}
 		s.learners = append(s.learners, l)
 		s.next(l)
@@ -263,17 +268,17 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// learner is a simulated learner: the client core of a job's learner
+// (ps.ClientCore, one link per shard), which keeps its stamps, sequence
+// numbers and pull clocks, and the vectors it pulls into and pushes from.
 type learner struct {
 	id      int
 	rng     *rand.Rand
 	speed   float64
-	step    int      // gradients pushed so far
-	stamps  []uint64 // per shard, stamp of the weights held
-	lives   []uint64 // per shard, the life of the shard they came from
-	batch   uint64   // id of the mini-batch of the current step
-	replies int      // shard replies received for the current pull
-	seq     uint64
-	w, grad []float32 // with Config.Gradient: pulled weights, computed gradient
+	step    int    // gradients pushed so far
+	batch   uint64 // id of the mini-batch of the current step
+	core    *ps.ClientCore
+	w, grad []float32 // pulled weights, computed gradient (zero without Config.Gradient)
 }
 
 type sim struct {
@@ -320,7 +325,21 @@ func (s *sim) deliver(learner, shard int, toShard bool, f func()) {
 // send delivers m to its shard, whose core steps it once served;
 // replies come back to the learners the same way.
 func (s *sim) send(m ps.Msg) {
+	m.Job = s.cfg.PS.Job // as a transport stamps it
 	s.transfer(int(m.Learner), m.Shard, true, s.msgBytes(m), func() { s.serve(m, func() { s.step(m) }) })
+}
+
+// sendAll sends the messages of a learner's client core and returns
+// whether the call it stepped ended, failing the run if it ended with an
+// error (a simulated learner makes no call its core refuses).
+func (s *sim) sendAll(l *learner, r ps.ClientReady) bool {
+	for _, m := range r.Sends {
+		s.send(m.Msg)
+	}
+	if r.Err != nil {
+		s.failed = fmt.Errorf("sim: learner %d: %w", l.id, r.Err)
+	}
+	return r.Done != ps.CallNone && r.Err == nil
 }
 
 // step steps m on its shard and sends the replies.
@@ -348,15 +367,19 @@ func (s *sim) step(m ps.Msg) {
 			continue // the simulated learners do not wait for their leaves
 		}
 		l := s.learners[r.To]
-		if l.w != nil {
-			// The view is only valid during this Step. The learner
-			// is waiting for this reply and reads its weights only
-			// once every shard's has arrived, so they can go to its
-			// buffer now, in place of a copy in flight.
-			copy(l.w[s.ranges[m.Shard].Lo:], r.Weights)
+		// The view is only valid during this Step. The learner is
+		// waiting for this reply and reads its weights only once every
+		// shard's has arrived, so they go where its core places them
+		// now (as a transport receives them straight into the pulled
+		// vector), in place of a copy in flight.
+		if dst := l.core.Place(m.Shard, r.Seq, len(r.Weights)); dst != nil {
+			copy(dst, r.Weights)
+			r.Weights = dst
+		} else {
+			r.Weights = nil
 		}
-		shard, clock, life := m.Shard, r.Clock, r.Life
-		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, clock, life) })
+		shard := m.Shard
+		s.transfer(l.id, shard, false, s.replyBytes(shard), func() { s.receive(l, shard, r) })
 	}
 }
 
@@ -379,26 +402,16 @@ func (s *sim) reload(k int) error {
 	return nil
 }
 
-func (s *sim) msg(t ps.MsgType, l *learner, shard int) ps.Msg {
-	l.seq++
-	return ps.Msg{Type: t, Job: s.cfg.PS.Job, Shard: shard, Learner: uint32(l.id), Seq: l.seq}
-}
-
+// pullAll makes l pull every shard.
 func (s *sim) pullAll(l *learner) {
-	l.replies = 0
-	for k := range s.shards {
-		m := s.msg(ps.MsgPull, l, k)
-		m.Clock = l.stamps[k]
-		if s.cfg.PS.Protocol == ps.Hardsync && l.step > 0 {
-			m.Clock++
-		}
-		s.send(m)
-	}
+	s.sendAll(l, l.core.Pull(l.w, false))
 }
 
-func (s *sim) receive(l *learner, shard int, clock, life uint64) {
-	l.stamps[shard], l.lives[shard] = clock, life
-	if l.replies++; l.replies < len(s.shards) {
+// receive steps l's core with shard's reply; once every shard's is in,
+// l computes its gradient on the weights pulled, and pushes it after its
+// compute time.
+func (s *sim) receive(l *learner, shard int, r ps.Reply) {
+	if !s.sendAll(l, l.core.Recv(shard, 0, shard, r)) {
 		return
 	}
 	if s.cfg.Gradient != nil {
@@ -407,18 +420,12 @@ func (s *sim) receive(l *learner, shard int, clock, life uint64) {
 	s.at(s.cfg.Compute.draw(l.rng)*l.speed+s.codecTime(), func() { s.pushAll(l) })
 }
 
+// pushAll pushes l's gradient to every shard, stamped by its core, and
+// starts its next step. The pushes lend the gradient: it is next written
+// once every shard has answered the next pull, sent after them.
 func (s *sim) pushAll(l *learner) {
 	l.step++
-	for k, r := range s.ranges {
-		m := s.msg(ps.MsgPush, l, k)
-		m.Clock, m.Life, m.Batch = l.stamps[k], l.lives[k], l.batch
-		if l.grad != nil {
-			m.Grad = append([]float32(nil), l.grad[r.Lo:r.Hi]...)
-		} else {
-			m.Grad = make([]float32, r.Len())
-		}
-		s.send(m)
-	}
+	s.sendAll(l, l.core.Push(l.grad, l.batch, 0))
 	s.next(l)
 }
 
@@ -438,9 +445,7 @@ func (s *sim) next(l *learner) {
 		s.pullAll(l)
 		return
 	}
-	for k := range s.shards {
-		s.send(s.msg(ps.MsgLeave, l, k))
-	}
+	s.sendAll(l, l.core.Leave())
 }
 
 type event struct {
