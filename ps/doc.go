@@ -1,7 +1,9 @@
 // Package ps is the parameter server of softsync: the protocol core of one
 // shard (a deterministic state machine), the sharding of the flat weight
 // vector, the shard server that connects cores to a transport, and the
-// learner-side client. The solver update itself is package ps/sgd.
+// learner side: its protocol core (another deterministic state machine)
+// and the client that connects it to the transport. The solver update
+// itself is package ps/sgd.
 //
 // # Shards
 //
@@ -21,7 +23,8 @@
 // outputs (replies to send, updates applied). It has no goroutines, no
 // clocks and no I/O; given the same messages it produces the same outputs
 // and the same weights, bit for bit. The runtime (Server) and the
-// simulator (ps/sim) drive the same core.
+// simulator (ps/sim) drive the same core. The learner side has a core of
+// its own, ClientCore (see "The client core").
 //
 // Messages: MsgPush carries (learner, sequence, stamp j, gradient slice);
 // MsgPull asks for weights with stamp ≥ a minimum clock; MsgJoin and
@@ -319,6 +322,98 @@
 // not counted again, and under hardsync they complete their learner's
 // round (see "Sequences, duplicates and rejections").
 //
+// # The client core
+//
+// ClientCore is the protocol of one learner's side as a state machine:
+// the stamps and lives of the weights it pulled, its sequence numbers,
+// the pushes each shard has not acknowledged, the pull clocks, the call
+// in progress and the answers it waits for, membership and the delivery
+// of mini-batches. Like Shard it has no goroutines, clocks, locks or I/O,
+// reads no map in an order that matters, and gives the same outputs for
+// the same events, bit for bit. Client runs it over rdma connections;
+// ps/sim runs it in virtual time.
+//
+// Links: the shards of one server share a link (ClientCoreConfig.Links),
+// one connection at a time; each connection is a generation of its link,
+// counted from 0, and every message the core makes names the link and
+// generation it is for.
+//
+// Events, each a method returning a ClientReady:
+//
+//   - calls of the learner: Pull (synchronous, or asynchronous: the
+//     prefetch of PullAsync), WaitPull, Push (a whole push or, from
+//     PushReady, a part), Join, Leave, Snapshot, Cancel (the caller gave
+//     the call in progress up), Close;
+//   - messages: Recv(link, gen, shard, reply), a weights reply, an
+//     acknowledgement or a rejection received on a connection;
+//   - the links: LinkDown(link, gen, cause) (a connection broke),
+//     LinkUp(link) (its replacement is in place), LinkDead(link, err)
+//     (it cannot be replaced), Unsent(link, gen, seq, err) (a message
+//     was not sent on a connection still usable).
+//
+// There is no timer: every wait ends with a message, a link's news or
+// the caller's Cancel, and time never enters a decision, so a runtime or
+// a simulator passes none in.
+//
+// Outputs (ClientReady): the messages to send, in order, each for a
+// link and generation; the links to redial (Dial); the mini-batches
+// every shard has acknowledged, in push order (Delivered); the call
+// that ended and its error (Done, Err). A call that waits for answers
+// (a pull, join, leave or snapshot) ends once every shard has answered,
+// or at its first failure: the rejection of one of its requests, weights
+// of the wrong length, a link it needs given up, Cancel, Close.
+// Rejections of earlier messages are reported, joined after the call's
+// own error, by the end of the call in progress or of the next one. A
+// push, a WaitPull and every call refused (the vector of the wrong
+// length, another call in progress, a push partly sent, a link given
+// up) end in their own event. Only one call waits at a time; pushes may
+// be made while an asynchronous pull waits.
+//
+// Ordering guarantees:
+//
+//   - on each connection the messages go in the order the core made
+//     them; its pulls, leaves and snapshots go in the order of their
+//     sequence numbers, and every push of a shard made before such a
+//     request goes before it with a lower number: so an answer to
+//     request s from shard k acknowledges exactly the pushes to k with
+//     numbers below s (a shard steps one connection's messages in
+//     order, see "Runtime");
+//   - on a new connection (LinkUp), before anything else: a join of
+//     each of its shards if the learner is a member (but those that
+//     acknowledged the Leave in progress), then every push those shards
+//     have not acknowledged, in order, as it was first sent (same
+//     sequence, stamp, life and mini-batch), then the requests the call
+//     in progress still awaits there, with new numbers. A request lost
+//     with a connection is therefore always asked again: no call waits
+//     for an answer that cannot come;
+//   - a pull asks each shard for weights no older than the stamp of the
+//     weights last pulled from it (under hardsync, the next round's after
+//     a push or for a prefetch), except a shard whose stamp came from a
+//     connection since replaced, which it asks for any weights (minimum
+//     clock 0): its server may have restarted from a checkpoint behind
+//     that stamp, in another life;
+//   - a push carries the stamps and lives of the last pull that ended
+//     (a prefetch's become current only at WaitPull), the weights the
+//     gradient was computed on;
+//   - a mini-batch is delivered once every shard has answered a request
+//     made after its push on the connection the push last went on: the
+//     shards have stepped it, and a resend can change nothing;
+//   - messages of a replaced connection, and answers to requests no
+//     longer awaited, are ignored.
+//
+// The runtime (Client) steps the core under one lock with each call of
+// its learner and each message it receives, queues the messages each
+// event makes on their connection's queue in order and sends them
+// outside the lock (a message for a replaced generation is dropped:
+// the restore covers it), receives on every connection the call in
+// progress waits on (the caller's goroutine, one receiver goroutine per
+// further connection, the prefetch goroutine), tells the core of broken
+// connections and redials them (ClientConfig.Redial), and returns from a
+// call when the core ends it. Connections receive weights straight where
+// the core places them (ClientCore.Place: the caller's vector), and
+// pushes lend the caller's gradient, so no payload is copied by the
+// client. A simulator steps the same events in virtual time.
+//
 // # Runtime
 //
 // Server runs one or more shard cores behind one rdma.Listener, each core
@@ -326,9 +421,10 @@
 // server (Pull from all shards, Push each shard its slice; PullAsync
 // receives the next weights on a goroutine while the learner computes,
 // and Push keeps stamping with the stamps of the weights the gradient was
-// computed on until WaitPull makes the new ones current). Group runs the
-// servers of a parameter server in one process. wire.go is the one place
-// where core messages meet rdma messages.
+// computed on until WaitPull makes the new ones current), a runtime over
+// a ClientCore. Group runs the servers of a parameter server in one
+// process. wire.go is the one place where core messages meet rdma
+// messages.
 //
 // Identity and membership: a learner's identity (id and incarnation, the
 // top 20 bits of its sequence numbers) is bound to its connection, and a
@@ -346,10 +442,10 @@
 // goroutine before it reads the next, and that goroutine steps them one
 // at a time, so a shard steps the messages of one connection in the order
 // they arrived; the client sends each connection's messages in the order
-// of their sequence numbers (under one lock per connection, which also
-// takes the numbers). So a weights reply or an acknowledgement from shard
-// k answering request s tells the client that shard k has stepped every
-// message it sent shard k on that connection before s.
+// its core made them (see "The client core"). So a weights reply or an
+// acknowledgement from shard k answering request s tells the client that
+// shard k has stepped every message it sent shard k on that connection
+// before s.
 //
 // Resends: the client keeps each push until its shard has acknowledged
 // it that way (a reference to the caller's gradient: see Client.Push).
@@ -358,7 +454,8 @@
 // member (a shard server restarted from a checkpoint may hold it as
 // gone), then resends every push they have not acknowledged, in order,
 // with its sequence, stamp, life and mini-batch, then repeats the
-// requests it was waiting for. A shard ignores the resends it had
+// requests it was waiting for; a connection replaced 8 times in a row
+// with nothing received on it is given up. A shard ignores the resends it had
 // (duplicates) and steps the others. Each Server start draws new shard
 // lives (Server.Lives), so the resends to a server restored from a
 // checkpoint are given up (see "Exactly once"). Server.Consumed tells a
