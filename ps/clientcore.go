@@ -47,7 +47,7 @@ type ClientCore struct {
 	rejections []error
 	partial    partialPush
 	// unacked holds, per shard, its pushes not acknowledged yet, in
-	// sequence order (resend.go).
+	// sequence order (clientpush.go).
 	unacked [][]unacked
 	sels    [][]byte // selection buffers of acknowledged TopK pushes, for reuse
 	// undelivered holds, from push number first on, each push's
@@ -102,13 +102,13 @@ const maxReplaced = 8
 type Call uint8
 
 const (
-	CallNone     Call = iota
-	CallPull          // Pull (synchronous or asynchronous)
-	CallPush          // Push (a whole push or a part of one)
-	CallJoin          // Join
-	CallLeave         // Leave
-	CallSnapshot      // Snapshot
-	CallWaitPull      // WaitPull
+	CallNone     Call = iota // no call ended
+	CallPull                 // Pull (synchronous or asynchronous)
+	CallPush                 // Push (a whole push or a part of one)
+	CallJoin                 // Join
+	CallLeave                // Leave
+	CallSnapshot             // Snapshot
+	CallWaitPull             // WaitPull
 )
 
 var callNames = [...]string{CallNone: "none", CallPull: "pull", CallPush: "push", CallJoin: "join", CallLeave: "leave",

@@ -17,7 +17,7 @@ import "fmt"
 // the vector of the pull or snapshot in progress (unless they lie there
 // already: Place) and their stamp recorded; an acknowledgement of a
 // leave marks the shard departed. It acknowledges every push to that
-// shard sent before the request (resend.go), and the call ends once
+// shard sent before the request (clientpush.go), and the call ends once
 // every shard has answered. A rejection of an awaited request ends the
 // call with it; any other rejection is reported by the end of the call
 // in progress, or of the next one. r.Weights is read during Recv only.
