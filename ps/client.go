@@ -305,8 +305,9 @@ func (c *Client) broken(ctx context.Context, l *link, gen int, cause error) erro
 	r := c.core.LinkDown(l.index, gen, cause)
 	c.apply(&r)
 	l.dead = c.core.LinkErr(l.index)
+	dial := len(r.Dial) > 0
 	c.mu.Unlock()
-	if len(r.Dial) == 0 {
+	if !dial {
 		return l.dead
 	}
 	st := l.conn.Stats()

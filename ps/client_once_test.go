@@ -373,60 +373,71 @@ func (c *deadConn) Send(ctx context.Context, m *rdma.Msg) error {
 	return c.Conn.Send(ctx, m)
 }
 
-// TestClientRequestRedial: a join, a leave or a snapshot request whose
-// send fails on a connection carrying two shards (the connection died
-// before the request to shard 0 or to shard 1 left) is sent again, to
-// both shards, on the connection that replaces it, and the call
-// completes: no shard is left unasked, and no answer is waited for on
-// the new connection to a request that went with the old one.
+// TestClientRequestRedial: a join, a leave or a snapshot request lost
+// with its connection (one carrying two shards), either because the
+// connection died before the request to shard 0 or to shard 1 left (its
+// Send fails) or because it died with the request in flight (its Send
+// succeeded), is sent again, to both shards, on the connection that
+// replaces it, and the call completes: no shard is left unasked, and no
+// answer is waited for on the new connection to a request that went
+// with the old one (a learner once hung in Join that way).
 func TestClientRequestRedial(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		t    rdma.Type
 	}{{"join", rdma.Type(MsgJoin)}, {"leave", rdma.Type(MsgLeave)}, {"snapshot", TypeSnapshot}} {
 		typ := c.t
-		for shard := range 2 {
-			t.Run(fmt.Sprintf("%s/shard %d", c.name, shard), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				cfg := Config{Job: 26, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
-				var conn *deadConn
-				cl, g := wrappedClient(t, ctx, cfg, rdma.Codec{}, func(c rdma.Conn) rdma.Conn {
-					conn = &deadConn{Conn: c, fail: func(m *rdma.Msg) bool { return m.Type == typ && int(m.Shard) == shard }}
-					return conn
-				})
-				w := make([]float32, 64)
-				if err := cl.Pull(ctx, w); err != nil {
-					t.Fatal(err)
-				}
-				var err error
-				switch c.name {
-				case "join":
-					err = cl.Join(ctx)
-				case "leave":
-					err = cl.Leave(ctx)
-				default:
-					_, err = cl.Snapshot(ctx, -1, w)
-				}
-				if err != nil {
-					t.Fatalf("%s across a dead connection: %v", c.name, err)
-				}
-				if !conn.dead.Load() {
-					t.Fatal("the request's send did not fail")
-				}
-				if c.name == "leave" {
-					if err := cl.Join(ctx); err != nil { // the shards saw the leave: a join is answered
+		for _, inFlight := range []bool{false, true} {
+			for shard := range 2 {
+				t.Run(fmt.Sprintf("%s/in flight %v/shard %d", c.name, inFlight, shard), func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					cfg := Config{Job: 26, Learners: 1, Protocol: Softsync, N: 1, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.5}}
+					pick := func(m *rdma.Msg) bool { return m.Type == typ && int(m.Shard) == shard }
+					var lost func() bool
+					cl, g := wrappedClient(t, ctx, cfg, rdma.Codec{}, func(c rdma.Conn) rdma.Conn {
+						if inFlight {
+							conn := &lossyConn{Conn: c, drop: pick}
+							lost = conn.lost.Load
+							return conn
+						}
+						conn := &deadConn{Conn: c, fail: pick}
+						lost = conn.dead.Load
+						return conn
+					})
+					w := make([]float32, 64)
+					if err := cl.Pull(ctx, w); err != nil {
 						t.Fatal(err)
 					}
-				}
-				if err := cl.Leave(ctx); err != nil {
-					t.Fatal(err)
-				}
-				g.Finish()
-				if err := g.Wait(); err != nil {
-					t.Fatal(err)
-				}
-			})
+					var err error
+					switch c.name {
+					case "join":
+						err = cl.Join(ctx)
+					case "leave":
+						err = cl.Leave(ctx)
+					default:
+						_, err = cl.Snapshot(ctx, -1, w)
+					}
+					if err != nil {
+						t.Fatalf("%s across a lost connection: %v", c.name, err)
+					}
+					if !lost() {
+						t.Fatal("the request was not lost")
+					}
+					if c.name == "leave" {
+						if err := cl.Join(ctx); err != nil { // the shards saw the leave: a join is answered
+							t.Fatal(err)
+						}
+					}
+					if err := cl.Leave(ctx); err != nil {
+						t.Fatal(err)
+					}
+					g.Finish()
+					if err := g.Wait(); err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
 		}
 	}
 }
