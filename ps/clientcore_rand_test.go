@@ -34,7 +34,7 @@ import (
 // hangs: a join, leave or snapshot lost with a connection goes again, a
 // pull after a restart asks for weights the restored server has), then a
 // Leave, and every push must have been reported delivered. The same seed
-// gives the same outputs, bit for bit.
+// gives the same outputs, bit for bit (every tenth seed runs twice).
 func TestClientCoreRandom(t *testing.T) {
 	seeds := 300
 	if testing.Short() {
@@ -45,6 +45,9 @@ func TestClientCoreRandom(t *testing.T) {
 			trace := runRandWorld(t, proto, seed)
 			if t.Failed() {
 				return
+			}
+			if seed%10 != 0 {
+				continue
 			}
 			if again := runRandWorld(t, proto, seed); again != trace {
 				t.Fatalf("%v seed %d: a second run gave other outputs", proto, seed)
