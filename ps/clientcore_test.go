@@ -255,6 +255,17 @@ func TestClientCore(t *testing.T) {
 			{ev: evPush(0, 0), want: []string{"0/0 push s1 #5 c0 b0 l1", "0/0 push s0 #6 c0 b0 l1", "done push"}},
 			{ev: evPull(false), want: []string{"0/0 pull s0 #7 c1", "0/0 pull s1 #8 c1"}},
 		}},
+		{name: "hardsync: a push refused ends the pull after it at once", cfg: hardsync(oneLink), steps: []coreStep{
+			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
+			{ev: evWeights(0, 0, 0, 1, 0, 1)},
+			{ev: evWeights(0, 0, 1, 2, 0, 1), want: []string{"done pull"}},
+			{ev: evPush(0, 0), want: []string{"0/0 push s1 #3 c0 b0 l1", "0/0 push s0 #4 c0 b0 l1", "done push"}},
+			{ev: evPull(false), want: []string{"0/0 pull s0 #5 c1", "0/0 pull s1 #6 c1"}},
+			// The round cannot close without the refused gradient: no
+			// answer to this pull will come.
+			{ev: evReject(0, 0, 1, 3, ErrNonFinite), want: []string{"done pull err"}, wantErr: ErrNonFinite},
+			{ev: evWeights(0, 0, 0, 5, 1, 1)}, // an answer to the ended pull: ignored
+		}},
 		{name: "prefetch: pushes carry the stamps of the weights computed on until WaitPull", cfg: hardsync(oneLink), steps: []coreStep{
 			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
 			{ev: evWeights(0, 0, 0, 1, 0, 1)},

@@ -19,8 +19,10 @@ import "fmt"
 // leave marks the shard departed. It acknowledges every push to that
 // shard sent before the request (clientpush.go), and the call ends once
 // every shard has answered. A rejection of an awaited request ends the
-// call with it; any other rejection is reported by the end of the call
-// in progress, or of the next one. r.Weights is read during Recv only.
+// call with it, and so does, under hardsync, the rejection of a push (a
+// pull after it would wait forever: the round cannot close without that
+// gradient); any other rejection is reported by the end of the call in
+// progress, or of the next one. r.Weights is read during Recv only.
 func (c *ClientCore) Recv(link, gen, shard int, r Reply) ClientReady {
 	c.reset()
 	if link < 0 || link >= len(c.links) || gen != c.links[link].gen {
@@ -33,7 +35,11 @@ func (c *ClientCore) Recv(link, gen, shard int, r Reply) ClientReady {
 	switch {
 	case r.Err != nil:
 		err := fmt.Errorf("%w: %w", ErrRejected, r.Err)
-		if mine { // the request itself: no answer will come
+		if mine || c.cfg.Protocol == Hardsync && a.kind != CallNone && !a.over {
+			// The request itself: no answer will come. Under hardsync a
+			// push's rejection too: the round cannot close without the
+			// refused gradient, so the pull after it would never be
+			// answered.
 			c.end(err)
 			return c.ready
 		}

@@ -49,3 +49,17 @@ func TestClusterFailureIdentity(t *testing.T) {
 		t.Errorf("the head's error: %v", err)
 	}
 }
+
+// TestHardsyncRefusal: under hardsync a learner whose gradient its shard
+// refuses (fp16 turns a huge rate's gradient into infinities) fails the
+// job at once with the shard's reason: the round cannot close without
+// that gradient, so its pull is never answered, and a learner once
+// waited for it forever.
+func TestHardsyncRefusal(t *testing.T) {
+	dir := idxFolder(t, 400, 100)
+	_, err := runErrWithin(t, time.Minute, "train", "--data", dir, "--model", "mlp", "--batch", "16", "--epochs", "1",
+		"--lr", "1e6", "--compress", "fp16", "--protocol", "hardsync", "--learners", "2", "--quiet")
+	if !errors.Is(err, ps.ErrNonFinite) || !errors.Is(err, ps.ErrRejected) {
+		t.Fatalf("the job's error: %v, want the shard's refusal (%v)", err, ps.ErrNonFinite)
+	}
+}
