@@ -71,7 +71,8 @@ func TestLoadResumeNonFinite(t *testing.T) {
 
 // TestCheckpointFailuresReported: a job whose first checkpoint cannot be
 // written (its version's folder cannot be made: a file holds its name)
-// goes on, writes the next ones, and its result and report count the
+// goes on (four epochs: a round may still run when one ends), writes the
+// next ones, and its result and report count the
 // failure with its version, epoch, time and error, not only a log line.
 func TestCheckpointFailuresReported(t *testing.T) {
 	train, test := mnistSubset(t, 512, 64)
@@ -84,7 +85,7 @@ func TestCheckpointFailuresReported(t *testing.T) {
 	if err := os.WriteFile(blocked, []byte("not a folder"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 1, Batch: 16, Epochs: 1, Seed: 1,
+	cfg := Config{Spec: spec(t, "mlp"), Engine: engine(t), Train: train, Test: test, Learners: 1, Batch: 16, Epochs: 4, Seed: 1,
 		Protocol: ps.Hardsync, N: 1, Shards: 2, Checkpoints: store, CheckpointEvery: 10, Report: 2 * time.Millisecond,
 		Solver: sgd.Config{LR: 0.05, Momentum: 0.9}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
