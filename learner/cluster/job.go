@@ -226,11 +226,11 @@ func (c *Config) ValidateSettings() error {
 	if c.Spec == nil {
 		return nil
 	}
-	if c.Init != nil && len(c.Init) != c.Spec.NumParams() {
-		return param.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
+	if c.Init != nil && len(c.Init) != c.Spec.VectorLen() {
+		return param.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.VectorLen())
 	}
-	if c.Shards > c.Spec.NumParams() {
-		return param.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.NumParams())
+	if c.Shards > c.Spec.VectorLen() {
+		return param.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.VectorLen())
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func (c *Config) NString() string {
 // re-split onto Shards shards. skipped lists the newer versions passed
 // over.
 func (c *Config) ResumeFrom(store *checkpoint.Store) (skipped []error, err error) {
-	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.NumParams(), c.Shards)
+	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.VectorLen(), c.Shards)
 	if err != nil {
 		return skipped, err
 	}

@@ -61,7 +61,7 @@ func TestSettings(t *testing.T) {
 		"lr-steps": func(c *Config) { c.Solver.LRSteps = nil },
 		"compress": func(c *Config) { c.Codec = rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.01} },
 		"shards":   func(c *Config) { c.Shards = 3 },
-		"load":     func(c *Config) { c.Init = make([]float32, c.Spec.NumParams()) },
+		"load":     func(c *Config) { c.Init = make([]float32, c.Spec.VectorLen()) },
 	} {
 		c := settingsConfig(t)
 		change(&c)
@@ -87,7 +87,7 @@ func TestSettings(t *testing.T) {
 		t.Errorf("a spec file's model setting %q for two specs", m)
 	}
 	load := settingsConfig(t)
-	load.Init, load.InitFile = make([]float32, load.Spec.NumParams()), "w.weights"
+	load.Init, load.InitFile = make([]float32, load.Spec.VectorLen()), "w.weights"
 	if l := load.Settings()["load"]; !strings.HasPrefix(l, "w.weights (") {
 		t.Errorf("load setting %q, want the file and the hash of the weights", l)
 	}
@@ -139,7 +139,7 @@ func TestInitialWeights(t *testing.T) {
 	_, w2, _ := cfg.InitialWeights()
 	cfg.Seed++
 	_, w3, _ := cfg.InitialWeights()
-	if len(w1) != cfg.Spec.NumParams() || !slices.Equal(w1, w2) || slices.Equal(w1, w3) {
+	if len(w1) != cfg.Spec.VectorLen() || !slices.Equal(w1, w2) || slices.Equal(w1, w3) {
 		t.Errorf("initial weights: %d values, the same seed the same: %t, another seed the same: %t", len(w1), slices.Equal(w1, w2), slices.Equal(w1, w3))
 	}
 	if last := layout[len(layout)-1]; last.Offset+last.Len != len(w1) {

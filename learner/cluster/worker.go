@@ -110,7 +110,7 @@ func learnerNets(cfg LearnerConfig, batch int) (nets []*nn.Net, close func(), er
 		}
 	}
 	for range n {
-		g := cfg.Network.NewMsg(cfg.Spec.NumParams())
+		g := cfg.Network.NewMsg(cfg.Spec.VectorLen())
 		held = append(held, g)
 		net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: batch, Workers: cfg.Workers, Grads: g.Payload})
 		if err != nil {
@@ -163,7 +163,7 @@ func (r *worker) ctrl() *ctrl {
 func (r *worker) train(ctx context.Context, w welcome) error {
 	cfg := r.cfg
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
-		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
+		Protocol: cfg.Protocol, Total: cfg.Spec.VectorLen(), Shards: cfg.Shards, Codec: cfg.Codec,
 		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial), OnDelivered: r.delivered})
 	if err != nil {
 		return err

@@ -114,12 +114,28 @@ func TestGradientFiniteDifference(t *testing.T) {
 	})
 }
 
-// TestReLUInPlace checks which ReLUs run in place.
+// TestReLUInPlace checks which ReLUs run in place: not over the caller's
+// images (r0), not over an LRN's output, which its backward pass reads
+// (r1); over a pooling layer's (r2) and a fully connected layer's (r3).
+// Layers before the first with parameters run no backward pass.
 func TestReLUInPlace(t *testing.T) {
 	n := mustNet(t, mustParse(t, oddSpec), kernels.Reference(), 2, 1)
-	want := []bool{false, false, false, false, false, false, true, false, true, false}
-	if r := n.reps[0]; !slices.Equal(r.inPlace, want) || r.firstParam != 2 {
-		t.Fatalf("in place %v, want %v; first layer with parameters %d, want 2", r.inPlace, want, r.firstParam)
+	p := n.reps[0].plan
+	inPlace, back := map[string]bool{}, map[string]bool{}
+	for _, op := range p.ops {
+		if op.layer >= 0 {
+			name := n.spec.Layers[op.layer].Name
+			inPlace[name], back[name] = op.over >= 0, op.back
+		}
+	}
+	want := map[string]bool{"r0": false, "r1": false, "r2": true, "r3": true}
+	for name, w := range want {
+		if inPlace[name] != w {
+			t.Errorf("%s in place: %v, want %v", name, inPlace[name], w)
+		}
+	}
+	if back["r0"] || back["p0"] || !back["c1"] || !back["r2"] {
+		t.Errorf("backward passes %v: want none before c1", back)
 	}
 }
 
