@@ -121,26 +121,32 @@ func (l *dropoutLayer) params() kernels.Dropout {
 	return kernels.Dropout{Ratio: l.ratio, Seed: mix64(*l.seed ^ mix64(l.index+1))}
 }
 
-// run applies f to each contiguous run of the replica's tensor with its
-// offset in the batch's tensor.
-func (l *dropoutLayer) run(x, y []float32, f func(kernels.Dropout, []float32, []float32)) {
+// run applies the kernel (backward: DropoutBackward) to each
+// contiguous run of the replica's tensor with its offset in the batch's
+// tensor.
+func (l *dropoutLayer) run(x, y []float32, backward bool) {
 	d := l.params()
+	f := func(x, y []float32) {
+		if backward {
+			l.e.DropoutBackward(d, x, y)
+		} else {
+			l.e.DropoutForward(d, x, y)
+		}
+	}
 	if !l.cnhw {
 		d.Offset = uint64(l.off * l.perItem)
-		f(d, x, y)
+		f(x, y)
 		return
 	}
 	run := l.n * l.plane
 	for c := range l.c {
 		d.Offset = uint64((c*l.batch + l.off) * l.plane)
-		f(d, x[c*run:(c+1)*run], y[c*run:(c+1)*run])
+		f(x[c*run:(c+1)*run], y[c*run:(c+1)*run])
 	}
 }
 
-func (l *dropoutLayer) forward(x, y []float32) { l.run(x, y, l.e.DropoutForward) }
-func (l *dropoutLayer) backward(_, _, dy, dx []float32) {
-	l.run(dy, dx, l.e.DropoutBackward)
-}
+func (l *dropoutLayer) forward(x, y []float32)          { l.run(x, y, false) }
+func (l *dropoutLayer) backward(_, _, dy, dx []float32) { l.run(dy, dx, true) }
 func (l *dropoutLayer) test(x, y []float32) {
 	if &x[0] != &y[0] {
 		copy(y, x)

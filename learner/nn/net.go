@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/ps/param"
@@ -177,7 +178,7 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 		params: params, grads: grads,
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
-	n.layout = spec.layout()
+	n.layout = slices.Clone(spec.layout())
 	sp := spec.splitBatch(cfg)
 	plans := map[int]*plan{}
 	var bar *barrier

@@ -123,6 +123,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	if err := spec.checkUsed(); err != nil {
 		return nil, err
 	}
+	spec.segs = spec.makeLayout()
 	if n, ok := spec.vectorLen(); !ok || n > MaxTensor {
 		return nil, &specError{file: file, also: ErrTooLarge, msg: fmt.Sprintf("the parameter vector holds %s values (%s), more than the %s a vector may hold",
 			formatCount(n), formatBytes(4*int64(n)), formatCount(MaxTensor))}

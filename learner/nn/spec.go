@@ -158,6 +158,7 @@ type Spec struct {
 	Layers []LayerSpec // in order; the last is the Softmax loss
 	inputs [][]int     // inputs[i]: the layers whose outputs layer i reads; −1 is the input
 	outs   []Shape     // outs[i]: the output of layer i (of the loss: its input, the logits)
+	segs   []param.Segment
 }
 
 // Inputs returns the indices in Layers of the layers whose outputs layer
@@ -369,8 +370,15 @@ func (s *Spec) segments(i int) []segment {
 
 // layout lists the segments of the parameter vector in order: the layers
 // with parameters in the order written, each layer's segments as
-// segments lists them.
+// segments lists them. The caller must not modify it.
 func (s *Spec) layout() []param.Segment {
+	if s.segs == nil { // a Spec not made by Parse
+		return s.makeLayout()
+	}
+	return s.segs
+}
+
+func (s *Spec) makeLayout() []param.Segment {
 	var segs []param.Segment
 	off := 0
 	for i := range s.Layers {
