@@ -21,8 +21,9 @@ import (
 // input (q), an add of one output to itself (s5), batch norm after
 // convolutions (CNHW) and after a fully connected layer (per feature),
 // dropout on CNHW and NCHW tensors and over a relu's output in place,
-// grouped convolution, LRN across channels, global pooling, a
-// convolution without bias. The batch norms' shifts keep the relus'
+// grouped convolution, LRN across channels, global pooling, pooling with
+// floor rounding (where Caffe's ceil rounding gives a row and a column
+// more), a convolution without bias. The batch norms' shifts keep the relus'
 // inputs away from their kinks (for finite differences), not from the
 // relus' paths.
 const graphSpec = `input channels=3 height=8 width=8
@@ -38,8 +39,9 @@ relu r2
 lrn n1 size=3 alpha=0.5 beta=0.75 region=across_channels
 dropout d1 ratio=0.3
 add s2 from=d1,r2
-conv c3 out=6 kernel=3 stride=2 pad=1 weight=gaussian:0.3
-pool q mode=max kernel=2 stride=2 from=input
+pool p2 mode=avg kernel=3 stride=2 pad=1 round=floor
+conv c3 out=6 kernel=3 pad=1 weight=gaussian:0.3
+pool q mode=max kernel=3 stride=2 pad=1 round=floor from=input
 conv c4 out=6 kernel=1 weight=gaussian:0.3
 add s3 from=c3,c4
 pool g1 mode=avg global=true
@@ -85,7 +87,10 @@ func TestGraphFiniteDifference(t *testing.T) {
 		n.Backward()
 		g := slices.Clone(n.Grads())
 		p := n.Params()
-		const eps = 1e-3
+		// A step of 5e-3 keeps float32 rounding in the loss well below
+		// the tolerance; with the relus away from their kinks the
+		// truncation error stays below it too.
+		const eps = 5e-3
 		bad, checked := 0, 0
 		for _, r := range learnable(n.Layout()) {
 			for i := r[0]; i < r[1]; i++ {
@@ -97,7 +102,7 @@ func TestGraphFiniteDifference(t *testing.T) {
 				p[i] = v
 				fd := (lp - lm) / (2 * eps)
 				checked++
-				if math.Abs(fd-float64(g[i])) > 3e-3+2e-2*math.Abs(fd) {
+				if math.Abs(fd-float64(g[i])) > 2e-3+2e-2*math.Abs(fd) {
 					if bad++; bad < 5 {
 						t.Errorf("parameter %d: backward %.6g, finite difference %.6g", i, g[i], fd)
 					}

@@ -69,14 +69,55 @@ func swapPlanes(dst, src []float32, a, b, p int) {
 }
 
 // poolLayer keeps the arg-max mask of max pooling for the backward pass.
+// With floor rounding where the kernel's ceil rounding gives one row or
+// column more (trim set), the kernel writes into trim, whose planes'
+// leading rows and columns are the output, and takes its gradient from
+// trimGrad, the output's gradient with zeros in the row and column more.
 type poolLayer struct {
-	e    kernels.Engine
-	s    kernels.PoolShape
-	mask []int32
+	e              kernels.Engine
+	s              kernels.PoolShape
+	mask           []int32
+	trim, trimGrad []float32
+	oh, ow         int // the output's height and width
 }
 
-func (l *poolLayer) forward(x, y []float32)          { l.e.PoolForward(l.s, x, y, l.mask) }
-func (l *poolLayer) backward(_, _, dy, dx []float32) { l.e.PoolBackward(l.s, dy, l.mask, dx) }
+func (l *poolLayer) forward(x, y []float32) {
+	if l.trim == nil {
+		l.e.PoolForward(l.s, x, y, l.mask)
+		return
+	}
+	l.e.PoolForward(l.s, x, l.trim, l.mask)
+	l.crop(y, l.trim, false)
+}
+
+func (l *poolLayer) backward(_, _, dy, dx []float32) {
+	if l.trim == nil {
+		l.e.PoolBackward(l.s, dy, l.mask, dx)
+		return
+	}
+	l.crop(dy, l.trimGrad, true)
+	l.e.PoolBackward(l.s, l.trimGrad, l.mask, dx)
+}
+
+// crop copies the leading oh×ow block of each of full's planes into
+// out, or back (with zeros elsewhere).
+func (l *poolLayer) crop(out, full []float32, back bool) {
+	fh, fw := l.s.OutH(), l.s.OutW()
+	if back {
+		clear(full)
+	}
+	for p := range l.s.N * l.s.C {
+		for h := range l.oh {
+			f := full[(p*fh+h)*fw : (p*fh+h)*fw+l.ow]
+			o := out[(p*l.oh+h)*l.ow : (p*l.oh+h+1)*l.ow]
+			if back {
+				copy(f, o)
+			} else {
+				copy(o, f)
+			}
+		}
+	}
+}
 
 // reluLayer may run in place (y aliasing x, dx aliasing dy); its backward
 // pass reads only its output y.

@@ -284,7 +284,7 @@ func (n *Net) segs(r *replica, o int, name string, segOf map[string]int) (w, g [
 // newLayer makes op o of plan p for replica r.
 func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedMask []int32) layer {
 	op := &p.ops[o]
-	in := &p.tensors[op.in[0]]
+	in, out := &p.tensors[op.in[0]], &p.tensors[op.out]
 	if op.alias || op.kind == Add {
 		return nil
 	}
@@ -320,7 +320,14 @@ func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedM
 			}
 			mask = mask[:s.OutputLen()]
 		}
-		return &poolLayer{e: n.e, s: s, mask: mask}
+		l := &poolLayer{e: n.e, s: s, mask: mask, oh: out.shape.H, ow: out.shape.W}
+		if op.trim >= 0 {
+			l.trim = r.vals[op.trim]
+		}
+		if op.trimGrad >= 0 {
+			l.trimGrad = r.vals[op.trimGrad]
+		}
+		return l
 	case ReLU:
 		return &reluLayer{e: n.e}
 	case LRN:

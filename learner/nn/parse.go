@@ -441,7 +441,7 @@ func (p *parser) layer(spec *Spec) error {
 			p.setErr("mode must be max or avg, got %q", mode)
 		}
 		if l.Global = p.boolKey("global"); l.Global {
-			for _, k := range []string{"kernel", "stride", "pad"} {
+			for _, k := range []string{"kernel", "stride", "pad", "round"} {
 				if _, ok := p.keys[k]; ok {
 					p.used[k] = true
 					p.setErr("global pooling takes no %s (its window is the whole %d×%d plane)", k, in.H, in.W)
@@ -451,6 +451,13 @@ func (p *parser) layer(spec *Spec) error {
 			l.Kernel = p.intKey("kernel", -1)
 			l.Stride = p.intKey("stride", 1)
 			l.Pad = p.intKey("pad", 0)
+			switch r, _ := p.lookup("round", false); r {
+			case "", "ceil":
+			case "floor":
+				l.Floor = true
+			default:
+				p.setErr("round must be ceil (Caffe's) or floor (PyTorch's), got %q", r)
+			}
 		}
 	case LRN:
 		l.Size = p.intKey("size", 5)
@@ -638,8 +645,8 @@ func outShape(l *LayerSpec, in Shape) Shape {
 		s := convShape(l, in, 1)
 		return Shape{C: l.Out, H: s.OutH(), W: s.OutW()}
 	case Pool:
-		s := poolShape(l, in, 1)
-		return Shape{C: in.C, H: s.OutH(), W: s.OutW()}
+		h, w := poolOut(l, in)
+		return Shape{C: in.C, H: h, W: w}
 	case FC:
 		return Shape{C: l.Out, H: 1, W: 1}
 	}

@@ -55,6 +55,10 @@ type op struct {
 	alias   bool  // the output is its input's value and nothing is computed (a layout change that copies nothing; dropout in a plan for testing only)
 	back    bool  // runs backward (training): the gradient of its output is needed
 	scale   int   // LRN: the value of its scale; −1 otherwise
+	// trim, trimGrad: pooling with floor rounding where the kernel's
+	// ceil rounding gives a row or column more: the values of the
+	// kernel's output and of its gradient; −1 otherwise.
+	trim, trimGrad int
 	fwdTime int
 }
 
@@ -194,7 +198,7 @@ func (p *plan) graph() {
 // addOp appends o, whose output has shape sh in layout cnhw, and returns
 // its output tensor.
 func (p *plan) addOp(o op, sh Shape, cnhw bool) int {
-	o.out, o.over, o.scale, o.fwdTime = len(p.tensors), -1, -1, len(p.ops)
+	o.out, o.over, o.scale, o.trim, o.trimGrad, o.fwdTime = len(p.tensors), -1, -1, -1, -1, len(p.ops)
 	p.tensors = append(p.tensors, tensor{shape: sh, cnhw: cnhw, len: p.n * sh.Len(), producer: len(p.ops), value: -1, grad: -1})
 	for _, t := range o.in {
 		p.tensors[t].consumers = append(p.tensors[t].consumers, len(p.ops))
@@ -285,8 +289,20 @@ func (p *plan) forwardValues() {
 				p.touch(op.scale, p.bwdTime(o))
 			}
 		}
-		if op.kind == Pool && p.spec.Layers[op.layer].Mode == kernels.MaxPool {
-			p.masks[o] = out.len
+		if op.kind == Pool {
+			l := &p.spec.Layers[op.layer]
+			ks := poolShape(l, p.tensors[op.in[0]].shape, p.n)
+			if ks.OutH() != out.shape.H || ks.OutW() != out.shape.W {
+				op.trim = p.newValue(ks.OutputLen())
+				p.touch(op.trim, o)
+				if op.back {
+					op.trimGrad = p.newValue(ks.OutputLen())
+					p.touch(op.trimGrad, p.bwdTime(o))
+				}
+			}
+			if l.Mode == kernels.MaxPool {
+				p.masks[o] = ks.OutputLen()
+			}
 		}
 	}
 	if !p.train {

@@ -112,6 +112,7 @@ type LayerSpec struct {
 	Group               int              // conv: groups (≥ 1), dividing the input and output channels
 	Mode                kernels.PoolMode // pool: kernels.MaxPool or kernels.AvgPool
 	Global              bool             // pool: the window is the whole input plane
+	Floor               bool             // pool: PyTorch's floor rounding of the output size instead of Caffe's ceil
 
 	Size           int               // lrn: window side or channels (odd)
 	Alpha, Beta, K float32           // lrn: see Region
@@ -447,12 +448,25 @@ func convShape(l *LayerSpec, in Shape, n int) kernels.ConvShape {
 		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride, Group: l.Group}
 }
 
+// poolShape is the kernel's shape of pooling layer l: with Caffe's ceil
+// rounding, which may give one row or column more than l's output with
+// floor rounding (poolOut).
 func poolShape(l *LayerSpec, in Shape, n int) kernels.PoolShape {
 	if l.Global {
 		return kernels.PoolShape{Mode: l.Mode, N: n, C: in.C, H: in.H, W: in.W, KH: in.H, KW: in.W, StrideH: 1, StrideW: 1}
 	}
 	return kernels.PoolShape{Mode: l.Mode, N: n, C: in.C, H: in.H, W: in.W, KH: l.Kernel, KW: l.Kernel,
 		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride}
+}
+
+// poolOut is the output height and width of pooling layer l on input in:
+// the kernel's, or with floor rounding ⌊(H + 2·pad − kernel)/stride⌋ + 1.
+func poolOut(l *LayerSpec, in Shape) (h, w int) {
+	s := poolShape(l, in, 1)
+	if !l.Floor || l.Global {
+		return s.OutH(), s.OutW()
+	}
+	return (in.H+2*l.Pad-l.Kernel)/l.Stride + 1, (in.W+2*l.Pad-l.Kernel)/l.Stride + 1
 }
 
 // Format writes the spec back in the spec format, every key explicit.
@@ -476,10 +490,14 @@ func (s *Spec) Format() []byte {
 			if l.Mode == kernels.AvgPool {
 				mode = "avg"
 			}
+			round := "ceil"
+			if l.Floor {
+				round = "floor"
+			}
 			if l.Global {
 				fmt.Fprintf(&b, " mode=%s global=true", mode)
 			} else {
-				fmt.Fprintf(&b, " mode=%s kernel=%d stride=%d pad=%d", mode, l.Kernel, l.Stride, l.Pad)
+				fmt.Fprintf(&b, " mode=%s kernel=%d stride=%d pad=%d round=%s", mode, l.Kernel, l.Stride, l.Pad, round)
 			}
 		case LRN:
 			region := "within_channel"

@@ -144,6 +144,7 @@ func TestSpecErrors(t *testing.T) {
 		{head + "fc out=4 weight=uniform:0\nsoftmax\n", "x.net:2: fc: weight: uniform bound must be > 0"},
 		{head + "pool mode=avg global=true kernel=2\nfc out=2\nsoftmax\n", "x.net:2: pool: global pooling takes no kernel"},
 		{head + "pool mode=avg global=yes\nfc out=2\nsoftmax\n", `x.net:2: pool: global must be true or false, got "yes"`},
+		{head + "pool mode=avg kernel=2 round=up\nfc out=2\nsoftmax\n", `x.net:2: pool: round must be ceil (Caffe's) or floor (PyTorch's), got "up"`},
 		// Sizes that cannot be allocated, before anything is.
 		{head + "fc fc1 out=2000000000\nsoftmax\n", "x.net:2: fc: fc1: 1,568,000,000,000 weights (5.7 TiB), more than the 2,147,483,647 values a tensor may hold"},
 		{head + "conv c out=100000 kernel=28\nconv d out=100000 kernel=1\nsoftmax\n", "x.net:3: conv: d: 10,000,000,000 weights (37.3 GiB)"},
