@@ -13,23 +13,28 @@ import (
 
 func TestBuiltins(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		params  int
-		classes int
-		input   Shape
-		layers  int
+		name          string
+		params, state int
+		classes       int
+		input         Shape
+		layers        int
 	}{
-		// Counts published with the networks (Caffe, the paper).
-		{"lenet", 431080, 10, Shape{1, 28, 28}, 8},
-		{"cifar10_full", 89578, 10, Shape{3, 32, 32}, 13},
-		{"mlp", 784*64 + 64 + 64*10 + 10, 10, Shape{1, 28, 28}, 4},
+		// Counts published with the networks (Caffe, the paper,
+		// torchvision); resnet18's state is two running statistics per
+		// channel of its 20 batch norms: 2·(64 + 4·64 + 5·128 + 5·256 +
+		// 5·512).
+		{"lenet", 431080, 0, 10, Shape{1, 28, 28}, 8},
+		{"cifar10_full", 89578, 0, 10, Shape{3, 32, 32}, 13},
+		{"mlp", 784*64 + 64 + 64*10 + 10, 0, 10, Shape{1, 28, 28}, 4},
+		{"alexnet", 60965224, 0, 1000, Shape{3, 227, 227}, 23},
+		{"resnet18", 11689512, 9600, 1000, Shape{3, 224, 224}, 69},
 	} {
 		s, err := Builtin(c.name)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if got := s.NumParams(); got != c.params {
-			t.Errorf("%s: %d parameters, want %d", c.name, got, c.params)
+		if got := s.NumParams(); got != c.params || s.NumState() != c.state || s.VectorLen() != c.params+c.state {
+			t.Errorf("%s: %d parameters and %d state values in a vector of %d, want %d and %d", c.name, got, s.NumState(), s.VectorLen(), c.params, c.state)
 		}
 		if s.Classes() != c.classes || s.Input != c.input || len(s.Layers) != c.layers {
 			t.Errorf("%s: classes %d input %v layers %d", c.name, s.Classes(), s.Input, len(s.Layers))
@@ -46,7 +51,7 @@ func TestBuiltins(t *testing.T) {
 			t.Errorf("%s: Format/Parse round trip differs:\n%s", c.name, s.Format())
 		}
 	}
-	if _, err := Builtin("alexnet"); !errors.Is(err, ErrUnknownNet) {
+	if _, err := Builtin("vgg16"); !errors.Is(err, ErrUnknownNet) {
 		t.Fatalf("unknown built-in: %v", err)
 	}
 }
