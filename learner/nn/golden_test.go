@@ -37,7 +37,7 @@ type goldenManifest struct {
 	// pass's dropout masks (Net.SetSeed).
 	EvalLogits  string `json:"eval_logits"`
 	DropoutSeed uint64 `json:"dropout_seed"`
-	Params []struct {
+	Params      []struct {
 		Name  string `json:"name"`
 		Shape []int  `json:"shape"`
 		File  string `json:"file"`

@@ -47,19 +47,19 @@ type plan struct {
 
 // op is one operation of a plan.
 type op struct {
-	layer   int   // index in spec.Layers; −1 for a layout change
-	kind    Kind  // spec.Layers[layer].Kind; 0 for a layout change
-	in      []int // input tensors
-	out     int   // output tensor
-	over    int   // the input whose value the output overwrites in place; −1 for none
-	alias   bool  // the output is its input's value and nothing is computed (a layout change that copies nothing; dropout in a plan for testing only)
-	back    bool  // runs backward (training): the gradient of its output is needed
-	scale   int   // LRN: the value of its scale; −1 otherwise
+	layer int   // index in spec.Layers; −1 for a layout change
+	kind  Kind  // spec.Layers[layer].Kind; 0 for a layout change
+	in    []int // input tensors
+	out   int   // output tensor
+	over  int   // the input whose value the output overwrites in place; −1 for none
+	alias bool  // the output is its input's value and nothing is computed (a layout change that copies nothing; dropout in a plan for testing only)
+	back  bool  // runs backward (training): the gradient of its output is needed
+	scale int   // LRN: the value of its scale; −1 otherwise
 	// trim, trimGrad: pooling with floor rounding where the kernel's
 	// ceil rounding gives a row or column more: the values of the
 	// kernel's output and of its gradient; −1 otherwise.
 	trim, trimGrad int
-	fwdTime int
+	fwdTime        int
 }
 
 // tensor is one activation a plan passes between operations.
