@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps/checkpoint"
@@ -158,16 +157,12 @@ func (c *Config) InitialWeights() ([]param.Segment, []float32, error) {
 	if c.Spec == nil {
 		return nil, nil, param.Fieldf("Spec", "no network")
 	}
-	net, err := nn.New(c.Spec, kernels.Reference(), nn.Config{Batch: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer net.Close()
 	if c.Init != nil {
-		return net.Layout(), c.Init, nil
+		return c.Spec.Layout(), c.Init, nil
 	}
-	net.Init(c.Seed)
-	return net.Layout(), slices.Clone(net.Params()), nil
+	w := make([]float32, c.Spec.VectorLen())
+	c.Spec.Init(w, c.Seed)
+	return c.Spec.Layout(), w, nil
 }
 
 // WeightsCodec returns the codec of the weights the shards send: the

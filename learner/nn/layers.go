@@ -224,7 +224,8 @@ type bnLayer struct {
 	local             []float32 // with sync: this worker's mean and variance, then the correction's scale and shift
 	sync              *bnSync
 	worker            int
-	count, batchCount float64 // values per channel: this replica's, the whole batch's
+	limit             *float32 // the Net's bound of the statistics written (SetStateLimit)
+	count, batchCount float64  // values per channel: this replica's, the whole batch's
 }
 
 func (l *bnLayer) forward(x, y []float32) {
@@ -248,6 +249,11 @@ func (l *bnLayer) backward(x, _, dy, dx []float32) {
 		unbias := l.batchCount / (l.batchCount - 1)
 		for c := range l.smean {
 			l.smean[c], l.svar[c] = l.mean[c], float32(float64(l.vari[c])*unbias)
+		}
+		if b := *l.limit; b > 0 {
+			for c := range l.smean {
+				l.smean[c], l.svar[c] = min(max(l.smean[c], -b), b), min(l.svar[c], b)
+			}
 		}
 	} else {
 		clear(l.smean)

@@ -102,6 +102,7 @@ type Net struct {
 	// Evaluate, so Backward has nothing to work on.
 	seed          uint64
 	fresh, tested bool
+	stateLimit    float32 // SetStateLimit's; 0 for none
 }
 
 // replica runs the operations of a plan on a contiguous part of the
@@ -349,7 +350,7 @@ func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedM
 		if in.cnhw {
 			s.N, s.HW = 1, r.n*in.shape.H*in.shape.W
 		}
-		l := &bnLayer{e: n.e, ws: &r.ws, s: s, count: float64(r.n * in.shape.H * in.shape.W),
+		l := &bnLayer{e: n.e, ws: &r.ws, s: s, limit: &n.stateLimit, count: float64(r.n * in.shape.H * in.shape.W),
 			batchCount: float64(n.batch * in.shape.H * in.shape.W), mean: make([]float32, c), vari: make([]float32, c)}
 		l.gamma, l.dgamma = n.segs(r, o, ls.Name+".weight", segOf)
 		l.beta, l.dbeta = n.segs(r, o, ls.Name+".bias", segOf)
@@ -425,21 +426,9 @@ func (n *Net) Grads() []float32 { return n.grads }
 // covering the whole vector. The caller must not modify it.
 func (n *Net) Layout() []param.Segment { return n.layout }
 
-// Init fills the parameters with the spec's fillers, drawn from seed:
-// segment k (in Layout order) uses its own stream seeded with (seed, k),
-// so a layer's initial values do not depend on the layers before it.
-// Batch norm's running means start at 0, its running variances at 1.
-func (n *Net) Init(seed uint64) {
-	k := 0
-	for i := range n.spec.Layers {
-		fanIn, fanOut := n.spec.fans(i)
-		for _, seg := range n.spec.segments(i) {
-			s := n.layout[k]
-			fill(n.params[s.Offset:s.Offset+s.Len], seg.fill, fanIn, fanOut, rand.New(rand.NewPCG(seed, uint64(k))))
-			k++
-		}
-	}
-}
+// Init fills the parameters with the spec's fillers drawn from seed (see
+// Spec.Init).
+func (n *Net) Init(seed uint64) { n.spec.Init(n.params, seed) }
 
 // fill applies filler f (see FillerType).
 func fill(v []float32, f Filler, fanIn, fanOut int, r *rand.Rand) {
@@ -470,6 +459,13 @@ func fill(v []float32, f Filler, fanIn, fanOut int, r *rand.Rand) {
 		}
 	}
 }
+
+// SetStateLimit bounds the batch statistics Backward writes into the
+// running statistics' slots of Grads to ±limit (0: no bound), for
+// gradients sent in a format of smaller range: fp16's largest value is
+// 65504, and a variance beyond it would make the push infinite. A
+// running statistic then saturates at the bound.
+func (n *Net) SetStateLimit(limit float32) { n.stateLimit = limit }
 
 // SetSeed sets the seed of the dropout masks of the next training pass
 // (Forward or Gradient). Each training pass after it draws from the seed

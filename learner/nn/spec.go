@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -135,8 +136,8 @@ func (l *LayerSpec) HasParams() bool { return l.Kind == Conv || l.Kind == FC || 
 
 // BNMomentum is the weight of a batch's statistics in batch norm's
 // running statistics (PyTorch's momentum): running = (1 − m)·running +
-// m·batch.
-const BNMomentum = 0.1
+// m·batch. The solver folds them so (param.StateMomentum).
+const BNMomentum = param.StateMomentum
 
 // Shape is the C×H×W shape of one image's activations.
 type Shape struct{ C, H, W int }
@@ -367,6 +368,30 @@ func (s *Spec) segments(i int) []segment {
 		}
 	}
 	return nil
+}
+
+// Layout describes the parameter vector as ordered, contiguous segments
+// (see Net): a copy.
+func (s *Spec) Layout() []param.Segment { return slices.Clone(s.layout()) }
+
+// Init fills params, a parameter vector (VectorLen values), with the
+// spec's fillers, drawn from seed: segment k (in Layout order) uses its
+// own stream seeded with (seed, k), so a layer's initial values do not
+// depend on the layers before it. Batch norm's running means start at
+// 0, its running variances at 1.
+func (s *Spec) Init(params []float32, seed uint64) {
+	if len(params) != s.VectorLen() {
+		panic(fmt.Sprintf("nn.Spec.Init: %d values, the vector has %d", len(params), s.VectorLen()))
+	}
+	k := 0
+	for i := range s.Layers {
+		fanIn, fanOut := s.fans(i)
+		for _, seg := range s.segments(i) {
+			l := s.layout()[k]
+			fill(params[l.Offset:l.Offset+l.Len], seg.fill, fanIn, fanOut, rand.New(rand.NewPCG(seed, uint64(k))))
+			k++
+		}
+	}
 }
 
 // layout lists the segments of the parameter vector in order: the layers

@@ -65,6 +65,11 @@ const (
 	State
 )
 
+// StateMomentum is the weight of an update's measurements in a state
+// segment's moving average: θ' = (1 − m)·θ + m·(the mean of the
+// measurements), PyTorch's batch norm momentum, 0.1.
+const StateMomentum = 0.1
+
 // String is "learnable" or "state".
 func (k Kind) String() string {
 	switch k {
