@@ -15,23 +15,17 @@ import (
 type Solver struct {
 	cfg    Config
 	lo, hi int
-	spans  []span // the layout clipped to [lo, hi), offsets relative to lo
-	// runs are the maximal ranges of learnable spans and states the
-	// state spans, offsets relative to lo: the accumulation passes run
-	// over each run, state values are summed apart (see "State
-	// segments" in the package doc).
-	runs, states [][2]int
-	stateNew     []float32 // scratch of an update's new state values
-	mom          []float32 // momentum history v, hi−lo floats
-	acc          []float32 // Σ s_l·Δθ_l of the pending gradients; allocated on first need
-	n            int       // pending gradients in acc
-	sumS         float64   // Σ s_l of the pending gradients
-	sumTau       int64     // Σ τ_l of the pending gradients
-	maxTau       int       // max τ_l of the pending gradients
-	bounds       bounds    // of the magnitudes the next update reads
-	coefs        []coefs   // per span, the factors of the update being applied
-	m            float32   // the momentum of the update being applied
-	ws, vs       []float32 // scratch of a checked update; allocated on first need
+	spans  []span    // the layout clipped to [lo, hi), offsets relative to lo
+	mom    []float32 // momentum history v, hi−lo floats
+	acc    []float32 // Σ s_l·Δθ_l of the pending gradients; allocated on first need
+	n      int       // pending gradients in acc
+	sumS   float64   // Σ s_l of the pending gradients
+	sumTau int64     // Σ τ_l of the pending gradients
+	maxTau int       // max τ_l of the pending gradients
+	bounds bounds    // of the magnitudes the next update reads
+	coefs  []coefs   // per span, the factors of the update being applied
+	m      float32   // the momentum of the update being applied
+	ws, vs []float32 // scratch of a checked update; allocated on first need
 	// The rules' running statistics (see State), allocated by NewSolver
 	// for the rules that keep them.
 	meanSq []float32 // CorrDCAdaptive: mean square of the gradients
@@ -39,6 +33,12 @@ type Solver struct {
 	steps  uint64    // CorrGap: updates applied
 	window tauWindow // MomentumComp: τ of the recent gradients
 	poly   []float64 // LRPoly: the factors of τ = 0 … polyTable−1
+	// runs are the maximal ranges of learnable spans and states the
+	// state spans, offsets relative to lo: the accumulation passes run
+	// over each run, state values are summed apart (see "State
+	// segments" in the package doc).
+	runs, states [][2]int
+	stateNew     []float32 // scratch of an update's new state values
 }
 
 // polyTable is the number of LRPoly factors a solver computes ahead, so
