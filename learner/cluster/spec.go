@@ -24,8 +24,10 @@ import (
 // otherwise: Caffe's solvers for its networks (lenet_solver.prototxt with
 // one step of the rate after epoch 8 instead of its "inv" decay; the
 // paper's cifar10_full and alexnet settings; torchvision's reference
-// recipe for resnet18), and the data set it is made for ("" for the
-// ImageNet networks: an image folder the user names).
+// recipe for resnet18, whose batch of 32 is per GPU, so per learner here:
+// 8 hardsync learners are the recipe's 8 GPUs), and the data set it is
+// made for ("" for the ImageNet networks: an image folder the user
+// names).
 type Defaults struct {
 	Batch, Epochs             int
 	LR, Momentum, WeightDecay float64
@@ -39,7 +41,7 @@ var defaults = map[string]Defaults{
 	"mlp":          {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRGamma: 0.1, Data: "mnist"},
 	"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, LRGamma: 0.1, Data: "cifar10"},
 	"alexnet":      {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
-	"resnet18":     {Batch: 256, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
+	"resnet18":     {Batch: 32, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
 }
 
 // DefaultsFor returns the defaults of the built-in network model, or

@@ -102,6 +102,8 @@ func TestDefaults(t *testing.T) {
 		"my.net":       {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, LRGamma: 0.1, Data: "mnist"},
 		// The paper's ImageNet schedule: α0 = 0.01, ÷5 after epochs 20 and 30, 35 epochs.
 		"alexnet": {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
+		// torchvision's recipe: 32 images per GPU (learner), lr 0.1 for 8.
+		"resnet18": {Batch: 32, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
 	} {
 		d := DefaultsFor(model)
 		if !slices.Equal(d.LRSteps, want.LRSteps) {
