@@ -319,6 +319,11 @@ func TestConfigErrors(t *testing.T) {
 		{"Solver.Momentum", func(c *Config) { c.Solver.Momentum = 1 }},
 		{"Init", func(c *Config) { c.Init = make([]float32, 3) }},
 		{"", func(c *Config) { c.Train = cifar }},
+		// topk would add up batch norm's statistics of several mini-batches.
+		{"Codec", func(c *Config) {
+			c.Codec = rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.1}
+			c.Spec = bnSpec(t)
+		}},
 	} {
 		cfg := good
 		tc.edit(&cfg)
@@ -333,6 +338,15 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("want an error naming %s, got %v", tc.field, err)
 		}
 	}
+}
+
+// bnSpec is the mlp with batch norm: MNIST-shaped input, 10 classes.
+func bnSpec(t *testing.T) *nn.Spec {
+	s, err := nn.Parse("bn.net", []byte("input channels=1 height=28 width=28\nfc out=16\nbatchnorm b\nrelu\nfc out=10\nsoftmax\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestResumeKeys: the settings a resumed job must share with its

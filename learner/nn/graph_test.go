@@ -219,6 +219,19 @@ func TestBatchNormStatistics(t *testing.T) {
 					t.Errorf("%d workers: channel %d: variance slot %g, want %g", w, c, got, unbiased)
 				}
 			}
+			// With a bound (fp16's range, say), the statistics stop at it.
+			for i := range x {
+				x[i] *= 100 // variances of about 3300
+			}
+			n.SetStateLimit(1000)
+			n.Gradient(x, labels)
+			if g[6] != 1000 || g[7] != 1000 || math.Abs(float64(g[4])) > 1000 {
+				t.Errorf("%d workers: statistics %v beyond the bound 1000", w, g[4:8])
+			}
+			n.SetStateLimit(0)
+			for i := range x {
+				x[i] /= 100
+			}
 			// At test: running mean 0.5 and variance 4 for channel 0:
 			// y = (x − 0.5)/√(4 + 1e-5)·γ + β with γ = 1, β = 0.
 			p := n.Params()
