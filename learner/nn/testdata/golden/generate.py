@@ -152,43 +152,57 @@ M64 = (1 << 64) - 1
 
 
 def mix64(z):
-    """SplitMix64's finaliser on uint64 arrays (softsync's mix64)."""
+    """SplitMix64's finaliser with its increment, on uint64 arrays:
+    softsync's mix64, which derives a dropout layer's seed."""
     z = np.asarray(z, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    return fmix64(z)
+
+
+def fmix64(z):
+    """SplitMix64's output function on uint64 arrays (the engines' fmix64)."""
+    z = np.asarray(z, dtype=np.uint64)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
+def triple32(x):
+    """Chris Wellons's 32-bit hash on uint32 arrays (the engines' triple32)."""
+    x = np.asarray(x, dtype=np.uint32)
+    x = x ^ (x >> np.uint32(17))
+    x = x * np.uint32(0xED5AD4BB)
+    x = x ^ (x >> np.uint32(11))
+    x = x * np.uint32(0xAC4C1B51)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x31848BAB)
+    return x ^ (x >> np.uint32(14))
+
+
 def mask(layer_index, shape, cnhw, ratio):
     """The keep mask (1 or 0) of softsync's dropout layer number
-    layer_index (in the spec, from 0) for a tensor of shape (N, C, H, W):
-    the layer's seed mix64(DROPOUT_SEED ^ mix64(index + 1)); element i of
-    the batch's tensor, numbered in its layout (CNHW after a convolution,
-    NCHW after a fully connected layer), is dropped when
-    (mix64(seed ^ mix64(i)) >> 40) / 2^24 < ratio."""
+    layer_index (in the spec, from 0) for a tensor of shape (N, C, H, W).
+    The layer's seed is mix64(DROPOUT_SEED ^ mix64(index + 1)) (nn's
+    dropoutLayer); element i of the batch's tensor, numbered in its layout
+    (CNHW after a convolution, NCHW after a fully connected layer), is kept
+    as kernels.Dropout's doc says: with key = uint32(fmix64(fmix64(seed) +
+    i>>32)), when triple32(uint32(i) ^ key) >= uint32(ratio·2^32)."""
     with np.errstate(over="ignore"):
         seed = mix64(np.uint64(DROPOUT_SEED) ^ mix64(np.uint64(layer_index + 1)))
         n, c, h, w = shape
         idx = np.arange(n * c * h * w, dtype=np.uint64)
-        u = (mix64(seed ^ mix64(idx)) >> np.uint64(40)).astype(np.float64) / float(1 << 24)
-    keep = (u >= ratio).astype(np.float32)
+        key = (fmix64(fmix64(seed) + (idx >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        low = (idx & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        h32 = triple32(low ^ key)
+        thr = np.uint32(int(float(np.float32(ratio)) * (1 << 32)))
+    keep = (h32 >= thr).astype(np.float32)
     if cnhw:
         keep = keep.reshape(c, n, h, w).transpose(1, 0, 2, 3)
     return torch.from_numpy(np.ascontiguousarray(keep.reshape(n, c, h, w)))
 
 
-def layer_index(spec_text, name):
-    """The index of layer name among the spec's layers (from 0); None
-    without a spec."""
-    if not spec_text:
-        return None
-    layers = [l.split("#")[0].split() for l in spec_text.splitlines()]
-    layers = [f for f in layers if f and f[0] != "input"]
-    return [f[1] if len(f) > 1 and "=" not in f[1] else None for f in layers].index(name)
-
-
 class Dropout(nn.Module):
-    """Inverted dropout with softsync's mask (see mask); identity in eval."""
+    """Inverted dropout with softsync's mask (see mask) and scale (the
+    float32 1/(1 − ratio)); identity in eval."""
 
     def __init__(self, index, ratio, cnhw):
         super().__init__()
@@ -201,7 +215,17 @@ class Dropout(nn.Module):
             return x
         shape = tuple(x.shape) + (1,) * (4 - x.dim())
         m = mask(self.index, shape, self.cnhw, self.ratio).reshape(x.shape)
-        return x * m / (1 - self.ratio)
+        return x * (m * np.float32(1) / np.float32(1 - np.float32(self.ratio)))
+
+
+def layer_index(spec_text, name):
+    """The index of layer name among the spec's layers (from 0); None
+    without a spec."""
+    if not spec_text:
+        return None
+    layers = [l.split("#")[0].split() for l in spec_text.splitlines()]
+    layers = [f for f in layers if f and f[0] != "input"]
+    return [f[1] if len(f) > 1 and "=" not in f[1] else None for f in layers].index(name)
 
 
 # The small network of every new layer kind, as a spec and as modules.
