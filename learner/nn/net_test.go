@@ -497,7 +497,7 @@ func testGradHook(t *testing.T, spec *Spec, cfgs []Config) {
 						t.Fatalf("%s, pass %d: Loss %g during the hook, %g after", what, pass, cl.loss, n.Loss())
 					}
 				}
-				if math.Abs(float64(n.Loss()-loss)) > 1e-6*float64(loss) {
+				if math.Abs(float64(n.Loss()-loss)) > 1e-5*float64(loss) {
 					t.Fatalf("%s: loss %g, want %g", what, n.Loss(), loss)
 				}
 				closeTo(t, what, n.Grads(), ref.Grads(), 1e-5)
