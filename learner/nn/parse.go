@@ -614,6 +614,14 @@ func (p *parser) validate(spec *Spec, l *LayerSpec, inputs []int) error {
 			return p.errorf("kernel %d is larger than its padded input %d×%d (input %s, pad %d)",
 				l.Kernel, in.H+2*l.Pad, in.W+2*l.Pad, in, l.Pad)
 		}
+		if l.Kind == Pool && !l.Floor {
+			// Ceil rounding may add a window that starts past the padded
+			// input and would pool nothing.
+			if h, w := poolOut(l, in); (h-1)*l.Stride >= in.H+l.Pad || (w-1)*l.Stride >= in.W+l.Pad {
+				return p.errorf("the last window of ceil rounding starts past the input %s (kernel %d, stride %d, pad %d): use round=floor or a stride no larger than the kernel",
+					in, l.Kernel, l.Stride, l.Pad)
+			}
+		}
 	}
 	// The sizes of the layer's parameters and of its output per image.
 	var w, out int

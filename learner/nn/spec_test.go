@@ -107,6 +107,7 @@ func TestSpecErrors(t *testing.T) {
 		{head + "pool kernel=2\nsoftmax\n", "x.net:2: pool: missing mode="},
 		{head + "pool mode=min kernel=2\nsoftmax\n", `x.net:2: pool: mode must be max or avg, got "min"`},
 		{head + "pool mode=max kernel=2 pad=2\nsoftmax\n", "x.net:2: pool: pad must be smaller than kernel"},
+		{head + "pool mode=max kernel=1 stride=4\nfc out=2\nsoftmax\n", "x.net:2: pool: the last window of ceil rounding starts past the input"},
 		{head + "lrn size=4\nsoftmax\n", "x.net:2: lrn: size must be odd"},
 		{head + "lrn region=between\nfc out=2\nsoftmax\n", `x.net:2: lrn: region must be within_channel or across_channels, got "between"`},
 		{head + "fc out=10 weight=gaussian\nsoftmax\n", "x.net:2: fc: weight: gaussian needs its standard deviation"},
