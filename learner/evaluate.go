@@ -17,7 +17,7 @@ func Evaluate(net *nn.Net, w []float32, set data.Set, z data.Normalizer) (top1, 
 	x, labels := make([]float32, net.Batch()*info.ImageLen()), make([]int32, net.Batch())
 	c1, c5 := 0, 0
 	for n := range set.Eval(z, x, labels, &err) {
-		net.Forward(x, labels)
+		net.Evaluate(x, labels)
 		c1 += TopK(net.Logits(), net.Classes(), labels[:n], 1)
 		c5 += TopK(net.Logits(), net.Classes(), labels[:n], 5)
 	}

@@ -69,6 +69,11 @@ type Config struct {
 	// its gradient carries so that the shards accept at most one gradient
 	// per mini-batch (ps.Msg.Batch). nil: pushes carry no id (0).
 	BatchID func(b *data.Batch) uint64
+	// Seed is the job's seed. The dropout masks of a step are drawn from
+	// it and the mini-batch's id (nn.Net.SetSeed), so that a mini-batch
+	// gets the same masks whichever learner computes it; without
+	// BatchID, from it, the learner's id and the step.
+	Seed uint64
 }
 
 // Learner is one worker of the paper's loop: getMinibatch → pull →
@@ -246,6 +251,11 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 		id = l.cfg.BatchID(b)
 	}
 	l.push = earlyPush{ctx: ctx, net: net, batch: id}
+	noise := id
+	if l.cfg.BatchID == nil {
+		noise = uint64(l.cfg.ID)<<40 | uint64(s)
+	}
+	net.SetSeed(l.cfg.Seed ^ noise*0x9e3779b97f4a7c15)
 	loss := net.Gradient(b.X, b.Labels)
 	if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
 		return fmt.Errorf("learner %d step %d (epoch %d, batch %d): loss %v (NaN or infinite): %w", l.cfg.ID, s, b.Epoch, b.Index, loss, ErrDiverged)

@@ -41,7 +41,7 @@ var (
 //	12         4     L, length of the network name
 //	16         L     network name (UTF-8), Spec.Name
 //	16+L       32    SHA-256 of the network's architecture (SpecHash)
-//	48+L       8     n, number of parameters
+//	48+L       8     n, length of the parameter vector (Spec.VectorLen)
 //	56+L       4n    parameters, float32, in the network's flat layout
 //	P=56+L+4n  4     input scale, float32 (Normalizer.Scale)
 //	P+4        4     m, number of mean values: 0 or C·H·W of the input
@@ -58,14 +58,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // SpecHash identifies a network's architecture: the SHA-256 of its spec in
 // canonical form (nn.Spec.Format) without the initialisation fillers and
 // the learning-rate and decay multipliers, which do not change what the
-// parameters mean.
+// parameters mean (bias=none, which removes a segment, stays).
 func SpecHash(spec *nn.Spec) [32]byte {
 	var b bytes.Buffer
 	for line := range strings.Lines(string(spec.Format())) {
 		for i, f := range strings.Fields(line) {
-			key, _, _ := strings.Cut(f, "=")
-			switch key {
-			case "weight", "bias", "lr_mult", "decay_mult", "bias_lr_mult", "bias_decay_mult":
+			key, v, _ := strings.Cut(f, "=")
+			switch {
+			case key == "bias" && v == "none": // no bias segment: the architecture
+			case key == "weight", key == "bias", key == "lr_mult", key == "decay_mult", key == "bias_lr_mult", key == "bias_decay_mult":
 				continue
 			}
 			if i > 0 {
@@ -92,8 +93,8 @@ type Weights struct {
 // so a crash never leaves a half-written file under path.
 func SaveWeights(path string, spec *nn.Spec, w Weights) error {
 	params, mean := w.Params, w.Normalizer.Mean
-	if len(params) != spec.NumParams() {
-		return fmt.Errorf("%s: %d values, %s has %d parameters: %w", path, len(params), spec.Name, spec.NumParams(), ErrWeightsMismatch)
+	if len(params) != spec.VectorLen() {
+		return fmt.Errorf("%s: %d values, %s has %d parameters: %w", path, len(params), spec.Name, spec.VectorLen(), ErrWeightsMismatch)
 	}
 	if mean != nil && len(mean) != spec.Input.Len() {
 		return fmt.Errorf("%s: mean image of %d values, %s takes %d: %w", path, len(mean), spec.Name, spec.Input.Len(), ErrWeightsMismatch)
@@ -173,9 +174,9 @@ func LoadWeights(path string, spec *nn.Spec) (*Weights, error) {
 	if got := crc32.Checksum(body, castagnoli); got != sum {
 		return nil, fmt.Errorf("%s: %w: stored CRC32C %08x, contents give %08x", path, ErrWeightsChecksum, sum, got)
 	}
-	if hash != SpecHash(spec) || int(n) != spec.NumParams() {
+	if hash != SpecHash(spec) || int(n) != spec.VectorLen() {
 		return nil, fmt.Errorf("%s: %w: the file holds %q (%d parameters), the network is %q (%d parameters)%s",
-			path, ErrWeightsMismatch, name, n, spec.Name, spec.NumParams(), sameName(name, spec.Name))
+			path, ErrWeightsMismatch, name, n, spec.Name, spec.VectorLen(), sameName(name, spec.Name))
 	}
 	if m != 0 && int(m) != spec.Input.Len() {
 		return nil, bad("mean image of %d values, the network's input has %d", m, spec.Input.Len())

@@ -17,7 +17,7 @@ import (
 
 func randomParams(s *nn.Spec, seed uint64) []float32 {
 	r := rand.New(rand.NewPCG(seed, 1))
-	w := make([]float32, s.NumParams())
+	w := make([]float32, s.VectorLen())
 	for i := range w {
 		w[i] = float32(r.NormFloat64())
 	}

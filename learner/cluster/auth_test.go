@@ -54,7 +54,7 @@ func TestJobRefusesStrangers(t *testing.T) {
 		plain, _ := rdma.NewTCP(rdma.Options{Job: 1})
 		if c, err := plain.Dial(ctx, addr); err == nil {
 			for seq := range 5 {
-				m := rdma.NewMsg(cfg.Spec.NumParams())
+				m := rdma.NewMsg(cfg.Spec.VectorLen())
 				m.Type, m.Learner, m.Seq = rdma.Type(ps.MsgPush), 0, uint64(seq+1)
 				c.Send(ctx, m)
 			}

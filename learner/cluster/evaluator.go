@@ -105,7 +105,7 @@ const stopGrace = 2 * time.Second
 // Once interrupted, it measures the weights as they are instead (epoch
 // −1) and returns those.
 func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, redial func(context.Context, int) (rdma.Conn, error), interrupted <-chan struct{}) ([]float32, error) {
-	total := cfg.Spec.NumParams()
+	total := cfg.Spec.VectorLen()
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards, Redial: redial})
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		if norm, err = welcomeNorm(w, cfg.Spec); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Process, err)
 		}
-		if net, err = nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: max(cfg.Batch, 100), Workers: cfg.Workers}); err != nil {
+		if net, err = nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: max(cfg.Batch, 100), Workers: cfg.Workers, Inference: true}); err != nil {
 			return nil, err
 		}
 		defer net.Close()

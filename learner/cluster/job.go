@@ -226,11 +226,14 @@ func (c *Config) ValidateSettings() error {
 	if c.Spec == nil {
 		return nil
 	}
-	if c.Init != nil && len(c.Init) != c.Spec.NumParams() {
-		return param.Fieldf("Init", "has %d values, %s has %d parameters", len(c.Init), c.Spec.Name, c.Spec.NumParams())
+	if c.Init != nil && len(c.Init) != c.Spec.VectorLen() {
+		return param.Fieldf("Init", "has %d values, %s's parameter vector has %d", len(c.Init), c.Spec.Name, c.Spec.VectorLen())
 	}
-	if c.Shards > c.Spec.NumParams() {
-		return param.Fieldf("Shards", "%d shards for %d parameters", c.Shards, c.Spec.NumParams())
+	if c.Shards > c.Spec.VectorLen() {
+		return param.Fieldf("Shards", "%d shards for a parameter vector of %d values", c.Shards, c.Spec.VectorLen())
+	}
+	if c.Codec.ID == rdma.CodecTopK && c.Spec.NumState() > 0 {
+		return param.Fieldf("Codec", "topk keeps the values a push leaves out for later pushes, which would add up the batch norm statistics of several mini-batches of %s: use none, fp16, bf16 or a lossless codec", c.Spec.Name)
 	}
 	return nil
 }

@@ -70,8 +70,8 @@ func checkResult(t *testing.T, cfg Config, res *Result) {
 	if res.Images != res.Steps*int64(cfg.Batch) {
 		t.Errorf("images %d ≠ steps %d × batch %d", res.Images, res.Steps, cfg.Batch)
 	}
-	if len(res.Weights) != cfg.Spec.NumParams() {
-		t.Errorf("%d final weights, want %d", len(res.Weights), cfg.Spec.NumParams())
+	if len(res.Weights) != cfg.Spec.VectorLen() {
+		t.Errorf("%d final weights, want %d", len(res.Weights), cfg.Spec.VectorLen())
 	}
 	if len(res.Shards) != cfg.Shards {
 		t.Fatalf("%d shard stats, want %d", len(res.Shards), cfg.Shards)
@@ -211,7 +211,7 @@ func TestJobRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResult(t, cfg, res)
-	rs, err := ps.Ranges(cfg.Spec.NumParams(), cfg.Shards)
+	rs, err := ps.Ranges(cfg.Spec.VectorLen(), cfg.Shards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestJobBoundedStaleness(t *testing.T) {
 func TestJobEvaluateOnly(t *testing.T) {
 	train, test := mnistSubset(t, 100, 300)
 	s := spec(t, "mlp")
-	init := make([]float32, s.NumParams()) // all zero: every logit equal, class 0 predicted
+	init := make([]float32, s.VectorLen()) // all zero: every logit equal, class 0 predicted
 	res, err := Run(context.Background(), Config{Spec: s, Engine: engine(t), Train: train, Test: test,
 		Learners: 1, Batch: 10, Protocol: ps.Hardsync, Shards: 1, Init: init, Solver: sgd.Config{LR: 0.1}})
 	if err != nil {
@@ -319,6 +319,11 @@ func TestConfigErrors(t *testing.T) {
 		{"Solver.Momentum", func(c *Config) { c.Solver.Momentum = 1 }},
 		{"Init", func(c *Config) { c.Init = make([]float32, 3) }},
 		{"", func(c *Config) { c.Train = cifar }},
+		// topk would add up batch norm's statistics of several mini-batches.
+		{"Codec", func(c *Config) {
+			c.Codec = rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.1}
+			c.Spec = bnSpec(t)
+		}},
 	} {
 		cfg := good
 		tc.edit(&cfg)
@@ -333,6 +338,15 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("want an error naming %s, got %v", tc.field, err)
 		}
 	}
+}
+
+// bnSpec is the mlp with batch norm: MNIST-shaped input, 10 classes.
+func bnSpec(t *testing.T) *nn.Spec {
+	s, err := nn.Parse("bn.net", []byte("input channels=1 height=28 width=28\nfc out=16\nbatchnorm b\nrelu\nfc out=10\nsoftmax\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestResumeKeys: the settings a resumed job must share with its
@@ -405,7 +419,7 @@ func TestJobInterrupt(t *testing.T) {
 	if !errors.Is(err, ErrInterrupted) || res == nil || !res.Interrupted {
 		t.Fatalf("interrupted job: result %v, err %v", res, err)
 	}
-	if len(res.Weights) != cfg.Spec.NumParams() || math.IsNaN(res.TestError) || res.TestError > 0.5 {
+	if len(res.Weights) != cfg.Spec.VectorLen() || math.IsNaN(res.TestError) || res.TestError > 0.5 {
 		t.Errorf("weights reached: %d values, test error %v", len(res.Weights), res.TestError)
 	}
 	if len(res.History) >= 50 || res.Steps < 600 || res.Steps >= int64(50*res.BatchesPerEpoch) {
@@ -451,7 +465,7 @@ func TestJobResumeAfterTheData(t *testing.T) {
 		t.Fatalf("the job interrupted while the evaluator waited for the final weights: %v, want ErrInterrupted", err)
 	}
 	checkResumeRendezvous(t, cfg, store)
-	re, _, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 1)
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +510,7 @@ func TestJobCheckpointResume(t *testing.T) {
 	if first.Chunks.Batches >= 4*first.BatchesPerEpoch {
 		t.Fatalf("the interrupt came after the last chunk (%d batches done): nothing to resume", first.Chunks.Batches)
 	}
-	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.NumParams(), 3)
+	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 3)
 	if err != nil || len(skipped) != 0 {
 		t.Fatalf("load: %v (skipped %v)", err, skipped)
 	}

@@ -361,8 +361,8 @@ func TestJobOnResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if got != res || len(res.Weights) != cfg.Spec.NumParams() || res.Normalizer.Scale == 0 {
+	if got != res || len(res.Weights) != cfg.Spec.VectorLen() || res.Normalizer.Scale == 0 {
 		t.Fatalf("OnResult got %p, Wait returned %p with %d weights (normalizer %+v); want the same result with the model's %d weights and its normalizer",
-			got, res, len(res.Weights), res.Normalizer, cfg.Spec.NumParams())
+			got, res, len(res.Weights), res.Normalizer, cfg.Spec.VectorLen())
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps/checkpoint"
@@ -25,8 +24,10 @@ import (
 // otherwise: Caffe's solvers for its networks (lenet_solver.prototxt with
 // one step of the rate after epoch 8 instead of its "inv" decay; the
 // paper's cifar10_full and alexnet settings; torchvision's reference
-// recipe for resnet18), and the data set it is made for ("" for the
-// ImageNet networks: an image folder the user names).
+// recipe for resnet18, whose batch of 32 is per GPU, so per learner here:
+// 8 hardsync learners are the recipe's 8 GPUs), and the data set it is
+// made for ("" for the ImageNet networks: an image folder the user
+// names).
 type Defaults struct {
 	Batch, Epochs             int
 	LR, Momentum, WeightDecay float64
@@ -40,7 +41,7 @@ var defaults = map[string]Defaults{
 	"mlp":          {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRGamma: 0.1, Data: "mnist"},
 	"cifar10_full": {Batch: 128, Epochs: 140, LR: 0.001, Momentum: 0.9, WeightDecay: 0.004, LRSteps: []int{120, 130}, LRGamma: 0.1, Data: "cifar10"},
 	"alexnet":      {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
-	"resnet18":     {Batch: 256, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
+	"resnet18":     {Batch: 32, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
 }
 
 // DefaultsFor returns the defaults of the built-in network model, or
@@ -132,7 +133,7 @@ func (c *Config) NString() string {
 // re-split onto Shards shards. skipped lists the newer versions passed
 // over.
 func (c *Config) ResumeFrom(store *checkpoint.Store) (skipped []error, err error) {
-	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.NumParams(), c.Shards)
+	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.VectorLen(), c.Shards)
 	if err != nil {
 		return skipped, err
 	}
@@ -158,16 +159,12 @@ func (c *Config) InitialWeights() ([]param.Segment, []float32, error) {
 	if c.Spec == nil {
 		return nil, nil, param.Fieldf("Spec", "no network")
 	}
-	net, err := nn.New(c.Spec, kernels.Reference(), nn.Config{Batch: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer net.Close()
 	if c.Init != nil {
-		return net.Layout(), c.Init, nil
+		return c.Spec.Layout(), c.Init, nil
 	}
-	net.Init(c.Seed)
-	return net.Layout(), slices.Clone(net.Params()), nil
+	w := make([]float32, c.Spec.VectorLen())
+	c.Spec.Init(w, c.Seed)
+	return c.Spec.Layout(), w, nil
 }
 
 // WeightsCodec returns the codec of the weights the shards send: the

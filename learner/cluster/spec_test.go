@@ -61,7 +61,7 @@ func TestSettings(t *testing.T) {
 		"lr-steps": func(c *Config) { c.Solver.LRSteps = nil },
 		"compress": func(c *Config) { c.Codec = rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.01} },
 		"shards":   func(c *Config) { c.Shards = 3 },
-		"load":     func(c *Config) { c.Init = make([]float32, c.Spec.NumParams()) },
+		"load":     func(c *Config) { c.Init = make([]float32, c.Spec.VectorLen()) },
 	} {
 		c := settingsConfig(t)
 		change(&c)
@@ -87,7 +87,7 @@ func TestSettings(t *testing.T) {
 		t.Errorf("a spec file's model setting %q for two specs", m)
 	}
 	load := settingsConfig(t)
-	load.Init, load.InitFile = make([]float32, load.Spec.NumParams()), "w.weights"
+	load.Init, load.InitFile = make([]float32, load.Spec.VectorLen()), "w.weights"
 	if l := load.Settings()["load"]; !strings.HasPrefix(l, "w.weights (") {
 		t.Errorf("load setting %q, want the file and the hash of the weights", l)
 	}
@@ -102,6 +102,8 @@ func TestDefaults(t *testing.T) {
 		"my.net":       {Batch: 64, Epochs: 10, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{8}, LRGamma: 0.1, Data: "mnist"},
 		// The paper's ImageNet schedule: α0 = 0.01, ÷5 after epochs 20 and 30, 35 epochs.
 		"alexnet": {Batch: 256, Epochs: 35, LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, LRSteps: []int{20, 30}, LRGamma: 0.2},
+		// torchvision's recipe: 32 images per GPU (learner), lr 0.1 for 8.
+		"resnet18": {Batch: 32, Epochs: 90, LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, LRSteps: []int{30, 60}, LRGamma: 0.1},
 	} {
 		d := DefaultsFor(model)
 		if !slices.Equal(d.LRSteps, want.LRSteps) {
@@ -139,7 +141,7 @@ func TestInitialWeights(t *testing.T) {
 	_, w2, _ := cfg.InitialWeights()
 	cfg.Seed++
 	_, w3, _ := cfg.InitialWeights()
-	if len(w1) != cfg.Spec.NumParams() || !slices.Equal(w1, w2) || slices.Equal(w1, w3) {
+	if len(w1) != cfg.Spec.VectorLen() || !slices.Equal(w1, w2) || slices.Equal(w1, w3) {
 		t.Errorf("initial weights: %d values, the same seed the same: %t, another seed the same: %t", len(w1), slices.Equal(w1, w2), slices.Equal(w1, w3))
 	}
 	if last := layout[len(layout)-1]; last.Offset+last.Len != len(w1) {

@@ -110,17 +110,25 @@ func learnerNets(cfg LearnerConfig, batch int) (nets []*nn.Net, close func(), er
 		}
 	}
 	for range n {
-		g := cfg.Network.NewMsg(cfg.Spec.NumParams())
+		g := cfg.Network.NewMsg(cfg.Spec.VectorLen())
 		held = append(held, g)
 		net, err := nn.New(cfg.Spec, cfg.Engine, nn.Config{Batch: batch, Workers: cfg.Workers, Grads: g.Payload})
 		if err != nil {
 			close()
 			return nil, nil, err
 		}
+		if cfg.Codec.ID == rdma.CodecFP16 {
+			net.SetStateLimit(fp16Max)
+		}
 		nets = append(nets, net)
 	}
 	return nets, close, nil
 }
+
+// fp16Max is the largest finite value of the fp16 codec: batch norm's
+// statistics a learner pushes in fp16 are bounded to it, so that a
+// variance beyond it does not make the push infinite.
+const fp16Max = 65504
 
 // worker is a running learner role.
 type worker struct {
@@ -163,7 +171,7 @@ func (r *worker) ctrl() *ctrl {
 func (r *worker) train(ctx context.Context, w welcome) error {
 	cfg := r.cfg
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
-		Protocol: cfg.Protocol, Total: cfg.Spec.NumParams(), Shards: cfg.Shards, Codec: cfg.Codec,
+		Protocol: cfg.Protocol, Total: cfg.Spec.VectorLen(), Shards: cfg.Shards, Codec: cfg.Codec,
 		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial), OnDelivered: r.delivered})
 	if err != nil {
 		return err
@@ -202,7 +210,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	r.loader = ld
 	r.mu.Unlock()
 	lc := learner.Config{ID: cfg.ID, Net: nets[0], Data: ld, Client: client, Overlap: cfg.Overlap, EarlyPush: cfg.EarlyPush, OnStep: r.onStep,
-		BatchID: func(b *data.Batch) uint64 { return w.Plan.ID(b.Epoch, b.Index) }}
+		BatchID: func(b *data.Batch) uint64 { return w.Plan.ID(b.Epoch, b.Index) }, Seed: w.Plan.Seed}
 	if cfg.Overlap {
 		lc.Spare = nets[1]
 	}

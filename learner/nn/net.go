@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 
 	"github.com/softsync/softsync/kernels"
 	"github.com/softsync/softsync/ps/param"
@@ -21,7 +22,9 @@ type Config struct {
 	// At most Batch workers are used. Splitting pays off when one network
 	// should use several cores and the engine's own BLAS runs one thread
 	// (kernels.Config.Threads = 1); with several learners per process,
-	// keep 1.
+	// keep 1. Batch norm's statistics span every worker's images (the
+	// workers meet at each batch norm layer), so the results do not
+	// depend on Workers but for the order of float32 sums.
 	Workers int
 	// Part is the number of images a worker runs through the layers at a
 	// time: its share of the batch is cut into parts of at most Part
@@ -31,26 +34,42 @@ type Config struct {
 	// The parts' parameter gradients are summed into the worker's. 0
 	// means Spec.PartBatch(Workers): with several workers, parts whose
 	// largest activation fits a core's L2 cache; a negative value means
-	// no cutting (one part per worker).
+	// no cutting (one part per worker). A network with batch norm is not
+	// cut (its statistics span the batch): Part must be 0 or negative.
 	Part int
 	// Grads, if set, is where the Net keeps its gradient vector
-	// (Spec.NumParams() floats): memory a transport can send from in
+	// (Spec.VectorLen() floats): memory a transport can send from in
 	// place, such as the payload of a message of rdma.Network.NewMsg.
 	// nil: the Net allocates it.
 	Grads []float32
+	// Inference makes a Net for testing only (Evaluate): no gradient
+	// vector, no backward pass, and activations kept only as long as the
+	// forward pass reads them, which for deep networks is a fraction of
+	// a training Net's memory.
+	Inference bool
+	// MemoryLimit, if positive, is the most bytes New may allocate
+	// (Spec.Memory's Total): a larger Net is refused with ErrTooLarge
+	// before anything is allocated.
+	MemoryLimit int64
 }
 
 // Net is a network from a Spec, instantiated for a fixed batch size on one
 // kernels.Engine, with every buffer allocated up front: in steady state
-// Forward and Backward allocate nothing.
+// Forward, Backward, Gradient and Evaluate allocate nothing.
 //
-// Parameters: all weights and biases live in one contiguous []float32
-// (Params), in layer order, within a layer the weights then the bias;
-// convolution weights are [out][in][kh][kw] and fully connected weights
-// [out][in] (in = C·H·W of the layer's input, flattened in NCHW order).
-// Grads has the same layout. Layout describes it as param.Segments, one per
-// weight or bias, named "<layer>.weight" and "<layer>.bias", carrying the
-// layer's lr_mult and decay_mult.
+// Parameters: the parameter vector (Params) is one contiguous []float32
+// of Spec.VectorLen() values: the layers with parameters in spec order,
+// within a layer the weights then the bias (conv, fc; no bias with
+// bias=none), or the scale, the shift, the running mean and the running
+// variance (batchnorm); convolution weights are [out][in/group][kh][kw]
+// and fully connected weights [out][in] (in = C·H·W of the layer's input,
+// flattened in NCHW order). Grads has the same layout. Layout describes
+// it as param.Segments, named "<layer>.weight", "<layer>.bias",
+// "<layer>.running_mean" and "<layer>.running_var" (PyTorch's names),
+// carrying the layer's lr_mult and decay_mult; the running statistics
+// are param.State segments, whose slots in Grads hold, after a training
+// pass, the batch's mean and unbiased variance (see BNMomentum for how a
+// solver folds them in).
 //
 // Concurrency: a Net is used by one goroutine at a time (with Workers > 1
 // it starts its own helper goroutines, stopped by Close). Any number of
@@ -59,38 +78,45 @@ type Config struct {
 // parameter vector, so they must not run while another one's parameters
 // are being written.
 type Net struct {
-	spec    *Spec
-	e       kernels.Engine
-	batch   int
-	workers int // as configured; len(groups) may be fewer
-	part    int // as configured
-	params  []float32
-	grads   []float32
-	layout  []param.Segment
-	logits  []float32 // batch × classes, written by the replicas
-	prob    []float32
-	dlogits []float32
-	loss    float32
-	reps    []*replica   // every part, in batch order; reps[0] writes grads directly
-	groups  [][]*replica // the parts of each worker, a contiguous run of reps
-	pool    *pool        // nil with one worker
-	hook    func(lo int) // SetGradHook's
-	reduced int          // with a pool and a hook: Grads()[reduced:] holds the workers' sum
-	onLayer func(lo int) // n.poolReady, made once
+	spec      *Spec
+	e         kernels.Engine
+	batch     int
+	workers   int // as configured; len(groups) may be fewer
+	part      int // as configured
+	inference bool
+	params    []float32
+	grads     []float32
+	layout    []param.Segment
+	logits    []float32 // batch × classes, written by the replicas
+	prob      []float32
+	dlogits   []float32
+	loss      float32
+	reps      []*replica   // every part, in batch order; reps[0] writes grads directly
+	groups    [][]*replica // the parts of each worker, a contiguous run of reps
+	pool      *pool        // nil with one worker
+	hook      func(lo int) // SetGradHook's
+	reduced   int          // with a pool and a hook: Grads()[reduced:] holds the workers' sum
+	onLayer   func(lo int) // n.poolReady, made once
+	// seed is the dropout seed of the current training pass; fresh: set
+	// by SetSeed and not used yet. tested: the last forward pass was
+	// Evaluate, so Backward has nothing to work on.
+	seed          uint64
+	fresh, tested bool
+	stateLimit    float32 // SetStateLimit's; 0 for none
 }
 
-// replica runs the layers on a contiguous part of the batch.
+// replica runs the operations of a plan on a contiguous part of the
+// batch.
 type replica struct {
 	e       kernels.Engine
-	n       int         // images
-	off     int         // first image within the Net's batch
-	il, k   int         // values per image, classes
-	scale   float32     // n / batch: weight of this part's mean loss
-	layers  []layer     // the spec's layers without the final softmax
-	acts    [][]float32 // acts[i] is the input of layer i (acts[0] the caller's images), acts[len(layers)] the logits
-	inPlace []bool      // layer i writes its output over its input
-	gbuf    [2][]float32
-	prob    []float32 // this part's rows of the Net's buffers
+	n       int // images
+	off     int // first image within the Net's batch
+	il, k   int // values per image, classes
+	scale   float32
+	plan    *plan
+	vals    [][]float32 // per value of the plan: its buffer (vals[valInput] set per pass)
+	layers  []layer     // per op: nil for add and the operations that copy nothing
+	prob    []float32   // this part's rows of the Net's buffers
 	dlogits []float32
 	grads   []float32
 	// accum is the worker's gradient sum when this part is not the
@@ -98,12 +124,9 @@ type replica struct {
 	// into grads (a scratch vector the worker's other parts share) and
 	// adds them into accum. The first part writes accum directly.
 	accum  []float32
-	params [][2]int // the range of layer i's weights and bias in the parameter vector
+	params [][2]int // per op: the range of its layer's parameters in the vector
 	ws     kernels.Workspace
-	// firstParam is the first layer with parameters: layers before it
-	// need no backward pass, and it needs no input gradient.
-	firstParam int
-	loss       float32
+	loss   float32
 	// ready, set on the last part of a Net with one worker and a hook,
 	// is called after each layer with parameters has its final gradient
 	// (see SetGradHook).
@@ -112,199 +135,253 @@ type replica struct {
 
 // New builds spec on engine e for cfg. Its parameters are zero: call
 // Init, or copy trained values into Params. Call Close when done if
-// cfg.Workers > 1.
+// cfg.Workers > 1. A Net that Spec.Memory(cfg) refuses (a tensor beyond
+// MaxTensor values, or beyond cfg.MemoryLimit bytes in all) is refused
+// before anything is allocated, with an error wrapping ErrTooLarge.
 func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
 	return build(spec, e, cfg, nil)
 }
 
-// WithBatch returns a Net of the same spec, engine and workers for another
-// batch size (for example to evaluate with a larger batch) that shares
-// this Net's parameter vector; it has its own gradients and buffers.
+// WithBatch returns a Net of the same spec, engine, workers and purpose
+// (training or Inference) for another batch size (for example to
+// evaluate with a larger batch) that shares this Net's parameter vector;
+// it has its own gradients and buffers.
 func (n *Net) WithBatch(batch int) (*Net, error) {
-	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers, Part: n.part}, n.params)
+	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers, Part: n.part, Inference: n.inference}, n.params)
 }
 
 func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, error) {
 	if e == nil {
 		panic("nn.New: nil engine")
 	}
-	if cfg.Batch < 1 {
-		return nil, fmt.Errorf("%s: batch size must be ≥ 1, got %d", spec.Name, cfg.Batch)
+	if _, err := spec.check(cfg); err != nil {
+		return nil, err
 	}
-	if cfg.Workers < 0 {
-		return nil, fmt.Errorf("%s: workers must be ≥ 0, got %d", spec.Name, cfg.Workers)
+	np := spec.VectorLen()
+	if cfg.Grads != nil && len(cfg.Grads) != np {
+		return nil, fmt.Errorf("%s: Grads holds %d floats, the network's vector has %d", spec.Name, len(cfg.Grads), np)
 	}
-	np := spec.NumParams()
 	if params == nil {
 		params = make([]float32, np)
 	}
-	grads := cfg.Grads
+	var grads []float32
 	switch {
-	case grads == nil:
+	case cfg.Inference:
+	case cfg.Grads == nil:
 		grads = make([]float32, np)
-	case len(grads) != np:
-		return nil, fmt.Errorf("%s: Grads holds %d floats, the network has %d parameters", spec.Name, len(grads), np)
 	default:
+		grads = cfg.Grads
 		clear(grads)
 	}
 	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, params: params, grads: grads,
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, inference: cfg.Inference,
+		params: params, grads: grads,
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
-	n.layout = spec.layout()
-	w := min(max(cfg.Workers, 1), cfg.Batch)
-	part := cfg.Part
-	if part == 0 {
-		part = spec.PartBatch(w)
+	n.layout = slices.Clone(spec.layout())
+	sp := spec.splitBatch(cfg)
+	plans := map[int]*plan{}
+	var bar *barrier
+	if len(sp) > 1 {
+		bar = newBarrier(len(sp))
 	}
-	if part <= 0 {
-		part = cfg.Batch
-	}
-	for i := range w {
-		lo, hi := i*cfg.Batch/w, (i+1)*cfg.Batch/w
-		accum := n.grads
-		if i > 0 {
-			accum = make([]float32, np)
-		}
-		parts := (hi - lo + part - 1) / part
-		var scratch []float32
-		if parts > 1 {
-			scratch = make([]float32, np)
+	syncs := map[int]*bnSync{} // per op index, with several workers
+	lo := 0
+	for w, parts := range sp {
+		var accum, scratch []float32
+		if !cfg.Inference {
+			accum = n.grads
+			if w > 0 {
+				accum = make([]float32, np)
+			}
+			if len(parts) > 1 {
+				scratch = make([]float32, np)
+			}
 		}
 		var group []*replica
-		for j := range parts {
-			plo, phi := lo+j*(hi-lo)/parts, lo+(j+1)*(hi-lo)/parts
-			if j == 0 {
-				group = append(group, n.newReplica(plo, phi, accum, nil))
-			} else {
-				group = append(group, n.newReplica(plo, phi, scratch, accum))
+		for j, size := range parts {
+			p := plans[size]
+			if p == nil {
+				p = newPlan(spec, size, !cfg.Inference)
+				plans[size] = p
 			}
+			var r *replica
+			if j == 0 {
+				r = n.newReplica(p, lo, accum, nil)
+			} else {
+				r = n.newReplica(p, lo, scratch, accum)
+			}
+			r.connectBN(w, len(sp), bar, syncs)
+			group = append(group, r)
+			lo += size
 		}
 		n.reps = append(n.reps, group...)
 		n.groups = append(n.groups, group)
 	}
-	if w > 1 {
+	if len(sp) > 1 {
 		n.pool = startPool(n.groups)
 		runtime.AddCleanup(n, (*pool).stop, n.pool)
 	}
 	return n, nil
 }
 
-// layout lists the parameter segments in order.
-func (s *Spec) layout() []param.Segment {
-	var segs []param.Segment
-	off := 0
-	for i := range s.Layers {
-		ls := &s.Layers[i]
-		if !ls.HasParams() {
-			continue
-		}
-		wl, bl := s.paramLens(i)
-		segs = append(segs,
-			param.Segment{Name: ls.Name + ".weight", Offset: off, Len: wl, LRMult: ls.LRMult, DecayMult: ls.DecayMult},
-			param.Segment{Name: ls.Name + ".bias", Offset: off + wl, Len: bl, LRMult: ls.BiasLRMult, DecayMult: ls.BiasDecayMult})
-		off += wl + bl
-	}
-	return segs
-}
-
-// newReplica builds the layers for images lo…hi−1 of the batch, writing
-// parameter gradients into grads, and adding them into accum when it is
-// not nil.
-func (n *Net) newReplica(lo, hi int, grads, accum []float32) *replica {
-	spec, batch, k := n.spec, hi-lo, n.spec.Classes()
-	L := len(spec.Layers) - 1
+// newReplica builds the operations of plan p for the images from lo on,
+// writing parameter gradients into grads, and adding them into accum when
+// it is not nil.
+func (n *Net) newReplica(p *plan, lo int, grads, accum []float32) *replica {
+	spec, k := n.spec, n.spec.Classes()
+	hi := lo + p.n
 	r := &replica{
-		e: n.e, n: batch, off: lo, il: spec.Input.Len(), k: k, scale: float32(batch) / float32(n.batch),
-		layers: make([]layer, L), acts: make([][]float32, L+1), inPlace: make([]bool, L),
+		e: n.e, n: p.n, off: lo, il: spec.Input.Len(), k: k, scale: float32(p.n) / float32(n.batch), plan: p,
+		vals: make([][]float32, len(p.values)), layers: make([]layer, len(p.ops)), params: make([][2]int, len(p.ops)),
 		prob: n.prob[lo*k : hi*k], dlogits: n.dlogits[lo*k : hi*k], grads: grads, accum: accum,
-		params: make([][2]int, L), firstParam: L,
 	}
-	off, maxGrad, seg := 0, 0, 0
-	cnhw := false // the layout of layer i's input: NCHW for the caller's images
-	for i := range L {
-		ls := &spec.Layers[i]
-		in := spec.shapes[i]
-		if ls.HasParams() && r.firstParam == L {
-			r.firstParam = i
-		}
-		switch {
-		case i == L-1:
-			// The logits go to this part's rows of the Net's logits.
-			r.acts[i+1] = n.logits[lo*k : hi*k]
-		case ls.Kind == ReLU && i > 0 && !readsOutput(spec.Layers[i-1].Kind):
-			// ReLU runs in place unless its input is the caller's batch
-			// or the layer before reads its own output when going back.
-			r.inPlace[i] = true
-			r.acts[i+1] = r.acts[i]
-		default:
-			r.acts[i+1] = make([]float32, batch*spec.shapes[i+1].Len())
-		}
-		if i > 0 {
-			maxGrad = max(maxGrad, batch*in.Len())
-		}
-		var w, b, dw, db []float32
-		if ls.HasParams() {
-			wl, bl := n.layout[seg].Len, n.layout[seg+1].Len
-			r.params[i] = [2]int{off, off + wl + bl}
-			w, dw = n.params[off:off+wl:off+wl], grads[off:off+wl:off+wl]
-			off += wl
-			b, db = n.params[off:off+bl:off+bl], grads[off:off+bl:off+bl]
-			off += bl
-			seg += 2
-		}
-		// planes is the (images, channels) order of the H×W planes of
-		// this layer's input: channel-major after a convolution.
-		planes := [2]int{batch, in.C}
-		if cnhw {
-			planes = [2]int{in.C, batch}
-		}
-		// The layouts differ in memory only with several images and channels.
-		differ := batch > 1 && in.C > 1
-		switch ls.Kind {
-		case Conv:
-			s := convShape(ls, in, batch)
-			s.Layout = kernels.CNHW
-			l := &convLayer{e: n.e, ws: &r.ws, s: s, w: w, b: b, dw: dw, db: db}
-			if !cnhw && differ {
-				l.swap = newSwap(batch, in, i > r.firstParam)
-			}
-			r.layers[i] = l
-			cnhw = true
-		case FC:
-			l := &fcLayer{e: n.e, n: batch, in: in.Len(), out: ls.Out, w: w, b: b, dw: dw, db: db}
-			if cnhw && differ {
-				l.swap = newSwap(in.C, Shape{C: batch, H: in.H, W: in.W}, i > r.firstParam)
-			}
-			r.layers[i] = l
-			cnhw = false
-		case Pool:
-			s := poolShape(ls, in, batch)
-			s.N, s.C = planes[0], planes[1]
-			var mask []int32
-			if ls.Mode == kernels.MaxPool {
-				mask = make([]int32, s.OutputLen())
-			}
-			r.layers[i] = &poolLayer{e: n.e, s: s, mask: mask}
-		case ReLU:
-			r.layers[i] = &reluLayer{e: n.e}
-		case LRN:
-			s := kernels.LRNShape{N: planes[0], C: planes[1], H: in.H, W: in.W, Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K}
-			r.layers[i] = &lrnLayer{e: n.e, ws: &r.ws, s: s, scale: make([]float32, s.Len())}
-		default:
-			panic(fmt.Sprintf("nn: layer %s of kind %v inside the network", ls.Name, ls.Kind))
-		}
+	slots := make([][]float32, len(p.slots))
+	for i, size := range p.slots {
+		slots[i] = make([]float32, size)
 	}
-	for j := range r.gbuf {
-		r.gbuf[j] = make([]float32, maxGrad)
+	for v := numPinned; v < len(p.values); v++ {
+		val := &p.values[v]
+		r.vals[v] = slots[val.slot][:val.len:val.len]
+	}
+	r.vals[valLogits] = n.logits[lo*k : hi*k]
+	r.vals[valDlogits] = r.dlogits
+	var shared []int32
+	if p.sharedMask {
+		shared = make([]int32, p.maskInts())
+	}
+	segOf := map[string]int{}
+	for i, s := range n.layout {
+		segOf[s.Name] = i
+	}
+	for o := range p.ops {
+		r.layers[o] = n.newLayer(r, p, o, segOf, shared)
 	}
 	return r
 }
 
-// readsOutput reports whether a layer kind's backward pass reads its own
-// forward output (which an in-place layer after it would overwrite).
-func readsOutput(k Kind) bool { return k == LRN || k == ReLU }
+// segs returns the parameter and gradient slices of layer i's segment
+// named suffix (nil, nil if it has none), and records the layer's range.
+func (n *Net) segs(r *replica, o int, name string, segOf map[string]int) (w, g []float32) {
+	k, ok := segOf[name]
+	if !ok {
+		return nil, nil
+	}
+	s := n.layout[k]
+	lo, hi := s.Offset, s.Offset+s.Len
+	rg := &r.params[o]
+	if rg[1] == 0 {
+		rg[0] = lo
+	}
+	rg[1] = hi
+	w = n.params[lo:hi:hi]
+	if r.grads != nil {
+		g = r.grads[lo:hi:hi]
+	}
+	return w, g
+}
+
+// newLayer makes op o of plan p for replica r.
+func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedMask []int32) layer {
+	op := &p.ops[o]
+	in, out := &p.tensors[op.in[0]], &p.tensors[op.out]
+	if op.alias || op.kind == Add {
+		return nil
+	}
+	// planes is the (outer, inner) order of the H×W planes of the input.
+	planes := [2]int{r.n, in.shape.C}
+	if in.cnhw {
+		planes = [2]int{in.shape.C, r.n}
+	}
+	if op.layer < 0 {
+		return &swapLayer{a: planes[0], b: planes[1], p: in.shape.H * in.shape.W}
+	}
+	ls := &n.spec.Layers[op.layer]
+	switch ls.Kind {
+	case Conv:
+		s := convShape(ls, in.shape, r.n)
+		s.Layout = kernels.CNHW
+		l := &convLayer{e: n.e, ws: &r.ws, s: s}
+		l.w, l.dw = n.segs(r, o, ls.Name+".weight", segOf)
+		l.b, l.db = n.segs(r, o, ls.Name+".bias", segOf)
+		return l
+	case FC:
+		l := &fcLayer{e: n.e, n: r.n, in: in.shape.Len(), out: ls.Out}
+		l.w, l.dw = n.segs(r, o, ls.Name+".weight", segOf)
+		l.b, l.db = n.segs(r, o, ls.Name+".bias", segOf)
+		return l
+	case Pool:
+		s := poolShape(ls, in.shape, r.n)
+		s.N, s.C = planes[0], planes[1]
+		var mask []int32
+		if ls.Mode == kernels.MaxPool {
+			if mask = sharedMask; mask == nil {
+				mask = make([]int32, s.OutputLen())
+			}
+			mask = mask[:s.OutputLen()]
+		}
+		l := &poolLayer{e: n.e, s: s, mask: mask, oh: out.shape.H, ow: out.shape.W}
+		if op.trim >= 0 {
+			l.trim = r.vals[op.trim]
+		}
+		if op.trimGrad >= 0 {
+			l.trimGrad = r.vals[op.trimGrad]
+		}
+		return l
+	case ReLU:
+		return &reluLayer{e: n.e}
+	case LRN:
+		s := kernels.LRNShape{N: planes[0], C: planes[1], H: in.shape.H, W: in.shape.W,
+			Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K, Region: ls.Region}
+		if ls.Region == kernels.AcrossChannels {
+			s.N, s.C = r.n, in.shape.C
+			if in.cnhw {
+				s.N, s.H = 1, r.n*in.shape.H
+			}
+		}
+		return &lrnLayer{e: n.e, ws: &r.ws, s: s, scale: r.vals[op.scale]}
+	case Dropout:
+		return &dropoutLayer{e: n.e, ratio: ls.Ratio, seed: &n.seed, index: uint64(op.layer), cnhw: in.cnhw,
+			n: r.n, off: r.off, batch: n.batch, c: in.shape.C, plane: in.shape.H * in.shape.W, perItem: in.shape.Len()}
+	case BatchNorm:
+		c := in.shape.C
+		s := kernels.BNShape{N: r.n, C: c, HW: in.shape.H * in.shape.W, Eps: ls.Eps}
+		if in.cnhw {
+			s.N, s.HW = 1, r.n*in.shape.H*in.shape.W
+		}
+		l := &bnLayer{e: n.e, ws: &r.ws, s: s, limit: &n.stateLimit, count: float64(r.n * in.shape.H * in.shape.W),
+			batchCount: float64(n.batch * in.shape.H * in.shape.W), mean: make([]float32, c), vari: make([]float32, c)}
+		l.gamma, l.dgamma = n.segs(r, o, ls.Name+".weight", segOf)
+		l.beta, l.dbeta = n.segs(r, o, ls.Name+".bias", segOf)
+		l.rmean, l.smean = n.segs(r, o, ls.Name+".running_mean", segOf)
+		l.rvar, l.svar = n.segs(r, o, ls.Name+".running_var", segOf)
+		return l
+	}
+	panic(fmt.Sprintf("nn: layer %s of kind %v inside the network", ls.Name, ls.Kind))
+}
+
+// connectBN joins replica r's batch norm layers, of worker w of workers,
+// to the layers of the same op of the other workers.
+func (r *replica) connectBN(w, workers int, bar *barrier, syncs map[int]*bnSync) {
+	for o, l := range r.layers {
+		bn, ok := l.(*bnLayer)
+		if !ok {
+			continue
+		}
+		bn.worker = w
+		if workers == 1 {
+			continue
+		}
+		s := syncs[o]
+		if s == nil {
+			s = newBNSync(bar, workers, bn.s.C)
+			syncs[o] = s
+		}
+		s.layers[w] = bn
+		bn.sync, bn.mean, bn.vari, bn.local = s, s.mean, s.vari, make([]float32, 2*bn.s.C)
+	}
+}
 
 // Close stops the helper goroutines of a Net with several workers; the
 // Net must not be used afterwards. It is idempotent and a no-op with one
@@ -349,38 +426,33 @@ func (n *Net) Grads() []float32 { return n.grads }
 // covering the whole vector. The caller must not modify it.
 func (n *Net) Layout() []param.Segment { return n.layout }
 
-// Init fills the parameters with the spec's fillers, drawn from seed:
-// segment k (in Layout order) uses its own stream seeded with (seed, k),
-// so a layer's initial values do not depend on the layers before it.
-func (n *Net) Init(seed uint64) {
-	k := 0
-	for i := range n.spec.Layers {
-		ls := &n.spec.Layers[i]
-		if !ls.HasParams() {
-			continue
-		}
-		fanIn := n.spec.fanIn(i)
-		for _, f := range []Filler{ls.Weight, ls.Bias} {
-			seg := n.layout[k]
-			fill(n.params[seg.Offset:seg.Offset+seg.Len], f, fanIn, rand.New(rand.NewPCG(seed, uint64(k))))
-			k++
-		}
-	}
-}
+// Init fills the parameters with the spec's fillers drawn from seed (see
+// Spec.Init).
+func (n *Net) Init(seed uint64) { n.spec.Init(n.params, seed) }
 
-// fill applies filler f as Caffe does: Xavier is uniform on
-// ±sqrt(3/fanIn), Gaussian is N(0, Value²), Constant sets Value.
-func fill(v []float32, f Filler, fanIn int, r *rand.Rand) {
-	switch f.Type {
-	case Xavier:
-		a := math.Sqrt(3 / float64(fanIn))
+// fill applies filler f (see FillerType).
+func fill(v []float32, f Filler, fanIn, fanOut int, r *rand.Rand) {
+	uniform := func(a float64) {
 		for i := range v {
 			v[i] = float32((2*r.Float64() - 1) * a)
 		}
-	case Gaussian:
+	}
+	normal := func(std float64) {
 		for i := range v {
-			v[i] = float32(r.NormFloat64() * float64(f.Value))
+			v[i] = float32(r.NormFloat64() * std)
 		}
+	}
+	switch f.Type {
+	case Xavier:
+		uniform(math.Sqrt(3 / float64(fanIn)))
+	case Uniform:
+		uniform(float64(f.Value))
+	case Gaussian:
+		normal(float64(f.Value))
+	case MSRA:
+		normal(math.Sqrt(2 / float64(fanIn)))
+	case MSRAFanOut:
+		normal(math.Sqrt(2 / float64(fanOut)))
 	default:
 		for i := range v {
 			v[i] = f.Value
@@ -388,16 +460,61 @@ func fill(v []float32, f Filler, fanIn int, r *rand.Rand) {
 	}
 }
 
-// Forward runs the network on x (Batch images, NCHW, Batch·C·H·W values)
-// with their labels (Batch classes in [0, Classes)) and returns the mean
-// softmax cross-entropy loss over the batch. It keeps what Backward
-// needs. x is not modified and must stay unchanged until Backward
-// returns. Wrong lengths or a label out of range panic: validate data
-// when it is read (package data does).
+// SetStateLimit bounds the batch statistics Backward writes into the
+// running statistics' slots of Grads to ±limit (0: no bound), for
+// gradients sent in a format of smaller range: fp16's largest value is
+// 65504, and a variance beyond it would make the push infinite. A
+// running statistic then saturates at the bound.
+func (n *Net) SetStateLimit(limit float32) { n.stateLimit = limit }
+
+// SetSeed sets the seed of the dropout masks of the next training pass
+// (Forward or Gradient). Each training pass after it draws from the seed
+// of the pass before mixed once more, so that the masks of a sequence of
+// passes after a SetSeed are reproducible; a learner sets the seed of
+// each mini-batch from the job's seed and the mini-batch's id. A Net's
+// seed starts at 0. Backward and Evaluate draw nothing.
+func (n *Net) SetSeed(seed uint64) { n.seed, n.fresh = seed, true }
+
+// Forward runs the network in training on x (Batch images, NCHW,
+// Batch·C·H·W values) with their labels (Batch classes in [0, Classes))
+// and returns the mean softmax cross-entropy loss over the batch: batch
+// norm normalises with the batch's statistics, dropout drops. It keeps
+// what Backward needs. x is not modified and must stay unchanged until
+// Backward returns. Wrong lengths or a label out of range panic:
+// validate data when it is read (package data does); so does a Net made
+// for Inference.
 func (n *Net) Forward(x []float32, labels []int32) float32 {
+	n.checkTraining("Forward")
 	n.checkBatch(x, labels)
+	n.nextSeed()
 	n.run(phaseForward, x, labels)
 	return n.loss
+}
+
+// Evaluate runs the network at test on x with its labels (as Forward)
+// and returns the mean loss: batch norm normalises with its running
+// statistics, dropout passes its input on. Logits, Probs and Score then
+// describe it; Backward may not follow.
+func (n *Net) Evaluate(x []float32, labels []int32) float32 {
+	n.checkBatch(x, labels)
+	n.tested = true
+	n.run(phaseTest, x, labels)
+	return n.loss
+}
+
+// checkTraining panics in a Net made for Inference.
+func (n *Net) checkTraining(method string) {
+	if n.inference {
+		panic("nn." + method + ": the Net was made for Inference (Config.Inference): only Evaluate runs it")
+	}
+}
+
+// nextSeed sets the dropout seed of a training pass.
+func (n *Net) nextSeed() {
+	if !n.fresh {
+		n.seed = mix64(n.seed)
+	}
+	n.fresh, n.tested = false, false
 }
 
 // checkBatch panics on a batch of the wrong size or a label out of range.
@@ -424,19 +541,31 @@ func (n *Net) run(ph phase, x []float32, labels []int32) {
 		runGroup(n.groups[0], ph, x, labels)
 	} else {
 		n.pool.x, n.pool.labels = x, labels
-		hooked := n.hook != nil && ph != phaseForward
+		back := ph == phaseBackward || ph == phaseGradient
+		hooked := n.hook != nil && back
 		if hooked { // the workers' sums are made layer by layer (poolReady)
 			n.pool.onLayer, n.reduced = n.onLayer, len(n.grads)
 			defer func() { n.pool.onLayer = nil }() // the pool's goroutines keep no reference to n
 		}
 		n.pool.run(ph)
-		if ph != phaseForward && !hooked {
+		if back && !hooked {
 			n.pool.run(phaseReduce)
 		}
 	}
 	if ph != phaseBackward {
 		n.sumLoss()
 	}
+}
+
+// paramLayers counts the operations with parameters of a replica.
+func (r *replica) paramLayers() int {
+	k := 0
+	for _, p := range r.params {
+		if p[1] > p[0] {
+			k++
+		}
+	}
+	return k
 }
 
 // sumLoss sets the loss from the parts' losses.
@@ -472,7 +601,7 @@ func (n *Net) SetGradHook(f func(lo int)) {
 		return
 	}
 	n.onLayer = n.poolReady
-	n.pool.hook(len(n.layout) / 2) // a weight and a bias segment per layer with parameters
+	n.pool.hook(n.reps[0].paramLayers())
 }
 
 // gradReady is the last part's ready with one worker: every part's
@@ -503,6 +632,10 @@ func (n *Net) poolReady(lo int) {
 // Forward with respect to every parameter (so averaged over the batch),
 // overwriting the previous gradients.
 func (n *Net) Backward() {
+	n.checkTraining("Backward")
+	if n.tested {
+		panic("nn.Backward: the last forward pass was Evaluate's, which keeps nothing for Backward")
+	}
 	n.run(phaseBackward, nil, nil)
 }
 
@@ -510,21 +643,40 @@ func (n *Net) Backward() {
 // results, faster: each worker runs each of its parts backward right
 // after its forward pass, while the part's activations are in cache.
 func (n *Net) Gradient(x []float32, labels []int32) float32 {
+	n.checkTraining("Gradient")
 	n.checkBatch(x, labels)
+	n.nextSeed()
 	n.run(phaseGradient, x, labels)
 	return n.loss
 }
 
-// forward runs this part's images (its rows of the Net's batch) and
-// returns their mean loss. dlogits is scaled so that the parts' gradients
-// add up to the gradient of the whole batch's mean loss.
-func (r *replica) forward(x []float32, labels []int32) float32 {
-	r.acts[0] = x[r.off*r.il : (r.off+r.n)*r.il]
+// forward runs this part's images (its rows of the Net's batch), in
+// training or at test, and returns their mean loss. dlogits is scaled so
+// that the parts' gradients add up to the gradient of the whole batch's
+// mean loss.
+func (r *replica) forward(x []float32, labels []int32, test bool) float32 {
+	r.vals[valInput] = x[r.off*r.il : (r.off+r.n)*r.il]
 	labels = labels[r.off : r.off+r.n]
-	for i, l := range r.layers {
-		l.forward(r.acts[i], r.acts[i+1])
+	p := r.plan
+	for o := range p.ops {
+		op := &p.ops[o]
+		y := r.vals[p.tensors[op.out].value]
+		x := r.vals[p.tensors[op.in[0]].value]
+		switch l := r.layers[o]; {
+		case op.alias:
+		case op.kind == Add:
+			r.e.Add(x, r.vals[p.tensors[op.in[1]].value], y)
+		case test:
+			if t, ok := l.(tester); ok {
+				t.test(x, y)
+				break
+			}
+			l.forward(x, y)
+		default:
+			l.forward(x, y)
+		}
 	}
-	r.loss = r.e.SoftmaxCrossEntropy(r.n, r.k, r.acts[len(r.layers)], labels, r.prob, r.dlogits)
+	r.loss = r.e.SoftmaxCrossEntropy(r.n, r.k, r.vals[valLogits], labels, r.prob, r.dlogits)
 	if r.scale != 1 {
 		for i := range r.dlogits {
 			r.dlogits[i] *= r.scale
@@ -533,28 +685,30 @@ func (r *replica) forward(x []float32, labels []int32) float32 {
 	return r.loss
 }
 
+// backward runs the plan's backward program (see plan).
 func (r *replica) backward() {
-	g, cur := r.dlogits, -1
-	for i := len(r.layers) - 1; i >= r.firstParam; i-- {
-		var dx []float32
-		if i > r.firstParam {
-			if r.inPlace[i] && cur >= 0 { // never over dlogits: Backward may run again
-				dx = g
-			} else {
-				cur = 1 - max(cur, 0)
-				dx = r.gbuf[cur][:len(r.acts[i])]
+	p := r.plan
+	for i := range p.bwd {
+		st := &p.bwd[i]
+		op := &p.ops[st.op]
+		if l := r.layers[st.op]; l != nil {
+			var dx []float32
+			if v := st.dx[0]; v >= 0 {
+				dx = r.vals[v]
 			}
+			l.backward(r.vals[p.tensors[op.in[0]].value], r.vals[p.tensors[op.out].value], r.vals[st.dy], dx)
 		}
-		r.layers[i].backward(r.acts[i], r.acts[i+1], g, dx)
-		if p := r.params[i]; p[1] > p[0] {
+		for _, a := range st.accum {
+			r.e.Add(r.vals[a.a], r.vals[a.b], r.vals[a.y])
+		}
+		if rg := r.params[st.op]; rg[1] > rg[0] {
 			if r.accum != nil {
-				add(r.accum[p[0]:p[1]], r.grads[p[0]:p[1]])
+				add(r.accum[rg[0]:rg[1]], r.grads[rg[0]:rg[1]])
 			}
 			if r.ready != nil {
-				r.ready(p[0])
+				r.ready(rg[0])
 			}
 		}
-		g = dx
 	}
 }
 

@@ -10,6 +10,7 @@ const (
 	phaseBackward              // every worker runs its parts backward
 	phaseGradient              // every worker runs each part forward, then backward
 	phaseReduce                // worker i adds the others' gradients into range i of the Net's
+	phaseTest                  // every worker runs its parts forward at test (Net.Evaluate)
 )
 
 // runGroup runs phase ph (not phaseReduce) on one worker's parts, in order:
@@ -17,9 +18,9 @@ const (
 func runGroup(group []*replica, ph phase, x []float32, labels []int32) {
 	for _, r := range group {
 		if ph != phaseBackward {
-			r.forward(x, labels)
+			r.forward(x, labels, ph == phaseTest)
 		}
-		if ph != phaseForward {
+		if ph == phaseBackward || ph == phaseGradient {
 			r.backward()
 		}
 	}

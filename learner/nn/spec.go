@@ -1,19 +1,18 @@
 package nn
 
 import (
-	"bufio"
 	"bytes"
 	"embed"
 	"errors"
 	"fmt"
-	"math"
+	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/softsync/softsync/kernels"
+	"github.com/softsync/softsync/ps/param"
 )
 
 // ErrSpec is wrapped by every error about a network spec; the message
@@ -29,15 +28,19 @@ type Kind int
 
 // The layer kinds of a spec, with their keyword in the spec format.
 const (
-	Conv    Kind = iota + 1 // conv: 2-D convolution with bias
-	Pool                    // pool: max or average pooling, Caffe's ceil rounding
-	ReLU                    // relu: max(x, 0)
-	LRN                     // lrn: local response normalisation within channel
-	FC                      // fc: fully connected with bias (flattens C×H×W)
-	Softmax                 // softmax: softmax cross-entropy loss, the last layer
+	Conv      Kind = iota + 1 // conv: 2-D convolution, optionally grouped, with or without bias
+	Pool                      // pool: max or average pooling, Caffe's ceil rounding, or global
+	ReLU                      // relu: max(x, 0)
+	LRN                       // lrn: local response normalisation within or across channels
+	FC                        // fc: fully connected with bias (flattens C×H×W)
+	Softmax                   // softmax: softmax cross-entropy loss, the last layer
+	Dropout                   // dropout: inverted dropout in training, identity at test
+	BatchNorm                 // batchnorm: PyTorch's BatchNorm2d (per feature after fc)
+	Add                       // add: element-wise sum of two earlier outputs
 )
 
-var kindNames = map[Kind]string{Conv: "conv", Pool: "pool", ReLU: "relu", LRN: "lrn", FC: "fc", Softmax: "softmax"}
+var kindNames = map[Kind]string{Conv: "conv", Pool: "pool", ReLU: "relu", LRN: "lrn", FC: "fc", Softmax: "softmax",
+	Dropout: "dropout", BatchNorm: "batchnorm", Add: "add"}
 
 // String is the kind's keyword in the spec format.
 func (k Kind) String() string {
@@ -50,19 +53,28 @@ func (k Kind) String() string {
 // FillerType is a parameter initialisation, as Caffe's fillers.
 type FillerType int
 
-// The fillers. Xavier draws uniformly from ±sqrt(3/fan_in) with fan_in =
-// inputs·kernel height·kernel width (Caffe's default FAN_IN variance
-// norm); Gaussian draws from N(0, Value²); Constant sets Value.
+// The fillers. Xavier draws uniformly from ±sqrt(3/fan_in) (Caffe's
+// default FAN_IN variance norm); Gaussian draws from N(0, Value²);
+// Constant sets Value; Uniform draws uniformly from ±Value; MSRA draws
+// from N(0, 2/fan_in) and MSRAFanOut from N(0, 2/fan_out) (He et al.;
+// Caffe's msra filler, PyTorch's kaiming_normal_ for ReLU). fan_in is
+// the inputs of one output: input channels of the group × kernel height
+// × kernel width for a convolution, inputs for a fully connected layer;
+// fan_out is output channels × kernel height × kernel width, or
+// outputs.
 const (
 	Constant FillerType = iota
 	Gaussian
 	Xavier
+	Uniform
+	MSRA
+	MSRAFanOut
 )
 
 // Filler is one parameter initialisation.
 type Filler struct {
 	Type  FillerType
-	Value float32 // the constant, or the Gaussian's standard deviation
+	Value float32 // the constant, the Gaussian's standard deviation or the uniform bound
 }
 
 // String is the filler as written in the spec format.
@@ -72,6 +84,12 @@ func (f Filler) String() string {
 		return "gaussian:" + formatFloat(f.Value)
 	case Xavier:
 		return "xavier"
+	case Uniform:
+		return "uniform:" + formatFloat(f.Value)
+	case MSRA:
+		return "msra"
+	case MSRAFanOut:
+		return "msra:fan_out"
 	}
 	return "constant:" + formatFloat(f.Value)
 }
@@ -84,21 +102,42 @@ type LayerSpec struct {
 	Line int    // line of the spec file, for messages
 	Kind Kind   // layer type
 	Name string // unique within the net; names parameter segments
+	// From names the layers whose outputs are this layer's inputs, as
+	// written (from=A or, for add, from=A,B; "input" is the network's
+	// input); empty: the layer written before it (the input for the
+	// first).
+	From []string
 
 	Out                 int              // conv: output channels; fc: outputs
 	Kernel, Stride, Pad int              // conv, pool: square window, stride, zero padding
+	Group               int              // conv: groups (≥ 1), dividing the input and output channels
 	Mode                kernels.PoolMode // pool: kernels.MaxPool or kernels.AvgPool
+	Global              bool             // pool: the window is the whole input plane
+	Floor               bool             // pool: PyTorch's floor rounding of the output size instead of Caffe's ceil
 
-	Size           int     // lrn: window side (odd)
-	Alpha, Beta, K float32 // lrn: scale = K + Alpha/Size²·Σx², y = x·scale^−Beta
+	Size           int               // lrn: window side or channels (odd)
+	Alpha, Beta, K float32           // lrn: see Region
+	Region         kernels.LRNRegion // lrn: kernels.WithinChannel or kernels.AcrossChannels
 
-	Weight, Bias              Filler  // conv, fc: initialisation
-	LRMult, DecayMult         float32 // conv, fc: solver multipliers of the weights
-	BiasLRMult, BiasDecayMult float32 // conv, fc: solver multipliers of the bias
+	Ratio float32 // dropout: the fraction of values dropped, in [0, 1)
+	Eps   float32 // batchnorm: added to the variance
+
+	// Weight and Bias are the fillers of conv and fc (weights, bias) and
+	// batchnorm (scale, shift); NoBias: conv or fc without a bias.
+	Weight, Bias              Filler
+	NoBias                    bool
+	LRMult, DecayMult         float32 // conv, fc, batchnorm: solver multipliers of the weights (scale)
+	BiasLRMult, BiasDecayMult float32 // conv, fc, batchnorm: solver multipliers of the bias (shift)
 }
 
-// HasParams reports whether the layer has weights and a bias.
-func (l *LayerSpec) HasParams() bool { return l.Kind == Conv || l.Kind == FC }
+// HasParams reports whether the layer has parameters (weights, a bias, a
+// batch norm's scale and shift and running statistics).
+func (l *LayerSpec) HasParams() bool { return l.Kind == Conv || l.Kind == FC || l.Kind == BatchNorm }
+
+// BNMomentum is the weight of a batch's statistics in batch norm's
+// running statistics (PyTorch's momentum): running = (1 − m)·running +
+// m·batch. The solver folds them so (param.StateMomentum).
+const BNMomentum = param.StateMomentum
 
 // Shape is the C×H×W shape of one image's activations.
 type Shape struct{ C, H, W int }
@@ -109,50 +148,112 @@ func (s Shape) Len() int { return s.C * s.H * s.W }
 // String writes the shape as C×H×W.
 func (s Shape) String() string { return fmt.Sprintf("%d×%d×%d", s.C, s.H, s.W) }
 
-// Spec is a parsed, validated network description: an input shape and a
-// sequence of layers ending with a softmax loss. Build a Net from it with
-// New. A Spec is read-only once parsed.
+// Spec is a parsed, validated network description: an input shape and
+// layers ending with a softmax loss, each taking the output of an earlier
+// layer (or two, for add) or the input, so a directed acyclic graph in
+// the order written. Build a Net from it with New. A Spec is read-only
+// once parsed.
 type Spec struct {
 	Name   string      // the network's name (built-in name or file base name)
 	File   string      // where it was read from, for messages
 	Input  Shape       // one input image
 	Layers []LayerSpec // in order; the last is the Softmax loss
-	shapes []Shape     // shapes[i] is the input of layer i; shapes[len] the logits
+	inputs [][]int     // inputs[i]: the layers whose outputs layer i reads; −1 is the input
+	outs   []Shape     // outs[i]: the output of layer i (of the loss: its input, the logits)
+	segs   []param.Segment
+}
+
+// Inputs returns the indices in Layers of the layers whose outputs layer
+// i reads, in order; −1 stands for the network's input. The caller must
+// not modify the slice.
+func (s *Spec) Inputs(i int) []int { return s.inputs[i] }
+
+// Output returns the shape of one image's output of layer i (for the
+// loss, its input: the logits).
+func (s *Spec) Output(i int) Shape { return s.outs[i] }
+
+// inShape is the shape of layer i's (first) input.
+func (s *Spec) inShape(i int) Shape { return s.shapeOf(s.inputs[i][0]) }
+
+// shapeOf is the output shape of layer j, or the input's for −1.
+func (s *Spec) shapeOf(j int) Shape {
+	if j < 0 {
+		return s.Input
+	}
+	return s.outs[j]
 }
 
 // Classes is the number of outputs of the network (inputs to the loss).
-func (s *Spec) Classes() int { return s.shapes[len(s.Layers)-1].Len() }
+func (s *Spec) Classes() int { return s.outs[len(s.Layers)-1].Len() }
 
-// NumParams is the length of the network's parameter vector.
+// NumParams is the number of learnable parameters (weights, biases, batch
+// norm's scales and shifts), the count frameworks report: 11,689,512
+// for resnet18. The parameter vector is longer by NumState.
 func (s *Spec) NumParams() int {
 	n := 0
-	for i := range s.Layers {
-		w, b := s.paramLens(i)
-		n += w + b
+	for _, seg := range s.layout() {
+		if seg.Kind == param.Learnable {
+			n += seg.Len
+		}
 	}
 	return n
+}
+
+// NumState is the number of state values of the parameter vector: batch
+// norm's running means and variances (two per channel or feature).
+func (s *Spec) NumState() int { return s.VectorLen() - s.NumParams() }
+
+// VectorLen is the length of the parameter vector (and of the gradient
+// vector): NumParams learnable values and NumState state values.
+func (s *Spec) VectorLen() int {
+	n := 0
+	for _, seg := range s.layout() {
+		n += seg.Len
+	}
+	return n
+}
+
+// HasBatchNorm reports whether the network has a batchnorm layer, whose
+// training statistics span the whole batch: its Nets run each worker's
+// share whole (Config.Part).
+func (s *Spec) HasBatchNorm() bool {
+	return slices.ContainsFunc(s.Layers, func(l LayerSpec) bool { return l.Kind == BatchNorm })
+}
+
+// needsGrad reports, per layer, whether the gradient of the loss with
+// respect to its output is needed: it has parameters or reads, directly
+// or not, the output of a layer with parameters.
+func (s *Spec) needsGrad() []bool {
+	need := make([]bool, len(s.Layers))
+	for i := range s.Layers {
+		need[i] = s.Layers[i].HasParams()
+		for _, j := range s.inputs[i] {
+			need[i] = need[i] || (j >= 0 && need[j])
+		}
+	}
+	return need
 }
 
 // TrainFLOPs is the number of floating-point operations (a multiply-add
 // counts two) of one image's training step in the convolution and fully
 // connected layers: the forward pass, the weight gradients and the input
-// gradients of every layer but the first with parameters. Pooling, ReLU,
-// LRN, the loss and the biases are left out.
+// gradients of every such layer whose input needs a gradient. Pooling,
+// ReLU, LRN, batch norm, dropout, add, the loss and the biases are left
+// out.
 func (s *Spec) TrainFLOPs() int {
-	flops, first := 0, true
+	flops, need := 0, s.needsGrad()
 	for i := range s.Layers {
-		if !s.Layers[i].HasParams() {
+		l := &s.Layers[i]
+		if l.Kind != Conv && l.Kind != FC {
 			continue
 		}
-		w, _ := s.paramLens(i)
-		out := s.shapes[i+1]
-		macs := w * out.H * out.W // every weight meets every output pixel once
-		passes := 3
-		if first {
-			passes = 2
+		out := s.outs[i]
+		macs := s.weightLen(i) * out.H * out.W // every weight meets every output pixel once
+		passes := 2
+		if j := s.inputs[i][0]; j >= 0 && need[j] {
+			passes = 3
 		}
 		flops += 2 * passes * macs
-		first = false
 	}
 	return flops
 }
@@ -188,42 +289,132 @@ const (
 )
 
 // PartBatch is the default part size of Config.Part for a Net of the
-// given number of workers: with one worker, the whole share (0), as that
-// core has the memory bandwidth to itself and the kernels run fastest on
-// many images per call; with several, the most images whose largest
-// activation fits partCacheBytes, but no fewer than bring
+// given number of workers: with one worker, or a network with batch norm,
+// the whole share (0), as that core has the memory bandwidth to itself
+// and the kernels run fastest on many images per call, and batch norm's
+// statistics span the whole batch; with several, the most images whose
+// largest activation fits partCacheBytes, but no fewer than bring
 // partFLOPsPerParam. That is 6 images for cifar10_full, whose first
 // convolution writes 128 KiB per image, and 66 for LeNet, whose weights
 // are large for its work (so its shares are not cut).
 func (s *Spec) PartBatch(workers int) int {
 	f := s.TrainFLOPs()
-	if workers <= 1 || f == 0 {
+	if workers <= 1 || f == 0 || s.HasBatchNorm() {
 		return 0
 	}
 	largest := 0
-	for _, sh := range s.shapes[1:] {
+	for _, sh := range s.outs {
 		largest = max(largest, 4*sh.Len())
 	}
 	return max(1, partCacheBytes/largest, (partFLOPsPerParam*s.NumParams()+f-1)/f)
 }
 
-// paramLens returns the weight and bias lengths of layer i.
-func (s *Spec) paramLens(i int) (w, b int) {
+// weightLen is the length of layer i's weights (0 without any).
+func (s *Spec) weightLen(i int) int {
 	l := &s.Layers[i]
-	in := s.shapes[i]
+	in := s.inShape(i)
 	switch l.Kind {
 	case Conv:
-		return l.Out * in.C * l.Kernel * l.Kernel, l.Out
+		return l.Out * in.C / l.Group * l.Kernel * l.Kernel
 	case FC:
-		return l.Out * in.Len(), l.Out
+		return l.Out * in.Len()
+	case BatchNorm:
+		return in.C
 	}
-	return 0, 0
+	return 0
 }
 
-// fanIn is the number of inputs of one output of layer i (Xavier's fan_in).
-func (s *Spec) fanIn(i int) int {
-	w, _ := s.paramLens(i)
-	return w / s.Layers[i].Out
+// fans returns fan_in and fan_out of layer i's weights (see FillerType).
+func (s *Spec) fans(i int) (in, out int) {
+	l := &s.Layers[i]
+	w := s.weightLen(i)
+	switch l.Kind {
+	case Conv:
+		return w / l.Out, w / (s.inShape(i).C / l.Group)
+	case FC:
+		return w / l.Out, l.Out
+	}
+	return 1, 1
+}
+
+// segment is one parameter segment of a layer with its filler.
+type segment struct {
+	param.Segment
+	fill Filler
+}
+
+// segments lists layer i's parameter segments in order, offsets from 0:
+// the weights, then the bias (conv, fc); the scale, shift, running mean
+// and running variance (batchnorm).
+func (s *Spec) segments(i int) []segment {
+	l := &s.Layers[i]
+	w := s.weightLen(i)
+	seg := func(suffix string, n int, lr, decay float32, f Filler, kind param.Kind) segment {
+		return segment{param.Segment{Name: l.Name + "." + suffix, Len: n, LRMult: lr, DecayMult: decay, Kind: kind}, f}
+	}
+	switch l.Kind {
+	case Conv, FC:
+		segs := []segment{seg("weight", w, l.LRMult, l.DecayMult, l.Weight, param.Learnable)}
+		if !l.NoBias {
+			segs = append(segs, seg("bias", l.Out, l.BiasLRMult, l.BiasDecayMult, l.Bias, param.Learnable))
+		}
+		return segs
+	case BatchNorm:
+		return []segment{
+			seg("weight", w, l.LRMult, l.DecayMult, l.Weight, param.Learnable),
+			seg("bias", w, l.BiasLRMult, l.BiasDecayMult, l.Bias, param.Learnable),
+			seg("running_mean", w, 0, 0, Filler{Type: Constant}, param.State),
+			seg("running_var", w, 0, 0, Filler{Type: Constant, Value: 1}, param.State),
+		}
+	}
+	return nil
+}
+
+// Layout describes the parameter vector as ordered, contiguous segments
+// (see Net): a copy.
+func (s *Spec) Layout() []param.Segment { return slices.Clone(s.layout()) }
+
+// Init fills params, a parameter vector (VectorLen values), with the
+// spec's fillers, drawn from seed: segment k (in Layout order) uses its
+// own stream seeded with (seed, k), so a layer's initial values do not
+// depend on the layers before it. Batch norm's running means start at
+// 0, its running variances at 1.
+func (s *Spec) Init(params []float32, seed uint64) {
+	if len(params) != s.VectorLen() {
+		panic(fmt.Sprintf("nn.Spec.Init: %d values, the vector has %d", len(params), s.VectorLen()))
+	}
+	k := 0
+	for i := range s.Layers {
+		fanIn, fanOut := s.fans(i)
+		for _, seg := range s.segments(i) {
+			l := s.layout()[k]
+			fill(params[l.Offset:l.Offset+l.Len], seg.fill, fanIn, fanOut, rand.New(rand.NewPCG(seed, uint64(k))))
+			k++
+		}
+	}
+}
+
+// layout lists the segments of the parameter vector in order: the layers
+// with parameters in the order written, each layer's segments as
+// segments lists them. The caller must not modify it.
+func (s *Spec) layout() []param.Segment {
+	if s.segs == nil { // a Spec not made by Parse
+		return s.makeLayout()
+	}
+	return s.segs
+}
+
+func (s *Spec) makeLayout() []param.Segment {
+	var segs []param.Segment
+	off := 0
+	for i := range s.Layers {
+		for _, seg := range s.segments(i) {
+			seg.Offset = off
+			off += seg.Len
+			segs = append(segs, seg.Segment)
+		}
+	}
+	return segs
 }
 
 //go:embed specs/*.net
@@ -240,7 +431,8 @@ func Builtins() []string {
 }
 
 // Builtin returns the built-in network spec of that name (see Builtins):
-// "lenet", "cifar10_full" or "mlp". Its text is BuiltinText(name).
+// "alexnet", "cifar10_full", "lenet", "mlp" or "resnet18". Its text is
+// BuiltinText(name).
 func Builtin(name string) (*Spec, error) {
 	src, err := BuiltinText(name)
 	if err != nil {
@@ -276,392 +468,30 @@ func Load(nameOrPath string) (*Spec, error) {
 	return Parse(nameOrPath, src)
 }
 
-// specError is a parse error at one line.
-type specError struct {
-	file string
-	line int
-	kind string // layer keyword, "" for none
-	msg  string
-}
-
-func (e *specError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.file)
-	if e.line > 0 {
-		fmt.Fprintf(&b, ":%d", e.line)
-	}
-	b.WriteString(": ")
-	if e.kind != "" {
-		b.WriteString(e.kind + ": ")
-	}
-	b.WriteString(e.msg)
-	return b.String()
-}
-
-func (e *specError) Unwrap() error { return ErrSpec }
-
-// Parse parses and validates a network spec (the format is described in
-// docs/network-spec.md). file names the source in error messages and
-// gives the network its name (base name without extension).
-func Parse(file string, src []byte) (*Spec, error) {
-	p := &parser{file: file, counts: map[Kind]int{}, names: map[string]int{}}
-	spec := &Spec{Name: strings.TrimSuffix(filepath.Base(file), filepath.Ext(file)), File: file}
-	sc := bufio.NewScanner(bytes.NewReader(src))
-	lineNo, haveInput := 0, false
-	var cur Shape
-	for sc.Scan() {
-		lineNo++
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		p.line, p.kind = lineNo, fields[0]
-		if err := p.splitFields(fields[1:]); err != nil {
-			return nil, err
-		}
-		if fields[0] == "input" {
-			if haveInput {
-				return nil, p.errorf("input given twice (first on line %d)", p.inputLine)
-			}
-			if len(spec.Layers) > 0 {
-				return nil, p.errorf("input must come before the first layer")
-			}
-			if p.name != "" {
-				return nil, p.errorf("unexpected word %q (write key=value)", p.name)
-			}
-			cur = Shape{C: p.intKey("channels", -1), H: p.intKey("height", -1), W: p.intKey("width", -1)}
-			if err := p.finish(); err != nil {
-				return nil, err
-			}
-			if err := p.atLeast("channels", cur.C, 1); err != nil {
-				return nil, err
-			}
-			if err := p.atLeast("height", cur.H, 1); err != nil {
-				return nil, err
-			}
-			if err := p.atLeast("width", cur.W, 1); err != nil {
-				return nil, err
-			}
-			spec.Input, haveInput, p.inputLine = cur, true, lineNo
-			continue
-		}
-		if !haveInput {
-			return nil, p.errorf("the spec must start with an input line (input channels=C height=H width=W)")
-		}
-		if n := len(spec.Layers); n > 0 && spec.Layers[n-1].Kind == Softmax {
-			return nil, p.errorf("softmax (line %d) must be the last layer", spec.Layers[n-1].Line)
-		}
-		l, err := p.layer(cur)
-		if err != nil {
-			return nil, err
-		}
-		spec.shapes = append(spec.shapes, cur)
-		spec.Layers = append(spec.Layers, l)
-		if cur, err = p.outShape(&l, cur); err != nil {
-			return nil, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &specError{file: file, line: lineNo + 1, msg: err.Error()}
-	}
-	if !haveInput {
-		return nil, &specError{file: file, msg: "no input line"}
-	}
-	if n := len(spec.Layers); n == 0 || spec.Layers[n-1].Kind != Softmax {
-		return nil, &specError{file: file, line: lineNo, msg: "the last layer must be softmax (the loss)"}
-	}
-	if !slices.ContainsFunc(spec.Layers, func(l LayerSpec) bool { return l.HasParams() }) {
-		return nil, &specError{file: file, line: lineNo, msg: "the network has no conv or fc layer: nothing to learn"}
-	}
-	spec.shapes = append(spec.shapes, cur)
-	return spec, nil
-}
-
-// parser holds the state of one line being parsed.
-type parser struct {
-	file      string
-	line      int
-	kind      string
-	name      string            // the optional word after the keyword
-	keys      map[string]string // key=value pairs of the line
-	keyOrder  []string
-	used      map[string]bool
-	err       error // first error of a key lookup
-	inputLine int
-	counts    map[Kind]int   // layers of each kind so far, for default names
-	names     map[string]int // layer name → line
-}
-
-func (p *parser) errorf(format string, args ...any) error {
-	return &specError{file: p.file, line: p.line, kind: p.kind, msg: fmt.Sprintf(format, args...)}
-}
-
-func (p *parser) splitFields(fields []string) error {
-	p.name, p.keys, p.keyOrder, p.used, p.err = "", map[string]string{}, nil, map[string]bool{}, nil
-	for i, f := range fields {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			if i == 0 {
-				p.name = f
-				continue
-			}
-			return p.errorf("%q is not key=value", f)
-		}
-		if k == "" || v == "" {
-			return p.errorf("%q: empty key or value", f)
-		}
-		if _, dup := p.keys[k]; dup {
-			return p.errorf("key %q given twice", k)
-		}
-		p.keys[k] = v
-		p.keyOrder = append(p.keyOrder, k)
-	}
-	return nil
-}
-
-// intKey returns the integer value of key, or def when absent; def < 0
-// makes the key required.
-func (p *parser) intKey(key string, def int) int {
-	v, ok := p.lookup(key, def < 0)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil && p.err == nil {
-		p.err = p.errorf("%s must be an integer, got %q", key, v)
-	}
-	return n
-}
-
-func (p *parser) floatKey(key string, def float32) float32 {
-	v, ok := p.lookup(key, false)
-	if !ok {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 32)
-	if (err != nil || math.IsNaN(f) || math.IsInf(f, 0)) && p.err == nil {
-		p.err = p.errorf("%s must be a number, got %q", key, v)
-	}
-	return float32(f)
-}
-
-func (p *parser) lookup(key string, required bool) (string, bool) {
-	v, ok := p.keys[key]
-	if ok {
-		p.used[key] = true
-	} else if required && p.err == nil {
-		p.err = p.errorf("missing %s=", key)
-	}
-	return v, ok
-}
-
-// finish reports an unknown key (often a misspelt one), else the first
-// lookup error.
-func (p *parser) finish() error {
-	for _, k := range p.keyOrder {
-		if !p.used[k] {
-			return p.errorf("unknown key %q", k)
-		}
-	}
-	return p.err
-}
-
-func (p *parser) atLeast(key string, v, min int) error {
-	if v < min {
-		return p.errorf("%s must be ≥ %d, got %d", key, min, v)
-	}
-	return nil
-}
-
-func (p *parser) filler(key string, def Filler) Filler {
-	v, ok := p.lookup(key, false)
-	if !ok {
-		return def
-	}
-	typ, arg, hasArg := strings.Cut(v, ":")
-	f := Filler{}
-	switch typ {
-	case "xavier":
-		f.Type = Xavier
-		if hasArg {
-			p.setErr("%s: xavier takes no argument, got %q", key, v)
-		}
-		return f
-	case "gaussian":
-		f.Type = Gaussian
-		if !hasArg {
-			p.setErr("%s: gaussian needs its standard deviation, as gaussian:0.01", key)
-			return f
-		}
-	case "constant":
-		f.Type = Constant
-		if !hasArg {
-			return f
-		}
-	default:
-		p.setErr("%s: unknown filler %q (xavier, gaussian:STD or constant:VALUE)", key, typ)
-		return f
-	}
-	x, err := strconv.ParseFloat(arg, 32)
-	switch {
-	case err != nil || math.IsNaN(x) || math.IsInf(x, 0):
-		p.setErr("%s: %q is not a number", key, arg)
-	case f.Type == Gaussian && x <= 0:
-		p.setErr("%s: gaussian standard deviation must be > 0, got %s", key, arg)
-	}
-	f.Value = float32(x)
-	return f
-}
-
-func (p *parser) setErr(format string, args ...any) {
-	if p.err == nil {
-		p.err = p.errorf(format, args...)
-	}
-}
-
-// layer parses the current line as a layer whose input has shape in.
-func (p *parser) layer(in Shape) (LayerSpec, error) {
-	var l LayerSpec
-	for k, name := range kindNames {
-		if name == p.kind {
-			l.Kind = k
-		}
-	}
-	if l.Kind == 0 {
-		return l, p.errorf("unknown layer kind %q (input, conv, pool, relu, lrn, fc, softmax)", p.kind)
-	}
-	l.Line = p.line
-	p.counts[l.Kind]++
-	l.Name = p.name
-	if l.Name == "" {
-		l.Name = fmt.Sprintf("%s%d", p.kind, p.counts[l.Kind])
-		if l.Kind == Softmax {
-			l.Name = "loss"
-		}
-	}
-	if first, dup := p.names[l.Name]; dup {
-		return l, p.errorf("layer name %q already used on line %d", l.Name, first)
-	}
-	p.names[l.Name] = l.Line
-
-	switch l.Kind {
-	case Conv, FC:
-		l.Out = p.intKey("out", -1)
-		if l.Kind == Conv {
-			l.Kernel = p.intKey("kernel", -1)
-			l.Stride = p.intKey("stride", 1)
-			l.Pad = p.intKey("pad", 0)
-		}
-		l.Weight = p.filler("weight", Filler{Type: Xavier})
-		l.Bias = p.filler("bias", Filler{Type: Constant})
-		l.LRMult = p.floatKey("lr_mult", 1)
-		l.DecayMult = p.floatKey("decay_mult", 1)
-		l.BiasLRMult = p.floatKey("bias_lr_mult", 1)
-		l.BiasDecayMult = p.floatKey("bias_decay_mult", 1)
-	case Pool:
-		switch mode, _ := p.lookup("mode", true); mode {
-		case "max":
-			l.Mode = kernels.MaxPool
-		case "avg", "ave", "average":
-			l.Mode = kernels.AvgPool
-		case "":
-		default:
-			p.setErr("mode must be max or avg, got %q", mode)
-		}
-		l.Kernel = p.intKey("kernel", -1)
-		l.Stride = p.intKey("stride", 1)
-		l.Pad = p.intKey("pad", 0)
-	case LRN:
-		l.Size = p.intKey("size", 5)
-		l.Alpha = p.floatKey("alpha", 1)
-		l.Beta = p.floatKey("beta", 0.75)
-		l.K = p.floatKey("k", 1)
-		if r, ok := p.lookup("region", false); ok && r != "within_channel" {
-			p.setErr("region %q is not supported: only within_channel", r)
-		}
-	}
-	if err := p.finish(); err != nil {
-		return l, err
-	}
-	return l, p.validate(&l, in)
-}
-
-// validate checks the values of l against its input shape.
-func (p *parser) validate(l *LayerSpec, in Shape) error {
-	switch l.Kind {
-	case Conv, FC:
-		if err := p.atLeast("out", l.Out, 1); err != nil {
-			return err
-		}
-		for _, m := range []struct {
-			key string
-			v   float32
-		}{{"lr_mult", l.LRMult}, {"decay_mult", l.DecayMult}, {"bias_lr_mult", l.BiasLRMult}, {"bias_decay_mult", l.BiasDecayMult}} {
-			if m.v < 0 {
-				return p.errorf("%s must be ≥ 0, got %s", m.key, formatFloat(m.v))
-			}
-		}
-	case LRN:
-		if l.Size < 1 || l.Size%2 == 0 {
-			return p.errorf("size must be odd and ≥ 1, got %d", l.Size)
-		}
-		if l.Alpha < 0 || l.Beta < 0 || l.K <= 0 {
-			return p.errorf("need alpha ≥ 0, beta ≥ 0, k > 0; got alpha=%s beta=%s k=%s",
-				formatFloat(l.Alpha), formatFloat(l.Beta), formatFloat(l.K))
-		}
-	case Softmax:
-		if in.Len() < 2 {
-			return p.errorf("needs at least 2 inputs (classes), got %d", in.Len())
-		}
-	}
-	if l.Kind == Conv || l.Kind == Pool {
-		if err := p.atLeast("kernel", l.Kernel, 1); err != nil {
-			return err
-		}
-		if err := p.atLeast("stride", l.Stride, 1); err != nil {
-			return err
-		}
-		if err := p.atLeast("pad", l.Pad, 0); err != nil {
-			return err
-		}
-		if l.Kind == Pool && l.Pad >= l.Kernel {
-			return p.errorf("pad must be smaller than kernel, got pad=%d kernel=%d", l.Pad, l.Kernel)
-		}
-		if l.Kernel > in.H+2*l.Pad || l.Kernel > in.W+2*l.Pad {
-			return p.errorf("kernel %d is larger than its padded input %d×%d (input %s, pad %d)",
-				l.Kernel, in.H+2*l.Pad, in.W+2*l.Pad, in, l.Pad)
-		}
-	}
-	return nil
-}
-
-// outShape is the shape of layer l's output for input shape in.
-func (p *parser) outShape(l *LayerSpec, in Shape) (Shape, error) {
-	switch l.Kind {
-	case Conv:
-		s := convShape(l, in, 1)
-		return Shape{C: l.Out, H: s.OutH(), W: s.OutW()}, nil
-	case Pool:
-		s := poolShape(l, in, 1)
-		return Shape{C: in.C, H: s.OutH(), W: s.OutW()}, nil
-	case FC:
-		return Shape{C: l.Out, H: 1, W: 1}, nil
-	}
-	return in, nil
-}
-
 func convShape(l *LayerSpec, in Shape, n int) kernels.ConvShape {
 	return kernels.ConvShape{N: n, C: in.C, H: in.H, W: in.W, OC: l.Out, KH: l.Kernel, KW: l.Kernel,
+		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride, Group: l.Group}
+}
+
+// poolShape is the kernel's shape of pooling layer l: with Caffe's ceil
+// rounding, which may give one row or column more than l's output with
+// floor rounding (poolOut).
+func poolShape(l *LayerSpec, in Shape, n int) kernels.PoolShape {
+	if l.Global {
+		return kernels.PoolShape{Mode: l.Mode, N: n, C: in.C, H: in.H, W: in.W, KH: in.H, KW: in.W, StrideH: 1, StrideW: 1}
+	}
+	return kernels.PoolShape{Mode: l.Mode, N: n, C: in.C, H: in.H, W: in.W, KH: l.Kernel, KW: l.Kernel,
 		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride}
 }
 
-func poolShape(l *LayerSpec, in Shape, n int) kernels.PoolShape {
-	return kernels.PoolShape{Mode: l.Mode, N: n, C: in.C, H: in.H, W: in.W, KH: l.Kernel, KW: l.Kernel,
-		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride}
+// poolOut is the output height and width of pooling layer l on input in:
+// the kernel's, or with floor rounding ⌊(H + 2·pad − kernel)/stride⌋ + 1.
+func poolOut(l *LayerSpec, in Shape) (h, w int) {
+	s := poolShape(l, in, 1)
+	if !l.Floor || l.Global {
+		return s.OutH(), s.OutW()
+	}
+	return (in.H+2*l.Pad-l.Kernel)/l.Stride + 1, (in.W+2*l.Pad-l.Kernel)/l.Stride + 1
 }
 
 // Format writes the spec back in the spec format, every key explicit.
@@ -672,9 +502,12 @@ func (s *Spec) Format() []byte {
 	for i := range s.Layers {
 		l := &s.Layers[i]
 		fmt.Fprintf(&b, "%s %s", l.Kind, l.Name)
+		if len(l.From) > 0 {
+			fmt.Fprintf(&b, " from=%s", strings.Join(l.From, ","))
+		}
 		switch l.Kind {
 		case Conv:
-			fmt.Fprintf(&b, " out=%d kernel=%d stride=%d pad=%d", l.Out, l.Kernel, l.Stride, l.Pad)
+			fmt.Fprintf(&b, " out=%d kernel=%d stride=%d pad=%d group=%d", l.Out, l.Kernel, l.Stride, l.Pad, l.Group)
 		case FC:
 			fmt.Fprintf(&b, " out=%d", l.Out)
 		case Pool:
@@ -682,15 +515,36 @@ func (s *Spec) Format() []byte {
 			if l.Mode == kernels.AvgPool {
 				mode = "avg"
 			}
-			fmt.Fprintf(&b, " mode=%s kernel=%d stride=%d pad=%d", mode, l.Kernel, l.Stride, l.Pad)
+			round := "ceil"
+			if l.Floor {
+				round = "floor"
+			}
+			if l.Global {
+				fmt.Fprintf(&b, " mode=%s global=true", mode)
+			} else {
+				fmt.Fprintf(&b, " mode=%s kernel=%d stride=%d pad=%d round=%s", mode, l.Kernel, l.Stride, l.Pad, round)
+			}
 		case LRN:
-			fmt.Fprintf(&b, " size=%d alpha=%s beta=%s k=%s region=within_channel",
-				l.Size, formatFloat(l.Alpha), formatFloat(l.Beta), formatFloat(l.K))
+			region := "within_channel"
+			if l.Region == kernels.AcrossChannels {
+				region = "across_channels"
+			}
+			fmt.Fprintf(&b, " size=%d alpha=%s beta=%s k=%s region=%s",
+				l.Size, formatFloat(l.Alpha), formatFloat(l.Beta), formatFloat(l.K), region)
+		case Dropout:
+			fmt.Fprintf(&b, " ratio=%s", formatFloat(l.Ratio))
+		case BatchNorm:
+			fmt.Fprintf(&b, " eps=%s", formatFloat(l.Eps))
 		}
 		if l.HasParams() {
-			fmt.Fprintf(&b, " weight=%s bias=%s lr_mult=%s decay_mult=%s bias_lr_mult=%s bias_decay_mult=%s",
-				l.Weight, l.Bias, formatFloat(l.LRMult), formatFloat(l.DecayMult),
-				formatFloat(l.BiasLRMult), formatFloat(l.BiasDecayMult))
+			bias := l.Bias.String()
+			if l.NoBias {
+				bias = "none"
+			}
+			fmt.Fprintf(&b, " weight=%s bias=%s lr_mult=%s decay_mult=%s", l.Weight, bias, formatFloat(l.LRMult), formatFloat(l.DecayMult))
+			if !l.NoBias {
+				fmt.Fprintf(&b, " bias_lr_mult=%s bias_decay_mult=%s", formatFloat(l.BiasLRMult), formatFloat(l.BiasDecayMult))
+			}
 		}
 		b.WriteByte('\n')
 	}

@@ -13,23 +13,28 @@ import (
 
 func TestBuiltins(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		params  int
-		classes int
-		input   Shape
-		layers  int
+		name          string
+		params, state int
+		classes       int
+		input         Shape
+		layers        int
 	}{
-		// Counts published with the networks (Caffe, the paper).
-		{"lenet", 431080, 10, Shape{1, 28, 28}, 8},
-		{"cifar10_full", 89578, 10, Shape{3, 32, 32}, 13},
-		{"mlp", 784*64 + 64 + 64*10 + 10, 10, Shape{1, 28, 28}, 4},
+		// Counts published with the networks (Caffe, the paper,
+		// torchvision); resnet18's state is two running statistics per
+		// channel of its 20 batch norms: 2·(64 + 4·64 + 5·128 + 5·256 +
+		// 5·512).
+		{"lenet", 431080, 0, 10, Shape{1, 28, 28}, 8},
+		{"cifar10_full", 89578, 0, 10, Shape{3, 32, 32}, 13},
+		{"mlp", 784*64 + 64 + 64*10 + 10, 0, 10, Shape{1, 28, 28}, 4},
+		{"alexnet", 60965224, 0, 1000, Shape{3, 227, 227}, 23},
+		{"resnet18", 11689512, 9600, 1000, Shape{3, 224, 224}, 69},
 	} {
 		s, err := Builtin(c.name)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if got := s.NumParams(); got != c.params {
-			t.Errorf("%s: %d parameters, want %d", c.name, got, c.params)
+		if got := s.NumParams(); got != c.params || s.NumState() != c.state || s.VectorLen() != c.params+c.state {
+			t.Errorf("%s: %d parameters and %d state values in a vector of %d, want %d and %d", c.name, got, s.NumState(), s.VectorLen(), c.params, c.state)
 		}
 		if s.Classes() != c.classes || s.Input != c.input || len(s.Layers) != c.layers {
 			t.Errorf("%s: classes %d input %v layers %d", c.name, s.Classes(), s.Input, len(s.Layers))
@@ -46,7 +51,7 @@ func TestBuiltins(t *testing.T) {
 			t.Errorf("%s: Format/Parse round trip differs:\n%s", c.name, s.Format())
 		}
 	}
-	if _, err := Builtin("alexnet"); !errors.Is(err, ErrUnknownNet) {
+	if _, err := Builtin("vgg16"); !errors.Is(err, ErrUnknownNet) {
 		t.Fatalf("unknown built-in: %v", err)
 	}
 }
@@ -64,10 +69,10 @@ func stripLines(s *Spec) *Spec {
 // prototxt: shapes after each layer, LRN and pooling parameters, fillers.
 func TestCifar10FullSpec(t *testing.T) {
 	s, _ := Builtin("cifar10_full")
-	want := []Shape{{3, 32, 32}, {32, 32, 32}, {32, 16, 16}, {32, 16, 16}, {32, 16, 16}, {32, 16, 16},
+	want := []Shape{{32, 32, 32}, {32, 16, 16}, {32, 16, 16}, {32, 16, 16}, {32, 16, 16},
 		{32, 16, 16}, {32, 8, 8}, {32, 8, 8}, {64, 8, 8}, {64, 8, 8}, {64, 4, 4}, {10, 1, 1}, {10, 1, 1}}
-	if !reflect.DeepEqual(s.shapes, want) {
-		t.Fatalf("shapes %v\nwant   %v", s.shapes, want)
+	if !reflect.DeepEqual(s.outs, want) {
+		t.Fatalf("shapes %v\nwant   %v", s.outs, want)
 	}
 	kinds := []Kind{Conv, Pool, ReLU, LRN, Conv, ReLU, Pool, LRN, Conv, ReLU, Pool, FC, Softmax}
 	for i, l := range s.Layers {
@@ -102,8 +107,9 @@ func TestSpecErrors(t *testing.T) {
 		{head + "pool kernel=2\nsoftmax\n", "x.net:2: pool: missing mode="},
 		{head + "pool mode=min kernel=2\nsoftmax\n", `x.net:2: pool: mode must be max or avg, got "min"`},
 		{head + "pool mode=max kernel=2 pad=2\nsoftmax\n", "x.net:2: pool: pad must be smaller than kernel"},
+		{head + "pool mode=max kernel=1 stride=4\nfc out=2\nsoftmax\n", "x.net:2: pool: the last window of ceil rounding starts past the input"},
 		{head + "lrn size=4\nsoftmax\n", "x.net:2: lrn: size must be odd"},
-		{head + "lrn region=across_channels\nsoftmax\n", `x.net:2: lrn: region "across_channels" is not supported`},
+		{head + "lrn region=between\nfc out=2\nsoftmax\n", `x.net:2: lrn: region must be within_channel or across_channels, got "between"`},
 		{head + "fc out=10 weight=gaussian\nsoftmax\n", "x.net:2: fc: weight: gaussian needs its standard deviation"},
 		{head + "fc out=10 weight=gaussian:-1\nsoftmax\n", "x.net:2: fc: weight: gaussian standard deviation must be > 0"},
 		{head + "fc out=10 weight=he\nsoftmax\n", `x.net:2: fc: weight: unknown filler "he"`},
@@ -121,7 +127,35 @@ func TestSpecErrors(t *testing.T) {
 		{"input channels=0 height=28 width=28\nsoftmax\n", "x.net:1: input: channels must be ≥ 1, got 0"},
 		{"input channels=1 height=28\nsoftmax\n", "x.net:1: input: missing width="},
 		{"# nothing\n", "x.net: no input line"},
-		{head + "relu\nsoftmax\n", "x.net:3: the network has no conv or fc layer"},
+		{head + "relu\nsoftmax\n", "x.net:3: the network has no conv, fc or batchnorm layer"},
+		// The graph: from= and add.
+		{head + "fc a out=4\nfc b out=4 from=c\nfc c out=4\nsoftmax\n", `x.net:3: fc: from: layer "c" comes later (line 4)`},
+		{head + "fc a out=4\nfc b out=4 from=zz\nsoftmax\n", `x.net:3: fc: from: no layer is called "zz"`},
+		{head + "fc a out=4 from=a\nsoftmax\n", `x.net:2: fc: from: a cannot read its own output`},
+		{head + "fc a out=4\nfc b out=4 from=a,a\nsoftmax\n", `x.net:3: fc: from must name one layer, got "a,a"`},
+		{head + "fc a out=4\nadd s\nsoftmax\n", "x.net:3: add: needs two inputs: from=A,B"},
+		{head + "fc a out=4\nadd s from=a\nsoftmax\n", `x.net:3: add: from must name two layers, as from=A,B; got "a"`},
+		{head + "fc a out=4\nfc b out=5 from=input\nadd s from=a,b\nsoftmax\n", "x.net:4: add: a (4×1×1) and b (5×1×1) differ in shape"},
+		{head + "fc a out=4\nfc b out=4 from=input\nsoftmax\n", "x.net:2: fc: the output of a is read by no later layer"},
+		{head + "fc input out=4\nsoftmax\n", `x.net:2: fc: the name "input" stands for the network's input`},
+		// The new layers.
+		{head + "conv out=4 kernel=3 group=2\nsoftmax\n", "x.net:2: conv: group 2 must divide the input channels (1) and out (4)"},
+		{"input channels=4 height=8 width=8\nconv out=6 kernel=3 group=4\nsoftmax\n", "x.net:2: conv: group 4 must divide the input channels (4) and out (6)"},
+		{head + "conv out=4 kernel=3 group=0\nsoftmax\n", "x.net:2: conv: group must be ≥ 1, got 0"},
+		{head + "fc out=4\ndropout ratio=1\nsoftmax\n", "x.net:3: dropout: ratio must be in [0, 1), got 1"},
+		{head + "fc out=4\ndropout ratio=-0.1\nsoftmax\n", "x.net:3: dropout: ratio must be in [0, 1), got -0.1"},
+		{head + "fc out=4\nbatchnorm eps=0\nsoftmax\n", "x.net:3: batchnorm: eps must be > 0, got 0"},
+		{head + "fc out=4\nbatchnorm bias=none\nsoftmax\n", "x.net:3: batchnorm: bias: none is for a bias only"},
+		{head + "fc out=4 weight=msra:fan\nsoftmax\n", `x.net:2: fc: weight: msra takes fan_in or fan_out, got "msra:fan"`},
+		{head + "fc out=4 weight=uniform:0\nsoftmax\n", "x.net:2: fc: weight: uniform bound must be > 0"},
+		{head + "pool mode=avg global=true kernel=2\nfc out=2\nsoftmax\n", "x.net:2: pool: global pooling takes no kernel"},
+		{head + "pool mode=avg global=yes\nfc out=2\nsoftmax\n", `x.net:2: pool: global must be true or false, got "yes"`},
+		{head + "pool mode=avg kernel=2 round=up\nfc out=2\nsoftmax\n", `x.net:2: pool: round must be ceil (Caffe's) or floor (PyTorch's), got "up"`},
+		// Sizes that cannot be allocated, before anything is.
+		{head + "fc fc1 out=2000000000\nsoftmax\n", "x.net:2: fc: fc1: 1,568,000,000,000 weights (5.7 TiB), more than the 2,147,483,647 values a tensor may hold"},
+		{head + "conv c out=100000 kernel=28\nconv d out=100000 kernel=1\nsoftmax\n", "x.net:3: conv: d: 10,000,000,000 weights (37.3 GiB)"},
+		{"input channels=100000 height=100000 width=1000\nfc out=2\nsoftmax\n", "x.net:1: input: an image of 100000×100000×1000 holds more than"},
+		{head + "fc a out=2000000\nfc b out=1000\nfc c out=1000\nsoftmax\n", "x.net: the parameter vector holds 3,571,002,000 values (13.3 GiB), more than the 2,147,483,647"},
 	} {
 		_, err := Parse("x.net", []byte(c.src))
 		if err == nil {
@@ -130,6 +164,9 @@ func TestSpecErrors(t *testing.T) {
 		}
 		if !errors.Is(err, ErrSpec) {
 			t.Errorf("%q: %v does not wrap ErrSpec", c.src, err)
+		}
+		if big := strings.Contains(err.Error(), "may hold"); errors.Is(err, ErrTooLarge) != big {
+			t.Errorf("%q: %v: wraps ErrTooLarge %v, want %v", c.src, err, !big, big)
 		}
 		if !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("error %q\nwant   %q…", err, c.want)
@@ -151,8 +188,8 @@ func TestSpecDefaults(t *testing.T) {
 		t.Errorf("lrn defaults %+v", l)
 	}
 	// 9 → conv 3 → 7 → pool 3/2 with ceil rounding: ceil((7−3)/2)+1 = 3.
-	if s.shapes[2] != (Shape{3, 3, 3}) || s.Classes() != 4 || s.Layers[4].Name != "fc1" || s.Layers[5].Name != "loss" {
-		t.Errorf("shapes %v, names %s %s", s.shapes, s.Layers[4].Name, s.Layers[5].Name)
+	if s.outs[1] != (Shape{3, 3, 3}) || s.Classes() != 4 || s.Layers[4].Name != "fc1" || s.Layers[5].Name != "loss" {
+		t.Errorf("shapes %v, names %s %s", s.outs, s.Layers[4].Name, s.Layers[5].Name)
 	}
 	if s.NumParams() != 3*2*9+3+4*27+4 {
 		t.Errorf("%d parameters", s.NumParams())

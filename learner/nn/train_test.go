@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +18,9 @@ import (
 
 // momentumSGD is plain SGD with momentum and weight decay honouring the
 // per-segment multipliers, as Caffe's SGD solver:
-// v ← m·v − lr·lr_mult·(g + decay·decay_mult·w), w ← w + v.
+// v ← m·v − lr·lr_mult·(g + decay·decay_mult·w), w ← w + v; state
+// segments fold their measurement as the parameter server does,
+// w ← (1 − BNMomentum)·w + BNMomentum·g.
 type momentumSGD struct {
 	lr, momentum, decay float32
 	v                   []float32
@@ -31,6 +34,12 @@ func (o *momentumSGD) step(w, g []float32, layout []param.Segment) {
 		lr, d := o.lr*s.LRMult, o.decay*s.DecayMult
 		ws, gs, vs := w[s.Offset:s.Offset+s.Len], g[s.Offset:s.Offset+s.Len], o.v[s.Offset:s.Offset+s.Len]
 		gs, vs = gs[:len(ws)], vs[:len(ws)] // no bounds checks in the loop
+		if s.Kind == param.State {
+			for i := range ws {
+				ws[i] = (1-BNMomentum)*ws[i] + BNMomentum*gs[i]
+			}
+			continue
+		}
 		for i := range ws {
 			vs[i] = o.momentum*vs[i] - lr*(gs[i]+d*ws[i])
 			ws[i] += vs[i]
@@ -231,10 +240,21 @@ func engineFor(b *testing.B, s benchSetup) kernels.Engine {
 	return e
 }
 
+// benchNets are the networks and batches of the benchmarks; the ImageNet
+// networks run on the native engine only (a step of the reference engine
+// takes minutes).
 var benchNets = []struct {
 	net   string
 	batch int
-}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 50}, {"cifar10_full", 4}}
+}{{"lenet", 64}, {"lenet", 4}, {"cifar10_full", 100}, {"cifar10_full", 50}, {"cifar10_full", 4}, {"alexnet", 32}, {"resnet18", 32}}
+
+// skipSlow skips a benchmark of an ImageNet network on the reference
+// engine.
+func skipSlow(b *testing.B, net string, s benchSetup) {
+	if s.name == "reference" && (net == "alexnet" || net == "resnet18") {
+		b.Skip("the reference engine takes minutes per step of", net)
+	}
+}
 
 // BenchmarkTrainStep measures a full training step (forward, backward and
 // an SGD-momentum update) on fixed random data, per engine, BLAS threads
@@ -243,6 +263,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	for _, c := range benchNets {
 		for _, s := range benchSetups {
 			b.Run(fmt.Sprintf("%s/batch=%d/%s/threads=%d/workers=%d", c.net, c.batch, s.name, s.threads, s.workers), func(b *testing.B) {
+				skipSlow(b, c.net, s)
 				spec, _ := Builtin(c.net)
 				net := mustNetW(b, spec, engineFor(b, s), Config{Batch: c.batch, Workers: s.workers}, 1)
 				x, labels := randomBatch(net, 1)
@@ -330,14 +351,17 @@ func BenchmarkLayers(b *testing.B) {
 	for _, c := range benchNets {
 		for _, s := range benchSetups[:2] {
 			b.Run(fmt.Sprintf("%s/batch=%d/%s/threads=%d", c.net, c.batch, s.name, s.threads), func(b *testing.B) {
+				skipSlow(b, c.net, s)
 				spec, _ := Builtin(c.net)
 				n := mustNetW(b, spec, engineFor(b, s), Config{Batch: c.batch, Part: -1}, 1)
 				x, labels := randomBatch(n, 1)
 				r := n.reps[0]
 				timed := make([]*timedLayer, len(r.layers))
 				for i, l := range r.layers {
-					timed[i] = &timedLayer{layer: l}
-					r.layers[i] = timed[i]
+					if l != nil {
+						timed[i] = &timedLayer{layer: l}
+						r.layers[i] = timed[i]
+					}
 				}
 				opt := &momentumSGD{lr: 1e-4, momentum: 0.9, decay: 5e-4}
 				var update time.Duration
@@ -349,7 +373,13 @@ func BenchmarkLayers(b *testing.B) {
 				}
 				us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
 				for i, t := range timed {
-					name := spec.Layers[i].Name
+					if t == nil {
+						continue
+					}
+					name := "swap" + strconv.Itoa(i)
+					if l := r.plan.ops[i].layer; l >= 0 {
+						name = spec.Layers[l].Name
+					}
 					b.ReportMetric(us(t.fwd), name+".fwd-µs")
 					b.ReportMetric(us(t.bwd), name+".bwd-µs")
 				}

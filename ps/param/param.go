@@ -46,6 +46,39 @@ type Segment struct {
 	Len       int     // number of elements
 	LRMult    float32 // learning-rate multiplier (Caffe's lr_mult)
 	DecayMult float32 // weight-decay multiplier (Caffe's decay_mult)
+	Kind      Kind    // learnable parameters (the zero value) or state
+}
+
+// Kind says how a segment of the parameter vector is updated.
+type Kind uint8
+
+const (
+	// Learnable values are updated by the solver's step from their
+	// gradients: learning rate, momentum, weight decay and the rules for
+	// stale gradients.
+	Learnable Kind = iota
+	// State values are running statistics a network measures, such as
+	// batch norm's running mean and variance: the gradient vector's
+	// slots of a state segment carry a learner's measurement (not a
+	// gradient), which the solver folds into a moving average (see
+	// package sgd). They are not counted as parameters.
+	State
+)
+
+// StateMomentum is the weight of an update's measurements in a state
+// segment's moving average: θ' = (1 − m)·θ + m·(the mean of the
+// measurements), PyTorch's batch norm momentum, 0.1.
+const StateMomentum = 0.1
+
+// String is "learnable" or "state".
+func (k Kind) String() string {
+	switch k {
+	case Learnable:
+		return "learnable"
+	case State:
+		return "state"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
 // ValidateLayout checks that layout covers [0, total) in order, without
@@ -70,6 +103,8 @@ func ValidateLayout(layout []Segment, total int) error {
 			return Fieldf(f("LRMult"), "segment %q: must be finite and ≥ 0, got %g", s.Name, s.LRMult)
 		case !(s.DecayMult >= 0) || math.IsInf(float64(s.DecayMult), 0):
 			return Fieldf(f("DecayMult"), "segment %q: must be finite and ≥ 0, got %g", s.Name, s.DecayMult)
+		case s.Kind > State:
+			return Fieldf(f("Kind"), "segment %q: unknown kind %d", s.Name, s.Kind)
 		}
 		next += s.Len
 	}

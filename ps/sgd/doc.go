@@ -62,6 +62,24 @@
 // 0 < ⟨τ⟩ < 1 in LRAverage is capped at 1 (the literal α0/⟨τ⟩ would raise the
 // rate above α0); per-gradient τ are integers, where the cap changes nothing.
 //
+// # State segments
+//
+// Segments of kind param.State (batch norm's running statistics) are
+// not parameters: a gradient's values in them are measurements (a
+// mini-batch's mean or unbiased variance), which the solver folds into
+// a moving average instead of a step. Add sums them unscaled, apart
+// from the learnable values' accumulation (which runs over each range
+// of learnable segments), and an update of c gradients sets each state
+// value to
+//
+//	θ_k = (1 − m)·θ_k + m·(1/c)·Σ_l Δθ_l[k]      (m = param.StateMomentum = 0.1)
+//
+// with the actual c even for a partial update: no rate, staleness
+// factor, correction, momentum (their momentum stays 0) or weight decay.
+// The result, a convex combination of finite values, is finite; an
+// update refused for its learnable values leaves the state values as
+// they were too. The pending sums are part of State's Acc.
+//
 // # Gradient corrections
 //
 // With Config.Correction set, each gradient Δθ_l is first replaced, as it

@@ -33,6 +33,12 @@ type Solver struct {
 	steps  uint64    // CorrGap: updates applied
 	window tauWindow // MomentumComp: τ of the recent gradients
 	poly   []float64 // LRPoly: the factors of τ = 0 … polyTable−1
+	// runs are the maximal ranges of learnable spans and states the
+	// state spans, offsets relative to lo: the accumulation passes run
+	// over each run, state values are summed apart (see "State
+	// segments" in the package doc).
+	runs, states [][2]int
+	stateNew     []float32 // scratch of an update's new state values
 }
 
 // polyTable is the number of LRPoly factors a solver computes ahead, so
@@ -69,6 +75,7 @@ type coefs struct {
 type span struct {
 	off, end          int
 	lrMult, decayMult float64
+	state             bool // a param.State segment
 }
 
 // UpdateInfo describes one applied update.
@@ -127,9 +134,26 @@ func NewSolver(cfg Config, layout []param.Segment, lo, hi int) (*Solver, error) 
 	}
 	for _, seg := range layout {
 		a, b := max(seg.Offset, lo), min(seg.Offset+seg.Len, hi)
-		if a < b {
-			s.spans = append(s.spans, span{a - lo, b - lo, float64(seg.LRMult), float64(seg.DecayMult)})
+		if a >= b {
+			continue
 		}
+		st := seg.Kind == param.State
+		s.spans = append(s.spans, span{a - lo, b - lo, float64(seg.LRMult), float64(seg.DecayMult), st})
+		runs := &s.runs
+		if st {
+			runs = &s.states
+		}
+		if k := len(*runs); k > 0 && (*runs)[k-1][1] == a-lo {
+			(*runs)[k-1][1] = b - lo
+		} else {
+			*runs = append(*runs, [2]int{a - lo, b - lo})
+		}
+	}
+	if n := 0; len(s.states) > 0 {
+		for _, r := range s.states {
+			n += r[1] - r[0]
+		}
+		s.stateNew = make([]float32, n)
 	}
 	return s, nil
 }
@@ -192,9 +216,20 @@ func (s *Solver) AddGrad(w []float32, g Grad) {
 	case s.cfg.NeedsPulled():
 		gmax = s.correct(w, g, float32(f))
 	case s.n == 0:
-		scaleTo(s.acc, g.G, float32(f))
+		for _, r := range s.runs {
+			scaleTo(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
+		}
 	default:
-		axpy(s.acc, g.G, float32(f))
+		for _, r := range s.runs {
+			axpy(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
+		}
+	}
+	for _, r := range s.states {
+		if s.n == 0 {
+			copy(s.acc[r[0]:r[1]], g.G[r[0]:r[1]])
+		} else {
+			addTo(s.acc[r[0]:r[1]], g.G[r[0]:r[1]])
+		}
 	}
 	s.record(f, g.Tau)
 	s.bounds.acc += float64(float32(f)) * float64(gmax)
@@ -218,17 +253,32 @@ func (s *Solver) correct(w []float32, g Grad, f float32) float32 {
 	if len(w) != n || len(g.Pulled) != n {
 		panic(fmt.Sprintf("sgd: rule %s needs the current and the pulled weights of the range (%d elements), got %d and %d", s.cfg.RuleString(), n, len(w), len(g.Pulled)))
 	}
-	if s.n == 0 {
-		clear(s.acc)
+	var m float32
+	for _, r := range s.runs {
+		a, b := r[0], r[1]
+		acc := s.acc[a:b]
+		if s.n == 0 {
+			clear(acc)
+		}
+		switch s.cfg.Correction {
+		case CorrDC:
+			m = max(m, dcInto(acc, g.G[a:b], w[a:b], g.Pulled[a:b], f, s.cfg.DCLambda))
+		case CorrDCAdaptive:
+			m = max(m, dcAdaptiveInto(acc, s.meanSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, float32(s.cfg.DCLambda)))
+		default:
+			gapInto(acc, s.stepSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, gapCorrection(s.steps))
+			m = g.Max
+		}
 	}
-	switch s.cfg.Correction {
-	case CorrDC:
-		return dcInto(s.acc, g.G, w, g.Pulled, f, s.cfg.DCLambda)
-	case CorrDCAdaptive:
-		return dcAdaptiveInto(s.acc, s.meanSq, g.G, w, g.Pulled, f, float32(s.cfg.DCLambda))
+	return m
+}
+
+// addTo adds x to dst.
+func addTo(dst, x []float32) {
+	x = x[:len(dst)]
+	for k := range dst {
+		dst[k] += x[k]
 	}
-	gapInto(s.acc, s.stepSq, g.G, w, g.Pulled, f, gapCorrection(s.steps))
-	return g.Max
 }
 
 // Update is UpdateGrad with last given as a slice (nil for none), its
@@ -298,7 +348,7 @@ func (s *Solver) UpdateGrad(w []float32, last Grad, epoch int) UpdateInfo {
 	s.m = float32(m)
 	info := UpdateInfo{Gradients: c, Rate: eta, Alpha: eta * abar,
 		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau, Momentum: m}
-	info.Refused = !s.apply(w, float64(last.Max), c)
+	info.Refused = !s.apply(w, last.G, float64(last.Max), c)
 	if !info.Refused && s.stepSq != nil {
 		observeSteps(s.stepSq, s.mom)
 		s.steps++
@@ -317,7 +367,7 @@ const limit = math.MaxFloat32 / 2
 // bounds prove every result finite; otherwise checked, into scratch
 // copies that replace w and the momentum only if every value is finite.
 // c is the number of gradients, which sets the rounding slack.
-func (s *Solver) apply(w []float32, lastMax float64, c int) bool {
+func (s *Solver) apply(w, last []float32, lastMax float64, c int) bool {
 	if len(w) > 0 && &w[0] != s.bounds.at {
 		s.bounds.w, s.bounds.exact, s.bounds.at = math.Inf(1), false, &w[0]
 	}
@@ -330,15 +380,65 @@ func (s *Solver) apply(w []float32, lastMax float64, c int) bool {
 		s.measure(w)
 		t = s.stepBound(lastMax)
 	}
+	stateMax, ok := s.foldState(w, last, c)
+	if !ok {
+		return false
+	}
 	if (s.bounds.w+t)*slack < limit {
 		for i, sp := range s.spans {
+			if sp.state {
+				continue
+			}
 			cf := &s.coefs[i]
 			step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 		}
-		s.bounds.w, s.bounds.v, s.bounds.exact = (s.bounds.w+t)*slack, t*slack, false
+		s.commitState(w)
+		s.bounds.w, s.bounds.v, s.bounds.exact = max((s.bounds.w+t)*slack, float64(stateMax)), t*slack, false
 		return true
 	}
-	return s.applyChecked(w)
+	if !s.applyChecked(w) {
+		return false
+	}
+	s.commitState(w)
+	s.bounds.w = max(s.bounds.w, float64(stateMax))
+	return true
+}
+
+// foldState computes into stateNew the state values the update gives:
+// for each state value θ, with the c measurements of the update (the
+// accumulator's sum and last, the last gradient, or nil), θ' = (1 − m)·θ
+// + m·(their mean), m = param.StateMomentum. It returns their largest
+// magnitude and whether all are finite.
+func (s *Solver) foldState(w, last []float32, c int) (float32, bool) {
+	const m = param.StateMomentum
+	j, big := 0, float32(0)
+	for _, r := range s.states {
+		for k := r[0]; k < r[1]; k++ {
+			var sum float64
+			if s.n > 0 {
+				sum += float64(s.acc[k])
+			}
+			if last != nil {
+				sum += float64(last[k])
+			}
+			v := float32((1-m)*float64(w[k]) + m*sum/float64(c))
+			if !(math.Abs(float64(v)) <= math.MaxFloat32) {
+				return 0, false
+			}
+			s.stateNew[j] = v
+			big = max(big, float32(math.Abs(float64(v))))
+			j++
+		}
+	}
+	return big, true
+}
+
+// commitState writes stateNew into w's state values.
+func (s *Solver) commitState(w []float32) {
+	j := 0
+	for _, r := range s.states {
+		j += copy(w[r[0]:r[1]], s.stateNew[j:])
+	}
 }
 
 // stepBound returns a bound of |m·v + a1·g1 + a2·g2 + b·θ| over every span
@@ -354,6 +454,9 @@ func (s *Solver) stepBound(lastMax float64) float64 {
 	}
 	var t float64
 	for i := range s.coefs {
+		if s.spans[i].state {
+			continue
+		}
 		cf := &s.coefs[i]
 		sum := m*s.bounds.v + math.Abs(float64(cf.a1))*stream(cf.acc1) + math.Abs(float64(cf.a2))*stream(cf.acc2) + math.Abs(float64(cf.b))*s.bounds.w
 		if !(sum <= t) {
@@ -382,6 +485,9 @@ func (s *Solver) applyChecked(w []float32) bool {
 	copy(s.ws, w)
 	copy(s.vs, s.mom)
 	for i, sp := range s.spans {
+		if sp.state {
+			continue
+		}
 		cf := &s.coefs[i]
 		step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 	}

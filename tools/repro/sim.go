@@ -44,7 +44,7 @@ func (rs *Table) simRun(ctx context.Context, r run) (*Entry, error) {
 		return nil, err
 	}
 	defer net.Close()
-	evalNet, err := nn.New(rs.spec, rs.engine, nn.Config{Batch: 100, Workers: 1})
+	evalNet, err := nn.New(rs.spec, rs.engine, nn.Config{Batch: 100, Workers: 1, Inference: true})
 	if err != nil {
 		return nil, err
 	}

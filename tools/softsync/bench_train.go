@@ -84,7 +84,7 @@ otherwise) and images/s is their total.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&model, "model", "lenet", "network: lenet, cifar10_full, mlp or a spec file")
+	f.StringVar(&model, "model", "lenet", "network: lenet, cifar10_full, mlp, alexnet, resnet18 or a spec file")
 	f.IntVar(&batch, "batch", 64, "mini-batch size μ per learner")
 	f.IntVar(&learners, "learners", 1, "learners in this process")
 	f.IntVar(&images, "images", 20000, "images to process, all learners together (a tenth of them warm up)")

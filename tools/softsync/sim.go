@@ -178,7 +178,7 @@ func simSetup(cmd *cobra.Command, app *App, f *simFlags) (*costmodel.Inputs, err
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
 	}
-	in.Params = spec.NumParams()
+	in.Params = spec.VectorLen()
 	if f.compute != "" {
 		d, err := parseDuration(f.compute)
 		if err != nil {

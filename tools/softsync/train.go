@@ -78,8 +78,9 @@ Solver defaults come from the model (flags left unset take them):
                 lr ×0.1 after epochs 120 and 130 (CIFAR-10)
   alexnet       batch 256, 35 epochs, lr 0.01, momentum 0.9, weight decay 5e-4,
                 lr ×0.2 after epochs 20 and 30 (the paper's ImageNet schedule)
-  resnet18      batch 256, 90 epochs, lr 0.1, momentum 0.9, weight decay 1e-4,
-                lr ×0.1 after epochs 30 and 60 (torchvision's recipe)
+  resnet18      batch 32, 90 epochs, lr 0.1, momentum 0.9, weight decay 1e-4,
+                lr ×0.1 after epochs 30 and 60 (torchvision's recipe: 32 per GPU
+                on 8 GPUs, so lr 0.1 for 8 hardsync learners)
   a spec file   as lenet
 (alexnet and resnet18 need --data: an image folder or list file; their last
 layer takes the data's classes.)
@@ -127,7 +128,7 @@ final weights (docs/weights.md).`,
 // addJobFlags adds the flags that define a job, which every process of a
 // multi-process job must share (docs/cluster.md).
 func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
-	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, or the path of a spec file (docs/network-spec.md)")
+	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, alexnet, resnet18, or the path of a spec file (docs/network-spec.md)")
 	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test, for speed measurements without the data`)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
 	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
@@ -135,7 +136,7 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.Float64Var(&f.momentum, "momentum", 0, "momentum, in [0, 1) (default: per model, see above)")
 	fl.Float64Var(&f.decay, "weight-decay", 0, "L2 weight decay (default: per model, see above)")
 	fl.StringVar(&f.steps, "lr-steps", "", `comma-separated epochs after which the rate is multiplied by --lr-gamma, e.g. "120,130"; "none" for none (default: per model, see above)`)
-	fl.Float64Var(&f.gamma, "lr-gamma", 0.1, "factor applied to the learning rate at each of --lr-steps")
+	fl.Float64Var(&f.gamma, "lr-gamma", 0, "factor applied to the learning rate at each of --lr-steps (default: per model, see above; 0.1 for a spec file)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weight initialisation and of the data shuffling")
 	fl.IntVar(&f.learners, "learners", 1, "λ, the job's learners (with --cluster auto: the ranks that are not shard servers)")
 	fl.StringVar(&f.protocol, "protocol", "hardsync", "hardsync or softsync")
