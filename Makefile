@@ -6,7 +6,7 @@
 #   make train-mnist  LeNet on MNIST, one learner, 10 epochs; fails above 1.0% test error
 #   make train-mnist-dist  LeNet on MNIST, 8 learners × batch 8, 8-softsync, lr-mode
 #                     staleness, 10 epochs; fails above 1.2% test error
-#   make test         deps, C tests (plain and under ASan/UBSan), go vet, go test -race,
+#   make test         deps and deps-test, C tests (plain and under ASan/UBSan), go vet, go test -race,
 #                     the learning tests on the native engine without -race,
 #                     and a pure-Go pass (CGO_ENABLED=0)
 #   make bench        every benchmark beside its reference (softsync bench all: peak,
@@ -24,6 +24,8 @@
 #                     training, 2 learners, into build/profile
 #   make deps         apt-get install what is missing (as root; prints the command otherwise)
 #   make deps-bench   the same for the references of make bench (iperf3, python3-torch)
+#   make deps-test    the same for what make test checks ONNX exports with (python3-onnx,
+#                     python3-torch)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make chaos-sim    SEEDS (default 1000) seeded jobs of the chaos simulator: the
 #                     coordinator's core and real shards in virtual time, a learner, a
@@ -72,6 +74,9 @@ BENCHTIME ?= 1s
 BENCH_FLAGS ?=
 # The references make bench measures softsync against.
 BENCH_PACKAGES := iperf3 python3-torch python3-torchvision
+# What the tests check softsync's output with: ONNX's checker and PyTorch
+# (learner/nn/onnx runs the exported models).
+TEST_PACKAGES := python3-onnx python3-torch
 PROFILE ?= cpu
 # softsync repro's mode: --sim (deterministic simulator) or empty (real learners).
 REPRO_FLAGS ?= --sim
@@ -89,7 +94,7 @@ TAGS = $(strip $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick repro-rules repro-rules-quick deps deps-bench deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick repro-rules repro-rules-quick deps deps-bench deps-test deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -113,9 +118,10 @@ train-mnist-dist: deps build
 		--expect-error 0.012
 
 # With SOFTSYNC_REQUIRE_LAUNCHERS=1 the multi-process tests fail, instead of
-# skipping, when a launcher or root is missing: CI cannot pass by skipping.
+# skipping, when a launcher or root is missing, and the ONNX test when
+# python3-onnx or python3-torch is: CI cannot pass by skipping.
 test: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
-test: deps csrc-hash test-c check-memory
+test: deps deps-test csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	# the learning tests skip under the race detector: run them on the native engine too
@@ -228,6 +234,10 @@ deps:
 # The references of make bench: iperf3 (TCP over loopback) and PyTorch.
 deps-bench:
 	$(call apt-install,$(BENCH_PACKAGES))
+
+# What make test checks exported ONNX models with: python3-onnx, PyTorch.
+deps-test:
+	$(call apt-install,$(TEST_PACKAGES))
 
 # Fashion-MNIST for softsync repro (docs/data.md).
 deps-fashion-mnist:
