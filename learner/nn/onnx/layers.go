@@ -82,11 +82,8 @@ func (b *builder) pool(i int, out string, x value) (value, error) {
 		return value{out, 4}, nil
 	}
 	k, s, p := l.Kernel, l.Stride, l.Pad
+	// tail < kernel: nn.Parse refuses a last window that starts past the input.
 	tailH, tailW := (o.H-1)*s+k-in.H-p, (o.W-1)*s+k-in.W-p
-	if tailH >= k || tailW >= k {
-		return value{}, fmt.Errorf("%s: layer %s: %w: its last window lies wholly past the input (%s, kernel %d, stride %d, pad %d)",
-			b.spec.Name, l.Name, ErrUnsupported, in, k, s, p)
-	}
 	window := []*pb.AttributeProto{attrInts("kernel_shape", k, k), attrInts("strides", s, s), attrInt("ceil_mode", 0)}
 	if l.Mode == kernels.MaxPool {
 		b.node("MaxPool", []string{x.name}, out, append(window, attrInts("pads", p, p, max(p, tailH), max(p, tailW)))...)
