@@ -123,11 +123,10 @@ func Parse(file string, src []byte) (*Spec, error) {
 	if err := spec.checkUsed(); err != nil {
 		return nil, err
 	}
-	spec.segs = spec.makeLayout()
-	if n, ok := spec.vectorLen(); !ok || n > MaxTensor {
-		return nil, &specError{file: file, also: ErrTooLarge, msg: fmt.Sprintf("the parameter vector holds %s values (%s), more than the %s a vector may hold",
-			formatCount(n), formatBytes(4*int64(n)), formatCount(MaxTensor))}
+	if err := spec.checkVectorLen(file); err != nil {
+		return nil, err
 	}
+	spec.segs = spec.makeLayout()
 	return spec, nil
 }
 
@@ -152,17 +151,26 @@ func (s *Spec) checkUsed() error {
 	return nil
 }
 
-// vectorLen is VectorLen with overflow detection, for Parse.
-func (s *Spec) vectorLen() (int, bool) {
-	n := 0
+// checkVectorLen returns an error naming the layer at which the
+// parameter vector (parameters and state, in layer order) grows past
+// MaxTensor values, with the whole vector's size. Each layer's size was
+// checked when it was parsed, so the sum cannot overflow.
+func (s *Spec) checkVectorLen(file string) error {
+	n, at := 0, -1
 	for i := range s.Layers {
 		for _, seg := range s.segments(i) {
-			if n += seg.Len; n < 0 || n > math.MaxInt64/8 {
-				return math.MaxInt64 / 8, false
+			if n += seg.Len; n > MaxTensor && at < 0 {
+				at = i
 			}
 		}
 	}
-	return n, true
+	if at < 0 {
+		return nil
+	}
+	l := &s.Layers[at]
+	return &specError{file: file, line: l.Line, kind: l.Kind.String(), also: ErrTooLarge,
+		msg: fmt.Sprintf("%s: the parameter vector passes the %s values a vector may hold here (the whole network's: %s values, %s)",
+			l.Name, formatCount(MaxTensor), formatCount(n), formatBytes(4*int64(n)))}
 }
 
 // parser holds the state of one line being parsed.

@@ -155,7 +155,7 @@ func TestSpecErrors(t *testing.T) {
 		{head + "fc fc1 out=2000000000\nsoftmax\n", "x.net:2: fc: fc1: 1,568,000,000,000 weights (5.7 TiB), more than the 2,147,483,647 values a tensor may hold"},
 		{head + "conv c out=100000 kernel=28\nconv d out=100000 kernel=1\nsoftmax\n", "x.net:3: conv: d: 10,000,000,000 weights (37.3 GiB)"},
 		{"input channels=100000 height=100000 width=1000\nfc out=2\nsoftmax\n", "x.net:1: input: an image of 100000×100000×1000 holds more than"},
-		{head + "fc a out=2000000\nfc b out=1000\nfc c out=1000\nsoftmax\n", "x.net: the parameter vector holds 3,571,002,000 values (13.3 GiB), more than the 2,147,483,647"},
+		{head + "fc a out=2000000\nfc b out=1000\nfc c out=1000\nsoftmax\n", "x.net:3: fc: b: the parameter vector passes the 2,147,483,647 values a vector may hold here (the whole network's: 3,571,002,000 values, 13.3 GiB)"},
 	} {
 		_, err := Parse("x.net", []byte(c.src))
 		if err == nil {
