@@ -417,7 +417,10 @@
 // # Runtime
 //
 // Server runs one or more shard cores behind one rdma.Listener, each core
-// on its own goroutine; Client is the learner side, one connection per
+// on its own goroutine. Its decisions (identities, routes, epoch
+// snapshots, final weights) are those of ServerCore, a deterministic core
+// around the shards' that the job's chaos simulator drives too; Server
+// moves bytes and lends weights. Client is the learner side, one connection per
 // server (Pull from all shards, Push each shard its slice; PullAsync
 // receives the next weights on a goroutine while the learner computes,
 // and Push keeps stamping with the stamps of the weights the gradient was

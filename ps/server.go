@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -107,7 +106,8 @@ func (s *ServerStats) Add(o *ServerStats) {
 }
 
 // Server runs one or more shard cores behind one listener, each core on a
-// goroutine of its own, so that shards update in parallel. Each
+// goroutine of its own, so that shards update in parallel: it is the
+// runtime of a ServerCore, whose decisions it carries out. Each
 // connection has a reader goroutine, which checks the learner's identity
 // and hands each message to its shard's goroutine, and a writer goroutine
 // that sends the replies. Received messages are released once stepped
@@ -138,6 +138,7 @@ func (s *ServerStats) Add(o *ServerStats) {
 // requests of epoch 0.
 type Server struct {
 	cfg     ServerConfig
+	core    *ServerCore[*peer] // its identities under mu; each shard on its loop's goroutine
 	loops   []*shardLoop
 	byShard map[int]*shardLoop
 	ctrl    chan struct{} // closed when Serve starts its loops
@@ -154,19 +155,11 @@ type Server struct {
 	// shard moved away from while writers still sent them (lends.retire).
 	retiring sync.WaitGroup
 
-	mu    sync.Mutex // guards conns and binds
+	mu    sync.Mutex // guards conns and the core's identities
 	conns map[rdma.Conn]bool
-	binds map[uint32]*binding
-	// bindGen counts the changes of binds (written under mu): a
+	// bindGen counts the changes of the identities (written under mu): a
 	// connection's admission of a learner holds while it is unchanged.
 	bindGen atomic.Uint64
-}
-
-// binding is the server's view of one learner's identity.
-type binding struct {
-	inc  uint32
-	peer *peer // nil: no live connection
-	dead bool  // incarnation inc was evicted
 }
 
 // peer is one connection's writer side: replies queue on out until the
@@ -212,64 +205,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
 	}
-	if cfg.Shards == nil {
-		for k := range cfg.PS.Shards {
-			cfg.Shards = append(cfg.Shards, k)
-		}
+	core, err := NewServerCore[*peer](cfg, newLife)
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Shards) == 0 {
-		return nil, param.Fieldf("Shards", "no shard to run")
-	}
-	s := &Server{cfg: cfg, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),
-		stop: make(chan struct{}), final: make(chan struct{}), conns: map[rdma.Conn]bool{}, binds: map[uint32]*binding{}}
-	if cfg.Restore != nil && len(cfg.Restore) != len(cfg.Shards) {
-		return nil, param.Fieldf("Restore", "%d checkpoints for %d shards", len(cfg.Restore), len(cfg.Shards))
-	}
-	for i, id := range cfg.Identities {
-		if i < cfg.PS.Learners {
-			s.binds[uint32(i)] = &binding{inc: id.Incarnation, dead: id.Evicted}
-		}
-	}
-	for i, k := range cfg.Shards {
-		if s.byShard[k] != nil {
-			return nil, param.Fieldf("Shards", "shard %d listed twice", k)
-		}
-		var core *Shard
-		var err error
-		if cfg.Restore != nil {
-			if cfg.Restore[i].Shard != k {
-				return nil, param.Fieldf("Restore", "checkpoint %d is of shard %d, want %d", i, cfg.Restore[i].Shard, k)
-			}
-			cp := cfg.Restore[i]
-			if cfg.Inactive {
-				c := *cp
-				c.Active = make([]bool, len(c.Active))
-				cp = &c
-			}
-			core, err = Restore(cfg.PS, cp, newLife())
-		} else {
-			core, err = NewShard(cfg.PS, k, cfg.Init, newLife())
-			for l := range cfg.PS.Learners {
-				if cfg.Inactive && err == nil {
-					core.Step(Msg{Type: MsgLeave, Job: cfg.PS.Job, Shard: k, Learner: uint32(l)})
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		l := &shardLoop{s: s, core: core, in: make(chan inbound), do: make(chan func()), lends: newLends(cfg.PS.Learners),
-			route: make([]*peer, cfg.PS.Learners), snaps: map[int]snapshot{}}
-		if cfg.PS.DataSize > 0 {
-			l.perEpoch = uint64(cfg.PS.DataSize / cfg.PS.Batch)
-		}
-		// A shard restored with fresh counters (re-split onto another
-		// layout) has consumed the gradients its samples count.
-		st := core.Stats()
-		l.base = max(st.Samples/uint64(cfg.PS.Batch), st.Gradients+st.Dropped) - (st.Gradients + st.Dropped)
-		l.consumed = st.Gradients + st.Dropped + l.base
+	cfg.Shards = core.cfg.Shards
+	s := &Server{cfg: cfg, core: core, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),
+		stop: make(chan struct{}), final: make(chan struct{}), conns: map[rdma.Conn]bool{}}
+	for _, sh := range core.Shards() {
+		l := &shardLoop{s: s, sh: sh, core: sh.Core(), in: make(chan inbound), do: make(chan func()), lends: newLends(cfg.PS.Learners)}
 		s.loops = append(s.loops, l)
-		s.byShard[k] = l
+		s.byShard[sh.Core().Index()] = l
 	}
 	return s, nil
 }
@@ -352,7 +298,7 @@ func (s *Server) Stop() { s.stopMu.Do(func() { close(s.stop) }) }
 // shards are final (see Final).
 func (s *Server) Finish() {
 	s.done.Store(true)
-	s.each(func(l *shardLoop) { l.checkFinal() })
+	s.each(func(l *shardLoop) { l.finish() })
 }
 
 // Final returns a channel closed once Finish was called and every learner
@@ -365,19 +311,15 @@ func (s *Server) Final() <-chan struct{} { return s.final }
 // and those of any earlier incarnation, are refused from then on. An
 // Evict of an incarnation older than the learner's latest does nothing.
 func (s *Server) Evict(learner, inc uint32) {
-	if int64(learner) >= int64(s.cfg.PS.Learners) {
-		return
-	}
 	s.mu.Lock()
-	b := s.bindingOf(learner)
-	if inc < b.inc {
-		s.mu.Unlock()
-		return
+	evicted := s.core.Evict(learner, inc)
+	if evicted {
+		s.bindGen.Add(1)
 	}
-	b.inc, b.dead, b.peer = inc, true, nil
-	s.bindGen.Add(1)
 	s.mu.Unlock()
-	s.each(func(l *shardLoop) { l.evict(learner) })
+	if evicted {
+		s.each(func(l *shardLoop) { l.evict(learner) })
+	}
 }
 
 // each runs f on every shard's goroutine, one after the other, and
@@ -447,13 +389,7 @@ func (s *Server) Checkpoint() ([]*Checkpoint, []Identity) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]Identity, s.cfg.PS.Learners)
-	for l, b := range s.binds {
-		if int(l) < len(ids) {
-			ids[l] = Identity{Incarnation: b.inc, Evicted: b.dead}
-		}
-	}
-	return cps, ids
+	return cps, s.core.Identities()
 }
 
 // Consumed returns, per shard in the order of Shards, the mini-batch ids
@@ -483,7 +419,8 @@ func (s *Server) Weights() [][]float32 {
 	}
 	var ws [][]float32
 	for _, l := range s.loops {
-		ws = append(ws, slices.Clone(l.finalW))
+		_, w := l.sh.Final()
+		ws = append(ws, slices.Clone(w))
 	}
 	return ws
 }
@@ -499,19 +436,10 @@ func (s *Server) track(c rdma.Conn) bool {
 	return true
 }
 
-func (s *Server) bindingOf(learner uint32) *binding {
-	b := s.binds[learner]
-	if b == nil {
-		b = &binding{}
-		s.binds[learner] = b
-	}
-	return b
-}
-
 // admit checks that p may speak for learner in incarnation inc and binds
-// it (see Server). It runs on p's reader goroutine and takes the server's
-// lock only when p has not spoken for that incarnation yet, or when a
-// binding changed since it last did.
+// it (ServerCore.Bind). It runs on p's reader goroutine and takes the
+// server's lock only when p has not spoken for that incarnation yet, or
+// when a binding changed since it last did.
 func (s *Server) admit(learner, inc uint32, p *peer) error {
 	a := &p.admitted[learner]
 	if a.gen != 0 && a.inc == inc && a.gen == s.bindGen.Load() {
@@ -519,29 +447,14 @@ func (s *Server) admit(learner, inc uint32, p *peer) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.bind(learner, inc, p); err != nil {
+	changed, err := s.core.Bind(learner, inc, p)
+	if err != nil {
 		return err
 	}
+	if changed {
+		s.bindGen.Add(1) // voids the admissions recorded before
+	}
 	*a = admission{inc: inc, gen: s.bindGen.Load()}
-	return nil
-}
-
-// bind is admit's check and binding, under s.mu; every change of a
-// binding advances bindGen, which voids the admissions recorded before.
-func (s *Server) bind(learner, inc uint32, p *peer) error {
-	b := s.bindingOf(learner)
-	switch {
-	case inc < b.inc:
-		return fmt.Errorf("%w: learner %d incarnation %d is over (latest %d)", ErrRefused, learner, inc, b.inc)
-	case inc == b.inc && b.dead:
-		return fmt.Errorf("%w: learner %d incarnation %d was removed from the job", ErrRefused, learner, inc)
-	case inc == b.inc && b.peer != nil && b.peer != p:
-		return fmt.Errorf("%w: learner %d is bound to another connection (%s)", ErrRefused, learner, b.peer.conn.RemoteAddr())
-	}
-	if b.inc != inc || b.dead || b.peer != p {
-		b.inc, b.dead, b.peer = inc, false, p
-		s.bindGen.Add(1)
-	}
 	return nil
 }
 
@@ -557,7 +470,7 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 		if err != nil {
 			if rdma.Recoverable(err) && ctx.Err() == nil {
 				s.badFrames.Add(1)
-				s.reject(p, 0, 0, err)
+				s.reject(p, errorMsg(0, 0, err))
 				continue
 			}
 			if s.cfg.Logger != nil {
@@ -578,31 +491,22 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 // dispatch checks one received message and hands it to its shard's
 // goroutine; false once ctx ended.
 func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
-	l := s.byShard[int(m.Shard)]
-	bad := checkPushData(m)
-	switch {
-	case l == nil:
-		s.notHosted.Add(1)
-		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, describe(m), s.cfg.Shards))
-		m.Release()
-		return true
-	case bad != nil:
-		s.badFrames.Add(1)
-		s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%s: %w", describe(m), bad))
-		m.Release()
-		return true
-	case m.Type >= rdma.Type(MsgPush) && m.Type <= rdma.Type(MsgLeave) && int64(m.Learner) < int64(s.cfg.PS.Learners):
-		if err := s.admit(m.Learner, Incarnation(m.Seq), p); err != nil {
-			s.refused.Add(1)
-			s.reject(p, int(m.Shard), m.Seq, fmt.Errorf("%s: %w", describe(m), err))
-			m.Release()
-			return true
+	sh, why, err := s.core.Check(m)
+	if err == nil {
+		if l, inc, ok := s.core.Speaker(m); ok {
+			if err = s.admit(l, inc, p); err != nil {
+				why, err = RefusedID, fmt.Errorf("%s: %w", describe(m), err)
+			}
 		}
 	}
-	// Anything else (a snapshot request, an unknown learner or type) goes
-	// to the shard, whose core rejects and counts what is wrong.
+	if err != nil {
+		[]*atomic.Uint64{RefusedShard: &s.notHosted, RefusedFrame: &s.badFrames, RefusedID: &s.refused}[why].Add(1)
+		s.reject(p, errorMsg(int(m.Shard), m.Seq, err))
+		m.Release()
+		return true
+	}
 	select {
-	case l.in <- inbound{m, p}:
+	case s.byShard[sh.Core().Index()].in <- inbound{m, p}:
 		return true
 	case <-ctx.Done():
 		m.Release()
@@ -612,8 +516,8 @@ func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
 
 // reject queues an error reply to p without blocking; it is dropped and
 // counted if p's queue is full.
-func (s *Server) reject(p *peer, shard int, seq uint64, err error) {
-	if !p.trySend(errorMsg(shard, seq, err)) {
+func (s *Server) reject(p *peer, m *rdma.Msg) {
+	if !p.trySend(m) {
 		s.errorsDropped.Add(1)
 	}
 }
@@ -622,14 +526,7 @@ func (s *Server) reject(p *peer, shard int, seq uint64, err error) {
 // them, without OnLost).
 func (s *Server) connLost(p *peer) {
 	s.mu.Lock()
-	type li struct{ l, inc uint32 }
-	var gone []li
-	for l, b := range s.binds {
-		if b.peer == p {
-			b.peer = nil
-			gone = append(gone, li{l, b.inc})
-		}
-	}
+	gone := s.core.Lost(p)
 	if len(gone) > 0 {
 		s.bindGen.Add(1)
 	}
@@ -645,15 +542,17 @@ func (s *Server) connLost(p *peer) {
 	if len(gone) > 0 {
 		s.lost.Add(1)
 	}
-	slices.SortFunc(gone, func(a, b li) int { return int(a.l) - int(b.l) })
 	for _, g := range gone {
 		if s.cfg.OnLost != nil {
-			s.cfg.OnLost(g.l, g.inc)
+			s.cfg.OnLost(g.Learner, g.Incarnation)
 		} else {
-			s.Evict(g.l, g.inc)
+			s.Evict(g.Learner, g.Incarnation)
 		}
 	}
 }
+
+// String names p's peer (its address), for errors.
+func (p *peer) String() string { return p.conn.RemoteAddr() }
 
 // write sends p's replies until the connection is lost.
 func (p *peer) write(ctx context.Context) {

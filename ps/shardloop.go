@@ -2,31 +2,24 @@ package ps
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
 )
 
-// shardLoop runs one shard core on its own goroutine: messages from the
-// connections' readers arrive on in, work of the Server's methods on do.
-// Everything below is touched by that goroutine only, except last and
-// finalW, which are read once the goroutine has ended or the shard is
-// final.
+// shardLoop runs one shard of the server's core (a ServerShard) on its
+// own goroutine: messages from the connections' readers arrive on in,
+// work of the Server's methods on do. It sends what the shard's calls
+// return, lending a weights reply the shard's own weights (lends).
+// Everything below is touched by that goroutine only, except last, which
+// is read once the goroutine has ended.
 type shardLoop struct {
 	s        *Server
+	sh       *ServerShard[*peer]
 	core     *Shard
 	in       chan inbound
 	do       chan func()
-	route    []*peer // where each learner's weights go
-	perEpoch uint64  // P, gradients per epoch; 0 without a data-set size
-	consumed uint64  // gradients accepted or dropped, as of the last Step
-	base     uint64  // consumed before the shard was restored, beyond its counters
-	snaps    map[int]snapshot
-	waits    []snapWait // snapshot requests for epochs not reached yet
-	final    bool
-	finalW   []float32
 	lends    *lends      // the replies reading the core's weights
 	wmsg     *rdma.Msg   // owns the core's weights (nil: the heap does)
 	lendWait *time.Timer // bounds a wait for lends (stopped between waits)
@@ -42,21 +35,6 @@ type shardLoop struct {
 // everyone.
 const lendWait = 10 * time.Millisecond
 
-// snapshot is a copy of the shard's weights at an epoch end.
-type snapshot struct {
-	clock uint64
-	w     []float32
-}
-
-// snapWait is a snapshot request waiting for its epoch (0: the final
-// weights).
-type snapWait struct {
-	epoch   int
-	seq     uint64
-	learner uint32
-	p       *peer
-}
-
 func (l *shardLoop) run(ctx context.Context) {
 	if l.wmsg = l.newWeights(); l.wmsg != nil {
 		l.core.Move(l.wmsg.Payload)
@@ -67,7 +45,9 @@ func (l *shardLoop) run(ctx context.Context) {
 			l.detach(nil)
 		}
 	}()
-	l.checkFinal() // Finish may precede Serve
+	if l.s.done.Load() { // Finish may precede Serve
+		l.carryOut(ctx, l.sh.Finish())
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,183 +55,73 @@ func (l *shardLoop) run(ctx context.Context) {
 		case f := <-l.do:
 			f()
 		case in := <-l.in:
-			if in.m.Type == TypeSnapshot {
-				l.snapshotRequest(ctx, in)
-				continue
-			}
 			l.step(ctx, in)
 		}
 	}
 }
 
-// step feeds one received message to the core and releases it.
+// step feeds one received message to the shard and releases it.
 func (l *shardLoop) step(ctx context.Context, in inbound) {
-	m := coreMsg(in.m)
-	// The message's connection becomes the learner's route, unless the
-	// message is rejected or is the learner's leave.
-	var prev *peer
-	known := int64(m.Learner) < int64(len(l.route))
-	if known {
-		prev, l.route[m.Learner] = l.route[m.Learner], in.p
-	}
-	if m.Type != MsgPull { // a pull never changes the weights (Shard.Step)
-		l.settle(ctx)
-	}
-	r := l.core.Step(m)
-	in.m.Release()
-	switch {
-	case !known:
-	case rejected(r):
-		l.route[m.Learner] = prev
-	case m.Type == MsgLeave:
-		l.route[m.Learner] = nil
-	}
-	l.deliver(ctx, r, in.p)
-}
-
-// evict steps the leave the coordinator decided (a no-op for a learner
-// that is not active). A pull of the learner that was waiting is
-// refused, so that a learner still alive stops instead of waiting for
-// ever (the coordinator that removed it may have died before telling
-// it).
-func (l *shardLoop) evict(learner uint32) {
-	if !l.core.Member(learner) {
+	if in.m.Type == TypeSnapshot {
+		m := in.m
+		rd := l.sh.Snapshot(m.Timestamp, m.Seq, m.Learner, in.p)
+		m.Release()
+		l.carryOut(ctx, rd)
 		return
 	}
-	seq, waiting := l.core.PullWaiting(learner)
-	p := l.route[learner]
-	l.route[learner] = nil
-	l.settle(context.Background())
-	r := l.core.Step(Msg{Type: MsgLeave, Job: l.core.cfg.Job, Shard: l.core.Index(), Learner: learner})
-	l.deliver(context.Background(), r, nil)
-	if waiting && p != nil {
-		l.s.reject(p, l.core.Index(), seq, fmt.Errorf("ps shard %d: pull from learner %d (seq %d): %w: the learner was removed from the job", l.core.Index(), learner, seq, ErrRefused))
+	if in.m.Type != rdma.Type(MsgPull) { // a pull never changes the weights (Shard.Step)
+		l.settle(ctx)
 	}
+	rd := l.sh.Step(coreMsg(in.m), in.p)
+	in.m.Release()
+	l.carryOut(ctx, rd)
 }
 
-// rejected reports whether the message of the Step that returned r was
-// rejected: its error reply is the only error a Step produces.
-func rejected(r Ready) bool {
-	for _, rep := range r.Replies {
-		if rep.Err != nil {
-			return true
-		}
+// evict steps the leave the coordinator decided (see ServerShard.Evict).
+func (l *shardLoop) evict(learner uint32) {
+	if l.core.Member(learner) {
+		l.settle(context.Background())
 	}
-	return false
+	l.carryOut(context.Background(), l.sh.Evict(learner))
 }
 
-// deliver sends the replies of one Step (errors and acknowledgements to
-// from, the connection of the message; nil for a leave the server
-// decided, which nobody waits for), reports its updates, takes the epoch-end snapshot and
-// checks whether the shard became final.
-func (l *shardLoop) deliver(ctx context.Context, r Ready, from *peer) {
+// finish tells the shard that the job's data is done.
+func (l *shardLoop) finish() { l.carryOut(context.Background(), l.sh.Finish()) }
+
+// carryOut sends what a call of the shard returned, reports its updates
+// and counts it final.
+func (l *shardLoop) carryOut(ctx context.Context, rd *ShardReady[*peer]) {
 	s, k := l.s, l.core.Index()
-	for _, rep := range r.Replies {
+	for i := range rd.Sends {
+		d := &rd.Sends[i]
 		switch {
-		case rep.Err != nil:
-			if from != nil {
-				s.reject(from, k, rep.Seq, rep.Err)
-			}
-			continue
-		case rep.Ack:
-			if from != nil {
-				from.send(ctx, ackMsg(rep.To, k, rep.Clock, rep.Seq))
-			}
-			continue
-		}
-		if p := l.route[rep.To]; p != nil {
-			l.sendWeights(ctx, p, rep.To, rep.Clock, rep.Life, rep.Seq, nil)
+		case d.Kind == SendError:
+			s.reject(d.To, d.Msg(k, nil, rdma.Codec{}))
+		case d.Kind == SendWeights && d.Snapshot == nil:
+			l.sendWeights(ctx, d)
+		default:
+			d.To.send(ctx, d.Msg(k, nil, s.cfg.Codec))
 		}
 	}
 	if s.cfg.OnUpdate != nil {
-		for _, u := range r.Updates {
+		for _, u := range rd.Updates {
 			s.cfg.OnUpdate(k, u)
 		}
 	}
-	st := &l.core.stats
-	if n := st.Gradients + st.Dropped + l.base; n != l.consumed {
-		l.consumed = n
-		if l.perEpoch > 0 && n%l.perEpoch == 0 && s.cfg.Snapshots {
-			e := int(n / l.perEpoch)
-			l.snaps[e] = snapshot{clock: l.core.Clock(), w: slices.Clone(l.core.Weights())}
-			l.answerWaits(ctx)
-		}
-	}
-	l.checkFinal()
-}
-
-// checkFinal makes the shard final once Finish was called and no learner
-// is active.
-func (l *shardLoop) checkFinal() {
-	if l.final || !l.s.done.Load() || l.core.Active() > 0 {
-		return
-	}
-	l.final, l.finalW = true, slices.Clone(l.core.Weights())
-	l.snaps[0] = snapshot{clock: l.core.Clock(), w: l.finalW}
-	l.answerWaits(context.Background())
-	if int(l.s.nFinal.Add(1)) == len(l.s.loops) {
-		close(l.s.final)
+	if rd.Final && int(s.nFinal.Add(1)) == len(s.loops) {
+		close(s.final)
 	}
 }
 
-// snapshotRequest answers a TypeSnapshot request now, or once its epoch
-// is reached.
-func (l *shardLoop) snapshotRequest(ctx context.Context, in inbound) {
-	now := in.m.Timestamp == SnapshotNow
-	w := snapWait{epoch: int(in.m.Timestamp), seq: in.m.Seq, learner: in.m.Learner, p: in.p}
-	in.m.Release()
-	if now {
-		l.sendWeights(ctx, w.p, w.learner, l.core.Clock(), l.core.Life(), w.seq, nil)
-		return
-	}
-	if !l.s.cfg.Snapshots && w.epoch > 0 {
-		l.s.reject(in.p, l.core.Index(), w.seq, errSnapshotsOff)
-		return
-	}
-	for e := range l.snaps {
-		if e > 0 && (w.epoch == 0 || e < w.epoch) {
-			delete(l.snaps, e) // the evaluator is done with it
-		}
-	}
-	l.waits = append(l.waits, w)
-	l.answerWaits(ctx)
-}
-
-// answerWaits answers the waiting snapshot requests whose epoch has come.
-// An epoch's snapshot is kept after it was sent, for an evaluator that
-// restarts before it reported that epoch and asks again, until a later
-// epoch or the final weights are asked for. Once the shard is final, an
-// epoch it never reached (gradients lost with a restarted server), or
-// whose snapshot was dropped, is answered with the final weights.
-func (l *shardLoop) answerWaits(ctx context.Context) {
-	l.waits = slices.DeleteFunc(l.waits, func(w snapWait) bool {
-		sn, ok := l.snaps[w.epoch]
-		if !ok && l.final {
-			sn, ok = l.snaps[0], true
-		}
-		if !ok {
-			return false
-		}
-		l.sendWeights(ctx, w.p, w.learner, sn.clock, l.core.Life(), w.seq, sn.w)
-		return true
-	})
-}
-
-// sendWeights sends learner to on p, in answer to request seq, weights of
-// the shard stamped clock straight from where they lie: snap, a
-// snapshot's, which never change, or with snap nil the core's, which the
-// shard lends p's writer until it next changes them (settle).
-func (l *shardLoop) sendWeights(ctx context.Context, p *peer, to uint32, clock, life, seq uint64, snap []float32) {
-	if snap != nil {
-		p.send(ctx, weightsMsg(to, l.core.Index(), clock, life, seq, snap, l.s.cfg.Codec))
-		return
-	}
+// sendWeights sends d, a reply of the shard's current weights, straight
+// from where they lie: the shard lends them to d.To's writer until it
+// next changes them (settle).
+func (l *shardLoop) sendWeights(ctx context.Context, d *Send[*peer]) {
 	if l.lends.full() {
 		l.settle(ctx) // which may move the weights: read them after it
 	}
-	m := weightsMsg(to, l.core.Index(), clock, life, seq, l.core.Weights(), l.s.cfg.Codec)
-	if p.queue(ctx, reply{m, l.lends.tokens}) {
-		l.lends.add(p)
+	if d.To.queue(ctx, reply{d.Msg(l.core.Index(), l.core.Weights(), l.s.cfg.Codec), l.lends.tokens}) {
+		l.lends.add(d.To)
 	}
 }
 
@@ -290,7 +160,7 @@ func (l *shardLoop) detach(w *rdma.Msg) {
 	} else {
 		l.core.Move(slices.Clone(l.core.Weights()))
 	}
-	l.lends, l.wmsg = newLends(len(l.route)), w
+	l.lends, l.wmsg = newLends(l.s.cfg.PS.Learners), w
 	if owner != nil {
 		l.s.retiring.Go(func() { old.retire(owner.Release) })
 	}

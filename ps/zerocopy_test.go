@@ -229,7 +229,7 @@ func TestReplyNotAwaited(t *testing.T) {
 			// The shard has answered learner 0 before learner 1 starts.
 			srv, l := g.servers[0], g.servers[0].loops[0]
 			for routed := false; !routed; {
-				if !srv.each1(l, func() { routed = l.route[0] != nil }) || ctx.Err() != nil {
+				if !srv.each1(l, func() { routed = l.sh.route[0] != nil }) || ctx.Err() != nil {
 					t.Fatal("learner 0's pull never reached the shard")
 				}
 				time.Sleep(time.Millisecond)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +17,7 @@ import (
 // its manifest when it was loaded. Reading a file verifies it again.
 type Snapshot struct {
 	Manifest Manifest
+	fs       FS
 	dir      string
 }
 
@@ -68,7 +69,7 @@ func (s *Store) Load(v uint64) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint version %d: %w", v, err)
 	}
-	snap := &Snapshot{Manifest: *m, dir: s.VersionDir(v)}
+	snap := &Snapshot{Manifest: *m, fs: s.fs, dir: s.VersionDir(v)}
 	buf := make([]byte, 1<<20)
 	for _, f := range m.Files {
 		r, err := snap.open(f)
@@ -207,7 +208,7 @@ func (s *Snapshot) Shards() ([]*Shard, error) {
 // verifier reads a version's file, checking its size and SHA-256 against
 // the manifest at the end.
 type verifier struct {
-	f    *os.File
+	f    fs.File
 	path string // prefixed to errors when set
 	want FileSum
 	n    int64
@@ -217,7 +218,7 @@ type verifier struct {
 
 // open opens a listed file and checks its size against the manifest.
 func (s *Snapshot) open(want FileSum) (*verifier, error) {
-	f, err := os.Open(s.Path(want.Name))
+	f, err := s.fs.Open(s.Path(want.Name))
 	if err != nil {
 		return nil, err
 	}

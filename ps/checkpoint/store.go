@@ -10,12 +10,10 @@ import (
 	"hash"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -45,16 +43,24 @@ var (
 // that they list in version order. Several processes, possibly on several
 // hosts sharing the folder, use one Store: each writes its files into a
 // version, and one (the coordinator) commits it (see the package doc). A
-// Store holds no state besides its path; its methods are safe for
-// concurrent use.
-type Store struct{ dir string }
+// Store holds no state besides its file system and path; its methods are
+// safe for concurrent use (as far as its FS is).
+type Store struct {
+	fs  FS
+	dir string
+}
 
-// Open returns the store in dir, creating the folder if needed.
-func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// Open returns the store in the folder dir of the operating system's
+// file system, creating the folder if needed.
+func Open(dir string) (*Store, error) { return OpenFS(osFS{}, dir) }
+
+// OpenFS returns the store in the folder dir of fsys, creating the folder
+// if needed.
+func OpenFS(fsys FS, dir string) (*Store, error) {
+	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint store: %w", err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{fs: fsys, dir: dir}, nil
 }
 
 // Dir returns the store's folder.
@@ -78,7 +84,7 @@ func parseVersion(name string) (uint64, bool) {
 // versions returns the version numbers of the folders in the store,
 // ascending (complete or not).
 func (s *Store) versions() ([]uint64, error) {
-	ents, err := os.ReadDir(s.dir)
+	ents, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint store: %w", err)
 	}
@@ -108,6 +114,7 @@ func (s *Store) Next() (uint64, error) {
 // the version calls Begin itself.
 type Version struct {
 	number uint64
+	fs     FS
 	dir    string
 }
 
@@ -116,16 +123,16 @@ type Version struct {
 // version has a manifest.
 func (s *Store) Begin(v uint64) (*Version, error) {
 	dir := s.VersionDir(v)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint version %d: %w", v, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err == nil {
+	if _, err := s.fs.Stat(filepath.Join(dir, ManifestName)); err == nil {
 		return nil, fmt.Errorf("%s: %w", dir, ErrCommitted)
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		return nil, fmt.Errorf("checkpoint version %d: %w", v, err)
 	}
-	return &Version{number: v, dir: dir}, nil
+	return &Version{number: v, fs: s.fs, dir: dir}, nil
 }
 
 // Number returns the version number.
@@ -174,7 +181,7 @@ func (v *Version) WriteFile(name string, write func(io.Writer) error) (FileSum, 
 	if err := checkName(name); err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", v.dir, err)
 	}
-	return WriteAtomic(v.dir, name, write)
+	return writeAtomic(v.fs, v.dir, name, write)
 }
 
 func checkName(name string) error {
@@ -202,11 +209,17 @@ func (s *sumWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeAtomic writes dir/name through a temporary file: write, flush,
-// fsync, rename, fsync the folder.
+// WriteAtomic writes the file dir/name of the operating system's file
+// system as Version.WriteFile writes a file of a version: through a
+// temporary file (write, flush, fsync, rename, fsync the folder).
 func WriteAtomic(dir, name string, write func(io.Writer) error) (FileSum, error) {
+	return writeAtomic(osFS{}, dir, name, write)
+}
+
+// writeAtomic is WriteAtomic on fsys.
+func writeAtomic(fsys FS, dir, name string, write func(io.Writer) error) (FileSum, error) {
 	path := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	tmp, err := fsys.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -226,37 +239,18 @@ func WriteAtomic(dir, name string, write func(io.Writer) error) (FileSum, error)
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		err = fsys.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		fsys.Remove(tmp.Name())
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsys.SyncDir(dir); err != nil {
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
 	sum := FileSum{Name: name, Size: sw.n}
 	sw.h.Sum(sum.SHA256[:0])
 	return sum, nil
-}
-
-// syncDir fsyncs a folder, so that the entries created or renamed in it
-// are durable. File systems that cannot fsync a folder (EINVAL, ENOTSUP:
-// some network and FUSE file systems, which order their metadata
-// themselves) are not an error.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
-		err = nil
-	}
-	return err
 }
 
 // Manifest is the content of MANIFEST.json: it lists every file of a
@@ -309,12 +303,12 @@ func (s *Store) commit(v uint64, files []FileSum, meta Meta) error {
 	if err := m.check(); err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err == nil {
+	if _, err := s.fs.Stat(filepath.Join(dir, ManifestName)); err == nil {
 		return fmt.Errorf("%s: %w", dir, ErrCommitted)
 	}
 	for _, f := range m.Files {
 		path := filepath.Join(dir, f.Name)
-		fi, err := os.Stat(path)
+		fi, err := s.fs.Stat(path)
 		if err != nil {
 			return fmt.Errorf("checkpoint version %d: %w", v, err)
 		}
@@ -327,7 +321,7 @@ func (s *Store) commit(v uint64, files []FileSum, meta Meta) error {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
 	b = append(b, '\n')
-	_, err = WriteAtomic(dir, ManifestName, func(w io.Writer) error { _, err := w.Write(b); return err })
+	_, err = writeAtomic(s.fs, dir, ManifestName, func(w io.Writer) error { _, err := w.Write(b); return err })
 	return err
 }
 
@@ -380,18 +374,18 @@ func (s *Store) Prune() error {
 // remove deletes a version folder, its manifest first.
 func (s *Store) remove(v uint64) error {
 	dir := s.VersionDir(v)
-	err := os.Remove(filepath.Join(dir, ManifestName))
+	err := s.fs.Remove(filepath.Join(dir, ManifestName))
 	switch {
 	case err == nil:
-		err = syncDir(dir)
+		err = s.fs.SyncDir(dir)
 	case errors.Is(err, fs.ErrNotExist):
 		err = nil
 	}
 	if err == nil {
-		err = os.RemoveAll(dir)
+		err = s.fs.RemoveAll(dir)
 	}
 	if err == nil {
-		err = syncDir(s.dir)
+		err = s.fs.SyncDir(s.dir)
 	}
 	return err
 }
@@ -401,7 +395,7 @@ func (s *Store) remove(v uint64) error {
 // manifest of another version).
 func (s *Store) readManifest(v uint64) (*Manifest, error) {
 	path := filepath.Join(s.VersionDir(v), ManifestName)
-	b, err := os.ReadFile(path)
+	b, err := s.readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", path, ErrPartial)
 	}
@@ -419,4 +413,14 @@ func (s *Store) readManifest(v uint64) (*Manifest, error) {
 		return nil, fmt.Errorf("%s: %w: manifest of version %d in the folder of version %d", path, ErrMismatch, m.Version, v)
 	}
 	return &m, nil
+}
+
+// readFile returns the contents of the file name.
+func (s *Store) readFile(name string) ([]byte, error) {
+	f, err := s.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
