@@ -150,12 +150,14 @@ func isAny(err error, targets ...error) bool {
 	return false
 }
 
-// connectErr returns err, the failure of a connect, matching ErrRefused
-// too when it says that nothing listens there (ECONNREFUSED, and ENOENT
-// for a unix socket) or that the listener went away while the connection
-// was pending (ECONNRESET: a process that dies with connections in its
-// listen backlog resets them).
-func connectErr(err error) error {
+// ConnectError returns err, the failure of a connect (a socket error),
+// as this package's dialers return it: matching ErrRefused too when it
+// says that nothing listens there (ECONNREFUSED, and ENOENT for a unix
+// socket) or that the listener went away while the connection was
+// pending (ECONNRESET: a process that dies with connections in its listen
+// backlog resets them), so that a dialer tries again; as it is otherwise.
+// A simulated network makes its connect failures with it too.
+func ConnectError(err error) error {
 	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ENOENT} {
 		if errors.Is(err, e) {
 			return &joined{ErrRefused, err, err.Error()}

@@ -7,6 +7,3 @@ import "github.com/softsync/softsync/rdma/internal/verbs"
 func NewEmulationWithoutKernelSupport() *Emulation {
 	return emulation(verbs.EmuConfig{NoKernelSupport: true})
 }
-
-// ConnectErr is connectErr, for the tests of its classification.
-var ConnectErr = connectErr

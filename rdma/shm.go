@@ -186,7 +186,7 @@ func (s *Shm) dial(ctx context.Context, name string, nonce [nonceSize]byte, loca
 		nc, err = s.dialer.DialContext(ctx, "unix", name)
 	}
 	if err != nil {
-		return nil, connectErr(err)
+		return nil, ConnectError(err)
 	}
 	uc := nc.(*net.UnixConn)
 	deadline := time.Now().Add(s.opts.HandshakeTimeout)

@@ -199,16 +199,16 @@ func TestTCPCancelMidFrame(t *testing.T) {
 	}
 }
 
-// TestConnectErr: a connect that finds nothing listening, or a listener
+// TestConnectError: a connect that finds nothing listening, or a listener
 // that went away with the connection pending (reset), is ErrRefused, which
 // dialers try again; other failures are not.
-func TestConnectErr(t *testing.T) {
+func TestConnectError(t *testing.T) {
 	for _, c := range []struct {
 		errno   syscall.Errno
 		refused bool
 	}{{syscall.ECONNREFUSED, true}, {syscall.ECONNRESET, true}, {syscall.ENOENT, true},
 		{syscall.EHOSTUNREACH, false}, {syscall.EACCES, false}} {
-		err := rdma.ConnectErr(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", c.errno)})
+		err := rdma.ConnectError(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", c.errno)})
 		if errors.Is(err, rdma.ErrRefused) != c.refused || !errors.Is(err, c.errno) {
 			t.Errorf("%v: %v matches ErrRefused: %v, want %v (and the errno)", c.errno, err, errors.Is(err, rdma.ErrRefused), c.refused)
 		}

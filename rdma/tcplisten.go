@@ -63,7 +63,7 @@ func (tcpServer) peer(nc net.Conn) string { return nc.RemoteAddr().String() }
 func (t *TCP) Dial(ctx context.Context, addr string) (Conn, error) {
 	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, &OpError{Op: "dial", Peer: addr, Err: connectErr(err)}
+		return nil, &OpError{Op: "dial", Peer: addr, Err: ConnectError(err)}
 	}
 	tc := nc.(*net.TCPConn)
 	if len(t.opts.Secret) > 0 {

@@ -94,9 +94,9 @@ type ckptReport struct {
 	errcode.Wire
 }
 
-// writeShards writes the shards of srv into version v of store and
-// returns their checksums.
-func writeShards(store *checkpoint.Store, srv *ps.Server, shards int, v uint64) ([]checkpoint.FileSum, error) {
+// writeShards writes the shards of a shard server into version v of
+// store and returns their checksums.
+func writeShards(store *checkpoint.Store, srv shardHost, shards int, v uint64) ([]checkpoint.FileSum, error) {
 	cps, ids := srv.Checkpoint()
 	if cps == nil {
 		return nil, errors.New("the server has stopped")

@@ -164,15 +164,10 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	tick := time.NewTicker(c.tickEvery())
 	defer tick.Stop()
 	interrupt := c.interrupt
+	out := &serveIO{conns: conns, post: post, wg: &wg}
 	ev := event{kind: evTick} // the clock of the rendezvous starts now
 	for {
-		now := time.Now()
-		rd := c.core.step(ev, now)
-		if rd.done && rd.result != nil && c.cfg.OnResult != nil {
-			c.cfg.OnResult(rd.result) // before the stop goes out
-		}
-		c.carryOut(rd, conns, post, &wg)
-		c.snapshot(now)
+		rd := c.apply(ev, time.Now(), out)
 		if rd.done {
 			ln.Close()
 			cancel()
@@ -192,13 +187,33 @@ func (c *Coordinator) Serve(ctx context.Context, ln rdma.Listener) (*Result, err
 	}
 }
 
-// carryOut does what one step of the core asked for.
-func (c *Coordinator) carryOut(rd ready, conns *ctrlConns, post func(event), wg *sync.WaitGroup) {
+// coordIO is where a coordinator's steps are carried out: Serve's
+// connections and goroutines (serveIO), or the chaos simulator's.
+type coordIO interface {
+	// send queues m on its connection, behind the messages queued
+	// before; an m without a type closes the connection after them.
+	send(m outMsg)
+	// spawn runs work (file I/O) elsewhere, and steps the core with the
+	// event it returns.
+	spawn(work func() event)
+}
+
+// apply steps the core with ev at now and carries out what it asked for,
+// in this order: the job's result goes to OnResult before anything else
+// (the stop of every process is among the messages: what OnResult writes
+// is done while they still wait), then the messages and closes, in order,
+// the log lines and completed epochs, and the checkpoint files to write
+// and commit. It returns the step's ready.
+func (c *Coordinator) apply(ev event, now time.Time, out coordIO) ready {
+	rd := c.core.step(ev, now)
+	if rd.done && rd.result != nil && c.cfg.OnResult != nil {
+		c.cfg.OnResult(rd.result)
+	}
 	for _, m := range rd.sends {
-		conns.get(m.conn).queue(m)
+		out.send(m)
 	}
 	for _, id := range rd.closes {
-		conns.get(id).queue(outMsg{conn: id})
+		out.send(outMsg{conn: id})
 	}
 	if log := c.cfg.Logger; log != nil {
 		for _, l := range rd.logs {
@@ -212,18 +227,33 @@ func (c *Coordinator) carryOut(rd ready, conns *ctrlConns, post func(event), wg 
 	}
 	store := c.cfg.Checkpoints
 	if w := rd.write; w != nil {
-		wg.Go(func() {
+		out.spawn(func() event {
 			file, err := writeCoordinatorFile(store, w.version, w.state)
-			post(event{kind: evWritten, version: w.version, file: file, err: err})
+			return event{kind: evWritten, version: w.version, file: file, err: err}
 		})
 	}
 	if m := rd.commit; m != nil {
-		wg.Go(func() {
+		out.spawn(func() event {
 			err := store.Commit(m.version, m.files, checkpoint.Meta{Created: m.created, Job: c.cfg.Settings})
-			post(event{kind: evCommitted, version: m.version, err: err})
+			return event{kind: evCommitted, version: m.version, err: err}
 		})
 	}
+	c.snapshot(now)
+	return rd
 }
+
+// serveIO carries out Serve's steps: each connection's writer goroutine
+// sends what is queued for it; files are written on goroutines of their
+// own, which post their events.
+type serveIO struct {
+	conns *ctrlConns
+	post  func(event)
+	wg    *sync.WaitGroup
+}
+
+func (s *serveIO) send(m outMsg) { s.conns.get(m.conn).queue(m) }
+
+func (s *serveIO) spawn(work func() event) { s.wg.Go(func() { s.post(work()) }) }
 
 // snapshot records the core's progress for Progress.
 func (c *Coordinator) snapshot(now time.Time) {

@@ -53,32 +53,18 @@ func (m *Member) log() *slog.Logger {
 	return m.Logger
 }
 
-// dial connects to addr, trying again with backoff (50 ms, doubling up
-// to 1 s) after a failure that may pass: nothing listens there yet
-// (rdma.ErrRefused), until ctx ends, or the listener closed the
-// connection during the handshake (rdma.ErrHandshakeClosed: a listener
-// whose handshake slots are full sheds connections), until PSTimeout has
-// passed since the first such failure (at once without a PSTimeout). It
-// gives up at once on any other error. failed, if set, is told of each
-// failure before the pause.
+// dial connects to addr, trying again after a failure that may pass
+// (see retry) until ctx ends. failed, if set, is told of each failure
+// before the pause.
 func (m *Member) dial(ctx context.Context, addr string, failed func(error)) (rdma.Conn, error) {
-	wait, closedSince := 50*time.Millisecond, time.Time{}
+	r := newRetry(m.PSTimeout)
 	for {
 		conn, err := m.Network.Dial(ctx, addr)
-		switch {
-		case err == nil:
+		if err == nil {
 			return conn, nil
-		case errors.Is(err, rdma.ErrHandshakeClosed):
-			if closedSince.IsZero() {
-				closedSince = time.Now()
-			}
-			switch {
-			case m.PSTimeout <= 0:
-				return nil, err
-			case time.Since(closedSince) >= m.PSTimeout:
-				return nil, fmt.Errorf("closed during the handshake again and again for --ps-timeout %v: %w", m.PSTimeout, err)
-			}
-		case !errors.Is(err, rdma.ErrRefused):
+		}
+		wait, err := r.failed(err, time.Now())
+		if err != nil {
 			return nil, err
 		}
 		if failed != nil {
@@ -86,11 +72,50 @@ func (m *Member) dial(ctx context.Context, addr string, failed func(error)) (rdm
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (the last try: %w)", ctx.Err(), err)
+			return nil, fmt.Errorf("%w (the last try: %w)", ctx.Err(), r.last)
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Second)
 	}
+}
+
+// retry decides, dial after dial, whether a dial that failed is tried
+// again and after how long: a failure that may pass is tried again with
+// backoff (50 ms, doubling up to 1 s): nothing listens there yet
+// (rdma.ErrRefused), for as long as the caller waits, or the listener
+// closed the connection during the handshake (rdma.ErrHandshakeClosed: a
+// listener whose handshake slots are full sheds connections), until
+// psTimeout has passed since the first such failure (never without a
+// psTimeout). Any other failure is final.
+type retry struct {
+	psTimeout   time.Duration
+	pause       backoff
+	closedSince time.Time
+	last        error // the last failure
+}
+
+func newRetry(psTimeout time.Duration) retry {
+	return retry{psTimeout: psTimeout, pause: backoff{first: 50 * time.Millisecond, most: time.Second}}
+}
+
+// failed takes a dial's failure at now: it returns the pause before the
+// next dial, or the error to give up with.
+func (r *retry) failed(err error, now time.Time) (time.Duration, error) {
+	r.last = err
+	switch {
+	case errors.Is(err, rdma.ErrHandshakeClosed):
+		if r.closedSince.IsZero() {
+			r.closedSince = now
+		}
+		switch {
+		case r.psTimeout <= 0:
+			return 0, err
+		case now.Sub(r.closedSince) >= r.psTimeout:
+			return 0, fmt.Errorf("closed during the handshake again and again for --ps-timeout %v: %w", r.psTimeout, err)
+		}
+	case !errors.Is(err, rdma.ErrRefused):
+		return 0, err
+	}
+	return r.pause.next(), nil
 }
 
 // shardNetwork is the member's network as learners and the evaluator use
@@ -145,26 +170,34 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	log.Debug("registered; waiting for the job to start", "coordinator", m.Coordinator, "me", m.Process.String())
 	t, b, err := c.recv(ctx)
 	var w welcome
-	switch {
-	case err != nil:
+	if err == nil {
+		w, err = m.welcomed(t, b)
+	} else {
 		err = fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %v", ErrRendezvous, m.Process, m.Coordinator, err)
-	case t == tStop:
-		var s stop
-		decode(t, b, &s)
-		err = fmt.Errorf("%w: the coordinator refused %s: %w", ErrRendezvous, m.Process, s.why())
-		if s.Interrupted {
-			err = fmt.Errorf("%w: %s: the job was interrupted before it started", ErrInterrupted, m.Process)
-		}
-	case t != tWelcome:
-		err = fmt.Errorf("%w: %s: message %#x from the coordinator, want a welcome", ErrProtocol, m.Process, t)
-	default:
-		err = decode(t, b, &w)
 	}
 	if err != nil {
 		conn.Close()
 		return nil, welcome{}, err
 	}
 	return c, w, nil
+}
+
+// welcomed reads the coordinator's answer to the member's hello, message
+// t with data b: its welcome, or why the member may not take part.
+func (m *Member) welcomed(t rdma.Type, b []byte) (welcome, error) {
+	var w welcome
+	switch t {
+	case tStop:
+		var s stop
+		decode(t, b, &s)
+		if s.Interrupted {
+			return w, fmt.Errorf("%w: %s: the job was interrupted before it started", ErrInterrupted, m.Process)
+		}
+		return w, fmt.Errorf("%w: the coordinator refused %s: %w", ErrRendezvous, m.Process, s.why())
+	case tWelcome:
+		return w, decode(t, b, &w)
+	}
+	return w, fmt.Errorf("%w: %s: message %#x from the coordinator, want a welcome", ErrProtocol, m.Process, t)
 }
 
 // rejoin dials the coordinator again after its connection failed with
@@ -174,41 +207,75 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 // this process). The coordinator may have been restarted: it welcomes
 // the process once the job has started again.
 func (m *Member) rejoin(ctx context.Context, hello func() hello, cause error) (*ctrl, welcome, error) {
-	if m.PSTimeout <= 0 {
-		return nil, welcome{}, fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, cause)
+	if err := m.rejoinable(cause); err != nil {
+		return nil, welcome{}, err
 	}
-	log := m.log()
-	log.Warn("lost the coordinator; dialling it again", "addr", m.Coordinator, "for", m.PSTimeout, "err", cause)
 	ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
 	defer cancel()
 	for {
 		// What the process has is told as of each attempt.
 		h := hello()
 		h.Rejoin = true
-		again := *m
-		again.Rendezvous = 0
-		if m.Locate != nil {
-			if a := m.Locate(); a != "" {
-				again.Coordinator = a
-			}
-		}
-		// Where Locate may tell another address, an attempt that finds
-		// nothing gives up after a while to ask again.
+		again, bound := m.rejoinAttempt()
 		actx, acancel := ctx, context.CancelFunc(func() {})
-		if m.Locate != nil {
-			actx, acancel = context.WithTimeout(ctx, locateEvery)
+		if bound > 0 {
+			actx, acancel = context.WithTimeout(ctx, bound)
 		}
 		cc, w, err := again.join(actx, h)
 		acancel()
-		switch {
-		case err == nil:
-			m.Coordinator = again.Coordinator
-			log.Info("rejoined the coordinator", "addr", m.Coordinator, "me", m.Process.String())
+		if err == nil {
+			m.rejoined(again)
 			return cc, w, nil
-		case ctx.Err() != nil || actx.Err() == nil:
-			return nil, welcome{}, fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+		}
+		if err := m.rejoinFailed(cause, err, ctx.Err() != nil, actx.Err() != nil); err != nil {
+			return nil, welcome{}, err
 		}
 	}
+}
+
+// rejoinable decides whether a member that lost the coordinator with
+// cause tries to rejoin it (for PSTimeout) or ends: the loss is the
+// job's end for it without a PSTimeout.
+func (m *Member) rejoinable(cause error) error {
+	if m.PSTimeout <= 0 {
+		return fmt.Errorf("%w: lost the coordinator: %v", ErrJobFailed, cause)
+	}
+	m.log().Warn("lost the coordinator; dialling it again", "addr", m.Coordinator, "for", m.PSTimeout, "err", cause)
+	return nil
+}
+
+// rejoinAttempt returns the member as one attempt to rejoin joins: at
+// the address Locate tells, if any, without a rendezvous bound; and how
+// long the attempt may take (0: until PSTimeout). Where Locate may tell
+// another address, an attempt that finds nothing gives up after
+// locateEvery to ask again.
+func (m *Member) rejoinAttempt() (again *Member, bound time.Duration) {
+	a := *m
+	a.Rendezvous = 0
+	if m.Locate == nil {
+		return &a, 0
+	}
+	if addr := m.Locate(); addr != "" {
+		a.Coordinator = addr
+	}
+	return &a, locateEvery
+}
+
+// rejoined records that the attempt again rejoined the coordinator.
+func (m *Member) rejoined(again *Member) {
+	m.Coordinator = again.Coordinator
+	m.log().Info("rejoined the coordinator", "addr", m.Coordinator, "me", m.Process.String())
+}
+
+// rejoinFailed decides after an attempt to rejoin failed with err:
+// another attempt (nil) if the attempt ended because its own bound
+// passed, or the member gives up with the error returned: PSTimeout
+// passed (expired) or the coordinator refused it.
+func (m *Member) rejoinFailed(cause, err error, expired, attemptExpired bool) error {
+	if expired || !attemptExpired {
+		return fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+	}
+	return nil
 }
 
 // locateEvery is how long one attempt to rejoin waits before it asks
@@ -235,44 +302,100 @@ func stopErr(t rdma.Type, b []byte) error {
 // redialer returns the Redial of a learner's or the evaluator's
 // parameter-server client: ask the coordinator where the server of the
 // shard is now (it may have been restarted elsewhere), and dial it, again
-// and again with backoff until PSTimeout. addrs delivers the
-// coordinator's answers; calls are serialised by mu.
+// and again with backoff until PSTimeout (see shardRedial). addrs
+// delivers the coordinator's answers; calls are serialised by mu.
 func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) func(context.Context, int) (rdma.Conn, error) {
 	return func(ctx context.Context, shard int) (rdma.Conn, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if m.PSTimeout <= 0 {
-			return nil, fmt.Errorf("shard %d: connection lost (no --ps-timeout to wait for it)", shard)
+		r, err := m.newShardRedial(shard)
+		if err != nil {
+			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
 		defer cancel()
-		log := m.log()
-		wait, last, lastErr := 100*time.Millisecond, "", error(nil)
 		for {
 			if err := cc().send(ctx, tWhere, where{Shard: shard}); err != nil && rdma.Recoverable(err) {
 				return nil, fmt.Errorf("shard %d: asking the coordinator where its server is: %w", shard, err)
 			}
+			var wait time.Duration
 			select {
 			case a := <-addrs:
-				last = a.Addr
-				conn, err := m.Network.Dial(ctx, a.Addr)
+				conn, err := m.Network.Dial(ctx, r.at(a.Addr))
 				if err == nil {
-					log.Info("reconnected to a shard server", "shard", shard, "addr", a.Addr)
+					r.connected()
 					return conn, nil
 				}
-				lastErr = err
-				log.Warn("shard server unreachable; retrying", "shard", shard, "addr", a.Addr, "err", err, "in", wait)
+				wait = r.failed(err)
 			case <-ctx.Done():
 			}
 			select {
 			case <-ctx.Done():
-				if lastErr == nil {
-					lastErr = errors.New("the coordinator knows no server for it")
-				}
-				return nil, fmt.Errorf("shard %d (server at %s) not reachable within --ps-timeout %v: %w", shard, last, m.PSTimeout, lastErr)
+				return nil, r.giveUp()
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, 2*time.Second)
 		}
 	}
+}
+
+// shardRedial is the schedule of one redial of a shard's server
+// (redialer): the coordinator says where the server is, the member dials
+// it, and asks again after a pause (100 ms, doubling up to 2 s) until it
+// is connected or PSTimeout has passed.
+type shardRedial struct {
+	m       *Member
+	shard   int
+	pause   backoff
+	last    string // the address dialled last
+	lastErr error
+}
+
+// newShardRedial starts a redial of shard's server, if the member has a
+// PSTimeout to wait for it.
+func (m *Member) newShardRedial(shard int) (*shardRedial, error) {
+	if m.PSTimeout <= 0 {
+		return nil, fmt.Errorf("shard %d: connection lost (no --ps-timeout to wait for it)", shard)
+	}
+	return &shardRedial{m: m, shard: shard, pause: backoff{first: 100 * time.Millisecond, most: 2 * time.Second}}, nil
+}
+
+// at records the coordinator's answer, the address to dial, and returns
+// it.
+func (r *shardRedial) at(a string) string {
+	r.last = a
+	return a
+}
+
+// connected records the new connection.
+func (r *shardRedial) connected() {
+	r.m.log().Info("reconnected to a shard server", "shard", r.shard, "addr", r.last)
+}
+
+// failed records a failed dial and returns the pause before asking again.
+func (r *shardRedial) failed(err error) time.Duration {
+	r.lastErr = err
+	wait := r.pause.next()
+	r.m.log().Warn("shard server unreachable; retrying", "shard", r.shard, "addr", r.last, "err", err, "in", wait)
+	return wait
+}
+
+// giveUp returns the error of a redial that PSTimeout ended.
+func (r *shardRedial) giveUp() error {
+	err := r.lastErr
+	if err == nil {
+		err = errors.New("the coordinator knows no server for it")
+	}
+	return fmt.Errorf("shard %d (server at %s) not reachable within --ps-timeout %v: %w", r.shard, r.last, r.m.PSTimeout, err)
+}
+
+// backoff is a pause that doubles at each use, from first up to most.
+type backoff struct {
+	first, most, wait time.Duration
+}
+
+// next returns the pause to make now.
+func (b *backoff) next() time.Duration {
+	w := max(b.wait, b.first)
+	b.wait = min(2*w, b.most)
+	return w
 }

@@ -99,7 +99,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		cc.send(context.Background(), tFail, failure{errcode.Encode(err)})
 		return err
 	}
-	r.srv = srv
+	r.srv, r.core = srv, newServerCore(srv, r.hello, cfg.Checkpoints != nil)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, cfg.Listener) }()
 	if cfg.OnServe != nil {
@@ -116,11 +116,13 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	return nil
 }
 
-// serverRole is a running shard server's connection to the coordinator.
+// serverRole is a running shard server's connection to the coordinator:
+// the runtime of its core (serverCore).
 type serverRole struct {
 	cfg   *ServerConfig
 	srv   *ps.Server
-	hello hello // its first hello (a rejoin's adds what its shards have)
+	core  *serverCore
+	hello hello // its first hello
 	mu    sync.Mutex
 	cc    *ctrl // the current connection to the coordinator
 }
@@ -161,104 +163,64 @@ func readCtrlTo(ctx context.Context, cc *ctrl, msgs chan<- ctrlMsg) {
 	}
 }
 
-// commands carries out the coordinator's commands until it stops the
-// job, or until cfg.Stop asks the server to stop after a checkpoint, or
-// a report could not be sent for another reason than a lost connection.
-// It sends the final counters once the shards are final, and the
-// checkpoint reports; a lost coordinator is dialled again (rejoin).
+// commands runs the role's core until it ends the role: it feeds it the
+// coordinator's commands, the loss of the coordinator, the shards'
+// finality, the checkpoint writes' ends and cfg.Stop, and carries out
+// what the core asks for. A report that cannot be sent for another
+// reason than a lost connection ends the role; a lost connection is the
+// reader's to notice.
 func (r *serverRole) commands(ctx context.Context) error {
-	cfg, srv := r.cfg, r.srv
+	cfg, srv, core := r.cfg, r.srv, r.core
 	msgs := make(chan ctrlMsg)
 	go readCtrlTo(ctx, r.ctrl(), msgs)
 	ckpts := make(chan ckptReport)
-	stop, stopping := cfg.Stop, false
+	stop := cfg.Stop
 	final := srv.Final()
 	var grace <-chan time.Time
-	// report sends a report on the current connection; a connection that
-	// fails is the reader's to notice, any other failure is the server's.
-	report := func(t rdma.Type, v any, what string) error {
-		if err := r.ctrl().send(ctx, t, v); err != nil && rdma.Recoverable(err) {
-			return fmt.Errorf("%s to the coordinator: %w", what, err)
-		}
-		return nil
-	}
+	var cause error // the loss of the last connection
 	for {
-		var m ctrlMsg
+		var rd *serverReady
 		select {
-		case m = <-msgs:
+		case m := <-msgs:
+			switch {
+			case m.cc != r.ctrl():
+				continue // a connection replaced since
+			case m.err != nil:
+				rd, cause = core.lost(m.err), m.err
+			default:
+				rd = core.command(m.t, m.b)
+			}
 		case <-final:
-			final = nil
-			if err := report(tFinal, srv.Stats(), "the final counters"); err != nil {
-				return err
-			}
-			continue
+			final, rd = nil, core.finalNow()
 		case rep := <-ckpts:
-			if err := report(tCheckpointed, rep, "the checkpoint report"); err != nil {
-				return err
-			}
-			continue
+			rd = core.checkpointed(rep)
 		case <-stop:
-			stop, stopping = nil, true
-			if cfg.Checkpoints == nil {
-				return ErrInterrupted
-			}
-			r.ctrl().send(ctx, tCheckpointReq, nil)
-			grace = time.After(time.Minute)
-			continue
+			stop, rd = nil, core.stop()
 		case <-grace:
-			return fmt.Errorf("%w: the checkpoint before stopping did not end within a minute", ErrInterrupted)
+			rd = core.graceOver()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if m.cc != r.ctrl() {
-			continue // a connection replaced since
-		}
-		t, b, err := m.t, m.b, m.err
-		if err != nil {
-			if stopping {
-				return fmt.Errorf("%w: lost the coordinator while stopping: %v", ErrInterrupted, err)
-			}
-			cc, err := r.rejoin(ctx, err)
+		if rd.rejoin {
+			old := r.ctrl()
+			cc, err := r.rejoin(ctx, cause)
 			if err != nil {
 				return err
 			}
-			m.cc.conn.Close()
+			old.conn.Close()
 			r.setCtrl(cc)
 			go readCtrlTo(ctx, cc, msgs)
-			if final == nil && r.final() { // its counters went on the old connection, if at all
-				if err := report(tFinal, srv.Stats(), "the final counters"); err != nil {
-					return err
-				}
-			}
-			continue
+			rd = core.rejoined()
 		}
-		switch t {
-		case tEvict:
-			var m member
-			if err := decode(t, b, &m); err != nil {
-				return err
+		for _, m := range rd.sends {
+			if err := r.ctrl().send(ctx, m.t, m.v); err != nil && rdma.Recoverable(err) {
+				return fmt.Errorf("%s to the coordinator: %w", reportName(m.t), err)
 			}
-			srv.Evict(m.Learner, m.Incarnation)
-		case tFinish:
-			srv.Finish()
-		case tStats:
-			if err := report(tServerStats, srv.Stats(), "the counters"); err != nil {
-				return err
-			}
-		case tConsumedReq:
-			if err := report(tConsumed, consumed{Shards: srv.Consumed()}, "what the shards consumed"); err != nil {
-				return err
-			}
-		case tCheckpoint:
-			var o ckptOrder
-			if err := decode(t, b, &o); err != nil {
-				return err
-			}
+		}
+		if v, ok := rd.write(); ok {
 			go func() {
-				rep := ckptReport{Version: o.Version}
-				if cfg.Checkpoints == nil {
-					rep.Text = "no checkpoint folder (--checkpoint-dir)"
-				} else if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, o.Version); err != nil {
+				rep := ckptReport{Version: v}
+				if sums, err := writeShards(cfg.Checkpoints, srv, cfg.PS.Shards, v); err != nil {
 					rep.Wire = errcode.Encode(err)
 				} else {
 					rep.Files = sums
@@ -268,22 +230,19 @@ func (r *serverRole) commands(ctx context.Context) error {
 				case <-ctx.Done():
 				}
 			}()
-		case tCheckpointDone:
-			if stopping {
-				return ErrInterrupted
-			}
-		case tStop:
-			return stopErr(t, b)
-		default:
-			return fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t)
+		}
+		if rd.grace {
+			grace = time.After(stopWait)
+		}
+		if rd.exit {
+			return rd.err
 		}
 	}
 }
 
-// rejoin dials the coordinator again after its connection failed with
-// cause, and says hello as a rejoining shard server: what its shards
-// have consumed, and its final counters if they are final. cfg.Stop
-// ends the attempt.
+// rejoin dials the coordinator again after its connection failed, and
+// says hello as a rejoining shard server (serverCore.rejoinHello).
+// cfg.Stop ends the attempt.
 func (r *serverRole) rejoin(ctx context.Context, cause error) (*ctrl, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -294,26 +253,191 @@ func (r *serverRole) rejoin(ctx context.Context, cause error) (*ctrl, error) {
 		case <-ctx.Done():
 		}
 	}()
-	cc, _, err := r.cfg.rejoin(ctx, func() hello {
-		h := r.hello
-		h.Consumed = r.srv.Consumed()
-		if r.final() {
-			st := r.srv.Stats()
-			h.Final = &st
-		}
-		return h
-	}, cause)
+	cc, _, err := r.cfg.rejoin(ctx, r.core.rejoinHello, cause)
 	return cc, err
 }
 
-// final reports whether the server's shards are final.
-func (r *serverRole) final() bool {
-	select {
-	case <-r.srv.Final():
-		return true
+// stopWait bounds how long a shard server told to stop waits for the
+// checkpoint it asked for.
+const stopWait = time.Minute
+
+// shardHost is the parameter server a shard-server role runs: its
+// ps.Server, or in the chaos simulator a ps.ServerCore over simulated
+// connections.
+type shardHost interface {
+	Evict(learner, inc uint32)
+	Finish()
+	Stats() ps.ServerStats
+	Consumed() [][]ps.Interval
+	Checkpoint() ([]*ps.Checkpoint, []ps.Identity)
+}
+
+// serverCore is the shard-server role's protocol with the coordinator as
+// a deterministic core: each input (a command, the loss of the
+// coordinator's connection and the rejoin, the shards' finality, the end
+// of a checkpoint write, the request to stop and its grace) returns what
+// to do: reports to send on the current control connection, in order, a
+// checkpoint to write, a rejoin, the end of the role. The runtime
+// (serverRole.commands) feeds it from its goroutines and channels.
+type serverCore struct {
+	host     shardHost
+	hello    hello // the server's first hello
+	store    bool  // it has a checkpoint folder
+	stopping bool  // told to stop: it waits for its checkpoint
+	final    bool  // its shards are final
+	rd       serverReady
+}
+
+// serverReady is what one input of a serverCore asks for.
+type serverReady struct {
+	sends   []outMsg // on the current control connection, in order (conn unused)
+	version uint64   // write the shards into this checkpoint version (0: none)
+	rejoin  bool     // rejoin the coordinator (rejoinHello), then rejoined
+	grace   bool     // wait stopWait for the checkpoint, then graceOver
+	exit    bool     // the role ends with err
+	err     error
+}
+
+// write returns the checkpoint version to write, if any.
+func (rd *serverReady) write() (uint64, bool) { return rd.version, rd.version != 0 }
+
+func newServerCore(host shardHost, h hello, store bool) *serverCore {
+	return &serverCore{host: host, hello: h, store: store}
+}
+
+func (c *serverCore) reset() *serverReady {
+	c.rd = serverReady{sends: c.rd.sends[:0]}
+	return &c.rd
+}
+
+func (c *serverCore) send(t rdma.Type, v any) { c.rd.sends = append(c.rd.sends, outMsg{t: t, v: v}) }
+
+func (c *serverCore) exit(err error) *serverReady {
+	c.rd.exit, c.rd.err = true, err
+	return &c.rd
+}
+
+// command carries out the coordinator's message t with data b.
+func (c *serverCore) command(t rdma.Type, b []byte) *serverReady {
+	rd := c.reset()
+	switch t {
+	case tEvict:
+		var m member
+		if err := decode(t, b, &m); err != nil {
+			return c.exit(err)
+		}
+		c.host.Evict(m.Learner, m.Incarnation)
+	case tFinish:
+		c.host.Finish()
+	case tStats:
+		c.send(tServerStats, c.host.Stats())
+	case tConsumedReq:
+		c.send(tConsumed, consumed{Shards: c.host.Consumed()})
+	case tCheckpoint:
+		var o ckptOrder
+		if err := decode(t, b, &o); err != nil {
+			return c.exit(err)
+		}
+		if !c.store {
+			c.send(tCheckpointed, ckptReport{Version: o.Version, Wire: errcode.Wire{Text: "no checkpoint folder (--checkpoint-dir)"}})
+		} else {
+			rd.version = o.Version
+		}
+	case tCheckpointDone:
+		if c.stopping {
+			return c.exit(ErrInterrupted)
+		}
+	case tStop:
+		return c.exit(stopErr(t, b))
 	default:
-		return false
+		return c.exit(fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t))
 	}
+	return rd
+}
+
+// lost takes the loss of the connection to the coordinator (cause): the
+// server rejoins it, unless it is stopping.
+func (c *serverCore) lost(cause error) *serverReady {
+	rd := c.reset()
+	if c.stopping {
+		return c.exit(fmt.Errorf("%w: lost the coordinator while stopping: %v", ErrInterrupted, cause))
+	}
+	rd.rejoin = true
+	return rd
+}
+
+// rejoinHello is the hello of an attempt to rejoin: what its shards have
+// consumed and, once they are final, its final counters.
+func (c *serverCore) rejoinHello() hello {
+	h := c.hello
+	h.Consumed = c.host.Consumed()
+	if c.final {
+		st := c.host.Stats()
+		h.Final = &st
+	}
+	return h
+}
+
+// rejoined takes the new connection to the coordinator: the final
+// counters go again (they went on the old connection, if at all).
+func (c *serverCore) rejoined() *serverReady {
+	rd := c.reset()
+	if c.final {
+		c.send(tFinal, c.host.Stats())
+	}
+	return rd
+}
+
+// finalNow takes the shards' finality: the final counters go to the
+// coordinator.
+func (c *serverCore) finalNow() *serverReady {
+	rd := c.reset()
+	c.final = true
+	c.send(tFinal, c.host.Stats())
+	return rd
+}
+
+// checkpointed takes the end of a checkpoint write: its report goes to
+// the coordinator.
+func (c *serverCore) checkpointed(rep ckptReport) *serverReady {
+	rd := c.reset()
+	c.send(tCheckpointed, rep)
+	return rd
+}
+
+// stop takes the request to stop (ServerConfig.Stop): the server asks
+// for a checkpoint and waits for it, or stops at once without a
+// checkpoint folder.
+func (c *serverCore) stop() *serverReady {
+	rd := c.reset()
+	c.stopping = true
+	if !c.store {
+		return c.exit(ErrInterrupted)
+	}
+	c.send(tCheckpointReq, nil)
+	rd.grace = true
+	return rd
+}
+
+// graceOver takes the end of the wait for the checkpoint before stopping.
+func (c *serverCore) graceOver() *serverReady {
+	c.reset()
+	return c.exit(fmt.Errorf("%w: the checkpoint before stopping did not end within %v", ErrInterrupted, stopWait))
+}
+
+// reportName names a shard server's report for errors.
+func reportName(t rdma.Type) string {
+	switch t {
+	case tFinal:
+		return "the final counters"
+	case tCheckpointed:
+		return "the checkpoint report"
+	case tServerStats:
+		return "the counters"
+	case tConsumed:
+		return "what the shards consumed"
+	}
+	return fmt.Sprintf("message %#x", t)
 }
 
 // refusalEvery is the least time between two log lines of one shard about
