@@ -53,24 +53,26 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 	go func() { // the coordinator's answers, its interruption and its stop
 		for {
 			t, b, err := cc.recv(ctx)
+			var cmd evalCmd
 			switch {
 			case err != nil:
-				stopped <- fmt.Errorf("%s: %w: lost the coordinator: %v", cfg.Process, ErrJobFailed, err)
-			case t == tAddr:
-				var a addr
-				if err := decode(t, b, &a); err == nil {
-					latest(addrs, a)
-					continue
+				cmd.err = fmt.Errorf("%s: %w: lost the coordinator: %v", cfg.Process, ErrJobFailed, err)
+			case t == tStop:
+				cmd = evalCommand(t, b)
+			default:
+				if cmd = evalCommand(t, b); cmd.err != nil {
+					cmd.err = fmt.Errorf("%s: %w", cfg.Process, cmd.err)
 				}
-				stopped <- fmt.Errorf("%s: %w", cfg.Process, err)
-			case t == tInterrupt:
+			}
+			switch {
+			case cmd.addr != nil:
+				latest(addrs, *cmd.addr)
+				continue
+			case cmd.interrupt:
 				close(interrupted)
 				continue
-			case t == tStop:
-				stopped <- stopErr(t, b)
-			default:
-				stopped <- fmt.Errorf("%s: %w: message %#x from the coordinator", cfg.Process, ErrProtocol, t)
 			}
+			stopped <- cmd.err
 			cancel()
 			return
 		}
@@ -132,18 +134,36 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		case <-epochCtx.Done():
 		}
 	}()
-	per := w.Plan.BatchesPerEpoch()
-	full := w.Plan.Total() / per
-	if full == w.Plan.Epochs && full > 0 {
-		full-- // the last epoch is measured on the final weights
-	}
+	plan := newEvalPlan(w)
 	weights := make([]float32, total)
-	measure := func(epoch int) error {
-		// The time of the epoch's end is that of the snapshot's arrival.
-		if err := cc.send(ctx, tEpoch, epochResult{Epoch: epoch, Taken: true}); err != nil {
-			return err
+	for {
+		select {
+		case <-interrupted:
+			plan.interrupt()
+		default:
 		}
-		r := epochResult{Epoch: epoch}
+		epoch, ok := plan.next()
+		if !ok {
+			return weights, nil
+		}
+		sctx := epochCtx
+		if epoch < 0 {
+			sctx = ctx // the weights reached, once interrupted
+		}
+		if _, err := client.Snapshot(sctx, epoch, weights); err != nil {
+			if epoch >= 0 && epochCtx.Err() != nil && ctx.Err() == nil {
+				continue // interrupted
+			}
+			if epoch < 0 {
+				return nil, fmt.Errorf("%s: the weights reached: %w", cfg.Process, err)
+			}
+			return nil, fmt.Errorf("%s: weights of epoch %d: %w", cfg.Process, epoch, err)
+		}
+		// The time of the epoch's end is that of the snapshot's arrival.
+		taken, r := plan.measured(epoch)
+		if err := cc.send(ctx, tEpoch, taken); err != nil {
+			return nil, err
+		}
 		if net != nil {
 			te, te5, err := learner.Evaluate(net, weights, cfg.Test, norm)
 			if err != nil {
@@ -156,32 +176,91 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		if epoch <= 0 && cfg.OnFinal != nil {
 			cfg.OnFinal(weights)
 		}
-		return cc.send(ctx, tEpoch, r)
-	}
-	// The final weights are always measured, even when a resumed job
-	// has passed every epoch end before its checkpoint.
-	for e := min(max(w.FirstEpoch-1, 0), full); e <= full; e++ {
-		epoch := e + 1
-		if e == full {
-			epoch = 0
-		}
-		if _, err := client.Snapshot(epochCtx, epoch, weights); err != nil {
-			if epochCtx.Err() != nil && ctx.Err() == nil {
-				break // interrupted
-			}
-			return nil, fmt.Errorf("%s: weights of epoch %d: %w", cfg.Process, epoch, err)
-		}
-		if err := measure(epoch); err != nil {
+		if err := cc.send(ctx, tEpoch, r); err != nil {
 			return nil, err
 		}
 	}
-	select {
-	case <-interrupted:
-	default:
-		return weights, nil
+}
+
+// evalPlan is the evaluator's schedule as a deterministic core: the
+// weights of every epoch end it measures (the snapshots of a job's
+// complete epochs but the last, from the first a resumed job has not
+// passed), then the final weights (epoch 0), which are always measured,
+// even when a resumed job has passed every epoch end before its
+// checkpoint; the last epoch of a job that trains all its epochs is
+// measured on the final weights. Once interrupted, the weights as they
+// are (−1) instead of what is left.
+type evalPlan struct {
+	epochs      []int
+	i           int
+	interrupted bool
+	now         bool // the weights as they are were measured
+}
+
+func newEvalPlan(w welcome) *evalPlan {
+	per := w.Plan.BatchesPerEpoch()
+	full := w.Plan.Total() / per
+	if full == w.Plan.Epochs && full > 0 {
+		full-- // the last epoch is measured on the final weights
 	}
-	if _, err := client.Snapshot(ctx, -1, weights); err != nil {
-		return nil, fmt.Errorf("%s: the weights reached: %w", cfg.Process, err)
+	p := &evalPlan{}
+	for e := min(max(w.FirstEpoch-1, 0), full); e < full; e++ {
+		p.epochs = append(p.epochs, e+1)
 	}
-	return weights, measure(-1)
+	p.epochs = append(p.epochs, 0)
+	return p
+}
+
+// next returns the weights to measure next: an epoch end, 0 for the final
+// weights, −1 for the weights as they are; false once every one is.
+func (p *evalPlan) next() (int, bool) {
+	switch {
+	case p.interrupted:
+		return -1, !p.now
+	case p.i < len(p.epochs):
+		return p.epochs[p.i], true
+	}
+	return 0, false
+}
+
+// measured records that the weights of epoch were taken, and returns the
+// reports to the coordinator: that they were taken (at their arrival),
+// then their measure (the caller adds the test error).
+func (p *evalPlan) measured(epoch int) (taken, result epochResult) {
+	if epoch < 0 {
+		p.now = true
+	} else {
+		p.i++
+	}
+	return epochResult{Epoch: epoch, Taken: true}, epochResult{Epoch: epoch}
+}
+
+// interrupt takes the coordinator's interruption: the weights as they
+// are are measured next, instead of the epochs left.
+func (p *evalPlan) interrupt() { p.interrupted = true }
+
+// evalCmd is what a message of the coordinator asks of the evaluator:
+// to hand the redialer an address, to measure the weights as they are, or
+// else to stop, with the job's failure if any.
+type evalCmd struct {
+	addr      *addr
+	interrupt bool
+	err       error
+}
+
+// evalCommand takes the coordinator's message t with data b.
+func evalCommand(t rdma.Type, b []byte) evalCmd {
+	switch t {
+	case tAddr:
+		var a addr
+		if err := decode(t, b, &a); err != nil {
+			return evalCmd{err: err}
+		}
+		return evalCmd{addr: &a}
+	case tInterrupt:
+		return evalCmd{interrupt: true}
+	case tStop:
+		return evalCmd{err: stopErr(t, b)}
+	}
+	return evalCmd{err: fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t)}
 }

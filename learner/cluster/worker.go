@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -60,8 +61,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	if err != nil {
 		return err
 	}
-	r := &worker{cfg: cfg, cc: cc, inc: w.Incarnation, replies: make(chan chunkReply, 1), addrs: make(chan addr, 1),
-		report: map[int]*epochLoss{}, held: map[data.Chunk]*data.Holding{}, ids: map[uint64]batchPos{}, news: map[data.Chunk]bool{}}
+	r := &worker{cfg: cfg, cc: cc, core: newWorkerCore(w), replies: make(chan chunkReply, 1), addrs: make(chan addr, 1)}
 	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -130,35 +130,24 @@ func learnerNets(cfg LearnerConfig, batch int) (nets []*nn.Net, close func(), er
 // variance beyond it does not make the push infinite.
 const fp16Max = 65504
 
-// worker is a running learner role.
+// worker is a running learner role: the runtime of its core
+// (workerCore), which r.mu guards.
 type worker struct {
 	cfg     LearnerConfig
-	inc     uint32
 	replies chan chunkReply
 	addrs   chan addr // the coordinator's answers to where
 	redial  sync.Mutex
 
 	flushMu sync.Mutex // serialises flush
 	mu      sync.Mutex
+	core    *workerCore
 	cc      *ctrl        // the current connection to the coordinator
-	asking  *chunkReq    // a chunk request not answered yet
 	client  *ps.Client   // set once train has dialed the shard servers
 	loader  *data.Loader // set once train has started it
 	// waitSent and skipSent are the data wait and the bad images of the
 	// training set reported so far (flushMu).
 	waitSent time.Duration
 	skipSent int
-	report   map[int]*epochLoss // since the last report
-	plan     data.Plan
-	// held are the chunks of this life (distinct) with their
-	// mini-batches delivered: a rejoining learner tells them. ids maps
-	// the mini-batch ids of the chunks not complete to their chunk and
-	// position; news are the chunks with deliveries since the last
-	// report.
-	held map[data.Chunk]*data.Holding
-	ids  map[uint64]batchPos
-	news map[data.Chunk]bool
-	err  error // the job's end: the coordinator stopped it
 }
 
 func (r *worker) ctrl() *ctrl {
@@ -187,7 +176,7 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 	defer closeNets()
 	defer client.Close()
 	r.mu.Lock()
-	r.client, r.plan = client, w.Plan
+	r.client = client
 	r.mu.Unlock()
 	if cfg.OnClient != nil {
 		cfg.OnClient(cfg.ID, client)
@@ -224,28 +213,16 @@ func (r *worker) train(ctx context.Context, w welcome) error {
 // Next implements data.Source over the coordinator. A request sent on a
 // connection that fails goes again once the learner has rejoined.
 func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
-	req := &chunkReq{Wait: wait}
 	r.mu.Lock()
-	r.asking = req
+	req := r.core.ask(wait)
 	cc := r.cc
 	r.mu.Unlock()
 	cc.send(ctx, tChunkReq, req) // a failure is the reader's to notice
 	select {
 	case rep := <-r.replies:
-		switch {
-		case rep.End:
-			return data.Chunk{}, data.ErrEnd
-		case rep.Idle:
-			return data.Chunk{}, data.ErrIdle
-		}
 		r.mu.Lock()
-		key := rep.Chunk
-		r.held[key] = &data.Holding{Chunk: rep.Chunk}
-		for i := range rep.Chunk.Count {
-			r.ids[r.plan.ID(rep.Chunk.Epoch, rep.Chunk.Batch(i))] = batchPos{key, i}
-		}
-		r.mu.Unlock()
-		return rep.Chunk, nil
+		defer r.mu.Unlock()
+		return r.core.took(rep)
 	case <-ctx.Done():
 		if err := r.jobError(); err != nil {
 			return data.Chunk{}, err
@@ -258,33 +235,14 @@ func (r *worker) Next(ctx context.Context, wait bool) (data.Chunk, error) {
 // The chunk is complete once they are delivered (see delivered).
 func (r *worker) Complete(context.Context, data.Chunk) error { return nil }
 
-// batchPos is a mini-batch's chunk and position in it.
-type batchPos struct {
-	chunk data.Chunk
-	pos   int
-}
-
 // delivered is the client's report (ps.ClientConfig.OnDelivered) that
 // every shard acknowledged the push of mini-batch id: the next progress
 // report tells the coordinator, and the chunk's last one completes it at
 // once.
 func (r *worker) delivered(id uint64) {
 	r.mu.Lock()
-	p, ok := r.ids[id]
-	h := r.held[p.chunk]
-	if !ok || h == nil {
-		r.mu.Unlock()
-		return
-	}
-	delete(r.ids, id)
-	h.Delivered = max(h.Delivered, p.pos+1)
-	complete := h.Delivered == h.Chunk.Count
-	if complete {
-		delete(r.news, p.chunk) // the completion tells it
-	} else {
-		r.news[p.chunk] = true
-	}
-	c, cc := h.Chunk, r.cc
+	c, complete := r.core.delivered(id)
+	cc := r.cc
 	r.mu.Unlock()
 	if complete {
 		cc.send(context.Background(), tComplete, c) // a failure is the reader's to notice: a rejoin tells it again
@@ -295,13 +253,7 @@ func (r *worker) delivered(id uint64) {
 func (r *worker) onStep(b *data.Batch, loss float32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.report[b.Epoch]
-	if e == nil {
-		e = &epochLoss{Epoch: b.Epoch}
-		r.report[b.Epoch] = e
-	}
-	e.Steps++
-	e.Loss += float64(loss)
+	r.core.stepped(b.Epoch, loss)
 }
 
 // flush sends the progress since the last report; done marks the last.
@@ -311,16 +263,7 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
-	p := progress{Done: done}
-	for _, e := range r.report {
-		p.Epochs = append(p.Epochs, *e)
-	}
-	clear(r.report)
-	for key := range r.news {
-		h := r.held[key]
-		p.Delivered = append(p.Delivered, delivered{Chunk: h.Chunk, N: h.Delivered})
-	}
-	clear(r.news)
+	p := r.core.progress(done)
 	client, cc, ld := r.client, r.cc, r.loader
 	r.mu.Unlock()
 	if client != nil {
@@ -351,13 +294,7 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		// The connection failed: the losses and steps go with the next
 		// report, once the learner has rejoined.
 		r.mu.Lock()
-		for _, e := range p.Epochs {
-			if q := r.report[e.Epoch]; q != nil {
-				q.Steps, q.Loss = q.Steps+e.Steps, q.Loss+e.Loss
-			} else {
-				r.report[e.Epoch] = &e
-			}
-		}
+		r.core.unsent(p)
 		r.mu.Unlock()
 	}
 	return nil
@@ -401,76 +338,40 @@ func (r *worker) read(ctx context.Context, cancel context.CancelFunc) {
 			}
 			continue
 		}
-		switch t {
-		case tChunk:
-			var rep chunkReply
-			if err := decode(t, b, &rep); err != nil {
-				r.setErr(err)
-				return
-			}
-			r.mu.Lock()
-			r.asking = nil
-			r.mu.Unlock()
-			r.replies <- rep
-		case tAddr:
-			var a addr
-			if err := decode(t, b, &a); err != nil {
-				r.setErr(err)
-				return
-			}
-			latest(r.addrs, a)
-		case tStop:
-			var st stop
-			decode(t, b, &st)
-			switch {
-			case st.Interrupted:
-				r.flush(ctx, true) // what was done, before the learner stops
-				r.setErr(ErrInterrupted)
-			case st.Text != "":
-				r.setErr(stopErr(t, b))
-			}
-			return
-		default:
-			r.setErr(fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t))
+		r.mu.Lock()
+		cmd := r.core.command(t, b)
+		r.mu.Unlock()
+		switch {
+		case cmd.chunk != nil:
+			r.replies <- *cmd.chunk
+		case cmd.addr != nil:
+			latest(r.addrs, *cmd.addr)
+		case cmd.flush:
+			r.flush(ctx, true) // what was done, before the learner stops
+		}
+		if cmd.end {
 			return
 		}
 	}
 }
 
 // rejoin dials the coordinator again after connection old failed with
-// cause and says hello as a rejoining learner (its incarnation, its
-// chunks and what of them was delivered); then the chunk request that
-// was not answered goes again.
+// cause and says hello as a rejoining learner (workerCore.rejoinHello);
+// then what the old connection may have lost goes again
+// (workerCore.rejoined).
 func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
 	old.conn.Close()
 	cc, _, err := r.cfg.rejoin(ctx, func() hello {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		h := hello{Incarnation: r.inc}
-		for _, c := range r.held {
-			h.Held = append(h.Held, *c)
-		}
-		slices.SortFunc(h.Held, func(a, b data.Holding) int {
-			return cmp.Or(cmp.Compare(a.Chunk.Epoch, b.Chunk.Epoch), cmp.Compare(a.Chunk.First, b.Chunk.First))
-		})
-		return h
+		return r.core.rejoinHello()
 	}, cause)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	r.cc = cc
-	asking := r.asking
-	// Deliveries since the hello were reported on the old connection:
-	// tell them again (the coordinator ignores what it knows).
-	var complete []data.Chunk
-	for key, h := range r.held {
-		if h.Delivered == h.Chunk.Count {
-			complete = append(complete, h.Chunk)
-		} else if h.Delivered > 0 {
-			r.news[key] = true
-		}
-	}
+	complete, asking := r.core.rejoined()
 	r.mu.Unlock()
 	for _, c := range complete {
 		cc.send(ctx, tComplete, c)
@@ -484,15 +385,211 @@ func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
 func (r *worker) setErr(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err == nil {
-		r.err = err
-	}
+	r.core.fail(err)
 }
 
 func (r *worker) jobError() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.err
+	return r.core.err
+}
+
+// workerCore is a learner role's protocol with the coordinator as a
+// deterministic core: the chunks it asks for and holds, what of them the
+// shards acknowledged, the steps and losses since its last report, what
+// it tells a coordinator it rejoins, and what each of the coordinator's
+// messages means for it. The runtime (worker) calls it under its lock
+// from the learner's, the reader's and the reporter's goroutines.
+type workerCore struct {
+	inc    uint32
+	plan   data.Plan
+	asking *chunkReq          // a chunk request not answered yet
+	report map[int]*epochLoss // since the last report
+	// held are the chunks of this life (distinct) with their
+	// mini-batches delivered: a rejoining learner tells them. ids maps
+	// the mini-batch ids of the chunks not complete to their chunk and
+	// position; news are the chunks with deliveries since the last
+	// report.
+	held map[data.Chunk]*data.Holding
+	ids  map[uint64]batchPos
+	news map[data.Chunk]bool
+	err  error // the job's end: the coordinator stopped it
+}
+
+func newWorkerCore(w welcome) *workerCore {
+	return &workerCore{inc: w.Incarnation, plan: w.Plan, report: map[int]*epochLoss{}, held: map[data.Chunk]*data.Holding{},
+		ids: map[uint64]batchPos{}, news: map[data.Chunk]bool{}}
+}
+
+// batchPos is a mini-batch's chunk and position in it.
+type batchPos struct {
+	chunk data.Chunk
+	pos   int
+}
+
+// ask returns the request for the next chunk (wait: wait for one rather
+// than be told Idle), which is outstanding until its reply.
+func (c *workerCore) ask(wait bool) *chunkReq {
+	c.asking = &chunkReq{Wait: wait}
+	return c.asking
+}
+
+// took takes the reply to a chunk request: the chunk the learner now
+// holds, or data.ErrEnd or data.ErrIdle.
+func (c *workerCore) took(rep chunkReply) (data.Chunk, error) {
+	switch {
+	case rep.End:
+		return data.Chunk{}, data.ErrEnd
+	case rep.Idle:
+		return data.Chunk{}, data.ErrIdle
+	}
+	key := rep.Chunk
+	c.held[key] = &data.Holding{Chunk: rep.Chunk}
+	for i := range rep.Chunk.Count {
+		c.ids[c.plan.ID(rep.Chunk.Epoch, rep.Chunk.Batch(i))] = batchPos{key, i}
+	}
+	return rep.Chunk, nil
+}
+
+// delivered records that every shard acknowledged the push of
+// mini-batch id. It returns the chunk if that completed it (the
+// coordinator is told at once; otherwise with the next report).
+func (c *workerCore) delivered(id uint64) (data.Chunk, bool) {
+	p, ok := c.ids[id]
+	h := c.held[p.chunk]
+	if !ok || h == nil {
+		return data.Chunk{}, false
+	}
+	delete(c.ids, id)
+	h.Delivered = max(h.Delivered, p.pos+1)
+	if h.Delivered == h.Chunk.Count {
+		delete(c.news, p.chunk) // the completion tells it
+		return h.Chunk, true
+	}
+	c.news[p.chunk] = true
+	return data.Chunk{}, false
+}
+
+// stepped accounts one pushed mini-batch of epoch, of loss loss.
+func (c *workerCore) stepped(epoch int, loss float32) {
+	e := c.report[epoch]
+	if e == nil {
+		e = &epochLoss{Epoch: epoch}
+		c.report[epoch] = e
+	}
+	e.Steps++
+	e.Loss += float64(loss)
+}
+
+// progress takes the report of what happened since the last one, epochs
+// and chunks in order; done marks the last.
+func (c *workerCore) progress(done bool) progress {
+	p := progress{Done: done}
+	for _, e := range slices.Sorted(maps.Keys(c.report)) {
+		p.Epochs = append(p.Epochs, *c.report[e])
+	}
+	clear(c.report)
+	for _, key := range slices.SortedFunc(maps.Keys(c.news), compareChunks) {
+		h := c.held[key]
+		p.Delivered = append(p.Delivered, delivered{Chunk: h.Chunk, N: h.Delivered})
+	}
+	clear(c.news)
+	return p
+}
+
+// unsent takes back the steps and losses of report p, which could not
+// be sent: they go with the next one.
+func (c *workerCore) unsent(p progress) {
+	for _, e := range p.Epochs {
+		if q := c.report[e.Epoch]; q != nil {
+			q.Steps, q.Loss = q.Steps+e.Steps, q.Loss+e.Loss
+		} else {
+			c.report[e.Epoch] = &e
+		}
+	}
+}
+
+// rejoinHello is the hello of an attempt to rejoin: the learner's
+// incarnation, its chunks and what of them was delivered.
+func (c *workerCore) rejoinHello() hello {
+	h := hello{Incarnation: c.inc}
+	for _, key := range slices.SortedFunc(maps.Keys(c.held), compareChunks) {
+		h.Held = append(h.Held, *c.held[key])
+	}
+	return h
+}
+
+// rejoined takes the new connection to the coordinator: what the old
+// one may have lost goes on it. Deliveries since the hello were reported
+// on the old connection: the complete chunks are told again, the others
+// with the next report (the coordinator ignores what it knows); then the
+// chunk request not answered, if any.
+func (c *workerCore) rejoined() (complete []data.Chunk, asking *chunkReq) {
+	for _, key := range slices.SortedFunc(maps.Keys(c.held), compareChunks) {
+		if h := c.held[key]; h.Delivered == h.Chunk.Count {
+			complete = append(complete, h.Chunk)
+		} else if h.Delivered > 0 {
+			c.news[key] = true
+		}
+	}
+	return complete, c.asking
+}
+
+// workerCmd is what a message of the coordinator asks of a learner: to
+// hand Next its chunk reply, the redialer its address, to report what
+// was done as its last report (an interruption), to end its reader (a
+// stop: the job's end is in the core's err).
+type workerCmd struct {
+	chunk *chunkReply
+	addr  *addr
+	flush bool
+	end   bool
+}
+
+// command takes the coordinator's message t with data b.
+func (c *workerCore) command(t rdma.Type, b []byte) workerCmd {
+	switch t {
+	case tChunk:
+		var rep chunkReply
+		if err := decode(t, b, &rep); err != nil {
+			c.fail(err)
+			return workerCmd{end: true}
+		}
+		c.asking = nil
+		return workerCmd{chunk: &rep}
+	case tAddr:
+		var a addr
+		if err := decode(t, b, &a); err != nil {
+			c.fail(err)
+			return workerCmd{end: true}
+		}
+		return workerCmd{addr: &a}
+	case tStop:
+		var st stop
+		decode(t, b, &st)
+		switch {
+		case st.Interrupted:
+			c.fail(ErrInterrupted)
+			return workerCmd{flush: true, end: true}
+		case st.Text != "":
+			c.fail(stopErr(t, b))
+		}
+		return workerCmd{end: true}
+	}
+	c.fail(fmt.Errorf("%w: message %#x from the coordinator", ErrProtocol, t))
+	return workerCmd{end: true}
+}
+
+// fail records the job's end for the learner (the first one wins).
+func (c *workerCore) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// compareChunks orders chunks by epoch and first mini-batch.
+func compareChunks(a, b data.Chunk) int {
+	return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.First, b.First), cmp.Compare(a.Count, b.Count))
 }
 
 var _ data.Source = (*worker)(nil)
