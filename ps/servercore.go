@@ -279,12 +279,12 @@ type snapWait[P Peer] struct {
 // send, in order, and the updates the shard applied or refused (see
 // Ready). Final is set by the call that made the shard final.
 type ShardReady[P Peer] struct {
-	Sends   []Send[P]
+	Sends   []ShardSend[P]
 	Updates []Update
 	Final   bool
 }
 
-// SendKind says what a Send carries.
+// SendKind says what a ShardSend carries.
 type SendKind uint8
 
 const (
@@ -293,13 +293,13 @@ const (
 	SendError                       // rdma.TypeError: a rejection
 )
 
-// Send is a message of a shard to connection To. Weights replies carry
+// ShardSend is a message of a shard to connection To. Weights replies carry
 // either a snapshot's weights (Snapshot, which never change) or, without
 // one, the shard's current weights, Core().Weights() when the message is
 // made: the runtime may lend them to the transport until it next steps a
 // message other than a pull (see Server). An error reply may be dropped
 // when To's queue is full; the others may not.
-type Send[P Peer] struct {
+type ShardSend[P Peer] struct {
 	To       P
 	Kind     SendKind
 	Learner  uint32 // the learner it answers (an error: the learner the message claimed)
@@ -310,10 +310,24 @@ type Send[P Peer] struct {
 	Err      error
 }
 
+// Reply returns d as the shard core's reply (what a learner's client
+// core receives), whose weights are w when d carries the shard's current
+// weights: valid until the shard changes them.
+func (d *ShardSend[P]) Reply(w []float32) Reply {
+	r := Reply{To: d.Learner, Seq: d.Seq, Clock: d.Clock, Life: d.Life, Ack: d.Kind == SendAck, Err: d.Err}
+	if d.Kind == SendWeights {
+		r.Weights = w
+		if d.Snapshot != nil {
+			r.Weights = d.Snapshot
+		}
+	}
+	return r
+}
+
 // Msg returns the wire message of d from shard, whose current weights
 // are w (read for a weights reply without a snapshot; lent: see
 // rdma.Msg.Borrow), weights encoded with codec.
-func (d *Send[P]) Msg(shard int, w []float32, codec rdma.Codec) *rdma.Msg {
+func (d *ShardSend[P]) Msg(shard int, w []float32, codec rdma.Codec) *rdma.Msg {
 	switch d.Kind {
 	case SendError:
 		return errorMsg(shard, d.Seq, d.Err)
@@ -337,11 +351,11 @@ func (h *ServerShard[P]) reset() *ShardReady[P] {
 	return &h.out
 }
 
-func (h *ServerShard[P]) send(d Send[P]) { h.out.Sends = append(h.out.Sends, d) }
+func (h *ServerShard[P]) send(d ShardSend[P]) { h.out.Sends = append(h.out.Sends, d) }
 
 // reject queues an error reply to p answering seq.
 func (h *ServerShard[P]) reject(p P, learner uint32, seq uint64, err error) {
-	h.send(Send[P]{To: p, Kind: SendError, Learner: learner, Seq: seq, Clock: h.core.clock, Life: h.core.life, Err: err})
+	h.send(ShardSend[P]{To: p, Kind: SendError, Learner: learner, Seq: seq, Clock: h.core.clock, Life: h.core.life, Err: err})
 }
 
 // Step steps a learner's message m (not a snapshot request), received on
@@ -419,15 +433,15 @@ func (h *ServerShard[P]) deliver(r Ready, from P) {
 		switch {
 		case rep.Err != nil:
 			if from != none {
-				h.send(Send[P]{To: from, Kind: SendError, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life, Err: rep.Err})
+				h.send(ShardSend[P]{To: from, Kind: SendError, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life, Err: rep.Err})
 			}
 		case rep.Ack:
 			if from != none {
-				h.send(Send[P]{To: from, Kind: SendAck, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life})
+				h.send(ShardSend[P]{To: from, Kind: SendAck, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life})
 			}
 		default:
 			if p := h.route[rep.To]; p != none {
-				h.send(Send[P]{To: p, Kind: SendWeights, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life})
+				h.send(ShardSend[P]{To: p, Kind: SendWeights, Learner: rep.To, Seq: rep.Seq, Clock: rep.Clock, Life: rep.Life})
 			}
 		}
 	}
@@ -462,7 +476,7 @@ func (h *ServerShard[P]) checkFinal() {
 func (h *ServerShard[P]) Snapshot(epoch uint64, seq uint64, learner uint32, p P) *ShardReady[P] {
 	out := h.reset()
 	if epoch == SnapshotNow {
-		h.send(Send[P]{To: p, Kind: SendWeights, Learner: learner, Seq: seq, Clock: h.core.Clock(), Life: h.core.Life()})
+		h.send(ShardSend[P]{To: p, Kind: SendWeights, Learner: learner, Seq: seq, Clock: h.core.Clock(), Life: h.core.Life()})
 		return out
 	}
 	w := snapWait[P]{epoch: int(epoch), seq: seq, learner: learner, p: p}
@@ -495,7 +509,7 @@ func (h *ServerShard[P]) answerWaits() {
 		if !ok {
 			return false
 		}
-		h.send(Send[P]{To: w.p, Kind: SendWeights, Learner: w.learner, Seq: w.seq, Clock: sn.clock, Life: h.core.Life(), Snapshot: sn.w})
+		h.send(ShardSend[P]{To: w.p, Kind: SendWeights, Learner: w.learner, Seq: w.seq, Clock: sn.clock, Life: h.core.Life(), Snapshot: sn.w})
 		return true
 	})
 }

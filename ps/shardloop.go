@@ -116,7 +116,7 @@ func (l *shardLoop) carryOut(ctx context.Context, rd *ShardReady[*peer]) {
 // sendWeights sends d, a reply of the shard's current weights, straight
 // from where they lie: the shard lends them to d.To's writer until it
 // next changes them (settle).
-func (l *shardLoop) sendWeights(ctx context.Context, d *Send[*peer]) {
+func (l *shardLoop) sendWeights(ctx context.Context, d *ShardSend[*peer]) {
 	if l.lends.full() {
 		l.settle(ctx) // which may move the weights: read them after it
 	}
