@@ -491,12 +491,15 @@ func (s *Server) serveConn(ctx context.Context, c rdma.Conn) {
 // dispatch checks one received message and hands it to its shard's
 // goroutine; false once ctx ended.
 func (s *Server) dispatch(ctx context.Context, m *rdma.Msg, p *peer) bool {
-	sh, why, err := s.core.Check(m)
-	if err == nil {
-		if l, inc, ok := s.core.Speaker(m); ok {
-			if err = s.admit(l, inc, p); err != nil {
-				why, err = RefusedID, fmt.Errorf("%s: %w", describe(m), err)
-			}
+	why := Admitted
+	sh, err := s.core.Shard(int(m.Shard), describe(m))
+	if err != nil {
+		why = RefusedShard
+	} else if err = checkPushData(m); err != nil {
+		why, err = RefusedFrame, fmt.Errorf("%s: %w", describe(m), err)
+	} else if l, inc, ok := s.core.Speaker(coreMsg(m)); ok {
+		if err = s.admit(l, inc, p); err != nil {
+			why, err = RefusedID, fmt.Errorf("%s: %w", describe(m), err)
 		}
 	}
 	if err != nil {

@@ -112,29 +112,26 @@ func newServedShard(cfg ServerConfig, i, k int, life uint64) (*Shard, error) {
 // Shards returns the server's shards, in the order of ServerConfig.Shards.
 func (s *ServerCore[P]) Shards() []*ServerShard[P] { return s.shards }
 
-// Refusal says why Check or Admit refused a message; the runtime counts
+// Refusal says why a shard server refuses a message; the runtime counts
 // each kind in ServerStats.
 type Refusal uint8
 
 const (
 	Admitted     Refusal = iota
 	RefusedShard         // a shard the server does not run (ServerStats.NotHosted)
-	RefusedFrame         // a push whose data is malformed (ServerStats.BadFrames)
+	RefusedFrame         // a frame that does not decode (ServerStats.BadFrames)
 	RefusedID            // an identity that may not speak (ServerStats.Refused)
 )
 
-// Check checks a received message's shard and push data: it returns the
-// shard's ServerShard, or the refusal and its error (to send back with
-// the message's Seq). It reads nothing that changes.
-func (s *ServerCore[P]) Check(m *rdma.Msg) (*ServerShard[P], Refusal, error) {
-	sh := s.byShard[int(m.Shard)]
+// Shard returns the ServerShard of shard k, or an error wrapping
+// ErrNotHosted naming m, the message for it. It reads nothing that
+// changes.
+func (s *ServerCore[P]) Shard(k int, m string) (*ServerShard[P], error) {
+	sh := s.byShard[k]
 	if sh == nil {
-		return nil, RefusedShard, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, describe(m), s.cfg.Shards)
+		return nil, fmt.Errorf("%w: %s; this server runs shards %v", ErrNotHosted, m, s.cfg.Shards)
 	}
-	if err := checkPushData(m); err != nil {
-		return nil, RefusedFrame, fmt.Errorf("%s: %w", describe(m), err)
-	}
-	return sh, Admitted, nil
+	return sh, nil
 }
 
 // Speaker returns the learner and incarnation a message speaks for, and
@@ -142,20 +139,24 @@ func (s *ServerCore[P]) Check(m *rdma.Msg) (*ServerShard[P], Refusal, error) {
 // leave): only those are bound to connections; anything else (a snapshot
 // request, an unknown learner or type) goes to the shard, whose core
 // rejects and counts what is wrong.
-func (s *ServerCore[P]) Speaker(m *rdma.Msg) (learner, inc uint32, ok bool) {
-	ok = m.Type >= rdma.Type(MsgPush) && m.Type <= rdma.Type(MsgLeave) && int64(m.Learner) < int64(s.cfg.PS.Learners)
+func (s *ServerCore[P]) Speaker(m Msg) (learner, inc uint32, ok bool) {
+	ok = m.Type >= MsgPush && m.Type <= MsgLeave && int64(m.Learner) < int64(s.cfg.PS.Learners)
 	return m.Learner, Incarnation(m.Seq), ok
 }
 
-// Admit is Check, then Bind for a message that speaks for a learner.
-func (s *ServerCore[P]) Admit(m *rdma.Msg, p P) (*ServerShard[P], Refusal, error) {
-	sh, why, err := s.Check(m)
+// Admit checks a message m received on p (as the shard server's readers
+// do): its shard, then the identity of a message that speaks for a
+// learner (Bind). It returns the shard's ServerShard, or the refusal and
+// its error (to send back with m's Seq).
+func (s *ServerCore[P]) Admit(m Msg, p P) (*ServerShard[P], Refusal, error) {
+	what := describeMsg(rdma.Type(m.Type), m.Learner, uint32(m.Shard), m.Seq)
+	sh, err := s.Shard(m.Shard, what)
 	if err != nil {
-		return nil, why, err
+		return nil, RefusedShard, err
 	}
 	if l, inc, ok := s.Speaker(m); ok {
 		if _, err := s.Bind(l, inc, p); err != nil {
-			return nil, RefusedID, fmt.Errorf("%s: %w", describe(m), err)
+			return nil, RefusedID, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	return sh, Admitted, nil
