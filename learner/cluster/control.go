@@ -263,15 +263,9 @@ type ctrl struct {
 // send sends message t with v as its JSON (v nil: no data), in parts if
 // it is longer than ctrlPart bytes.
 func (c *ctrl) send(ctx context.Context, t rdma.Type, v any) error {
-	var b []byte
-	if v != nil {
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			return err
-		}
-	}
-	if len(b) > maxControl {
-		return fmt.Errorf("%w: control message %#x of %d bytes, more than %d", ErrProtocol, t, len(b), maxControl)
+	b, err := ctrlData(t, v)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -282,6 +276,22 @@ func (c *ctrl) send(ctx context.Context, t rdma.Type, v any) error {
 		b = b[ctrlPart:]
 	}
 	return c.sendFrame(ctx, t, b)
+}
+
+// ctrlData returns the data of control message t with v as its JSON
+// (v nil: none), at most maxControl bytes.
+func ctrlData(t rdma.Type, v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxControl {
+		return nil, fmt.Errorf("%w: control message %#x of %d bytes, more than %d", ErrProtocol, t, len(b), maxControl)
+	}
+	return b, nil
 }
 
 // sendFrame sends one frame of type t with data b; c.mu is held.

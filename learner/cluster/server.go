@@ -63,36 +63,19 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	if addr == "" {
 		addr = cfg.Listener.Addr()
 	}
-	// What its shards have consumed: nothing, or what their checkpoint
-	// says (a coordinator hands out again what they lack).
-	r := &serverRole{cfg: &cfg, hello: hello{Addr: addr, Shards: cfg.Shards, Consumed: make([][]ps.Interval, len(cfg.Shards))}}
-	if cfg.Resume != nil {
-		r.hello.Consumed = cfg.Resume.consumed(cfg.Shards)
-	}
+	r := &serverRole{cfg: &cfg, hello: cfg.firstHello(addr)}
 	cc, w, err := joinUnlessStopped(ctx, &cfg, r.hello)
 	if err != nil {
 		return err
 	}
 	r.setCtrl(cc)
 	defer func() { r.ctrl().conn.Close() }()
-	cfg.PS.Job = cmp.Or(cfg.Job, 1)
-	if cfg.PS.DataSize == 0 {
-		cfg.PS.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
-	}
-	pcfg := ps.ServerConfig{PS: cfg.PS, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true,
-		OnUpdate: refusalLog(cfg.log(), time.Now),
-		OnLost:   func(l, inc uint32) { r.ctrl().send(ctx, tLost, member{Learner: l, Incarnation: inc}) }}
+	pcfg := cfg.psServer(w)
+	pcfg.OnUpdate = refusalLog(cfg.log(), time.Now)
+	pcfg.OnLost = func(l, inc uint32) { r.ctrl().send(ctx, tLost, member{Learner: l, Incarnation: inc}) }
 	if cfg.Network != nil {
 		pcfg.NewMsg = cfg.Network.NewMsg
 	}
-	if cfg.Resume != nil {
-		cfg.Resume.restoreConfig(&pcfg)
-	}
-	// Learners join when they connect (RunLearner, and ps.Client after a
-	// reconnection): a learner that finished, or left while idle, after
-	// the checkpoint, or while this server was away, would never leave
-	// again and keep the shards from being final.
-	pcfg.Inactive = cfg.Resume != nil || w.Returning
 	srv, err := ps.NewServer(pcfg)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
@@ -114,6 +97,38 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		return fmt.Errorf("%s: %w", cfg.Process, err)
 	}
 	return nil
+}
+
+// firstHello is the shard server's first hello: where it listens (addr),
+// its shards and what they have consumed: nothing, or what their
+// checkpoint says (a coordinator hands out again what they lack).
+func (cfg *ServerConfig) firstHello(addr string) hello {
+	h := hello{Addr: addr, Shards: cfg.Shards, Consumed: make([][]ps.Interval, len(cfg.Shards))}
+	if cfg.Resume != nil {
+		h.Consumed = cfg.Resume.consumed(cfg.Shards)
+	}
+	return h
+}
+
+// psServer returns the configuration of the parameter server of a shard
+// server the coordinator welcomed with w (without its hooks and memory
+// allocator).
+func (cfg *ServerConfig) psServer(w welcome) ps.ServerConfig {
+	pc := cfg.PS
+	pc.Job = cmp.Or(cfg.Job, 1)
+	if pc.DataSize == 0 {
+		pc.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
+	}
+	s := ps.ServerConfig{PS: pc, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true}
+	if cfg.Resume != nil {
+		cfg.Resume.restoreConfig(&s)
+	}
+	// Learners join when they connect (RunLearner, and ps.Client after a
+	// reconnection): a learner that finished, or left while idle, after
+	// the checkpoint, or while this server was away, would never leave
+	// again and keep the shards from being final.
+	s.Inactive = cfg.Resume != nil || w.Returning
+	return s
 }
 
 // serverRole is a running shard server's connection to the coordinator:
