@@ -392,6 +392,14 @@ func (s *Server) Checkpoint() ([]*Checkpoint, []Identity) {
 	return cps, s.core.Identities()
 }
 
+// Identities returns the learners' identities, by learner id: each
+// one's latest incarnation and whether that one was evicted.
+func (s *Server) Identities() []Identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.core.Identities()
+}
+
 // Consumed returns, per shard in the order of Shards, the mini-batch ids
 // the shard has consumed (accepted or dropped), as Shard.Consumed gives
 // them, each taken on the shard's goroutine between two messages: what a

@@ -126,6 +126,10 @@ type hello struct {
 	// its shards are final.
 	Consumed [][]ps.Interval `json:"consumed,omitempty"`
 	Final    *ps.ServerStats `json:"final,omitempty"`
+	// Shard server: per learner id, the latest incarnation its shards
+	// have heard from (or restored), so that a coordinator that was
+	// restarted never hands that incarnation to a new life.
+	Incarnations []uint32 `json:"incarnations,omitempty"`
 	// Learner, Rejoin: the incarnation it lives, and the chunks it holds
 	// with the mini-batches of each already delivered.
 	Incarnation uint32         `json:"incarnation,omitempty"`

@@ -133,9 +133,10 @@ type core struct {
 	// learners had rejoinGrace to say which chunks they hold (see
 	// dispatch).
 	rejoin      bool
-	dispatching bool    // chunks are handed out
-	waitLog     waitLog // the rendezvous's
-	err         error   // the job failed
+	learnerAt   time.Time // rejoin: a learner was live and not done then
+	dispatching bool      // chunks are handed out
+	waitLog     waitLog   // the rendezvous's
+	err         error     // the job failed
 
 	conns    map[connID]*connState
 	servers  []*serverState
@@ -207,6 +208,7 @@ type learnerState struct {
 	done   bool // sent its last progress
 	last   time.Time
 	steps  int64
+	fresh  bool           // a new life registered, not yet welcomed: its incarnation may still change
 	pushes []uint64       // per shard, as last reported by this incarnation
 	held   []data.Holding // rejoined: the chunks it holds, until the data goes out
 }
@@ -451,6 +453,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.procs = append(c.procs, p)
 		}
 		c.servers[p.ID] = s
+		c.knowIncarnations(h.Incarnations)
 		cs.role, cs.id = RoleServer, p.ID
 		// Its welcome goes out first: a shard server must read its
 		// welcome before any command.
@@ -481,7 +484,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		c.retirePushes(l)
 		// A new life holds nothing: the chunks an earlier life rejoined
 		// with before a rebuild are nobody's (see rebuild).
-		l.conn, l.proc, l.inc, l.live, l.done, l.last, l.held = conn, p, uint32(l.lives), true, false, c.now, nil
+		l.conn, l.proc, l.inc, l.live, l.done, l.last, l.held, l.fresh = conn, p, uint32(l.lives), true, false, c.now, nil, true
 		l.lives++
 		c.procs = append(c.procs, p)
 		cs.role, cs.id = RoleLearner, p.ID
@@ -499,6 +502,25 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 	}
 	c.startIfAll()
 	return nil
+}
+
+// knowIncarnations takes the latest incarnation of each learner that a
+// shard server's shards have heard from: a coordinator that was
+// restarted (its checkpoint older, or none) gives a new life of the
+// learner a later one, also a life registered and not yet welcomed,
+// whose sequence numbers would otherwise be taken for the old life's
+// (duplicates) by the shards.
+func (c *core) knowIncarnations(incs []uint32) {
+	for i, inc := range incs {
+		if i >= len(c.learners) {
+			break
+		}
+		l := c.learners[i]
+		if l.fresh && l.inc <= inc {
+			l.inc, l.lives = inc+1, int(inc)+2
+		}
+		l.lives = max(l.lives, int(inc)+1)
+	}
 }
 
 // setConsumed records what a shard server's hello says its shards have:
@@ -583,7 +605,8 @@ func (c *core) startIfAll() {
 		}
 		w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1), Norm: c.cfg.norm}
 		if cs.role == RoleLearner {
-			w.Incarnation = c.learners[cs.id].inc
+			l := c.learners[cs.id]
+			w.Incarnation, l.fresh = l.inc, false
 		}
 		c.send(conn, tWelcome, w)
 	}
@@ -787,7 +810,7 @@ func (c *core) dispatch() {
 			return
 		}
 	}
-	c.dispatching = true
+	c.dispatching, c.learnerAt = true, c.now
 	c.finishIfDone()
 }
 
@@ -1029,6 +1052,17 @@ func (c *core) onTick() {
 	for _, s := range c.servers {
 		if s != nil && !s.lost.IsZero() && c.now.Sub(s.lost) > c.cfg.ServerTimeout {
 			c.fail(fmt.Errorf("%w: %s did not come back within %v", ErrJobFailed, s.proc, c.cfg.ServerTimeout))
+		}
+	}
+	// A restarted coordinator goes on from what the shards have, and
+	// needs learners to do what they lack: with none for ServerTimeout
+	// (every learner left, or died, while it was away) the job fails
+	// rather than wait for ever.
+	if c.rejoin && c.dispatching && !c.finishing && c.cfg.ServerTimeout > 0 {
+		if slices.ContainsFunc(c.learners, func(l *learnerState) bool { return l.live && !l.done }) {
+			c.learnerAt = c.now
+		} else if c.now.Sub(c.learnerAt) > c.cfg.ServerTimeout {
+			c.fail(fmt.Errorf("%w: no learner for %v to do the %d mini-batches the shards lack", ErrJobFailed, c.cfg.ServerTimeout, len(c.disp.Undelivered())))
 		}
 	}
 	if c.cfg.Heartbeat > 0 && c.started {

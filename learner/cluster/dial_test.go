@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,9 +142,9 @@ func TestDialRetry(t *testing.T) {
 			failed := 0
 			var c rdma.Conn
 			if tc.shard {
-				c, err = shardNetwork{n, m}.Dial(ctx, ln.Addr())
+				c, err = shardNetwork{Network: n, m: m}.Dial(ctx, ln.Addr())
 			} else {
-				c, err = m.dial(ctx, ln.Addr(), func(error) { failed++ })
+				c, err = m.dial(ctx, ln.Addr, func(error) { failed++ })
 			}
 			if c != nil {
 				c.Close()
@@ -171,5 +172,107 @@ func TestDialRetry(t *testing.T) {
 				t.Errorf("the dial went on until the test's deadline: %v", err)
 			}
 		})
+	}
+}
+
+// TestShardNetworkAsksWhere: a shard server that is not at the address
+// of the welcome (lost, and restarted elsewhere since) is found through
+// the coordinator (the redialer), not dialled there again until
+// PSTimeout; without a PSTimeout the dial fails at once.
+func TestShardNetworkAsksWhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := newFlaky(t, 1, rdma.ErrRefused)
+	ln, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var asked []int
+	redial := func(ctx context.Context, shard int) (rdma.Conn, error) {
+		asked = append(asked, shard)
+		return n.Network.Dial(ctx, ln.Addr())
+	}
+	m := &Member{Network: n, PSTimeout: time.Minute}
+	c, err := shardNetwork{Network: n, m: m, addrs: []string{"gone-0", "gone-1"}, redial: redial}.Dial(ctx, "gone-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if !slices.Equal(asked, []int{1}) || n.count() != 1 {
+		t.Errorf("asked the coordinator for shards %v after %d dials, want [1] after 1", asked, n.count())
+	}
+	m.PSTimeout = 0
+	n.fails = 1
+	if _, err := (shardNetwork{Network: n, m: m, addrs: []string{"gone-0"}, redial: redial}).Dial(ctx, "gone-0"); !errors.Is(err, rdma.ErrRefused) || len(asked) != 1 {
+		t.Errorf("without a PSTimeout: %v after asking for %v, want the refusal at once", err, asked)
+	}
+}
+
+// TestRedialAsksAgain: the redialer asks the coordinator again where a
+// shard's server is when no answer comes (a question lost with the
+// coordinator's connection, which was then replaced), and connects once
+// it is answered.
+func TestRedialAsksAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := rdma.Open("inmem", rdma.Options{Job: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	server, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	go func() {
+		for {
+			c, err := server.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	conn, err := n.Dial(ctx, coord.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &ctrl{conn: conn}
+	peer, err := coord.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan addr, 1)
+	questions := make(chan int, 8)
+	go func() { // the coordinator: the first question is lost, the second answered
+		pc := &ctrl{conn: peer}
+		for i := 0; ; i++ {
+			t, b, err := pc.recv(ctx)
+			if err != nil {
+				return
+			}
+			var w where
+			decode(t, b, &w)
+			questions <- w.Shard
+			if i == 1 {
+				latest(addrs, addr{Shard: w.Shard, Addr: server.Addr()})
+			}
+		}
+	}()
+	m := &Member{Network: n, PSTimeout: 10 * time.Second}
+	var mu sync.Mutex
+	c, err := m.redialer(func() *ctrl { return cc }, addrs, &mu)(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := len(questions); got < 2 || <-questions != 3 {
+		t.Errorf("%d questions, want the shard asked for again after the first went unanswered", got)
 	}
 }

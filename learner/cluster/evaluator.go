@@ -108,7 +108,7 @@ const stopGrace = 2 * time.Second
 // −1) and returns those.
 func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, redial func(context.Context, int) (rdma.Conn, error), interrupted <-chan struct{}) ([]float32, error) {
 	total := cfg.Spec.VectorLen()
-	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards, Redial: redial})
+	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member, w.Addrs, redial}, w.Addrs, ps.ClientConfig{Learner: evaluatorID, Total: total, Shards: cfg.Shards, Redial: redial})
 	if err != nil {
 		return nil, err
 	}

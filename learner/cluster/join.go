@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,13 +54,13 @@ func (m *Member) log() *slog.Logger {
 	return m.Logger
 }
 
-// dial connects to addr, trying again after a failure that may pass
-// (see retry) until ctx ends. failed, if set, is told of each failure
-// before the pause.
-func (m *Member) dial(ctx context.Context, addr string, failed func(error)) (rdma.Conn, error) {
+// dial connects to the address addr returns (asked before each try),
+// trying again after a failure that may pass (see retry) until ctx ends.
+// failed, if set, is told of each failure before the pause.
+func (m *Member) dial(ctx context.Context, addr func() string, failed func(error)) (rdma.Conn, error) {
 	r := newRetry(m.PSTimeout)
 	for {
-		conn, err := m.Network.Dial(ctx, addr)
+		conn, err := m.Network.Dial(ctx, addr())
 		if err == nil {
 			return conn, nil
 		}
@@ -119,38 +120,81 @@ func (r *retry) failed(err error, now time.Time) (time.Duration, error) {
 }
 
 // shardNetwork is the member's network as learners and the evaluator use
-// it to reach the shard servers: Dial tries again as dial does, for
-// PSTimeout at most (only once without a PSTimeout).
+// it to reach the shard servers at the addresses of their welcome (addrs,
+// by shard): Dial tries again as dial does, for PSTimeout at most (only
+// once without a PSTimeout); a server that is not there (the coordinator
+// has lost it, and it comes back elsewhere) is found as the server of a
+// lost connection is, through the coordinator (redial).
 type shardNetwork struct {
 	rdma.Network
-	m *Member
+	m      *Member
+	addrs  []string
+	redial func(context.Context, int) (rdma.Conn, error)
 }
 
 func (n shardNetwork) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	if n.m.PSTimeout <= 0 {
 		return n.Network.Dial(ctx, addr)
 	}
+	conn, err := n.Network.Dial(ctx, addr)
+	if err == nil {
+		return conn, nil
+	}
+	if k := slices.Index(n.addrs, addr); n.redial != nil && k >= 0 && n.m.awayServer(err) {
+		return n.redial(ctx, k)
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.m.PSTimeout)
 	defer cancel()
-	return n.m.dial(ctx, addr, func(err error) {
+	return n.m.dial(ctx, func() string { return addr }, func(err error) {
 		n.m.log().Info("dialing a shard server again", "addr", addr, "err", err)
 	})
 }
 
+// awayServer reports whether the first dial of a shard server's address
+// failed with err because nothing listens there: the server may have
+// been lost and restarted elsewhere since the welcome named it, and the
+// coordinator tells where it is once it is back.
+func (m *Member) awayServer(err error) bool {
+	if !errors.Is(err, rdma.ErrRefused) {
+		return false
+	}
+	m.log().Info("no shard server at the welcome's address; asking the coordinator where it is", "err", err)
+	return true
+}
+
 // join dials the coordinator (again while nothing listens there yet or
 // its listener closes the connection during the handshake, see dial),
-// says hello and waits for the welcome.
+// says hello and waits for the welcome; a connection lost before the
+// welcome (a coordinator that dies, or is restarted, meanwhile) is
+// dialled again after a pause (retry's backoff). Rendezvous, if set,
+// bounds the whole.
 func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
-	h.Process, h.Settings = m.Process, m.Settings
 	if m.Rendezvous > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.Rendezvous)
 		defer cancel()
 	}
+	pause := newRetry(m.PSTimeout).pause
+	for {
+		cc, w, err := m.joinOnce(ctx, h)
+		if err == nil || !errors.Is(err, errJoinLost) || ctx.Err() != nil {
+			return cc, w, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, welcome{}, err
+		case <-time.After(pause.next()):
+		}
+	}
+}
+
+// joinOnce is one attempt of join.
+func (m *Member) joinOnce(ctx context.Context, h hello) (*ctrl, welcome, error) {
+	h.Process, h.Settings = m.Process, m.Settings
 	log := m.log()
 	wait := waitLog{warn: m.WaitWarn}
 	wait.begin(time.Now())
-	conn, err := m.dial(ctx, m.Coordinator, func(err error) {
+	conn, err := m.dial(ctx, m.coordinatorNow, func(err error) {
 		now := time.Now()
 		if level, ok := wait.next(now); ok {
 			log.Log(ctx, level, "waiting for the coordinator", "addr", m.Coordinator, "me", m.Process.String(), "waited", wait.waited(now), "err", err)
@@ -165,7 +209,7 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	c := &ctrl{conn: conn}
 	if err := c.send(ctx, tHello, h); err != nil {
 		conn.Close()
-		return nil, welcome{}, fmt.Errorf("%s: hello to the coordinator at %s: %w", m.Process, m.Coordinator, err)
+		return nil, welcome{}, fmt.Errorf("%s: hello to the coordinator at %s: %w (%w)", m.Process, m.Coordinator, errJoinLost, err)
 	}
 	log.Debug("registered; waiting for the job to start", "coordinator", m.Coordinator, "me", m.Process.String())
 	t, b, err := c.recv(ctx)
@@ -173,13 +217,25 @@ func (m *Member) join(ctx context.Context, h hello) (*ctrl, welcome, error) {
 	if err == nil {
 		w, err = m.welcomed(t, b)
 	} else {
-		err = fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %v", ErrRendezvous, m.Process, m.Coordinator, err)
+		err = fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %w (%v)", ErrRendezvous, m.Process, m.Coordinator, errJoinLost, err)
 	}
 	if err != nil {
 		conn.Close()
 		return nil, welcome{}, err
 	}
 	return c, w, nil
+}
+
+// coordinatorNow returns where the coordinator is now: where Locate
+// says, if set (a process that starts while a restarted head moves
+// finds it), else Coordinator.
+func (m *Member) coordinatorNow() string {
+	if m.Locate != nil {
+		if a := m.Locate(); a != "" {
+			m.Coordinator = a
+		}
+	}
+	return m.Coordinator
 }
 
 // welcomed reads the coordinator's answer to the member's hello, message
@@ -212,6 +268,7 @@ func (m *Member) rejoin(ctx context.Context, hello func() hello, cause error) (*
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.PSTimeout)
 	defer cancel()
+	pause := newRetry(m.PSTimeout).pause
 	for {
 		// What the process has is told as of each attempt.
 		h := hello()
@@ -221,14 +278,19 @@ func (m *Member) rejoin(ctx context.Context, hello func() hello, cause error) (*
 		if bound > 0 {
 			actx, acancel = context.WithTimeout(ctx, bound)
 		}
-		cc, w, err := again.join(actx, h)
+		cc, w, err := again.joinOnce(actx, h)
 		acancel()
 		if err == nil {
 			m.rejoined(again)
 			return cc, w, nil
 		}
-		if err := m.rejoinFailed(cause, err, ctx.Err() != nil, actx.Err() != nil); err != nil {
+		wait, err := m.rejoinFailed(cause, err, ctx.Err() != nil, actx.Err() != nil, &pause)
+		if err != nil {
 			return nil, welcome{}, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
 		}
 	}
 }
@@ -268,15 +330,25 @@ func (m *Member) rejoined(again *Member) {
 }
 
 // rejoinFailed decides after an attempt to rejoin failed with err:
-// another attempt (nil) if the attempt ended because its own bound
-// passed, or the member gives up with the error returned: PSTimeout
-// passed (expired) or the coordinator refused it.
-func (m *Member) rejoinFailed(cause, err error, expired, attemptExpired bool) error {
-	if expired || !attemptExpired {
-		return fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
+// another attempt, after the pause it returns, if the attempt ended
+// because its own bound passed (at once) or lost its connection to the
+// coordinator (after pause: a coordinator that dies again, or sheds
+// connections); else the member gives up with the error returned:
+// PSTimeout passed (expired), or the coordinator refused it.
+func (m *Member) rejoinFailed(cause, err error, expired, attemptExpired bool, pause *backoff) (time.Duration, error) {
+	switch {
+	case expired:
+	case attemptExpired:
+		return 0, nil
+	case errors.Is(err, errJoinLost):
+		return pause.next(), nil
 	}
-	return nil
+	return 0, fmt.Errorf("%w: lost the coordinator (%v) and could not rejoin it within --ps-timeout %v: %w", ErrJobFailed, cause, m.PSTimeout, err)
 }
+
+// errJoinLost is wrapped by the error of a join whose connection to the
+// coordinator failed before the welcome: one that may pass.
+var errJoinLost = errors.New("the connection was lost")
 
 // locateEvery is how long one attempt to rejoin waits before it asks
 // Member.Locate where the coordinator is again.
@@ -318,7 +390,6 @@ func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) fu
 			if err := cc().send(ctx, tWhere, where{Shard: shard}); err != nil && rdma.Recoverable(err) {
 				return nil, fmt.Errorf("shard %d: asking the coordinator where its server is: %w", shard, err)
 			}
-			var wait time.Duration
 			select {
 			case a := <-addrs:
 				conn, err := m.Network.Dial(ctx, r.at(a.Addr))
@@ -326,13 +397,14 @@ func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) fu
 					r.connected()
 					return conn, nil
 				}
-				wait = r.failed(err)
-			case <-ctx.Done():
-			}
-			select {
+				select {
+				case <-ctx.Done():
+					return nil, r.giveUp()
+				case <-time.After(r.failed(err)):
+				}
+			case <-time.After(r.unanswered()):
 			case <-ctx.Done():
 				return nil, r.giveUp()
-			case <-time.After(wait):
 			}
 		}
 	}
@@ -341,7 +413,10 @@ func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) fu
 // shardRedial is the schedule of one redial of a shard's server
 // (redialer): the coordinator says where the server is, the member dials
 // it, and asks again after a pause (100 ms, doubling up to 2 s) until it
-// is connected or PSTimeout has passed.
+// is connected or PSTimeout has passed. A question the coordinator does
+// not answer within the pause is asked again: it may have been lost with
+// the coordinator's connection (the coordinator answers at once where it
+// knows the server, and once it is back otherwise).
 type shardRedial struct {
 	m       *Member
 	shard   int
@@ -349,6 +424,10 @@ type shardRedial struct {
 	last    string // the address dialled last
 	lastErr error
 }
+
+// unanswered returns how long to wait for the coordinator's answer
+// before asking again.
+func (r *shardRedial) unanswered() time.Duration { return r.pause.next() }
 
 // newShardRedial starts a redial of shard's server, if the member has a
 // PSTimeout to wait for it.

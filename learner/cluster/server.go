@@ -106,6 +106,7 @@ func (cfg *ServerConfig) firstHello(addr string) hello {
 	h := hello{Addr: addr, Shards: cfg.Shards, Consumed: make([][]ps.Interval, len(cfg.Shards))}
 	if cfg.Resume != nil {
 		h.Consumed = cfg.Resume.consumed(cfg.Shards)
+		h.Incarnations = cfg.Resume.Shards[cfg.Shards[0]].Incarnations
 	}
 	return h
 }
@@ -285,6 +286,7 @@ type shardHost interface {
 	Stats() ps.ServerStats
 	Consumed() [][]ps.Interval
 	Checkpoint() ([]*ps.Checkpoint, []ps.Identity)
+	Identities() []ps.Identity
 }
 
 // serverCore is the shard-server role's protocol with the coordinator as
@@ -386,6 +388,10 @@ func (c *serverCore) lost(cause error) *serverReady {
 func (c *serverCore) rejoinHello() hello {
 	h := c.hello
 	h.Consumed = c.host.Consumed()
+	h.Incarnations = nil
+	for _, id := range c.host.Identities() {
+		h.Incarnations = append(h.Incarnations, id.Incarnation)
+	}
 	if c.final {
 		st := c.host.Stats()
 		h.Final = &st

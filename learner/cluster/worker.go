@@ -73,6 +73,12 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		err = r.flush(ctx, true)
 	}
 	if err != nil {
+		if errors.Is(err, ps.ErrRefused) {
+			// A shard server refuses this life of the learner: the
+			// coordinator removed it (or a newer life took its place), and
+			// the job goes on without it; a launcher starts it again.
+			return err
+		}
 		if !errors.Is(err, learner.ErrDiverged) {
 			// A shard server gone is often the end of a job that failed
 			// elsewhere: give the coordinator a moment to say so.
@@ -159,9 +165,10 @@ func (r *worker) ctrl() *ctrl {
 // train runs the learner loop on the welcome's plan.
 func (r *worker) train(ctx context.Context, w welcome) error {
 	cfg := r.cfg
-	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
+	redial := cfg.redialer(r.ctrl, r.addrs, &r.redial)
+	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member, w.Addrs, redial}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.VectorLen(), Shards: cfg.Shards, Codec: cfg.Codec,
-		Redial: cfg.redialer(r.ctrl, r.addrs, &r.redial), OnDelivered: r.delivered})
+		Redial: redial, OnDelivered: r.delivered})
 	if err != nil {
 		return err
 	}
