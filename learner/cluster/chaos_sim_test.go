@@ -91,7 +91,7 @@ func (j *simJob) resume() {
 	j.cfg.Shards = j.resumeShards
 	j.settings = j.cfg.Settings()
 	j.procs, j.servers, j.finals = nil, map[int]*simServer{}, map[int]*ps.ServerShard[*simEnd]{}
-	j.head, j.eval = nil, nil
+	j.head, j.eval, j.allLives = nil, nil, nil
 	j.over, j.endedHead, j.res, j.err, j.interrupted, j.ending = false, false, nil, nil, false, false
 	j.phase = 2
 	j.first, j.faults = j.faults, simFaults{noRestart: map[int]bool{}}

@@ -193,6 +193,9 @@ type serverState struct {
 	// consumed: the mini-batches every shard of the server has (nil:
 	// unknown).
 	consumed *ps.BatchSet
+	// anew: it did not rejoin (it started, from scratch or from a
+	// checkpoint): its shards hold no learner's membership from before.
+	anew bool
 	// verified: it answered the question what its shards have consumed
 	// since the data was done (see finishIfDone); asked: the question
 	// is out.
@@ -366,7 +369,11 @@ func (c *core) onMsg(ev event) {
 		} else if err = ev.err; err == nil {
 			err = c.register(ev.conn, ev.peer, h)
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errLateLearner):
+			c.send(ev.conn, tStop, stop{Interrupted: true})
+			c.close(ev.conn)
+		case err != nil:
 			c.send(ev.conn, tStop, stop{Wire: errcode.Encode(err)})
 			c.close(ev.conn)
 			if errors.Is(err, ErrRendezvous) {
@@ -410,7 +417,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			return fmt.Errorf("%w: %s: %v", ErrRendezvous, p, err)
 		}
 		old := c.servers[p.ID]
-		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1}
+		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1, anew: !h.Rejoin}
 		if err := s.setConsumed(h); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrProtocol, p, err)
 		}
@@ -463,6 +470,11 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.finishIfDone()
 		}
 	case RoleLearner:
+		if c.interrupted && c.started {
+			// The job is ending: a learner (started again, or coming
+			// back) would keep it from ending with work of its own.
+			return errLateLearner
+		}
 		if h.Rejoin {
 			if err := c.rejoinLearner(conn, h); err != nil {
 				return err
@@ -522,6 +534,10 @@ func (c *core) knowIncarnations(incs []uint32) {
 		l.lives = max(l.lives, int(inc)+1)
 	}
 }
+
+// errLateLearner refuses a learner that arrives once the job was
+// interrupted: it is told to stop as interrupted.
+var errLateLearner = errors.New("the job was interrupted")
 
 // setConsumed records what a shard server's hello says its shards have:
 // the mini-batches all of them consumed.
@@ -835,6 +851,17 @@ func (c *core) rebuild() error {
 				held = append(held, h)
 			}
 			l.held = nil
+			continue
+		}
+		// A learner that did not come back may be gone: the shard
+		// servers that started anew with this coordinator (not
+		// rejoining) evict its latest life, so that no round or final
+		// waits for it there (such a server counts every learner active).
+		l.inc = uint32(max(l.lives-1, 0))
+		for _, s := range c.servers {
+			if s.anew && s.lost.IsZero() {
+				c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
+			}
 		}
 	}
 	end := uint64(0)
@@ -1033,6 +1060,9 @@ func (c *core) catchUp(s *serverState) {
 	}
 	if c.finishing {
 		c.send(s.conn, tFinish, nil)
+	}
+	if c.interrupted && c.started {
+		c.send(s.conn, tStats, nil) // the interrupted job ends with its counters
 	}
 }
 

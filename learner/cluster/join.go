@@ -247,7 +247,7 @@ func (m *Member) welcomed(t rdma.Type, b []byte) (welcome, error) {
 		var s stop
 		decode(t, b, &s)
 		if s.Interrupted {
-			return w, fmt.Errorf("%w: %s: the job was interrupted before it started", ErrInterrupted, m.Process)
+			return w, fmt.Errorf("%w: %s: the job was interrupted before this process took part", ErrInterrupted, m.Process)
 		}
 		return w, fmt.Errorf("%w: the coordinator refused %s: %w", ErrRendezvous, m.Process, s.why())
 	case tWelcome:

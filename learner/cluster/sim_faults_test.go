@@ -164,7 +164,7 @@ func (j *simJob) arm() {
 		j.signal(f.interrupt, j.procs[0], func() { // SIGINT
 			if h := j.head; h != nil && h.p.alive && !h.over {
 				w.note(h.p, "interrupt", nil, nil, nil)
-				j.interruptLife = h.p.life
+				j.interruptLife, j.interruptedEarly = h.p.life, !h.coord.core.started
 				h.interrupt()
 			} else {
 				j.interrupted = false // it came too late

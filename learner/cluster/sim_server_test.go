@@ -25,8 +25,7 @@ type simServer struct {
 	core  *serverCore
 	cause error
 	ended bool
-	// stopping: told to stop (SIGTERM), it waits for its checkpoint
-	stopping bool
+	waiting []*simWaiting // connections accepted before it serves
 }
 
 func (j *simJob) startServer(p *simProc, id int) {
@@ -71,6 +70,7 @@ func (s *simServer) serve(jd joined, h hello) {
 	j.served(s, pcfg)
 	s.core = newServerCore(s.host, h, s.cfg.Checkpoints != nil)
 	s.take(jd.e)
+	s.serveWaiting()
 }
 
 // take makes e the control connection (serverRole.commands).
@@ -146,18 +146,41 @@ func (s *simServer) stop() {
 	s.carry(s.core.stop())
 }
 
-// accept takes a learner's or the evaluator's connection (Server.serveConn).
+// accept takes a learner's or the evaluator's connection (Server.serveConn):
+// until the server serves (once welcomed), what arrives waits, as a
+// listener's backlog and socket buffers keep it.
 func (s *simServer) accept(e *simEnd) {
-	e.recv = func(m any) {
-		if s.host != nil {
-			s.host.recv(e, m.(ps.Msg))
+	if s.host == nil {
+		w := &simWaiting{e: e}
+		s.waiting = append(s.waiting, w)
+		e.recv = func(m any) { w.msgs = append(w.msgs, m) }
+		e.lost = func(error) { w.lost = true }
+		return
+	}
+	e.recv = func(m any) { s.host.recv(e, m.(ps.Msg)) }
+	e.lost = func(error) { s.host.lost(e) }
+}
+
+// simWaiting is a connection accepted before the server serves, and
+// what arrived on it.
+type simWaiting struct {
+	e    *simEnd
+	msgs []any
+	lost bool
+}
+
+// serveWaiting takes the connections accepted before the server served.
+func (s *simServer) serveWaiting() {
+	for _, w := range s.waiting {
+		s.accept(w.e)
+		for _, m := range w.msgs {
+			w.e.recv(m)
+		}
+		if w.lost {
+			w.e.lost(nil)
 		}
 	}
-	e.lost = func(error) {
-		if s.host != nil {
-			s.host.lost(e)
-		}
-	}
+	s.waiting = nil
 }
 
 func (s *simServer) end(err error) {
