@@ -14,17 +14,17 @@ import (
 // coordinator and, as ps.Server does, a ps.ServerCore of its shards over
 // the learners' connections (simHost).
 type simServer struct {
-	j     *simJob
-	p     *simProc
-	id    int
-	mem   *simMember
-	cfg   ServerConfig
-	ln    *simListener
-	ctrl  *simEnd
-	host  *simHost
-	core  *serverCore
-	cause error
-	ended bool
+	j       *simJob
+	p       *simProc
+	id      int
+	mem     *simMember
+	cfg     ServerConfig
+	ln      *simListener
+	ctrl    *simEnd
+	host    *simHost
+	core    *serverCore
+	cause   error
+	ended   bool
 	waiting []*simWaiting // connections accepted before it serves
 }
 
