@@ -276,3 +276,68 @@ func TestRedialAsksAgain(t *testing.T) {
 		t.Errorf("%d questions, want the shard asked for again after the first went unanswered", got)
 	}
 }
+
+// TestRedialTakesItsShard: the redialer of a shard dials the server the
+// coordinator names for that shard, not another's whose answer was still
+// waiting (a question asked before, answered late).
+func TestRedialTakesItsShard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := rdma.Open("inmem", rdma.Options{Job: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	var servers []rdma.Listener
+	for range 2 {
+		ln, err := n.Listen("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		servers = append(servers, ln)
+	}
+	accepted := make(chan int, 2)
+	for i, ln := range servers {
+		go func() {
+			if c, err := ln.Accept(context.Background()); err == nil {
+				accepted <- i
+				c.Close()
+			}
+		}()
+	}
+	conn, err := n.Dial(ctx, coord.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &ctrl{conn: conn}
+	peer, err := coord.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan addr, 1)
+	addrs <- addr{Shard: 0, Addr: servers[0].Addr()} // late, for shard 0
+	go func() { // the coordinator answers where shard 1 is
+		pc := &ctrl{conn: peer}
+		if _, _, err := pc.recv(ctx); err == nil {
+			for len(addrs) > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			addrs <- addr{Shard: 1, Addr: servers[1].Addr()}
+		}
+	}()
+	m := &Member{Network: n, PSTimeout: 10 * time.Second}
+	var mu sync.Mutex
+	c, err := m.redialer(func() *ctrl { return cc }, addrs, &mu)(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := <-accepted; got != 1 {
+		t.Errorf("the redial of shard 1 reached server %d", got)
+	}
+}

@@ -392,6 +392,9 @@ func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) fu
 			}
 			select {
 			case a := <-addrs:
+				if a.Shard != shard {
+					continue // the answer to a question about another shard, asked before
+				}
 				conn, err := m.Network.Dial(ctx, r.at(a.Addr))
 				if err == nil {
 					r.connected()

@@ -219,7 +219,7 @@ func (c *simClient) ask() {
 // pause.
 func (c *simClient) answer(a addr) {
 	d := c.redial
-	if d == nil || !d.waiting || c.closed {
+	if d == nil || !d.waiting || c.closed || a.Shard != c.core.LinkShards(d.link)[0] {
 		return
 	}
 	d.waiting = false

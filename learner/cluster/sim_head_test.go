@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"fmt"
 	"slices"
 	"time"
@@ -39,6 +40,9 @@ func (j *simJob) startHead(p *simProc) {
 	}
 	h := &simHead{j: j, p: p, conns: map[connID]*simEnd{}}
 	cfg.OnResult = func(res *Result) { j.result(h, res) }
+	if w.trace.verbose {
+		cfg.Logger = slog.New(&simLog{p: p})
+	}
 	coord, err := NewCoordinator(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("seed %d: NewCoordinator: %v", w.seed, err))
@@ -358,4 +362,25 @@ func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 			}
 		}
 	}
+}
+
+// simLog writes the coordinator's log into a verbose trace.
+type simLog struct {
+	p     *simProc
+	attrs []slog.Attr
+}
+
+func (l *simLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *simLog) WithAttrs(a []slog.Attr) slog.Handler {
+	return &simLog{p: l.p, attrs: append(slices.Clone(l.attrs), a...)}
+}
+func (l *simLog) WithGroup(string) slog.Handler { return l }
+func (l *simLog) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	l.p.w.logf(l.p, "%s", line)
+	return nil
 }

@@ -108,7 +108,7 @@ func (l *simLife) lineage(n int) []uint64 {
 func newSimJob(w *simWorld) *simJob {
 	rng := w.rng
 	j := &simJob{w: w, servers: map[int]*simServer{}, lives: map[int][]*simLife{}, lifeOf: map[*ps.Shard]*simLife{},
-		versions: map[[2]uint64]simLineRef{}, exact: true, finals: map[int]*ps.ServerShard[*simEnd]{}, phase: 1, restarts: 30}
+		versions: map[[2]uint64]simLineRef{}, exact: true, finals: map[int]*ps.ServerShard[*simEnd]{}, phase: 1, restarts: 200}
 	learners := 1 + rng.IntN(3)
 	shards := 1 + rng.IntN(3)
 	hidden, classes, side := 2+rng.IntN(5), 2+rng.IntN(3), 2+rng.IntN(3)
@@ -319,11 +319,11 @@ func (j *simJob) start() {
 
 // startProc starts a life of p: its roles.
 func (j *simJob) startProc(p *simProc) {
-	if r := j.topo.Processes[p.index]; p.life > 0 && j.over {
+	if r := j.topo.Processes[p.index]; p.life > 0 && (j.over || j.learnersDone()) {
 		// Out of reach (cluster.md, "Failures"): a head and a shard
-		// server both started again once the job was over but for the
-		// head's outputs (rank 0 is both): no learner redoes what the
-		// shard lost, and the job may fail.
+		// server both started again once every learner was done, or the
+		// job over but for the head's outputs (rank 0 is both): no
+		// learner redoes what the shard lost, and the job may fail.
 		j.lateHead = j.lateHead || r.Coordinator
 		j.lateServer = j.lateServer || len(r.Servers) > 0
 	}
@@ -341,6 +341,17 @@ func (j *simJob) startProc(p *simProc) {
 	for _, id := range r.Learners {
 		j.startLearner(p, id)
 	}
+}
+
+// learnersDone reports whether every learner's process has ended for
+// good, its data done.
+func (j *simJob) learnersDone() bool {
+	for i, r := range j.topo.Processes {
+		if len(r.Learners) > 0 && (j.procs[i].alive || !j.procs[i].doneWell) {
+			return false
+		}
+	}
+	return true
 }
 
 // kill kills p (SIGKILL).

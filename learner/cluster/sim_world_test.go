@@ -320,6 +320,7 @@ func (w *simWorld) delay(l *simLink) time.Duration {
 type simListener struct {
 	addr    string
 	p       *simProc
+	life    int // the process's life that listens
 	accept  func(*simEnd)
 	closing time.Duration // closed from then on (0: open)
 }
@@ -331,7 +332,7 @@ func (ln *simListener) open(at time.Duration) bool { return ln.closing == 0 || a
 // listen makes p listen at a new address of its host; accept runs in p
 // for each connection.
 func (p *simProc) listen(port int, accept func(*simEnd)) *simListener {
-	ln := &simListener{addr: fmt.Sprintf("%s:%d", p.host, port), p: p, accept: accept}
+	ln := &simListener{addr: fmt.Sprintf("%s:%d", p.host, port), p: p, life: p.life, accept: accept}
 	p.w.listeners[ln.addr] = ln
 	p.lns = append(p.lns, ln)
 	return ln
@@ -490,9 +491,8 @@ func (p *simProc) dial(addr string, then func(*simEnd, error)) {
 	w := p.w
 	ln := w.listeners[addr]
 	var l *simLink
-	lnLife := 0
 	if ln != nil {
-		l, lnLife = w.link(p, ln.p), ln.p.life
+		l = w.link(p, ln.p)
 	} else {
 		l = &simLink{base: 200 * time.Microsecond}
 	}
@@ -508,14 +508,14 @@ func (p *simProc) dial(addr string, then func(*simEnd, error)) {
 		case ln == nil || !ln.open(arrive):
 			fail(syscall.ECONNREFUSED)
 			return
-		case !ln.open(w.now) || !ln.p.alive || ln.p.life != lnLife:
+		case !ln.open(w.now) || !ln.p.alive || ln.p.life != ln.life:
 			fail(syscall.ECONNRESET) // it was in the backlog of a listener that went away
 			return
 		}
 		w.conns++
 		c := &simConn{id: w.conns, link: l}
 		a := &simEnd{c: c, side: 0, p: p, life: p.life}
-		b := &simEnd{c: c, side: 1, p: ln.p, life: ln.p.life}
+		b := &simEnd{c: c, side: 1, p: ln.p, life: ln.life}
 		c.ends = [2]*simEnd{a, b}
 		p.ends = append(p.ends, a)
 		ln.p.ends = append(ln.p.ends, b)
