@@ -181,21 +181,19 @@ type connState struct {
 }
 
 type serverState struct {
-	conn  connID
-	proc  Process
-	addr  string
-	final bool
-	lost  time.Time // its connection was lost at (zero: connected)
-	lives int       // registrations (restarts + 1)
-	stats ps.ServerStats
+	conn     connID
+	proc     Process
+	addr     string
+	final    bool
+	welcomed bool      // its welcome was sent: it takes commands
+	lost     time.Time // its connection was lost at (zero: connected)
+	lives    int       // registrations (restarts + 1)
+	stats    ps.ServerStats
 	// polled: it answered the interruption's request for its counters.
 	polled bool
 	// consumed: the mini-batches every shard of the server has (nil:
 	// unknown).
 	consumed *ps.BatchSet
-	// anew: it did not rejoin (it started, from scratch or from a
-	// checkpoint): its shards hold no learner's membership from before.
-	anew bool
 	// verified: it answered the question what its shards have consumed
 	// since the data was done (see finishIfDone); asked: the question
 	// is out.
@@ -397,8 +395,9 @@ func (c *core) onMsg(ev event) {
 }
 
 // register checks a hello and records the process on conn. Shard servers
-// are welcomed at once; learners and the evaluator once every process of
-// the job has arrived (see startIfAll).
+// that rejoin or replace an earlier life are welcomed at once; the others,
+// learners and the evaluator once every process of the job has arrived
+// (see startIfAll).
 func (c *core) register(conn connID, peer string, h *hello) error {
 	p := h.Process
 	if d := c.cfg.Settings.diff(h.Settings); d != "" {
@@ -417,7 +416,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			return fmt.Errorf("%w: %s: %v", ErrRendezvous, p, err)
 		}
 		old := c.servers[p.ID]
-		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1, anew: !h.Rejoin}
+		s := &serverState{conn: conn, proc: p, addr: h.Addr, lives: 1}
 		if err := s.setConsumed(h); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrProtocol, p, err)
 		}
@@ -463,8 +462,16 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		c.knowIncarnations(h.Incarnations)
 		cs.role, cs.id = RoleServer, p.ID
 		// Its welcome goes out first: a shard server must read its
-		// welcome before any command.
-		c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan, Returning: old != nil})
+		// welcome before any command. A first hello before the job has
+		// started waits for the start, when the coordinator knows whether
+		// the job goes on from processes that rejoined it (it was
+		// restarted): the server then counts no learner active.
+		if !c.started && old == nil && !h.Rejoin {
+			c.welcomes = append(c.welcomes, conn)
+		} else {
+			c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan, Returning: old != nil || c.rejoin})
+			s.welcomed = true
+		}
 		if old != nil {
 			c.catchUp(s)
 			c.finishIfDone()
@@ -613,10 +620,16 @@ func (c *core) startIfAll() {
 	if !c.started {
 		return
 	}
-	c.finishIfDone() // a job with nothing to train
 	for _, conn := range c.welcomes {
 		cs := c.conns[conn]
 		if cs == nil || cs.gone {
+			continue
+		}
+		if cs.role == RoleServer {
+			s := c.servers[cs.id]
+			c.send(conn, tWelcome, welcome{Plan: c.cfg.Plan, Returning: c.rejoin})
+			s.welcomed = true
+			c.catchUp(s) // the learners removed before
 			continue
 		}
 		w := welcome{Addrs: c.addrs(), Plan: c.cfg.Plan, FirstEpoch: max(c.firstEpoch, 1), Norm: c.cfg.norm}
@@ -627,6 +640,7 @@ func (c *core) startIfAll() {
 		c.send(conn, tWelcome, w)
 	}
 	c.welcomes = c.welcomes[:0]
+	c.finishIfDone() // a job with nothing to train
 }
 
 // missing describes the processes that have not arrived.
@@ -851,17 +865,6 @@ func (c *core) rebuild() error {
 				held = append(held, h)
 			}
 			l.held = nil
-			continue
-		}
-		// A learner that did not come back may be gone: the shard
-		// servers that started anew with this coordinator (not
-		// rejoining) evict its latest life, so that no round or final
-		// waits for it there (such a server counts every learner active).
-		l.inc = uint32(max(l.lives-1, 0))
-		for _, s := range c.servers {
-			if s.anew && s.lost.IsZero() {
-				c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
-			}
 		}
 	}
 	end := uint64(0)
@@ -1041,7 +1044,7 @@ func (c *core) removeLearner(id int, why string) {
 	n := c.disp.Release(id)
 	c.log(slog.LevelWarn, "learner removed from the job", "learner", id, "incarnation", l.inc, "why", why, "chunks_reassigned", n)
 	for _, s := range c.servers {
-		if s != nil && s.lost.IsZero() {
+		if s != nil && s.lost.IsZero() && s.welcomed { // the others are told at their welcome
 			c.send(s.conn, tEvict, member{Learner: uint32(id), Incarnation: l.inc})
 		}
 	}

@@ -187,7 +187,7 @@ func (h *coreHarness) chunk(conn connID, wait bool) chunkReply {
 func TestCoreRendezvous(t *testing.T) {
 	h := newHarness(t, CoordinatorConfig{Settings: Settings{"lr": "0.1"}, Evaluator: true, Rendezvous: time.Minute})
 	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Settings: Settings{"lr": "0.1"}})
-	h.expect(s0, tWelcome) // shard servers are welcomed at once
+	h.expect(s0) // a shard server's first hello is welcomed when the job starts
 	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Settings: Settings{"lr": "0.1"}})
 	h.expect(l0)
 	// Another learner with other settings is refused, and fails the job.
@@ -441,7 +441,7 @@ func TestCoreServerLost(t *testing.T) {
 func TestCoreInterrupt(t *testing.T) {
 	h := newHarness(t, CoordinatorConfig{Evaluator: true})
 	s := h.server(0)
-	h.expect(s, tWelcome)
+	h.expect(s) // welcomed at the start
 	h.step(event{kind: evInterrupt})
 	if !h.rd.done || !errors.Is(h.rd.err, ErrInterrupted) || h.rd.result != nil {
 		t.Fatalf("done %v, result %v, err %v", h.rd.done, h.rd.result, h.rd.err)

@@ -203,6 +203,9 @@ func (c *simClient) ask() {
 	d := c.redial
 	d.waiting = true
 	d.asked++
+	if c.ctrl == nil {
+		return // its role has not taken it (it ended meanwhile)
+	}
 	if e := c.ctrl(); e != nil {
 		sendCtrl(e, tWhere, where{Shard: c.core.LinkShards(d.link)[0]})
 	}

@@ -319,11 +319,13 @@ func (j *simJob) start() {
 
 // startProc starts a life of p: its roles.
 func (j *simJob) startProc(p *simProc) {
-	if r := j.topo.Processes[p.index]; p.life > 0 && (j.over || j.learnersDone()) {
+	if r := j.topo.Processes[p.index]; p.life > 0 && (j.over || j.learnerDone()) {
 		// Out of reach (cluster.md, "Failures"): a head and a shard
-		// server both started again once every learner was done, or the
-		// job over but for the head's outputs (rank 0 is both): no
-		// learner redoes what the shard lost, and the job may fail.
+		// server both started again once a learner had ended for good,
+		// or the job was over but for the head's outputs (rank 0 is
+		// both): a restarted job that lost the shard's state waits for a
+		// learner that will not come, or no learner redoes what the shard
+		// lost, and the job may fail.
 		j.lateHead = j.lateHead || r.Coordinator
 		j.lateServer = j.lateServer || len(r.Servers) > 0
 	}
@@ -343,15 +345,15 @@ func (j *simJob) startProc(p *simProc) {
 	}
 }
 
-// learnersDone reports whether every learner's process has ended for
-// good, its data done.
-func (j *simJob) learnersDone() bool {
+// learnerDone reports whether a learner's process has ended for good,
+// its data done.
+func (j *simJob) learnerDone() bool {
 	for i, r := range j.topo.Processes {
-		if len(r.Learners) > 0 && (j.procs[i].alive || !j.procs[i].doneWell) {
-			return false
+		if len(r.Learners) > 0 && !j.procs[i].alive && j.procs[i].doneWell {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // kill kills p (SIGKILL).

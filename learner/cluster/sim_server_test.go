@@ -250,7 +250,8 @@ func (h *simHost) carry(sh *ps.ServerShard[*simEnd], rd *ps.ShardReady[*simEnd])
 	}
 	if rd.Final {
 		if h.final++; h.final == len(h.core.Shards()) {
-			h.s.carry(h.s.core.finalNow())
+			// Server.Final closes; the role's loop takes it next.
+			h.s.p.after(0, func() { h.s.carry(h.s.core.finalNow()) })
 		}
 	}
 }
