@@ -321,7 +321,7 @@ func TestRedialTakesItsShard(t *testing.T) {
 	}
 	addrs := make(chan addr, 1)
 	addrs <- addr{Shard: 0, Addr: servers[0].Addr()} // late, for shard 0
-	go func() { // the coordinator answers where shard 1 is
+	go func() {                                      // the coordinator answers where shard 1 is
 		pc := &ctrl{conn: peer}
 		if _, _, err := pc.recv(ctx); err == nil {
 			for len(addrs) > 0 {

@@ -3,8 +3,8 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
