@@ -414,7 +414,9 @@ func (s *Shard) join(l *member) {
 	s.active++
 	if l.roundPushed {
 		s.pushed++
-		s.settle()
+		if !revertRestoredRound {
+			s.settle()
+		}
 	}
 }
 
@@ -583,7 +585,7 @@ func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
 		return nil, err
 	}
 	s.followSchedule()
-	if cfg.Protocol == Hardsync && (s.solver.Pending() > 0 || slices.Contains(cp.RoundPushed, true)) {
+	if cfg.Protocol == Hardsync && !revertRestoredRound && (s.solver.Pending() > 0 || slices.Contains(cp.RoundPushed, true)) {
 		s.closeRound()
 	}
 	return s, nil

@@ -206,7 +206,8 @@ type coordIO interface {
 // and commit. It returns the step's ready.
 func (c *Coordinator) apply(ev event, now time.Time, out coordIO) ready {
 	rd := c.core.step(ev, now)
-	if rd.done && rd.result != nil && c.cfg.OnResult != nil {
+	result := rd.done && rd.result != nil && c.cfg.OnResult != nil
+	if result && !revertResultAfterStop {
 		c.cfg.OnResult(rd.result)
 	}
 	for _, m := range rd.sends {
@@ -214,6 +215,9 @@ func (c *Coordinator) apply(ev event, now time.Time, out coordIO) ready {
 	}
 	for _, id := range rd.closes {
 		out.send(outMsg{conn: id})
+	}
+	if result && revertResultAfterStop {
+		c.cfg.OnResult(rd.result)
 	}
 	if log := c.cfg.Logger; log != nil {
 		for _, l := range rd.logs {

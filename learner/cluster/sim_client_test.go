@@ -22,6 +22,7 @@ type simClient struct {
 	core      *ps.ClientCore
 	job       uint32
 	links     []*simEnd // per link, its connection (nil: down)
+	broken    []error   // per link, the loss of its connection, not noticed yet
 	ctrl      func() *simEnd
 	done      func(ps.Call, error)
 	delivered func(uint64)
@@ -70,7 +71,7 @@ func (s *simMember) connect(addrs []string, cfg ps.ClientCoreConfig, then func(*
 		then(nil, err)
 		return
 	}
-	c := &simClient{p: s.p, mem: s, core: core, links: make([]*simEnd, len(linkAddrs))}
+	c := &simClient{p: s.p, mem: s, core: core, links: make([]*simEnd, len(linkAddrs)), broken: make([]error, len(linkAddrs))}
 	var away []int
 	var next func(i int)
 	next = func(i int) {
@@ -124,6 +125,9 @@ func (c *simClient) fail(err error, then func(*simClient, error)) {
 }
 
 // attach makes e link li's connection of the core's current generation.
+// Its loss is noticed as a runtime notices it: at once while a call
+// awaits an answer on it (a receiver reads it), else at the next message
+// sent on it.
 func (c *simClient) attach(li int, e *simEnd) {
 	gen := c.core.Gen(li)
 	c.links[li] = e
@@ -132,11 +136,22 @@ func (c *simClient) attach(li int, e *simEnd) {
 		c.carry(c.core.Recv(li, gen, r.shard, r.r))
 	}
 	e.lost = func(err error) {
-		if c.links[li] == e {
-			c.links[li] = nil
+		if c.links[li] != e {
+			return
 		}
-		c.carry(c.core.LinkDown(li, gen, err))
+		if c.core.Awaits(li) {
+			c.notice(li, err)
+			return
+		}
+		c.broken[li] = err
 	}
+}
+
+// notice takes the loss of link li's connection.
+func (c *simClient) notice(li int, err error) {
+	gen := c.core.Gen(li)
+	c.links[li], c.broken[li] = nil, nil
+	c.carry(c.core.LinkDown(li, gen, err))
 }
 
 // carry carries out what an event of the core asked for: its messages,
@@ -147,6 +162,7 @@ func (c *simClient) carry(rd ps.ClientReady) {
 	if c.closed {
 		return
 	}
+	var noticed []int
 	for _, s := range rd.Sends {
 		e := c.links[s.Link]
 		if e == nil || s.Gen != c.core.Gen(s.Link) {
@@ -154,7 +170,11 @@ func (c *simClient) carry(rd ps.ClientReady) {
 		}
 		m := s.Msg
 		m.Job, m.Grad = c.job, slices.Clone(m.Grad)
-		e.send(m)
+		if c.broken[s.Link] != nil || !e.send(m) {
+			if !slices.Contains(noticed, s.Link) {
+				noticed = append(noticed, s.Link) // the send fails: its loss is noticed
+			}
+		}
 	}
 	for _, li := range rd.Dial {
 		c.redials = append(c.redials, li)
@@ -167,8 +187,16 @@ func (c *simClient) carry(rd ps.ClientReady) {
 	if len(rd.Dial) > 0 {
 		c.p.after(0, c.nextRedial)
 	}
-	if rd.Done != ps.CallNone && c.done != nil {
-		c.done(rd.Done, rd.Err)
+	done, err := rd.Done, rd.Err
+	for _, li := range noticed {
+		cause := c.broken[li]
+		if cause == nil {
+			cause = errPeerGone
+		}
+		c.notice(li, cause)
+	}
+	if done != ps.CallNone && c.done != nil {
+		c.done(done, err)
 	}
 }
 

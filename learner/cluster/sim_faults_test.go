@@ -63,7 +63,14 @@ func drawFaults(j *simJob) simFaults {
 		k := &simKill{proc: rng.IntN(n)}
 		switch rng.IntN(3) {
 		case 0:
-			k.atMsg = 1 + rng.IntN(j.batches*(j.cfg.Learners+2)*j.cfg.Shards)
+			// At a message the process takes: what it sent in answer is
+			// on its way, and the last of it may be cut.
+			r := j.topo.Processes[k.proc]
+			n := 20 + 2*j.batches*(len(r.Servers)+len(r.Learners)*j.cfg.Shards/j.cfg.Learners)
+			if r.Coordinator {
+				n += 2 * j.batches
+			}
+			k.atMsg = 1 + rng.IntN(n)
 		case 1:
 			k.atTime = w.between(time.Millisecond, length)
 		default:
@@ -188,7 +195,7 @@ func (j *simJob) arm() {
 	}
 	w.onDeliver = func(e *simEnd) {
 		for _, k := range f.kills {
-			if k.atMsg > 0 && !k.done && w.msgs >= k.atMsg {
+			if k.atMsg > 0 && !k.done && e.p == j.procs[k.proc] && e.p.received >= k.atMsg {
 				j.fire(k)
 			}
 		}
@@ -235,7 +242,7 @@ func (f *simFaults) describe() string {
 	for _, k := range f.kills {
 		switch {
 		case k.atMsg > 0:
-			out = append(out, fmt.Sprintf("kill process %d at message %d", k.proc, k.atMsg))
+			out = append(out, fmt.Sprintf("kill process %d at its message %d", k.proc, k.atMsg))
 		case k.atTime > 0:
 			out = append(out, fmt.Sprintf("kill process %d at %v", k.proc, k.atTime))
 		default:
@@ -290,6 +297,13 @@ func (p *simProc) roleEnded(name string, err error) {
 	}
 	cancel := err != nil && !errors.Is(err, ErrJobFailed) && !errors.Is(err, ErrInterrupted)
 	if p.roles > 0 && !cancel {
+		return
+	}
+	if p.busyUntil > p.w.now {
+		// The process ends once it is done with what it works on (the
+		// head writing the job's outputs, within OnResult).
+		p.roles++
+		p.w.at(p.busyUntil, p, func() { p.roleEnded("work", nil) })
 		return
 	}
 	var cause error

@@ -214,6 +214,7 @@ type simProc struct {
 	// operator told it to stop (SIGTERM), and starts it again.
 	killed, termed bool
 	doneWell       bool    // its last life ended without an error
+	received       int     // messages it took, every life
 	roles          int     // roles running
 	errs           []error // the roles' failures, in order
 	cause          error
@@ -415,6 +416,7 @@ func (e *simEnd) transmit(m any) {
 			return
 		}
 		w.msgs++
+		to.p.received++
 		w.noteMsg(to.p, to, m)
 		to.recv(m)
 		if w.onDeliver != nil {
