@@ -192,8 +192,9 @@ type serverState struct {
 	// polled: it answered the interruption's request for its counters.
 	polled bool
 	// consumed: the mini-batches every shard of the server has (nil:
-	// unknown).
+	// unknown); has: how many each of its shards has, in its hello.
 	consumed *ps.BatchSet
+	has      []uint64
 	// verified: it answered the question what its shards have consumed
 	// since the data was done (see finishIfDone); asked: the question
 	// is out.
@@ -555,11 +556,13 @@ func (s *serverState) setConsumed(h *hello) error {
 	if len(h.Consumed) != len(h.Shards) {
 		return fmt.Errorf("consumed mini-batches of %d shards, it runs %d", len(h.Consumed), len(h.Shards))
 	}
+	s.has = make([]uint64, len(h.Consumed))
 	for i, iv := range h.Consumed {
 		set, err := ps.MakeBatchSet(iv)
 		if err != nil {
 			return fmt.Errorf("shard %d's consumed mini-batches: %w", h.Shards[i], err)
 		}
+		s.has[i] = set.Count()
 		if i > 0 {
 			set = s.consumed.Intersect(&set)
 		}
@@ -844,9 +847,13 @@ func (c *core) dispatch() {
 	c.finishIfDone()
 }
 
-// rebuild rebuilds the dispatcher of a restarted coordinator's job.
+// rebuild rebuilds the dispatcher of a restarted coordinator's job. A
+// job whose shard servers are all final had its data done before (they
+// are told to finish only then; its learners are gone): what a shard
+// lacks was given up with its restart, and is counted so.
 func (c *core) rebuild() error {
 	var done ps.BatchSet
+	allFinal := true
 	for i, s := range c.servers {
 		if s.consumed == nil {
 			return fmt.Errorf("%w: %s rejoined without saying which mini-batches its shards have", ErrProtocol, s.proc)
@@ -855,6 +862,19 @@ func (c *core) rebuild() error {
 			done = *s.consumed
 		} else {
 			done = done.Intersect(s.consumed)
+		}
+		allFinal = allFinal && s.final
+	}
+	if allFinal {
+		done = ps.BatchSet{}
+		for id := uint64(1); id <= uint64(c.total); id++ {
+			done.Add(id)
+		}
+		for i, s := range c.servers {
+			for j, k := range c.cfg.Servers[i] {
+				c.givenUp[k] = uint64(c.total) - min(s.has[j], uint64(c.total))
+			}
+			s.verified = true // nothing is handed out again: the learners are gone
 		}
 	}
 	var held []data.Holding
@@ -871,8 +891,12 @@ func (c *core) rebuild() error {
 	if iv := done.Intervals(); len(iv) > 0 {
 		end = iv[len(iv)-1].Last + 1
 	}
-	if err := c.disp.Rebuild(end, done.Contains, held); err != nil {
+	dropped, err := c.disp.Rebuild(end, done.Contains, held)
+	if err != nil {
 		return fmt.Errorf("rebuilding the data's dispatch from the shards and the learners: %w", err)
+	}
+	for _, h := range dropped {
+		c.log(slog.LevelInfo, "a rejoining learner's chunk went to another", "learner", h.Learner, "chunk", h.Chunk)
 	}
 	c.log(slog.LevelInfo, "the job goes on from what the shards have", "mini_batches_done", c.disp.Stats().Batches,
 		"chunks_held", len(held))

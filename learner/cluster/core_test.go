@@ -762,3 +762,160 @@ func TestCoreServerBackBeforeLearnerRejoins(t *testing.T) {
 	h.expect(l0, tWelcome)
 	h.expect(l1, tWelcome)
 }
+
+// TestCoreRestartedIncarnations: a coordinator restarted without a
+// checkpoint learns from a returning shard server which incarnations of
+// each learner its shards have heard from, and gives a learner's new
+// life a later one (the shards would take the new life's sequence
+// numbers for the old one's otherwise).
+func TestCoreRestartedIncarnations(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	l1 := h.learner(1) // a new life, registered before the server says
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}, Incarnations: []uint32{2, 0}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}, Incarnations: []uint32{1, 0}})
+	l0 := h.learner(0)
+	h.evaluator()
+	if !h.c.started {
+		t.Fatalf("not started; missing %s", h.c.missing())
+	}
+	h.expect(s0, tWelcome)
+	h.expect(s1, tWelcome)
+	for _, c := range []struct {
+		conn connID
+		want uint32
+	}{{l0, 3}, {l1, 1}} {
+		if w := h.expect(c.conn, tWelcome)[0].v.(welcome); w.Incarnation != c.want {
+			t.Errorf("learner on connection %d: incarnation %d, want %d", c.conn, w.Incarnation, c.want)
+		}
+	}
+}
+
+// TestCoreLateLearnerAfterInterrupt: a learner that arrives once the job
+// was interrupted (a learner started again, or back from a lost
+// connection) is told to stop as interrupted, and the job still ends.
+func TestCoreLateLearnerAfterInterrupt(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	j := h.startJob()
+	h.step(event{kind: evInterrupt})
+	for _, l := range j.lrn {
+		h.expect(l, tStop)
+	}
+	for _, rejoin := range []bool{false, true} {
+		late := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: rejoin})
+		if m := h.expect(late, tStop); !m[0].v.(stop).Interrupted || !h.shut[late] || h.rd.done {
+			t.Fatalf("rejoin %v: stop %+v, closed %v, job done %v; want told to stop as interrupted, the job going on", rejoin, m[0].v, h.shut[late], h.rd.done)
+		}
+	}
+}
+
+// TestCoreServerBackDuringInterrupt: a shard server that comes back
+// while the interrupted job waits for its counters is asked for them
+// again.
+func TestCoreServerBackDuringInterrupt(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	j := h.startJob()
+	h.lost(j.srv[1])
+	h.step(event{kind: evInterrupt})
+	h.expect(j.srv[0], tStats)
+	back := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{nil}})
+	h.expect(back, tWelcome, tStats)
+}
+
+// TestCoreRestartedWithoutLearners: a coordinator restarted with
+// mini-batches left to do and no learner to do them (they all left, or
+// died, while it was away) fails the job after ServerTimeout, not never.
+func TestCoreRestartedWithoutLearners(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 1, Servers: [][]int{{0}}, ServerTimeout: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true})
+	h.evaluator()
+	h.expect(s0, tWelcome)
+	h.expect(l0, tWelcome)
+	h.tick(rejoinGrace)
+	h.lost(l0)
+	h.tick(30 * time.Second)
+	if h.rd.done {
+		t.Fatalf("failed before ServerTimeout: %v", h.rd.err)
+	}
+	h.tick(31 * time.Second)
+	if !h.rd.done || !errors.Is(h.rd.err, ErrJobFailed) || !strings.Contains(h.rd.err.Error(), "no learner") {
+		t.Fatalf("done %v, err %v; want ErrJobFailed for want of a learner", h.rd.done, h.rd.err)
+	}
+}
+
+// TestCoreFreshServerOfRestartedJob: a restarted coordinator's job goes
+// on from processes that rejoined it; a shard server started afresh
+// meanwhile (its first hello) is welcomed at the start as returning,
+// counting no learner active, and is told of the learners removed.
+func TestCoreFreshServerOfRestartedJob(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Consumed: [][]ps.Interval{nil}})
+	h.expect(s1) // waits for the start
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true})
+	l1 := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true})
+	h.evaluator()
+	h.expect(s0, tWelcome)
+	if w := h.expect(s1, tWelcome)[0].v.(welcome); !w.Returning {
+		t.Errorf("fresh server's welcome %+v, want returning (the job goes on)", w)
+	}
+	h.expect(l0, tWelcome)
+	h.expect(l1, tWelcome)
+	h.lost(l1)
+	h.expect(s0, tEvict)
+	h.expect(s1, tEvict)
+}
+
+// TestCoreRestartedOverlappingHoldings: learner 1 was removed while it
+// could not be heard and its chunk went to learner 0; the coordinator
+// was restarted before learner 1 knew, and both rejoin holding it. The
+// job goes on: learner 0 keeps it, learner 1 pushes it anyway.
+func TestCoreRestartedOverlappingHoldings(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 2)}}})
+	held := data.Chunk{Epoch: 0, First: 2, Count: 2, Stride: 1} // ids 3, 4
+	l1 := h.hello(Process{Role: RoleLearner, ID: 1}, hello{Rejoin: true, Held: []data.Holding{{Chunk: held}}})
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Held: []data.Holding{{Chunk: held}}})
+	h.evaluator()
+	if h.rd.done {
+		t.Fatalf("the job ended: %v", h.rd.err)
+	}
+	for _, c := range []connID{s0, s1, l0, l1} {
+		h.expect(c, tWelcome)
+	}
+	h.msg(l1, tComplete, &held) // not its own: counts for nothing
+	if st := h.c.disp.Stats(); st.Completed != 1 {
+		t.Errorf("completed %d, want 1 (the chunk of ids 1, 2)", st.Completed)
+	}
+	h.msg(l0, tComplete, &held)
+	if st := h.c.disp.Stats(); st.Completed != 2 || st.Batches != 4 {
+		t.Errorf("completed %d, batches %d; want 2, 4", st.Completed, st.Batches)
+	}
+}
+
+// TestCoreRestartedAfterTheData: a coordinator restarted after the data
+// was done (its shard servers rejoin final, the learners are gone) ends
+// the job at once, counting what each shard lacks as given up (shard 1's
+// server was restarted after the end, without a checkpoint of it) rather
+// than handing it out again.
+func TestCoreRestartedAfterTheData(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, ServerTimeout: time.Minute})
+	final := &ps.ServerStats{Shards: []ps.Stats{{}}}
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 8)}}, Final: final})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 5)}}, Final: final})
+	ev := h.evaluator()
+	h.expect(s0, tWelcome)
+	h.expect(s1, tWelcome)
+	h.expect(ev, tWelcome)
+	h.tick(rejoinGrace)
+	h.expect(s0, tFinish) // no question what it consumed
+	h.expect(s1, tFinish)
+	h.msg(ev, tEpoch, &epochResult{Epoch: 0})
+	if !h.rd.done || h.rd.err != nil {
+		t.Fatalf("done %v, err %v", h.rd.done, h.rd.err)
+	}
+	if res := h.rd.result; !slices.Equal(res.GivenUp, []uint64{0, 3}) || res.Chunks.Batches != 8 {
+		t.Errorf("given up %v, batches %d; want [0 3], 8", res.GivenUp, res.Chunks.Batches)
+	}
+}

@@ -91,6 +91,44 @@ func TestJoinRetriesClosedHandshake(t *testing.T) {
 	}
 }
 
+// TestJoinRetriesLostWelcome: a join whose connection the coordinator
+// closes after the hello, before the welcome (it died, or was restarted,
+// meanwhile), dials again and joins.
+func TestJoinRetriesLostWelcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := newFlaky(t, 0, nil)
+	ln, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a coordinator that drops the first hello, welcomes the second
+		for i := 0; ; i++ {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			cc := &ctrl{conn: c}
+			if t, _, err := cc.recv(ctx); err == nil && t == tHello && i > 0 {
+				cc.send(ctx, tWelcome, welcome{})
+				defer c.Close()
+				continue
+			}
+			c.Close()
+		}
+	}()
+	m := Member{Network: n, Coordinator: ln.Addr(), PSTimeout: time.Minute, Process: Process{Role: RoleLearner}}
+	cc, _, err := m.join(ctx, hello{})
+	if err != nil {
+		t.Fatalf("join after a lost welcome: %v", err)
+	}
+	cc.conn.Close()
+	if d := n.count(); d != 2 {
+		t.Errorf("%d dials, want 2", d)
+	}
+}
+
 // TestDialRetry: which dial failures are tried again, and for how long.
 func TestDialRetry(t *testing.T) {
 	errOther := fmt.Errorf("%w: the server's proof does not match (another secret)", rdma.ErrAuth)

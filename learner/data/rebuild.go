@@ -23,35 +23,45 @@ type Holding struct {
 // that are neither done nor held wait to be handed out again (as chunks
 // of consecutive positions). The counters keep their handed-out and
 // reassigned counts; Batches becomes the mini-batches done. A holding's
-// first mini-batches that are done count as delivered. Holdings that
-// overlap, or hold mini-batches outside the plan, are an error naming
-// the first, and change nothing.
-func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []Holding) error {
+// first mini-batches that are done count as delivered. A holding that
+// overlaps an earlier one in held (a learner removed while it could not
+// be heard, whose chunks went to another, and the coordinator restarted
+// before the learner knew) is left out and returned: its learner pushes
+// it anyway and the shards drop what they already have, as after a
+// Claim that failed. Holdings that hold mini-batches outside the plan
+// are an error naming the first, and change nothing.
+func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []Holding) (dropped []Holding, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	held = slices.Clone(held)
+	var kept []Holding
 	holds := map[uint64]bool{} // held mini-batches not yet delivered
-	for i, h := range held {
+	for _, h := range held {
 		c := h.Chunk
 		if c.Count < 1 || c.Stride != d.plan.Group || c.First < 0 || c.Epoch < 0 || h.Delivered < 0 || h.Delivered > c.Count ||
 			c.Batch(c.Count-1) >= d.per || d.id(c, c.Count-1) > uint64(d.total) {
-			return fmt.Errorf("%w: learner %d holds chunk %+v (%d delivered), outside the job's plan", ErrChunk, h.Learner, c, h.Delivered)
+			return nil, fmt.Errorf("%w: learner %d holds chunk %+v (%d delivered), outside the job's plan", ErrChunk, h.Learner, c, h.Delivered)
 		}
 		// What every shard has is delivered, whatever the learner said
 		// before it knew.
 		for h.Delivered < c.Count && done(d.id(c, h.Delivered)) {
 			h.Delivered++
 		}
-		held[i].Delivered = h.Delivered
+		overlaps := false
+		for i := h.Delivered; i < c.Count; i++ {
+			overlaps = overlaps || holds[d.id(c, i)]
+		}
+		if overlaps {
+			dropped = append(dropped, h)
+			continue
+		}
+		kept = append(kept, h)
 		for i := h.Delivered; i < c.Count; i++ {
 			id := d.id(c, i)
-			if holds[id] {
-				return fmt.Errorf("%w: learner %d holds chunk %+v, whose mini-batch %d another holding has", ErrChunk, h.Learner, c, id)
-			}
 			holds[id] = true
 			horizon = max(horizon, id+1)
 		}
 	}
+	held = kept
 	d.held = map[Chunk]holder{}
 	for _, h := range held {
 		if h.Delivered < h.Chunk.Count {
@@ -82,7 +92,7 @@ func (d *Dispatcher) Rebuild(horizon uint64, done func(id uint64) bool, held []H
 	d.next = next
 	d.sortPending()
 	d.notify()
-	return nil
+	return dropped, nil
 }
 
 // Redo hands out again the mini-batches the dispatcher counts as

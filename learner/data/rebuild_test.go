@@ -108,7 +108,7 @@ func TestDispatcherRebuild(t *testing.T) {
 				for i := range delivered {
 					done[ref.id(h, i)] = true
 				}
-				if err := d.Rebuild(horizon, func(id uint64) bool { return done[id] }, []Holding{{Learner: 1, Chunk: h, Delivered: delivered}}); err != nil {
+				if _, err := d.Rebuild(horizon, func(id uint64) bool { return done[id] }, []Holding{{Learner: 1, Chunk: h, Delivered: delivered}}); err != nil {
 					t.Fatal(err)
 				}
 				got := handOut(t, d)
@@ -150,12 +150,40 @@ func TestDispatcherRebuildErrors(t *testing.T) {
 		{{Chunk: Chunk{Epoch: 0, First: 18, Count: 5, Stride: 1}}}, // beyond the epoch
 		{{Chunk: Chunk{Epoch: 1, First: 0, Count: 1, Stride: 1}}},  // beyond the job
 		{{Chunk: Chunk{Epoch: 0, First: 0, Count: 5, Stride: 2}}},  // another stride
-		{{Chunk: c}, {Learner: 1, Chunk: c.rest(2)}},               // overlapping
 		{{Chunk: c, Delivered: 6}},                                 // more delivered than held
 	} {
-		if err := d.Rebuild(0, func(uint64) bool { return false }, held); !errors.Is(err, ErrChunk) {
+		if _, err := d.Rebuild(0, func(uint64) bool { return false }, held); !errors.Is(err, ErrChunk) {
 			t.Errorf("%+v: %v, want ErrChunk", held, err)
 		}
+	}
+}
+
+// TestDispatcherRebuildOverlap: of two holdings with a mini-batch in
+// common, the later is left out (returned); its mini-batches the earlier
+// does not hold wait to be handed out, and the job is done once the
+// earlier holding is complete.
+func TestDispatcherRebuildOverlap(t *testing.T) {
+	p := Plan{Images: 40, Batch: 2, Chunk: 5, Epochs: 1}
+	d, _ := NewDispatcher(p)
+	c := Chunk{Epoch: 0, First: 0, Count: 5, Stride: 1}
+	later := Holding{Learner: 1, Chunk: Chunk{Epoch: 0, First: 3, Count: 5, Stride: 1}}
+	dropped, err := d.Rebuild(0, func(uint64) bool { return false }, []Holding{{Chunk: c}, later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 1 || dropped[0] != later {
+		t.Fatalf("dropped %+v, want %+v", dropped, later)
+	}
+	got := handOut(t, d)
+	if err := d.Complete(0, c); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Count {
+		got = append(got, d.id(c, i))
+	}
+	slices.Sort(got)
+	if want := d.total; len(got) != want || !d.Done() {
+		t.Fatalf("handed out %v with learner 0's, done %v; want the %d mini-batches, done", got, d.Done(), want)
 	}
 }
 
