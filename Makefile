@@ -27,11 +27,14 @@
 #   make deps-test    the same for what make test checks ONNX exports with (python3-onnx,
 #                     python3-torch)
 #   make check-memory C tests under AddressSanitizer and UndefinedBehaviorSanitizer
-#   make chaos-sim    SEEDS (default 1000) seeded jobs of the chaos simulator: the
-#                     coordinator's core and real shards in virtual time, a learner, a
-#                     shard server or the head killed and restarted at a random message,
-#                     connections dropped; prints "chaos: N seeds, F failed, H hung"
-#                     (make test runs 200)
+#   make chaos-sim    SEEDS (default 10000) seeded jobs of the chaos simulator: every
+#                     role's core (coordinator, shard server, learner, evaluator, the
+#                     ps client and shards) in virtual time over a simulated network and
+#                     disk; kills and restarts at any message, pauses, resets, slow and
+#                     lossy links, a full disk; its last line is "chaos: N seeds, F failed,
+#                     H hung, K known, R seeds/s" (make test runs 300, and make chaos-defects)
+#   make chaos-defects  the chaos simulator with four fixed defects put back, one at a
+#                     time (build tag simdefects): each must be found within 300 seeds
 #   make chaos        make chaos-sim, then the failure tests' job under softsync launch
 #                     CHAOS_RUNS times (default 20) per role killed at a random moment
 #                     (a learner, a shard server, the head; CHAOS_ROLES=learner,ps,eval
@@ -94,7 +97,7 @@ TAGS = $(strip $(shell pkg-config --exists libibverbs 2>/dev/null && echo verbs)
 CSRC := $(shell ls csrc/*.c csrc/*.h | LC_ALL=C sort)
 CSRC_VERBS := $(shell ls csrc/verbs/*.c csrc/verbs/*.h | LC_ALL=C sort)
 
-.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick repro-rules repro-rules-quick deps deps-bench deps-test deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim csrc-hash clean
+.PHONY: build run train-mnist train-mnist-dist test bench profile repro repro-quick repro-rules repro-rules-quick deps deps-bench deps-test deps-fashion-mnist check-memory test-c fuzz chaos chaos-sim chaos-defects csrc-hash clean
 
 build: csrc-hash
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/softsync ./tools/softsync
@@ -124,6 +127,7 @@ test: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
 test: deps deps-test csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
+	$(MAKE) chaos-defects
 	# the learning tests skip under the race detector: run them on the native engine too
 	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
 	# jobs of several processes (launchers, namespaces, failures), natively
@@ -178,13 +182,18 @@ profile: deps build
 # (go.dev/issue/75804), reported and passed over. The exhaustive half-
 # precision test, too long for make test (which runs TestHalfKernels, its
 # sample of every rounding case), runs last when FUZZ matches its name.
-SEEDS ?= 1000
+SEEDS ?= 10000
 chaos-sim:
 	@mkdir -p build
 	@status=0; $(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) > build/chaos-sim.log 2>&1 || status=$$?; \
 	grep -v '^=== RUN\|^--- PASS\|^PASS$$\|^ok \|^chaos: ' build/chaos-sim.log || true; \
 	grep '^chaos: ' build/chaos-sim.log || { tail -20 build/chaos-sim.log; status=1; }; \
 	exit $$status
+
+chaos-defects:
+	@mkdir -p build
+	@status=0; $(GO) test -count=1 -tags 'simdefects $(TAGS)' -run '^TestChaosSimFindsDefects$$' -v ./learner/cluster/ > build/chaos-defects.log 2>&1 || status=$$?; \
+	grep -v '^=== RUN' build/chaos-defects.log; exit $$status
 
 chaos: export SOFTSYNC_REQUIRE_LAUNCHERS = 1
 chaos: deps csrc-hash chaos-sim

@@ -69,10 +69,24 @@ func TestChaosSimFindsDefects(t *testing.T) {
 						t.Errorf("seed %d finds it: %v\n%s", o.seed, o.err, o.describe)
 						return
 					}
-					if o.err != nil {
-						t.Logf("seed %d finds it (guarding %q): %v\n%s\nreplay: %s", o.seed, d.fix, o.err, o.describe, defectCommand(o.seed))
-						return
+					if o.err == nil {
+						continue
 					}
+					// The seed must pass with the fix: else it found
+					// something else.
+					if d.global != nil {
+						d.global(false)
+					}
+					again := runSims([]uint64{o.seed}, false, nil)[0]
+					if d.global != nil {
+						d.global(true)
+					}
+					if again.err != nil {
+						t.Logf("seed %d fails with the fix too (%v): not this defect's", o.seed, again.err)
+						continue
+					}
+					t.Logf("seed %d finds it (guarding %q): %v\n%s\nreplay: %s", o.seed, d.fix, o.err, o.describe, defectCommand(o.seed))
+					return
 				}
 				if *chaosSeed != 0 {
 					return

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/softsync/softsync/ps"
 )
 
 // The faults of a seeded run: processes killed at a message, at a time
@@ -114,7 +116,14 @@ func drawFaults(j *simJob) simFaults {
 		}
 		j.resumeShards = min(j.resumeShards, j.total)
 	}
-	if j.ckpts && rng.IntN(8) == 0 {
+	// A shard server's SIGTERM checkpoints its shards where they are: a
+	// hardsync round in progress with several learners is where a
+	// restored shard's rounds go wrong, and is drawn more often.
+	termOdds := 8
+	if j.cfg.Protocol == ps.Hardsync && j.cfg.Learners > 1 {
+		termOdds = 2
+	}
+	if j.ckpts && rng.IntN(termOdds) == 0 {
 		var servers []int
 		for i, r := range j.topo.Processes {
 			if len(r.Servers) > 0 && !r.Coordinator {

@@ -381,6 +381,6 @@ func (l *simLog) Handle(_ context.Context, r slog.Record) error {
 		line += " " + a.String()
 		return true
 	})
-	l.p.w.logf(l.p, "%s", line)
+	l.p.w.aside(l.p, line)
 	return nil
 }

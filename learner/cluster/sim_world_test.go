@@ -105,13 +105,18 @@ func (w *simWorld) after(d time.Duration, f func()) { w.at(w.now+d, nil, f) }
 // errSimHung: the run did not end before its virtual deadline.
 var errSimHung = errors.New("the job did not end before the virtual deadline")
 
+// simEventBudget bounds the events of one run: a run that spins without
+// reaching its deadline (messages that answer each other at once, for
+// ever) hangs too.
+const simEventBudget = 20_000_000
+
 // run runs events until done reports true or the queue is empty; it
-// fails with errSimHung at the deadline.
+// fails with errSimHung at the deadline, or after simEventBudget events.
 func (w *simWorld) run(done func() bool) error {
-	for w.q.Len() > 0 && !done() {
+	for n := 0; w.q.Len() > 0 && !done(); n++ {
 		ev := heap.Pop(&w.q).(*simEvent)
-		if ev.at > w.deadline {
-			w.now = w.deadline
+		if ev.at > w.deadline || n > simEventBudget {
+			w.now = max(w.now, min(ev.at, w.deadline))
 			return errSimHung
 		}
 		w.now = ev.at
@@ -187,9 +192,15 @@ func (w *simWorld) note(p *simProc, kind string, vals []uint64, b []byte, text f
 
 // logf adds a line to the trace.
 func (w *simWorld) logf(p *simProc, format string, args ...any) {
-	w.note(p, "log", nil, nil, func() string { return fmt.Sprintf(format, args...) })
-	if !w.trace.verbose {
-		w.trace.h.Write([]byte(format)) // the line's kind, at least
+	w.note(p, "log", nil, []byte(format), func() string { return fmt.Sprintf(format, args...) }) // the line's kind is hashed, at least
+}
+
+// aside adds a line to a verbose trace only, and nothing to its hash:
+// what only a traced run does (the coordinator's log, which a run not
+// traced does not make) must not change the hash.
+func (w *simWorld) aside(p *simProc, line string) {
+	if w.trace.verbose {
+		w.trace.lines = append(w.trace.lines, fmt.Sprintf("%12v %-16s log %s", w.now, p.name, line))
 	}
 }
 
