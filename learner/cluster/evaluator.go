@@ -167,7 +167,7 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 		if net != nil {
 			te, te5, err := learner.Evaluate(net, weights, cfg.Test, norm)
 			if err != nil {
-				return fmt.Errorf("%s: test error of epoch %d: %w", cfg.Process, epoch, err)
+				return nil, fmt.Errorf("%s: test error of epoch %d: %w", cfg.Process, epoch, err)
 			}
 			r.TestError, r.TestErrorTop5 = &te, &te5
 			r.Skipped = cfg.Test.Skips(skipped)

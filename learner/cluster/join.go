@@ -64,9 +64,9 @@ func (m *Member) dial(ctx context.Context, addr func() string, failed func(error
 		if err == nil {
 			return conn, nil
 		}
-		wait, err := r.failed(err, time.Now())
-		if err != nil {
-			return nil, err
+		wait, final := r.failed(err, time.Now())
+		if final != nil {
+			return nil, final
 		}
 		if failed != nil {
 			failed(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // The head of a job in the chaos simulator: the coordinator (its real
@@ -307,7 +308,7 @@ func (e *simEval) evalEnd(err error) {
 		if e.ended {
 			return
 		}
-		sendCtrl(e.ctrl, tFail, failure{Err: err.Error()})
+		sendCtrl(e.ctrl, tFail, failure{errcode.Encode(err)})
 		e.end(err)
 	})
 }

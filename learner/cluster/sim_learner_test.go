@@ -10,6 +10,7 @@ import (
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // simLearner is a learner role in the chaos simulator: RunLearner's
@@ -360,7 +361,7 @@ func (l *simLearner) trainEnd(err error) {
 			return
 		}
 		if l.ctrl != nil {
-			sendCtrl(l.ctrl, tFail, failure{Err: err.Error()})
+			sendCtrl(l.ctrl, tFail, failure{errcode.Encode(err)})
 		}
 		l.end(err)
 	})

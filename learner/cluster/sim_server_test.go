@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // simServer is a shard-server role in the chaos simulator: RunServer's
@@ -62,7 +63,7 @@ func (s *simServer) serve(jd joined, h hello) {
 	core, err := ps.NewServerCore[*simEnd](pcfg, j.newLife)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", s.cfg.Process, err)
-		sendCtrl(jd.e, tFail, failure{Err: err.Error()})
+		sendCtrl(jd.e, tFail, failure{errcode.Encode(err)})
 		s.end(err)
 		return
 	}
@@ -121,7 +122,7 @@ func (s *simServer) carry(rd *serverReady) {
 			rep := ckptReport{Version: v}
 			sums, err := writeShards(s.cfg.Checkpoints, s.host, s.cfg.PS.Shards, v)
 			if err != nil {
-				rep.Err = err.Error()
+				rep.Wire = errcode.Encode(err)
 			} else {
 				rep.Files = sums
 				s.j.checkpointed(s, v)
