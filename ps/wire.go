@@ -190,6 +190,28 @@ func sendMsg(alloc func(int) *rdma.Msg, codec rdma.Codec, ranges []Range, s *Sen
 	return rm
 }
 
+// Wire returns the rdma message of s as a Client sends it (see sendMsg):
+// for runtimes of the client core other than Client, such as a
+// simulator's.
+func (s *Send) Wire(alloc func(int) *rdma.Msg, codec rdma.Codec, ranges []Range) *rdma.Msg {
+	return sendMsg(alloc, codec, ranges, s)
+}
+
+// MsgOf returns the core message of a learner's or an evaluator's rdma
+// message as a Server reads it (its gradient aliases rm's payload), or
+// the error a Server rejects a malformed push with.
+func MsgOf(rm *rdma.Msg) (Msg, error) {
+	if err := checkPushData(rm); err != nil {
+		return Msg{}, err
+	}
+	return coreMsg(rm), nil
+}
+
+// ReplyOf returns the core reply of a server's rdma message as a Client
+// reads it (weights, an acknowledgement, or a rejection whose reason
+// errors.Is finds); false for another type.
+func ReplyOf(rm *rdma.Msg) (Reply, bool) { return coreReply(rm) }
+
 // scatter writes the elements of a TopK selection sel into dst, zero
 // elsewhere.
 func scatter(dst []float32, sel []byte) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma"
 )
 
 // simClient runs a learner's or the evaluator's client core
@@ -21,8 +22,10 @@ type simClient struct {
 	mem       *simMember
 	core      *ps.ClientCore
 	job       uint32
-	links     []*simEnd // per link, its connection (nil: down)
-	broken    []error   // per link, the loss of its connection, not noticed yet
+	codec     rdma.Codec // of the pushes
+	ranges    []ps.Range // of the shards
+	links     []*simEnd  // per link, its connection (nil: down)
+	broken    []error    // per link, the loss of its connection, not noticed yet
 	ctrl      func() *simEnd
 	done      func(ps.Call, error)
 	delivered func(uint64)
@@ -71,7 +74,13 @@ func (s *simMember) connect(addrs []string, cfg ps.ClientCoreConfig, then func(*
 		then(nil, err)
 		return
 	}
-	c := &simClient{p: s.p, mem: s, core: core, links: make([]*simEnd, len(linkAddrs)), broken: make([]error, len(linkAddrs))}
+	ranges, err := ps.Ranges(cfg.Total, len(addrs))
+	if err != nil {
+		then(nil, err)
+		return
+	}
+	c := &simClient{p: s.p, mem: s, core: core, codec: cfg.Codec, ranges: ranges,
+		links: make([]*simEnd, len(linkAddrs)), broken: make([]error, len(linkAddrs))}
 	var away []int
 	var next func(i int)
 	next = func(i int) {
@@ -168,8 +177,14 @@ func (c *simClient) carry(rd ps.ClientReady) {
 		if e == nil || s.Gen != c.core.Gen(s.Link) {
 			continue
 		}
-		m := s.Msg
-		m.Job, m.Grad = c.job, slices.Clone(m.Grad)
+		// Through the wire form, as Client sends it and Server reads it.
+		rm := s.Wire(rdma.NewMsg, c.codec, c.ranges)
+		rm.Job = c.job
+		m, err := ps.MsgOf(rm)
+		if err != nil {
+			panic(fmt.Sprintf("a client core's message %+v has no wire form: %v", s.Msg, err))
+		}
+		m.Grad = slices.Clone(m.Grad)
 		if c.broken[s.Link] != nil || !e.send(m) {
 			if !slices.Contains(noticed, s.Link) {
 				noticed = append(noticed, s.Link) // the send fails: its loss is noticed

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -158,6 +159,13 @@ func newSimJob(w *simWorld) *simJob {
 		} else {
 			c.CheckpointEvery = 2 + rng.IntN(8)
 		}
+	}
+	// The learner's options, from a stream of their own (the draws above
+	// stay what they were before these existed).
+	opt := rand.New(rand.NewPCG(w.seed, 0x6f7074))
+	c.Overlap, c.EarlyPush = opt.IntN(4) == 0, opt.IntN(4) == 0
+	if opt.IntN(6) == 0 {
+		c.Codec = rdma.Codec{ID: rdma.CodecTopK, Fraction: 0.5}
 	}
 	if err := c.ValidateSettings(); err != nil {
 		panic(fmt.Sprintf("seed %d: %v", w.seed, err))

@@ -32,6 +32,15 @@ type simLearner struct {
 	cl   *simClient
 	plan data.Plan
 	w, g []float32
+	// w2 takes an asynchronous pull (Config.Overlap), while the step
+	// computes on w; async: one is in flight, asyncOver: it has ended,
+	// with asyncErr; onAsync runs at its end; fresh: the next step pulls
+	// synchronously first (learner.Learner.Run).
+	w2               []float32
+	async, asyncOver bool
+	asyncErr         error
+	onAsync          func()
+	fresh            bool
 
 	member, trainDone, ended, cancelled bool
 	failed                              error // the training's failure
@@ -120,7 +129,8 @@ func (l *simLearner) take(e *simEnd) {
 // learner loop (worker.train).
 func (l *simLearner) train(w welcome) {
 	j := l.j
-	cfg := ps.ClientCoreConfig{Learner: uint32(l.id), Incarnation: w.Incarnation, Protocol: j.cfg.Protocol, Total: j.total, Shards: j.cfg.Shards}
+	cfg := ps.ClientCoreConfig{Learner: uint32(l.id), Incarnation: w.Incarnation, Protocol: j.cfg.Protocol, Total: j.total, Shards: j.cfg.Shards,
+		Codec: j.cfg.Codec}
 	l.mem.connect(w.Addrs, cfg, func(cl *simClient, err error) {
 		if err != nil {
 			l.trainEnd(err)
@@ -132,7 +142,15 @@ func (l *simLearner) train(w welcome) {
 		}
 		l.cl = cl
 		cl.job, cl.ctrl = j.cfg.Job, func() *simEnd { return l.ctrl }
-		cl.done = func(_ ps.Call, err error) {
+		cl.done = func(call ps.Call, err error) {
+			if call == ps.CallPull && l.async && !l.asyncOver {
+				l.asyncOver, l.asyncErr = true, err
+				if f := l.onAsync; f != nil {
+					l.onAsync = nil
+					f()
+				}
+				return
+			}
 			if t := l.then; t != nil {
 				l.then = nil
 				t(err)
@@ -140,7 +158,7 @@ func (l *simLearner) train(w welcome) {
 		}
 		cl.delivered = l.delivered
 		cl.restore = j.restore
-		l.w, l.g = make([]float32, j.total), make([]float32, j.total)
+		l.w, l.g, l.w2, l.fresh = make([]float32, j.total), make([]float32, j.total), make([]float32, j.total), true
 		l.do(cl.core.Join, func(err error) {
 			if err != nil {
 				l.trainEnd(err)
@@ -228,7 +246,7 @@ func (l *simLearner) next() {
 				l.trainEnd(fmt.Errorf("learner %d: leave while idle: %w", l.id, err))
 				return
 			}
-			l.member = false
+			l.member, l.fresh = false, true
 			l.next()
 		})
 	case !l.member:
@@ -245,32 +263,91 @@ func (l *simLearner) next() {
 	}
 }
 
-// step pulls, computes and pushes one mini-batch.
+// step pulls, computes and pushes one mini-batch (learner.Learner.step):
+// with Overlap, the pull of the next step's weights runs while it
+// computes (a synchronous pull first when fresh); with EarlyPush, the
+// gradient's upper half goes while the lower is computed.
 func (l *simLearner) step(it simItem) {
 	if it.pos >= it.chunk.Count-2 && !l.asking && it.chunk.Count > 2 {
 		l.fetch(false) // the loader has filled the chunk's last mini-batch
+	}
+	overlap := l.j.cfg.Overlap
+	compute := func() {
+		l.fresh = false
+		if overlap {
+			l.async, l.asyncOver, l.asyncErr = true, false, nil
+			l.cl.carry(l.cl.core.Pull(l.w2, true))
+		}
+		id := l.plan.ID(it.chunk.Epoch, it.chunk.Batch(it.pos))
+		t := l.j.stepTime()
+		l.p.after(t/2, func() {
+			if l.cancelled || l.ended {
+				return
+			}
+			loss := simGradient(l.g, l.w, id)
+			rest := func() {
+				l.p.after(t-t/2, func() {
+					if l.cancelled || l.ended {
+						return
+					}
+					l.do(func() ps.ClientReady { return l.cl.core.Push(l.g, id, 0) }, func(err error) {
+						if err != nil {
+							l.trainEnd(l.psError(err))
+							return
+						}
+						l.waitPull(func() {
+							l.core.stepped(it.chunk.Epoch, loss)
+							l.steps++
+							l.next()
+						})
+					})
+				})
+			}
+			if !l.j.cfg.EarlyPush {
+				rest()
+				return
+			}
+			l.do(func() ps.ClientReady { return l.cl.core.Push(l.g, id, l.j.total/2) }, func(err error) {
+				if err != nil {
+					l.trainEnd(l.psError(err))
+					return
+				}
+				rest()
+			})
+		})
+	}
+	if overlap && !l.fresh {
+		compute()
+		return
 	}
 	l.do(func() ps.ClientReady { return l.cl.core.Pull(l.w, false) }, func(err error) {
 		if err != nil {
 			l.trainEnd(l.psError(err))
 			return
 		}
-		l.p.after(l.j.stepTime(), func() {
-			if l.cancelled || l.ended {
-				return
-			}
-			id := l.plan.ID(it.chunk.Epoch, it.chunk.Batch(it.pos))
-			loss := simGradient(l.g, l.w, id)
-			l.do(func() ps.ClientReady { return l.cl.core.Push(l.g, id, 0) }, func(err error) {
-				if err != nil {
-					l.trainEnd(l.psError(err))
-					return
-				}
-				l.core.stepped(it.chunk.Epoch, loss)
-				l.steps++
-				l.next()
-			})
-		})
+		compute()
+	})
+}
+
+// waitPull ends the step's asynchronous pull, if any (Client.WaitPull:
+// once it has ended), and swaps its weights in; then runs next.
+func (l *simLearner) waitPull(next func()) {
+	if !l.async {
+		next()
+		return
+	}
+	if !l.asyncOver {
+		l.onAsync = func() { l.waitPull(next) }
+		return
+	}
+	l.async = false
+	l.do(l.cl.core.WaitPull, func(err error) {
+		if err != nil {
+			l.trainEnd(l.psError(err))
+			return
+		}
+		l.w, l.w2 = l.w2, l.w
+		next()
 	})
 }
 

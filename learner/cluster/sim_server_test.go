@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/ps"
+	"github.com/softsync/softsync/rdma"
 	"github.com/softsync/softsync/rdma/errcode"
 )
 
@@ -223,7 +224,8 @@ func (h *simHost) recv(e *simEnd, m ps.Msg) {
 		case ps.RefusedID:
 			h.refused++
 		}
-		e.send(simReply{shard: m.Shard, r: ps.Reply{To: m.Learner, Seq: m.Seq, Err: err}})
+		d := ps.ShardSend[*simEnd]{To: e, Kind: ps.SendError, Learner: m.Learner, Seq: m.Seq, Err: err}
+		e.send(simReply{shard: m.Shard, r: wireReply(&d, m.Shard, nil)})
 		return
 	}
 	if m.Type == ps.MsgSnapshot {
@@ -242,9 +244,7 @@ func (h *simHost) carry(sh *ps.ServerShard[*simEnd], rd *ps.ShardReady[*simEnd])
 	k := sh.Core().Index()
 	for i := range rd.Sends {
 		d := &rd.Sends[i]
-		r := d.Reply(sh.Core().Weights())
-		r.Weights = slices.Clone(r.Weights)
-		d.To.send(simReply{shard: k, r: r})
+		d.To.send(simReply{shard: k, r: wireReply(d, k, sh.Core().Weights())})
 	}
 	for _, u := range rd.Updates {
 		h.refusals(k, u)
@@ -255,6 +255,18 @@ func (h *simHost) carry(sh *ps.ServerShard[*simEnd], rd *ps.ShardReady[*simEnd])
 			h.s.p.after(0, func() { h.s.carry(h.s.core.finalNow()) })
 		}
 	}
+}
+
+// wireReply is shard's message d, whose current weights are w, as a
+// learner's client reads it from the wire, copied as a transport copies
+// it.
+func wireReply(d *ps.ShardSend[*simEnd], shard int, w []float32) ps.Reply {
+	r, ok := ps.ReplyOf(d.Msg(shard, w, rdma.Codec{}))
+	if !ok {
+		panic(fmt.Sprintf("a shard's message %+v has no reply form", d))
+	}
+	r.Weights = slices.Clone(r.Weights)
+	return r
 }
 
 // lost takes the loss of a learner's connection: the learners bound to
