@@ -255,6 +255,23 @@ func TestClientCore(t *testing.T) {
 			{ev: evPush(0, 0), want: []string{"0/0 push s1 #5 c0 b0 l1", "0/0 push s0 #6 c0 b0 l1", "done push"}},
 			{ev: evPull(false), want: []string{"0/0 pull s0 #7 c1", "0/0 pull s1 #8 c1"}},
 		}},
+		{name: "hardsync: a prefetch asked again of the same life on a replaced connection", cfg: hardsync(oneLink), steps: []coreStep{
+			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
+			{ev: evWeights(0, 0, 0, 1, 4, 1)},
+			{ev: evWeights(0, 0, 1, 2, 4, 2), want: []string{"done pull"}},
+			{ev: evPull(true), want: []string{"0/0 pull s0 #3 c5", "0/0 pull s1 #4 c5"}},
+			{ev: evDown(0, 0), want: []string{"dial 0"}},
+			// The stamps came on the old connection: no minimum clock.
+			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0", "0/1 pull s0 #7 c0", "0/1 pull s1 #8 c0"}},
+			// Shard 0's life answers with the round computed on: asked
+			// again, for the next; shard 1's new life is taken as it is.
+			{ev: evWeights(0, 1, 0, 7, 4, 1), want: []string{"0/1 pull s0 #9 c5"}},
+			{ev: evWeights(0, 1, 1, 8, 3, 7)},
+			{ev: evPush(5, 0), want: []string{"0/1 push s1 #10 c4 b5 l2", "0/1 push s0 #11 c4 b5 l1", "done push"}},
+			{ev: evWeights(0, 1, 0, 9, 5, 1), want: []string{"done pull"}},
+			{ev: evWait(), want: []string{"done wait for the pull"}},
+			{ev: evPull(true), want: []string{"0/1 pull s0 #12 c6", "0/1 pull s1 #13 c4"}},
+		}},
 		{name: "hardsync: a push refused ends the pull after it at once", cfg: hardsync(oneLink), steps: []coreStep{
 			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
 			{ev: evWeights(0, 0, 0, 1, 0, 1)},

@@ -47,6 +47,8 @@ func (c *ClientCore) Recv(link, gen, shard int, r Reply) ClientReady {
 		return c.ready
 	case !mine, r.Ack != (a.kind == CallJoin || a.kind == CallLeave):
 		return c.ready // a reply to an older request
+	case c.early(shard, gen, r):
+		return c.ready
 	}
 	if err := c.take(shard, gen, r); err != nil {
 		c.end(err)
@@ -58,6 +60,28 @@ func (c *ClientCore) Recv(link, gen, shard int, r Reply) ClientReady {
 		c.end(nil)
 	}
 	return c.ready
+}
+
+// early reports whether r, shard k's weights answering an asynchronous
+// pull under hardsync (asked before the push of the round it awaits),
+// are of the round the learner computes on, from the life its stamps
+// come from: the pull was asked on a connection that replaced the one
+// the stamps came on, with no minimum clock (the server might have been
+// restarted), and the same life answered before the learner pushed. The
+// stamps hold on the new connection, and the pull asks again, for the
+// next round: weights of the round computed on would make the learner
+// push a second gradient for it, which the shard refuses. (A pull after
+// the push needs no such care: the shard holds it until the round the
+// push completes is applied.)
+func (c *ClientCore) early(k, gen int, r Reply) bool {
+	a := &c.call
+	if a.kind != CallPull || !a.async || c.cfg.Protocol != Hardsync || c.gens[k] == gen || r.Life != c.lives[k] || r.Clock > c.stamps[k] {
+		return false
+	}
+	c.acked(k, r.Seq)
+	c.gens[k] = gen
+	c.ask(k) // a failure ends the call
+	return true
 }
 
 // take records r, shard k's answer to the call in progress, received on
