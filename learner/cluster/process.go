@@ -111,7 +111,6 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		return nil, err
 	}
 	j := &Job{roles: r, stop: make(chan struct{}), parent: ctx}
-	settings := cfg.Settings()
 	coordAddr := p.Coordinator
 	if r.Coordinator {
 		plan := cfg.Plan(cfg.Train.Info().Len)
@@ -122,11 +121,9 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if j.norm, err = cfg.normalizer(); err != nil {
 			return nil, err
 		}
-		coord, err := NewCoordinator(CoordinatorConfig{Settings: settings, Plan: plan, Learners: cfg.Learners,
-			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
-			Rendezvous: cfg.Rendezvous, WaitWarn: cfg.WaitWarn, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
-			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
-			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult), norm: packNorm(j.norm, cfg.Spec.Input)})
+		ccfg := cfg.coordinatorConfig(p.Topology, plan, j.norm)
+		ccfg.OnResult = j.onResult(cfg.OnResult)
+		coord, err := NewCoordinator(ccfg)
 		if err != nil {
 			return nil, err
 		}
@@ -146,13 +143,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if p.wrap != nil {
 			n = p.wrap(role, n)
 		}
-		rendezvous := cfg.Rendezvous
-		if j.coord != nil { // the coordinator in this process bounds the rendezvous, naming who is missing
-			rendezvous = 0
-		}
-		return Member{Network: n, Job: cfg.Job, Coordinator: coordAddr, Settings: settings, Rendezvous: rendezvous, WaitWarn: cfg.WaitWarn,
-			PSTimeout: cfg.PSTimeout, Locate: p.Locate, Logger: cfg.Logger,
-			Process: Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()}}
+		return cfg.member(n, coordAddr, j.coord != nil, p.Locate, Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()})
 	}
 	ctx, j.cancel = context.WithCancel(ctx)
 	if j.coord != nil {
@@ -171,11 +162,9 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if j.coord == nil { // else the coordinator's interruption stops them
 			stop = j.stop
 		}
-		j.wg.Go(func() {
-			j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, k), PS: cfg.PSConfig(layout, 0),
-				Shards: p.Topology.Servers[k], Init: init, Codec: cfg.WeightsCodec(), Listener: p.Listeners.Servers[i],
-				Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, Stop: stop, OnServe: cfg.OnServe}))
-		})
+		scfg := cfg.serverConfig(member(RoleServer, k), p.Topology, k, layout, init)
+		scfg.Listener, scfg.Stop = p.Listeners.Servers[i], stop
+		j.wg.Go(func() { j.fail(RunServer(ctx, scfg)) })
 	}
 	if r.Evaluator {
 		j.wg.Go(func() {
@@ -200,6 +189,37 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		})
 	}
 	return j, nil
+}
+
+// coordinatorConfig is the coordinator's configuration in a job of
+// topology topo, with the data plan and the input normalisation norm;
+// OnResult is the caller's to set.
+func (c *Config) coordinatorConfig(topo Topology, plan data.Plan, norm data.Normalizer) CoordinatorConfig {
+	return CoordinatorConfig{Settings: c.Settings(), Plan: plan, Learners: c.Learners, Servers: topo.Servers, Evaluator: true,
+		Expect: topo.expect(), Heartbeat: c.Heartbeat, Rendezvous: c.Rendezvous, WaitWarn: c.WaitWarn, ServerTimeout: c.PSTimeout,
+		Checkpoints: c.Checkpoints, CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.CheckpointInterval, Resume: c.Resume,
+		Logger: c.Logger, OnEpoch: c.OnEpoch, norm: packNorm(norm, c.Spec.Input)}
+}
+
+// member is the Member of a role (pr) over network n, joining the
+// coordinator at coordinator: a coordinator in the same process
+// (coordHere) bounds the rendezvous itself, naming who is missing; else
+// the role's join is bounded by Rendezvous.
+func (c *Config) member(n rdma.Network, coordinator string, coordHere bool, locate func() string, pr Process) Member {
+	rendezvous := c.Rendezvous
+	if coordHere {
+		rendezvous = 0
+	}
+	return Member{Network: n, Job: c.Job, Coordinator: coordinator, Settings: c.Settings(), Rendezvous: rendezvous, WaitWarn: c.WaitWarn,
+		PSTimeout: c.PSTimeout, Locate: locate, Logger: c.Logger, Process: pr}
+}
+
+// serverConfig is the configuration of shard server k of topology topo,
+// as member m, with the network's layout and initial weights; Listener
+// and Stop are the caller's to set.
+func (c *Config) serverConfig(m Member, topo Topology, k int, layout []param.Segment, init []float32) ServerConfig {
+	return ServerConfig{Member: m, PS: c.PSConfig(layout, 0), Shards: topo.Servers[k], Init: init, Codec: c.WeightsCodec(),
+		Checkpoints: c.Checkpoints, Resume: c.Resume, OnServe: c.OnServe}
 }
 
 // onResult wraps a Config.OnResult hook: the result it receives has the

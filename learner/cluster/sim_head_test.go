@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/ps"
 	"github.com/softsync/softsync/rdma/errcode"
 )
@@ -30,14 +31,10 @@ type simHead struct {
 
 func (j *simJob) startHead(p *simProc) {
 	w := j.w
-	cfg := j.coordConfig()
-	if j.ckpts && j.resumable() {
-		re, _, err := LoadResume(j.store, j.settings, ResumeKeys(), j.total, j.cfg.Shards)
-		if err != nil {
-			panic(fmt.Sprintf("seed %d: the head's resume: %v", w.seed, err))
-		}
-		cfg.Resume = re
-		j.resumed(re)
+	c := j.procConfig()
+	cfg := c.coordinatorConfig(j.topo, j.plan, data.Normalizer{})
+	if cfg.Resume != nil {
+		j.resumed(cfg.Resume)
 	}
 	h := &simHead{j: j, p: p, conns: map[connID]*simEnd{}}
 	cfg.OnResult = func(res *Result) { j.result(h, res) }

@@ -228,24 +228,29 @@ func (j *simJob) layoutProcesses() {
 // process).
 func (j *simJob) member(p *simProc, role Role, id int) *Member {
 	r := j.topo.Processes[p.index]
-	m := &Member{Job: j.cfg.Job, Coordinator: j.rendezvous, Settings: j.settings, PSTimeout: j.cfg.PSTimeout,
-		Process: Process{Rank: r.Rank, Role: role, ID: id, Host: p.host, PID: 1000*p.index + p.life}}
+	var locate func() string
 	if !j.fixedHead {
-		m.Locate = func() string { return j.rendezvous }
+		locate = func() string { return j.rendezvous }
 	}
-	return m
+	m := j.cfg.member(nil, j.rendezvous, r.Coordinator, locate,
+		Process{Rank: r.Rank, Role: role, ID: id, Host: p.host, PID: 1000*p.index + p.life})
+	return &m
 }
 
-// coordConfig is the coordinator's configuration (StartProcess's).
-func (j *simJob) coordConfig() CoordinatorConfig {
+// procConfig is the configuration a process starts with: the job's,
+// writing checkpoints into the job's store, and resuming from its newest
+// complete one where there is one (launch's --resume).
+func (j *simJob) procConfig() Config {
 	c := j.cfg
-	cfg := CoordinatorConfig{Settings: j.settings, Plan: j.plan, Learners: c.Learners, Servers: j.topo.Servers, Evaluator: true,
-		Expect: j.topo.expect(), Heartbeat: c.Heartbeat, Rendezvous: c.Rendezvous, ServerTimeout: c.PSTimeout,
-		CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.CheckpointInterval}
 	if j.ckpts {
-		cfg.Checkpoints = j.store
+		c.Checkpoints = j.store
+		if j.resumable() {
+			if _, err := c.ResumeFrom(j.store); err != nil {
+				panic(fmt.Sprintf("seed %d: resume: %v", j.w.seed, err))
+			}
+		}
 	}
-	return cfg
+	return c
 }
 
 // resumable reports whether the store holds a complete checkpoint, with
@@ -606,9 +611,19 @@ func (j *simJob) describe() string {
 	if j.phase == 2 {
 		faults = j.first.describe() + fmt.Sprintf("; resumed on %d shards", c.Shards)
 	}
+	var opts []string
+	if c.Overlap {
+		opts = append(opts, "overlap")
+	}
+	if c.EarlyPush {
+		opts = append(opts, "early push")
+	}
+	if c.Codec.ID != rdma.CodecNone {
+		opts = append(opts, c.Codec.String())
+	}
+	if len(opts) > 0 {
+		topo += ", " + strings.Join(opts, ", ")
+	}
 	return fmt.Sprintf("%v n=%s rule %s, %d learners, %d shards (%s), %d mini-batches in chunks of %d, checkpoints %v; faults: %s; virtual time %v",
 		c.Protocol, c.NString(), c.Solver.RuleString(), c.Learners, c.Shards, topo, j.batches, j.plan.Chunk, j.ckpts, faults, j.w.now)
 }
-
-var _ = rdma.ErrClosed
-var _ = strings.Join

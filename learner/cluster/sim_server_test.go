@@ -33,17 +33,8 @@ type simServer struct {
 func (j *simJob) startServer(p *simProc, id int) {
 	m := j.member(p, RoleServer, id)
 	s := &simServer{j: j, p: p, id: id, mem: &simMember{p: p, m: m}}
-	s.cfg = ServerConfig{Member: *m, PS: j.cfg.PSConfig(j.layout, 0), Shards: j.topo.Servers[id], Init: j.init, Codec: j.cfg.WeightsCodec()}
-	if j.ckpts {
-		s.cfg.Checkpoints = j.store
-		if j.resumable() {
-			re, _, err := LoadResume(j.store, j.settings, ResumeKeys(), j.total, j.cfg.Shards)
-			if err != nil {
-				panic(fmt.Sprintf("seed %d: server %d's resume: %v", j.w.seed, id, err))
-			}
-			s.cfg.Resume = re
-		}
-	}
+	c := j.procConfig()
+	s.cfg = c.serverConfig(*m, j.topo, id, j.layout, j.init)
 	p.roles++
 	j.servers[id] = s
 	s.ln = p.listen(8000+10*id+p.life, s.accept)
