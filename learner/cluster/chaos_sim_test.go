@@ -4,12 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/softsync/softsync/ps"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/softsync/softsync/ps"
 )
 
 // The chaos simulator runs whole jobs in virtual time over the code that
@@ -38,9 +39,26 @@ import (
 // weights are the shards' final weights.
 
 var (
-	chaosSeeds = flag.Int("chaos.seeds", 300, "seeded jobs TestChaosSim runs (seeds 1…N)")
+	chaosSeeds = flag.Int("chaos.seeds", 300, "seeded jobs TestChaosSim runs (seeds 1…N; under the race detector 100 unless set)")
 	chaosSeed  = flag.Uint64("chaos.seed", 0, "run this seed only (with -v: its trace)")
 )
+
+// raceSeeds is the number of seeds TestChaosSim runs under the race
+// detector, which slows the simulator about seven times, unless
+// -chaos.seeds is set: each seed runs on one goroutine, so the detector
+// looks for what they share, which a hundred seeds exercise as well as
+// the 300 of the native run (make test runs both).
+const raceSeeds = 100
+
+// seedCount is the number of seeds TestChaosSim runs.
+func seedCount() int {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "chaos.seeds" })
+	if raceDetector && !set {
+		return raceSeeds
+	}
+	return *chaosSeeds
+}
 
 // chaosCommand is the command that replays seed.
 func chaosCommand(seed uint64) string {
@@ -126,7 +144,7 @@ func TestChaosSim(t *testing.T) {
 	if *chaosSeed != 0 {
 		seeds = append(seeds, *chaosSeed)
 	} else {
-		for i := range *chaosSeeds {
+		for i := range seedCount() {
 			seeds = append(seeds, uint64(i+1))
 		}
 	}
