@@ -2,6 +2,7 @@ package ps
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -557,6 +558,60 @@ func TestRefusedRound(t *testing.T) {
 	r = h.push(3, 0, []float32{4e38 / 2})
 	if len(r.Updates) != 1 || !r.Updates[0].Refused || !slices.Equal(h.s.Stats().RefusedGradients, []uint64{0, 0, 0, 2}) || h.s.Weights()[0] != -3e38 {
 		t.Fatalf("softsync update of two gradients of learner 3: %+v, stats %+v, weights %v", r.Updates, h.s.Stats(), h.s.Weights())
+	}
+}
+
+// TestRefusedOverflowedSum: a hardsync round whose gradients are finite
+// but whose float32 sum is not (2e38 three times) is refused whatever
+// its rate makes of the mean, under every rule: the weights never hold
+// a NaN or an infinity.
+func TestRefusedOverflowedSum(t *testing.T) {
+	for _, rule := range []string{"staleness", "gap", "dc-adaptive"} {
+		cfg := plainConfig(3, Hardsync, 0)
+		cfg.Solver = sgd.Config{LR: 0.05, Momentum: 0.9}
+		if err := cfg.Solver.ParseRule(rule); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, cfg, []float32{0.1, -0.2})
+		for round := range uint64(3) {
+			g := []float32{0.01, 0.02}
+			if round == 2 {
+				g = []float32{1e38, 2e38}
+			}
+			var r Ready
+			for l := range uint32(3) {
+				h.pull(l, round)
+				r = h.push(l, round, g)
+			}
+			if len(r.Updates) != 1 || r.Updates[0].Refused != (round == 2) || !finiteAll(h.s.Weights()) {
+				t.Fatalf("%s, round %d: updates %+v, weights %v", rule, round, r.Updates, h.s.Weights())
+			}
+		}
+	}
+}
+
+// TestRefusedOverflowedRestore: a softsync update's pending gradients
+// whose sum overflowed (+Inf) are checkpointed as they are, and the
+// restored shard refuses their update as the shard it restores does.
+func TestRefusedOverflowedRestore(t *testing.T) {
+	cfg := plainConfig(3, Softsync, 1) // c = 3
+	a := newHarness(t, cfg, []float32{1, 2})
+	a.push(0, 0, []float32{3e38, 1})
+	a.push(1, 0, []float32{3e38, 1})
+	cp := a.s.Checkpoint()
+	if !math.IsInf(float64(cp.Solver.Acc[0]), 1) {
+		t.Fatalf("pending sum %v, want +Inf first", cp.Solver.Acc)
+	}
+	rs, err := Restore(cfg, cp, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &harness{t: t, s: rs, seq: maps.Clone(a.seq)}
+	for _, h := range []*harness{a, b} {
+		r := h.push(2, 0, []float32{1, 1})
+		if len(r.Updates) != 1 || !r.Updates[0].Refused || !slices.Equal(h.s.Weights(), []float32{1, 2}) || h.s.Clock() != 1 {
+			t.Fatalf("the update of an overflowed sum: %+v, weights %v at %d", r.Updates, h.s.Weights(), h.s.Clock())
+		}
 	}
 }
 

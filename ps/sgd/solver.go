@@ -447,10 +447,15 @@ func (s *Solver) commitState(w []float32) {
 func (s *Solver) stepBound(lastMax float64) float64 {
 	m := float64(s.m)
 	stream := func(acc bool) float64 {
-		if acc {
-			return s.bounds.acc
+		switch {
+		case !acc:
+			return lastMax
+		case s.bounds.acc > math.MaxFloat32:
+			// The accumulator is a float32 sum: past the largest float32
+			// it may hold ±Inf, whatever its factor makes of the bound.
+			return math.Inf(1)
 		}
-		return lastMax
+		return s.bounds.acc
 	}
 	var t float64
 	for i := range s.coefs {
