@@ -165,6 +165,11 @@
 //     samples toward the epoch; Ready.Updates reports it with
 //     UpdateInfo.Refused set and Update.Learners listing who pushed its
 //     gradients;
+//   - the pending gradients of a softsync update are summed as they
+//     arrive, and that sum may overflow before the update is made: the
+//     update is then refused when it is made, and a checkpoint taken
+//     meanwhile keeps the sum as it is (Restore takes it), so that a
+//     restored shard refuses the same update;
 //   - it is counted in Stats.Refused, and each of its gradients against
 //     the learner that pushed it in Stats.RefusedGradients (a learner with
 //     two gradients in one softsync update counts twice; a learner whose

@@ -550,7 +550,7 @@ func Restore(cfg Config, cp *Checkpoint, life uint64) (*Shard, error) {
 	for _, f := range []struct {
 		name string
 		v    []float32
-	}{{"Checkpoint.Weights", cp.Weights}, {"Checkpoint.Solver.Momentum", cp.Solver.Momentum}, {"Checkpoint.Solver.Acc", cp.Solver.Acc}} {
+	}{{"Checkpoint.Weights", cp.Weights}, {"Checkpoint.Solver.Momentum", cp.Solver.Momentum}} { // an overflowed sum of pending gradients is kept (see "Finite weights")
 		if err := finite(f.name, f.v, s.rng.Lo); err != nil {
 			return nil, err
 		}

@@ -640,7 +640,7 @@ func (d *decoder) decode() (*Shard, error) {
 	for _, a := range []struct {
 		name string
 		v    []float32
-	}{{"weights", s.Weights}, {"momentum", st.Momentum}, {"pending accumulation", st.Acc}} {
+	}{{"weights", s.Weights}, {"momentum", st.Momentum}} { // the pending accumulation may have overflowed: its update is refused
 		if k := sgd.FirstNonFinite(a.v); k >= 0 {
 			return nil, d.formatErr("%s element %d (flat index %d) is %g: a shard holds finite values only", a.name, k, lo+uint64(k), a.v[k])
 		}
