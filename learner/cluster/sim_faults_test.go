@@ -27,6 +27,11 @@ type simFaults struct {
 	interrupt time.Duration // 0: none
 	term      *simKill      // a shard server told to stop
 	noRestart map[int]bool
+	// divergeFrom: from this mini-batch id on (0: none), every gradient
+	// is 10³⁸ in each element, so that the weights and momentum outgrow
+	// float32: the shards refuse the updates that would overflow, and
+	// after RefusedLimit in a row the job ends as diverged.
+	divergeFrom uint64
 	// expectFail: the job may fail (a process is not started again), as
 	// ErrJobFailed.
 	expectFail bool
@@ -276,6 +281,9 @@ func (f *simFaults) describe() string {
 	}
 	for _, d := range f.diskFull {
 		out = append(out, fmt.Sprintf("disk full %v–%v", d[0], d[1]))
+	}
+	if f.divergeFrom > 0 {
+		out = append(out, fmt.Sprintf("gradients overflow from mini-batch %d", f.divergeFrom))
 	}
 	if f.interrupt > 0 {
 		out = append(out, fmt.Sprintf("interrupt at %v", f.interrupt))

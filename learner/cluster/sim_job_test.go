@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/learner/nn"
 	"github.com/softsync/softsync/ps"
@@ -189,6 +190,9 @@ func newSimJob(w *simWorld) *simJob {
 	}
 	j.layoutProcesses()
 	j.faults = drawFaults(j)
+	if opt.IntN(8) == 0 {
+		j.faults.divergeFrom = 1 + opt.Uint64N(uint64(j.batches))
+	}
 	return j
 }
 
@@ -245,8 +249,8 @@ func (j *simJob) procConfig() Config {
 	if j.ckpts {
 		c.Checkpoints = j.store
 		if j.resumable() {
-			if _, err := c.ResumeFrom(j.store); err != nil {
-				panic(fmt.Sprintf("seed %d: resume: %v", j.w.seed, err))
+			if skipped, err := c.ResumeFrom(j.store); err != nil {
+				panic(fmt.Sprintf("seed %d: resume: %v (%v)", j.w.seed, err, skipped))
 			}
 		}
 	}
@@ -487,6 +491,15 @@ func (j *simJob) check() error {
 	f := &j.faults
 	switch {
 	case j.lateHead && j.lateServer && (errors.Is(j.err, ErrRendezvous) || errors.Is(j.err, ErrJobFailed)):
+		return nil
+	case f.divergeFrom > 0 && (errors.Is(j.err, learner.ErrDiverged) || errors.Is(j.err, ps.ErrDiverged) ||
+		j.cfg.Codec.ID == rdma.CodecTopK && errors.Is(j.err, ps.ErrNonFinite)):
+		// Diverged: the shards refused RefusedLimit updates in a row
+		// (ps.ErrDiverged where a learner's leave met it, which
+		// learner.Learner does not map to learner.ErrDiverged), or,
+		// with TopK, a learner's residual overflowed first, and a shard
+		// rejected the push it made.
+		j.interrupted = false
 		return nil
 	case f.expectFail && j.err != nil && !(j.interrupted && errors.Is(j.err, ErrInterrupted)):
 		j.interrupted = false

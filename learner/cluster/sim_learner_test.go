@@ -284,7 +284,7 @@ func (l *simLearner) step(it simItem) {
 			if l.cancelled || l.ended {
 				return
 			}
-			loss := simGradient(l.g, l.w, id)
+			loss := simGradient(l.g, l.w, id, l.j.faults.divergeFrom)
 			rest := func() {
 				l.p.after(t-t/2, func() {
 					if l.cancelled || l.ended {
@@ -352,8 +352,15 @@ func (l *simLearner) waitPull(next func()) {
 }
 
 // simGradient fills g with a small gradient of mini-batch id that leans
-// on the weights w, and returns its loss.
-func simGradient(g, w []float32, id uint64) float32 {
+// on the weights w, and returns its loss; from mini-batch divergeFrom on
+// (0: never), a gradient that makes the weights overflow.
+func simGradient(g, w []float32, id, divergeFrom uint64) float32 {
+	if divergeFrom > 0 && id >= divergeFrom {
+		for i := range g {
+			g[i] = 1e38
+		}
+		return 1e30
+	}
 	for i := range g {
 		g[i] = float32(1e-3*math.Sin(float64(id)+float64(i))) + 1e-3*w[i]
 	}
