@@ -9,6 +9,9 @@ import (
 	"github.com/softsync/softsync/rdma"
 )
 
+// stampLife is the stamp and the shard's life of weights.
+type stampLife struct{ stamp, life uint64 }
+
 // ClientCore is the deterministic protocol core of a learner's side of
 // the parameter server: its stamps, sequence numbers, unacknowledged
 // pushes and their resends, the pull clock, the requests it waits for
@@ -32,7 +35,11 @@ type ClientCore struct {
 	lives  []uint64 // per shard, the shard's life those weights come from
 	gens   []int    // per shard, the generation of its link those stamps come from
 	pushed bool     // a push was completed since the last pull
-	member bool     // the learner is a member: a new connection joins it again first
+	// pushedOn is, per shard, the stamp and life of the last push's
+	// weights: a pull after a push on the current ones asks, under
+	// hardsync, for the next round.
+	pushedOn []stampLife
+	member   bool // the learner is a member: a new connection joins it again first
 	// started: a learner's call was made, so member is known (an
 	// evaluator, which only asks for snapshots, never joins).
 	started bool
@@ -209,7 +216,7 @@ func NewClientCore(cfg ClientCoreConfig) (*ClientCore, error) {
 	cfg.Links = slices.Clone(cfg.Links)
 	S := cfg.Shards
 	c := &ClientCore{cfg: cfg, ranges: rs, stamps: make([]uint64, S), lives: make([]uint64, S), gens: make([]int, S),
-		departed: make([]bool, S), unacked: make([][]unacked, S), pushes: make([]uint64, S), feedback: make([]rdma.Feedback, S),
+		departed: make([]bool, S), pushedOn: make([]stampLife, S), unacked: make([][]unacked, S), pushes: make([]uint64, S), feedback: make([]rdma.Feedback, S),
 		call: call{waiting: make([]bool, S), asked: make([]uint64, S), got: make([]bool, S),
 			pulled: make([]uint64, S), lives: make([]uint64, S), gens: make([]int, S)}}
 	for k, li := range cfg.Links {
@@ -585,7 +592,7 @@ func (c *ClientCore) ask(k int) bool {
 		m.Type = MsgPull
 		if c.gens[k] == c.links[li].gen {
 			m.Clock = c.stamps[k]
-			if a.next && c.cfg.Protocol == Hardsync {
+			if a.next && c.cfg.Protocol == Hardsync && (a.async || c.pushedOn[k] == stampLife{c.stamps[k], c.lives[k]}) {
 				m.Clock++
 			}
 		}

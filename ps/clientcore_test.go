@@ -272,6 +272,21 @@ func TestClientCore(t *testing.T) {
 			{ev: evWait(), want: []string{"done wait for the pull"}},
 			{ev: evPull(true), want: []string{"0/1 pull s0 #12 c6", "0/1 pull s1 #13 c4"}},
 		}},
+		{name: "hardsync: a push on a replaced life's weights opens no round", cfg: hardsync(oneLink), steps: []coreStep{
+			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
+			{ev: evWeights(0, 0, 0, 1, 4, 1)},
+			{ev: evWeights(0, 0, 1, 2, 4, 1), want: []string{"done pull"}},
+			{ev: evPull(true), want: []string{"0/0 pull s0 #3 c5", "0/0 pull s1 #4 c5"}},
+			{ev: evDown(0, 0), want: []string{"dial 0"}},
+			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0", "0/1 pull s0 #7 c0", "0/1 pull s1 #8 c0"}},
+			// The server was restarted: its new life's weights.
+			{ev: evWeights(0, 1, 0, 7, 0, 9)},
+			{ev: evWeights(0, 1, 1, 8, 0, 9), want: []string{"done pull"}},
+			// Computed on the old life's weights: given up there.
+			{ev: evPush(5, 0), want: []string{"0/1 push s1 #9 c4 b5 l1", "0/1 push s0 #10 c4 b5 l1", "done push"}},
+			{ev: evWait(), want: []string{"done wait for the pull"}},
+			{ev: evPull(false), want: []string{"0/1 pull s0 #11 c0", "0/1 pull s1 #12 c0"}},
+		}},
 		{name: "hardsync: a push refused ends the pull after it at once", cfg: hardsync(oneLink), steps: []coreStep{
 			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
 			{ev: evWeights(0, 0, 0, 1, 0, 1)},

@@ -95,6 +95,7 @@ func (c *ClientCore) Push(grad []float32, batch uint64, lo int) ClientReady {
 			return c.done(CallPush, c.errorf("push to shard %d: %w", k, err))
 		}
 		c.unacked[k] = append(c.unacked[k], u)
+		c.pushedOn[k] = stampLife{u.stamp, u.life}
 		if l := &c.links[c.cfg.Links[k]]; l.up {
 			c.sendPush(k, &u)
 		}

@@ -393,10 +393,12 @@
 //     for an answer that cannot come;
 //   - a pull asks each shard for weights no older than the stamp of the
 //     weights last pulled from it (under hardsync, the next round's after
-//     a push or for a prefetch), except a shard whose stamp came from a
-//     connection since replaced, which it asks for any weights (minimum
-//     clock 0): its server may have restarted from a checkpoint behind
-//     that stamp, in another life;
+//     a push computed on those weights, or for a prefetch), except a
+//     shard whose stamp came from a connection since replaced, which it
+//     asks for any weights (minimum clock 0): its server may have
+//     restarted from a checkpoint behind that stamp, in another life; a
+//     prefetch answered there by the same life with the round the
+//     learner computes on asks again, for the next round;
 //   - a push carries the stamps and lives of the last pull that ended
 //     (a prefetch's become current only at WaitPull), the weights the
 //     gradient was computed on;
