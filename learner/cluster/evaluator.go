@@ -151,13 +151,10 @@ func evaluate(ctx context.Context, cfg EvaluatorConfig, cc *ctrl, w welcome, red
 			sctx = ctx // the weights reached, once interrupted
 		}
 		if _, err := client.Snapshot(sctx, epoch, weights); err != nil {
-			if epoch >= 0 && epochCtx.Err() != nil && ctx.Err() == nil {
-				continue // interrupted
+			if err := plan.failed(cfg.Process, epoch, epochCtx.Err() != nil && ctx.Err() == nil, err); err != nil {
+				return nil, err
 			}
-			if epoch < 0 {
-				return nil, fmt.Errorf("%s: the weights reached: %w", cfg.Process, err)
-			}
-			return nil, fmt.Errorf("%s: weights of epoch %d: %w", cfg.Process, epoch, err)
+			continue
 		}
 		// The time of the epoch's end is that of the snapshot's arrival.
 		taken, r := plan.measured(epoch)
@@ -233,6 +230,21 @@ func (p *evalPlan) measured(epoch int) (taken, result epochResult) {
 		p.i++
 	}
 	return epochResult{Epoch: epoch, Taken: true}, epochResult{Epoch: epoch}
+}
+
+// failed takes the failure (err) of the snapshot of epoch, taken by
+// process who: nil if the evaluator goes on, the snapshot of an epoch
+// ended by the interruption (interrupted: the weights as they are are
+// measured next); else the evaluator's error.
+func (p *evalPlan) failed(who Process, epoch int, interrupted bool, err error) error {
+	switch {
+	case epoch >= 0 && interrupted:
+		p.interrupt()
+		return nil
+	case epoch < 0:
+		return fmt.Errorf("%s: the weights reached: %w", who, err)
+	}
+	return fmt.Errorf("%s: weights of epoch %d: %w", who, epoch, err)
 }
 
 // interrupt takes the coordinator's interruption: the weights as they

@@ -238,14 +238,11 @@ func (e *simEval) snapshotDone(_ ps.Call, err error) {
 	e.inFlight = false
 	epoch := e.snapping
 	if err != nil {
-		switch {
-		case epoch >= 0 && e.interrupted && !e.stopped:
-			e.measureNext() // interrupted
-		case epoch < 0:
-			e.evalEnd(fmt.Errorf("%s: the weights reached: %w", e.mem.m.Process, err))
-		default:
-			e.evalEnd(fmt.Errorf("%s: weights of epoch %d: %w", e.mem.m.Process, epoch, err))
+		if err := e.plan.failed(e.mem.m.Process, epoch, e.interrupted && !e.stopped, err); err != nil {
+			e.evalEnd(err)
+			return
 		}
+		e.measureNext()
 		return
 	}
 	taken, r := e.plan.measured(epoch)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/softsync/softsync/learner"
 	"github.com/softsync/softsync/learner/data"
@@ -428,13 +427,10 @@ func (l *simLearner) trainEnd(err error) {
 		l.end(l.jobError(err))
 		return
 	}
-	if errors.Is(err, ps.ErrRefused) {
+	grace, report := trainFailed(err)
+	if !report {
 		l.end(err) // its life is over at a shard server: the job goes on without it
 		return
-	}
-	grace := time.Duration(0)
-	if !errors.Is(err, learner.ErrDiverged) {
-		grace = stopGrace
 	}
 	l.p.after(grace, func() {
 		if l.ended {

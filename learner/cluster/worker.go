@@ -73,18 +73,14 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		err = r.flush(ctx, true)
 	}
 	if err != nil {
-		if errors.Is(err, ps.ErrRefused) {
-			// A shard server refuses this life of the learner: the
-			// coordinator removed it (or a newer life took its place), and
-			// the job goes on without it; a launcher starts it again.
+		grace, report := trainFailed(err)
+		if !report {
 			return err
 		}
-		if !errors.Is(err, learner.ErrDiverged) {
-			// A shard server gone is often the end of a job that failed
-			// elsewhere: give the coordinator a moment to say so.
+		if grace > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(stopGrace):
+			case <-time.After(grace):
 			}
 		}
 		if jobErr := r.jobError(); jobErr != nil {
@@ -94,6 +90,25 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 		return err
 	}
 	return nil
+}
+
+// trainFailed decides what a learner whose training failed with err does
+// before it ends: report the failure to the coordinator as the job's,
+// after grace, unless the coordinator stops the job meanwhile. A shard
+// server that refuses this life of the learner is no failure to report:
+// the coordinator removed it (or a newer life took its place), the job
+// goes on without it, and a launcher starts it again. A shard server
+// gone is often the end of a job that failed elsewhere: the coordinator
+// gets a moment (stopGrace) to say so, as its reason explains more; a
+// divergence is the job's own failure, reported at once.
+func trainFailed(err error) (grace time.Duration, report bool) {
+	switch {
+	case errors.Is(err, ps.ErrRefused):
+		return 0, false
+	case errors.Is(err, learner.ErrDiverged):
+		return 0, true
+	}
+	return stopGrace, true
 }
 
 // learnerNets makes the learner's network (two with Overlap) for
