@@ -202,14 +202,14 @@ func (m *Member) joinOnce(ctx context.Context, h hello) (*ctrl, welcome, error) 
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return nil, welcome{}, fmt.Errorf("%w: %s: the coordinator at %s did not answer: %v", ErrRendezvous, m.Process, m.Coordinator, err)
+		return nil, welcome{}, m.joinFailed(joinExpired, err)
 	case err != nil:
-		return nil, welcome{}, fmt.Errorf("%s: dial the coordinator at %s: %w", m.Process, m.Coordinator, err)
+		return nil, welcome{}, m.joinFailed(joinDial, err)
 	}
 	c := &ctrl{conn: conn}
 	if err := c.send(ctx, tHello, h); err != nil {
 		conn.Close()
-		return nil, welcome{}, fmt.Errorf("%s: hello to the coordinator at %s: %w (%w)", m.Process, m.Coordinator, errJoinLost, err)
+		return nil, welcome{}, m.joinFailed(joinHello, err)
 	}
 	log.Debug("registered; waiting for the job to start", "coordinator", m.Coordinator, "me", m.Process.String())
 	t, b, err := c.recv(ctx)
@@ -217,13 +217,38 @@ func (m *Member) joinOnce(ctx context.Context, h hello) (*ctrl, welcome, error) 
 	if err == nil {
 		w, err = m.welcomed(t, b)
 	} else {
-		err = fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %w (%v)", ErrRendezvous, m.Process, m.Coordinator, errJoinLost, err)
+		err = m.joinFailed(joinWelcome, err)
 	}
 	if err != nil {
 		conn.Close()
 		return nil, welcome{}, err
 	}
 	return c, w, nil
+}
+
+// joinStep is where an attempt to join failed.
+type joinStep int
+
+const (
+	joinExpired joinStep = iota // the dial, when the join's bound passed
+	joinDial                    // the dial, for another reason
+	joinHello                   // sending the hello
+	joinWelcome                 // waiting for the welcome
+)
+
+// joinFailed is the error of an attempt to join that failed at step with
+// err. A hello or a welcome lost with the connection is errJoinLost: the
+// join tries again.
+func (m *Member) joinFailed(step joinStep, err error) error {
+	switch step {
+	case joinExpired:
+		return fmt.Errorf("%w: %s: the coordinator at %s did not answer: %v", ErrRendezvous, m.Process, m.Coordinator, err)
+	case joinDial:
+		return fmt.Errorf("%s: dial the coordinator at %s: %w", m.Process, m.Coordinator, err)
+	case joinHello:
+		return fmt.Errorf("%s: hello to the coordinator at %s: %w (%w)", m.Process, m.Coordinator, errJoinLost, err)
+	}
+	return fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %w (%v)", ErrRendezvous, m.Process, m.Coordinator, errJoinLost, err)
 }
 
 // coordinatorNow returns where the coordinator is now: where Locate

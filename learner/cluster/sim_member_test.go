@@ -104,7 +104,7 @@ func (s *simMember) joinOnce(m *Member, h hello, until time.Duration, then func(
 	}
 	if until > 0 {
 		p.after(until-w.now, func() {
-			end(joined{err: fmt.Errorf("%w: %s: the coordinator at %s did not answer: %w", ErrRendezvous, m.Process, m.Coordinator, context.DeadlineExceeded), expired: true})
+			end(joined{err: m.joinFailed(joinExpired, context.DeadlineExceeded), expired: true})
 		})
 	}
 	s.dial(m.coordinatorNow, until, func(e *simEnd, err error) {
@@ -115,7 +115,7 @@ func (s *simMember) joinOnce(m *Member, h hello, until time.Duration, then func(
 			return
 		}
 		if err != nil {
-			end(joined{err: fmt.Errorf("%s: dial the coordinator at %s: %w", m.Process, m.Coordinator, err)})
+			end(joined{err: m.joinFailed(joinDial, err)})
 			return
 		}
 		e.recv = func(msg any) {
@@ -127,10 +127,10 @@ func (s *simMember) joinOnce(m *Member, h hello, until time.Duration, then func(
 			end(joined{e: e, w: wel, err: err})
 		}
 		e.lost = func(err error) {
-			end(joined{err: fmt.Errorf("%w: %s: waiting for the coordinator at %s to start the job: %w (%v)", ErrRendezvous, m.Process, m.Coordinator, errJoinLost, err)})
+			end(joined{err: m.joinFailed(joinWelcome, err)})
 		}
 		if !sendCtrl(e, tHello, h) {
-			end(joined{err: fmt.Errorf("%s: hello to the coordinator at %s: %w", m.Process, m.Coordinator, errJoinLost)})
+			end(joined{err: m.joinFailed(joinHello, errPeerGone)})
 		}
 	})
 }
