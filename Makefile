@@ -32,7 +32,7 @@
 #                     ps client and shards) in virtual time over a simulated network and
 #                     disk; kills and restarts at any message, pauses, resets, slow and
 #                     lossy links, a full disk; its last line is "chaos: N seeds, F failed,
-#                     H hung, K known, R seeds/s" (make test runs 300, and make chaos-defects)
+#                     H hung, K known, R seeds/s" (make test runs 300, 100 under -race, and make chaos-defects)
 #   make chaos-defects  the chaos simulator with four fixed defects put back, one at a
 #                     time (build tag simdefects): each must be found within 300 seeds
 #   make chaos        make chaos-sim, then the failure tests' job under softsync launch
