@@ -119,7 +119,7 @@ func newSimJob(w *simWorld) *simJob {
 	if err != nil {
 		panic(err)
 	}
-	shards = min(shards, spec.NumParams())
+	shards = min(shards, spec.VectorLen())
 	c := Config{Spec: spec, Model: "sim", Data: "sim", Learners: learners, Batch: 4, Epochs: 1 + rng.IntN(2), Chunk: 1 + rng.IntN(4),
 		Protocol: ps.Softsync, Shards: shards, Transport: "tcp", Job: 1, Seed: w.seed, Solver: sgd.Config{LR: 0.05, Momentum: 0.9}}
 	if rng.IntN(3) == 0 {
