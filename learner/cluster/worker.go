@@ -105,7 +105,7 @@ func trainFailed(err error) (grace time.Duration, report bool) {
 	switch {
 	case errors.Is(err, ps.ErrRefused):
 		return 0, false
-	case errors.Is(err, learner.ErrDiverged):
+	case errors.Is(err, learner.ErrDiverged), errors.Is(err, ps.ErrDiverged): // the latter met by a leave
 		return 0, true
 	}
 	return stopGrace, true
