@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -83,14 +84,25 @@ const SyntheticTrain, SyntheticTest = 50000, 10000
 
 // SyntheticData is the data set "synthetic" for spec: data.Synthetic's
 // learnable random images of spec's input shape and classes, seed 1, the
-// first SyntheticTrain for training and the next SyntheticTest for
-// testing (the same class prototypes). It stands in for a data set that
-// is not on the machine when what matters is the speed: every process of
-// a job makes the same images.
-func SyntheticData(spec *nn.Spec) DataSet {
+// first train (0: SyntheticTrain) for training and the next test (0:
+// SyntheticTest) for testing, of one draw (the same class prototypes).
+// Only the images asked for are made, so that a job's --train-subset and
+// --test-subset bound its memory (60,000 images of alexnet's 227×227×3
+// would be 9.3 GB in every process that holds the data). It stands in for
+// a data set that is not on the machine when what matters is the speed:
+// every process of a job makes the same images.
+func SyntheticData(spec *nn.Spec, train, test int) DataSet {
+	train, test = min(cmp.Or(train, SyntheticTrain), SyntheticTrain), min(cmp.Or(test, SyntheticTest), SyntheticTest)
 	in := spec.Input
-	all := data.Synthetic(SyntheticTrain+SyntheticTest, in.C, in.H, in.W, spec.Classes(), 1)
-	return DataSet{Name: "synthetic", Train: all.Slice(0, SyntheticTrain), Test: all.Slice(SyntheticTrain, all.N)}
+	all := data.Synthetic(train+test, in.C, in.H, in.W, spec.Classes(), 1)
+	return DataSet{Name: "synthetic", Train: all.Slice(0, train), Test: all.Slice(train, all.N)}
+}
+
+// SyntheticBytes is the memory of SyntheticData(spec, train, test): one
+// byte per value of every image and four per label.
+func SyntheticBytes(spec *nn.Spec, train, test int) int64 {
+	n := int64(min(cmp.Or(train, SyntheticTrain), SyntheticTrain) + min(cmp.Or(test, SyntheticTest), SyntheticTest))
+	return n * (int64(spec.Input.Len()) + 4)
 }
 
 // isCIFAR reports whether dir holds CIFAR-10's binary files (directly or

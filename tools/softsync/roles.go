@@ -24,7 +24,7 @@ import (
 func (app *App) jobNetwork(cfg *cluster.Config, secret []byte, insecure bool) (rdma.Network, error) {
 	cfg.Job = cluster.JobID(secret)
 	opts := rdma.Options{Job: cfg.Job, Secret: secret, Insecure: insecure, OnConnect: app.logConnect,
-		OnAuthFailure: app.onAuthFailure()}
+		OnAuthFailure: app.onAuthFailure(), MaxElems: cfg.MessageLimit()}
 	n, err := rdma.Open(cfg.Transport, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--transport: %w", err)

@@ -129,7 +129,7 @@ final weights (docs/weights.md).`,
 // multi-process job must share (docs/cluster.md).
 func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, alexnet, resnet18, or the path of a spec file (docs/network-spec.md)")
-	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test, for speed measurements without the data`)
+	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test (only the --train-subset and --test-subset ones are made), for speed measurements without the data`)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
 	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
 	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 (default: per model, see above)")
@@ -352,12 +352,13 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	return cfg, nil
 }
 
-// lookupData reads --data name for cfg's network: "synthetic", image
-// data (cluster.Config.LookupImages, decoded on the process's pipeline)
-// or a data set of cluster.LookupData.
+// lookupData reads --data name for cfg's network: "synthetic" (only the
+// cfg.TrainSubset and cfg.TestSubset images the job uses), image data
+// (cluster.Config.LookupImages, decoded on the process's pipeline) or a
+// data set of cluster.LookupData.
 func (app *App) lookupData(ctx context.Context, name string, cfg *cluster.Config, f *imageFlags) (cluster.DataSet, error) {
 	if name == "synthetic" {
-		return cluster.SyntheticData(cfg.Spec), nil
+		return cluster.SyntheticData(cfg.Spec, cfg.TrainSubset, cfg.TestSubset), nil
 	}
 	if cluster.IsImageData(name) {
 		return app.lookupImages(cfg, f)
