@@ -57,14 +57,14 @@ func TestLoadResumeNonFinite(t *testing.T) {
 	}
 	write(1, func(*checkpoint.Shard) {})
 	write(2, func(s *checkpoint.Shard) { s.Solver.Momentum[7] = float32(math.NaN()) })
-	re, skipped, err := LoadResume(store, nil, nil, total, 1)
+	re, skipped, err := LoadResume(store, nil, nil, total, 1, nil)
 	bad := fmt.Sprintf("%s: shard file: %v: momentum element 7 (flat index 7) is NaN", filepath.Join(store.VersionDir(2), checkpoint.ShardFile(0)), checkpoint.ErrFormat)
 	if err != nil || re.Snapshot.Version() != 1 || len(skipped) != 1 || !errors.Is(skipped[0], checkpoint.ErrFormat) || !strings.Contains(skipped[0].Error(), bad) {
 		t.Fatalf("resume: %v, skipped %v; want version 1, version 2 skipped with %q", err, skipped, bad)
 	}
 	write(3, func(s *checkpoint.Shard) { s.Weights[0] = float32(math.Inf(1)) })
 	write(4, func(s *checkpoint.Shard) { s.Weights[0] = float32(math.Inf(1)) }) // the store keeps the newest two: both bad
-	if _, skipped, err := LoadResume(store, nil, nil, total, 1); !errors.Is(err, checkpoint.ErrNone) || len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "weights element 0 (flat index 0) is +Inf") {
+	if _, skipped, err := LoadResume(store, nil, nil, total, 1, nil); !errors.Is(err, checkpoint.ErrNone) || len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "weights element 0 (flat index 0) is +Inf") {
 		t.Fatalf("resume from bad versions only: %v, skipped %v", err, skipped)
 	}
 }

@@ -156,6 +156,9 @@ type Config struct {
 	// Logger, if set, receives the roles' events (checkpoints, lost
 	// learners).
 	Logger *slog.Logger
+	// Planned, if set, is the job's memory plan (Memory) as its command
+	// checked it, for the report.
+	Planned *JobMemory
 
 	// listening, if set (by tests), is called with the coordinator's and
 	// the shard server's listeners before any role starts.

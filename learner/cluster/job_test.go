@@ -466,7 +466,7 @@ func TestJobResumeAfterTheData(t *testing.T) {
 		t.Fatalf("the job interrupted while the evaluator waited for the final weights: %v, want ErrInterrupted", err)
 	}
 	checkResumeRendezvous(t, cfg, store)
-	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1)
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,12 +511,25 @@ func TestJobCheckpointResume(t *testing.T) {
 	if first.Chunks.Batches >= 4*first.BatchesPerEpoch {
 		t.Fatalf("the interrupt came after the last chunk (%d batches done): nothing to resume", first.Chunks.Batches)
 	}
-	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 3)
+	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 3, nil)
 	if err != nil || len(skipped) != 0 {
 		t.Fatalf("load: %v (skipped %v)", err, skipped)
 	}
 	if !re.Info.Relaid {
 		t.Error("2 shards onto 3: not re-laid")
+	}
+	// A process that runs shard 1 only keeps its arrays, on the same
+	// layout and re-split, with every shard's consumed mini-batches.
+	for _, shards := range []int{2, 3} {
+		one, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), shards, func(k int) bool { return k == 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, sh := range one.Shards {
+			if sh.Dropped() != (k != 1) || (k == 1) != (len(sh.Weights) > 0) || sh.Consumed == nil {
+				t.Errorf("%d shards, shard %d: dropped %t with %d weights and %d intervals consumed", shards, k, sh.Dropped(), len(sh.Weights), len(sh.Consumed))
+			}
+		}
 	}
 	cfg.Shards, cfg.Resume, cfg.Checkpoints = 3, re, nil
 	res, err := Run(context.Background(), cfg)

@@ -125,7 +125,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		coord, err := NewCoordinator(CoordinatorConfig{Settings: settings, Plan: plan, Learners: cfg.Learners,
 			Servers: p.Topology.Servers, Evaluator: true, Expect: p.Topology.expect(), Heartbeat: cfg.Heartbeat,
 			Rendezvous: cfg.Rendezvous, WaitWarn: cfg.WaitWarn, ServerTimeout: cfg.PSTimeout, Checkpoints: cfg.Checkpoints,
-			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume,
+			CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval, Resume: cfg.Resume.coordinatorOnly(),
 			Logger: cfg.Logger, OnEpoch: cfg.OnEpoch, OnResult: j.onResult(cfg.OnResult), norm: packNorm(j.norm, cfg.Spec.Input)})
 		if err != nil {
 			return nil, err
@@ -166,16 +166,23 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			}
 		})
 	}
+	servers := make([]ServerConfig, len(r.Servers))
 	for i, k := range r.Servers {
 		var stop <-chan struct{}
 		if j.coord == nil { // else the coordinator's interruption stops them
 			stop = j.stop
 		}
-		j.wg.Go(func() {
-			j.fail(RunServer(ctx, ServerConfig{Member: member(RoleServer, k), PS: cfg.PSConfig(layout, 0),
-				Shards: p.Topology.Servers[k], Init: init, Codec: cfg.WeightsCodec(), Listener: p.Listeners.Servers[i],
-				Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, Stop: stop, OnServe: cfg.OnServe}))
-		})
+		servers[i] = ServerConfig{Member: member(RoleServer, k), PS: cfg.PSConfig(layout, 0),
+			Shards: p.Topology.Servers[k], Init: init, Codec: cfg.WeightsCodec(), Listener: p.Listeners.Servers[i],
+			Checkpoints: cfg.Checkpoints, Resume: cfg.Resume, Stop: stop, OnServe: cfg.OnServe}
+	}
+	// The shard servers copy their ranges of the initial weights and of a
+	// resume's shards as they start, and let them go (RunServer): nothing
+	// here keeps them, so that a process of a large network holds them
+	// only that long (alexnet's initial vector is 244 MB).
+	init, cfg.Init, cfg.Resume = nil, nil, nil
+	for i := range servers {
+		j.wg.Go(func() { j.fail(RunServer(ctx, takeServer(&servers[i]))) })
 	}
 	if r.Evaluator {
 		j.wg.Go(func() {
@@ -200,6 +207,14 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		})
 	}
 	return j, nil
+}
+
+// takeServer returns *c and clears it, so that the caller's slice holds
+// nothing RunServer lets go of.
+func takeServer(c *ServerConfig) ServerConfig {
+	v := *c
+	*c = ServerConfig{}
+	return v
 }
 
 // onResult wraps a Config.OnResult hook: the result it receives has the

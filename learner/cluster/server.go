@@ -94,6 +94,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 	// again and keep the shards from being final.
 	pcfg.Inactive = cfg.Resume != nil || w.Returning
 	srv, err := ps.NewServer(pcfg)
+	cfg.Init, cfg.Resume, pcfg = nil, nil, ps.ServerConfig{} // copied into the shards
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
 		cc.send(context.Background(), tFail, failure{errcode.Encode(err)})

@@ -109,6 +109,9 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 	if err != nil {
 		return flagError(err)
 	}
+	// The roles took what they need of the initial weights (--load) and of
+	// the resume; let them go (alexnet's are 244 MB each).
+	c.Init, c.Resume, cfg.Init, cfg.Resume = nil, nil, nil, nil
 	if job.Interruptible() {
 		app.onInterrupt(job.Interrupt)
 	}
