@@ -94,7 +94,8 @@ const processBase = 32 << 20
 //     a batch of inputs;
 //   - a shard server: the initial vector (V, while it starts; or, with
 //     Resume, its shards of the checkpoint and one more, while it reads
-//     them), and per shard its weights (rdma.MsgBytes of r) and what
+//     them) where it exceeds the buffers of training made after it, and
+//     per shard its weights (rdma.MsgBytes of r) and what
 //     ps.Config.ShardMemory lists (momentum r, the accumulation,
 //     the rules' copies and state, two snapshots for the evaluator, a
 //     copy when a reader is slow), the pushes being received (one per
@@ -222,15 +223,6 @@ func (c *Config) serverMemory(t Topology, r Roles, in PlanInputs, add func(strin
 	for _, s := range r.Servers {
 		own = append(own, t.Servers[s]...)
 	}
-	if !in.Resume {
-		add("initial weights (while the shard servers start)", 4*int64(c.Spec.VectorLen()))
-	} else {
-		var b int64
-		for _, k := range own {
-			b += c.resumeShardBytes(c.largestOf([]int{k}))
-		}
-		add("the checkpoint while it is read (the shards run and one more)", b+c.resumeShardBytes(c.largestOf(nil)))
-	}
 	var weights, state, copies, ckpt int64
 	for _, k := range own {
 		n := c.largestOf([]int{k})
@@ -243,16 +235,29 @@ func (c *Config) serverMemory(t Topology, r Roles, in PlanInputs, add func(strin
 			ckpt += 4*int64(n) + sm.Momentum + sm.Acc + sm.RuleState + sm.Pulled
 		}
 	}
-	add("shards' weights", weights)
-	add("shards' momentum, accumulation and rule state", state)
-	add("shards' copies of their weights (learners' pulls for the rule, snapshots, a slow reader's)", copies)
-	add("checkpoint being written", ckpt)
 	var recv, codec int64
 	for _, s := range r.Servers {
 		n := c.largestOf(t.Servers[s])
 		recv += int64(c.Learners) * rdma.RecvBytes(kind, n)
 		codec += int64(c.Learners)*c.Codec.Buffers(n) + int64(c.Learners+1)*c.WeightsCodec().Buffers(n)
 	}
+	// What a shard server holds only while it starts (the initial vector,
+	// or the checkpoint it reads) is let go before the training's buffers
+	// are made (the copies, the pushes, the codecs', a checkpoint's): the
+	// process's peak is the larger of the two phases, so the start counts
+	// only beyond them.
+	start, name := 4*int64(c.Spec.VectorLen()), "initial weights while the shard servers start"
+	if in.Resume {
+		start, name = c.resumeShardBytes(c.largestOf(nil)), "the checkpoint while it is read (the shards run and one more)"
+		for _, k := range own {
+			start += c.resumeShardBytes(c.largestOf([]int{k}))
+		}
+	}
+	add(name+", beyond the buffers of training", start-(copies+ckpt+recv+codec))
+	add("shards' weights", weights)
+	add("shards' momentum, accumulation and rule state", state)
+	add("shards' copies of their weights (learners' pulls for the rule, snapshots, a slow reader's)", copies)
+	add("checkpoint being written", ckpt)
 	add("pushes being received (one per learner)", recv)
 	add("shard servers' codec buffers", codec)
 }

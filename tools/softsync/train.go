@@ -125,7 +125,7 @@ than it has available (MemAvailable, or less under a cgroup's memory limit)
 is refused with a line naming both figures. --memory-plan prints the plan,
 process by process and part by part, and stops; --skip-memory-check starts
 the job anyway. alexnet's weights are 244 MB: with 2 learners of batch 8 and
-2 shard servers its processes need about 4.6 GiB together.
+2 shard servers its processes need about 4.1 GiB together.
 
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
 at the end the test error (top-1 and top-5), training time and images/s, the
