@@ -39,7 +39,7 @@
 #                     same job undisturbed; then alexnet with 2 learner processes and
 #                     2 shard servers over shm and TCP, with and without bf16, a shard
 #                     server killed and restarted, and a job killed and resumed
-#                     (about 15 minutes; 4.6 GiB)
+#                     (about 15 minutes; 4.1 GiB)
 #   make fuzz         every fuzz target (FUZZ=regexp: those matching) for FUZZTIME each
 #                     (default 10s); keeps the inputs that found new coverage in
 #                     testdata/fuzz/ (commit them); then TestHalfKernelsExhaustive
