@@ -217,6 +217,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.loops = append(s.loops, l)
 		s.byShard[sh.Core().Index()] = l
 	}
+	// Each shard copied its range: the server keeps neither the initial
+	// vector nor the checkpoints.
+	s.cfg.Init, s.cfg.Restore, s.cfg.Identities = nil, nil, nil
 	return s, nil
 }
 

@@ -15,15 +15,15 @@ import (
 // Everything below is touched by that goroutine only, except last, which
 // is read once the goroutine has ended.
 type shardLoop struct {
-	s        *Server
-	sh       *ServerShard[*peer]
-	core     *Shard
-	in       chan inbound
-	do       chan func()
-	lends    *lends      // the replies reading the core's weights
-	wmsg     *rdma.Msg   // owns the core's weights (nil: the heap does)
-	lendWait *time.Timer // bounds a wait for lends (stopped between waits)
-	last     Stats       // the core's counters when the goroutine ended
+	s         *Server
+	sh        *ServerShard[*peer]
+	core      *Shard
+	in        chan inbound
+	do        chan func()
+	lends     *lends      // the replies reading the core's weights
+	wmsg      *rdma.Msg   // owns the core's weights (nil: the heap does)
+	lendTimer *time.Timer // bounds a wait for lends (stopped between waits)
+	last      Stats       // the core's counters when the goroutine ended
 }
 
 // lendWait is how long a shard waits, before it changes its weights, for
@@ -32,8 +32,19 @@ type shardLoop struct {
 // than the transport's buffers, or lent on by the transport (shm), is
 // only sent as fast as its learner reads it, and a learner on a slow
 // link, or one that stopped reading, must not hold up the shard for
-// everyone.
-const lendWait = 10 * time.Millisecond
+// everyone. The wait is lendWaitMin and the time a reader takes at
+// lendRate to read the shard's weights: the copy that ends the wait costs
+// the shard about that much of its own, and a shard of a large network
+// (alexnet's 122 MB a shard of two) whose learners read it at memory
+// speed must not copy its weights at every update.
+func lendWait(floats int) time.Duration {
+	return lendWaitMin + time.Duration(4*int64(floats)*int64(time.Second)/lendRate)
+}
+
+const (
+	lendWaitMin = 10 * time.Millisecond
+	lendRate    = 1 << 30 // bytes per second
+)
 
 func (l *shardLoop) run(ctx context.Context) {
 	if l.wmsg = l.newWeights(); l.wmsg != nil {
@@ -133,13 +144,13 @@ func (l *shardLoop) settle(ctx context.Context) {
 	if len(l.lends.out) == 0 {
 		return
 	}
-	if l.lendWait == nil {
-		l.lendWait = time.NewTimer(lendWait)
+	if d := lendWait(len(l.core.Weights())); l.lendTimer == nil {
+		l.lendTimer = time.NewTimer(d)
 	} else {
-		l.lendWait.Reset(lendWait)
+		l.lendTimer.Reset(d)
 	}
-	if l.lends.settle(ctx, l.lendWait.C) {
-		l.lendWait.Stop()
+	if l.lends.settle(ctx, l.lendTimer.C) {
+		l.lendTimer.Stop()
 		return
 	}
 	if ctx.Err() != nil { // the server is ending: a copy on the heap will do

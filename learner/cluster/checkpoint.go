@@ -132,9 +132,14 @@ type Resume struct {
 // LoadResume finds the newest complete version of store whose job
 // settings agree with settings on the keys that must not change (same
 // network, data and batch) and whose shards decode, and re-splits its
-// shards onto shards shards of a vector of total floats. skipped lists
-// the newer versions passed over, each naming the file at fault.
-func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total, shards int) (*Resume, []error, error) {
+// shards onto shards shards of a vector of total floats. Every shard
+// file is decoded, so that every process of a job picks the same version,
+// but only the shards keep accepts (nil: all) keep their arrays
+// (weights, momentum, accumulation, rule state): a process holds those of
+// the shards it runs, and of one more while it reads (all of them when
+// the version has another number of shards, to re-split them). skipped
+// lists the newer versions passed over, each naming the file at fault.
+func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total, shards int, keep func(shard int) bool) (*Resume, []error, error) {
 	var old []*checkpoint.Shard
 	snap, skipped, err := store.Latest(func(s *checkpoint.Snapshot) error {
 		var diffs []string
@@ -146,8 +151,12 @@ func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total
 		if len(diffs) > 0 {
 			return fmt.Errorf("%s: %w: a checkpoint of another job: %s", s.Path(checkpoint.ManifestName), checkpoint.ErrMismatch, strings.Join(diffs, "; "))
 		}
+		keepOld := keep
+		if s.ShardFiles() != shards {
+			keepOld = nil // every old shard's arrays make the new shards
+		}
 		var err error
-		old, err = s.Shards()
+		old, err = s.ShardsOf(keepOld)
 		if err != nil {
 			return err
 		}
@@ -161,7 +170,21 @@ func LoadResume(store *checkpoint.Store, settings Settings, keys []string, total
 	if err != nil {
 		return nil, skipped, fmt.Errorf("%s: %w", snap.Dir(), err)
 	}
+	for _, s := range re {
+		if keep != nil && !keep(s.Shard) && !s.Dropped() {
+			s.Drop()
+		}
+	}
 	return &Resume{Snapshot: snap, Shards: re, Info: info}, skipped, nil
+}
+
+// coordinatorOnly returns what the coordinator needs of r (nil for nil):
+// the version, without the shards.
+func (r *Resume) coordinatorOnly() *Resume {
+	if r == nil {
+		return nil
+	}
+	return &Resume{Snapshot: r.Snapshot, Info: r.Info}
 }
 
 // restoreConfig fills a shard server's configuration from a resume.

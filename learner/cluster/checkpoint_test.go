@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,14 +58,14 @@ func TestLoadResumeNonFinite(t *testing.T) {
 	}
 	write(1, func(*checkpoint.Shard) {})
 	write(2, func(s *checkpoint.Shard) { s.Solver.Momentum[7] = float32(math.NaN()) })
-	re, skipped, err := LoadResume(store, nil, nil, total, 1)
+	re, skipped, err := LoadResume(store, nil, nil, total, 1, nil)
 	bad := fmt.Sprintf("%s: shard file: %v: momentum element 7 (flat index 7) is NaN", filepath.Join(store.VersionDir(2), checkpoint.ShardFile(0)), checkpoint.ErrFormat)
 	if err != nil || re.Snapshot.Version() != 1 || len(skipped) != 1 || !errors.Is(skipped[0], checkpoint.ErrFormat) || !strings.Contains(skipped[0].Error(), bad) {
 		t.Fatalf("resume: %v, skipped %v; want version 1, version 2 skipped with %q", err, skipped, bad)
 	}
 	write(3, func(s *checkpoint.Shard) { s.Weights[0] = float32(math.Inf(1)) })
 	write(4, func(s *checkpoint.Shard) { s.Weights[0] = float32(math.Inf(1)) }) // the store keeps the newest two: both bad
-	if _, skipped, err := LoadResume(store, nil, nil, total, 1); !errors.Is(err, checkpoint.ErrNone) || len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "weights element 0 (flat index 0) is +Inf") {
+	if _, skipped, err := LoadResume(store, nil, nil, total, 1, nil); !errors.Is(err, checkpoint.ErrNone) || len(skipped) != 2 || !strings.Contains(skipped[0].Error(), "weights element 0 (flat index 0) is +Inf") {
 		t.Fatalf("resume from bad versions only: %v, skipped %v", err, skipped)
 	}
 }
@@ -116,5 +117,64 @@ func TestCheckpointFailuresReported(t *testing.T) {
 	res.Checkpoints = CheckpointStats{Written: 2}
 	if rep := NewReport(&cfg, res); rep.CheckpointsWritten != 2 || rep.CheckpointFailures != (ReportCheckpointFailures{}) {
 		t.Errorf("no failure: %d written, %+v", rep.CheckpointsWritten, rep.CheckpointFailures)
+	}
+}
+
+// TestLoadResumeKeeps: a process resuming the shards it runs keeps the
+// arrays of those only, every shard's counters and, when the version has
+// another number of shards, re-splits every old shard first; the kept
+// shards' weights are the version's.
+func TestLoadResumeKeeps(t *testing.T) {
+	const total = 30
+	cfg := ps.Config{Job: 1, Learners: 2, Protocol: ps.Softsync, N: 2, Shards: 2, Batch: 1, Solver: sgd.Config{LR: 0.1, Momentum: 0.9}}
+	w := make([]float32, total)
+	for i := range w {
+		w[i] = float32(i)
+	}
+	store, err := checkpoint.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, err := store.Begin(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sums []checkpoint.FileSum
+	for k := range 2 {
+		sh, err := ps.NewShard(cfg, k, w, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &checkpoint.Shard{Checkpoint: *sh.Checkpoint(), Shards: 2, Incarnations: make([]uint32, 2), Evicted: make([]bool, 2)}
+		sum, err := ver.WriteFile(checkpoint.ShardFile(k), func(w io.Writer) error { return checkpoint.EncodeShard(w, s) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, sum)
+	}
+	sum, err := ver.WriteFile(coordinatorFile, func(w io.Writer) error { _, err := io.WriteString(w, "{}"); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Commit(1, append(sums, sum), checkpoint.Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, shards := range []int{2, 3} {
+		re, _, err := LoadResume(store, nil, nil, total, shards, func(k int) bool { return k == 1 })
+		if err != nil {
+			t.Fatalf("%d shards: %v", shards, err)
+		}
+		rs, _ := ps.Ranges(total, shards)
+		for k, s := range re.Shards {
+			if k != 1 {
+				if !s.Dropped() || s.Weights != nil || s.Solver.Momentum != nil {
+					t.Errorf("%d shards: shard %d, not run here, kept its arrays", shards, k)
+				}
+				continue
+			}
+			if s.Dropped() || !slices.Equal(s.Weights, w[rs[1].Lo:rs[1].Hi]) || len(s.Solver.Momentum) != rs[1].Len() {
+				t.Errorf("%d shards: shard 1: dropped %t, weights %v, want %v", shards, s.Dropped(), s.Weights, w[rs[1].Lo:rs[1].Hi])
+			}
+		}
 	}
 }

@@ -116,7 +116,7 @@ func TestJobCountsChunksHandedOut(t *testing.T) {
 // data left over, or even gone, when they come.
 func checkResumeRendezvous(t *testing.T, cfg Config, store *checkpoint.Store) {
 	t.Helper()
-	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1)
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,4 +11,5 @@ func init() {
 	errcode.Register("cluster.job_failed", ErrJobFailed)
 	errcode.Register("cluster.interrupted", ErrInterrupted)
 	errcode.Register("cluster.topology", ErrTopology)
+	errcode.Register("cluster.no_memory", ErrNoMemory)
 }

@@ -150,7 +150,7 @@ func TestJobImageResume(t *testing.T) {
 	}
 	other := data.Normalizer{Scale: 1, Mean: make([]float32, 3*16*16)}
 	cfg.Normalizer, cfg.Checkpoints = &other, nil
-	if _, err := cfg.ResumeFrom(store); err != nil {
+	if _, err := cfg.ResumeFrom(store, nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(ctx, cfg)

@@ -156,6 +156,9 @@ type Config struct {
 	// Logger, if set, receives the roles' events (checkpoints, lost
 	// learners).
 	Logger *slog.Logger
+	// Planned, if set, is the job's memory plan (Memory) as its command
+	// checked it, for the report.
+	Planned *JobMemory
 
 	// listening, if set (by tests), is called with the coordinator's and
 	// the shard server's listeners before any role starts.
@@ -232,10 +235,41 @@ func (c *Config) ValidateSettings() error {
 	if c.Shards > c.Spec.VectorLen() {
 		return param.Fieldf("Shards", "%d shards for a parameter vector of %d values", c.Shards, c.Spec.VectorLen())
 	}
+	if n := c.largestShard(); n > rdma.MaxElems {
+		return param.Fieldf("Shards", "a shard of %s's %d values holds %d of them, more than the %d (1 GiB of float32) one message carries: use --shards %d or more",
+			c.Spec.Name, c.Spec.VectorLen(), n, rdma.MaxElems, (c.Spec.VectorLen()+rdma.MaxElems-1)/rdma.MaxElems)
+	}
 	if c.Codec.ID == rdma.CodecTopK && c.Spec.NumState() > 0 {
 		return param.Fieldf("Codec", "topk keeps the values a push leaves out for later pushes, which would add up the batch norm statistics of several mini-batches of %s: use none, fp16, bf16 or a lossless codec", c.Spec.Name)
 	}
 	return nil
+}
+
+// largestShard returns the values of the job's largest shard (Spec set,
+// Shards valid): what one push, pull or snapshot of it carries.
+func (c *Config) largestShard() int {
+	rs, err := ps.Ranges(c.Spec.VectorLen(), c.Shards)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, r := range rs {
+		n = max(n, r.Len())
+	}
+	return n
+}
+
+// MessageLimit returns the most float32 values a message of the job's
+// network must carry: rdma.Options.MaxElems of every process's network,
+// the largest shard's range (its pushes, pulls and snapshots travel
+// whole) and at least rdma.DefaultLimits' 64 Mi. ValidateSettings
+// refuses a job whose shards exceed rdma.MaxElems.
+func (c *Config) MessageLimit() uint32 {
+	n := uint32(rdma.DefaultLimits().MaxElems)
+	if c.Spec != nil {
+		n = max(n, uint32(min(c.largestShard(), rdma.MaxElems)))
+	}
+	return n
 }
 
 // PSConfig returns the parameter server's configuration of the job: the
@@ -341,7 +375,7 @@ func openNetwork(cfg *Config) (rdma.Network, error) {
 		rand.Read(secret)
 	}
 	cfg.Job = cmp.Or(cfg.Job, JobID(secret))
-	return rdma.Open(cfg.Transport, rdma.Options{Job: cfg.Job, Secret: secret, OnAuthFailure: cfg.OnAuthFailure})
+	return rdma.Open(cfg.Transport, rdma.Options{Job: cfg.Job, Secret: secret, OnAuthFailure: cfg.OnAuthFailure, MaxElems: cfg.MessageLimit()})
 }
 
 // Run is Start followed by Wait.

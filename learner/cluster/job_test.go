@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -465,7 +466,7 @@ func TestJobResumeAfterTheData(t *testing.T) {
 		t.Fatalf("the job interrupted while the evaluator waited for the final weights: %v, want ErrInterrupted", err)
 	}
 	checkResumeRendezvous(t, cfg, store)
-	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1)
+	re, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,12 +511,25 @@ func TestJobCheckpointResume(t *testing.T) {
 	if first.Chunks.Batches >= 4*first.BatchesPerEpoch {
 		t.Fatalf("the interrupt came after the last chunk (%d batches done): nothing to resume", first.Chunks.Batches)
 	}
-	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 3)
+	re, skipped, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), 3, nil)
 	if err != nil || len(skipped) != 0 {
 		t.Fatalf("load: %v (skipped %v)", err, skipped)
 	}
 	if !re.Info.Relaid {
 		t.Error("2 shards onto 3: not re-laid")
+	}
+	// A process that runs shard 1 only keeps its arrays, on the same
+	// layout and re-split, with every shard's consumed mini-batches.
+	for _, shards := range []int{2, 3} {
+		one, _, err := LoadResume(store, nil, nil, cfg.Spec.VectorLen(), shards, func(k int) bool { return k == 1 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, sh := range one.Shards {
+			if sh.Dropped() != (k != 1) || (k == 1) != (len(sh.Weights) > 0) || sh.Consumed == nil {
+				t.Errorf("%d shards, shard %d: dropped %t with %d weights and %d intervals consumed", shards, k, sh.Dropped(), len(sh.Weights), len(sh.Consumed))
+			}
+		}
 	}
 	cfg.Shards, cfg.Resume, cfg.Checkpoints = 3, re, nil
 	res, err := Run(context.Background(), cfg)
@@ -582,10 +596,11 @@ func TestJobEarlyPush(t *testing.T) {
 
 // TestSyntheticData: the data set "synthetic" has the model's shape, its
 // test images follow its training images in one draw (the same class
-// prototypes), and two calls make the same images.
+// prototypes), two calls make the same images, and subsets make only
+// the images they use, the first of the same draw.
 func TestSyntheticData(t *testing.T) {
 	sp := spec(t, "cifar10_full")
-	ds := SyntheticData(sp)
+	ds := SyntheticData(sp, 0, 0)
 	in := sp.Input
 	train, test := ds.Train.(*data.Dataset), ds.Test.(*data.Dataset)
 	if err := train.CheckShape(in.C, in.H, in.W, sp.Classes()); err != nil {
@@ -600,7 +615,49 @@ func TestSyntheticData(t *testing.T) {
 		!slices.Equal(train.Labels, all.Labels[:SyntheticTrain]) {
 		t.Fatal("the test images are not the ones after the training images of one draw")
 	}
-	if again := SyntheticData(sp); !slices.Equal(again.Train.(*data.Dataset).Pixels, train.Pixels) {
+	if again := SyntheticData(sp, 0, 0); !slices.Equal(again.Train.(*data.Dataset).Pixels, train.Pixels) {
 		t.Fatal("two calls made different images")
+	}
+	sub := SyntheticData(sp, 100, 30)
+	subTrain, subTest := sub.Train.(*data.Dataset), sub.Test.(*data.Dataset)
+	if subTrain.N != 100 || subTest.N != 30 || !slices.Equal(subTrain.Pixels, train.Pixels[:100*il]) ||
+		!slices.Equal(subTest.Pixels, all.Pixels[100*il:130*il]) {
+		t.Fatalf("subsets of 100 and 30: %d and %d images, not the first 130 of the draw", subTrain.N, subTest.N)
+	}
+	if got, want := SyntheticBytes(sp, 100, 30), int64(len(subTrain.Pixels)+len(subTest.Pixels)+4*130); got != want {
+		t.Errorf("SyntheticBytes(100, 30) = %d, want %d", got, want)
+	}
+}
+
+// TestMessageLimit: a job's network carries its largest shard whole (a
+// push, a pull or a snapshot is one message), beyond rdma's default
+// limit when the network is large, and a shard beyond what one message
+// may carry is refused, naming the shards that would do. Nothing is
+// allocated: the spec is parsed only.
+func TestMessageLimit(t *testing.T) {
+	wide, err := nn.Parse("wide.net", []byte("input channels=1 height=28 width=28\nfc fc1 out=400000\nfc fc2 out=10\nsoftmax\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := wide.VectorLen() // 317,600,010: beyond rdma.MaxElems (268,435,456)
+	cfg := Config{Spec: wide, Learners: 2, Batch: 1, Protocol: ps.Softsync, N: 2, Shards: 1, Solver: sgd.Config{LR: 0.1}}
+	var fe *param.FieldError
+	if err := cfg.ValidateSettings(); !errors.As(err, &fe) || fe.Field != "Shards" || !strings.Contains(err.Error(), "use --shards 2 or more") {
+		t.Fatalf("a shard of %d values: %v, want an error naming Shards and --shards 2", n, err)
+	}
+	cfg.Shards = 2
+	if err := cfg.ValidateSettings(); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := ps.Ranges(n, 2)
+	if got, want := cfg.MessageLimit(), uint32(max(rs[0].Len(), rs[1].Len())); got != want || got <= rdma.DefaultLimits().MaxElems {
+		t.Errorf("MessageLimit of 2 shards of %d values: %d, want the larger range %d", n, got, want)
+	}
+	if _, err := rdma.Open("inmem", rdma.Options{MaxElems: cfg.MessageLimit()}); err != nil {
+		t.Errorf("a network with the job's limit: %v", err)
+	}
+	small := Config{Spec: spec(t, "mlp"), Shards: 1}
+	if got := small.MessageLimit(); got != rdma.DefaultLimits().MaxElems {
+		t.Errorf("MessageLimit of the mlp: %d, want rdma's default %d", got, rdma.DefaultLimits().MaxElems)
 	}
 }

@@ -157,14 +157,22 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			}
 		})
 	}
+	servers := make([]ServerConfig, len(r.Servers))
 	for i, k := range r.Servers {
 		var stop <-chan struct{}
 		if j.coord == nil { // else the coordinator's interruption stops them
 			stop = j.stop
 		}
-		scfg := cfg.serverConfig(member(RoleServer, k), p.Topology, k, layout, init)
-		scfg.Listener, scfg.Stop = p.Listeners.Servers[i], stop
-		j.wg.Go(func() { j.fail(RunServer(ctx, scfg)) })
+		servers[i] = cfg.serverConfig(member(RoleServer, k), p.Topology, k, layout, init)
+		servers[i].Listener, servers[i].Stop = p.Listeners.Servers[i], stop
+	}
+	// The shard servers copy their ranges of the initial weights and of a
+	// resume's shards as they start, and let them go (RunServer): nothing
+	// here keeps them, so that a process of a large network holds them
+	// only that long (alexnet's initial vector is 244 MB).
+	init, cfg.Init, cfg.Resume = nil, nil, nil
+	for i := range servers {
+		j.wg.Go(func() { j.fail(RunServer(ctx, takeServer(&servers[i]))) })
 	}
 	if r.Evaluator {
 		j.wg.Go(func() {
@@ -197,7 +205,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 func (c *Config) coordinatorConfig(topo Topology, plan data.Plan, norm data.Normalizer) CoordinatorConfig {
 	return CoordinatorConfig{Settings: c.Settings(), Plan: plan, Learners: c.Learners, Servers: topo.Servers, Evaluator: true,
 		Expect: topo.expect(), Heartbeat: c.Heartbeat, Rendezvous: c.Rendezvous, WaitWarn: c.WaitWarn, ServerTimeout: c.PSTimeout,
-		Checkpoints: c.Checkpoints, CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.CheckpointInterval, Resume: c.Resume,
+		Checkpoints: c.Checkpoints, CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.CheckpointInterval, Resume: c.Resume.coordinatorOnly(),
 		Logger: c.Logger, OnEpoch: c.OnEpoch, norm: packNorm(norm, c.Spec.Input)}
 }
 
@@ -220,6 +228,14 @@ func (c *Config) member(n rdma.Network, coordinator string, coordHere bool, loca
 func (c *Config) serverConfig(m Member, topo Topology, k int, layout []param.Segment, init []float32) ServerConfig {
 	return ServerConfig{Member: m, PS: c.PSConfig(layout, 0), Shards: topo.Servers[k], Init: init, Codec: c.WeightsCodec(),
 		Checkpoints: c.Checkpoints, Resume: c.Resume, OnServe: c.OnServe}
+}
+
+// takeServer returns *c and clears it, so that the caller's slice holds
+// nothing RunServer lets go of.
+func takeServer(c *ServerConfig) ServerConfig {
+	v := *c
+	*c = ServerConfig{}
+	return v
 }
 
 // onResult wraps a Config.OnResult hook: the result it receives has the

@@ -212,7 +212,7 @@ func TestResumeSettings(t *testing.T) {
 		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
 			c := cfg
 			c.Shards = shards
-			if _, err := c.ResumeFrom(store); err != nil {
+			if _, err := c.ResumeFrom(store, nil); err != nil {
 				t.Fatalf("resume: %v", err)
 			}
 			if shards != cfg.Shards {
@@ -231,7 +231,7 @@ func TestResumeSettings(t *testing.T) {
 	}
 	other := cfg
 	other.Batch = 20
-	if _, err := other.ResumeFrom(store); !errors.Is(err, checkpoint.ErrMismatch) && !errors.Is(err, checkpoint.ErrNone) {
+	if _, err := other.ResumeFrom(store, nil); !errors.Is(err, checkpoint.ErrMismatch) && !errors.Is(err, checkpoint.ErrNone) {
 		t.Errorf("resume of another batch: %v, want a mismatch", err)
 	}
 }

@@ -64,6 +64,13 @@ type Report struct {
 	BytesSent   uint64          `json:"bytes_sent"`
 	Traffic     ReportTraffic   `json:"traffic"`
 	ShardStats  []ReportShard   `json:"shard_stats"`
+	// RepliesDetached counts the weights replies still being read when
+	// their shard was to update (ps.ServerStats.Detached, every shard
+	// server): the shard went on with a copy of its weights.
+	RepliesDetached uint64 `json:"replies_detached"`
+	// Memory is the job's memory plan as its command checked it
+	// (Config.Planned; nil: not planned).
+	Memory *JobMemory `json:"memory,omitempty"`
 
 	// The processes of the job (one for a job in one process), and what
 	// a job of several processes adds.
@@ -259,6 +266,8 @@ func NewReport(c *Config, res *Result) *Report {
 			r.Staleness, r.Updates, r.Partial, r.Gradients, r.Dropped = staleOf(&s), s.Updates, s.Partial, s.Gradients, s.Dropped
 		}
 	}
+	r.RepliesDetached = res.Server.Detached
+	r.Memory = c.Planned
 	t := &res.Traffic
 	r.BytesSent = t.FrameBytesSent + t.FrameBytesRecv
 	push, pull := t.TotalSent(), t.TotalRecv()

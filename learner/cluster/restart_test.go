@@ -176,7 +176,7 @@ func (p *partsJob) kill(i int) {
 // restartConfig returns the job's configuration resumed from store's
 // newest checkpoint.
 func restartConfig(t *testing.T, cfg Config, store *checkpoint.Store) Config {
-	if _, err := cfg.ResumeFrom(store); err != nil {
+	if _, err := cfg.ResumeFrom(store, nil); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

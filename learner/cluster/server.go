@@ -77,6 +77,7 @@ func RunServer(ctx context.Context, cfg ServerConfig) error {
 		pcfg.NewMsg = cfg.Network.NewMsg
 	}
 	srv, err := ps.NewServer(pcfg)
+	cfg.Init, cfg.Resume, pcfg = nil, nil, ps.ServerConfig{} // copied into the shards
 	if err != nil {
 		err = fmt.Errorf("%s: %w", cfg.Process, err)
 		cc.send(context.Background(), tFail, failure{errcode.Encode(err)})

@@ -249,7 +249,7 @@ func (j *simJob) procConfig() Config {
 	if j.ckpts {
 		c.Checkpoints = j.store
 		if j.resumable() {
-			if skipped, err := c.ResumeFrom(j.store); err != nil {
+			if skipped, err := c.ResumeFrom(j.store, nil); err != nil {
 				panic(fmt.Sprintf("seed %d: resume: %v (%v)", j.w.seed, err, skipped))
 			}
 		}

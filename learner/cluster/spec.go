@@ -130,10 +130,11 @@ func (c *Config) NString() string {
 
 // ResumeFrom sets Resume to the newest complete checkpoint version of
 // store that is of this job (LoadResume: the ResumeKeys of Settings),
-// re-split onto Shards shards. skipped lists the newer versions passed
-// over.
-func (c *Config) ResumeFrom(store *checkpoint.Store) (skipped []error, err error) {
-	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.VectorLen(), c.Shards)
+// re-split onto Shards shards, with the arrays of the shards keep accepts
+// (nil: every shard; a process keeps those of the shards it runs).
+// skipped lists the newer versions passed over.
+func (c *Config) ResumeFrom(store *checkpoint.Store, keep func(shard int) bool) (skipped []error, err error) {
+	re, skipped, err := LoadResume(store, c.Settings(), ResumeKeys(), c.Spec.VectorLen(), c.Shards, keep)
 	if err != nil {
 		return skipped, err
 	}

@@ -182,7 +182,15 @@ func isShardFile(name string) bool {
 // ShardFile), in shard order, and checks that they are the shards of one
 // layout: the same vector length, shard count and learners, each shard
 // once (ErrMismatch, naming the files).
-func (s *Snapshot) Shards() ([]*Shard, error) {
+func (s *Snapshot) Shards() ([]*Shard, error) { return s.ShardsOf(nil) }
+
+// ShardsOf is Shards keeping the arrays (weights, momentum, accumulation,
+// rule state, pulled copies) of the shards keep accepts only (nil: all):
+// every file is decoded and checked, one at a time, and the others keep
+// their counters, per-learner state and consumed mini-batches (Dropped),
+// so that reading a version holds the arrays of the shards kept and of
+// one more, not of all. Resplit needs every shard's arrays.
+func (s *Snapshot) ShardsOf(keep func(shard int) bool) ([]*Shard, error) {
 	var shards []*Shard
 	var names []string
 	for _, f := range s.Manifest.Files {
@@ -192,6 +200,12 @@ func (s *Snapshot) Shards() ([]*Shard, error) {
 		sh, err := s.ReadShard(f.Name)
 		if err != nil {
 			return nil, err
+		}
+		if keep != nil && !keep(sh.Shard) {
+			if _, err := sh.check(); err != nil {
+				return nil, fmt.Errorf("%s: %w", s.Path(f.Name), err)
+			}
+			sh.Drop()
 		}
 		shards, names = append(shards, sh), append(names, s.Path(f.Name))
 	}
@@ -203,6 +217,18 @@ func (s *Snapshot) Shards() ([]*Shard, error) {
 	}
 	slices.SortFunc(shards, func(a, b *Shard) int { return a.Shard - b.Shard })
 	return shards, nil
+}
+
+// ShardFiles returns how many shard files the version lists: the shards
+// of the layout it was written with.
+func (s *Snapshot) ShardFiles() int {
+	n := 0
+	for _, f := range s.Manifest.Files {
+		if isShardFile(f.Name) {
+			n++
+		}
+	}
+	return n
 }
 
 // verifier reads a version's file, checking its size and SHA-256 against

@@ -72,6 +72,11 @@ func Resplit(old []*Shard, total, shards int) ([]*Shard, ResplitInfo, error) {
 	if old[0].Shards == shards {
 		return old, info, nil
 	}
+	for _, o := range old {
+		if o.dropped {
+			return nil, info, fmt.Errorf("%w: shard %d of %d: its arrays were let go after it was read (Snapshot.ShardsOf)", ErrMismatch, o.Shard, o.Shards)
+		}
+	}
 	info.Relaid = true
 	learners := old[0].Learners()
 	merged := &Shard{

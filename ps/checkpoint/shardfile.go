@@ -44,6 +44,23 @@ type Shard struct {
 	Shards       int      // shards of the layout (ps.Config.Shards); the range is ps.RangeOf(Total, Shards, Shard)
 	Incarnations []uint32 // per learner id: the latest incarnation seen
 	Evicted      []bool   // per learner id: that incarnation was evicted
+	// dropped: the arrays (weights, momentum, accumulation, rule state,
+	// pulled copies) were let go after decoding (Snapshot.ShardsOf); the
+	// rest is the file's.
+	dropped bool
+}
+
+// Dropped reports whether the shard's arrays were let go after it was
+// decoded (Snapshot.ShardsOf): only its counters, per-learner state and
+// consumed mini-batches are there.
+func (s *Shard) Dropped() bool { return s.dropped }
+
+// Drop lets the shard's arrays go (Dropped): what a process that does not run
+// the shard keeps of it.
+func (s *Shard) Drop() {
+	s.Weights, s.Pulled, s.dropped = nil, nil, true
+	st := &s.Solver
+	st.Momentum, st.Acc, st.MeanSquare, st.StepSquare = nil, nil, nil, nil
 }
 
 // Range returns the part of the flat vector the shard owns.
@@ -70,10 +87,13 @@ func (s *Shard) check() (ps.Range, error) {
 	bad := func(format string, args ...any) (ps.Range, error) {
 		return r, fmt.Errorf("%w: shard %d of %d: %s", ErrMismatch, s.Shard, s.Shards, fmt.Sprintf(format, args...))
 	}
+	if s.dropped { // checked when decoded; the rest is checked below
+		n = 0
+	}
 	switch {
 	case len(s.Weights) != n || len(st.Momentum) != n:
 		return bad("%d weights and %d momentum values, the range [%d, %d) has %d", len(s.Weights), len(st.Momentum), r.Lo, r.Hi, n)
-	case st.Pending < 0 || (st.Pending > 0) != (len(st.Acc) > 0) || (st.Pending > 0 && len(st.Acc) != n):
+	case st.Pending < 0 || (!s.dropped && ((st.Pending > 0) != (len(st.Acc) > 0) || (st.Pending > 0 && len(st.Acc) != n))):
 		return bad("%d accumulated values with %d pending gradients (want %d, or none with 0 pending)", len(st.Acc), st.Pending, n)
 	case len(s.LastSeq) != l || len(s.RoundPushed) != l || len(s.Incarnations) != l || len(s.Evicted) != l ||
 		len(s.Stats.RefusedGradients) != l || (s.Pending != nil && len(s.Pending) != l):
@@ -220,6 +240,9 @@ const ruleCounts = 24
 // wrapping ErrMismatch, without writing, if the lengths of s disagree with
 // its layout; otherwise the first error of w.
 func EncodeShard(w io.Writer, s *Shard) error {
+	if s.dropped {
+		return fmt.Errorf("%w: shard %d of %d: its arrays were let go after it was read", ErrMismatch, s.Shard, s.Shards)
+	}
 	r, err := s.check()
 	if err != nil {
 		return err

@@ -348,3 +348,53 @@ func TestConcurrentWriteFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShardsOf: reading a version for the shards one process runs decodes
+// and checks every shard file but keeps the arrays of those shards only;
+// the others keep their counters, per-learner state and consumed
+// mini-batches. A dropped shard is neither written again nor re-split.
+func TestShardsOf(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := testShards(t)
+	if err := s.Commit(1, writeVersion(t, s, 1, shards), meta()); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := s.Latest(checkJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := snap.ShardFiles(); n != len(shards) {
+		t.Fatalf("ShardFiles = %d, want %d", n, len(shards))
+	}
+	got, err := snap.ShardsOf(func(k int) bool { return k == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, sh := range got {
+		want := shards[k]
+		if k == 1 {
+			if sh.Dropped() || !reflect.DeepEqual(sh, want) {
+				t.Errorf("shard 1, kept: dropped %t, equal to what was written: %t", sh.Dropped(), reflect.DeepEqual(sh, want))
+			}
+			continue
+		}
+		if !sh.Dropped() || sh.Weights != nil || sh.Solver.Momentum != nil || sh.Solver.Acc != nil || sh.Pulled != nil {
+			t.Errorf("shard %d, not kept: dropped %t, %d weights, %d momentum, %d accumulated", k, sh.Dropped(), len(sh.Weights), len(sh.Solver.Momentum), len(sh.Solver.Acc))
+		}
+		if sh.Clock != want.Clock || !reflect.DeepEqual(sh.Consumed, want.Consumed) || !reflect.DeepEqual(sh.Active, want.Active) || sh.Solver.Pending != want.Solver.Pending {
+			t.Errorf("shard %d, not kept: lost its counters or consumed mini-batches", k)
+		}
+		if err := EncodeShard(io.Discard, sh); !errors.Is(err, ErrMismatch) {
+			t.Errorf("EncodeShard of a dropped shard: %v, want ErrMismatch", err)
+		}
+	}
+	if _, _, err := Resplit(got, shards[0].Total, 2); !errors.Is(err, ErrMismatch) {
+		t.Errorf("Resplit of dropped shards: %v, want ErrMismatch", err)
+	}
+	if same, _, err := Resplit(got, shards[0].Total, len(shards)); err != nil || len(same) != len(shards) {
+		t.Errorf("Resplit onto the same layout: %v", err)
+	}
+}

@@ -150,7 +150,8 @@ type ModelBatch struct {
 func (m ModelBatch) String() string { return fmt.Sprintf("%s μ=%d", m.Model, m.Batch) }
 
 // Job is one training job of the process benchmarks: Steps mini-batches
-// per learner of one compute thread, random order, a small test subset,
+// per learner of one compute thread, random order, a small test subset
+// (of synthetic data, only the training images of the steps: one epoch),
 // run as processes on this host (Processes.Launch), or, with transport
 // Independent, as λ independent jobs in this process.
 type Job struct {
@@ -180,6 +181,11 @@ func (j Job) run(ctx context.Context, procs Processes, engine func() (kernels.En
 	}
 	if j.Data != "" {
 		args = append(args, "--data", j.Data)
+	}
+	if j.Data == "synthetic" {
+		// The images of the steps, one epoch, and no more: every process
+		// holding the data makes them (alexnet's 50,000 would be 7.7 GB).
+		args = append(args, "--train-subset", strconv.Itoa(j.Steps*j.Learners*j.Batch))
 	}
 	res, err := procs.Launch(ctx, LaunchJob{Learners: j.Learners, Shards: j.Shards, Bind: cmp.Or(j.Bind, "learners"), Pin: j.Pin,
 		Threads: 1, Train: args})

@@ -35,6 +35,9 @@ type App struct {
 	// runtime profile recorded while the subcommand runs (profile.go).
 	Profile    string
 	ProfileDir string
+	// MemoryAvailable, if set, stands in for the machine's available
+	// memory (availableMemory) in the memory check: tests set it.
+	MemoryAvailable func() (bytes int64, where string, err error)
 
 	engine  kernels.Engine
 	info    kernels.Info
@@ -67,8 +70,10 @@ func (app *App) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-func newRootCmd(out io.Writer) *cobra.Command {
-	app := &App{Out: out}
+func newRootCmd(out io.Writer) *cobra.Command { return newRoot(&App{Out: out}) }
+
+// newRoot returns the root command of app (Out set).
+func newRoot(app *App) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "softsync",
 		Short:         "Staleness-aware asynchronous SGD for CNNs on CPU clusters",
@@ -89,6 +94,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 	for _, c := range commands {
 		root.AddCommand(c(app))
 	}
+	planShownIsSuccess(root)
 	stopProfileAfterRun(root, app)
 	return root
 }

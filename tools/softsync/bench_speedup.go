@@ -110,7 +110,7 @@ it.`,
 					tr += ", unpinned"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.2f×\t%.0f%%\t%s\t\n", bench.ModelBatch{Model: r.Model, Batch: r.Batch}, tr, r.Protocol, r.Shards, r.Learners,
-					textfmt.Thousands(int64(r.ImagesPerSec+0.5)), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
+					imagesText(r.ImagesPerSec), r.Speedup, 100*r.Efficiency, rssText(r.Processes))
 			}
 			return tw.Flush()
 		},
@@ -130,6 +130,15 @@ it.`,
 	f.StringVar(&binds, "bind", "learners", "comma-separated launch --bind values, side by side: learners (each learner pinned to CPUs of its own) and/or none")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of {model, batch, transport, transport_used, protocol, learners, shards, early_push, bind, images_per_sec, runs, speedup, efficiency, steps, seconds, processes: [{process, cpus, peak_rss_bytes}]}")
 	return c
+}
+
+// imagesText gives images/s: a decimal below 100 (alexnet's few a second),
+// whole numbers with thousands separators above.
+func imagesText(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return textfmt.Thousands(int64(v + 0.5))
 }
 
 // rssText gives the peak resident sets of a job's processes: the head's,

@@ -142,6 +142,9 @@ func launchJob(ctx context.Context, app *App, lf *launchFlags, args []string, re
 	// loads the data and serves the job's metrics.
 	metrics := f.cluster.metrics
 	f.cluster.metrics = ""
+	f.runs = runsNone // launch runs no role itself
+	t := cluster.Apart(lf.learners, lf.shards)
+	f.topo, f.here = &t, upTo(len(t.Processes)) // every process on this host
 	if _, err := prepareTrain(ctx, app, fl, f, false); err != nil {
 		return nil, err
 	}

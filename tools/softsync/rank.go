@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -53,6 +54,16 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	roles := topo.Processes[rank]
 	if f.cluster.metrics != "" {
 		f.cluster.metrics = metricsAddr(f.cluster.metrics, rank)
+	}
+	f.runs = func(k int) bool {
+		return slices.ContainsFunc(roles.Servers, func(s int) bool { return slices.Contains(topo.Servers[s], k) })
+	}
+	// The memory check counts this rank's process; rank 0 counts every
+	// rank's when they all run on this host (the others, starting at the
+	// same time, would count what rank 0 took already).
+	f.topo, f.here = &topo, []int{rank}
+	if oneHost && rank == 0 {
+		f.here = upTo(len(topo.Processes))
 	}
 	cfg, err := prepareTrain(ctx, app, fl, f, roles.Coordinator || len(roles.Learners) > 0)
 	if err != nil {

@@ -82,6 +82,9 @@ func writeText(w io.Writer, r *cluster.Report) {
 		fmt.Fprintf(tw, "processes\t%s on %s; %d learner(s) lost, %d restart(s), %d chunk(s) reassigned\n",
 			count(len(r.Processes), "process", "processes"), count(len(hosts), "host", "hosts"), r.Lost, r.Restarts, r.Chunks.Reassigned)
 	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintf(tw, "memory planned\t%s in all: %s\n", cluster.FormatMemory(m.Bytes), m.Summary(nil))
+	}
 	if r.CheckpointsWritten > 0 || r.CheckpointFailures.Count > 0 {
 		fmt.Fprintf(tw, "checkpoints\t%s\n", checkpointsText(r))
 	}

@@ -43,6 +43,13 @@ func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) e
 	if secret == nil && !f.cluster.insecure {
 		return fmt.Errorf("no secret: pass --secret-file PATH or set $%s (the same as the coordinator's), or --insecure", secretEnv)
 	}
+	f.runs = runsNone
+	if role == cluster.RoleServer {
+		f.runs = func(k int) bool { return k == f.cluster.id }
+	}
+	if err := f.byHand(role, f.cluster.id); err != nil {
+		return err
+	}
 	cfg, err := prepareTrain(ctx, app, cmd.Flags(), f, role == cluster.RoleLearner)
 	if err != nil {
 		return err
@@ -53,6 +60,17 @@ func runWorker(cmd *cobra.Command, app *App, f *trainFlags, role cluster.Role) e
 		}
 	}
 	return app.runRole(ctx, f, cfg, secret, role, f.cluster.id)
+}
+
+// byHand sets the topology of a job started by hand (cluster.ByHand) and
+// this process's place in it, role id, for the memory check.
+func (f *trainFlags) byHand(role cluster.Role, id int) error {
+	t, index, err := cluster.ByHand(f.learners, f.shards, role, id)
+	if err != nil {
+		return flagError(err)
+	}
+	f.topo, f.here = &t, []int{index}
+	return nil
 }
 
 // runRole runs role id of a job started by hand (cluster.ByHand): the
@@ -172,6 +190,10 @@ with --rendezvous-file naming the rendezvous file of a --cluster auto job
 				secret, err = secretOf(f.cluster.rendezvousFile) // the job's, when restarting its head
 			}
 			if err != nil {
+				return err
+			}
+			f.runs = runsNone
+			if err := f.byHand(cluster.RoleEvaluator, 0); err != nil {
 				return err
 			}
 			cfg, err := prepareTrain(ctx, app, cmd.Flags(), &f, true)

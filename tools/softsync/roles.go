@@ -24,7 +24,7 @@ import (
 func (app *App) jobNetwork(cfg *cluster.Config, secret []byte, insecure bool) (rdma.Network, error) {
 	cfg.Job = cluster.JobID(secret)
 	opts := rdma.Options{Job: cfg.Job, Secret: secret, Insecure: insecure, OnConnect: app.logConnect,
-		OnAuthFailure: app.onAuthFailure()}
+		OnAuthFailure: app.onAuthFailure(), MaxElems: cfg.MessageLimit()}
 	n, err := rdma.Open(cfg.Transport, opts)
 	if err != nil {
 		return nil, fmt.Errorf("--transport: %w", err)
@@ -109,6 +109,9 @@ func (app *App) runJob(ctx context.Context, f *trainFlags, cfg *cluster.Config, 
 	if err != nil {
 		return flagError(err)
 	}
+	// The roles took what they need of the initial weights (--load) and of
+	// the resume; let them go (alexnet's are 244 MB each).
+	c.Init, c.Resume, cfg.Init, cfg.Resume = nil, nil, nil, nil
 	if job.Interruptible() {
 		app.onInterrupt(job.Interrupt)
 	}

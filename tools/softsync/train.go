@@ -54,7 +54,22 @@ type trainFlags struct {
 	// head has written the job's outputs (holding finish's error, if
 	// any): a head that dies after that is not started again.
 	endedFile string
+	// runs says which shards this process runs, whose arrays a --resume
+	// keeps (cluster.LoadResume); nil: every shard (train in one process).
+	runs func(shard int) bool
+	// topo is the job's topology and here the processes of it that run
+	// on this host, for the memory check (planMemory); nil: a job in one
+	// process.
+	topo *cluster.Topology
+	here []int
+	// memoryPlan (--memory-plan) prints the memory plan and stops;
+	// skipMemoryCheck (--skip-memory-check) starts a job that does not
+	// fit this host's available memory.
+	memoryPlan, skipMemoryCheck bool
 }
+
+// runsNone is trainFlags.runs of a process that runs no shard.
+func runsNone(int) bool { return false }
 
 // localLearners returns how many learners share this host's cores.
 func (f *trainFlags) localLearners() int { return cmp.Or(f.local, f.learners) }
@@ -100,6 +115,18 @@ for a gradient vector of its own (8 images for LeNet, 1 for cifar10_full);
 the default, 0, divides the cores available among the learners (at least 1
 each).
 
+Memory (docs/training.md, "Memory"): before the data, the weights or a
+checkpoint are read, the memory each process of the job needs is computed
+from the network (parameters, activations, workspace at --batch), the
+solver's state (momentum; the accumulation and the weights each learner
+pulled that dc, dc-adaptive and gap keep), the transport's messages and
+codec buffers, and the data; a job whose processes on this host need more
+than it has available (MemAvailable, or less under a cgroup's memory limit)
+is refused with a line naming both figures. --memory-plan prints the plan,
+process by process and part by part, and stops; --skip-memory-check starts
+the job anyway. alexnet's weights are 244 MB: with 2 learners of batch 8 and
+2 shard servers its processes need about 4.1 GiB together.
+
 Output: a progress bar on a terminal, log lines otherwise (--quiet: neither);
 at the end the test error (top-1 and top-5), training time and images/s, the
 time the learners waited for data (and, with a parameter server, the
@@ -129,7 +156,7 @@ final weights (docs/weights.md).`,
 // multi-process job must share (docs/cluster.md).
 func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.StringVar(&f.model, "model", "lenet", "network: lenet, cifar10_full, mlp, alexnet, resnet18, or the path of a spec file (docs/network-spec.md)")
-	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test, for speed measurements without the data`)
+	fl.StringVar(&f.data, "data", "", dataFlagHelp+`; or "synthetic": random learnable images of the model's input shape, 50,000 to train and 10,000 to test (only the --train-subset and --test-subset ones are made), for speed measurements without the data`)
 	fl.IntVar(&f.epochs, "epochs", 0, "passes over the training set; 0 with --load only evaluates (default: per model, see above)")
 	fl.IntVar(&f.batch, "batch", 0, "mini-batch size μ per learner (default: per model, see above)")
 	fl.Float64Var(&f.lr, "lr", 0, "base learning rate α0 (default: per model, see above)")
@@ -154,6 +181,8 @@ func addJobFlags(fl *pflag.FlagSet, f *trainFlags) {
 	fl.IntVar(&f.trainSubset, "train-subset", 0, "train on the first N training images only (of image data: N images spread evenly over the classes); 0 = all")
 	fl.IntVar(&f.testSubset, "test-subset", 0, "evaluate on the first N test images only (of image data: spread evenly); 0 = all")
 	addImageFlags(fl, &f.images)
+	fl.BoolVar(&f.memoryPlan, "memory-plan", false, "print the memory each process of the job needs, part by part, and what this host has available, then stop (docs/training.md, \"Memory\")")
+	fl.BoolVar(&f.skipMemoryCheck, "skip-memory-check", false, "start the job even when its processes on this host need more memory than the host has available (MemAvailable, or the cgroup's limit); without it such a job is refused before anything is allocated")
 }
 
 // addOutputFlags adds the flags of the process that reports a job: the
@@ -320,6 +349,11 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 			return nil, fmt.Errorf("%s %s: folder %s does not exist", o.flag, o.path, filepath.Dir(o.path))
 		}
 	}
+	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.localLearners(), f.batch, app.Threads)
+	app.Threads, cfg.Workers = par.BLAS, par.Workers
+	if err := app.planMemory(f, cfg); err != nil {
+		return nil, err
+	}
 	if err := app.startMetrics(f.cluster.metrics); err != nil {
 		return nil, err
 	}
@@ -341,8 +375,6 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	} else if err != nil {
 		return nil, flagError(err)
 	}
-	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.localLearners(), f.batch, app.Threads)
-	app.Threads, cfg.Workers = par.BLAS, par.Workers
 	e, info, err := app.EngineInfo()
 	if err != nil {
 		return nil, err
@@ -352,12 +384,13 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	return cfg, nil
 }
 
-// lookupData reads --data name for cfg's network: "synthetic", image
-// data (cluster.Config.LookupImages, decoded on the process's pipeline)
-// or a data set of cluster.LookupData.
+// lookupData reads --data name for cfg's network: "synthetic" (only the
+// cfg.TrainSubset and cfg.TestSubset images the job uses), image data
+// (cluster.Config.LookupImages, decoded on the process's pipeline) or a
+// data set of cluster.LookupData.
 func (app *App) lookupData(ctx context.Context, name string, cfg *cluster.Config, f *imageFlags) (cluster.DataSet, error) {
 	if name == "synthetic" {
-		return cluster.SyntheticData(cfg.Spec), nil
+		return cluster.SyntheticData(cfg.Spec, cfg.TrainSubset, cfg.TestSubset), nil
 	}
 	if cluster.IsImageData(name) {
 		return app.lookupImages(cfg, f)
@@ -402,7 +435,7 @@ func checkpoints(app *App, f *trainFlags, cfg *cluster.Config) error {
 			return fmt.Errorf("--resume %s: %w", c.resume, err)
 		}
 	}
-	skipped, err := cfg.ResumeFrom(from)
+	skipped, err := cfg.ResumeFrom(from, f.runs)
 	for _, s := range skipped {
 		app.Log.Warn("checkpoint version skipped", "err", s)
 	}
