@@ -138,12 +138,17 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		}
 	}
 	host := cmp.Or(p.Host, "localhost")
+	// The settings are taken once: the initial weights they hash are let
+	// go of below.
+	settings := cfg.Settings()
 	member := func(role Role, id int) Member {
 		n := p.Network
 		if p.wrap != nil {
 			n = p.wrap(role, n)
 		}
-		return cfg.member(n, coordAddr, j.coord != nil, p.Locate, Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()})
+		m := cfg.member(n, coordAddr, j.coord != nil, p.Locate, Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()})
+		m.Settings = settings
+		return m
 	}
 	ctx, j.cancel = context.WithCancel(ctx)
 	if j.coord != nil {
