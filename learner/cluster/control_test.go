@@ -169,6 +169,7 @@ func fillLargest(v reflect.Value, learners int) {
 // host name; each fits in maxControl bytes, and a shard's counters in
 // the bytes MaxShardsFor counts for them.
 func TestControlMessagesFit(t *testing.T) {
+	nativeOnly(t)
 	for _, learners := range []int{1, 487, 488, 5000} {
 		S := MaxShardsFor(learners)
 		var one ps.Stats

@@ -584,6 +584,7 @@ func TestJobEarlyPush(t *testing.T) {
 // test images follow its training images in one draw (the same class
 // prototypes), and two calls make the same images.
 func TestSyntheticData(t *testing.T) {
+	nativeOnly(t) // 60,000 CIFAR-shaped images, three times
 	sp := spec(t, "cifar10_full")
 	ds := SyntheticData(sp)
 	in := sp.Input
