@@ -133,8 +133,9 @@ test: deps deps-test csrc-hash test-c check-memory
 	# the learning tests, and the computations without goroutines (nativeOnly), skip
 	# under the race detector: run them on the native engine too
 	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
-	# jobs of several processes (launchers, namespaces, failures), natively
-	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
+	# jobs of several processes (launchers, namespaces, failures), and the computations
+	# without goroutines (nativeOnly), natively
+	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures|TestSimPreset' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 
