@@ -6,9 +6,10 @@
 #   make train-mnist  LeNet on MNIST, one learner, 10 epochs; fails above 1.0% test error
 #   make train-mnist-dist  LeNet on MNIST, 8 learners × batch 8, 8-softsync, lr-mode
 #                     staleness, 10 epochs; fails above 1.2% test error
-#   make test         deps and deps-test, C tests (plain and under ASan/UBSan), go vet, go test -race,
-#                     the learning tests on the native engine without -race,
-#                     and a pure-Go pass (CGO_ENABLED=0)
+#   make test         deps and deps-test, C tests (plain and under ASan/UBSan), go vet, go test -race
+#                     (RACE_PKGS), the tests that skip under it (learning, computations
+#                     without goroutines, multi-process jobs) natively, and a pure-Go pass
+#                     (CGO_ENABLED=0)
 #   make bench        every benchmark beside its reference (softsync bench all: peak,
 #                     gemm, training against PyTorch, transport against iperf3, speedup;
 #                     go test -bench of the convolution, memory-bound and solver kernels)
