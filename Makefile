@@ -6,9 +6,10 @@
 #   make train-mnist  LeNet on MNIST, one learner, 10 epochs; fails above 1.0% test error
 #   make train-mnist-dist  LeNet on MNIST, 8 learners × batch 8, 8-softsync, lr-mode
 #                     staleness, 10 epochs; fails above 1.2% test error
-#   make test         deps and deps-test, C tests (plain and under ASan/UBSan), go vet, go test -race,
-#                     the learning tests on the native engine without -race,
-#                     and a pure-Go pass (CGO_ENABLED=0)
+#   make test         deps and deps-test, C tests (plain and under ASan/UBSan), go vet, go test -race
+#                     (RACE_PKGS), the tests that skip under it (learning, computations
+#                     without goroutines, multi-process jobs) natively, and a pure-Go pass
+#                     (CGO_ENABLED=0)
 #   make bench        every benchmark beside its reference (softsync bench all: peak,
 #                     gemm, training against PyTorch, transport against iperf3, speedup;
 #                     go test -bench of the convolution, memory-bound and solver kernels)
@@ -70,8 +71,10 @@ GO ?= go
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libibverbs-dev libturbojpeg0-dev libjpeg62-turbo-dev ca-certificates git \
 	openmpi-bin mpich slurmctld slurmd slurm-client iproute2
 # Packages whose tests run under the race detector, and those also tested
-# without cgo (the pure-Go reference engine).
-RACE_PKGS ?= ./...
+# without cgo (the pure-Go reference engine). The race pass leaves out the
+# simulators of ps/sim: deterministic computation without goroutines or
+# cgo, which the CGO_ENABLED=0 pass runs without the detector.
+RACE_PKGS ?= $$($(GO) list ./... | grep -v '/ps/sim\(/\|$$\)')
 NOBLAS_PKGS ?= ./...
 FUZZTIME ?= 10s
 FUZZ ?= .
@@ -131,10 +134,12 @@ test: deps deps-test csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	$(MAKE) chaos-defects
-	# the learning tests skip under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
-	# jobs of several processes (launchers, namespaces, failures), natively
-	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
+	# the learning tests, and the computations without goroutines (nativeOnly), skip
+	# under the race detector: run them on the native engine too
+	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
+	# jobs of several processes (launchers, namespaces, failures), and the computations
+	# without goroutines (nativeOnly), natively
+	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures|TestSimPreset' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 

@@ -599,6 +599,7 @@ func TestJobEarlyPush(t *testing.T) {
 // prototypes), two calls make the same images, and subsets make only
 // the images they use, the first of the same draw.
 func TestSyntheticData(t *testing.T) {
+	nativeOnly(t) // 60,000 CIFAR-shaped images, three times
 	sp := spec(t, "cifar10_full")
 	ds := SyntheticData(sp, 0, 0)
 	in := sp.Input

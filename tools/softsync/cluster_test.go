@@ -18,9 +18,11 @@ import (
 )
 
 // TestMain lets the launchers start this test binary as softsync itself
-// (clustertest.Self("softsync", args...)).
+// (clustertest.Self("softsync", args...)), and has the jobs of one
+// process read MNIST once (readMNISTOnce).
 func TestMain(m *testing.M) {
 	selfArgv = clustertest.Self("softsync") // what launch starts
+	findData = readMNISTOnce(findData)
 	clustertest.Main(m, map[string]func([]string) int{"softsync": func(args []string) int {
 		root := newRootCmd(os.Stdout)
 		root.SetArgs(args)

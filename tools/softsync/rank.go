@@ -65,6 +65,10 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 	if oneHost && rank == 0 {
 		f.here = upTo(len(topo.Processes))
 	}
+	secret, err := rankSecret(&f.cluster) // before the data: a refused job loads none
+	if err != nil {
+		return err
+	}
 	cfg, err := prepareTrain(ctx, app, fl, f, roles.Coordinator || len(roles.Learners) > 0)
 	if err != nil {
 		return err
@@ -75,7 +79,7 @@ func runRank(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlags) er
 		}
 	}
 	app.Log.Debug("cluster", "world", w.String(), "shards", S, "learners", f.learners)
-	coord, secret, cleanup, err := rendezvous(ctx, app, f, w, oneHost)
+	coord, secret, cleanup, err := rendezvous(ctx, app, f, w, oneHost, secret)
 	if err != nil {
 		return err
 	}
@@ -115,25 +119,32 @@ type meeting struct {
 	locate func() string
 }
 
+// rankSecret is the secret given to a rank (--secret-file or
+// $SOFTSYNC_SECRET), nil if none; with --coordinator HOST:PORT a rank
+// needs one unless --insecure.
+func rankSecret(c *clusterFlags) ([]byte, error) {
+	secret, err := loadSecret(c.secretFile)
+	if err != nil {
+		return nil, err
+	}
+	if c.coordinator != "" && secret == nil && !c.insecure {
+		return nil, fmt.Errorf("--coordinator %s: the job needs the same secret on every rank: --secret-file PATH or $%s (e.g. export %[2]s=$(openssl rand -hex 32); mpirun -x %[2]s …), "+
+			"or leave out --coordinator to have rank 0 make one and hand it out in the rendezvous file; --insecure runs without one", c.coordinator, secretEnv)
+	}
+	return secret, nil
+}
+
 // rendezvous decides, for this rank, where the coordinator is and the
-// job's secret: --coordinator HOST:PORT (the secret from --secret-file
-// or $SOFTSYNC_SECRET, none only with --insecure), or a rendezvous file
+// job's secret, given the rank's (rankSecret): --coordinator HOST:PORT
+// (the secret given, none only with --insecure), or a rendezvous file
 // that rank 0 writes (in
 // --rendezvous-dir, or for a job on one host in a folder of this user's),
 // holding the coordinator's address and a secret rank 0 makes unless one
 // is given. cleanup removes rank 0's file.
-func rendezvous(ctx context.Context, app *App, f *trainFlags, w launcher.World, oneHost bool) (meeting, []byte, func(), error) {
+func rendezvous(ctx context.Context, app *App, f *trainFlags, w launcher.World, oneHost bool, secret []byte) (meeting, []byte, func(), error) {
 	none := func() {}
-	secret, err := loadSecret(f.cluster.secretFile)
-	if err != nil {
-		return meeting{}, nil, none, err
-	}
 	c := &f.cluster
 	if c.coordinator != "" {
-		if secret == nil && !c.insecure {
-			return meeting{}, nil, none, fmt.Errorf("--coordinator %s: the job needs the same secret on every rank: --secret-file PATH or $%s (e.g. export %[2]s=$(openssl rand -hex 32); mpirun -x %[2]s …), "+
-				"or leave out --coordinator to have rank 0 make one and hand it out in the rendezvous file; --insecure runs without one", c.coordinator, secretEnv)
-		}
 		return meeting{listen: c.coordinator, addr: c.coordinator, publish: func(string) error { return nil }}, secret, none, nil
 	}
 	dir := c.rendezvousDir
@@ -142,6 +153,7 @@ func rendezvous(ctx context.Context, app *App, f *trainFlags, w launcher.World, 
 			return meeting{}, nil, none, fmt.Errorf("--cluster auto: the job runs on several hosts (%s): give every rank --coordinator HOST:PORT (rank 0's host) or --rendezvous-dir DIR (a folder all hosts share); see docs/cluster.md",
 				strings.Join(w.Nodes, ", "))
 		}
+		var err error
 		if dir, err = localRendezvousDir(); err != nil {
 			return meeting{}, nil, none, err
 		}

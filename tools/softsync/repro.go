@@ -247,7 +247,7 @@ func (f *reproFlags) loadData(ctx context.Context, cmd *cobra.Command, app *App)
 			return cluster.DataSet{}, nil, fmt.Errorf("--%s: applies to --imagenet", name)
 		}
 	}
-	ds, err := cluster.LookupData(ctx, f.data, goBinary())
+	ds, err := findData(ctx, f.data, goBinary())
 	if err != nil {
 		return ds, nil, fmt.Errorf("--data %s: %w", f.data, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -210,19 +211,23 @@ func setRank0(t *testing.T) {
 }
 
 // TestClusterCoordinatorNeedsSecret: a rank of train --cluster auto
-// --coordinator (loopback included) without a secret refuses to start and
-// says how to give one; with $SOFTSYNC_SECRET, or with --insecure, it
-// runs (and gives up at rendezvous: the other ranks never come).
+// --coordinator (loopback included) without a secret refuses to start,
+// before it reads the data, and says how to give one; with
+// $SOFTSYNC_SECRET, or with --insecure, it runs (and gives up at
+// rendezvous: the other ranks never come).
 func TestClusterCoordinatorNeedsSecret(t *testing.T) {
 	setRank0(t)
 	t.Setenv(secretEnv, "")
-	report := filepath.Join(t.TempDir(), "r.json")
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
 	job := append([]string{"train", "--cluster", "auto", "--coordinator", "127.0.0.1:0", "--rendezvous-timeout", "1s"}, clusterJob("mlp", report)...)
-	_, err := runErrWithin(t, time.Minute, job...)
-	if err == nil || !strings.Contains(err.Error(), "--secret-file") || !strings.Contains(err.Error(), secretEnv) || !strings.Contains(err.Error(), "--insecure") {
-		t.Errorf("--coordinator on loopback without a secret: %v, want a refusal naming --secret-file, $%s and --insecure", err, secretEnv)
+	for _, args := range [][]string{job, slices.Concat(job, []string{"--data", filepath.Join(dir, "no-data")})} {
+		_, err := runErrWithin(t, time.Minute, args...)
+		if err == nil || !strings.Contains(err.Error(), "--secret-file") || !strings.Contains(err.Error(), secretEnv) || !strings.Contains(err.Error(), "--insecure") {
+			t.Errorf("--coordinator on loopback without a secret: %v, want a refusal naming --secret-file, $%s and --insecure", err, secretEnv)
+		}
 	}
-	_, err = runErrWithin(t, time.Minute, append(job, "--insecure")...)
+	_, err := runErrWithin(t, time.Minute, append(job, "--insecure")...)
 	if err == nil || !strings.Contains(err.Error(), "rendezvous") {
 		t.Errorf("with --insecure: %v, want the job to run until its rendezvous fails", err)
 	}

@@ -56,6 +56,7 @@ func TestSimGiven(t *testing.T) {
 // softsync, softsync lands in the paper's range at λ = 30 with staleness
 // ≈ n, and the plot is written.
 func TestSimPreset(t *testing.T) {
+	nativeOnly(t) // a sweep of 30 learners' steps, as costmodel's TestPresetP775
 	png := filepath.Join(t.TempDir(), "speedup.png")
 	o := runSimJSON(t, "--preset", "p775", "--learners", "1,30", "--steps", "100", "--plot", png)
 	get := func(proto string, l int) costmodel.Row {

@@ -395,12 +395,16 @@ func (app *App) lookupData(ctx context.Context, name string, cfg *cluster.Config
 	if cluster.IsImageData(name) {
 		return app.lookupImages(cfg, f)
 	}
-	ds, err := cluster.LookupData(ctx, name, goBinary())
+	ds, err := findData(ctx, name, goBinary())
 	if err != nil {
 		return ds, fmt.Errorf("--data %s: %w", name, err)
 	}
 	return ds, nil
 }
+
+// findData reads a data set by name (cluster.LookupData); the tests,
+// which start many jobs in one process, read MNIST once.
+var findData = cluster.LookupData
 
 // checkpoints opens --checkpoint-dir and loads --resume into cfg.
 func checkpoints(app *App, f *trainFlags, cfg *cluster.Config) error {
