@@ -50,6 +50,16 @@ const MeanImages = 1000
 // each learner of image data (data.NewImageLoader's depth).
 const PrefetchBatches = 2
 
+// DecodeNice is how much a job's image pipeline lowers the scheduling
+// priority of its threads (data.PipelineConfig.Nice) by default: they
+// decode in the time the computation leaves idle — a worker done with its
+// share of the batch waiting for the others, the push, the update, the
+// pull — rather than preempting a worker, whose share then ends late and
+// holds up the step. Within the process's scheduling group a thread of
+// nice 10 gets about a tenth of a core that a computing thread wants,
+// several times what decoding a learner's batches takes (docs/data.md).
+const DecodeNice = 10
+
 // IsImageData reports whether the data set name (Config.Data) is image
 // data: a pack (data.IsPack), a folder with a train sub-folder, or a file
 // (a list file).

@@ -14,11 +14,12 @@ import (
 type imageFlags struct {
 	root, valList, crop string
 	resize, threads     int
+	nice                int
 	mirror, strict      bool
 }
 
 // imageFlagNames are the flags that apply to image data only.
-var imageFlagNames = []string{"data-root", "val-list", "resize", "crop", "mirror", "strict-data", "data-threads"}
+var imageFlagNames = []string{"data-root", "val-list", "resize", "crop", "mirror", "strict-data", "data-threads", "data-nice"}
 
 func addImageFlags(fl *pflag.FlagSet, f *imageFlags) {
 	fl.StringVar(&f.root, "data-root", "", "image data: the folder the paths of a list file (--data FILE, --val-list) start from (default: the list file's folder)")
@@ -28,6 +29,7 @@ func addImageFlags(fl *pflag.FlagSet, f *imageFlags) {
 	fl.BoolVar(&f.mirror, "mirror", true, "image data: mirror training images left to right at random (--mirror=false: never)")
 	fl.BoolVar(&f.strict, "strict-data", false, "image data: decode every image before training and refuse to start, naming every file that fails (default: skip, count and name such files)")
 	fl.IntVar(&f.threads, "data-threads", 0, "image data: threads that read and decode images in each process (default: the cores available; they sleep once the learners' next mini-batches are decoded, so they take the cores only for the time decoding needs)")
+	fl.IntVar(&f.nice, "data-nice", cluster.DecodeNice, "image data: how much the decoding threads lower their scheduling priority (nice, 0 … 19), so that they decode in the time the computation leaves idle rather than preempting it; 0: the computation's priority")
 }
 
 // fit sets cfg's image options and fits its network to the data's
@@ -47,6 +49,8 @@ func (f *imageFlags) fit(cfg *cluster.Config, fl *pflag.FlagSet) error {
 		return fmt.Errorf("--crop %q: want random or center", f.crop)
 	case f.threads < 0:
 		return fmt.Errorf("--data-threads: must be ≥ 0 (0: the cores available), got %d", f.threads)
+	case f.nice < 0 || f.nice > 19:
+		return fmt.Errorf("--data-nice: must be 0 … 19, got %d", f.nice)
 	case f.resize < 0:
 		return fmt.Errorf("--resize: must be ≥ 0 (0: the network's input × 256/224), got %d", f.resize)
 	}
@@ -69,7 +73,7 @@ func (f *imageFlags) decodeThreads() int {
 // lookupImages reads the image data of cfg (FitImages done), decoded on
 // the process's pipeline.
 func (app *App) lookupImages(cfg *cluster.Config, f *imageFlags) (cluster.DataSet, error) {
-	p, err := app.imagePipeline(f.decodeThreads())
+	p, err := app.imagePipeline(data.PipelineConfig{Threads: f.decodeThreads(), Nice: f.nice})
 	if err != nil {
 		return cluster.DataSet{}, err
 	}
@@ -86,14 +90,13 @@ func (app *App) lookupImages(cfg *cluster.Config, f *imageFlags) (cluster.DataSe
 	return ds, nil
 }
 
-// imagePipeline returns the process's image pipeline, started with
-// threads threads on first use; it is closed when the command ends
-// (App.release).
-func (app *App) imagePipeline(threads int) (*data.Pipeline, error) {
+// imagePipeline returns the process's image pipeline, started as cfg
+// says on first use; it is closed when the command ends (App.release).
+func (app *App) imagePipeline(cfg data.PipelineConfig) (*data.Pipeline, error) {
 	if app.pipeline != nil {
 		return app.pipeline, nil
 	}
-	p, err := data.NewPipeline(data.PipelineConfig{Threads: threads})
+	p, err := data.NewPipeline(cfg)
 	if err != nil {
 		return nil, err
 	}

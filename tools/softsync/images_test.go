@@ -123,6 +123,8 @@ func TestTrainImageErrors(t *testing.T) {
 		{base("--data", dir, "--crop", "middle"), []string{`--crop "middle"`}},
 		{base("--data", dir, "--resize", "12"), []string{"--resize", "12 is shorter than the network's input 16×16"}},
 		{base("--data", dir, "--data-threads", "-1"), []string{"--data-threads"}},
+		{base("--data", dir, "--data-nice", "20"), []string{"--data-nice: must be 0 … 19, got 20"}},
+		{base("--data", "synthetic", "--model", "mlp", "--data-nice", "5"), []string{"--data-nice: applies to image data"}},
 		{base("--data", idxFolder(t, 20, 10), "--model", "mlp", "--mirror=false"), []string{"--mirror: applies to image data"}},
 		{base("--data", dir, "--model", tinyNet(t, 5)), []string{"the data has 4 classes, tiny has 5 outputs"}},
 		{base("--data", dir, "--model", "mlp"), []string{"mlp takes 1"}},
