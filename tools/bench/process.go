@@ -19,6 +19,10 @@ type Processes interface {
 	// that failed names its command line and ends with the tail of its
 	// standard error.
 	RunJSON(ctx context.Context, cpus []int, v any, args ...string) error
+	// Run runs softsync with args as RunJSON does, discarding its
+	// standard output, and returns what the process used (its CPU time
+	// and peak resident set, also when it failed).
+	Run(ctx context.Context, cpus []int, args ...string) (ProcUsage, error)
 	// Launch runs a training job as processes on this host, as softsync
 	// launch does, and returns the head's report and what each process
 	// used.
