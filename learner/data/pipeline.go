@@ -33,7 +33,7 @@ type Augment struct {
 }
 
 // DefaultResize is the shorter side a network of input side s is trained
-// from: s·256/224, rounded (256 for 224, 260 for 227).
+// from: s·256/224, rounded (256 for 224, 259 for 227).
 func DefaultResize(s int) int { return int(math.Round(float64(s) * 256 / 224)) }
 
 // Validate returns an error wrapping ErrConfig that names the first bad
