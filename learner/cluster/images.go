@@ -56,8 +56,8 @@ const PrefetchBatches = 2
 // share of the batch waiting for the others, the push, the update, the
 // pull — rather than preempting a worker, whose share then ends late and
 // holds up the step. Within the process's scheduling group a thread of
-// nice 10 gets about a tenth of a core that a computing thread wants,
-// several times what decoding a learner's batches takes (docs/data.md).
+// nice 10 still gets about a tenth of a core that a computing thread
+// wants, and every core the computation leaves (docs/data.md).
 const DecodeNice = 10
 
 // IsImageData reports whether the data set name (Config.Data) is image
