@@ -67,7 +67,7 @@ type TrainDataRow struct {
 	// CPUPerImage is the median of the runs' process CPU time (user and
 	// system, start-up included) over the images trained.
 	CPUPerImage float64 `json:"cpu_seconds_per_image"`
-	PeakRSS     int64   `json:"peak_rss_bytes"` // the largest of the runs'
+	PeakRSS     int64   `json:"peak_rss_bytes"` // the largest of the runs (VmHWM, sampled every 100 ms)
 }
 
 // TrainDataResult is the output of softsync bench train-data --json.
