@@ -8,22 +8,31 @@ import (
 	"time"
 )
 
-// peakEvery is how often watchPeak samples a process's peak resident set.
-const peakEvery = 100 * time.Millisecond
+// watchPeak samples a process's peak resident set every peakFirst for
+// its first peakFast samples (a process just started has not grown yet,
+// and a short one may end before a slower tick), then every peakEvery.
+const (
+	peakFirst = 5 * time.Millisecond
+	peakFast  = 200
+	peakEvery = 100 * time.Millisecond
+)
 
 // watchPeak samples the peak resident set (VmHWM) of the running process
-// pid every peakEvery until stop is closed, then sends the largest sample
+// pid (at the pace above) until stop is closed, then sends the largest sample
 // in bytes (0 if none could be read). Not the child's rusage: Go starts
 // a process with vfork, so its ru_maxrss counts the parent's peak as of
 // the exec, whatever the child's own.
 func watchPeak(pid int, stop <-chan struct{}) <-chan int64 {
 	out := make(chan int64, 1)
 	go func() {
-		t := time.NewTicker(peakEvery)
+		t := time.NewTicker(peakFirst)
 		defer t.Stop()
 		var peak int64
-		for {
+		for n := 0; ; n++ {
 			peak = max(peak, vmHWM(pid))
+			if n == peakFast {
+				t.Reset(peakEvery)
+			}
 			select {
 			case <-stop:
 				out <- peak
