@@ -82,8 +82,13 @@ def bench(key, batch, seconds):
     while time.perf_counter() - t0 < seconds:
         step(); n += 1
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
-    print(f"{name} batch={batch} threads={torch.get_num_threads()} {n*batch/dt:.0f} images/s "
-          f"{n*batch/max(dc, 1e-9):.0f} images/cpu-s", flush=True)
+    print(f"{name} batch={batch} threads={torch.get_num_threads()} {rate(n*batch/dt)} images/s "
+          f"{rate(n*batch/max(dc, 1e-9))} images/cpu-s", flush=True)
+
+def rate(v):
+    """v with three significant digits below 100 (the ImageNet networks run a
+    few images per second), as an integer above."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 def layer_inputs(net, x):
     """The input of every Conv2d and Linear of net in a forward pass on x, by name."""

@@ -3,6 +3,7 @@
  * vectorise and compiled once per instruction-set level
  * (SS_ISA_VARIANTS); every variant does the same operations in the same
  * order, so all give the same bits. */
+#include <math.h>
 #include <string.h>
 
 #include "internal.h"
@@ -127,13 +128,32 @@ static void pool_one(const ss_pool_shape *s, const float *xp, int h0, int h1, in
  * rows. Columns [pb, OW), whose windows the right edge clips, are
  * recomputed after the flat loops, which leave them wrong (they read
  * the next row) and skip them in the last row (they would read past the
- * plane). FLAT_MAX bounds the per-plane arrays kept on the stack. */
-enum { FLAT_MAX = 1024 };
+ * plane). FLAT_PLANE bounds the flat path's h*OW, FLAT_MAX the per-plane
+ * arrays kept on the stack (pool_flat_padded's planes may be larger). */
+enum { FLAT_MAX = 2048, FLAT_PLANE = 1024 };
 
 static int pool_flat(const ss_pool_shape *s, int oh, int ow)
 {
 	(void)oh;
-	return s->pad_w == 0 && (ptrdiff_t)ow * s->stride_w == s->w && (ptrdiff_t)s->h * ow <= FLAT_MAX;
+	return s->pad_w == 0 && (ptrdiff_t)ow * s->stride_w == s->w && (ptrdiff_t)s->h * ow <= FLAT_PLANE;
+}
+
+/* Max pooling without horizontal padding whose rows are longer than
+ * OW*S (Caffe's AlexNet: 55 -> 27, 27 -> 13 and 13 -> 6 with 3x3
+ * windows of stride 2, the last window reading one column more) runs
+ * the flat path on a copy of each plane whose rows are padded with -inf
+ * to FW*S floats, FW = max(ceil(W/S), OW): a tap in the padding never
+ * beats the window's first tap, which lies inside (strict comparison),
+ * so every output and its first arg-max are those of the clipped
+ * window. The outputs of columns [OW, FW) are dropped and the arg-max
+ * indices mapped back to rows of W floats. */
+static int pool_flat_padded(const ss_pool_shape *s, int oh, int ow, int *fw)
+{
+	(void)oh;
+	const int S = s->stride_w, w = ss_imax((s->w + S - 1) / S, ow);
+	*fw = w;
+	return s->mode == SS_POOL_MAX && s->pad_w == 0 && (ptrdiff_t)ow * S < s->w && s->kw >= S &&
+	       (ptrdiff_t)s->h * w <= FLAT_MAX && (ptrdiff_t)s->h * w * S <= 2 * FLAT_MAX;
 }
 
 /* flat_cols returns pb, the number of columns whose window the right edge
@@ -281,6 +301,30 @@ SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float 
 	default:
 		flat_forward_s(s, oh, ow, xp, yp, mp, s->stride_w);
 	}
+}
+
+/* flat_forward_padded is flat_forward for pool_flat_padded's planes:
+ * fw output columns over rows of fw*S floats. */
+SS_INLINE void flat_forward_padded(const ss_pool_shape *s, int oh, int ow, int fw, const float *restrict xp,
+                                   float *restrict yp, int *restrict mp)
+{
+	float xbuf[2 * FLAT_MAX], ybuf[FLAT_MAX];
+	int mbuf[FLAT_MAX];
+	ss_pool_shape t = *s;
+	t.w = fw * s->stride_w;
+	for (int h = 0; h < s->h; h++) {
+		float *row = xbuf + (ptrdiff_t)h * t.w;
+		memcpy(row, xp + (ptrdiff_t)h * s->w, sizeof(float) * (size_t)s->w);
+		for (int c = s->w; c < t.w; c++)
+			row[c] = -INFINITY;
+	}
+	flat_forward(&t, oh, fw, xbuf, ybuf, mbuf);
+	for (int py = 0; py < oh; py++)
+		for (int px = 0; px < ow; px++) {
+			const int i = mbuf[py * fw + px], h = i / t.w;
+			yp[py * ow + px] = ybuf[py * fw + px];
+			mp[py * ow + px] = i - h * (t.w - s->w);
+		}
 }
 
 /* flat_avg_backward: the adjoint of the average path of flat_forward. */
@@ -522,8 +566,14 @@ SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	const int pb = ss_imax(pa, ss_imin(s->w + s->pad_w >= s->kw ? (s->w + s->pad_w - s->kw) / sw + 1 : 0, ow));
 	int scratch[CHUNK]; /* mask sink for average pooling */
 	const int flat = pool_flat(s, oh, ow);
+	int fw = 0;
+	const int padded = !flat && j->mask && pool_flat_padded(s, oh, ow, &fw);
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *xp = j->x + q * plane;
+		if (padded) {
+			flat_forward_padded(s, oh, ow, fw, xp, j->y + q * oplane, j->mask + q * oplane);
+			continue;
+		}
 		if (flat) {
 #ifdef SS_HAVE_AVX512
 			if (flat2(j)) {

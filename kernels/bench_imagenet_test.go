@@ -13,7 +13,7 @@ import (
 
 // BenchmarkImageNet measures the memory-bound layers of AlexNet and
 // ResNet-18 at batch 32 — batch normalisation, LRN across channels,
-// dropout, the residual Add and global pooling — on the fastest engine
+// dropout, the residual Add, AlexNet's max pooling and global pooling — on the fastest engine
 // with all its threads and, for the native engine, on one thread at each
 // level the CPU runs. Names: ImageNet/<engine>/<layer>/<pass>. Each
 // reports the bytes the kernel reads plus writes per second (MB/s from
@@ -129,7 +129,26 @@ func benchImageNet(b *testing.B, e kernels.Engine, name string) {
 		run(b, n, 12*n, func() { e.Add(big[:n], buf[0][:n], buf[1][:n]) })
 	})
 
-	// Global pooling of ResNet-18's last activation (512 planes of 7×7).
+	// AlexNet's max pooling (3×3, stride 2, ceil rounding: each row's
+	// last column is read by its last window only), and global pooling
+	// of ResNet-18's last activation (512 planes of 7×7).
+	for _, c := range []struct {
+		name string
+		s    kernels.PoolShape
+	}{
+		{"alexnet-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 32, C: 96, H: 55, W: 55, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+		{"alexnet-pool2", kernels.PoolShape{Mode: kernels.MaxPool, N: 32, C: 256, H: 27, W: 27, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+	} {
+		s := c.s
+		x, y, dx, mask := big[:s.InputLen()], buf[0][:s.OutputLen()], buf[1][:s.InputLen()], make([]int32, s.OutputLen())
+		e.PoolForward(s, x, y, mask)
+		b.Run(name+"/"+c.name+"/fwd", func(b *testing.B) {
+			run(b, s.InputLen(), 4*s.InputLen()+8*s.OutputLen(), func() { e.PoolForward(s, x, y, mask) })
+		})
+		b.Run(name+"/"+c.name+"/bwd", func(b *testing.B) {
+			run(b, s.InputLen(), 4*s.InputLen()+8*s.OutputLen(), func() { e.PoolBackward(s, y, mask, dx) })
+		})
+	}
 	for _, mode := range []kernels.PoolMode{kernels.AvgPool, kernels.MaxPool} {
 		s := kernels.PoolShape{Mode: mode, N: 32, C: 512, H: 7, W: 7, KH: 7, KW: 7, StrideH: 1, StrideW: 1}
 		x, y, dx, mask := big[:s.InputLen()], buf[0][:s.OutputLen()], buf[1][:s.InputLen()], make([]int32, s.OutputLen())

@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "6aff5bb2c11ccd4cd4e8d0ce701a223397f816c9517dc6a55e0cacda96f91b41"
+const csrcHash = "b93e8a7409dcd37007b9931042c05ddb81552bc488adb3aad98efafb09334e6d"

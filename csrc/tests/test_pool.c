@@ -116,6 +116,11 @@ int main(void)
 		{0, 2, 2, 9, 12, 5, 5, 0, 0, 3, 3},
 		{0, 1, 2, 5, 8, 3, 3, 1, 0, 2, 2},
 		{0, 1, 1, 6, 6, 1, 1, 0, 0, 1, 1},
+		/* Caffe's AlexNet (pool1, pool2): a last column only the last
+		 * window reads; then the same with stride 3. */
+		{0, 1, 2, 55, 55, 3, 3, 0, 0, 2, 2},
+		{0, 2, 3, 27, 27, 3, 3, 0, 0, 2, 2},
+		{0, 1, 2, 10, 13, 4, 4, 0, 0, 3, 3},
 	};
 	test_sizes();
 	/* Serially, then split over three threads down to single planes. */

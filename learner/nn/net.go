@@ -621,7 +621,7 @@ func (n *Net) poolReady(lo int) {
 	p := n.pool
 	for g := 1; g < len(n.groups); g++ {
 		<-p.layerDone[g]
-		add(n.grads[lo:n.reduced], n.groups[g][0].grads[lo:n.reduced])
+		n.e.Add(n.grads[lo:n.reduced], n.groups[g][0].grads[lo:n.reduced], n.grads[lo:n.reduced])
 	}
 	n.reduced = lo
 	n.sumLoss()
@@ -703,20 +703,12 @@ func (r *replica) backward() {
 		}
 		if rg := r.params[st.op]; rg[1] > rg[0] {
 			if r.accum != nil {
-				add(r.accum[rg[0]:rg[1]], r.grads[rg[0]:rg[1]])
+				r.e.Add(r.accum[rg[0]:rg[1]], r.grads[rg[0]:rg[1]], r.accum[rg[0]:rg[1]])
 			}
 			if r.ready != nil {
 				r.ready(rg[0])
 			}
 		}
-	}
-}
-
-// add adds src into dst, element by element.
-func add(dst, src []float32) {
-	src = src[:len(dst)]
-	for j := range dst {
-		dst[j] += src[j]
 	}
 }
 

@@ -95,10 +95,11 @@ func (p *pool) do(i int, ph phase) {
 		runGroup(p.groups[i], ph, p.x, p.labels)
 		return
 	}
+	r := p.groups[i][0]
 	dst := p.groups[0][0].grads
 	lo, hi := i*len(dst)/len(p.groups), (i+1)*len(dst)/len(p.groups)
 	for _, g := range p.groups[1:] {
-		add(dst[lo:hi], g[0].grads[lo:hi])
+		r.e.Add(dst[lo:hi], g[0].grads[lo:hi], dst[lo:hi])
 	}
 }
 
