@@ -269,6 +269,10 @@ func TestJobHeadRestart(t *testing.T) {
 // wait for.)
 func TestJobServerRestart(t *testing.T) {
 	cfg, store := restartJob(t)
+	// Checkpoints 200 mini-batches apart: none can fall in the hold near
+	// the end (every 20, one could, and its version held every gradient
+	// pushed, leaving nothing to compute again).
+	cfg.CheckpointEvery = 200
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := newPartsJob(t, ctx, cfg, Apart(2, 2))
