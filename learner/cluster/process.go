@@ -112,6 +112,9 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 	}
 	j := &Job{roles: r, stop: make(chan struct{}), parent: ctx}
 	coordAddr := p.Coordinator
+	// The settings are taken once: they hash the initial weights, which
+	// are let go of below.
+	settings := cfg.Settings()
 	if r.Coordinator {
 		plan := cfg.Plan(cfg.Train.Info().Len)
 		if err := plan.Validate(); err != nil {
@@ -121,7 +124,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		if j.norm, err = cfg.normalizer(); err != nil {
 			return nil, err
 		}
-		ccfg := cfg.coordinatorConfig(p.Topology, plan, j.norm)
+		ccfg := cfg.coordinatorConfig(settings, p.Topology, plan, j.norm)
 		ccfg.OnResult = j.onResult(cfg.OnResult)
 		coord, err := NewCoordinator(ccfg)
 		if err != nil {
@@ -138,17 +141,12 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		}
 	}
 	host := cmp.Or(p.Host, "localhost")
-	// The settings are taken once: the initial weights they hash are let
-	// go of below.
-	settings := cfg.Settings()
 	member := func(role Role, id int) Member {
 		n := p.Network
 		if p.wrap != nil {
 			n = p.wrap(role, n)
 		}
-		m := cfg.member(n, coordAddr, j.coord != nil, p.Locate, Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()})
-		m.Settings = settings
-		return m
+		return cfg.member(settings, n, coordAddr, j.coord != nil, p.Locate, Process{Rank: r.Rank, Role: role, ID: id, Host: host, PID: os.Getpid()})
 	}
 	ctx, j.cancel = context.WithCancel(ctx)
 	if j.coord != nil {
@@ -205,25 +203,25 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 }
 
 // coordinatorConfig is the coordinator's configuration in a job of
-// topology topo, with the data plan and the input normalisation norm;
-// OnResult is the caller's to set.
-func (c *Config) coordinatorConfig(topo Topology, plan data.Plan, norm data.Normalizer) CoordinatorConfig {
-	return CoordinatorConfig{Settings: c.Settings(), Plan: plan, Learners: c.Learners, Servers: topo.Servers, Evaluator: true,
+// topology topo with settings (c.Settings()), the data plan and the
+// input normalisation norm; OnResult is the caller's to set.
+func (c *Config) coordinatorConfig(settings Settings, topo Topology, plan data.Plan, norm data.Normalizer) CoordinatorConfig {
+	return CoordinatorConfig{Settings: settings, Plan: plan, Learners: c.Learners, Servers: topo.Servers, Evaluator: true,
 		Expect: topo.expect(), Heartbeat: c.Heartbeat, Rendezvous: c.Rendezvous, WaitWarn: c.WaitWarn, ServerTimeout: c.PSTimeout,
 		Checkpoints: c.Checkpoints, CheckpointEvery: c.CheckpointEvery, CheckpointInterval: c.CheckpointInterval, Resume: c.Resume.coordinatorOnly(),
 		Logger: c.Logger, OnEpoch: c.OnEpoch, norm: packNorm(norm, c.Spec.Input)}
 }
 
-// member is the Member of a role (pr) over network n, joining the
-// coordinator at coordinator: a coordinator in the same process
+// member is the Member of a role (pr) of a job with settings
+// (c.Settings()) over network n, joining the coordinator at coordinator: a coordinator in the same process
 // (coordHere) bounds the rendezvous itself, naming who is missing; else
 // the role's join is bounded by Rendezvous.
-func (c *Config) member(n rdma.Network, coordinator string, coordHere bool, locate func() string, pr Process) Member {
+func (c *Config) member(settings Settings, n rdma.Network, coordinator string, coordHere bool, locate func() string, pr Process) Member {
 	rendezvous := c.Rendezvous
 	if coordHere {
 		rendezvous = 0
 	}
-	return Member{Network: n, Job: c.Job, Coordinator: coordinator, Settings: c.Settings(), Rendezvous: rendezvous, WaitWarn: c.WaitWarn,
+	return Member{Network: n, Job: c.Job, Coordinator: coordinator, Settings: settings, Rendezvous: rendezvous, WaitWarn: c.WaitWarn,
 		PSTimeout: c.PSTimeout, Locate: locate, Logger: c.Logger, Process: pr}
 }
 

@@ -32,7 +32,7 @@ type simHead struct {
 func (j *simJob) startHead(p *simProc) {
 	w := j.w
 	c := j.procConfig()
-	cfg := c.coordinatorConfig(j.topo, j.plan, data.Normalizer{})
+	cfg := c.coordinatorConfig(c.Settings(), j.topo, j.plan, data.Normalizer{})
 	if cfg.Resume != nil {
 		j.resumed(cfg.Resume)
 	}

@@ -236,7 +236,7 @@ func (j *simJob) member(p *simProc, role Role, id int) *Member {
 	if !j.fixedHead {
 		locate = func() string { return j.rendezvous }
 	}
-	m := j.cfg.member(nil, j.rendezvous, r.Coordinator, locate,
+	m := j.cfg.member(j.cfg.Settings(), nil, j.rendezvous, r.Coordinator, locate,
 		Process{Rank: r.Rank, Role: role, ID: id, Host: p.host, PID: 1000*p.index + p.life})
 	return &m
 }
