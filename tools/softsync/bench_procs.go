@@ -52,14 +52,8 @@ func runSelf(ctx context.Context, cpus []int, stdout io.Writer, args []string) (
 	if err := startOn(cmd, cpus); err != nil {
 		return u, fmt.Errorf("softsync %s: %w", strings.Join(args, " "), err)
 	}
-	stopPeak := make(chan struct{})
-	peak := watchPeak(cmd.Process.Pid, stopPeak)
-	err = cmd.Wait()
-	close(stopPeak)
-	u.CPUs, u.PeakRSS = cpus, <-peak
-	if ps := cmd.ProcessState; ps != nil {
-		u.CPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
-	}
+	u.CPUs = cpus
+	u.PeakRSS, u.CPUSeconds, err = waitUsage(cmd)
 	if err != nil {
 		tail := stderr.Bytes()[max(0, stderr.Len()-500):]
 		return u, fmt.Errorf("softsync %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(tail)))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"time"
 )
@@ -42,6 +43,19 @@ func watchPeak(pid int, stop <-chan struct{}) <-chan int64 {
 		}
 	}()
 	return out
+}
+
+// waitUsage waits for the started cmd and returns its peak resident set
+// (watchPeak, sampled from now on) and the CPU seconds it took.
+func waitUsage(cmd *exec.Cmd) (peakRSS int64, cpuSeconds float64, err error) {
+	stop := make(chan struct{})
+	peak := watchPeak(cmd.Process.Pid, stop)
+	err = cmd.Wait()
+	close(stop)
+	if ps := cmd.ProcessState; ps != nil {
+		cpuSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	return <-peak, cpuSeconds, err
 }
 
 // vmHWM returns the VmHWM line of /proc/pid/status in bytes, or 0 if the

@@ -109,11 +109,8 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		g.running = map[*proc]*exec.Cmd{}
 	}
 	g.running[p] = cmd
-	stopPeak := make(chan struct{})
-	peak := watchPeak(cmd.Process.Pid, stopPeak)
 	g.wg.Go(func() {
-		err := cmd.Wait()
-		close(stopPeak)
+		peak, cpu, err := waitUsage(cmd)
 		if pw != nil {
 			pw.Close()
 		}
@@ -125,10 +122,7 @@ func (g *procGroup) run(ctx context.Context, p *proc) {
 		}
 		g.mu.Lock()
 		delete(g.running, p)
-		p.peakRSS = max(p.peakRSS, <-peak)
-		if ps := cmd.ProcessState; ps != nil {
-			p.cpu += (ps.UserTime() + ps.SystemTime()).Seconds()
-		}
+		p.peakRSS, p.cpu = max(p.peakRSS, peak), p.cpu+cpu
 		again := err != nil && !g.ending && g.restarts > 0 && ctx.Err() == nil && restartable(p.role, err)
 		if again {
 			g.restarts--
