@@ -188,14 +188,14 @@ func (l *Learner) Run(ctx context.Context) error {
 		case errors.Is(err, data.ErrEnd):
 			if member {
 				if err := c.Leave(ctx); err != nil {
-					return fmt.Errorf("learner %d: leave at the end: %w", l.cfg.ID, err)
+					return l.psError("leave at the end", err)
 				}
 			}
 			return nil
 		case errors.Is(err, data.ErrIdle):
 			if member {
 				if err := c.Leave(ctx); err != nil {
-					return fmt.Errorf("learner %d: leave while idle: %w", l.cfg.ID, err)
+					return l.psError("leave while idle", err)
 				}
 			}
 			member, fresh = false, true
@@ -205,7 +205,7 @@ func (l *Learner) Run(ctx context.Context) error {
 		}
 		if !member {
 			if err := c.Join(ctx); err != nil {
-				return fmt.Errorf("learner %d: join: %w", l.cfg.ID, err)
+				return l.psError("join", err)
 			}
 			member = true
 		}
@@ -219,14 +219,20 @@ func (l *Learner) Run(ctx context.Context) error {
 	}
 }
 
-// psError is the error of step s for err of the parameter server: a
-// shard's ErrDiverged rejection is the job's divergence (ErrDiverged).
-func (l *Learner) psError(s int, err error) error {
+// psError is the error of the parameter server's call err in what (a
+// step, a leave, a join): a shard's ErrDiverged rejection is the job's
+// divergence (ErrDiverged), whichever call meets it. Under hardsync the
+// rejection of the last push ends the leave after it, and any
+// rejection is reported by the end of a later call.
+func (l *Learner) psError(what string, err error) error {
 	if errors.Is(err, ps.ErrDiverged) {
-		return fmt.Errorf("learner %d step %d: %w: %w", l.cfg.ID, s, ErrDiverged, err)
+		return fmt.Errorf("learner %d %s: %w: %w", l.cfg.ID, what, ErrDiverged, err)
 	}
-	return fmt.Errorf("learner %d step %d: %w", l.cfg.ID, s, err)
+	return fmt.Errorf("learner %d %s: %w", l.cfg.ID, what, err)
 }
+
+// stepError is the error of step s for err of the parameter server.
+func (l *Learner) stepError(s int, err error) error { return l.psError(fmt.Sprintf("step %d", s), err) }
 
 // step computes and pushes the gradient of b; fresh pulls the weights
 // first even with Overlap (no prefetched weights are current).
@@ -244,7 +250,7 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 		err = c.PullAsync(ctx, l.nets[1].Params())
 	}
 	if err != nil {
-		return l.psError(s, err)
+		return l.stepError(s, err)
 	}
 	var id uint64
 	if l.cfg.BatchID != nil {
@@ -266,11 +272,11 @@ func (l *Learner) step(ctx context.Context, s int, b *data.Batch, fresh bool) er
 	}
 	l.push = earlyPush{}
 	if err != nil {
-		return l.psError(s, err)
+		return l.stepError(s, err)
 	}
 	if l.cfg.Overlap {
 		if err := c.WaitPull(); err != nil {
-			return l.psError(s, err)
+			return l.stepError(s, err)
 		}
 		l.nets[0], l.nets[1] = l.nets[1], l.nets[0]
 	}

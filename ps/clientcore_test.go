@@ -255,22 +255,39 @@ func TestClientCore(t *testing.T) {
 			{ev: evPush(0, 0), want: []string{"0/0 push s1 #5 c0 b0 l1", "0/0 push s0 #6 c0 b0 l1", "done push"}},
 			{ev: evPull(false), want: []string{"0/0 pull s0 #7 c1", "0/0 pull s1 #8 c1"}},
 		}},
-		{name: "hardsync: a prefetch asked again of the same life on a replaced connection", cfg: hardsync(oneLink), steps: []coreStep{
+		{name: "hardsync: a prefetch on a replaced connection is asked after the push before it", cfg: hardsync(oneLink), steps: []coreStep{
 			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
 			{ev: evWeights(0, 0, 0, 1, 4, 1)},
 			{ev: evWeights(0, 0, 1, 2, 4, 2), want: []string{"done pull"}},
 			{ev: evPull(true), want: []string{"0/0 pull s0 #3 c5", "0/0 pull s1 #4 c5"}},
 			{ev: evDown(0, 0), want: []string{"dial 0"}},
+			// The push of the step the prefetch is for has not been
+			// sent: the prefetch waits for it, so that a shard
+			// restarted since counts that push (of its earlier life)
+			// before it answers.
+			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0"}},
 			// The stamps came on the old connection: no minimum clock.
-			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0", "0/1 pull s0 #7 c0", "0/1 pull s1 #8 c0"}},
-			// Shard 0's life answers with the round computed on: asked
-			// again, for the next; shard 1's new life is taken as it is.
-			{ev: evWeights(0, 1, 0, 7, 4, 1), want: []string{"0/1 pull s0 #9 c5"}},
-			{ev: evWeights(0, 1, 1, 8, 3, 7)},
-			{ev: evPush(5, 0), want: []string{"0/1 push s1 #10 c4 b5 l2", "0/1 push s0 #11 c4 b5 l1", "done push"}},
-			{ev: evWeights(0, 1, 0, 9, 5, 1), want: []string{"done pull"}},
+			{ev: evPush(5, 0), want: []string{"0/1 push s1 #7 c4 b5 l2", "0/1 pull s1 #8 c0", "0/1 push s0 #9 c4 b5 l1", "0/1 pull s0 #10 c0", "done push"}},
+			// Shard 0's life answers with the next round, shard 1's new
+			// life with its own.
+			{ev: evWeights(0, 1, 0, 10, 5, 1)},
+			{ev: evWeights(0, 1, 1, 8, 3, 7), want: []string{"delivered [5]", "done pull"}},
 			{ev: evWait(), want: []string{"done wait for the pull"}},
-			{ev: evPull(true), want: []string{"0/1 pull s0 #12 c6", "0/1 pull s1 #13 c4"}},
+			{ev: evPull(true), want: []string{"0/1 pull s0 #11 c6", "0/1 pull s1 #12 c4"}},
+		}},
+		{name: "hardsync: a prefetch answered by the same life with the round computed on is asked again", cfg: hardsync(oneLink), steps: []coreStep{
+			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
+			{ev: evWeights(0, 0, 0, 1, 4, 1)},
+			{ev: evWeights(0, 0, 1, 2, 4, 2), want: []string{"done pull"}},
+			{ev: evPush(5, 0), want: []string{"0/0 push s1 #3 c4 b5 l2", "0/0 push s0 #4 c4 b5 l1", "done push"}},
+			{ev: evPull(true), want: []string{"0/0 pull s0 #5 c5", "0/0 pull s1 #6 c5"}},
+			{ev: evDown(0, 0), want: []string{"dial 0"}},
+			// The push went before: the prefetch is asked at once, with
+			// no minimum clock (the stamps came on the old connection).
+			{ev: evUp(0), want: []string{"0/1 join s0 #7 c0", "0/1 join s1 #8 c0", "0/1 push s0 #4 c4 b5 l1", "0/1 push s1 #3 c4 b5 l2", "0/1 pull s0 #9 c0", "0/1 pull s1 #10 c0"}},
+			{ev: evWeights(0, 1, 0, 9, 4, 1), want: []string{"0/1 pull s0 #11 c5"}},
+			{ev: evWeights(0, 1, 1, 10, 3, 7), want: []string{"delivered [5]"}},
+			{ev: evWeights(0, 1, 0, 11, 5, 1), want: []string{"done pull"}},
 		}},
 		{name: "hardsync: a push on a replaced life's weights opens no round", cfg: hardsync(oneLink), steps: []coreStep{
 			{ev: evPull(false), want: []string{"0/0 pull s0 #1 c0", "0/0 pull s1 #2 c0"}},
@@ -278,12 +295,13 @@ func TestClientCore(t *testing.T) {
 			{ev: evWeights(0, 0, 1, 2, 4, 1), want: []string{"done pull"}},
 			{ev: evPull(true), want: []string{"0/0 pull s0 #3 c5", "0/0 pull s1 #4 c5"}},
 			{ev: evDown(0, 0), want: []string{"dial 0"}},
-			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0", "0/1 pull s0 #7 c0", "0/1 pull s1 #8 c0"}},
+			{ev: evUp(0), want: []string{"0/1 join s0 #5 c0", "0/1 join s1 #6 c0"}},
+			// Computed on the old life's weights: given up there (where
+			// it counts as the learner's push of its round).
+			{ev: evPush(5, 0), want: []string{"0/1 push s1 #7 c4 b5 l1", "0/1 pull s1 #8 c0", "0/1 push s0 #9 c4 b5 l1", "0/1 pull s0 #10 c0", "done push"}},
 			// The server was restarted: its new life's weights.
-			{ev: evWeights(0, 1, 0, 7, 0, 9)},
-			{ev: evWeights(0, 1, 1, 8, 0, 9), want: []string{"done pull"}},
-			// Computed on the old life's weights: given up there.
-			{ev: evPush(5, 0), want: []string{"0/1 push s1 #9 c4 b5 l1", "0/1 push s0 #10 c4 b5 l1", "done push"}},
+			{ev: evWeights(0, 1, 0, 10, 0, 9)},
+			{ev: evWeights(0, 1, 1, 8, 0, 9), want: []string{"delivered [5]", "done pull"}},
 			{ev: evWait(), want: []string{"done wait for the pull"}},
 			{ev: evPull(false), want: []string{"0/1 pull s0 #11 c0", "0/1 pull s1 #12 c0"}},
 		}},

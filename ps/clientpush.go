@@ -98,6 +98,13 @@ func (c *ClientCore) Push(grad []float32, batch uint64, lo int) ClientReady {
 		c.pushedOn[k] = stampLife{u.stamp, u.life}
 		if l := &c.links[c.cfg.Links[k]]; l.up {
 			c.sendPush(k, &u)
+			if a := &c.call; a.kind == CallPull && a.async && !a.over && a.waiting[k] && a.asked[k] == 0 && !c.ask(k) {
+				// The prefetch's request deferred after this push
+				// (deferred) cannot be asked: the sequence numbers are
+				// used up, and the pull has ended with it.
+				p.next = 0
+				return c.done(CallPush, c.call.err)
+			}
 		}
 		p.next = k
 	}
@@ -190,10 +197,32 @@ func (c *ClientCore) restore(li int) {
 		return
 	}
 	for _, k := range l.shards {
-		if c.call.waiting[k] && !c.ask(k) {
+		switch {
+		case !c.call.waiting[k]:
+		case c.deferred(k):
+			c.call.asked[k] = 0 // Push asks it
+		case !c.ask(k):
 			return
 		}
 	}
+}
+
+// deferred reports whether the request to shard k of the call in
+// progress waits, on a new connection, for the push that goes before it:
+// under hardsync, an asynchronous pull (a prefetch, asked before the
+// push of the step it prefetches for) whose shard has not had that push
+// yet, the push of the weights last pulled. Asked at once, the pull
+// could reach a server restarted since those weights, in another life,
+// before the push: it would be answered with the round in progress
+// there, on which the learner would push its next step, while the push
+// of this step, computed on weights of the earlier life, is given up
+// but counts there as the learner's push of its round (Shard,
+// "claimRounds"): two steps of one learner in one round. Asked after
+// the push (Push asks it), it is answered with the round after it.
+func (c *ClientCore) deferred(k int) bool {
+	a := &c.call
+	return a.kind == CallPull && a.async && c.cfg.Protocol == Hardsync &&
+		c.pushedOn[k] != (stampLife{c.stamps[k], c.lives[k]})
 }
 
 // Unsent tells the core that message seq, made for link's connection of

@@ -243,6 +243,31 @@
 // duplicate check, before the stamp check (an old life's stamp may be
 // ahead of the restored clock).
 //
+// Under hardsync such a push, a duplicate too, still says where its
+// learner is in the rounds: it pushed in round j (its stamp) of the
+// life its weights came from, and its next push is of round j + 1. The
+// restored shard continues that life's round numbers (or, restarted from
+// scratch, takes them up), but it lost the pushes it had acknowledged
+// after its checkpoint, which learners do not resend: counted from the
+// restored clock, the learners whose pull the earlier life answered
+// before it died would lose a step there and the others not, so that
+// the shard would pair each learner's pushes with other steps of the
+// others than the shards that kept their rounds do, and two such shifts
+// on two shards make learners wait for each other's rounds for ever. So
+// the push is the learner's claim: it counts as the learner's push,
+// without a gradient, in every round from the current one up to j, and
+// its pull waits for round j + 1; rounds that every active learner
+// claims end at once, empty (Stats.EmptyRounds), and so do those every
+// active learner claims but those that have neither claimed nor been
+// answered a pull in this life (a learner restarted, or joining again
+// after a pause: it takes the round the others push in next, as on the
+// shards that kept their rounds). Once this life has answered a pull of
+// a learner that had made no claim, that learner's pushes are paired
+// with the round then in progress, and claims are ignored from then on.
+// A learner that rejoins a restored shard server after another learner
+// ran a round there alone (its server starts with no active learner)
+// may still be a round off; one such shift alone does not stop a job.
+//
 // A message is rejected, counted in Stats.Rejected and answered with an
 // error reply, and never applied, when it names another job
 // (ErrWrongJob) or shard (ErrWrongShard), has an unknown type (ErrBadType),
@@ -390,7 +415,12 @@
 //     sequence, stamp, life and mini-batch), then the requests the call
 //     in progress still awaits there, with new numbers. A request lost
 //     with a connection is therefore always asked again: no call waits
-//     for an answer that cannot come;
+//     for an answer that cannot come. One waits: under hardsync, an
+//     asynchronous pull's request to a shard that has not had the push
+//     of the weights last pulled (the push of the step the prefetch is
+//     for) goes right after that push (Push sends it), so that a shard
+//     restarted since counts that push as the learner's of its round
+//     before it answers (see "Sequences, duplicates and rejections");
 //   - a pull asks each shard for weights no older than the stamp of the
 //     weights last pulled from it (under hardsync, the next round's after
 //     a push computed on those weights, or for a prefetch), except a
@@ -495,7 +525,9 @@
 // progress (an update of its pending gradients, or an empty round):
 // learners rejoin a restored shard one by one while the other shards
 // have run on, and a round kept open could wait for learners that wait
-// for another shard's round. Package ps/checkpoint stores checkpoints
+// for another shard's round. The learners' claims of rounds (pushes of
+// an earlier life under hardsync) are not saved either: the resends on
+// the next connection make them again. Package ps/checkpoint stores checkpoints
 // in files and re-splits them onto another number of shards
 // (docs/checkpoint.md); RangeOf gives one shard's range for it.
 package ps

@@ -31,7 +31,12 @@ type Shard struct {
 	pendingBy []uint32 // the learner of each pending gradient, in arrival order
 	consumed  BatchSet // mini-batch ids of the gradients accepted or dropped
 	refusals  int      // updates refused in a row since the last one applied
-	quorum    int      // c₀ of the current epoch (Config.QuorumAt)
+	// anchored (hardsync): the shard answered, in this life, a pull of a
+	// learner that had made no claim: its rounds pair that learner's
+	// pushes with the others' from then on, and claims are ignored
+	// (claimRounds).
+	anchored bool
+	quorum   int // c₀ of the current epoch (Config.QuorumAt)
 	// keepPulled: the rule compares gradients with the weights they were
 	// computed on (sgd.Config.NeedsPulled) and the protocol is softsync,
 	// so the shard keeps the weights it serves each learner (pulled).
@@ -44,13 +49,18 @@ type Shard struct {
 // member is the shard's view of one learner.
 type member struct {
 	active      bool
-	roundPushed bool   // hardsync: its gradient of the current round is pending
+	roundPushed bool   // hardsync: its push of the current round is in (a gradient pending, redone or claimed)
 	pulling     bool   // a pull is waiting
 	computing   bool   // holds weights from an answered pull and has not pushed or pulled since
 	lastSeq     uint64 // pushes with this sequence or a lower one are duplicates
 	pullMin     uint64 // minimum clock of the waiting pull
 	pullSeq     uint64 // sequence of the waiting pull
 	holds       uint64 // stamp of the weights last handed to it
+	// claim (hardsync): the learner counts as pushed, without a
+	// gradient, in every round below claim: it pushed in them in an
+	// earlier life of the shard (see claimRounds).
+	claim  uint64
+	served bool // a pull of its was answered in this life
 }
 
 // NewShard returns the core of shard index (0 ≤ index < cfg.Shards) of a
@@ -226,11 +236,15 @@ func (s *Shard) push(l *member, m Msg) error {
 	if len(m.Grad) != s.rng.Len() {
 		return fmt.Errorf("%w: %d elements, shard range [%d, %d) has %d", ErrBadLength, len(m.Grad), s.rng.Lo, s.rng.Hi, s.rng.Len())
 	}
+	earlier := m.Life != 0 && m.Life != s.life // computed on weights of an earlier life
+	if earlier && s.cfg.Protocol == Hardsync {
+		s.claimRounds(l, m.Clock)
+	}
 	if m.Seq <= l.lastSeq {
 		s.stats.Duplicates++
 		return nil
 	}
-	if m.Life != 0 && m.Life != s.life {
+	if earlier {
 		l.lastSeq, l.computing = m.Seq, false
 		s.stats.StaleLife++
 		return nil
@@ -320,11 +334,53 @@ func (s *Shard) redone(l *member, m Msg) {
 	}
 }
 
+// claimRounds counts l, under hardsync, as pushed in every round up to
+// j (without a gradient) for a push of an earlier life of the shard
+// stamped j, its claim. The learner pushed that gradient in round j of
+// the life whose weights it was computed on, and its earlier pushes in
+// the rounds before; the shard was restored since, and lost those it
+// had acknowledged. The learner's next push is of round j + 1 (its pull
+// waits for it), so it counts in the rounds up to j here, as on the
+// shards that kept their rounds. Otherwise this shard's rounds would
+// pair each learner's pushes with other pushes of the other learners
+// than the other shards' rounds do (the learners whose pull the earlier
+// life answered lose a step here, the others do not), and two such
+// shifts make learners wait for each other's rounds for ever. Rounds
+// that every active learner counts in this way end at once, empty
+// (skipClaimed).
+//
+// The claims place the learners on the round numbers of the life their
+// weights came from, which the restored shard continues (or, restarted
+// from scratch, takes up). A learner whose pull this life answered
+// before it made any claim (one that joined afresh, after a pause) took
+// the round then in progress instead: once one has (anchored), claims
+// are ignored, as are claims of rounds already ended. A learner that
+// holds this life's weights stamped h (a pull answered before this push
+// arrived) pushes next in round h: it counts only in the rounds before.
+func (s *Shard) claimRounds(l *member, j uint64) {
+	if s.anchored || j >= math.MaxUint64/2 { // no life's clock gets there
+		return
+	}
+	if l.computing && l.holds <= j {
+		if l.holds == 0 {
+			return
+		}
+		j = l.holds - 1
+	}
+	l.claim = max(l.claim, j+1)
+	if j >= s.clock && !l.roundPushed {
+		l.roundPushed = true
+		s.pushed++
+		s.settle()
+	}
+}
+
 // settle ends the round or applies the update that is due after a
 // learner's round ended without a new gradient (a redone push, a leave):
 // a hardsync round that every active learner has pushed in ends, with an
 // update of its pending gradients, or empty if it has none; otherwise the
-// pending gradients are applied if due.
+// pending gradients are applied if due, or, under hardsync, the rounds
+// the learners' claims cover end (skipClaimed).
 func (s *Shard) settle() {
 	if s.cfg.Protocol == Hardsync && s.pushed > 0 && s.pushed >= s.active && s.solver.Pending() == 0 {
 		s.emptyRound()
@@ -332,6 +388,10 @@ func (s *Shard) settle() {
 	}
 	if s.due(s.solver.Pending()) {
 		s.update(sgd.Grad{})
+		return
+	}
+	if s.cfg.Protocol == Hardsync {
+		s.skipClaimed() // the learners that neither pushed nor claimed may be the new ones only
 	}
 }
 
@@ -343,12 +403,48 @@ func (s *Shard) emptyRound() {
 	s.endRound()
 }
 
-// endRound clears the hardsync round's pushes.
+// endRound clears the hardsync round's pushes: a learner counts in the
+// next round only by its claim (claimRounds). If every active learner
+// does, the rounds they all claimed end at once, empty.
 func (s *Shard) endRound() {
-	for i := range s.members {
-		s.members[i].roundPushed = false
-	}
 	s.pushed = 0
+	for i := range s.members {
+		l := &s.members[i]
+		if l.roundPushed = l.claim > s.clock; l.roundPushed && l.active {
+			s.pushed++
+		}
+	}
+	s.skipClaimed()
+}
+
+// skipClaimed ends, as empty rounds, the rounds from the current one on
+// that the active learners' claims cover, up to the first some claim
+// does not: when no gradient is pending and every active learner has a
+// claim beyond the current round or has neither claimed nor been
+// answered a pull in this life (one that joined afresh, a restarted
+// learner: it takes the round the others push in next, as it did on the
+// shards that kept their rounds).
+func (s *Shard) skipClaimed() {
+	if s.solver.Pending() > 0 {
+		return
+	}
+	next := uint64(math.MaxUint64)
+	for i := range s.members {
+		switch l := &s.members[i]; {
+		case !l.active:
+		case l.claim > s.clock:
+			next = min(next, l.claim)
+		case l.claim == 0 && !l.served:
+		default:
+			return
+		}
+	}
+	if next == math.MaxUint64 {
+		return // no claim
+	}
+	s.stats.EmptyRounds += next - s.clock
+	s.clock = next
+	s.endRound()
 }
 
 // due reports whether an update with pending gradients is due now.
@@ -388,12 +484,12 @@ func (s *Shard) update(last sgd.Grad) {
 			s.stats.Partial++
 		}
 	}
-	if s.cfg.Protocol == Hardsync {
-		s.endRound()
-	}
 	s.ready.Updates = append(s.ready.Updates, Update{Clock: s.clock, Epoch: epoch, UpdateInfo: info, Learners: s.pendingBy})
 	s.pendingBy = s.pendingBy[:0] // Learners stays valid until the next Step appends
 	s.followSchedule()            // nothing is pending: the next update is due by the new c₀
+	if s.cfg.Protocol == Hardsync {
+		s.endRound()
+	}
 }
 
 func (s *Shard) epoch() int {
@@ -447,7 +543,10 @@ func (s *Shard) servePulls() {
 		if !l.pulling || s.clock < l.pullMin || (hard && l.roundPushed) {
 			continue
 		}
-		l.pulling, l.computing, l.holds = false, true, s.clock
+		l.pulling, l.computing, l.holds, l.served = false, true, s.clock, true
+		if hard && l.claim == 0 {
+			s.anchored = true
+		}
 		if s.keepPulled {
 			s.stats.PulledBytes += 4 * uint64(s.pulled[i].keep(s.w, s.clock))
 		}

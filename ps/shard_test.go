@@ -705,7 +705,8 @@ func TestHardsyncRestoredJoin(t *testing.T) {
 // rejoin the restored shard with learner 0 last. Had the restored round
 // stayed open, it would wait for learners 1 and 2 to push there, and they
 // would wait for shard 0 for ever; closed, learner 0's pull is answered,
-// and its push ends shard 0's round.
+// and its push ends shard 0's round, and the restored shard's round 1,
+// where learners 1 and 2 count by their given-up pushes of round 1.
 func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 	cfg := plainConfig(3, Hardsync, 0)
 	cfg.Shards = 2
@@ -721,9 +722,10 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 		}
 	}
 	seq := map[uint32]uint64{}
+	life := uint64(1) // of the weights a push was computed on
 	step := func(k int, typ MsgType, l uint32, clock uint64, g []float32) Ready {
 		seq[l]++
-		return shards[k].Step(Msg{Type: typ, Job: cfg.Job, Shard: k, Learner: l, Seq: seq[l], Clock: clock, Life: 1, Grad: g})
+		return shards[k].Step(Msg{Type: typ, Job: cfg.Job, Shard: k, Learner: l, Seq: seq[l], Clock: clock, Life: life, Grad: g})
 	}
 	grad := func(v float32) []float32 { return slices.Repeat([]float32{v}, 16) }
 	for k := range shards {
@@ -737,6 +739,7 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 	for k := range shards {
 		step(k, MsgPush, 0, 0, grad(3))
 	}
+	resent := seq[0] // learner 0's push to shard 1, which it resends to the restored shard
 	cp := shards[1].Checkpoint()
 	for k := range shards {
 		step(k, MsgPush, 1, 0, grad(1))
@@ -770,20 +773,134 @@ func TestHardsyncRestoredRoundNoCycle(t *testing.T) {
 	for _, l := range []uint32{1, 2, 0} {
 		step(1, MsgJoin, l, 0, nil)
 	}
+	// Learner 0's resend of its push of round 0, which the checkpoint
+	// holds: a duplicate, it places learner 0 after round 0.
+	if r := shards[1].Step(Msg{Type: MsgPush, Job: cfg.Job, Shard: 1, Learner: 0, Seq: resent, Clock: 0, Life: 1, Grad: grad(3)}); len(r.Replies) != 0 {
+		t.Fatalf("learner 0's resend of round 0: replies %v", r.Replies)
+	}
 	for _, l := range []uint32{1, 2} {
-		step(1, MsgPush, l, 1, grad(1)) // its life is over
-		if to, _ := served(step(1, MsgPull, l, 0, nil)); !slices.Equal(to, []uint32{l}) {
-			t.Fatalf("learner %d's pull of the restored shard: served %v", l, to)
+		// Its life is over: given up, the push still counts as the
+		// learner's of round 1 there (claimRounds), as on shard 0.
+		step(1, MsgPush, l, 1, grad(1))
+		if to, _ := served(step(1, MsgPull, l, 0, nil)); len(to) != 0 {
+			t.Fatalf("learner %d's pull of the restored shard: served %v, want none before learner 0 pushed round 1", l, to)
 		}
 	}
 	if to, _ := served(step(1, MsgPull, 0, 0, nil)); !slices.Equal(to, []uint32{0}) {
 		t.Fatalf("learner 0's pull of the restored shard: served %v, want learner 0 (the round its checkpoint held is closed)", to)
 	}
+	life = 2 // learner 0's weights of shard 1 come from the restored shard
+	if to, stamps := served(step(1, MsgPush, 0, 1, grad(1))); !slices.Equal(to, []uint32{1, 2}) || !slices.Equal(stamps, []uint64{2, 2}) {
+		t.Fatalf("learner 0's push of round 1 to the restored shard: served %v at %v, want learners 1 and 2 at clock 2", to, stamps)
+	}
+	life = 1
 	if to, _ := served(step(0, MsgPush, 0, 1, grad(1))); !slices.Equal(to, []uint32{1, 2}) {
 		t.Fatalf("learner 0's push of round 1 to shard 0: served %v, want learners 1 and 2", to)
 	}
-	if st := shards[1].Stats(); st.StaleLife != 2 {
-		t.Fatalf("restored shard gave up %d pushes, want 2", st.StaleLife)
+	if st := shards[1].Stats(); st.StaleLife != 2 || st.Duplicates != 1 {
+		t.Fatalf("restored shard gave up %d pushes and ignored %d duplicates, want 2 and 1", st.StaleLife, st.Duplicates)
+	}
+}
+
+// TestHardsyncRestoredRoundsKeepPairs: a hardsync shard restored from a
+// checkpoint pairs the learners' pushes in its rounds as the shards that
+// kept their rounds do, though some learners' pushes of the rounds it
+// lost were acknowledged and others were not. Three learners, two
+// shards; shard 1 is checkpointed at clock 0, then every learner pushes
+// round 0 to both. Learner 2 receives shard 1's weights of round 1 and
+// pushes round 1; the server of shard 1 dies before learners 0 and 1
+// receive theirs. Shard 1 comes back from its checkpoint (clock 0, a new
+// life, no learner active), and each learner joins again and resends
+// what shard 1 never acknowledged: learners 0 and 1 their pushes of
+// round 0, learner 2 its push of round 1, all of the earlier life and
+// given up. Learners 0 and 1 push their next step on the restored
+// weights, which shard 0 takes in its round 1 with learner 2's push of
+// round 1: the restored shard must take it in the same round as
+// learner 2's given-up push, so its round 0 ends empty, and learner 2's
+// pull waits for its round 1 as on shard 0. Counted from the restored
+// clock instead, learner 2's push of round 1 would count for nothing,
+// learner 2 would push its next step into the round of the others'
+// step before it, and a second such shift on another shard makes the
+// learners wait for each other's rounds for ever.
+func TestHardsyncRestoredRoundsKeepPairs(t *testing.T) {
+	cfg := plainConfig(3, Hardsync, 0)
+	cfg.Shards = 2
+	init := slices.Repeat([]float32{1}, 32) // two shards of 16
+	var a, b *Shard
+	var err error
+	if a, err = NewShard(cfg, 0, init, 1); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = NewShard(cfg, 1, init, 1); err != nil {
+		t.Fatal(err)
+	}
+	cp := b.Checkpoint()
+	seq := map[uint32]uint64{}
+	grad := slices.Repeat([]float32{1}, 16)
+	msg := func(s *Shard, typ MsgType, l uint32, clock, life uint64) Msg {
+		seq[l]++
+		m := Msg{Type: typ, Job: cfg.Job, Shard: s.Index(), Learner: l, Seq: seq[l], Clock: clock, Life: life}
+		if typ == MsgPush {
+			m.Grad = grad
+		}
+		return m
+	}
+	step := func(s *Shard, typ MsgType, l uint32, clock, life uint64) Ready {
+		return s.Step(msg(s, typ, l, clock, life))
+	}
+	for l := range uint32(3) {
+		step(a, MsgPull, l, 0, 0)
+		step(b, MsgPull, l, 0, 0)
+	}
+	unacked := map[uint32]Msg{} // each learner's push shard 1's earlier life never acknowledged
+	for l := range uint32(3) {
+		step(a, MsgPush, l, 0, 1)
+		unacked[l] = msg(b, MsgPush, l, 0, 1)
+		b.Step(unacked[l])
+	}
+	for l := range uint32(3) {
+		if to, _ := served(step(a, MsgPull, l, 1, 0)); !slices.Equal(to, []uint32{l}) {
+			t.Fatalf("learner %d's pull of shard 0's round 1: served %v", l, to)
+		}
+	}
+	if to, _ := served(step(b, MsgPull, 2, 1, 0)); !slices.Equal(to, []uint32{2}) {
+		t.Fatalf("learner 2's pull of shard 1's round 1: served %v", to)
+	}
+	step(a, MsgPush, 2, 1, 1)
+	unacked[2] = msg(b, MsgPush, 2, 1, 1)
+	b.Step(unacked[2])
+
+	cp.Active = make([]bool, 3)
+	if b, err = Restore(cfg, cp, 2); err != nil {
+		t.Fatal(err)
+	}
+	rejoin := func(l uint32) Ready {
+		step(b, MsgJoin, l, 0, 0)
+		b.Step(unacked[l])
+		return step(b, MsgPull, l, 0, 0) // its connection was replaced: no minimum clock
+	}
+	for _, l := range []uint32{0, 1} {
+		if to, stamps := served(rejoin(l)); !slices.Equal(to, []uint32{l}) || !slices.Equal(stamps, []uint64{1}) {
+			t.Fatalf("learner %d's pull of the restored shard: served %v at %v, want learner %d at clock 1 (round 0 was pushed in the earlier life)", l, to, stamps, l)
+		}
+	}
+	if to, _ := served(rejoin(2)); len(to) != 0 {
+		t.Fatalf("learner 2's pull of the restored shard: served %v, want none before learners 0 and 1 push round 1", to)
+	}
+	for _, l := range []uint32{0, 1} {
+		step(a, MsgPush, l, 1, 1)
+		r := step(b, MsgPush, l, 1, 2)
+		if to, stamps := served(r); l == 1 && (!slices.Equal(to, []uint32{2}) || !slices.Equal(stamps, []uint64{2})) {
+			t.Fatalf("learner 1's push of round 1 to the restored shard: served %v at %v, want learner 2 at clock 2", to, stamps)
+		}
+	}
+	st := b.Stats()
+	if st.Clock != 2 || st.EmptyRounds != 1 || st.Updates != 1 || st.Gradients != 2 || st.StaleLife != 3 {
+		t.Fatalf("restored shard: clock %d, %d empty rounds, %d updates of %d gradients, %d pushes given up; want 2, 1, 1, 2, 3",
+			st.Clock, st.EmptyRounds, st.Updates, st.Gradients, st.StaleLife)
+	}
+	if a.Clock() != 2 {
+		t.Fatalf("shard 0 at clock %d, want 2", a.Clock())
 	}
 }
 

@@ -45,7 +45,8 @@ type Stats struct {
 	Redone           uint64 // pushes ignored as redone (a mini-batch already consumed)
 	StaleLife        uint64 // pushes given up: computed on weights of another life of the shard
 	// EmptyRounds counts hardsync rounds that ended without a gradient
-	// (every push of the round redone): the clock advanced, nothing was
+	// (every push of the round redone, or, on a restored shard, claimed
+	// by pushes of an earlier life): the clock advanced, nothing was
 	// applied. Updates + Refused + EmptyRounds equals Clock unless the
 	// shard was restored.
 	EmptyRounds uint64

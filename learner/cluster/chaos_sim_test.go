@@ -123,18 +123,7 @@ func (j *simJob) resume() {
 // chaosKnown are seeds that fail for a cause found and not fixed yet:
 // TestChaosSim counts them apart ("K known") unless run alone
 // (-chaos.seed), and says when one passes.
-var chaosKnown = map[uint64]string{
-	// Two shard-server restarts misalign the hardsync rounds of the
-	// shards: each restored shard takes a learner's resent push of an
-	// earlier life (given up, it is not the learner's push of the
-	// round) while another's counts, so learners are a round apart
-	// there, and two such shifts make a cycle (learner 1 waits for
-	// shard 0's round, which waits for learner 2, which waits for shard
-	// 2's round, which waits for learner 1). Counting such pushes as the
-	// round's makes other schedules hang; aligning rounds needs the
-	// learner's step in its pushes (the client's).
-	2730: "hardsync rounds of two restarted shards misaligned by their learners' resent pushes",
-}
+var chaosKnown = map[uint64]string{}
 
 // TestChaosSim runs the seeded jobs on every CPU and prints "chaos: N
 // seeds, F failed, H hung, K known, R seeds/s"; each failure names the
