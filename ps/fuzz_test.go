@@ -9,7 +9,8 @@ import (
 
 // FuzzShardStep feeds arbitrary message sequences (any type, learner,
 // sequence, stamp, job, gradient length, NaN, finite gradients near the
-// float32 maximum, mini-batch ids that repeat) to a shard and checks that
+// float32 maximum, mini-batch ids that repeat, pushes of an earlier life
+// of the shard) to a shard and checks that
 // it never panics, answers at most one error per Step, keeps its weights
 // and momentum finite, consumes each mini-batch id at most once, and
 // accounts for every push and every clock tick exactly once.
@@ -17,6 +18,7 @@ func FuzzShardStep(f *testing.F) {
 	f.Add([]byte{1, 3, 2, 0, 1, 0, 0, 1, 1, 0, 0, 1, 2, 1, 0, 2})
 	f.Add([]byte{0, 2, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0, 2, 0, 3, 5, 1, 1, 9, 0})
 	f.Add([]byte{1, 0, 0, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0x80, 1, 0, 1, 0, 1, 0})
+	f.Add([]byte{1, 2, 0, 0, 2, 0, 1, 0, 2, 1, 1, 0, 0x71, 0, 1, 0, 0x41, 1, 1, 0, 2, 2, 1, 0, 0x61, 2, 1, 0, 1, 2, 1, 0})
 	f.Fuzz(fuzzShard)
 }
 
@@ -48,6 +50,9 @@ func fuzzShard(t *testing.T, data []byte) {
 			m.Seq = seq[l]
 			m.Clock = s.Clock() - min(s.Clock(), uint64(data[3]%8)) + uint64(data[3]/128)
 			m.Batch = uint64(data[3]>>3) & 7
+			if data[0]&0x40 != 0 { // computed on weights of an earlier life (under hardsync: a claim)
+				m.Life, m.Clock = 2, m.Clock+uint64(data[0]>>4&3)
+			}
 			switch data[2] / 64 {
 			case 1:
 				m.Grad[1] = float32(math.Inf(1))
@@ -85,9 +90,9 @@ func fuzzShard(t *testing.T, data []byte) {
 			}
 		}
 		st := s.Stats()
-		if st.Gradients+st.Dropped+st.Duplicates+st.Redone+pushRejects != pushes || st.Clock != st.Updates+st.Refused+st.EmptyRounds {
-			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d redone %d rejected %d; clock %d updates %d refused %d empty %d",
-				pushes, st.Gradients, st.Dropped, st.Duplicates, st.Redone, pushRejects, st.Clock, st.Updates, st.Refused, st.EmptyRounds)
+		if st.Gradients+st.Dropped+st.Duplicates+st.Redone+st.StaleLife+pushRejects != pushes || st.Clock != st.Updates+st.Refused+st.EmptyRounds {
+			t.Fatalf("pushes %d: accepted %d dropped %d duplicates %d redone %d given up %d rejected %d; clock %d updates %d refused %d empty %d",
+				pushes, st.Gradients, st.Dropped, st.Duplicates, st.Redone, st.StaleLife, pushRejects, st.Clock, st.Updates, st.Refused, st.EmptyRounds)
 		}
 		if cfg.MaxStaleness > 0 && st.MaxStaleness > cfg.MaxStaleness {
 			t.Fatalf("accepted staleness %d > bound %d", st.MaxStaleness, cfg.MaxStaleness)
