@@ -104,8 +104,10 @@ func (j *simJob) runPhase() error {
 
 // resume makes the run that resumes an interrupted job from its
 // checkpoint, on resumeShards shards: every process starts again with
-// the checkpoint, no fault.
+// the checkpoint, no fault. Events of the first run still queued (a
+// fault timed after its end) are dropped: they name its processes.
 func (j *simJob) resume() {
+	j.w.q = j.w.q[:0]
 	j.cfg.Shards = j.resumeShards
 	j.settings = j.cfg.Settings()
 	j.procs, j.servers, j.finals = nil, map[int]*simServer{}, map[int]*ps.ServerShard[*simEnd]{}
