@@ -101,7 +101,7 @@ func TestCheckpointFailuresReported(t *testing.T) {
 	if st.Failed != 1 || st.Written < 1 || f == nil {
 		t.Fatalf("checkpoints %+v, want 1 failed and at least one written", st)
 	}
-	if f.Version != 1 || f.Epochs <= 0 || f.Epochs >= 1 || f.Seconds <= 0 || f.Time.Before(before) || !strings.Contains(f.Err.Error(), blocked) {
+	if f.Version != 1 || f.Epochs <= 0 || f.Epochs >= float64(cfg.Epochs) || f.Seconds <= 0 || f.Time.Before(before) || !strings.Contains(f.Err.Error(), blocked) {
 		t.Errorf("the failure %+v", f)
 	}
 	rep := NewReport(&cfg, res)
