@@ -32,8 +32,11 @@
 #                     role's core (coordinator, shard server, learner, evaluator, the
 #                     ps client and shards) in virtual time over a simulated network and
 #                     disk; kills and restarts at any message, pauses, resets, slow and
-#                     lossy links, a full disk; its last line is "chaos: N seeds, F failed,
-#                     H hung, K known, R seeds/s" (make test runs 300, 100 under -race, and make chaos-defects)
+#                     lossy links, a full disk; each seed's job also through the shipped
+#                     runtimes (every goroutine of StartProcess, testing/synctest's virtual
+#                     time, one fault per job); its last line is "chaos: N seeds (R through
+#                     the runtimes), F failed, H hung, K known, S seeds/s" (make test runs
+#                     300, 100 under -race, and make chaos-defects)
 #   make chaos-defects  the chaos simulator with four fixed defects put back, one at a
 #                     time (build tag simdefects): each must be found within 300 seeds
 #   make chaos        make chaos-sim, then the failure tests' job under softsync launch
