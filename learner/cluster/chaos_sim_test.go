@@ -179,8 +179,8 @@ func TestChaosSim(t *testing.T) {
 			t.Logf("seed %d: %s\n%s\ntrace hash %016x", o.seed, o.describe, strings.Join(o.trace, "\n"), o.hash)
 		}
 	}
-	rtRuns, rtFailed, rtHung := rt.report(t, verbose)
-	failed, hung = failed+rtFailed, hung+rtHung
+	rtRuns, rtFailed, rtHung, rtKnown := rt.report(t, verbose)
+	failed, hung, known = failed+rtFailed, hung+rtHung, known+rtKnown
 	secs := time.Since(start).Seconds()
 	fmt.Printf("chaos: %d seeds (%d through the runtimes), %d failed, %d hung, %d known, %.1f seeds/s\n", len(seeds), rtRuns, failed, hung, known, float64(len(seeds))/secs)
 }
