@@ -32,8 +32,12 @@
 #                     role's core (coordinator, shard server, learner, evaluator, the
 #                     ps client and shards) in virtual time over a simulated network and
 #                     disk; kills and restarts at any message, pauses, resets, slow and
-#                     lossy links, a full disk; its last line is "chaos: N seeds, F failed,
-#                     H hung, K known, R seeds/s" (make test runs 300, 100 under -race, and make chaos-defects)
+#                     lossy links, a full disk; each seed's job also through the shipped
+#                     runtimes (every goroutine of StartProcess, testing/synctest's virtual
+#                     time, one fault per job; CHAOS_RUNTIME_EVERY=N: every N-th seed's, 0:
+#                     none); its last line is "chaos: N seeds (R through
+#                     the runtimes), F failed, H hung, K known, S seeds/s" (make test runs
+#                     300, 100 under -race, and make chaos-defects)
 #   make chaos-defects  the chaos simulator with four fixed defects put back, one at a
 #                     time (build tag simdefects): each must be found within 300 seeds
 #   make chaos        make chaos-sim, then the failure tests' job under softsync launch
@@ -191,9 +195,11 @@ profile: deps build
 # precision test, too long for make test (which runs TestHalfKernels, its
 # sample of every rounding case), runs last when FUZZ matches its name.
 SEEDS ?= 10000
+# CHAOS_RUNTIME_EVERY: chaos-sim runs the shipped runtimes of every N-th seed's job too (0: none)
+CHAOS_RUNTIME_EVERY ?= 1
 chaos-sim:
 	@mkdir -p build
-	@status=0; $(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) > build/chaos-sim.log 2>&1 || status=$$?; \
+	@status=0; $(GO) test -count=1 -run '^TestChaosSim$$' -v ./learner/cluster/ -args -chaos.seeds $(SEEDS) -chaos.runtime.every $(CHAOS_RUNTIME_EVERY) > build/chaos-sim.log 2>&1 || status=$$?; \
 	grep -v '^=== RUN\|^--- PASS\|^PASS$$\|^ok \|^chaos: ' build/chaos-sim.log || true; \
 	grep '^chaos: ' build/chaos-sim.log || { tail -20 build/chaos-sim.log; status=1; }; \
 	exit $$status

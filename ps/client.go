@@ -96,10 +96,10 @@ type Client struct {
 type link struct {
 	index  int
 	shards []int
-	send   sync.Mutex
+	send   waitLock
 	out    []outMsg // under Client.mu
 	head   int      // under Client.mu
-	mu     sync.Mutex
+	mu     waitLock
 	conn   rdma.Conn
 	gen    int
 	dead   error // the core gave the link up: every later use fails with it
@@ -108,6 +108,18 @@ type link struct {
 	rx  chan struct{}
 	err error
 }
+
+// waitLock is a mutex whose waiters wait on a channel. A link's locks
+// are held across a redial, which can take seconds: a goroutine waiting
+// for the link then waits as on any channel, which testing/synctest
+// counts as durably blocked (a sync.Mutex waiter is not, and virtual
+// time would stop), so that the client runs in a bubble's virtual time.
+type waitLock chan struct{}
+
+func newWaitLock() waitLock { return make(waitLock, 1) }
+
+func (w waitLock) Lock()   { w <- struct{}{} }
+func (w waitLock) Unlock() { <-w }
 
 // outMsg is a message queued for the connection of generation gen.
 type outMsg struct {
@@ -145,7 +157,7 @@ func NewClient(cfg ClientConfig, conns []rdma.Conn) (*Client, error) {
 	for k, conn := range conns {
 		i := slices.IndexFunc(c.links, func(l *link) bool { return l.conn == conn })
 		if i < 0 {
-			c.links = append(c.links, &link{index: len(c.links), conn: conn})
+			c.links = append(c.links, &link{index: len(c.links), conn: conn, send: newWaitLock(), mu: newWaitLock()})
 			i = len(c.links) - 1
 		}
 		c.links[i].shards = append(c.links[i].shards, k)

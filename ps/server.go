@@ -321,7 +321,16 @@ func (s *Server) Evict(learner, inc uint32) {
 	}
 	s.mu.Unlock()
 	if evicted {
-		s.each(func(l *shardLoop) { l.evict(learner) })
+		s.each(func(l *shardLoop) {
+			// A newer incarnation admitted since (its join already
+			// stepped, or queued behind this) keeps its membership.
+			s.mu.Lock()
+			dead := s.core.Dead(learner, inc)
+			s.mu.Unlock()
+			if dead {
+				l.evict(learner)
+			}
+		})
 	}
 }
 

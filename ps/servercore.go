@@ -208,6 +208,13 @@ func (s *ServerCore[P]) Evict(learner, inc uint32) bool {
 	return true
 }
 
+// Dead reports whether incarnation inc of learner is evicted and still
+// its latest (no later incarnation was bound since).
+func (s *ServerCore[P]) Dead(learner, inc uint32) bool {
+	b := s.binds[learner]
+	return b != nil && b.inc == inc && b.dead
+}
+
 // Member is a learner and an incarnation of it.
 type Member struct{ Learner, Incarnation uint32 }
 

@@ -26,7 +26,12 @@ import (
 // (kills and restarts at any message, pauses longer than the heartbeat,
 // resets, slow and lossy links, a full disk, the user's interruption and
 // a resume on another number of shards, a shard server told to stop), and
-// the same seed gives the same run, bit for bit (its trace hash).
+// the same seed gives the same run, bit for bit (its trace hash). Each
+// seed's job also runs through the shipped runtimes themselves, every
+// goroutine of StartProcess in testing/synctest's virtual time, with one
+// fault from outside the code (sim_runtime_test.go); that pass
+// reproduces the job and its fault plan from the seed, not the
+// goroutines' interleaving.
 //
 // Each run is checked: it ends before a virtual deadline (else it hung),
 // with every process ended; the job succeeds, or fails with ErrJobFailed
@@ -127,9 +132,10 @@ func (j *simJob) resume() {
 // (-chaos.seed), and says when one passes.
 var chaosKnown = map[uint64]string{}
 
-// TestChaosSim runs the seeded jobs on every CPU and prints "chaos: N
-// seeds, F failed, H hung, K known, R seeds/s"; each failure names the
-// command that replays its seed.
+// TestChaosSim runs the seeded jobs on every CPU, and their runtime
+// passes beside them, and prints "chaos: N seeds (R through the
+// runtimes), F failed, H hung, K known, S seeds/s"; each failure names
+// the command that replays its seed.
 func TestChaosSim(t *testing.T) {
 	var seeds []uint64
 	if *chaosSeed != 0 {
@@ -141,6 +147,7 @@ func TestChaosSim(t *testing.T) {
 	}
 	verbose := *chaosSeed != 0 && testing.Verbose()
 	start := time.Now()
+	rt := startRuntimes(t, seeds)
 	outs := runSims(seeds, verbose, nil)
 	failed, hung, known := 0, 0, 0
 	for _, o := range outs {
@@ -163,8 +170,10 @@ func TestChaosSim(t *testing.T) {
 			t.Logf("seed %d: %s\n%s\ntrace hash %016x", o.seed, o.describe, strings.Join(o.trace, "\n"), o.hash)
 		}
 	}
+	rtRuns, rtFailed, rtHung, rtKnown := rt.report(t, verbose)
+	failed, hung, known = failed+rtFailed, hung+rtHung, known+rtKnown
 	secs := time.Since(start).Seconds()
-	fmt.Printf("chaos: %d seeds, %d failed, %d hung, %d known, %.1f seeds/s\n", len(seeds), failed, hung, known, float64(len(seeds))/secs)
+	fmt.Printf("chaos: %d seeds (%d through the runtimes), %d failed, %d hung, %d known, %.1f seeds/s\n", len(seeds), rtRuns, failed, hung, known, float64(len(seeds))/secs)
 }
 
 // runSims runs seeds on every CPU and returns their outcomes in order.

@@ -589,6 +589,17 @@ func (c *core) rejoinLearner(conn connID, h *hello) error {
 		for _, d := range h.Held {
 			c.delivered(p.ID, d.Chunk, d.Delivered)
 		}
+		if c.dispatching {
+			// A chunk handed out in a reply the old connection lost: the
+			// learner does not hold it, and goes on without it.
+			known := make([]data.Chunk, len(h.Held))
+			for i, d := range h.Held {
+				known[i] = d.Chunk
+			}
+			if n := c.disp.ReleaseUnknown(p.ID, known); n > 0 {
+				c.log(slog.LevelInfo, "chunks handed out on a lost connection go to the next learner that asks", "learner", p.ID, "chunks", n)
+			}
+		}
 	default:
 		if !c.started {
 			c.rejoin = true

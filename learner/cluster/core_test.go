@@ -622,6 +622,30 @@ func TestCoreRejoinSameCoordinator(t *testing.T) {
 	}
 }
 
+// TestCoreRejoinLostChunkReply: a chunk reply lost with the learner's
+// control connection (the learner rejoins without it) goes to the next
+// learner that asks, first; the chunk the learner says it holds stays
+// its own. (The coordinator kept the lost chunk as the learner's, and
+// the job waited for it for ever.)
+func TestCoreRejoinLostChunkReply(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true})
+	j := h.startJob()
+	kept := h.chunk(j.lrn[0], false)
+	lost := h.chunk(j.lrn[0], false) // never reached the learner
+	again := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Held: []data.Holding{{Chunk: kept.Chunk}}})
+	h.expect(again, tWelcome)
+	if got := h.chunk(j.lrn[1], false); got.Chunk != lost.Chunk {
+		t.Errorf("learner 1 was handed %+v, want the lost chunk %+v", got.Chunk, lost.Chunk)
+	}
+	if got := h.chunk(again, false); got.Chunk == kept.Chunk || got.Chunk == lost.Chunk {
+		t.Errorf("learner 0 was handed %+v again", got.Chunk)
+	}
+	h.msg(again, tComplete, &kept.Chunk)
+	if st := h.c.disp.Stats(); st.Completed != 1 {
+		t.Errorf("completed %d, want 1 (the chunk learner 0 kept)", st.Completed)
+	}
+}
+
 // TestCoreServerRedo: a shard server that comes back from a checkpoint
 // older than some delivered mini-batches gets them again: they are
 // handed out first.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softsync/softsync/rdma"
+	"github.com/softsync/softsync/rdma/errcode"
 )
 
 // flakyNetwork is an in-memory network whose first fails dials fail with
@@ -126,6 +127,44 @@ func TestJoinRetriesLostWelcome(t *testing.T) {
 	cc.conn.Close()
 	if d := n.count(); d != 2 {
 		t.Errorf("%d dials, want 2", d)
+	}
+}
+
+// TestRejoinRefusedEnds: a learner that rejoins a coordinator it finds
+// through Locate, and is refused (the coordinator removed its life),
+// gives up after that one attempt (each refused attempt was taken for
+// one whose bound had passed, and tried again at once, for
+// --ps-timeout).
+func TestRejoinRefusedEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := newFlaky(t, 0, nil)
+	ln, err := n.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a coordinator that refuses every hello
+		for {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			cc := &ctrl{conn: c}
+			if t, _, err := cc.recv(ctx); err == nil && t == tHello {
+				cc.send(ctx, tStop, stop{Wire: errcode.Encode(errors.New("incarnation 0 was removed from the job"))})
+			}
+			c.Close()
+		}
+	}()
+	m := Member{Network: n, Coordinator: ln.Addr(), PSTimeout: time.Minute, Process: Process{Role: RoleLearner},
+		Locate: func() string { return ln.Addr() }}
+	_, _, err = m.rejoin(ctx, func() hello { return hello{} }, errors.New("lost"))
+	if !errors.Is(err, ErrJobFailed) || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("rejoin: %v, want ErrJobFailed with the refusal", err)
+	}
+	if d := n.count(); d != 1 {
+		t.Errorf("%d dials, want 1", d)
 	}
 }
 
@@ -304,8 +343,7 @@ func TestRedialAsksAgain(t *testing.T) {
 		}
 	}()
 	m := &Member{Network: n, PSTimeout: 10 * time.Second}
-	var mu sync.Mutex
-	c, err := m.redialer(func() *ctrl { return cc }, addrs, &mu)(ctx, 3)
+	c, err := m.redialer(func() *ctrl { return cc }, addrs, newWaitLock())(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,8 +407,7 @@ func TestRedialTakesItsShard(t *testing.T) {
 		}
 	}()
 	m := &Member{Network: n, PSTimeout: 10 * time.Second}
-	var mu sync.Mutex
-	c, err := m.redialer(func() *ctrl { return cc }, addrs, &mu)(ctx, 1)
+	c, err := m.redialer(func() *ctrl { return cc }, addrs, newWaitLock())(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

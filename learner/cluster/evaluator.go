@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/softsync/softsync/kernels"
@@ -77,8 +76,7 @@ func RunEvaluator(ctx context.Context, cfg EvaluatorConfig) ([]float32, error) {
 			return
 		}
 	}()
-	var mu sync.Mutex
-	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(func() *ctrl { return cc }, addrs, &mu), interrupted)
+	final, err := evaluate(ctx, cfg, cc, w, cfg.redialer(func() *ctrl { return cc }, addrs, newWaitLock()), interrupted)
 	if err != nil {
 		// A shard server gone is often the end of a job that failed
 		// elsewhere: give the coordinator a moment to say so, as its

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/softsync/softsync/rdma"
@@ -304,12 +303,13 @@ func (m *Member) rejoin(ctx context.Context, hello func() hello, cause error) (*
 			actx, acancel = context.WithTimeout(ctx, bound)
 		}
 		cc, w, err := again.joinOnce(actx, h)
+		attemptExpired := actx.Err() != nil // before acancel, which ends actx whatever happened
 		acancel()
 		if err == nil {
 			m.rejoined(again)
 			return cc, w, nil
 		}
-		wait, err := m.rejoinFailed(cause, err, ctx.Err() != nil, actx.Err() != nil, &pause)
+		wait, err := m.rejoinFailed(cause, err, ctx.Err() != nil, attemptExpired, &pause)
 		if err != nil {
 			return nil, welcome{}, err
 		}
@@ -401,7 +401,7 @@ func stopErr(t rdma.Type, b []byte) error {
 // shard is now (it may have been restarted elsewhere), and dial it, again
 // and again with backoff until PSTimeout (see shardRedial). addrs
 // delivers the coordinator's answers; calls are serialised by mu.
-func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) func(context.Context, int) (rdma.Conn, error) {
+func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu waitLock) func(context.Context, int) (rdma.Conn, error) {
 	return func(ctx context.Context, shard int) (rdma.Conn, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -437,6 +437,19 @@ func (m *Member) redialer(cc func() *ctrl, addrs <-chan addr, mu *sync.Mutex) fu
 		}
 	}
 }
+
+// waitLock is a mutex whose waiters wait on a channel. The redials of a
+// member are serialised under one, held while a redial waits (for the
+// coordinator's answer, between dials: up to PSTimeout): a goroutine
+// waiting for it then waits as on any channel, which testing/synctest
+// counts as durably blocked (a sync.Mutex waiter is not, and virtual
+// time would stop), so that the roles run in a bubble's virtual time.
+type waitLock chan struct{}
+
+func newWaitLock() waitLock { return make(waitLock, 1) }
+
+func (w waitLock) Lock()   { w <- struct{}{} }
+func (w waitLock) Unlock() { <-w }
 
 // shardRedial is the schedule of one redial of a shard's server
 // (redialer): the coordinator says where the server is, the member dials

@@ -158,6 +158,12 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 			if !errors.Is(err, ErrInterrupted) || res == nil { // interrupted before it started: no result
 				j.fail(err)
 			}
+			if err != nil && !errors.Is(err, ErrInterrupted) {
+				// The job failed: a role of this process that lost its
+				// connection to the coordinator would dial it for ever
+				// (its rendezvous is unbounded here).
+				j.cancel()
+			}
 		})
 	}
 	servers := make([]ServerConfig, len(r.Servers))

@@ -61,7 +61,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	if err != nil {
 		return err
 	}
-	r := &worker{cfg: cfg, cc: cc, core: newWorkerCore(w), replies: make(chan chunkReply, 1), addrs: make(chan addr, 1)}
+	r := &worker{cfg: cfg, cc: cc, core: newWorkerCore(w), replies: make(chan chunkReply, 1), addrs: make(chan addr, 1), redial: newWaitLock()}
 	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -157,7 +157,7 @@ type worker struct {
 	cfg     LearnerConfig
 	replies chan chunkReply
 	addrs   chan addr // the coordinator's answers to where
-	redial  sync.Mutex
+	redial  waitLock
 
 	flushMu sync.Mutex // serialises flush
 	mu      sync.Mutex
@@ -180,7 +180,7 @@ func (r *worker) ctrl() *ctrl {
 // train runs the learner loop on the welcome's plan.
 func (r *worker) train(ctx context.Context, w welcome) error {
 	cfg := r.cfg
-	redial := cfg.redialer(r.ctrl, r.addrs, &r.redial)
+	redial := cfg.redialer(r.ctrl, r.addrs, r.redial)
 	client, err := ps.Dial(ctx, shardNetwork{cfg.Network, &cfg.Member, w.Addrs, redial}, w.Addrs, ps.ClientConfig{Learner: uint32(cfg.ID), Incarnation: w.Incarnation,
 		Protocol: cfg.Protocol, Total: cfg.Spec.VectorLen(), Shards: cfg.Shards, Codec: cfg.Codec,
 		Redial: redial, OnDelivered: r.delivered})

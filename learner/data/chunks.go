@@ -317,11 +317,31 @@ func (d *Dispatcher) find(learner int, c Chunk) (Chunk, bool) {
 // Release gives back every chunk learner holds (it is lost): they are
 // handed out again before any new chunk. It returns how many.
 func (d *Dispatcher) Release(learner int) int {
+	return d.release(learner, func(Chunk) bool { return true })
+}
+
+// ReleaseUnknown gives back the chunks learner holds that it does not
+// know of: known are the chunks it says it holds (a chunk is known by
+// its epoch, first mini-batch and stride, as Delivered finds it). A
+// chunk handed out in a reply that a lost connection never delivered is
+// one: the learner will never push it. They are handed out again
+// before any new chunk, as Release does; it returns how many.
+func (d *Dispatcher) ReleaseUnknown(learner int, known []Chunk) int {
+	return d.release(learner, func(k Chunk) bool {
+		return !slices.ContainsFunc(known, func(c Chunk) bool {
+			return c.Epoch == k.Epoch && c.First == k.First && c.Stride == k.Stride
+		})
+	})
+}
+
+// release gives back the chunks learner holds that lost says are lost
+// (what was delivered of them stays done).
+func (d *Dispatcher) release(learner int, lost func(Chunk) bool) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
 	for k, h := range d.held {
-		if h.learner == learner {
+		if h.learner == learner && lost(k) {
 			delete(d.held, k)
 			d.pending = append(d.pending, h.chunk.rest(h.delivered))
 			n++

@@ -107,6 +107,38 @@ func TestDispatcherCountsHandedOut(t *testing.T) {
 // handed out again before new ones, only the holder completes a chunk, a
 // learner asking while chunks are held elsewhere is told to wait, and the
 // end comes once every chunk is completed.
+// TestDispatcherReleaseUnknown: the chunks a learner holds but does not
+// know of (named by epoch, first mini-batch and stride) are handed out
+// again, first, with what was delivered of them kept; the others stay
+// its own.
+func TestDispatcherReleaseUnknown(t *testing.T) {
+	d, err := NewDispatcher(Plan{Images: 40, Batch: 2, Chunk: 5, Epochs: 1}) // 20 batches: 4 chunks
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := d.Next(1)
+	b, _ := d.Next(1)
+	c, _ := d.Next(2)
+	if err := d.Delivered(1, b, 2); err != nil {
+		t.Fatal(err)
+	}
+	misstated := a
+	misstated.Count = 1 // known by its epoch, first mini-batch and stride
+	if n := d.ReleaseUnknown(1, []Chunk{misstated}); n != 1 {
+		t.Fatalf("released %d chunks, want 1", n)
+	}
+	if n := d.ReleaseUnknown(2, []Chunk{c}); n != 0 {
+		t.Fatalf("released %d of learner 2's known chunk, want 0", n)
+	}
+	rest, _ := d.Next(3)
+	if rest.First != b.First+2 || rest.Count != b.Count-2 {
+		t.Fatalf("next chunk %+v, want the undelivered rest of %+v", rest, b)
+	}
+	if err := d.Complete(1, a); err != nil {
+		t.Fatalf("learner 1 completes the chunk it knows: %v", err)
+	}
+}
+
 func TestDispatcherRelease(t *testing.T) {
 	d, err := NewDispatcher(Plan{Images: 40, Batch: 2, Chunk: 5, Epochs: 1}) // 20 batches: 4 chunks
 	if err != nil {
