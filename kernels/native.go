@@ -12,8 +12,8 @@ package kernels
 #cgo noescape ss_sgemm
 #cgo nocallback ss_sgemm
 #cgo noescape ss_conv_group
-#cgo noescape ss_conv_method
-#cgo nocallback ss_conv_method
+#cgo noescape ss_conv_pass_method
+#cgo nocallback ss_conv_pass_method
 #cgo noescape ss_conv_direct_supported
 #cgo nocallback ss_conv_direct_supported
 #cgo nocallback ss_conv_group
@@ -88,7 +88,7 @@ type native struct {
 	budget int
 	// method forces a convolution method (methodCHWN, methodImage or
 	// methodDirect, the last only where ss_conv_direct_supported); 0
-	// lets ss_conv_method choose per shape.
+	// lets ss_conv_pass_method choose per shape and pass.
 	method int
 	// isa is the C kernels' instruction-set level (SS_ISA_*, see
 	// cISA).
@@ -227,20 +227,31 @@ func convGroup(s ConvShape, g int) (xo, yo, wo, bo int) {
 	return g * sub.C * xc, g * sub.OC * yc, g * sub.OC * sub.C * s.KH * s.KW, g * sub.OC
 }
 
-// convPlan returns the GEMM group size, the method and a workspace slice
-// large enough for them.
-func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, C.int, []float32) {
+// convPlan returns the GEMM group size, the method of one pass
+// (C.SS_CONV_PASS_*) and a workspace slice large enough for them (with
+// also, when not negative, a second pass's method: both backward passes).
+func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (C.int, C.int, []float32) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
-	method := C.ss_conv_method(e.isa, cs)
-	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
-		method = C.int(e.method - 1)
-	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(e.isa, e.threads, cs, g, method, cbool(backward))
+	backward := cbool(pass != C.SS_CONV_PASS_FORWARD)
+	method := e.convMethod(cs, pass)
+	need := C.ss_conv_workspace(e.isa, e.threads, cs, g, method, backward)
+	if also >= 0 {
+		need = max(need, C.ss_conv_workspace(e.isa, e.threads, cs, g, e.convMethod(cs, also), backward))
+	}
 	return g, method, ws.Floats(int(need))
+}
+
+// convMethod returns the method of one pass: the forced one where it
+// runs the shape, else ss_conv_pass_method's choice.
+func (e native) convMethod(cs *C.ss_conv_shape, pass C.int) C.int {
+	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
+		return C.int(e.method - 1)
+	}
+	return C.ss_conv_pass_method(e.isa, cs, pass)
 }
 
 // fptrAt returns a pointer to x[o], or nil when x is nil.
@@ -256,7 +267,7 @@ func fptrAt(x []float32, o int) *C.float {
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
-	g, method, buf := e.convPlan(&cs, false, ws)
+	g, method, buf := e.convPlan(&cs, C.SS_CONV_PASS_FORWARD, -1, ws)
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
@@ -265,15 +276,32 @@ func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	}
 }
 
+// ConvBackward runs the weight and the input gradient in one call per
+// group when one method is the fastest for both, else in one call each.
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
-	g, method, buf := e.convPlan(&cs, true, ws)
+	also := C.int(-1)
+	if dx != nil {
+		also = C.SS_CONV_PASS_DGRAD
+	}
+	g, method, buf := e.convPlan(&cs, C.SS_CONV_PASS_WGRAD, also, ws)
+	dmethod := method
+	if dx != nil {
+		dmethod = e.convMethod(&cs, C.SS_CONV_PASS_DGRAD)
+	}
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
-		C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo), fptrAt(dx, xo),
-			fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+		if dmethod == method {
+			C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+				fptrAt(dx, xo), fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+			continue
+		}
+		C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+			nil, fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+		C.ss_conv_backward(e.isa, e.threads, &cs, g, dmethod, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+			fptrAt(dx, xo), nil, nil, fptr(buf), C.ptrdiff_t(len(buf)))
 	}
 }
 
