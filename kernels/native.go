@@ -69,6 +69,7 @@ import "C"
 
 import (
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/softsync/softsync/kernels/isa"
@@ -97,7 +98,14 @@ type native struct {
 	// split their work over, the calling thread included (1 to
 	// maxThreads).
 	threads C.int
+	// half512 is set on CPUs whose 512-bit FMAs run at half rate
+	// (CPU.HalfRate512): there the AVX2 direct convolution kernels run
+	// the forward passes at level AVX-512 (convPass).
+	half512 bool
 }
+
+// cpuHalfRate512 is DetectCPU().HalfRate512(), read once.
+var cpuHalfRate512 = sync.OnceValue(func() bool { return DetectCPU().HalfRate512() })
 
 // maxThreads bounds an engine's threads (SS_MAX_THREADS of the C kernels).
 const maxThreads = 256
@@ -109,7 +117,7 @@ func newNativeAt(l C.int, threads int) native {
 	// A pool that cannot grow (no thread could be started) only makes
 	// the calls use fewer threads: not an error.
 	C.ss_threads_init(t)
-	return native{isa: l, threads: t}
+	return native{isa: l, threads: t, half512: cpuHalfRate512()}
 }
 
 // Threads returns the number of threads the engine splits its work over.
@@ -227,31 +235,51 @@ func convGroup(s ConvShape, g int) (xo, yo, wo, bo int) {
 	return g * sub.C * xc, g * sub.OC * yc, g * sub.OC * sub.C * s.KH * s.KW, g * sub.OC
 }
 
-// convPlan returns the GEMM group size, the method of one pass
-// (C.SS_CONV_PASS_*) and a workspace slice large enough for them (with
-// also, when not negative, a second pass's method: both backward passes).
-func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (C.int, C.int, []float32) {
+// convPass is how one pass of a convolution runs: its method and the
+// level of its kernels.
+type convPass struct{ method, isa C.int }
+
+// convPlan returns the GEMM group size, how a pass (C.SS_CONV_PASS_*)
+// runs and a workspace slice large enough for it (and, when also is not
+// negative, for a second pass: both backward passes).
+func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (C.int, convPass, []float32) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
 	backward := cbool(pass != C.SS_CONV_PASS_FORWARD)
-	method := e.convMethod(cs, pass)
-	need := C.ss_conv_workspace(e.isa, e.threads, cs, g, method, backward)
+	p := e.convPass(cs, pass)
+	need := C.ss_conv_workspace(p.isa, e.threads, cs, g, p.method, backward)
 	if also >= 0 {
-		need = max(need, C.ss_conv_workspace(e.isa, e.threads, cs, g, e.convMethod(cs, also), backward))
+		q := e.convPass(cs, also)
+		need = max(need, C.ss_conv_workspace(q.isa, e.threads, cs, g, q.method, backward))
 	}
-	return g, method, ws.Floats(int(need))
+	return g, p, ws.Floats(int(need))
 }
 
-// convMethod returns the method of one pass: the forced one where it
-// runs the shape, else ss_conv_pass_method's choice.
-func (e native) convMethod(cs *C.ss_conv_shape, pass C.int) C.int {
+// convPass returns how one pass runs: the forced method where it runs
+// the shape, else ss_conv_pass_method's choice, at the engine's level;
+// except that where 512-bit FMAs run at half rate (half512), a forward
+// pass that chose the AVX-512 direct kernels runs the AVX2 ones, whose
+// 8-pixel units need no shifted copies of the input (on the 2-core AMD
+// EPYC of family 25, one thread over 16 images, cpu-GFLOP/s, rounds at
+// load 2-9: AlexNet's conv2, 27 x 27, 70-76 -> 86-93; ResNet-18's layer1,
+// 56 x 56, 78-87 -> 87-98; layer2, 28 x 28, 74-86 against 79-84, a
+// draw). The gradients stay on the AVX-512 kernels, level or ahead there
+// (weight gradient 96-106 against 87-99; input gradient of conv2 and
+// layer2 85-91 against 71-89).
+func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
 	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
-		return C.int(e.method - 1)
+		return convPass{C.int(e.method - 1), e.isa}
 	}
-	return C.ss_conv_pass_method(e.isa, cs, pass)
+	p := convPass{C.ss_conv_pass_method(e.isa, cs, pass), e.isa}
+	if e.half512 && p.method == C.SS_CONV_DIRECT && pass == C.SS_CONV_PASS_FORWARD &&
+		e.isa >= C.SS_ISA_AVX512 && C.ss_isa_best() >= C.SS_ISA_AVX512 &&
+		C.ss_conv_direct_supported(C.SS_ISA_AVX2, cs) != 0 {
+		p.isa = C.SS_ISA_AVX2
+	}
+	return p
 }
 
 // fptrAt returns a pointer to x[o], or nil when x is nil.
@@ -267,17 +295,17 @@ func fptrAt(x []float32, o int) *C.float {
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
-	g, method, buf := e.convPlan(&cs, C.SS_CONV_PASS_FORWARD, -1, ws)
+	g, p, buf := e.convPlan(&cs, C.SS_CONV_PASS_FORWARD, -1, ws)
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
-		C.ss_conv_forward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(b, bo), fptrAt(y, yo),
+		C.ss_conv_forward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(b, bo), fptrAt(y, yo),
 			fptr(buf), C.ptrdiff_t(len(buf)))
 	}
 }
 
 // ConvBackward runs the weight and the input gradient in one call per
-// group when one method is the fastest for both, else in one call each.
+// group when they run alike, else in one call each.
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
@@ -285,22 +313,22 @@ func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Wo
 	if dx != nil {
 		also = C.SS_CONV_PASS_DGRAD
 	}
-	g, method, buf := e.convPlan(&cs, C.SS_CONV_PASS_WGRAD, also, ws)
-	dmethod := method
+	g, p, buf := e.convPlan(&cs, C.SS_CONV_PASS_WGRAD, also, ws)
+	d := p
 	if dx != nil {
-		dmethod = e.convMethod(&cs, C.SS_CONV_PASS_DGRAD)
+		d = e.convPass(&cs, C.SS_CONV_PASS_DGRAD)
 	}
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
-		if dmethod == method {
-			C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+		if d == p {
+			C.ss_conv_backward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
 				fptrAt(dx, xo), fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
 			continue
 		}
-		C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+		C.ss_conv_backward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
 			nil, fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
-		C.ss_conv_backward(e.isa, e.threads, &cs, g, dmethod, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+		C.ss_conv_backward(d.isa, e.threads, &cs, g, d.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
 			fptrAt(dx, xo), nil, nil, fptr(buf), C.ptrdiff_t(len(buf)))
 	}
 }
