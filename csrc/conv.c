@@ -38,17 +38,22 @@ static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h 
  * copies of each image when rows are narrower than a vector: on planes
  * narrower than 16 pixels (13, 14, 7) the copies, the partial last vector
  * of each plane (49 pixels run as 64 on 7 x 7) and the short tiles make
- * the forward pass and the input gradient slower than OpenBLAS's 512-bit
- * GEMMs over batch-innermost columns (ResNet-18's layer4: 25-30 against
- * 90 cpu-GFLOP/s forward; AlexNet's conv3: 65 against 92). The weight
+ * the forward pass and the input gradient of layers with many taps
+ * (C*kh*kw >= 1024) slower than OpenBLAS's 512-bit GEMMs over
+ * batch-innermost columns (ResNet-18's layer4: 25-30 against 90
+ * cpu-GFLOP/s forward; AlexNet's conv3: 65 against 92). The weight
  * gradient, which puts output channels in the lanes, keeps its lead down
  * to 64-pixel planes (98-105 against 85-95 on 13 x 13 and 14 x 14) and
- * loses below (78 against 93 on 7 x 7). */
+ * loses below (78 against 93 on 7 x 7). With fewer taps the direct
+ * kernels stay ahead on every plane (LeNet's conv2 and cifar10_full's
+ * conv3, 8 x 8 with 500 and 800 taps: 84-93 against 53-78 forward). */
 static int direct_pays(int isa, const ss_conv_shape *s, int pass)
 {
 	const int ow = ss_conv_out_w(s);
 	if (ss_isa(isa) == SS_ISA_AVX2)
 		return ow % 8 == 0 || ow >= 16 || conv_k(s) < 1024;
+	if (conv_k(s) < 1024)
+		return 1;
 	if (pass == SS_CONV_PASS_WGRAD)
 		return conv_p(s) >= 64;
 	return ow >= 16;

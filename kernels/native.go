@@ -261,25 +261,45 @@ func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (
 // convPass returns how one pass runs: the forced method where it runs
 // the shape, else ss_conv_pass_method's choice, at the engine's level;
 // except that where 512-bit FMAs run at half rate (half512), a forward
-// pass that chose the AVX-512 direct kernels runs the AVX2 ones, whose
-// 8-pixel units need no shifted copies of the input (on the 2-core AMD
+// pass that chose the AVX-512 direct kernels runs the AVX2 ones where
+// those waste no lanes on wide rows (a multiple of 8 pixels, at least 32)
+// or the AVX-512 kernels' shifted copies of the input are many (kw >= 5
+// copies of each channel) beside 1024 taps or more: on the 2-core AMD
 // EPYC of family 25, one thread over 16 images, cpu-GFLOP/s, rounds at
-// load 2-9: AlexNet's conv2, 27 x 27, 70-76 -> 86-93; ResNet-18's layer1,
-// 56 x 56, 78-87 -> 87-98; layer2, 28 x 28, 74-86 against 79-84, a
-// draw). The gradients stay on the AVX-512 kernels, level or ahead there
-// (weight gradient 96-106 against 87-99; input gradient of conv2 and
-// layer2 85-91 against 71-89).
+// load 2-9, AlexNet's conv2 (27 x 27, 5 x 5, 1200 taps) 70-76 -> 86-93,
+// ResNet-18's layer1 (56 x 56) 78-87 -> 83-98; ResNet-18's layer2 (28 x
+// 28, 3 x 3) was a draw (74-86 against 79-85), cifar10_full's conv2 (16
+// x 16, 5 x 5, 800 taps) 101-107 against 90-103, and they stay. The
+// gradients stay on the AVX-512 kernels, level or ahead there (weight
+// gradient 96-106 against 87-99; input gradient of conv2 and layer2 85-91
+// against 71-89).
 func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
 	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
 		return convPass{C.int(e.method - 1), e.isa}
 	}
 	p := convPass{C.ss_conv_pass_method(e.isa, cs, pass), e.isa}
+	ow, taps := (cs.w+2*cs.pad_w-cs.kw)/cs.stride_w+1, cs.c*cs.kh*cs.kw
 	if e.half512 && p.method == C.SS_CONV_DIRECT && pass == C.SS_CONV_PASS_FORWARD &&
+		(ow%8 == 0 && ow >= 32 || cs.kw >= 5 && taps >= 1024) &&
 		e.isa >= C.SS_ISA_AVX512 && C.ss_isa_best() >= C.SS_ISA_AVX512 &&
 		C.ss_conv_direct_supported(C.SS_ISA_AVX2, cs) != 0 {
 		p.isa = C.SS_ISA_AVX2
 	}
 	return p
+}
+
+// convOwn reports whether every pass of s runs on the C kernels' own
+// convolutions (the direct kernels, and at level AVX2 the weight gradient
+// of csrc/wgrad.c), whose bits do not depend on the thread count, rather
+// than on OpenBLAS's GEMMs.
+func (e native) convOwn(s ConvShape) bool {
+	cs := convShape(s)
+	for _, pass := range []C.int{C.SS_CONV_PASS_FORWARD, C.SS_CONV_PASS_WGRAD, C.SS_CONV_PASS_DGRAD} {
+		if e.convPass(&cs, pass).method != C.SS_CONV_DIRECT {
+			return false
+		}
+	}
+	return true
 }
 
 // fptrAt returns a pointer to x[o], or nil when x is nil.
