@@ -44,7 +44,10 @@ static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h 
  * cpu-GFLOP/s forward; AlexNet's conv3: 65 against 92). The weight
  * gradient, which puts output channels in the lanes, keeps its lead down
  * to 64-pixel planes (98-105 against 85-95 on 13 x 13 and 14 x 14) and
- * loses below (78 against 93 on 7 x 7). With fewer taps the direct
+ * loses below (78 against 93 on 7 x 7). A forward pass of fewer than
+ * 192 output channels stays direct too: OpenBLAS's GEMM of 128 rows runs
+ * AlexNet's conv5 (13 x 13) at 72-75 against the direct kernels' 82-83,
+ * where conv4's 192 rows make 76-81 against 72-75. With fewer taps the direct
  * kernels stay ahead on every plane (LeNet's conv2 and cifar10_full's
  * conv3, 8 x 8 with 500 and 800 taps: 84-93 against 53-78 forward). */
 static int direct_pays(int isa, const ss_conv_shape *s, int pass)
@@ -56,6 +59,8 @@ static int direct_pays(int isa, const ss_conv_shape *s, int pass)
 		return 1;
 	if (pass == SS_CONV_PASS_WGRAD)
 		return conv_p(s) >= 64;
+	if (pass == SS_CONV_PASS_FORWARD && s->oc < 192)
+		return 1;
 	return ow >= 16;
 }
 

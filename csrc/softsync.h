@@ -234,8 +234,8 @@ enum {
  * shape at level isa: direct where supported, except at level AVX2 for
  * narrow output planes (OW < 16, not a multiple of 8) with C*kh*kw >= 1024
  * taps, and at level AVX-512, for shapes of at least 1024 taps, on output
- * planes narrower than 16 pixels (forward, input gradient) or of fewer
- * than 64 pixels (weight gradient);
+ * planes narrower than 16 pixels (input gradient; forward with at least
+ * 192 output channels) or of fewer than 64 pixels (weight gradient);
  * else image-major GEMMs when output rows are long (OW >= 24: im2col
  * copies them whole and no transposes are needed), batch-innermost GEMMs
  * otherwise. ss_conv_backward runs one method for both gradients: a

@@ -46,9 +46,9 @@
 // method is chosen per pass (ss_conv_pass_method: forward, weight
 // gradient, input gradient; ConvBackward makes two calls when the two
 // gradients' methods differ). At level AVX-512, layers of at least 1024
-// taps whose output planes are narrower than 16 pixels run the forward
-// pass and the input gradient on the GEMMs, and the weight gradient too
-// on planes of fewer than 64 pixels; on
+// taps whose output planes are narrower than 16 pixels run the input
+// gradient on the GEMMs, the forward pass too with at least 192 output
+// channels, and the weight gradient on planes of fewer than 64 pixels; on
 // CPUs whose 512-bit FMAs run at half rate (CPU.HalfRate512: Zen 4) the
 // direct forward passes run the AVX2 kernels on wide rows of whole
 // 8-pixel vectors and on kernels 5 or more wide with at least 1024 taps.
