@@ -28,24 +28,50 @@ static ptrdiff_t conv_p(const ss_conv_shape *s) { return (ptrdiff_t)ss_conv_out_
 static ptrdiff_t conv_l(const ss_conv_shape *s) { return (ptrdiff_t)s->c * s->h * s->w; }
 
 /* direct_pays reports whether the direct kernels beat the GEMMs on a
- * shape they support. The AVX2 kernels compute output rows in whole
- * 8-pixel vectors: a narrow plane whose rows end in a partial vector (13,
- * 14 or 7 pixels) wastes an eighth to a fifth of their work, and with
- * many taps (C*kh*kw >= 1024) a GEMM over the batch-innermost columns
- * loses less to its copies than that (AlexNet's conv3-5, ResNet-18's
- * layer3 and layer4). The AVX-512 kernels run vectors across rows. */
-static int direct_pays(int isa, const ss_conv_shape *s)
+ * shape they support, for one pass (SS_CONV_PASS_*). At level AVX2, for
+ * every pass: the kernels compute output rows in whole 8-pixel vectors,
+ * so a narrow plane whose rows end in a partial vector (13, 14 or 7
+ * pixels) wastes an eighth to a fifth of their work, and with many taps
+ * (C*kh*kw >= 1024) a GEMM over the batch-innermost columns loses less to
+ * its copies than that (AlexNet's conv3-5, ResNet-18's layer3 and layer4).
+ * At level AVX-512 the kernels run vectors across rows, over kw shifted
+ * copies of each image when rows are narrower than a vector: on planes
+ * narrower than 16 pixels (13, 14, 7) the copies, the partial last vector
+ * of each plane (49 pixels run as 64 on 7 x 7) and the short tiles make
+ * the forward pass and the input gradient of layers with many taps
+ * (C*kh*kw >= 1024) slower than OpenBLAS's 512-bit GEMMs over
+ * batch-innermost columns (ResNet-18's layer4: 25-30 against 90
+ * cpu-GFLOP/s forward; AlexNet's conv3: 65 against 92). The weight
+ * gradient, which puts output channels in the lanes, keeps its lead down
+ * to 64-pixel planes (98-105 against 85-95 on 13 x 13 and 14 x 14) and
+ * loses below (78 against 93 on 7 x 7). A forward pass of fewer than
+ * 192 output channels stays direct too: OpenBLAS's GEMM of 128 rows runs
+ * AlexNet's conv5 (13 x 13) at 72-75 against the direct kernels' 82-83,
+ * where conv4's 192 rows make 76-81 against 72-75. With fewer taps the direct
+ * kernels stay ahead on every plane (LeNet's conv2 and cifar10_full's
+ * conv3, 8 x 8 with 500 and 800 taps: 84-93 against 53-78 forward). */
+static int direct_pays(int isa, const ss_conv_shape *s, int pass)
 {
 	const int ow = ss_conv_out_w(s);
-	return ss_isa(isa) != SS_ISA_AVX2 || ow % 8 == 0 || ow >= 16 || conv_k(s) < 1024;
+	if (ss_isa(isa) == SS_ISA_AVX2)
+		return ow % 8 == 0 || ow >= 16 || conv_k(s) < 1024;
+	if (conv_k(s) < 1024)
+		return 1;
+	if (pass == SS_CONV_PASS_WGRAD)
+		return conv_p(s) >= 64;
+	if (pass == SS_CONV_PASS_FORWARD && s->oc < 192)
+		return 1;
+	return ow >= 16;
 }
 
-int ss_conv_method(int isa, const ss_conv_shape *s)
+int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
 {
-	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s))
+	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s, pass))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
 }
+
+int ss_conv_method(int isa, const ss_conv_shape *s) { return ss_conv_pass_method(isa, s, SS_CONV_PASS_FORWARD); }
 
 int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
 {
@@ -297,7 +323,7 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
-	if (ss_wgrad_supported(isa, s)) {
+	if (dw && ss_wgrad_supported(isa, s)) {
 		/* The weight gradient as one GEMM over the batch, then the
 		 * method's input gradient alone. */
 		if (db)

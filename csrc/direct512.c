@@ -878,7 +878,10 @@ static void s16_scatter(int threads, const ss_conv_shape *s, const sgeom *f, con
 void ss_d512_backward(int threads, const ss_conv_shape *s, const float *x, const float *w, const float *dy,
                       float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len)
 {
-	s16_weight_grad(threads, s, x, dy, dw, db, ws);
+	if (dw)
+		s16_weight_grad(threads, s, x, dy, dw, db, ws);
+	else if (db)
+		ss_conv_bias_grad(threads, s, dy, db);
 	if (dx == NULL)
 		return;
 	const sgeom f = s16_sgeom_forward(s, 0), g = s16_sgeom_data(s);

@@ -223,12 +223,27 @@ enum {
  * ss_isa). */
 int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
 
-/* ss_conv_method returns the fastest method for the shape at level isa:
- * direct where supported, except at level AVX2 for narrow output planes
- * (OW < 16, not a multiple of 8) with C*kh*kw >= 1024 taps; else
- * image-major GEMMs when output rows are long (OW >= 24: im2col copies
- * them whole and no transposes are needed), batch-innermost GEMMs
- * otherwise. */
+/* Passes of a convolution, for ss_conv_pass_method. */
+enum {
+	SS_CONV_PASS_FORWARD = 0,
+	SS_CONV_PASS_WGRAD = 1,  /* weight (and bias) gradient */
+	SS_CONV_PASS_DGRAD = 2   /* input gradient */
+};
+
+/* ss_conv_pass_method returns the fastest method for one pass of the
+ * shape at level isa: direct where supported, except at level AVX2 for
+ * narrow output planes (OW < 16, not a multiple of 8) with C*kh*kw >= 1024
+ * taps, and at level AVX-512, for shapes of at least 1024 taps, on output
+ * planes narrower than 16 pixels (input gradient; forward with at least
+ * 192 output channels) or of fewer than 64 pixels (weight gradient);
+ * else image-major GEMMs when output rows are long (OW >= 24: im2col
+ * copies them whole and no transposes are needed), batch-innermost GEMMs
+ * otherwise. ss_conv_backward runs one method for both gradients: a
+ * caller whose two backward methods differ calls it twice, once without
+ * dx and once without dw and db. */
+int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass);
+
+/* ss_conv_method is ss_conv_pass_method for the forward pass. */
 int ss_conv_method(int isa, const ss_conv_shape *s);
 
 /* ss_conv_group returns how many images one GEMM should cover so that the
@@ -252,8 +267,9 @@ ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int gr
 void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,
                      const float *w, const float *b, float *y, float *ws, ptrdiff_t ws_len);
 
-/* ss_conv_backward computes dw (overwritten), db (overwritten, NULL to
- * skip) and dx (overwritten, NULL to skip) from x, w and dy. ws holds
+/* ss_conv_backward computes dw (overwritten, NULL to skip), db
+ * (overwritten, NULL to skip) and dx (overwritten, NULL to skip) from x,
+ * w and dy. ws holds
  * ws_len >= ss_conv_workspace(isa, threads, s, group, method, 1)
  * floats. */
 void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, int method, const float *x,

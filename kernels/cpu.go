@@ -14,13 +14,17 @@ type CPU struct {
 	Brand    string   // brand string, e.g. "AMD EPYC 7B13"
 	Vendor   string   // e.g. "AMD", "Intel"
 	Features []string // every feature the CPU and the OS support
+	Family   int      // CPUID family and model (extended ones included), 0 when unknown
+	Model    int
 	has      map[string]bool
 }
 
 // DetectCPU reads the running processor's features (CPUID, including the
 // operating system's support for AVX and AVX-512 register state).
 func DetectCPU() CPU {
-	return NewCPU(cpuid.CPU.BrandName, cpuid.CPU.VendorID.String(), cpuid.CPU.FeatureSet())
+	c := NewCPU(cpuid.CPU.BrandName, cpuid.CPU.VendorID.String(), cpuid.CPU.FeatureSet())
+	c.Family, c.Model = cpuid.CPU.Family, cpuid.CPU.Model
+	return c
 }
 
 // NewCPU builds a CPU from a brand, vendor and feature names as printed by
@@ -41,6 +45,15 @@ func (c CPU) Has(features ...string) bool {
 		}
 	}
 	return true
+}
+
+// HalfRate512 reports whether the CPU runs AVX-512 but executes each
+// 512-bit FMA as two 256-bit halves, so that 256-bit kernels reach the
+// same FMA peak: AMD's Zen 4 (family 25 with AVX-512F; `softsync bench
+// peak` gives the avx512 and avx2 levels the same figure there). Intel's
+// AVX-512 cores and AMD's Zen 5 (family 26) are taken as full rate.
+func (c CPU) HalfRate512() bool {
+	return c.Vendor == "AMD" && c.Family == 25 && c.Has("AVX512F")
 }
 
 // coreNeeds lists, best first, the OpenBLAS x86-64 cores softsync chooses

@@ -50,3 +50,25 @@ func TestLowerCoreAndMissing(t *testing.T) {
 		t.Errorf("MissingFeatures(Zen 3, HASWELL) = %v, want none", m)
 	}
 }
+
+func TestHalfRate512(t *testing.T) {
+	avx512 := []string{"AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512DQ", "AVX512VL"}
+	for _, c := range []struct {
+		vendor   string
+		family   int
+		features []string
+		want     bool
+	}{
+		{"AMD", 25, avx512, true},                    // Zen 4
+		{"AMD", 25, []string{"AVX2", "FMA3"}, false}, // Zen 3
+		{"AMD", 26, avx512, false},                   // Zen 5
+		{"Intel", 6, avx512, false},                  // Skylake-SP and later
+		{"AMD", 0, avx512, false},                    // unknown family
+	} {
+		cpu := NewCPU("", c.vendor, c.features)
+		cpu.Family = c.family
+		if got := cpu.HalfRate512(); got != c.want {
+			t.Errorf("%s family %d %v: HalfRate512 = %v, want %v", c.vendor, c.family, c.features, got, c.want)
+		}
+	}
+}

@@ -42,8 +42,18 @@
 // tap, and the gradients use the same tiles (the input gradient as the
 // correlation of the padded output gradient with the rotated kernel, or
 // by scattering when the forward padding is narrower than the kernel);
-// the AVX-512 weight gradient puts output channels in the lanes. At level
-// AVX2, narrow output planes whose rows end in a partial 8-pixel vector
+// the AVX-512 weight gradient puts output channels in the lanes. The
+// method is chosen per pass (ss_conv_pass_method: forward, weight
+// gradient, input gradient; ConvBackward makes two calls when the two
+// gradients' methods differ). At level AVX-512, layers of at least 1024
+// taps whose output planes are narrower than 16 pixels run the input
+// gradient on the GEMMs, the forward pass too with at least 192 output
+// channels, and the weight gradient on planes of fewer than 64 pixels; on
+// CPUs whose 512-bit FMAs run at half rate (CPU.HalfRate512: Zen 4) the
+// direct forward passes run the AVX2 kernels on wide rows of whole
+// 8-pixel vectors and on kernels 5 or more wide with at least 1024 taps.
+// At level AVX2, narrow
+// output planes whose rows end in a partial 8-pixel vector
 // (OW < 16) with many taps (C·KH·KW ≥ 1024) run on the GEMMs instead, and
 // the weight gradient of every layer of at least 96 output channels and
 // 128 taps, of any stride, is one GEMM over the batch's pixels

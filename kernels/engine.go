@@ -175,6 +175,17 @@ func ISAOf(e Engine) isa.Level {
 	return isa.Generic
 }
 
+// ConvOwnKernels reports whether e runs every pass of the convolution s
+// on softsync's own kernels, whose bits do not depend on its thread count
+// (the native engine's direct kernels), rather than on OpenBLAS's GEMMs;
+// false for the other engines.
+func ConvOwnKernels(e Engine, s ConvShape) bool {
+	if o, ok := e.(interface{ convOwn(ConvShape) bool }); ok {
+		return o.convOwn(s)
+	}
+	return false
+}
+
 // ThreadsOf returns the number of threads e splits its work over: the
 // native engine's own count (Info.Threads when New made it), 1 for any
 // other engine.

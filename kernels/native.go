@@ -12,8 +12,8 @@ package kernels
 #cgo noescape ss_sgemm
 #cgo nocallback ss_sgemm
 #cgo noescape ss_conv_group
-#cgo noescape ss_conv_method
-#cgo nocallback ss_conv_method
+#cgo noescape ss_conv_pass_method
+#cgo nocallback ss_conv_pass_method
 #cgo noescape ss_conv_direct_supported
 #cgo nocallback ss_conv_direct_supported
 #cgo nocallback ss_conv_group
@@ -69,6 +69,7 @@ import "C"
 
 import (
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/softsync/softsync/kernels/isa"
@@ -88,7 +89,7 @@ type native struct {
 	budget int
 	// method forces a convolution method (methodCHWN, methodImage or
 	// methodDirect, the last only where ss_conv_direct_supported); 0
-	// lets ss_conv_method choose per shape.
+	// lets ss_conv_pass_method choose per shape and pass.
 	method int
 	// isa is the C kernels' instruction-set level (SS_ISA_*, see
 	// cISA).
@@ -97,7 +98,14 @@ type native struct {
 	// split their work over, the calling thread included (1 to
 	// maxThreads).
 	threads C.int
+	// half512 is set on CPUs whose 512-bit FMAs run at half rate
+	// (CPU.HalfRate512): there the AVX2 direct convolution kernels run
+	// the forward passes at level AVX-512 (convPass).
+	half512 bool
 }
+
+// cpuHalfRate512 is DetectCPU().HalfRate512(), read once.
+var cpuHalfRate512 = sync.OnceValue(func() bool { return DetectCPU().HalfRate512() })
 
 // maxThreads bounds an engine's threads (SS_MAX_THREADS of the C kernels).
 const maxThreads = 256
@@ -109,7 +117,7 @@ func newNativeAt(l C.int, threads int) native {
 	// A pool that cannot grow (no thread could be started) only makes
 	// the calls use fewer threads: not an error.
 	C.ss_threads_init(t)
-	return native{isa: l, threads: t}
+	return native{isa: l, threads: t, half512: cpuHalfRate512()}
 }
 
 // Threads returns the number of threads the engine splits its work over.
@@ -227,20 +235,71 @@ func convGroup(s ConvShape, g int) (xo, yo, wo, bo int) {
 	return g * sub.C * xc, g * sub.OC * yc, g * sub.OC * sub.C * s.KH * s.KW, g * sub.OC
 }
 
-// convPlan returns the GEMM group size, the method and a workspace slice
-// large enough for them.
-func (e native) convPlan(cs *C.ss_conv_shape, backward bool, ws *Workspace) (C.int, C.int, []float32) {
+// convPass is how one pass of a convolution runs: its method and the
+// level of its kernels.
+type convPass struct{ method, isa C.int }
+
+// convPlan returns the GEMM group size, how a pass (C.SS_CONV_PASS_*)
+// runs and a workspace slice large enough for it (and, when also is not
+// negative, for a second pass: both backward passes).
+func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (C.int, convPass, []float32) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
 	}
-	method := C.ss_conv_method(e.isa, cs)
-	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
-		method = C.int(e.method - 1)
-	}
 	g := C.ss_conv_group(cs, C.ptrdiff_t(budget))
-	need := C.ss_conv_workspace(e.isa, e.threads, cs, g, method, cbool(backward))
-	return g, method, ws.Floats(int(need))
+	backward := cbool(pass != C.SS_CONV_PASS_FORWARD)
+	p := e.convPass(cs, pass)
+	need := C.ss_conv_workspace(p.isa, e.threads, cs, g, p.method, backward)
+	if also >= 0 {
+		q := e.convPass(cs, also)
+		need = max(need, C.ss_conv_workspace(q.isa, e.threads, cs, g, q.method, backward))
+	}
+	return g, p, ws.Floats(int(need))
+}
+
+// convPass returns how one pass runs: the forced method where it runs
+// the shape, else ss_conv_pass_method's choice, at the engine's level;
+// except that where 512-bit FMAs run at half rate (half512), a forward
+// pass that chose the AVX-512 direct kernels runs the AVX2 ones where
+// those waste no lanes on wide rows (a multiple of 8 pixels, at least 32)
+// or the AVX-512 kernels' shifted copies of the input are many (kw >= 5
+// copies of each channel) beside 1024 taps or more: on the 2-core AMD
+// EPYC of family 25, one thread over 16 images, cpu-GFLOP/s, rounds at
+// load 2-9, AlexNet's conv2 (27 x 27, 5 x 5, 1200 taps) 70-76 -> 86-93,
+// ResNet-18's layer1 (56 x 56) 78-87 -> 83-98; ResNet-18's layer2 (28 x
+// 28, 3 x 3) was a draw (74-86 against 79-85), cifar10_full's conv2 (16
+// x 16, 5 x 5, 800 taps) 101-107 against 90-103, and they stay. The
+// gradients stay on the AVX-512 kernels, level or ahead there (weight
+// gradient 96-106 against 87-99; input gradient of conv2 and layer2 85-91
+// against 71-89).
+func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
+	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
+		return convPass{C.int(e.method - 1), e.isa}
+	}
+	p := convPass{C.ss_conv_pass_method(e.isa, cs, pass), e.isa}
+	ow, taps := (cs.w+2*cs.pad_w-cs.kw)/cs.stride_w+1, cs.c*cs.kh*cs.kw
+	if e.half512 && p.method == C.SS_CONV_DIRECT && pass == C.SS_CONV_PASS_FORWARD &&
+		(ow%8 == 0 && ow >= 32 || cs.kw >= 5 && taps >= 1024) &&
+		e.isa >= C.SS_ISA_AVX512 && C.ss_isa_best() >= C.SS_ISA_AVX512 &&
+		C.ss_conv_direct_supported(C.SS_ISA_AVX2, cs) != 0 {
+		p.isa = C.SS_ISA_AVX2
+	}
+	return p
+}
+
+// convOwn reports whether every pass of s runs on the C kernels' own
+// convolutions (the direct kernels, and at level AVX2 the weight gradient
+// of csrc/wgrad.c), whose bits do not depend on the thread count, rather
+// than on OpenBLAS's GEMMs.
+func (e native) convOwn(s ConvShape) bool {
+	cs := convShape(s)
+	for _, pass := range []C.int{C.SS_CONV_PASS_FORWARD, C.SS_CONV_PASS_WGRAD, C.SS_CONV_PASS_DGRAD} {
+		if e.convPass(&cs, pass).method != C.SS_CONV_DIRECT {
+			return false
+		}
+	}
+	return true
 }
 
 // fptrAt returns a pointer to x[o], or nil when x is nil.
@@ -256,24 +315,41 @@ func fptrAt(x []float32, o int) *C.float {
 func (e native) ConvForward(s ConvShape, x, w, b, y []float32, ws *Workspace) {
 	checkConvForward(s, x, w, b, y)
 	cs := convShape(s)
-	g, method, buf := e.convPlan(&cs, false, ws)
+	g, p, buf := e.convPlan(&cs, C.SS_CONV_PASS_FORWARD, -1, ws)
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
-		C.ss_conv_forward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(b, bo), fptrAt(y, yo),
+		C.ss_conv_forward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(b, bo), fptrAt(y, yo),
 			fptr(buf), C.ptrdiff_t(len(buf)))
 	}
 }
 
+// ConvBackward runs the weight and the input gradient in one call per
+// group when they run alike, else in one call each.
 func (e native) ConvBackward(s ConvShape, x, w, dy, dx, dw, db []float32, ws *Workspace) {
 	checkConvBackward(s, x, w, dy, dx, dw, db)
 	cs := convShape(s)
-	g, method, buf := e.convPlan(&cs, true, ws)
+	also := C.int(-1)
+	if dx != nil {
+		also = C.SS_CONV_PASS_DGRAD
+	}
+	g, p, buf := e.convPlan(&cs, C.SS_CONV_PASS_WGRAD, also, ws)
+	d := p
+	if dx != nil {
+		d = e.convPass(&cs, C.SS_CONV_PASS_DGRAD)
+	}
 	for k := range s.Groups() {
 		xo, yo, wo, bo := convGroup(s, k)
 		yieldSlice()
-		C.ss_conv_backward(e.isa, e.threads, &cs, g, method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo), fptrAt(dx, xo),
-			fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+		if d == p {
+			C.ss_conv_backward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+				fptrAt(dx, xo), fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+			continue
+		}
+		C.ss_conv_backward(p.isa, e.threads, &cs, g, p.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+			nil, fptrAt(dw, wo), fptrAt(db, bo), fptr(buf), C.ptrdiff_t(len(buf)))
+		C.ss_conv_backward(d.isa, e.threads, &cs, g, d.method, fptrAt(x, xo), fptrAt(w, wo), fptrAt(dy, yo),
+			fptrAt(dx, xo), nil, nil, fptr(buf), C.ptrdiff_t(len(buf)))
 	}
 }
 

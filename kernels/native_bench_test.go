@@ -13,7 +13,7 @@ import (
 // BenchmarkNetConvMethods runs the layers of BenchmarkNetConv on one
 // thread over 16 images with each convolution method forced (direct where
 // the stride allows it, image-major and batch-innermost GEMMs) at the best
-// level the CPU runs: the measurements that ss_conv_method's choice rests
+// level the CPU runs: the measurements that ss_conv_pass_method's choice rests
 // on. Names: <layer>/<method>/<pass>; bwd is both gradients (the weight
 // gradient alone for a first layer).
 func BenchmarkNetConvMethods(b *testing.B) {

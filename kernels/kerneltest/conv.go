@@ -29,6 +29,14 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 2, H: 5, W: 19, OC: 6, KH: 2, KW: 4, PadH: 3, StrideH: 1, StrideW: 1},
 	{N: 2, C: 5, H: 14, W: 13, OC: 9, KH: 5, KW: 4, StrideH: 1, StrideW: 1},
 	{N: 3, C: 6, H: 11, W: 37, OC: 13, KH: 3, KW: 5, PadH: 1, PadW: 2, StrideH: 1, StrideW: 1},
+	// At least 1024 taps on a plane narrower than 16 pixels (the native
+	// engine's AVX-512 level runs the input gradient on the GEMMs, the
+	// forward pass and the weight gradient direct), 1025 taps of a 5 x 5
+	// kernel on 17-pixel rows and 32-pixel rows (where 512-bit FMAs run at
+	// half rate, the forward pass on the AVX2 direct kernels).
+	{N: 2, C: 116, H: 9, W: 9, OC: 6, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 41, H: 6, W: 17, OC: 5, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 1, C: 2, H: 4, W: 32, OC: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	// Grouped: AlexNet's conv2 in miniature, strided, and one group per
 	// channel (depthwise).
 	{N: 3, C: 8, H: 9, W: 9, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1, Group: 2},

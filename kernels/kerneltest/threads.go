@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
-	"github.com/softsync/softsync/kernels/isa"
 )
 
 // ThreadsAgree checks that two engines of one implementation and level,
@@ -80,13 +79,6 @@ func agree(t *testing.T, c threadCase, a kernels.Engine, want, got [][]float32, 
 	}
 }
 
-// ownConv reports whether the native engine e convolves s with its own
-// direct kernels (stride 1 at levels AVX2 and AVX-512, see ss_conv_method)
-// rather than through OpenBLAS's GEMMs.
-func ownConv(e kernels.Engine, s kernels.ConvShape) bool {
-	return e.Name() == "native" && kernels.ISAOf(e) >= isa.AVX2 && s.StrideH == 1 && s.StrideW == 1
-}
-
 // absIf returns |x| when abs is set, else x.
 func absIf(abs bool, x []float32) []float32 {
 	if abs {
@@ -105,7 +97,7 @@ func threadCases(e kernels.Engine) []threadCase {
 			p := s.OutH() * s.OutW()
 			cases = append(cases, threadCase{
 				name: fmt.Sprintf("conv %+v", s), outs: []string{"y", "dx", "dw", "db"},
-				exact: ownConv(e, s),
+				exact: kernels.ConvOwnKernels(e, s),
 				tols:  []float64{sumTol(s.C * s.KH * s.KW), sumTol(s.OC * s.KH * s.KW), sumTol(s.N * p), sumTol(s.N * p)},
 				run: func(e kernels.Engine, abs bool) [][]float32 {
 					ws := &kernels.Workspace{}
