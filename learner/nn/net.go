@@ -33,7 +33,9 @@ type Config struct {
 	// activations are still in the core's cache when they are read back.
 	// The parts' parameter gradients are summed into the worker's. 0
 	// means Spec.PartBatch(Workers): with several workers, parts whose
-	// largest activation fits a core's L2 cache; a negative value means
+	// largest activation fits a core's L2 cache, unless the workers split
+	// the fc tail (SplitFC), which runs between every part's forward and
+	// backward passes: then one part per worker; a negative value means
 	// no cutting (one part per worker). A network with batch norm is not
 	// cut (its statistics span the batch): Part must be 0 or negative.
 	Part int
