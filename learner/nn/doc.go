@@ -58,5 +58,10 @@
 // not for a network with batch norm) and Gradient runs each part forward
 // and backward before the next, so that the part's activations are read
 // back from the core's L2 cache rather than from memory, which the cores
-// share.
+// share. A network whose last layers are fully connected with large
+// weights (AlexNet's fc6 to fc8, 235 MB) has its workers split those
+// layers by outputs instead (Config.SplitFC): each computes a slice of
+// every such layer's outputs and weight gradients for the whole batch, so
+// that the weights are read once per pass in all rather than once per
+// worker, and their gradients, written once, are not summed.
 package nn

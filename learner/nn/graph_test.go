@@ -286,8 +286,15 @@ func TestPlanReuse(t *testing.T) {
 	if test.Activations > 3*act || test.Grads != 0 || test.WorkerGrads != 0 {
 		t.Errorf("inference memory %v, want activations about 2 × %s and no gradients", test, formatBytes(act))
 	}
-	// What New allocates, measured.
-	for _, cfg := range []Config{{Batch: 8}, {Batch: 8, Inference: true}, {Batch: 8, Workers: 2}} {
+	memoryTrue(t, spec, []Config{{Batch: 8}, {Batch: 8, Inference: true}, {Batch: 8, Workers: 2}}, nil)
+}
+
+// memoryTrue checks, for each of cfgs, that New allocates what
+// spec.Memory says but the workspace (and the plan's own data), and
+// calls check, if not nil, on the Net.
+func memoryTrue(t *testing.T, spec *Spec, cfgs []Config, check func(*Net, Config)) {
+	t.Helper()
+	for _, cfg := range cfgs {
 		plan, _ := spec.Memory(cfg)
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -301,6 +308,9 @@ func TestPlanReuse(t *testing.T) {
 		want := plan.Total() - plan.Workspace
 		if got < want || got > want+want/20+128<<10 { // and the plan's own data
 			t.Errorf("%+v: New allocated %s, Memory says %s without the workspace", cfg, formatBytes(got), formatBytes(want))
+		}
+		if check != nil {
+			check(n, cfg)
 		}
 		n.Close()
 	}

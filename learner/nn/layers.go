@@ -336,7 +336,7 @@ func (s *bnSync) sumGrads() {
 }
 
 // barrier holds the workers of a Net until all have arrived; worker 0
-// then runs a function before it releases the others. Every worker
+// then runs a function (if not nil) before it releases the others. Every worker
 // passes the same barriers in the same order; nothing is allocated.
 type barrier struct {
 	arrive  chan struct{}
@@ -360,7 +360,9 @@ func (b *barrier) wait(worker int, f func()) {
 	for range len(b.release) - 1 {
 		<-b.arrive
 	}
-	f()
+	if f != nil {
+		f()
+	}
 	for _, r := range b.release[1:] {
 		r <- struct{}{}
 	}

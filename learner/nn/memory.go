@@ -30,13 +30,15 @@ type MemoryPlan struct {
 	// Config.Grads it lies in the caller's memory.
 	Grads int64
 	// WorkerGrads are the gradient vectors of the workers after the
-	// first and the scratch vectors of workers cut into several parts,
-	// which each step sums into Grads.
+	// first (without the parameters of a split fc tail, Config.SplitFC)
+	// and the scratch vectors of workers cut into several parts, which
+	// each step sums into Grads.
 	WorkerGrads int64
 	// Activations are the buffers of the layers' outputs and, in
 	// training, of their gradients, reused where their lifetimes allow,
 	// with pooling masks, LRN scales, layout changes and the logits and
-	// probabilities, for every worker.
+	// probabilities, for every worker, and the whole batch's buffers of
+	// a split fc tail.
 	Activations int64
 	// Workspace estimates the engine's scratch memory (kernels.Workspace)
 	// of every worker: the column matrices of the largest convolution as
@@ -71,7 +73,7 @@ type split [][]int
 func (s *Spec) splitBatch(cfg Config) split {
 	w := min(max(cfg.Workers, 1), cfg.Batch)
 	part := cfg.Part
-	if part == 0 {
+	if part == 0 && !s.autoSplit(cfg, w) {
 		part = s.PartBatch(w)
 	}
 	if part <= 0 {
@@ -86,6 +88,19 @@ func (s *Spec) splitBatch(cfg Config) split {
 		}
 	}
 	return sp
+}
+
+// autoSplit reports whether a Net of cfg with w workers splits its fc
+// tail when its shares are not cut into parts (Config.SplitFC): a split
+// tail runs between the forward and backward passes of every part, so
+// that parts would no longer find their activations in cache, and is not
+// cut.
+func (s *Spec) autoSplit(cfg Config, w int) bool {
+	if cfg.SplitFC < 0 || w < 2 {
+		return false
+	}
+	t := s.fcTail()
+	return t >= 0 && (cfg.SplitFC > 0 || s.tailWeightBytes(t) >= splitFCBytes)
 }
 
 // check validates cfg for s: the batch, the workers and parts, every
@@ -163,10 +178,15 @@ func (s *Spec) memory(cfg Config, sp split) MemoryPlan {
 	}
 	k := int64(s.Classes())
 	m.Activations = 3 * int64(cfg.Batch) * k * 4 // logits, probabilities, loss gradient
+	t, workerVec := s.splitTail(cfg, sp), vec
+	if t < len(s.Layers) {
+		m.Activations += 4 * int64(s.tailFloats(t, cfg.Batch, len(sp), !cfg.Inference))
+		workerVec = 4 * int64(s.tailOffset(t))
+	}
 	plans := map[int]*plan{}
 	for w, parts := range sp {
 		if !cfg.Inference && w > 0 {
-			m.WorkerGrads += vec
+			m.WorkerGrads += workerVec
 		}
 		if !cfg.Inference && len(parts) > 1 {
 			m.WorkerGrads += vec
@@ -175,7 +195,7 @@ func (s *Spec) memory(cfg Config, sp split) MemoryPlan {
 		for _, n := range parts {
 			p := plans[n]
 			if p == nil {
-				p = newPlan(s, n, !cfg.Inference)
+				p = newPlan(s, n, !cfg.Inference, t)
 				plans[n] = p
 			}
 			m.Activations += 4 * (int64(p.slotFloats()) + int64(p.maskInts()) + int64(p.statFloats()))

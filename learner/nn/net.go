@@ -33,7 +33,9 @@ type Config struct {
 	// activations are still in the core's cache when they are read back.
 	// The parts' parameter gradients are summed into the worker's. 0
 	// means Spec.PartBatch(Workers): with several workers, parts whose
-	// largest activation fits a core's L2 cache; a negative value means
+	// largest activation fits a core's L2 cache, unless the workers split
+	// the fc tail (SplitFC), which runs between every part's forward and
+	// backward passes: then one part per worker; a negative value means
 	// no cutting (one part per worker). A network with batch norm is not
 	// cut (its statistics span the batch): Part must be 0 or negative.
 	Part int
@@ -47,6 +49,20 @@ type Config struct {
 	// forward pass reads them, which for deep networks is a fraction of
 	// a training Net's memory.
 	Inference bool
+	// SplitFC decides how several workers share the network's fc tail:
+	// the fully connected layers just before the loss, with the relus
+	// and dropouts between them, after at least one other layer (AlexNet's
+	// fc6 to fc8). Split, each worker computes a slice of each of those
+	// layers' outputs, and their weight gradients, for the whole batch,
+	// instead of all the outputs for its share of the images: the weights
+	// are read once per pass in all, not once per worker, and their
+	// gradients are not summed across workers. 0 splits the tail when its
+	// weights take 4 MiB or more (and then does not cut the workers'
+	// shares into parts: Part 0 means one part per worker); a positive
+	// value whenever the Net has a tail and no worker's share is cut into
+	// parts; a negative value never. The results do not depend on it but
+	// for the order of float32 sums.
+	SplitFC int
 	// MemoryLimit, if positive, is the most bytes New may allocate
 	// (Spec.Memory's Total): a larger Net is refused with ErrTooLarge
 	// before anything is allocated.
@@ -83,6 +99,7 @@ type Net struct {
 	batch     int
 	workers   int // as configured; len(groups) may be fewer
 	part      int // as configured
+	splitFC   int // as configured
 	inference bool
 	params    []float32
 	grads     []float32
@@ -97,6 +114,15 @@ type Net struct {
 	hook      func(lo int) // SetGradHook's
 	reduced   int          // with a pool and a hook: Grads()[reduced:] holds the workers' sum
 	onLayer   func(lo int) // n.poolReady, made once
+	onTail    func(lo int) // n.tailReady, made once
+	// tail, with several workers splitting the fc tail (Config.SplitFC),
+	// runs the layers from the spec's layer tailLayer on; the replicas
+	// run those before it. Its parameters are Params()[tailLo:], whose
+	// gradients the workers write straight into Grads: the other
+	// workers' gradient vectors hold tailLo floats.
+	tail      *tail
+	tailLayer int
+	tailLo    int
 	// seed is the dropout seed of the current training pass; fresh: set
 	// by SetSeed and not used yet. tested: the last forward pass was
 	// Evaluate, so Backward has nothing to work on.
@@ -127,6 +153,10 @@ type replica struct {
 	params [][2]int // per op: the range of its layer's parameters in the vector
 	ws     kernels.Workspace
 	loss   float32
+	// tail is the Net's split fc tail, which the replica's worker runs
+	// its share of after the replica's layers (one part per worker).
+	tail   *tail
+	worker int
 	// ready, set on the last part of a Net with one worker and a hook,
 	// is called after each layer with parameters has its final gradient
 	// (see SetGradHook).
@@ -147,7 +177,7 @@ func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
 // evaluate with a larger batch) that shares this Net's parameter vector;
 // it has its own gradients and buffers.
 func (n *Net) WithBatch(batch int) (*Net, error) {
-	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers, Part: n.part, Inference: n.inference}, n.params)
+	return build(n.spec, n.e, Config{Batch: batch, Workers: n.workers, Part: n.part, SplitFC: n.splitFC, Inference: n.inference}, n.params)
 }
 
 func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, error) {
@@ -175,16 +205,25 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 	}
 	k := spec.Classes()
 	n := &Net{
-		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, inference: cfg.Inference,
+		spec: spec, e: e, batch: cfg.Batch, workers: cfg.Workers, part: cfg.Part, splitFC: cfg.SplitFC, inference: cfg.Inference,
 		params: params, grads: grads,
 		logits: make([]float32, cfg.Batch*k), prob: make([]float32, cfg.Batch*k), dlogits: make([]float32, cfg.Batch*k),
 	}
 	n.layout = slices.Clone(spec.layout())
+	segOf := map[string]int{}
+	for i, s := range n.layout {
+		segOf[s.Name] = i
+	}
 	sp := spec.splitBatch(cfg)
 	plans := map[int]*plan{}
 	var bar *barrier
 	if len(sp) > 1 {
 		bar = newBarrier(len(sp))
+	}
+	n.tailLayer, n.tailLo = spec.splitTail(cfg, sp), np
+	if n.tailLayer < len(spec.Layers) {
+		n.tail = n.newTail(n.tailLayer, len(sp), bar, segOf)
+		n.tailLo = n.tail.fcs[0].lo
 	}
 	syncs := map[int]*bnSync{} // per op index, with several workers
 	lo := 0
@@ -193,7 +232,7 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 		if !cfg.Inference {
 			accum = n.grads
 			if w > 0 {
-				accum = make([]float32, np)
+				accum = make([]float32, n.tailLo)
 			}
 			if len(parts) > 1 {
 				scratch = make([]float32, np)
@@ -203,15 +242,16 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 		for j, size := range parts {
 			p := plans[size]
 			if p == nil {
-				p = newPlan(spec, size, !cfg.Inference)
+				p = newPlan(spec, size, !cfg.Inference, n.tailLayer)
 				plans[size] = p
 			}
 			var r *replica
 			if j == 0 {
-				r = n.newReplica(p, lo, accum, nil)
+				r = n.newReplica(p, lo, accum, nil, segOf)
 			} else {
-				r = n.newReplica(p, lo, scratch, accum)
+				r = n.newReplica(p, lo, scratch, accum, segOf)
 			}
+			r.worker = w
 			r.connectBN(w, len(sp), bar, syncs)
 			group = append(group, r)
 			lo += size
@@ -228,8 +268,8 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 
 // newReplica builds the operations of plan p for the images from lo on,
 // writing parameter gradients into grads, and adding them into accum when
-// it is not nil.
-func (n *Net) newReplica(p *plan, lo int, grads, accum []float32) *replica {
+// it is not nil; segOf indexes the layout by segment name.
+func (n *Net) newReplica(p *plan, lo int, grads, accum []float32, segOf map[string]int) *replica {
 	spec, k := n.spec, n.spec.Classes()
 	hi := lo + p.n
 	r := &replica{
@@ -247,13 +287,18 @@ func (n *Net) newReplica(p *plan, lo int, grads, accum []float32) *replica {
 	}
 	r.vals[valLogits] = n.logits[lo*k : hi*k]
 	r.vals[valDlogits] = r.dlogits
+	if t := n.tail; t != nil { // the replica's layers end at the tail's input
+		in := len(t.x0) / n.batch
+		r.tail = t
+		r.vals[valLogits] = t.x0[lo*in : hi*in]
+		r.vals[valDlogits] = nil
+		if t.dx0 != nil {
+			r.vals[valDlogits] = t.dx0[lo*in : hi*in]
+		}
+	}
 	var shared []int32
 	if p.sharedMask {
 		shared = make([]int32, p.maskInts())
-	}
-	segOf := map[string]int{}
-	for i, s := range n.layout {
-		segOf[s.Name] = i
 	}
 	for o := range p.ops {
 		r.layers[o] = n.newLayer(r, p, o, segOf, shared)
@@ -544,8 +589,16 @@ func (n *Net) run(ph phase, x []float32, labels []int32) {
 		back := ph == phaseBackward || ph == phaseGradient
 		hooked := n.hook != nil && back
 		if hooked { // the workers' sums are made layer by layer (poolReady)
-			n.pool.onLayer, n.reduced = n.onLayer, len(n.grads)
-			defer func() { n.pool.onLayer = nil }() // the pool's goroutines keep no reference to n
+			n.pool.onLayer, n.reduced = n.onLayer, n.tailLo
+			if n.tail != nil {
+				n.tail.hook = n.onTail
+			}
+			defer func() { // the pool's goroutines keep no reference to n
+				n.pool.onLayer = nil
+				if n.tail != nil {
+					n.tail.hook = nil
+				}
+			}()
 		}
 		n.pool.run(ph)
 		if back && !hooked {
@@ -600,13 +653,21 @@ func (n *Net) SetGradHook(f func(lo int)) {
 		n.reps[len(n.reps)-1].ready = n.gradReady
 		return
 	}
-	n.onLayer = n.poolReady
+	n.onLayer, n.onTail = n.poolReady, n.tailReady
 	n.pool.hook(n.reps[0].paramLayers())
 }
 
 // gradReady is the last part's ready with one worker: every part's
 // forward pass is done, so the loss is known.
 func (n *Net) gradReady(lo int) {
+	n.sumLoss()
+	n.hook(lo)
+}
+
+// tailReady is the split tail's hook: every worker has written its
+// gradients of the fc layer whose parameters start at lo, after every
+// forward pass.
+func (n *Net) tailReady(lo int) {
 	n.sumLoss()
 	n.hook(lo)
 }
@@ -675,6 +736,9 @@ func (r *replica) forward(x []float32, labels []int32, test bool) float32 {
 		default:
 			l.forward(x, y)
 		}
+	}
+	if r.tail != nil { // the loss is the tail's
+		return 0
 	}
 	r.loss = r.e.SoftmaxCrossEntropy(r.n, r.k, r.vals[valLogits], labels, r.prob, r.dlogits)
 	if r.scale != 1 {

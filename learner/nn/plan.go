@@ -32,6 +32,7 @@ import (
 type plan struct {
 	spec    *Spec
 	n       int
+	head    int // the layers planned: all, or those before a split fc tail (fcTail), whose last output then takes the logits' place
 	train   bool
 	ops     []op
 	tensors []tensor
@@ -118,9 +119,13 @@ func gradInPlace(k Kind) bool { return k == ReLU || k == Dropout }
 // channels.
 func differ(n, c int) bool { return n > 1 && c > 1 }
 
-// newPlan plans spec for n images; train adds the backward pass.
-func newPlan(s *Spec, n int, train bool) *plan {
-	p := &plan{spec: s, n: n, train: train}
+// newPlan plans the first head layers of spec (all but the loss, or
+// those before the fc tail a Net splits, see fcTail) for n images; train
+// adds the backward pass. With a tail, the last of them writes, NCHW, the
+// value of the logits (the tail's input) and its gradient comes in the
+// value of the loss's gradient.
+func newPlan(s *Spec, n int, train bool, head int) *plan {
+	p := &plan{spec: s, n: n, train: train, head: head}
 	p.values = make([]value, numPinned)
 	for i := range p.values {
 		p.values[i].slot, p.values[i].start, p.values[i].end = -1, -1, -1
@@ -152,7 +157,7 @@ func (p *plan) graph() {
 		conv[key] = c
 		return c
 	}
-	for i := range s.Layers {
+	for i := range s.Layers[:p.head] {
 		l := &s.Layers[i]
 		ins := make([]int, len(s.inputs[i]))
 		for k, j := range s.inputs[i] {
@@ -182,6 +187,9 @@ func (p *plan) graph() {
 			cnhw = false
 		}
 		tensorOf[i] = p.addOp(op{layer: i, kind: l.Kind, in: ins, alias: l.Kind == Dropout && !p.train}, s.outs[i], cnhw)
+	}
+	if p.head < len(s.Layers) {
+		p.logits = convert(tensorOf[p.head-1], false)
 	}
 	need := s.needsGrad()
 	for o := range p.ops {

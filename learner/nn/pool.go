@@ -9,7 +9,7 @@ const (
 	phaseForward  phase = iota // every worker runs its parts forward
 	phaseBackward              // every worker runs its parts backward
 	phaseGradient              // every worker runs each part forward, then backward
-	phaseReduce                // worker i adds the others' gradients into range i of the Net's
+	phaseReduce                // worker i adds the others' gradients into range i of the Net's (those of the layers before a split tail)
 	phaseTest                  // every worker runs its parts forward at test (Net.Evaluate)
 )
 
@@ -19,8 +19,14 @@ func runGroup(group []*replica, ph phase, x []float32, labels []int32) {
 	for _, r := range group {
 		if ph != phaseBackward {
 			r.forward(x, labels, ph == phaseTest)
+			if r.tail != nil {
+				r.loss = r.tail.forward(r.worker, ph == phaseTest, labels, r.off, r.off+r.n)
+			}
 		}
 		if ph == phaseBackward || ph == phaseGradient {
+			if r.tail != nil {
+				r.tail.backward(r.worker)
+			}
 			r.backward()
 		}
 	}
@@ -97,7 +103,8 @@ func (p *pool) do(i int, ph phase) {
 	}
 	r := p.groups[i][0]
 	dst := p.groups[0][0].grads
-	lo, hi := i*len(dst)/len(p.groups), (i+1)*len(dst)/len(p.groups)
+	m := len(p.groups[1][0].grads) // all of them, or those before a split tail's
+	lo, hi := i*m/len(p.groups), (i+1)*m/len(p.groups)
 	for _, g := range p.groups[1:] {
 		r.e.Add(dst[lo:hi], g[0].grads[lo:hi], dst[lo:hi])
 	}

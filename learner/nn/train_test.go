@@ -317,6 +317,46 @@ func BenchmarkTrainStepParts(b *testing.B) {
 	}
 }
 
+// BenchmarkSplitFC measures the gradient of AlexNet (μ = 32) and LeNet
+// (μ = 64) on the native engine with one BLAS thread and two workers,
+// with the fc tail split by outputs (SplitFC 1) and by images (−1), the
+// two settings alternating step by step, so that both see the same load
+// of a shared machine: how splitFCBytes is chosen. It reports each
+// setting's time per step, of the wall clock and of the process's CPU.
+func BenchmarkSplitFC(b *testing.B) {
+	for _, c := range []struct {
+		net   string
+		batch int
+	}{{"alexnet", 32}, {"lenet", 64}} {
+		b.Run(fmt.Sprintf("%s/batch=%d/workers=2", c.net, c.batch), func(b *testing.B) {
+			spec, _ := Builtin(c.net)
+			e := engineFor(b, benchSetup{"native", 1, 2})
+			nets := []*Net{
+				mustNetW(b, spec, e, Config{Batch: c.batch, Workers: 2, SplitFC: -1}, 1),
+				mustNetW(b, spec, e, Config{Batch: c.batch, Workers: 2, SplitFC: 1}, 1),
+			}
+			x, labels := randomBatch(nets[0], 1)
+			var wall, cpu [2]time.Duration
+			for _, n := range nets {
+				n.Gradient(x, labels)
+			}
+			for b.Loop() {
+				for i, n := range nets {
+					t0, c0 := time.Now(), cpuTime()
+					n.Gradient(x, labels)
+					wall[i] += time.Since(t0)
+					cpu[i] += cpuTime() - c0
+				}
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+			b.ReportMetric(ms(wall[0]), "byimage-ms")
+			b.ReportMetric(ms(wall[1]), "split-ms")
+			b.ReportMetric(ms(cpu[0]), "byimage-cpu-ms")
+			b.ReportMetric(ms(cpu[1]), "split-cpu-ms")
+		})
+	}
+}
+
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

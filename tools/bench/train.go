@@ -26,6 +26,8 @@ type TrainResult struct {
 	Protocol     string  `json:"protocol"`
 	Transport    string  `json:"transport"`
 	Overlap      bool    `json:"overlap"`
+	Shards       int     `json:"shards"`
+	EarlyPush    bool    `json:"early_push"`
 	Engine       string  `json:"engine"`
 	ISA          string  `json:"isa"`   // instruction-set level of the kernels
 	Steps        int64   `json:"steps"` // timed steps, all learners
@@ -62,6 +64,11 @@ type TrainConfig struct {
 	// Transport is inmem or tcp (loopback).
 	Transport string
 	Overlap   bool // learners prefetch the next weights while computing
+	// Shards is the number of shards of the in-process server (0: 1), and
+	// EarlyPush has the learners send each its slice of the gradient as
+	// soon as backward has produced it (softsync train's --early-push).
+	Shards    int
+	EarlyPush bool
 }
 
 // Train runs training steps (forward, backward, push of the gradient, the
@@ -78,7 +85,7 @@ func Train(ctx context.Context, cfg TrainConfig) (*TrainResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := train(ctx, cfg.Engine, cfg.Spec, cfg.Batch, cfg.Learners, cfg.Workers, cfg.Images, cfg.Protocol, cfg.Transport, cfg.Overlap)
+	res, err := train(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +113,12 @@ func trainJob(spec *nn.Spec, e kernels.Engine, batch, learners, workers, steps i
 
 // train runs a job on synthetic data and times its steps after a
 // warm-up tenth.
-func train(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, learners, workers, images int,
-	proto ps.Protocol, transport string, overlap bool) (*TrainResult, error) {
-	steps := max(10, images/(batch*learners))
+func train(ctx context.Context, tc TrainConfig) (*TrainResult, error) {
+	batch, learners := tc.Batch, tc.Learners
+	steps := max(10, tc.Images/(batch*learners))
 	warm := int64(max(1, steps/10) * learners)
-	cfg := trainJob(spec, e, batch, learners, workers, steps, proto, transport)
-	cfg.Overlap = overlap
+	cfg := trainJob(tc.Spec, tc.Engine, batch, learners, tc.Workers, steps, tc.Protocol, tc.Transport)
+	cfg.Overlap, cfg.EarlyPush, cfg.Shards = tc.Overlap, tc.EarlyPush, max(1, tc.Shards)
 	job, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -151,7 +158,8 @@ func train(ctx context.Context, e kernels.Engine, spec *nn.Spec, batch, learners
 		s0, t0, cpu0 = 0, 0, cpuStart // too fast to see the warm-up end: time everything
 	}
 	sec := res.Seconds - t0.Seconds()
-	return &TrainResult{Batch: batch, Learners: learners, Protocol: proto.String(), Transport: transport, Overlap: overlap,
+	return &TrainResult{Batch: batch, Learners: learners, Protocol: tc.Protocol.String(), Transport: tc.Transport, Overlap: tc.Overlap,
+		Shards: cfg.Shards, EarlyPush: tc.EarlyPush,
 		Steps: res.Steps - s0, Seconds: sec, ImagesPerSec: float64((res.Steps-s0)*int64(batch)) / sec,
 		CPUSeconds: cpuEnd - cpu0}, nil
 }

@@ -17,8 +17,8 @@ func init() { addBenchCommand(newBenchTrainCmd) }
 
 func newBenchTrainCmd(app *App) *cobra.Command {
 	var model, protocol, transport string
-	var batch, learners, images int
-	var asJSON, overlap bool
+	var batch, learners, images, shards int
+	var asJSON, overlap, early bool
 	c := &cobra.Command{
 		Use:   "train",
 		Short: "Images/s of full training steps through the training path, on random data",
@@ -50,6 +50,8 @@ otherwise) and images/s is their total.`,
 				return fmt.Errorf("--learners: must be ≥ 1, got %d", learners)
 			case images < 1:
 				return fmt.Errorf("--images: must be ≥ 1, got %d", images)
+			case shards < 1:
+				return fmt.Errorf("--shards: must be ≥ 1, got %d", shards)
 			case transport != "inmem" && transport != "tcp":
 				return fmt.Errorf("--transport: unknown transport %q (want inmem or tcp)", transport)
 			}
@@ -69,7 +71,8 @@ otherwise) and images/s is their total.`,
 				return err
 			}
 			res, err := bench.Train(cmd.Context(), bench.TrainConfig{Spec: spec, Engine: e, ISA: info.ISA, Batch: batch, Learners: learners,
-				Workers: par.Workers, Images: images, Protocol: proto, Transport: transport, Overlap: overlap})
+				Workers: par.Workers, Images: images, Protocol: proto, Transport: transport, Overlap: overlap,
+				Shards: shards, EarlyPush: early})
 			if err != nil {
 				return err
 			}
@@ -91,6 +94,8 @@ otherwise) and images/s is their total.`,
 	f.StringVar(&protocol, "protocol", "", "hardsync or softsync (n = λ) (default: hardsync for one learner, softsync for more)")
 	f.StringVar(&transport, "transport", "inmem", "inmem or tcp (loopback)")
 	f.BoolVar(&overlap, "overlap", false, "learners prefetch the next weights while computing")
+	f.IntVar(&shards, "shards", 1, "shards of the in-process parameter server")
+	f.BoolVar(&early, "early-push", false, "learners send each shard its slice of the gradient as soon as backward has produced it (train's --early-push)")
 	f.BoolVar(&asJSON, "json", false, "print a JSON object {model, batch, learners, threads, isa, images_per_sec, gflops, peak_gflops, peak_fraction, cpu_seconds, ...}")
 	return c
 }

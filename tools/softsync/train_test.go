@@ -355,6 +355,14 @@ func TestBenchTrainJSON(t *testing.T) {
 			t.Errorf("bench train --learners %s: %v", learners, r)
 		}
 	}
+	out := run(t, "bench", "train", "--model", "mlp", "--batch", "8", "--images", "800", "--shards", "2", "--early-push", "--json")
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if r["shards"] != 2.0 || r["early_push"] != true || !(r["images_per_sec"].(float64) > 0) {
+		t.Errorf("bench train --shards 2 --early-push: %v", r)
+	}
 }
 
 func TestRenderBar(t *testing.T) {
