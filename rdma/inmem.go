@@ -71,14 +71,10 @@ func (n *Inmem) Dial(ctx context.Context, addr string) (Conn, error) {
 	}
 	a, b := newInmemConn(n.opts, local, addr), newInmemConn(n.opts, addr, local)
 	a.peer, b.peer = b, a
-	select {
-	case l.conns <- b:
-		return a, nil
-	case <-l.done:
-		return nil, &OpError{Op: "dial", Peer: addr, Err: ErrRefused}
-	case <-ctx.Done():
-		return nil, &OpError{Op: "dial", Peer: addr, Err: ctx.Err()}
+	if err := l.enqueue(ctx, b); err != nil {
+		return nil, &OpError{Op: "dial", Peer: addr, Err: err}
 	}
+	return a, nil
 }
 
 type inmemListener struct {
@@ -111,22 +107,54 @@ func (l *inmemListener) Accept(ctx context.Context) (Conn, error) {
 	}
 }
 
+// enqueue puts the accepting end b of a dialled connection into the
+// listener's backlog, or fails with ErrRefused if the listener is closed
+// (also when it closes meanwhile: a listener that closes refuses the
+// connections it has not accepted, as a socket's close resets them).
+func (l *inmemListener) enqueue(ctx context.Context, b *inmemConn) error {
+	select {
+	case l.conns <- b:
+	case <-l.done:
+		return ErrRefused
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-l.done:
+		// Closed meanwhile: its Close may have emptied the backlog before
+		// b went in (select picks at random between a free slot and a
+		// closed done), and nothing would ever accept or close b, its
+		// dialer waiting for an answer for ever.
+		l.drain()
+		if b.closed.Load() {
+			return ErrRefused
+		}
+	default:
+	}
+	return nil
+}
+
 func (l *inmemListener) Close() error {
 	l.once.Do(func() {
 		l.net.mu.Lock()
 		delete(l.net.listeners, l.addr)
 		l.net.mu.Unlock()
 		close(l.done)
-		for {
-			select {
-			case c := <-l.conns: // dialed but never accepted
-				c.Close()
-			default:
-				return
-			}
-		}
+		l.drain()
 	})
 	return nil
+}
+
+// drain closes the connections dialled and never accepted.
+func (l *inmemListener) drain() {
+	for {
+		select {
+		case c := <-l.conns:
+			c.Close()
+		default:
+			return
+		}
+	}
 }
 
 type inmemConn struct {

@@ -598,13 +598,19 @@ func (j *rtJob) start(ctx context.Context, p *rtProc) error {
 	}
 	j.mu.Unlock()
 	pctx, cancel := context.WithCancel(ctx)
+	// The process's goroutines may send (and a kill at their k-th
+	// message end the life) before StartProcess returns: its context's
+	// end is there for the kill from the start.
+	j.mu.Lock()
+	p.net, p.cancel = n, cancel
+	j.mu.Unlock()
 	job, err := StartProcess(pctx, cfg, pc)
 	if err != nil {
 		cancel()
 		return err
 	}
 	j.mu.Lock()
-	p.net, p.job, p.cancel = n, job, cancel
+	p.job = job
 	j.mu.Unlock()
 	return nil
 }
@@ -855,13 +861,18 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // rtKnown are seeds whose runtime pass fails for a cause found and not
 // fixed yet: TestChaosSim counts them apart ("known") unless run alone
 // (-chaos.seed), whether they fail or not (the interleaving of their
-// goroutines is not the seed's). Besides them, 10 to 15 passes in
-// 10,000 (make chaos-sim) hang or fail, at other seeds in each run, and
-// pass when run again: after a kill or a pause of the head or a shard
-// server the job does not end (softsync and hardsync), a learner's
-// progress report sent as the head dies fails the job, a result lacks
-// the evaluator's final weights. Not analysed yet. None of seeds 1…300
-// (make test's) failed in 16 runs of them.
+// goroutines is not the seed's). Besides them, a few passes in 10,000
+// (make chaos-sim) fail, at other seeds in each run, and pass when run
+// again: a learner's progress report sent as the head dies fails the
+// job, a result lacks the evaluator's final weights, a goroutine stays
+// blocked after the job ended (synctest's "deadlock"; seeds 1075, 4795,
+// 5752: a process paused as the job ends, past the launcher's grace,
+// then terminated). Not analysed yet.
+// (Jobs that did not end after a kill of the head or a shard server, 6
+// to 11 in 10,000, were a dial of the in-memory transport racing the
+// close of its listener: the learner or evaluator that dialled waited
+// for ever on a connection nothing would accept or close; fixed in
+// rdma.) None of seeds 1…300 (make test's) failed in 16 runs of them.
 var rtKnown = map[uint64]string{}
 
 func init() {
