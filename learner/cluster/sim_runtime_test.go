@@ -172,6 +172,8 @@ type rtJob struct {
 	// sends counts the job's messages; overBudget closes at rtBudget
 	sends      atomic.Int64
 	overBudget chan struct{}
+	// pausedUntil is when the pause of a process, if any, ends (Unix ns).
+	pausedUntil atomic.Int64
 	// learnerDone: a learner's process ended for good, its data done;
 	// lateHead, lateServer: the head, a shard server started again (or
 	// a shard server ended for good) after that
@@ -327,6 +329,7 @@ func (c *rtConn) Send(ctx context.Context, m *rdma.Msg) error {
 			return &rdma.OpError{Op: "send", Err: rdma.ErrClosed}
 		case "pause":
 			n.pausedUntil.Store(time.Now().Add(f.pause).UnixNano())
+			n.j.pausedUntil.Store(n.pausedUntil.Load())
 		}
 	}
 	return c.send(ctx, m)
@@ -743,6 +746,12 @@ func (j *rtJob) run() (hung bool, err error) {
 		j.mu.Unlock()
 		j.stopAll()
 		<-all
+	}
+	// A process paused past its end leaves its reads and its queued
+	// sends asleep until the pause is over (rtConn): they end then, in
+	// the bubble's time, which stops once the job's goroutine returns.
+	if d := time.Until(time.Unix(0, j.pausedUntil.Load())); d > 0 {
+		time.Sleep(d)
 	}
 	return hung, nil
 }
