@@ -71,8 +71,24 @@ func (n *Inmem) Dial(ctx context.Context, addr string) (Conn, error) {
 	}
 	a, b := newInmemConn(n.opts, local, addr), newInmemConn(n.opts, addr, local)
 	a.peer, b.peer = b, a
+	return l.enqueue(ctx, a, b)
+}
+
+// enqueue puts b, the listener's end of a new connection, in the backlog,
+// and returns the dialer's end a, unless the listener is closed (or
+// closes meanwhile: b is closed then, a connection reset).
+func (l *inmemListener) enqueue(ctx context.Context, a, b *inmemConn) (Conn, error) {
+	addr := l.addr
 	select {
 	case l.conns <- b:
+		select {
+		case <-l.done:
+			// Closed meanwhile: its Close may have emptied the backlog
+			// before b was in it, and nobody accepts b any more (a
+			// closed socket's backlog is reset).
+			l.dropBacklog()
+		default:
+		}
 		return a, nil
 	case <-l.done:
 		return nil, &OpError{Op: "dial", Peer: addr, Err: ErrRefused}
@@ -117,16 +133,21 @@ func (l *inmemListener) Close() error {
 		delete(l.net.listeners, l.addr)
 		l.net.mu.Unlock()
 		close(l.done)
-		for {
-			select {
-			case c := <-l.conns: // dialed but never accepted
-				c.Close()
-			default:
-				return
-			}
-		}
+		l.dropBacklog()
 	})
 	return nil
+}
+
+// dropBacklog closes the connections dialed and never accepted.
+func (l *inmemListener) dropBacklog() {
+	for {
+		select {
+		case c := <-l.conns:
+			c.Close()
+		default:
+			return
+		}
+	}
 }
 
 type inmemConn struct {
