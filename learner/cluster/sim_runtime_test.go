@@ -864,15 +864,18 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // rtKnown are seeds whose runtime pass fails for a cause found and not
 // fixed yet: TestChaosSim counts them apart ("known") unless run alone
 // (-chaos.seed), whether they fail or not (the interleaving of their
-// goroutines is not the seed's). Besides them, 10 to 15 passes in
-// 10,000 (make chaos-sim) hang or fail, at other seeds in each run, and
+// goroutines is not the seed's). Besides them, a few passes in
+// 10,000 (make chaos-sim; 0 to 5 in the last runs) hang or fail, at other seeds in each run, and
 // pass when run again: after a kill or a pause of the head or a shard
 // server the job does not end (softsync and hardsync). Not analysed yet.
 // None of seeds 1…300 (make test's) failed in 16 runs of them. (Fixed:
 // a learner's last progress report lost as the head died failed the job
 // (seed 7512); a result lacked the evaluator's final weights when the
 // head's process stopped as the coordinator finished; a pause that
-// outlasted the job was reported as a deadlock (seed 1075).)
+// outlasted the job was reported as a deadlock (seed 1075); a learner
+// that dialed a shard server as its process was killed waited for ever
+// on a connection to nobody (an in-memory dial racing its listener's
+// close, seed 3636).)
 var rtKnown = map[uint64]string{}
 
 func init() {
@@ -884,6 +887,14 @@ func init() {
 	for _, s := range []uint64{666, 1245, 1342, 1661, 3128, 3188, 3721, 4704, 6127, 6562, 7164, 7206, 7484, 8809, 9554, 9616} {
 		rtKnown[s] = "hardsync round not closed after a learner's link to a shard server broke"
 	}
+	// The head (and the shard server of its process) killed as the only
+	// learner sends its last report, and restarted without a checkpoint:
+	// the learner rejoins and reports done, the restarted shard lacks
+	// the job's mini-batches, and no learner is left to push them again
+	// ("no learner for 15s to do the 0 mini-batches the shards lack"; 4
+	// to 7 runs in 100; before the last report went again after the
+	// rejoin, the learner failed the job instead).
+	rtKnown[6048] = "a restarted head's shard lacks mini-batches after the only learner reported done"
 }
 
 // rtOutcome is one runtime pass's end.
