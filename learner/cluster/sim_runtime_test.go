@@ -864,10 +864,11 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // rtKnown are seeds whose runtime pass fails for a cause found and not
 // fixed yet: TestChaosSim counts them apart ("known") unless run alone
 // (-chaos.seed), whether they fail or not (the interleaving of their
-// goroutines is not the seed's). Besides them, a few passes in
-// 10,000 (make chaos-sim; 0 to 5 in the last runs) hang or fail, at other seeds in each run, and
-// pass when run again: after a kill or a pause of the head or a shard
-// server the job does not end (softsync and hardsync). Not analysed yet.
+// goroutines is not the seed's). Besides them, a few passes in 10,000
+// (make chaos-sim; 0 to 5 in the last runs) hang or fail, at other
+// seeds in each run, and pass when run again: after a kill or a pause of
+// the head or a shard server the job does not end (softsync and
+// hardsync). Not analysed yet.
 // None of seeds 1…300 (make test's) failed in 16 runs of them. (Fixed:
 // a learner's last progress report lost as the head died failed the job
 // (seed 7512); a result lacked the evaluator's final weights when the
