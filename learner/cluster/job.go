@@ -116,7 +116,8 @@ type Config struct {
 	// told to stop (CoordinatorConfig.OnResult): the place to write the
 	// job's outputs, so that a head that dies while it writes them is
 	// restarted with the job still there. It is called from a job
-	// goroutine; Wait returns the same result after it.
+	// goroutine; Wait returns the same result after it. A result that
+	// lacks the evaluator's final weights is not given to it: Wait fails.
 	OnResult func(*Result)
 	// OnAuthFailure, if set, is told of every connection to the job's TCP
 	// listeners that failed authentication (rdma.Options.OnAuthFailure).

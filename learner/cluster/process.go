@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -187,15 +188,8 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		j.wg.Go(func() {
 			w, err := RunEvaluator(ctx, EvaluatorConfig{Member: member(RoleEvaluator, 0), Spec: cfg.Spec, Engine: cfg.Engine,
 				Test: cfg.Test, Batch: cfg.EvalBatch, Workers: cfg.EvalWorkers(len(r.Learners)), Shards: cfg.Shards,
-				OnFinal: func(w []float32) {
-					j.mu.Lock()
-					j.weights = w
-					j.mu.Unlock()
-				}})
-			j.mu.Lock()
-			j.weights = w
-			j.mu.Unlock()
-			j.fail(err)
+				OnFinal: j.finalWeights})
+			j.evaluatorEnded(w, err)
 		})
 	}
 	for _, id := range r.Learners {
@@ -239,6 +233,26 @@ func (c *Config) serverConfig(m Member, topo Topology, k int, layout []param.Seg
 		Checkpoints: c.Checkpoints, Resume: c.Resume, OnServe: c.OnServe}
 }
 
+// finalWeights takes the evaluator's final weights (EvaluatorConfig.OnFinal),
+// which the result gets.
+func (j *Job) finalWeights(w []float32) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.weights = w
+}
+
+// evaluatorEnded takes the end of this process's evaluator: the final
+// weights, or its failure. An evaluator that fails after it reported the
+// final weights (this process is stopped while the coordinator finishes
+// the job) keeps those it gave OnFinal: the coordinator's result, which
+// may still be made, has them.
+func (j *Job) evaluatorEnded(w []float32, err error) {
+	if w != nil {
+		j.finalWeights(w)
+	}
+	j.fail(err)
+}
+
 // takeServer returns *c and clears it, so that the caller's slice holds
 // nothing RunServer lets go of.
 func takeServer(c *ServerConfig) ServerConfig {
@@ -249,7 +263,10 @@ func takeServer(c *ServerConfig) ServerConfig {
 
 // onResult wraps a Config.OnResult hook: the result it receives has the
 // final weights where this process runs the evaluator (which measured
-// them before it reported, see EvaluatorConfig.OnFinal).
+// them before it reported, see EvaluatorConfig.OnFinal). A result
+// without them (the evaluator's weights lost: errNoWeights) does not
+// reach the hook, which writes it as the trained model: the job fails
+// instead (Wait).
 func (j *Job) onResult(hook func(*Result)) func(*Result) {
 	if hook == nil {
 		return nil
@@ -259,9 +276,31 @@ func (j *Job) onResult(hook func(*Result)) func(*Result) {
 		if j.roles.Evaluator {
 			res.Weights, res.Normalizer = j.weights, j.norm
 		}
+		missing := j.noWeights()
 		j.mu.Unlock()
+		if missing {
+			return
+		}
 		hook(res)
 	}
+}
+
+// errNoWeights is the failure of a job whose coordinator finished it
+// while this process's evaluator, which reported the final weights, no
+// longer had them.
+var errNoWeights = errors.New("cluster: the job finished without the evaluator's final weights")
+
+// noWeights reports whether the job's result lacks the final weights
+// where this process runs the evaluator, and records errNoWeights as a
+// failure if so; j.mu is held.
+func (j *Job) noWeights() bool {
+	if !j.roles.Evaluator || j.weights != nil {
+		return false
+	}
+	if !slices.Contains(j.errs, errNoWeights) {
+		j.errs = append(j.errs, errNoWeights)
+	}
+	return true
 }
 
 // validateFor checks cfg for a process that runs r.
@@ -404,6 +443,9 @@ func (j *Job) Wait() (*Result, error) {
 	}
 	if j.res == nil {
 		return nil, fmt.Errorf("cluster: the job ended without a result: %w", ErrJobFailed)
+	}
+	if j.noWeights() {
+		return nil, errNoWeights
 	}
 	res := j.res
 	res.Weights, res.Normalizer = j.weights, j.norm

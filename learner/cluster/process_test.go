@@ -235,3 +235,44 @@ func TestResumeSettings(t *testing.T) {
 		t.Errorf("resume of another batch: %v, want a mismatch", err)
 	}
 }
+
+// TestResultKeepsFinalWeights: the head's result has the evaluator's
+// final weights even when the evaluator ends with a failure after it
+// reported them (the process is stopped while the coordinator finishes
+// the job: the evaluator loses the coordinator, the coordinator still
+// takes the final report); a result without them never reaches
+// OnResult, and Wait fails saying so.
+func TestResultKeepsFinalWeights(t *testing.T) {
+	newJob := func() *Job {
+		return &Job{roles: Roles{Coordinator: true, Evaluator: true}, coord: &Coordinator{}, parent: context.Background(), cancel: func() {}}
+	}
+	lost := fmt.Errorf("evaluator 0: %w: lost the coordinator: %w", ErrJobFailed, context.Canceled)
+
+	j := newJob()
+	final := []float32{1, 2, 3}
+	j.finalWeights(final) // OnFinal, before the final report
+	j.evaluatorEnded(nil, lost)
+	var got *Result
+	j.onResult(func(r *Result) { got = r })(&Result{})
+	if got == nil || !slices.Equal(got.Weights, final) {
+		t.Fatalf("OnResult got %+v, want the final weights %v", got, final)
+	}
+
+	j = newJob()
+	j.evaluatorEnded(nil, lost)
+	got = nil
+	j.res = &Result{}
+	j.onResult(func(r *Result) { got = r })(j.res)
+	if got != nil {
+		t.Errorf("OnResult got a result without weights")
+	}
+	if res, err := j.Wait(); !errors.Is(err, errNoWeights) {
+		t.Errorf("Wait: %+v, %v, want %v", res, err, errNoWeights)
+	}
+
+	j = newJob() // no OnResult: Wait alone says so
+	j.res = &Result{}
+	if res, err := j.Wait(); !errors.Is(err, errNoWeights) {
+		t.Errorf("Wait without OnResult: %+v, %v, want %v", res, err, errNoWeights)
+	}
+}

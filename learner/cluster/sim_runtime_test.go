@@ -172,6 +172,8 @@ type rtJob struct {
 	// sends counts the job's messages; overBudget closes at rtBudget
 	sends      atomic.Int64
 	overBudget chan struct{}
+	// pausedUntil is when the pause of a process, if any, ends (Unix ns).
+	pausedUntil atomic.Int64
 	// learnerDone: a learner's process ended for good, its data done;
 	// lateHead, lateServer: the head, a shard server started again (or
 	// a shard server ended for good) after that
@@ -327,6 +329,7 @@ func (c *rtConn) Send(ctx context.Context, m *rdma.Msg) error {
 			return &rdma.OpError{Op: "send", Err: rdma.ErrClosed}
 		case "pause":
 			n.pausedUntil.Store(time.Now().Add(f.pause).UnixNano())
+			n.j.pausedUntil.Store(n.pausedUntil.Load())
 		}
 	}
 	return c.send(ctx, m)
@@ -750,6 +753,12 @@ func (j *rtJob) run() (hung bool, err error) {
 		j.stopAll()
 		<-all
 	}
+	// A process paused past its end leaves its reads and its queued
+	// sends asleep until the pause is over (rtConn): they end then, in
+	// the bubble's time, which stops once the job's goroutine returns.
+	if d := time.Until(time.Unix(0, j.pausedUntil.Load())); d > 0 {
+		time.Sleep(d)
+	}
 	return hung, nil
 }
 
@@ -862,17 +871,17 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // fixed yet: TestChaosSim counts them apart ("known") unless run alone
 // (-chaos.seed), whether they fail or not (the interleaving of their
 // goroutines is not the seed's). Besides them, a few passes in 10,000
-// (make chaos-sim) fail, at other seeds in each run, and pass when run
-// again: a learner's progress report sent as the head dies fails the
-// job, a result lacks the evaluator's final weights, a goroutine stays
-// blocked after the job ended (synctest's "deadlock"; seeds 1075, 4795,
-// 5752: a process paused as the job ends, past the launcher's grace,
-// then terminated). Not analysed yet.
-// (Jobs that did not end after a kill of the head or a shard server, 6
-// to 11 in 10,000, were a dial of the in-memory transport racing the
-// close of its listener: the learner or evaluator that dialled waited
-// for ever on a connection nothing would accept or close; fixed in
-// rdma.) None of seeds 1…300 (make test's) failed in 16 runs of them.
+// (make chaos-sim) may still hang or fail at other seeds in each run
+// and pass when run again; each is a defect to find. None of seeds
+// 1…300 (make test's) failed in 16 runs of them. Fixed, each with a
+// test of its own: a learner's last progress report lost as the head
+// died failed the job (seed 7512); a result lacked the evaluator's final
+// weights when the head's process stopped as the coordinator finished; a
+// pause that outlasted the job was reported as a deadlock (seed 1075); a
+// learner or evaluator that dialed a shard server as its process was
+// killed waited for ever on a connection nobody would accept or close
+// (an in-memory dial racing its listener's close, seeds 3636, 9643 and
+// others).
 var rtKnown = map[uint64]string{}
 
 func init() {
@@ -884,6 +893,14 @@ func init() {
 	for _, s := range []uint64{666, 1245, 1342, 1661, 3128, 3188, 3721, 4704, 6127, 6562, 7164, 7206, 7484, 8809, 9554, 9616} {
 		rtKnown[s] = "hardsync round not closed after a learner's link to a shard server broke"
 	}
+	// The head (and the shard server of its process) killed as the only
+	// learner sends its last report, and restarted without a checkpoint:
+	// the learner rejoins and reports done, the restarted shard lacks
+	// the job's mini-batches, and no learner is left to push them again
+	// ("no learner for 15s to do the 0 mini-batches the shards lack"; 4
+	// to 7 runs in 100; before the last report went again after the
+	// rejoin, the learner failed the job instead).
+	rtKnown[6048] = "a restarted head's shard lacks mini-batches after the only learner reported done"
 }
 
 // rtOutcome is one runtime pass's end.

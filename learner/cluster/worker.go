@@ -61,7 +61,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	if err != nil {
 		return err
 	}
-	r := &worker{cfg: cfg, cc: cc, core: newWorkerCore(w), replies: make(chan chunkReply, 1), addrs: make(chan addr, 1), redial: newWaitLock()}
+	r := &worker{cfg: cfg, cc: cc, joined: make(chan struct{}), core: newWorkerCore(w), replies: make(chan chunkReply, 1), addrs: make(chan addr, 1), redial: newWaitLock()}
 	defer func() { r.ctrl().conn.Close() }()
 	var bg sync.WaitGroup
 	defer bg.Wait()
@@ -70,7 +70,7 @@ func RunLearner(ctx context.Context, cfg LearnerConfig) error {
 	bg.Go(func() { r.reportEvery(ctx) })
 	err = r.train(ctx, w)
 	if err == nil {
-		err = r.flush(ctx, true)
+		err = r.flushLast(ctx)
 	}
 	if err != nil {
 		grace, report := trainFailed(err)
@@ -162,9 +162,10 @@ type worker struct {
 	flushMu sync.Mutex // serialises flush
 	mu      sync.Mutex
 	core    *workerCore
-	cc      *ctrl        // the current connection to the coordinator
-	client  *ps.Client   // set once train has dialed the shard servers
-	loader  *data.Loader // set once train has started it
+	cc      *ctrl         // the current connection to the coordinator
+	joined  chan struct{} // closed when cc is replaced (a rejoin), then made anew
+	client  *ps.Client    // set once train has dialed the shard servers
+	loader  *data.Loader  // set once train has started it
 	// waitSent and skipSent are the data wait and the bad images of the
 	// training set reported so far (flushMu).
 	waitSent time.Duration
@@ -278,8 +279,38 @@ func (r *worker) onStep(b *data.Batch, loss float32) {
 	r.core.stepped(b.Epoch, loss)
 }
 
+// flushLast sends the learner's last report (done), the one the
+// coordinator waits for before it finishes the job. A connection to the
+// coordinator that fails under it is a coordinator lost, as elsewhere:
+// the report goes again once the reader has rejoined the coordinator (a
+// restarted head waits for it as well); the learner fails only if the
+// reader ends (the rejoin failed, or the job stopped) or ctx does.
+func (r *worker) flushLast(ctx context.Context) error {
+	for {
+		joined, err := r.report(ctx, true)
+		if err == nil || ctx.Err() != nil || rdma.Recoverable(err) {
+			return err
+		}
+		select {
+		case <-joined:
+		case <-ctx.Done():
+			if jobErr := r.jobError(); jobErr != nil {
+				return jobErr
+			}
+			return err
+		}
+	}
+}
+
 // flush sends the progress since the last report; done marks the last.
 func (r *worker) flush(ctx context.Context, done bool) error {
+	_, err := r.report(ctx, done)
+	return err
+}
+
+// report is flush; joined is closed once the connection the report went
+// on (or failed on) is replaced by a rejoin.
+func (r *worker) report(ctx context.Context, done bool) (joined <-chan struct{}, _ error) {
 	// One flush at a time, so that reports reach the coordinator in the
 	// order they were taken and the last (done) one is last.
 	r.flushMu.Lock()
@@ -287,6 +318,7 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 	r.mu.Lock()
 	p := r.core.progress(done)
 	client, cc, ld := r.client, r.cc, r.loader
+	joined = r.joined
 	r.mu.Unlock()
 	if client != nil {
 		p.Pushes = client.Pushes()
@@ -310,16 +342,20 @@ func (r *worker) flush(ctx context.Context, done bool) error {
 		r.waitSent, r.skipSent = waited, r.skipSent+len(p.Skipped)
 	}
 	if err != nil {
-		if ctx.Err() != nil || rdma.Recoverable(err) || done {
-			return err
+		if ctx.Err() != nil || rdma.Recoverable(err) {
+			return joined, err
 		}
 		// The connection failed: the losses and steps go with the next
-		// report, once the learner has rejoined.
+		// report, once the learner has rejoined (the chunks' deliveries
+		// go again then: workerCore.rejoined).
 		r.mu.Lock()
 		r.core.unsent(p)
 		r.mu.Unlock()
+		if done {
+			return joined, err
+		}
 	}
-	return nil
+	return joined, nil
 }
 
 // reportEvery reports progress (the heartbeat) until ctx ends.
@@ -401,6 +437,12 @@ func (r *worker) rejoin(ctx context.Context, old *ctrl, cause error) error {
 	if asking != nil {
 		cc.send(ctx, tChunkReq, asking)
 	}
+	// A last report that failed goes again now, after what the old
+	// connection may have lost.
+	r.mu.Lock()
+	close(r.joined)
+	r.joined = make(chan struct{})
+	r.mu.Unlock()
 	return nil
 }
 
