@@ -47,6 +47,10 @@ func TestLearnerLastReportAfterRejoin(t *testing.T) {
 			return
 		}
 		head.Close()
+		// The learner's end is reset too, so that the report's send fails
+		// (a send racing only the peer's close may be queued and lost, as
+		// on TCP: another path).
+		old.Close()
 		synctest.Wait()
 
 		r := &worker{
