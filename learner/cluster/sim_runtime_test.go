@@ -881,18 +881,11 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // learner or evaluator that dialed a shard server as its process was
 // killed waited for ever on a connection nobody would accept or close
 // (an in-memory dial racing its listener's close, seeds 3636, 9643 and
-// others).
-var rtKnown = map[uint64]string{}
-
-func init() {
-	// A hardsync job whose learner's link to a shard server broke
-	// (reset, or its process killed or paused) hangs, in most runs of
-	// some of these seeds, once in a while for the others: a round does
-	// not close after the learner rejoins the shard and resends its
-	// pushes (as chaosKnown's 2730: rounds and resent pushes).
-	for _, s := range []uint64{666, 1245, 1342, 1661, 3128, 3188, 3721, 4704, 6127, 6562, 7164, 7206, 7484, 8809, 9554, 9616} {
-		rtKnown[s] = "hardsync round not closed after a learner's link to a shard server broke"
-	}
+// others); a hardsync round not closed after a learner's link to a
+// restarted shard server broke (seeds 666, 1245 and 14 others: a
+// restored shard's rounds claimed by pushes of its earlier life, as
+// chaosKnown's former 2730).
+var rtKnown = map[uint64]string{
 	// The head (and the shard server of its process) killed as the only
 	// learner sends its last report, and restarted without a checkpoint:
 	// the learner rejoins and reports done, the restarted shard lacks
@@ -900,7 +893,7 @@ func init() {
 	// ("no learner for 15s to do the 0 mini-batches the shards lack"; 4
 	// to 7 runs in 100; before the last report went again after the
 	// rejoin, the learner failed the job instead).
-	rtKnown[6048] = "a restarted head's shard lacks mini-batches after the only learner reported done"
+	6048: "a restarted head's shard lacks mini-batches after the only learner reported done",
 }
 
 // rtOutcome is one runtime pass's end.
