@@ -71,7 +71,6 @@ int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
 }
 
-int ss_conv_method(int isa, const ss_conv_shape *s) { return ss_conv_pass_method(isa, s, SS_CONV_PASS_FORWARD); }
 
 int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget)
 {

@@ -243,9 +243,6 @@ enum {
  * dx and once without dw and db. */
 int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass);
 
-/* ss_conv_method is ss_conv_pass_method for the forward pass. */
-int ss_conv_method(int isa, const ss_conv_shape *s);
-
 /* ss_conv_group returns how many images one GEMM should cover so that the
  * column matrix (C*kh*kw rows of group*OH*OW floats) stays within
  * budget floats, at least 1 and at most s->n. The direct method ignores

@@ -264,15 +264,9 @@ func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (
 // pass that chose the AVX-512 direct kernels runs the AVX2 ones where
 // those waste no lanes on wide rows (a multiple of 8 pixels, at least 32)
 // or the AVX-512 kernels' shifted copies of the input are many (kw >= 5
-// copies of each channel) beside 1024 taps or more: on the 2-core AMD
-// EPYC of family 25, one thread over 16 images, cpu-GFLOP/s, rounds at
-// load 2-9, AlexNet's conv2 (27 x 27, 5 x 5, 1200 taps) 70-76 -> 86-93,
-// ResNet-18's layer1 (56 x 56) 78-87 -> 83-98; ResNet-18's layer2 (28 x
-// 28, 3 x 3) was a draw (74-86 against 79-85), cifar10_full's conv2 (16
-// x 16, 5 x 5, 800 taps) 101-107 against 90-103, and they stay. The
-// gradients stay on the AVX-512 kernels, level or ahead there (weight
-// gradient 96-106 against 87-99; input gradient of conv2 and layer2 85-91
-// against 71-89).
+// copies of each channel) beside 1024 taps or more. The gradients stay on
+// the AVX-512 kernels. docs/performance.md ("ImageNet-size
+// convolutions") has the measurements behind each bound.
 func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
 	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
 		return convPass{C.int(e.method - 1), e.isa}
