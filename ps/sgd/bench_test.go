@@ -50,6 +50,34 @@ func BenchmarkUpdate(b *testing.B) {
 	}
 }
 
+// BenchmarkUpdateThreads measures a shard's part of a hardsync step of
+// one learner on about AlexNet's 61 M parameters, on the best kernel
+// path: the check of the gradient (Parallel.MaxAbs) and an update of that
+// one gradient, serially and spread over 2 goroutines (Spread), reported
+// as bytes of gradient per second. Everything is allocated inside the
+// sub-benchmarks, so that a -bench pattern that leaves them out costs
+// nothing.
+func BenchmarkUpdateThreads(b *testing.B) {
+	const n = 61_000_000
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("n=%d/threads=%d", n, threads), func(b *testing.B) {
+			p := Spread(threads)
+			s, err := NewSolver(Config{LR: 1e-6, Momentum: 0.9, WeightDecay: 0.004, LRMode: LRStaleness}, nil, 0, n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.SetParallel(p)
+			r := rand.New(rand.NewPCG(1, 1))
+			w, g := randVec(r, n), randVec(r, n)
+			s.Update(w, g, p.MaxAbs(g), 0, 0) // first touch of the momentum before timing
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				s.Update(w, g, p.MaxAbs(g), 0, 0)
+			}
+		})
+	}
+}
+
 // BenchmarkRules measures each rule beside the staleness rule, on the
 // best kernel path, as BenchmarkUpdate does (c gradients per update,
 // bytes of gradient per second), for LeNet's 431,080 parameters. The

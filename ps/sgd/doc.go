@@ -206,7 +206,8 @@
 // and CorrGap hold hi−lo floats more (MS, S), MomentumComp 8 KiB (the
 // window of τ), LRPoly 512 bytes (its factors for τ < 64); the first update near the float32 range (see above)
 // allocates 2(hi−lo) floats for the copies; nothing else is allocated
-// after NewSolver. The corrections need, besides, the weights each
+// after NewSolver, except by the passes a Parallel runner spreads (see
+// below), a few words each. The corrections need, besides, the weights each
 // learner pulled: hi−lo floats per learner, which the caller keeps.
 //
 // Passes over memory per update of c gradients: c−1 accumulations (the
@@ -220,4 +221,21 @@
 // accumulated too, not folded into the fused pass), and CorrGap adds a Go
 // pass over v and S after each applied update: these rules cost several
 // times the others per gradient (BenchmarkRules).
+//
+// # Parallel passes
+//
+// The passes are memory-bound and element-wise, and one goroutine does
+// not use a machine's memory bandwidth. Given a runner (SetParallel, a
+// Parallel that the solver's owner supplies: the solver starts no
+// goroutine of its own), a solver cuts every pass over a span of at
+// least 2¹⁸ elements into pieces of 2¹⁶ elements, counted from the
+// span's start, and has the runner run ranges of whole pieces
+// concurrently: the accumulations, the corrections, the fused update
+// pass, Gap's pass over v and S, and the measurements and copies of a
+// checked update. Each piece but a span's last is a multiple of every
+// kernel's block, so every element goes through the same instructions as
+// in one serial pass, and maxima are combined from per-range results
+// after the ranges are done: the results are the same bits as serial,
+// whatever ranges the runner makes and in whatever order it runs them.
+// Parallel.MaxAbs is the same for the check a shard runs on a gradient.
 package sgd

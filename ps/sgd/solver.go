@@ -39,6 +39,7 @@ type Solver struct {
 	// segments" in the package doc).
 	runs, states [][2]int
 	stateNew     []float32 // scratch of an update's new state values
+	par          Parallel  // spreads the long passes (SetParallel); nil: serial
 }
 
 // polyTable is the number of LRPoly factors a solver computes ahead, so
@@ -158,6 +159,13 @@ func NewSolver(cfg Config, layout []param.Segment, lo, hi int) (*Solver, error) 
 	return s, nil
 }
 
+// SetParallel makes the solver spread its passes over long spans through
+// p (nil: serial, as after NewSolver): the accumulations, the corrections,
+// the fused update pass and the measurements of a checked update. The
+// results are the same bits either way (see Parallel); p is called from
+// AddGrad and UpdateGrad only.
+func (s *Solver) SetParallel(p Parallel) { s.par = p }
+
 // Config returns the solver's configuration.
 func (s *Solver) Config() Config { return s.cfg }
 
@@ -217,11 +225,11 @@ func (s *Solver) AddGrad(w []float32, g Grad) {
 		gmax = s.correct(w, g, float32(f))
 	case s.n == 0:
 		for _, r := range s.runs {
-			scaleTo(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
+			s.par.scaleTo(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
 		}
 	default:
 		for _, r := range s.runs {
-			axpy(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
+			s.par.axpy(s.acc[r[0]:r[1]], g.G[r[0]:r[1]], float32(f))
 		}
 	}
 	for _, r := range s.states {
@@ -253,24 +261,33 @@ func (s *Solver) correct(w []float32, g Grad, f float32) float32 {
 	if len(w) != n || len(g.Pulled) != n {
 		panic(fmt.Sprintf("sgd: rule %s needs the current and the pulled weights of the range (%d elements), got %d and %d", s.cfg.RuleString(), n, len(w), len(g.Pulled)))
 	}
-	var m float32
+	var m uint32
 	for _, r := range s.runs {
-		a, b := r[0], r[1]
-		acc := s.acc[a:b]
-		if s.n == 0 {
-			clear(acc)
+		a := r[0]
+		if !s.par.spreads(r[1] - a) {
+			m = max(m, s.correctRange(w, g, f, a, r[1]))
+			continue
 		}
-		switch s.cfg.Correction {
-		case CorrDC:
-			m = max(m, dcInto(acc, g.G[a:b], w[a:b], g.Pulled[a:b], f, s.cfg.DCLambda))
-		case CorrDCAdaptive:
-			m = max(m, dcAdaptiveInto(acc, s.meanSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, float32(s.cfg.DCLambda)))
-		default:
-			gapInto(acc, s.stepSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, gapCorrection(s.steps))
-			m = g.Max
-		}
+		m = max(m, s.par.maxBits(r[1]-a, func(lo, hi int) uint32 { return s.correctRange(w, g, f, a+lo, a+hi) }))
 	}
-	return m
+	return math.Float32frombits(m)
+}
+
+// correctRange is correct over the elements [a, b) of one run, returning
+// the absBits of its bound.
+func (s *Solver) correctRange(w []float32, g Grad, f float32, a, b int) uint32 {
+	acc := s.acc[a:b]
+	if s.n == 0 {
+		clear(acc)
+	}
+	switch s.cfg.Correction {
+	case CorrDC:
+		return math.Float32bits(dcInto(acc, g.G[a:b], w[a:b], g.Pulled[a:b], f, s.cfg.DCLambda))
+	case CorrDCAdaptive:
+		return math.Float32bits(dcAdaptiveInto(acc, s.meanSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, float32(s.cfg.DCLambda)))
+	}
+	gapInto(acc, s.stepSq[a:b], g.G[a:b], w[a:b], g.Pulled[a:b], f, gapCorrection(s.steps))
+	return math.Float32bits(g.Max)
 }
 
 // addTo adds x to dst.
@@ -350,7 +367,7 @@ func (s *Solver) UpdateGrad(w []float32, last Grad, epoch int) UpdateInfo {
 		MeanStaleness: float64(sumTau) / float64(c), MaxStaleness: maxTau, Momentum: m}
 	info.Refused = !s.apply(w, last.G, float64(last.Max), c)
 	if !info.Refused && s.stepSq != nil {
-		observeSteps(s.stepSq, s.mom)
+		s.par.observeSteps(s.stepSq, s.mom)
 		s.steps++
 	}
 	clear(s.coefs) // the gradients are not retained
@@ -390,7 +407,7 @@ func (s *Solver) apply(w, last []float32, lastMax float64, c int) bool {
 				continue
 			}
 			cf := &s.coefs[i]
-			step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
+			s.par.step(w[sp.off:sp.end], s.mom[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 		}
 		s.commitState(w)
 		s.bounds.w, s.bounds.v, s.bounds.exact = max((s.bounds.w+t)*slack, float64(stateMax)), t*slack, false
@@ -474,9 +491,9 @@ func (s *Solver) stepBound(lastMax float64) float64 {
 // measure replaces the bounds of the weights, the momentum and the
 // accumulator by their magnitudes: three read passes.
 func (s *Solver) measure(w []float32) {
-	s.bounds.w, s.bounds.v, s.bounds.exact = float64(MaxAbs(w)), float64(MaxAbs(s.mom)), true
+	s.bounds.w, s.bounds.v, s.bounds.exact = float64(s.par.MaxAbs(w)), float64(s.par.MaxAbs(s.mom)), true
 	if s.n > 0 {
-		s.bounds.acc = float64(MaxAbs(s.acc))
+		s.bounds.acc = float64(s.par.MaxAbs(s.acc))
 	}
 }
 
@@ -487,21 +504,19 @@ func (s *Solver) applyChecked(w []float32) bool {
 	if s.ws == nil {
 		s.ws, s.vs = make([]float32, len(w)), make([]float32, len(w))
 	}
-	copy(s.ws, w)
-	copy(s.vs, s.mom)
+	s.par.copy2(s.ws, s.vs, w, s.mom)
 	for i, sp := range s.spans {
 		if sp.state {
 			continue
 		}
 		cf := &s.coefs[i]
-		step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
+		s.par.step(s.ws[sp.off:sp.end], s.vs[sp.off:sp.end], cf.g1[sp.off:sp.end], cf.g2[sp.off:sp.end], s.m, cf.a1, cf.a2, cf.b)
 	}
-	wm, vm := MaxAbs(s.ws), MaxAbs(s.vs)
+	wm, vm := s.par.MaxAbs(s.ws), s.par.MaxAbs(s.vs)
 	if !(wm <= math.MaxFloat32 && vm <= math.MaxFloat32) {
 		return false
 	}
-	copy(w, s.ws)
-	copy(s.mom, s.vs)
+	s.par.copy2(w, s.mom, s.ws, s.vs)
 	s.bounds.w, s.bounds.v, s.bounds.exact = float64(wm), float64(vm), true
 	return true
 }
