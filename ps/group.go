@@ -36,8 +36,10 @@ type GroupConfig struct {
 	Servers   int
 	Codec     rdma.Codec // encoding of weights replies
 	Snapshots bool       // see ServerConfig
-	OnUpdate  func(shard int, u Update)
-	OnLost    func(learner, incarnation uint32)
+	// UpdateThreads is each server's ServerConfig.UpdateThreads.
+	UpdateThreads int
+	OnUpdate      func(shard int, u Update)
+	OnLost        func(learner, incarnation uint32)
 }
 
 // StartGroup starts the servers and returns once all listen. They run
@@ -68,7 +70,7 @@ func StartGroup(ctx context.Context, cfg GroupConfig) (*Group, error) {
 		}
 		lns = append(lns, ln)
 		s, err := NewServer(ServerConfig{PS: cfg.PS, Shards: shards, Init: cfg.Init, Codec: cfg.Codec,
-			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg})
+			Snapshots: cfg.Snapshots, OnUpdate: cfg.OnUpdate, OnLost: cfg.OnLost, NewMsg: cfg.Network.NewMsg, UpdateThreads: cfg.UpdateThreads})
 		if err != nil {
 			return fail(fmt.Errorf("ps: server %d: %w", i, err))
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/softsync/softsync/ps/param"
+	"github.com/softsync/softsync/ps/sgd"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -76,6 +78,14 @@ type ServerConfig struct {
 	// its own sets it: learners that finished or left while it was away
 	// would never leave again, and it would never be final.
 	Inactive bool
+	// UpdateThreads is the number of goroutines each shard spreads the
+	// long passes of its work over: the check of a pushed gradient and
+	// the passes of its update (Shard.SetParallel, with sgd.Spread). 0
+	// or 1: each shard works on its own goroutine alone. The weights are
+	// the same bits for any value; the shards of a server update at once
+	// when their gradients arrive together, so that a server of k shards
+	// keeps k·UpdateThreads goroutines busy.
+	UpdateThreads int
 }
 
 // ServerStats are a shard server's counters.
@@ -106,7 +116,8 @@ func (s *ServerStats) Add(o *ServerStats) {
 }
 
 // Server runs one or more shard cores behind one listener, each core on a
-// goroutine of its own, so that shards update in parallel: it is the
+// goroutine of its own, so that shards update in parallel (each spreading
+// its long passes over ServerConfig.UpdateThreads goroutines): it is the
 // runtime of a ServerCore, whose decisions it carries out. Each
 // connection has a reader goroutine, which checks the learner's identity
 // and hands each message to its shard's goroutine, and a writer goroutine
@@ -205,9 +216,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 8
 	}
+	if cfg.UpdateThreads < 0 {
+		return nil, param.Fieldf("UpdateThreads", "must be ≥ 0, got %d", cfg.UpdateThreads)
+	}
 	core, err := NewServerCore[*peer](cfg, newLife)
 	if err != nil {
 		return nil, err
+	}
+	par := sgd.Spread(cfg.UpdateThreads) // shared: each call starts its own goroutines
+	for _, sh := range core.Shards() {
+		sh.Core().SetParallel(par)
 	}
 	cfg.Shards = core.cfg.Shards
 	s := &Server{cfg: cfg, core: core, byShard: map[int]*shardLoop{}, ctrl: make(chan struct{}), ending: make(chan struct{}), stopped: make(chan struct{}),

@@ -96,8 +96,9 @@ func cluster(t *testing.T, kind string, cfg Config, init []float32, steps int, g
 // next weights with PullAsync while it computes (two weight buffers);
 // servers is the number of shard servers (0: one per shard).
 type clusterOptions struct {
-	overlap bool
-	servers int
+	overlap       bool
+	servers       int
+	updateThreads int
 }
 
 func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps int, grad func(l, s int, w, g []float32), o clusterOptions) ([]float32, []Stats) {
@@ -105,7 +106,8 @@ func clusterOpts(t *testing.T, kind string, cfg Config, init []float32, steps in
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	net, addr := network(t, kind, cfg.Job)
-	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr, Servers: cmp.Or(o.servers, cfg.Shards)})
+	g, err := StartGroup(ctx, GroupConfig{PS: cfg, Init: init, Network: net, Addr: addr, Servers: cmp.Or(o.servers, cfg.Shards),
+		UpdateThreads: o.updateThreads})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,8 @@ type Shard struct {
 	// computed on (sgd.Config.NeedsPulled) and the protocol is softsync,
 	// so the shard keeps the weights it serves each learner (pulled).
 	keepPulled bool
-	pulled     []pulled // per learner id, with keepPulled
+	pulled     []pulled     // per learner id, with keepPulled
+	par        sgd.Parallel // spreads the long passes (SetParallel); nil: serial
 	stats      Stats
 	ready      Ready
 }
@@ -123,6 +124,17 @@ func newShard(cfg Config, index, total int, life uint64) (*Shard, error) {
 	}
 	s.stats.Shard = index
 	return s, nil
+}
+
+// SetParallel has the shard spread its long passes over memory through p,
+// a runner its runtime supplies (nil: serial, as after NewShard and
+// Restore): the check of each pushed gradient (sgd.Parallel.MaxAbs) and
+// the solver's passes (sgd.Solver.SetParallel). The shard calls p only
+// within Step, and starts no goroutine itself; its results are the same
+// bits with any p.
+func (s *Shard) SetParallel(p sgd.Parallel) {
+	s.par = p
+	s.solver.SetParallel(p)
 }
 
 // Index returns the shard's index.
@@ -257,7 +269,7 @@ func (s *Shard) push(l *member, m Msg) error {
 		s.redone(l, m)
 		return nil
 	}
-	gmax := sgd.MaxAbs(m.Grad) // bounds the update the gradient goes into
+	gmax := s.par.MaxAbs(m.Grad) // bounds the update the gradient goes into
 	if !(gmax <= math.MaxFloat32) {
 		k := sgd.FirstNonFinite(m.Grad)
 		return fmt.Errorf("%w: element %d (flat index %d) is %g", ErrNonFinite, k, s.rng.Lo+k, m.Grad[k])
