@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -168,6 +169,11 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		})
 	}
 	servers := make([]ServerConfig, len(r.Servers))
+	shardsHere := 0
+	for _, k := range r.Servers {
+		shardsHere += len(p.Topology.Servers[k])
+	}
+	updateThreads := cfg.UpdateThreads(len(r.Learners), shardsHere, runtime.GOMAXPROCS(0))
 	for i, k := range r.Servers {
 		var stop <-chan struct{}
 		if j.coord == nil { // else the coordinator's interruption stops them
@@ -175,6 +181,7 @@ func startProcess(ctx context.Context, cfg Config, p ProcessConfig) (*Job, error
 		}
 		servers[i] = cfg.serverConfig(member(RoleServer, k), p.Topology, k, layout, init)
 		servers[i].Listener, servers[i].Stop = p.Listeners.Servers[i], stop
+		servers[i].UpdateThreads = updateThreads
 	}
 	// The shard servers copy their ranges of the initial weights and of a
 	// resume's shards as they start, and let them go (RunServer): nothing

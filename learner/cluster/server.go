@@ -38,6 +38,9 @@ type ServerConfig struct {
 	// and can be restarted with its checkpoint. Closed before the job has
 	// welcomed the server, it stops it at once.
 	Stop <-chan struct{}
+	// UpdateThreads is the goroutines each shard spreads its updates over
+	// (ps.ServerConfig.UpdateThreads; 0: one, its own).
+	UpdateThreads int
 	// OnServe, if set, is called with the shard server's ps.Server once it
 	// serves (after the coordinator welcomed it), so that the caller can
 	// read its live counters (ps.Server.Stats, e.g. for metrics). It must
@@ -121,7 +124,7 @@ func (cfg *ServerConfig) psServer(w welcome) ps.ServerConfig {
 	if pc.DataSize == 0 {
 		pc.DataSize = w.Plan.BatchesPerEpoch() * w.Plan.Batch
 	}
-	s := ps.ServerConfig{PS: pc, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true}
+	s := ps.ServerConfig{PS: pc, Shards: cfg.Shards, Init: cfg.Init, Codec: cfg.Codec, Snapshots: true, UpdateThreads: cfg.UpdateThreads}
 	if cfg.Resume != nil {
 		cfg.Resume.restoreConfig(&s)
 	}

@@ -184,3 +184,13 @@ func (c *Config) WeightsCodec() rdma.Codec {
 func (c *Config) EvalWorkers(learners int) int {
 	return max(c.Workers, 1) * max(learners, 1)
 }
+
+// UpdateThreads returns the goroutines each of the shards shards of a
+// process that runs learners learners spreads its updates over
+// (ps.ServerConfig.UpdateThreads): the threads those learners use
+// together (EvalWorkers; at most procs, the process's GOMAXPROCS),
+// shared out among the shards, at least one. The learners wait for a
+// hardsync update, and the shards of one step update at once.
+func (c *Config) UpdateThreads(learners, shards, procs int) int {
+	return max(1, min(c.EvalWorkers(learners), procs)/max(shards, 1))
+}

@@ -176,6 +176,19 @@ func TestWeightsCodecAndEvalWorkers(t *testing.T) {
 	}
 }
 
+// TestUpdateThreads: each shard of a process spreads its updates over the
+// threads the process's learners use (one learner's share without any),
+// at most GOMAXPROCS, shared out among its shards, at least one.
+func TestUpdateThreads(t *testing.T) {
+	for _, c := range []struct{ workers, learners, shards, procs, want int }{
+		{2, 1, 1, 2, 2}, {2, 1, 2, 2, 1}, {1, 8, 1, 2, 2}, {0, 0, 1, 4, 1}, {3, 0, 1, 1, 1}, {4, 2, 2, 16, 4}, {2, 1, 3, 2, 1},
+	} {
+		if got := (&Config{Workers: c.workers}).UpdateThreads(c.learners, c.shards, c.procs); got != c.want {
+			t.Errorf("%d workers, %d learners, %d shards here, GOMAXPROCS %d: %d update threads, want %d", c.workers, c.learners, c.shards, c.procs, got, c.want)
+		}
+	}
+}
+
 // TestData: a folder of idx files is found by name and named in reports
 // by it; UseData keeps the subsets, refuses images the network does not
 // take and a training set smaller than a round, and leaves the
