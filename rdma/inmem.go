@@ -258,7 +258,7 @@ func (c *inmemConn) deliver(m *Msg) (*Msg, error) {
 	m.Codec, m.Feedback = Codec{ID: id}, nil
 	if p := c.placed(m.Type, m.Shard, m.Seq, len(m.Payload)); p != nil {
 		if id == CodecNone {
-			copy(p, m.Payload)
+			copyPar(p, m.Payload)
 		}
 		m.Borrow(p)
 	}

@@ -183,7 +183,7 @@ func (m *Msg) keep(fill bool) {
 	}
 	t := NewMsg(len(m.Payload))
 	if fill {
-		copy(t.Payload, m.Payload)
+		copyPar(t.Payload, m.Payload)
 	}
 	m.Payload, t.Payload = t.Payload, m.own
 	m.own, m.borrowed, m.held = nil, false, false

@@ -507,6 +507,9 @@ func (c *shmConn) readPayload(ctx context.Context, p []byte, sum bool, crc uint3
 	if err != nil {
 		return crc, err
 	}
+	if !sum { // in one copy, spread over a few cores if large
+		p = p[copyPar(p, src):]
+	}
 	for len(p) > 0 {
 		k := copy(p[:min(uint64(len(p)), c.piece)], src)
 		if sum {
