@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/softsync/softsync/ps/param"
 	"github.com/softsync/softsync/ps/sgd"
@@ -66,8 +68,10 @@ func stepAll(t *testing.T, ss []*Shard, m Msg) Ready {
 	return first
 }
 
+// sameBits reports whether a and b hold the same float32 bit patterns.
 func sameBits(a, b []float32) bool {
-	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+	bs := func(v []float32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)) }
+	return len(a) == len(b) && bytes.Equal(bs(a), bs(b))
 }
 
 // TestShardParallel drives a serial shard and shards with parallel
@@ -89,6 +93,7 @@ func TestShardParallel(t *testing.T) {
 			r := rand.New(rand.NewPCG(31, 32))
 			ss := parShards(t, cfg, randVec(r, parTotal))
 			n := ss[0].Range().Len()
+			grads := randVec(r, n+64) // push k sends grads[7k:][:n]
 			seq := make([]uint64, cfg.Learners)
 			stamp := make([]uint64, cfg.Learners)
 			msg := func(typ MsgType, l int, clock uint64, g []float32) Msg {
@@ -112,7 +117,7 @@ func TestShardParallel(t *testing.T) {
 			}
 			for k := range 9 {
 				l := k % cfg.Learners
-				do(msg(MsgPush, l, stamp[l], randVec(r, n)))
+				do(msg(MsgPush, l, stamp[l], grads[7*k:][:n]))
 				do(msg(MsgPull, l, 0, nil))
 			}
 			if ss[0].Clock() < 3 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/softsync/softsync/kernels/isa"
 	"github.com/softsync/softsync/ps/param"
 )
 
@@ -80,10 +81,11 @@ func TestSpreadCovers(t *testing.T) {
 func TestParallelMaxAbs(t *testing.T) { forImpls(t, testParallelMaxAbs) }
 
 func testParallelMaxAbs(t *testing.T) {
+	raceSkipAsm(t)
 	r := rand.New(rand.NewPCG(21, 22))
 	x := randVec(r, parMin+5*parPiece+3)
 	for _, n := range []int{parMin - 1, parMin, parMin + 1, parMin + 5*parPiece - 1, parMin + 5*parPiece, len(x)} {
-		for _, at := range []int{-1, 0, n - 1, n - 2, n - parPiece/2} {
+		for _, at := range thin([]int{n - 1, -1, 0, n - 2, n - parPiece/2}) {
 			for _, v := range []float32{-1e30, float32(math.Inf(-1)), math.Float32frombits(0xffc00001)} {
 				y := clone(x[:n])
 				if at >= 0 {
@@ -109,8 +111,9 @@ func testParallelMaxAbs(t *testing.T) {
 func TestParallelSameBits(t *testing.T) { forImpls(t, testParallelSameBits) }
 
 func testParallelSameBits(t *testing.T) {
+	raceSkipAsm(t)
 	inf := float32(math.Inf(1))
-	for _, rule := range []string{"staleness", "average", "dc:0.5", "dc-adaptive:2", "gap+staleness"} {
+	for _, rule := range thin([]string{"staleness", "average", "dc:0.5", "dc-adaptive:2", "gap+staleness"}) {
 		cfg := testConfig(LRConstant)
 		if err := cfg.ParseRule(rule); err != nil {
 			t.Fatal(err)
@@ -156,8 +159,9 @@ func testParallelSameBits(t *testing.T) {
 func TestParallelRefused(t *testing.T) { forImpls(t, testParallelRefused) }
 
 func testParallelRefused(t *testing.T) {
+	raceSkipAsm(t)
 	big := bigLayout[3].Offset - bigLo + parMin - 3 // in fc.weight's last piece: lr_mult 2, no decay
-	for _, rule := range []string{"staleness", "dc:0.5", "gap"} {
+	for _, rule := range thin([]string{"staleness", "dc:0.5", "gap"}) {
 		cfg := Config{LR: 0.5, Momentum: 0.5, WeightDecay: 0.004}
 		if err := cfg.ParseRule(rule); err != nil {
 			t.Fatal(err)
@@ -187,6 +191,23 @@ func testParallelRefused(t *testing.T) {
 		if ws[0][big] > -3e38 || ws[0][big] < -math.MaxFloat32 {
 			t.Fatalf("%s: w[%d] = %g after small steps from -3e38", rule, big, ws[0][big])
 		}
+	}
+}
+
+// thin returns the rules a parallel test runs: under the race detector,
+// the first only.
+func thin[T any](v []T) []T {
+	if raceEnabled {
+		return v[:1]
+	}
+	return v
+}
+
+// raceSkipAsm skips a parallel test on the assembly's paths under the
+// race detector, which sees only the Go loops' accesses.
+func raceSkipAsm(t *testing.T) {
+	if raceEnabled && ISA() != isa.Generic {
+		t.Skip("the race detector does not see the assembly's accesses: the Go loops' path runs")
 	}
 }
 
