@@ -129,7 +129,8 @@ static void pool_one(const ss_pool_shape *s, const float *xp, int h0, int h1, in
  * recomputed after the flat loops, which leave them wrong (they read
  * the next row) and skip them in the last row (they would read past the
  * plane). FLAT_PLANE bounds the flat path's h*OW, FLAT_MAX the per-plane
- * arrays kept on the stack (pool_flat_padded's planes may be larger). */
+ * arrays kept on the stack (pool_flat_padded's copies of bands of rows
+ * may be twice as large). */
 enum { FLAT_MAX = 2048, FLAT_PLANE = 1024 };
 
 static int pool_flat(const ss_pool_shape *s, int oh, int ow)
@@ -138,22 +139,32 @@ static int pool_flat(const ss_pool_shape *s, int oh, int ow)
 	return s->pad_w == 0 && (ptrdiff_t)ow * s->stride_w == s->w && (ptrdiff_t)s->h * ow <= FLAT_PLANE;
 }
 
-/* Max pooling without horizontal padding whose rows are longer than
- * OW*S (Caffe's AlexNet: 55 -> 27, 27 -> 13 and 13 -> 6 with 3x3
- * windows of stride 2, the last window reading one column more) runs
- * the flat path on a copy of each plane whose rows are padded with -inf
- * to FW*S floats, FW = max(ceil(W/S), OW): a tap in the padding never
- * beats the window's first tap, which lies inside (strict comparison),
- * so every output and its first arg-max are those of the clipped
- * window. The outputs of columns [OW, FW) are dropped and the arg-max
- * indices mapped back to rows of W floats. */
-static int pool_flat_padded(const ss_pool_shape *s, int oh, int ow, int *fw)
+/* Max pooling whose rows do not fit the flat layout (horizontal padding,
+ * as ResNet's 3x3/2 pooling with padding 1; rows longer than OW*S, as
+ * Caffe's AlexNet's 55 -> 27, 27 -> 13 and 13 -> 6 with 3x3 windows of
+ * stride 2, the last window reading one column more; or planes too large
+ * for the flat path's buffers) runs the flat path on copies of bands of
+ * each plane's rows, each row preceded by P = pad_w copies of its first
+ * element and followed by -inf up to FW*S floats, FW = max(ceil((W +
+ * P)/S), OW). A tap in the right padding never beats the window's first
+ * tap (strict comparison), which is not in it; a window's left padding
+ * only repeats the row's first element, which the window holds next, and
+ * an equal (or NaN) tap never replaces the first: so every output and its
+ * first arg-max are those of the clipped window, infinities included,
+ * once an arg-max in the left padding is mapped to the element it
+ * repeats. The flat path's vertical pass pools the rows (and the
+ * vertical padding) as it does for unpadded planes; the outputs of
+ * columns [OW, FW) are dropped and the arg-max indices mapped back to
+ * rows of W floats. pool_flat_padded returns FW in *fw and the output
+ * rows per band in *band: as many as fit the buffers. */
+static int pool_flat_padded(const ss_pool_shape *s, int oh, int ow, int *fw, int *band)
 {
-	(void)oh;
-	const int S = s->stride_w, w = ss_imax((s->w + S - 1) / S, ow);
+	const int S = s->stride_w, w = ss_imax((s->w + s->pad_w + S - 1) / S, ow);
+	const int rows = ss_imin(FLAT_MAX / w, 2 * FLAT_MAX / (w * S)); /* input rows per band */
 	*fw = w;
-	return s->mode == SS_POOL_MAX && s->pad_w == 0 && (ptrdiff_t)ow * S < s->w && s->kw >= S &&
-	       (ptrdiff_t)s->h * w <= FLAT_MAX && (ptrdiff_t)s->h * w * S <= 2 * FLAT_MAX;
+	*band = rows >= s->kh ? ss_imin((rows - s->kh) / s->stride_h + 1, oh) : 0;
+	return s->mode == SS_POOL_MAX && !pool_flat(s, oh, ow) && s->kw >= S && s->pad_w < s->kw && s->pad_h < s->kh &&
+	       *band > 0;
 }
 
 /* flat_cols returns pb, the number of columns whose window the right edge
@@ -174,14 +185,22 @@ static void flat_widths(const ss_pool_shape *s, int ow, float *cw)
 	}
 }
 
+/* flat_map maps the max path's arg-max indices, into rows of s->w
+ * floats, to rows of rw floats whose first pl columns the rows of s->w
+ * floats lack: index h*s->w + c becomes base + h*rw + max(c - pl, 0). */
+typedef struct {
+	int rw, pl, base;
+} flat_map;
+
 /* flat_forward_s is flat_forward for stride S, inlined with S constant
  * so that the strided loads of the horizontal pass vectorise. The max
  * passes write each tap's result to the other of two buffers: updating
  * a buffer in place with a select compiles to masked stores, which are
- * slow on some CPUs. */
+ * slow on some CPUs. With map, the arg-max indices are mapped before the
+ * vertical pass (flat_forward_padded's planes). */
 static inline __attribute__((always_inline)) void
 flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
-               float *restrict yp, int *restrict mp, const int S)
+               float *restrict yp, int *restrict mp, const flat_map *map, const int S)
 {
 	float hbuf[2][FLAT_MAX];
 	int ibuf[2][FLAT_MAX];
@@ -220,6 +239,13 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 						best = h * w + c;
 				hm[e] = xp[best];
 				hi[e] = best;
+			}
+		if (map)
+			for (int h = 0; h < s->h; h++) {
+				int *r = hi + (ptrdiff_t)h * ow;
+				const int sub = h * (w - map->rw) + map->pl - map->base, first = map->base + h * map->rw;
+				for (int px = 0; px < ow; px++)
+					r[px] = ss_imax(r[px] - sub, first);
 			}
 		for (int py = 0; py < oh; py++) {
 			int h0, h1;
@@ -286,45 +312,59 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 }
 
 SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
-                         float *restrict yp, int *restrict mp)
+                         float *restrict yp, int *restrict mp, const flat_map *map)
 {
 	switch (s->stride_w) {
 	case 1:
-		flat_forward_s(s, oh, ow, xp, yp, mp, 1);
+		flat_forward_s(s, oh, ow, xp, yp, mp, map, 1);
 		break;
 	case 2:
-		flat_forward_s(s, oh, ow, xp, yp, mp, 2);
+		flat_forward_s(s, oh, ow, xp, yp, mp, map, 2);
 		break;
 	case 3:
-		flat_forward_s(s, oh, ow, xp, yp, mp, 3);
+		flat_forward_s(s, oh, ow, xp, yp, mp, map, 3);
 		break;
 	default:
-		flat_forward_s(s, oh, ow, xp, yp, mp, s->stride_w);
+		flat_forward_s(s, oh, ow, xp, yp, mp, map, s->stride_w);
 	}
 }
 
 /* flat_forward_padded is flat_forward for pool_flat_padded's planes:
- * fw output columns over rows of fw*S floats. */
-SS_INLINE void flat_forward_padded(const ss_pool_shape *s, int oh, int ow, int fw, const float *restrict xp,
-                                   float *restrict yp, int *restrict mp)
+ * bands of up to band output rows, each pooled by the flat path as a
+ * plane of its own (fw output columns over rows of fw*S floats) whose
+ * vertical padding is what remains of the plane's above the band. */
+SS_INLINE void flat_forward_padded(const ss_pool_shape *s, int oh, int ow, int fw, int band,
+                                   const float *restrict xp, float *restrict yp, int *restrict mp)
 {
 	float xbuf[2 * FLAT_MAX], ybuf[FLAT_MAX];
 	int mbuf[FLAT_MAX];
+	const int pl = s->pad_w, w = s->w;
 	ss_pool_shape t = *s;
 	t.w = fw * s->stride_w;
-	for (int h = 0; h < s->h; h++) {
-		float *row = xbuf + (ptrdiff_t)h * t.w;
-		memcpy(row, xp + (ptrdiff_t)h * s->w, sizeof(float) * (size_t)s->w);
-		for (int c = s->w; c < t.w; c++)
-			row[c] = -INFINITY;
-	}
-	flat_forward(&t, oh, fw, xbuf, ybuf, mbuf);
-	for (int py = 0; py < oh; py++)
-		for (int px = 0; px < ow; px++) {
-			const int i = mbuf[py * fw + px], h = i / t.w;
-			yp[py * ow + px] = ybuf[py * fw + px];
-			mp[py * ow + px] = i - h * (t.w - s->w);
+	t.pad_w = 0;
+	for (int py0 = 0; py0 < oh; py0 += band) {
+		const int py1 = ss_imin(py0 + band, oh);
+		int r0, r1, h0, h1;
+		pool_window(py0, s->h, s->kh, s->pad_h, s->stride_h, &r0, &h1);
+		pool_window(py1 - 1, s->h, s->kh, s->pad_h, s->stride_h, &h0, &r1);
+		t.h = r1 - r0;
+		t.pad_h = s->pad_h + r0 - py0 * s->stride_h;
+		for (int h = 0; h < t.h; h++) {
+			const float *x = xp + (ptrdiff_t)(r0 + h) * w;
+			float *row = xbuf + (ptrdiff_t)h * t.w;
+			for (int c = 0; c < pl; c++)
+				row[c] = x[0];
+			memcpy(row + pl, x, sizeof(float) * (size_t)w);
+			for (int c = pl + w; c < t.w; c++)
+				row[c] = -INFINITY;
 		}
+		const flat_map map = {.rw = w, .pl = pl, .base = r0 * w};
+		flat_forward(&t, py1 - py0, fw, xbuf, ybuf, mbuf, &map);
+		for (int py = py0; py < py1; py++) {
+			memcpy(yp + (ptrdiff_t)py * ow, ybuf + (ptrdiff_t)(py - py0) * fw, sizeof(float) * (size_t)ow);
+			memcpy(mp + (ptrdiff_t)py * ow, mbuf + (ptrdiff_t)(py - py0) * fw, sizeof(int) * (size_t)ow);
+		}
+	}
 }
 
 /* flat_avg_backward: the adjoint of the average path of flat_forward. */
@@ -566,12 +606,12 @@ SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	const int pb = ss_imax(pa, ss_imin(s->w + s->pad_w >= s->kw ? (s->w + s->pad_w - s->kw) / sw + 1 : 0, ow));
 	int scratch[CHUNK]; /* mask sink for average pooling */
 	const int flat = pool_flat(s, oh, ow);
-	int fw = 0;
-	const int padded = !flat && j->mask && pool_flat_padded(s, oh, ow, &fw);
+	int fw = 0, band = 0;
+	const int padded = j->mask && pool_flat_padded(s, oh, ow, &fw, &band);
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *xp = j->x + q * plane;
 		if (padded) {
-			flat_forward_padded(s, oh, ow, fw, xp, j->y + q * oplane, j->mask + q * oplane);
+			flat_forward_padded(s, oh, ow, fw, band, xp, j->y + q * oplane, j->mask + q * oplane);
 			continue;
 		}
 		if (flat) {
@@ -581,7 +621,7 @@ SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 				continue;
 			}
 #endif
-			flat_forward(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL);
+			flat_forward(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL, NULL);
 			continue;
 		}
 		for (int py = 0; py < oh; py++) {
@@ -616,12 +656,16 @@ SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	const ptrdiff_t plane = (ptrdiff_t)s->h * s->w, oplane = (ptrdiff_t)oh * ow;
 	const int flat = pool_flat(s, oh, ow);
 	/* Every path adds into dx but the flat average one, which writes
-	 * every element. */
-	if (s->mode == SS_POOL_MAX || !flat)
-		memset(j->dx + lo * plane, 0, sizeof(float) * (size_t)((hi - lo) * plane));
+	 * every element: each plane is cleared just before its gradients
+	 * are added, while it is in cache (one clear of all the part's
+	 * planes first wrote them to memory, and the additions read them
+	 * back). */
+	const int clear = s->mode == SS_POOL_MAX || !flat;
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *dyp = j->dy + q * oplane;
 		float *dxp = j->dx + q * plane;
+		if (clear)
+			memset(dxp, 0, sizeof(float) * (size_t)plane);
 		if (s->mode == SS_POOL_MAX) {
 			const int *mp = j->cmask + q * oplane;
 			ptrdiff_t bad = 0;

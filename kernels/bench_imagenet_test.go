@@ -130,14 +130,16 @@ func benchImageNet(b *testing.B, e kernels.Engine, name string) {
 	})
 
 	// AlexNet's max pooling (3×3, stride 2, ceil rounding: each row's
-	// last column is read by its last window only), and global pooling
-	// of ResNet-18's last activation (512 planes of 7×7).
+	// last column is read by its last window only), ResNet-18's (3×3,
+	// stride 2, padding 1, 112×112, 16 images per worker), and global
+	// pooling of ResNet-18's last activation (512 planes of 7×7).
 	for _, c := range []struct {
 		name string
 		s    kernels.PoolShape
 	}{
 		{"alexnet-pool1", kernels.PoolShape{Mode: kernels.MaxPool, N: 32, C: 96, H: 55, W: 55, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
 		{"alexnet-pool2", kernels.PoolShape{Mode: kernels.MaxPool, N: 32, C: 256, H: 27, W: 27, KH: 3, KW: 3, StrideH: 2, StrideW: 2}},
+		{"resnet18-pool", kernels.PoolShape{Mode: kernels.MaxPool, N: 16, C: 64, H: 112, W: 112, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2}},
 	} {
 		s := c.s
 		x, y, dx, mask := big[:s.InputLen()], buf[0][:s.OutputLen()], buf[1][:s.InputLen()], make([]int32, s.OutputLen())

@@ -141,6 +141,9 @@ func TestLevelsAgree(t *testing.T) {
 		{N: 1, C: 2, H: 10, W: 10, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
 		{N: 1, C: 2, H: 7, W: 9, KH: 2, KW: 3, StrideH: 1, StrideW: 1},
 		{N: 1, C: 1, H: 40, W: 40, KH: 4, KW: 4, StrideH: 2, StrideW: 2},
+		{N: 2, C: 3, H: 28, W: 28, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+		{N: 1, C: 2, H: 70, W: 61, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+		{N: 1, C: 2, H: 11, W: 9, KH: 4, KW: 5, PadH: 2, PadW: 2, StrideH: 2, StrideW: 2},
 	} {
 		for _, mode := range []kernels.PoolMode{kernels.MaxPool, kernels.AvgPool} {
 			s.Mode = mode

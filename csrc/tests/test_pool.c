@@ -121,6 +121,13 @@ int main(void)
 		{0, 1, 2, 55, 55, 3, 3, 0, 0, 2, 2},
 		{0, 2, 3, 27, 27, 3, 3, 0, 0, 2, 2},
 		{0, 1, 2, 10, 13, 4, 4, 0, 0, 3, 3},
+		/* Horizontal padding: ResNet's 3x3/2 with padding 1 on a
+		 * smaller plane, odd sizes, padding 2, stride 1, several bands
+		 * of rows. */
+		{0, 1, 2, 28, 28, 3, 3, 1, 1, 2, 2},
+		{0, 1, 2, 13, 11, 3, 3, 1, 1, 2, 2},
+		{0, 2, 1, 11, 9, 4, 5, 2, 2, 2, 2},
+		{0, 1, 1, 70, 61, 3, 3, 1, 1, 1, 1},
 	};
 	test_sizes();
 	/* Serially, then split over three threads down to single planes. */

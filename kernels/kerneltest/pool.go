@@ -3,6 +3,7 @@ package kerneltest
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/softsync/softsync/kernels"
@@ -43,6 +44,31 @@ var poolShapes = []kernels.PoolShape{
 	{N: 1, C: 1, H: 4, W: 4, KH: 1, KW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 2, H: 9, W: 12, KH: 5, KW: 5, StrideH: 3, StrideW: 3}, // two taps past the right edge
 	{N: 1, C: 2, H: 5, W: 8, KH: 3, KW: 3, PadH: 1, StrideH: 2, StrideW: 2},
+	// Horizontal padding (the native engine's padded flat path): ResNet's
+	// 3×3/2 pooling with padding 1 on a smaller plane, odd sizes, padding
+	// 2, stride 1, and planes of several bands of rows.
+	{N: 2, C: 3, H: 28, W: 28, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 1, C: 2, H: 13, W: 11, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 1, C: 2, H: 9, W: 10, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 2, C: 2, H: 11, W: 9, KH: 4, KW: 5, PadH: 2, PadW: 2, StrideH: 2, StrideW: 2},
+	{N: 1, C: 2, H: 7, W: 13, KH: 3, KW: 3, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 1, C: 1, H: 150, W: 40, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 2, StrideW: 2},
+	{N: 1, C: 1, H: 70, W: 61, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	{N: 1, C: 2, H: 9, W: 7, KH: 2, KW: 3, PadW: 1, StrideH: 2, StrideW: 3},
+}
+
+// tied returns n values drawn from {−∞, −1, 0, 1}, so that most windows
+// of max pooling hold ties and some are −∞ throughout.
+func tied(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		if k := r.IntN(6); k == 0 {
+			x[i] = float32(math.Inf(-1))
+		} else {
+			x[i] = float32(min(k, 3) - 2)
+		}
+	}
+	return x
 }
 
 func withMode(s kernels.PoolShape, m kernels.PoolMode) kernels.PoolShape { s.Mode = m; return s }
@@ -141,6 +167,24 @@ func testPool(t *testing.T, e kernels.Engine) {
 				approx(t, "dx", dx, wantDx, naivePoolBackward(s, abs32(dy), arg), 1e-6)
 			})
 		}
+		// Max pooling over ties and −∞: the first arg-max in row-major
+		// order, never one in the padding.
+		s := withMode(s0, kernels.MaxPool)
+		t.Run(fmt.Sprintf("%d/max-ties", i), func(t *testing.T) {
+			r := newRand(uint64(350 + i))
+			x, dy := tied(r, s.InputLen()), uniform(r, s.OutputLen())
+			want, arg := naivePoolForward(s, x)
+			y, mask, dx := make([]float32, s.OutputLen()), make([]int32, s.OutputLen()), output(s.InputLen())
+			e.PoolForward(s, x, y, mask)
+			for o := range arg {
+				if y[o] != float32(want[o]) || int(mask[o]) != arg[o] {
+					t.Fatalf("y[%d] = %g (arg %d), want %g (arg %d)", o, y[o], mask[o], want[o], arg[o])
+				}
+			}
+			e.PoolBackward(s, dy, mask, dx)
+			checkTail(t, "dx", dx, s.InputLen())
+			approx(t, "dx", dx, naivePoolBackward(s, dy, arg), naivePoolBackward(s, abs32(dy), arg), 1e-6)
+		})
 	}
 }
 
