@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,16 +15,75 @@ import (
 	"github.com/softsync/softsync/rdma/transporttest"
 )
 
-// severNet is a process's network whose connections, those it dials and
-// those its listeners accept, can all be closed at once (sever), as a
-// process killed by SIGKILL closes them: its peers see them close and
-// nothing more.
-type severNet struct {
-	rdma.Network
+// severable holds the connections and listeners of a process's network,
+// so that sever can close them all at once, as a process killed by
+// SIGKILL closes them: its peers see them close and nothing more.
+type severable struct {
 	severed atomic.Bool // no send goes out any more
 	mu      sync.Mutex
 	conns   []rdma.Conn
 	lns     []rdma.Listener
+}
+
+// keep records c, for sever to close, and reports whether the network
+// was severed already (read under the lock sever takes, so that c is
+// either among those sever closes or seen severed).
+func (s *severable) keep(c rdma.Conn) (severed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns = append(s.conns, c)
+	return s.severed.Load()
+}
+
+// listener records ln, for sever to close, and returns it with every
+// connection it accepts passed through track.
+func (s *severable) listener(ln rdma.Listener, track func(rdma.Conn) rdma.Conn) rdma.Listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lns = append(s.lns, ln)
+	return severListener{ln, track}
+}
+
+// listens reports whether one of the recorded listeners listens at addr.
+func (s *severable) listens(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.lns, func(ln rdma.Listener) bool { return ln.Addr() == addr })
+}
+
+// sever makes every send fail (the roles go on until their context
+// ends, but send nothing more), then closes the listeners and the
+// connections.
+func (s *severable) sever() {
+	s.severed.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+type severListener struct {
+	rdma.Listener
+	track func(rdma.Conn) rdma.Conn
+}
+
+func (l severListener) Accept(ctx context.Context) (rdma.Conn, error) {
+	c, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.track(c), nil
+}
+
+// severNet is a process's network whose connections, those it dials and
+// those its listeners accept, can all be closed at once (sever).
+type severNet struct {
+	rdma.Network
+	severable
 }
 
 // severConn is a connection of a severNet.
@@ -41,9 +101,7 @@ func (c *severConn) Send(ctx context.Context, m *rdma.Msg) error {
 }
 
 func (n *severNet) track(c rdma.Conn) rdma.Conn {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.conns = append(n.conns, c)
+	n.keep(c)
 	return &severConn{c, n}
 }
 
@@ -55,40 +113,7 @@ func (n *severNet) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	return n.track(c), nil
 }
 
-func (n *severNet) listener(ln rdma.Listener) rdma.Listener {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.lns = append(n.lns, ln)
-	return severListener{ln, n}
-}
-
-// sever makes every send fail (the roles go on until their context
-// ends, but send nothing more), then closes the listeners and the
-// connections.
-func (n *severNet) sever() {
-	n.severed.Store(true)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ln := range n.lns {
-		ln.Close()
-	}
-	for _, c := range n.conns {
-		c.Close()
-	}
-}
-
-type severListener struct {
-	rdma.Listener
-	n *severNet
-}
-
-func (l severListener) Accept(ctx context.Context) (rdma.Conn, error) {
-	c, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.n.track(c), nil
-}
+func (n *severNet) listener(ln rdma.Listener) rdma.Listener { return n.severable.listener(ln, n.track) }
 
 // partsJob runs a job as the processes of a topology, each its own
 // StartProcess over one in-memory network, any of which can be killed

@@ -10,7 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,17 +208,14 @@ type rtProc struct {
 // every connection and listener at once (SIGKILL).
 type rtNet struct {
 	rdma.Network
-	j       *rtJob
-	p       *rtProc
-	life    int
-	sent    atomic.Int64
-	severed atomic.Bool
+	j    *rtJob
+	p    *rtProc
+	life int
+	sent atomic.Int64
 	// pausedUntil: the process is paused (SIGSTOP) until then (Unix ns):
 	// it reads nothing, and what it sends waits
 	pausedUntil atomic.Int64
-	mu          sync.Mutex
-	conns       []rdma.Conn
-	lns         []rdma.Listener
+	severable
 }
 
 type rtConn struct {
@@ -336,12 +332,9 @@ func (c *rtConn) Send(ctx context.Context, m *rdma.Msg) error {
 }
 
 func (n *rtNet) track(c rdma.Conn) rdma.Conn {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.severed.Load() {
+	if n.keep(c) {
 		c.Close()
 	}
-	n.conns = append(n.conns, c)
 	return &rtConn{Conn: c, n: n}
 }
 
@@ -360,10 +353,7 @@ func (n *rtNet) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	own := slices.ContainsFunc(n.lns, func(ln rdma.Listener) bool { return ln.Addr() == addr })
-	n.mu.Unlock()
-	if own {
+	if n.listens(addr) {
 		n.j.mu.Lock()
 		n.j.inside[c.LocalAddr()] = true
 		n.j.mu.Unlock()
@@ -371,37 +361,7 @@ func (n *rtNet) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	return n.track(c), nil
 }
 
-func (n *rtNet) listener(ln rdma.Listener) rdma.Listener {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.lns = append(n.lns, ln)
-	return rtListener{ln, n}
-}
-
-func (n *rtNet) sever() {
-	n.severed.Store(true)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ln := range n.lns {
-		ln.Close()
-	}
-	for _, c := range n.conns {
-		c.Close()
-	}
-}
-
-type rtListener struct {
-	rdma.Listener
-	n *rtNet
-}
-
-func (l rtListener) Accept(ctx context.Context) (rdma.Conn, error) {
-	c, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.n.track(c), nil
-}
+func (n *rtNet) listener(ln rdma.Listener) rdma.Listener { return n.severable.listener(ln, n.track) }
 
 // rtDisk is the simulator's in-memory disk behind a lock (the roles write
 // checkpoints from goroutines of their own), full while full is set.
