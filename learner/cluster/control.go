@@ -134,6 +134,11 @@ type hello struct {
 	// with the mini-batches of each already delivered.
 	Incarnation uint32         `json:"incarnation,omitempty"`
 	Held        []data.Holding `json:"held,omitempty"`
+	// Learner, Rejoin: the coordinator it lost had told it the end of
+	// the data (the data was done: every shard server told to finish),
+	// so that a coordinator restarted since gives up what a shard lacks
+	// once no learner is left to push it again.
+	Ended bool `json:"ended,omitempty"`
 }
 
 type welcome struct {

@@ -137,6 +137,11 @@ type core struct {
 	dispatching bool      // chunks are handed out
 	waitLog     waitLog   // the rendezvous's
 	err         error     // the job failed
+	// dataDone: a coordinator before this one had the data done (a
+	// learner rejoined told the end of the data, or a shard server
+	// final); givingUp: what the shards lack is given up, no learner
+	// being left to push it again (see giveUpIfIdle).
+	dataDone, givingUp bool
 
 	conns    map[connID]*connState
 	servers  []*serverState
@@ -313,6 +318,7 @@ func (c *core) step(ev event, now time.Time) ready {
 		c.committed(ev.version, ev.err)
 	}
 	c.serveWaits()
+	c.giveUpIfIdle()
 	c.check()
 	return c.rd
 }
@@ -423,6 +429,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 		}
 		if h.Final != nil {
 			s.final, s.stats = true, *h.Final
+			c.dataDone = true // told to finish: the data was done
 		}
 		if h.Rejoin && !c.started {
 			c.rejoin = true
@@ -437,7 +444,7 @@ func (c *core) register(conn connID, peer string, h *hello) error {
 			c.log(slog.LevelWarn, "shard server back", "server", p.ID, "addr", h.Addr, "life", s.lives)
 			switch {
 			case !c.dispatching || s.consumed == nil:
-			case !c.finishing:
+			case !c.finishing && !c.givingUp:
 				// Restarted from a checkpoint: what it accepted after it
 				// is gone from its shards; learners compute it again
 				// (the other shards drop what they have).
@@ -607,6 +614,7 @@ func (c *core) rejoinLearner(conn connID, h *hello) error {
 		if l.inc != h.Incarnation {
 			c.retirePushes(l)
 		}
+		c.dataDone = c.dataDone || h.Ended
 		l.inc, l.lives, l.live, l.done, l.held = h.Incarnation, max(l.lives, int(h.Incarnation)+1), true, false, h.Held
 		c.procs = append(c.procs, p)
 		if c.dispatching {
@@ -959,6 +967,49 @@ func (c *core) next(learner int) (data.Chunk, error) {
 	return ch, err
 }
 
+// learnerActive reports whether a learner is live and has not reported
+// done: one that can still be handed work.
+func (c *core) learnerActive() bool {
+	return slices.ContainsFunc(c.learners, func(l *learnerState) bool { return l.live && !l.done })
+}
+
+// giveUpIfIdle gives up what the shards lack (giveUp) as soon as a
+// restarted coordinator that goes on from what the shards have knows
+// that the data was done before it (dataDone: a shard server restarted
+// since, as the head's own, lacks what it had), has mini-batches to hand
+// out, and every learner of the job has rejoined it and reported done:
+// told the end of the data, none will push again. With learners
+// missing, it waits ServerTimeout for them first (onTick): one that
+// comes back not done is handed the work.
+func (c *core) giveUpIfIdle() {
+	if !c.rejoin || !c.dataDone || !c.dispatching || c.finishing || c.givingUp || c.disp.Done() || c.learnerActive() {
+		return
+	}
+	if slices.ContainsFunc(c.learners, func(l *learnerState) bool { return !l.live }) {
+		return
+	}
+	c.giveUp("every learner reported done")
+}
+
+// giveUp ends the data of a restarted coordinator's job whose data was
+// done before it and whose learners are gone or done: every mini-batch
+// counts as delivered, and every shard server is asked what its shards
+// consumed; what a shard lacks is given up (verify), as for a shard server
+// restarted after the data was done under the same coordinator, and the
+// shard servers are then told to finish.
+func (c *core) giveUp(why string) {
+	c.givingUp = true
+	if _, err := c.disp.Rebuild(uint64(c.total)+1, func(uint64) bool { return true }, nil); err != nil {
+		c.fail(err)
+		return
+	}
+	for _, s := range c.servers {
+		s.verified, s.asked = false, false
+	}
+	c.log(slog.LevelWarn, "the data was done before the coordinator was restarted, and no learner is left: what the shards lack is given up", "why", why)
+	c.finishIfDone()
+}
+
 // finishIfDone tells every shard server that the data is done, once it
 // is and every shard server has said what its shards consumed: a
 // mini-batch a shard lacks (it came back from a checkpoint older than the
@@ -998,11 +1049,15 @@ func (c *core) verify(id int, s *serverState, m *consumed) {
 		return
 	}
 	var has ps.BatchSet
+	var lacks []int // giving up: per shard, what it lacks of what the dispatcher counts delivered
 	for i, iv := range m.Shards {
 		set, err := ps.MakeBatchSet(iv)
 		if err != nil {
 			c.fail(fmt.Errorf("%w: %s: shard %d's consumed mini-batches: %v", ErrProtocol, s.proc, c.cfg.Servers[id][i], err))
 			return
+		}
+		if c.givingUp {
+			lacks = append(lacks, c.disp.Missing(set.Contains))
 		}
 		if i > 0 {
 			set = has.Intersect(&set)
@@ -1010,6 +1065,17 @@ func (c *core) verify(id int, s *serverState, m *consumed) {
 		has = set
 	}
 	s.verified, s.asked = true, false
+	if c.givingUp {
+		// No learner is left to push it again (see giveUp).
+		for i, k := range c.cfg.Servers[id] {
+			c.givenUp[k] = uint64(lacks[i])
+		}
+		if n := slices.Max(lacks); n > 0 {
+			c.log(slog.LevelWarn, "mini-batches given up: a shard server lacks them after the data was done, and no learner is left", "server", id, "mini_batches", n)
+		}
+		c.finishIfDone()
+		return
+	}
 	if n := c.disp.Redo(has.Contains); n > 0 {
 		c.log(slog.LevelWarn, "mini-batches handed out again: a shard server lacks them", "server", id, "mini_batches", n)
 	}
@@ -1126,11 +1192,20 @@ func (c *core) onTick() {
 	// needs learners to do what they lack: with none for ServerTimeout
 	// (every learner left, or died, while it was away) the job fails
 	// rather than wait for ever.
-	if c.rejoin && c.dispatching && !c.finishing && c.cfg.ServerTimeout > 0 {
-		if slices.ContainsFunc(c.learners, func(l *learnerState) bool { return l.live && !l.done }) {
+	// When the data was done before it (dataDone), what the shards
+	// lack is given up instead (giveUp).
+	if c.rejoin && c.dispatching && !c.finishing && !c.givingUp && c.cfg.ServerTimeout > 0 {
+		switch {
+		case c.learnerActive():
 			c.learnerAt = c.now
-		} else if c.now.Sub(c.learnerAt) > c.cfg.ServerTimeout {
-			c.fail(fmt.Errorf("%w: no learner for %v to do the %d mini-batches the shards lack", ErrJobFailed, c.cfg.ServerTimeout, len(c.disp.Undelivered())))
+		case c.now.Sub(c.learnerAt) <= c.cfg.ServerTimeout:
+		case c.dataDone:
+			c.giveUp("no learner came back for " + c.cfg.ServerTimeout.String())
+		default:
+			// The dispatcher counts the mini-batches every shard has
+			// (and those delivered since): the rest are lacking, cut
+			// into chunks or not yet.
+			c.fail(fmt.Errorf("%w: no learner for %v to do the %d mini-batches the shards lack", ErrJobFailed, c.cfg.ServerTimeout, c.total-int64(c.disp.Stats().Batches)))
 		}
 	}
 	if c.cfg.Heartbeat > 0 && c.started {

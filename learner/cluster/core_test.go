@@ -865,6 +865,90 @@ func TestCoreRestartedWithoutLearners(t *testing.T) {
 	if !h.rd.done || !errors.Is(h.rd.err, ErrJobFailed) || !strings.Contains(h.rd.err.Error(), "no learner") {
 		t.Fatalf("done %v, err %v; want ErrJobFailed for want of a learner", h.rd.done, h.rd.err)
 	}
+	// The shard has 1, 2 of the job's 8; none of the rest was cut into
+	// chunks yet, and they count.
+	if !strings.Contains(h.rd.err.Error(), "the 6 mini-batches") {
+		t.Errorf("err %v, want the 6 mini-batches the shard lacks", h.rd.err)
+	}
+}
+
+// TestCoreRestartedAfterTheLastReport: the head (the coordinator and
+// shard server 0) dies once the data was done, as the only learner,
+// told the end, sends its last report; it comes back without a
+// checkpoint, its shard server afresh, before shard server 1 was told
+// to finish. The learner rejoins told the end, holding its chunks
+// delivered, and reports done: nobody is left to push what shard 0 lost,
+// so it is given up (as for a shard server restarted after the data was
+// done under the same coordinator), and the job ends rather than wait
+// for a learner and fail.
+func TestCoreRestartedAfterTheLastReport(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 1, ServerTimeout: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Consumed: [][]ps.Interval{nil}})
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 8)}}})
+	var held []data.Holding
+	for first := 0; first < 8; first += 2 {
+		held = append(held, data.Holding{Chunk: data.Chunk{Epoch: 0, First: first, Count: 2, Stride: 1}, Delivered: 2})
+	}
+	l0 := h.hello(Process{Role: RoleLearner, ID: 0}, hello{Rejoin: true, Held: held, Ended: true})
+	ev := h.evaluator()
+	h.expect(s0, tWelcome)
+	h.expect(s1, tWelcome)
+	h.expect(l0, tWelcome)
+	h.expect(ev, tWelcome)
+	for _, hd := range held {
+		h.msg(l0, tComplete, &hd.Chunk)
+	}
+	h.msg(l0, tProgress, &progress{Epochs: []epochLoss{{Epoch: 0, Steps: 8, Loss: 8}}, Done: true})
+	h.expect(l0)
+	h.givesUpShard0(s0, s1, ev, false)
+}
+
+// givesUpShard0 ends a job of corePlan whose restarted coordinator gives
+// up what the shards lack: it asks both shard servers what their shards
+// consumed (shard 0 nothing, shard 1 every mini-batch), tells both to
+// finish, and ends with shard 0's 8 mini-batches given up once they are
+// final (s1Final: shard server 1 already is) and the evaluator measured
+// the final weights.
+func (h *coreHarness) givesUpShard0(s0, s1, ev connID, s1Final bool) {
+	h.t.Helper()
+	h.verify([]connID{s0}, 1, 2, 3, 4, 5, 6, 7, 8)
+	h.verify([]connID{s1})
+	h.expect(s0, tFinish)
+	h.expect(s1, tFinish)
+	h.msg(s0, tFinal, &ps.ServerStats{Shards: []ps.Stats{{}}})
+	if !s1Final {
+		h.msg(s1, tFinal, &ps.ServerStats{Shards: []ps.Stats{{Gradients: 8}}})
+	}
+	h.msg(ev, tEpoch, &epochResult{Epoch: 0})
+	if !h.rd.done || h.rd.err != nil {
+		h.t.Fatalf("done %v, err %v; want the job over", h.rd.done, h.rd.err)
+	}
+	if res := h.rd.result; !slices.Equal(res.GivenUp, []uint64{8, 0}) || res.Chunks.Batches != 8 {
+		h.t.Errorf("given up %v, batches %d; want [8 0], 8", res.GivenUp, res.Chunks.Batches)
+	}
+}
+
+// TestCoreRestartedAfterTheDataLearnerGone: as above, shard server 1
+// told to finish (final) before the head died, and the learner ended for
+// good before it: with no learner for ServerTimeout, what shard 0 lost
+// is given up rather than the job failed.
+func TestCoreRestartedAfterTheDataLearnerGone(t *testing.T) {
+	h := newHarness(t, CoordinatorConfig{Evaluator: true, Learners: 1, ServerTimeout: time.Minute})
+	s0 := h.hello(Process{Role: RoleServer, ID: 0}, hello{Addr: "server0", Shards: []int{0}, Consumed: [][]ps.Interval{nil}})
+	final := &ps.ServerStats{Shards: []ps.Stats{{Gradients: 8}}}
+	s1 := h.hello(Process{Role: RoleServer, ID: 1}, hello{Addr: "server1", Shards: []int{1}, Rejoin: true, Consumed: [][]ps.Interval{{ids(1, 8)}}, Final: final})
+	ev := h.evaluator()
+	h.expect(s0, tWelcome)
+	h.expect(s1, tWelcome)
+	h.expect(ev, tWelcome)
+	h.tick(rejoinGrace)
+	h.tick(30 * time.Second)
+	h.expect(s0)
+	h.tick(31 * time.Second)
+	if h.rd.done {
+		t.Fatalf("the job ended: %v", h.rd.err)
+	}
+	h.givesUpShard0(s0, s1, ev, true)
 }
 
 // TestCoreFreshServerOfRestartedJob: a restarted coordinator's job goes

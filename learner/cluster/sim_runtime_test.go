@@ -844,21 +844,18 @@ func runRuntime(t *testing.T, seed uint64, eng kernels.Engine, verbose bool) (er
 // others); a hardsync round not closed after a learner's link to a
 // restarted shard server broke (seeds 666, 1245 and 14 others: a
 // restored shard's rounds claimed by pushes of its earlier life, as
-// chaosKnown's former 2730).
-var rtKnown = map[uint64]string{
-	// The head (and the shard server of its process) killed as the only
-	// learner sends its last report, and restarted without a checkpoint:
-	// the learner rejoins and reports done, the restarted shard lacks
-	// the job's mini-batches, and no learner is left to push them again
-	// ("no learner for 15s to do the 0 mini-batches the shards lack"; 4
-	// to 7 runs in 100; before the last report went again after the
-	// rejoin, the learner failed the job instead).
-	6048: "a restarted head's shard lacks mini-batches after the only learner reported done",
-	// The same end, once in a run of 10,000 seeds (softsync, one
-	// learner, the head killed at its 46th message), not again in 40
-	// runs of the seed alone.
-	7328: "a restarted head's shard lacks mini-batches after the only learner reported done",
-}
+// chaosKnown's former 2730); the head (and the shard server of its
+// process) killed once the data was done, as the only learner sent its
+// last report, and restarted without a checkpoint: the learner rejoined
+// and reported done, and the restarted shard's lost mini-batches, which
+// no learner was left to push again, failed the job after ServerTimeout
+// (seeds 6048 and 7328). A restarted coordinator now gives them up, as
+// under one coordinator, once it knows the data was done (a shard server
+// rejoins final, or a learner says it was told the end, which the
+// learner records as the reply arrives: its reader may build the rejoin
+// hello before Next takes the reply) and no learner is left:
+// TestCoreRestartedAfterTheLastReport, TestLearnerRejoinHelloEnded.
+var rtKnown = map[uint64]string{}
 
 // rtOutcome is one runtime pass's end.
 type rtOutcome struct {

@@ -477,7 +477,12 @@ type workerCore struct {
 	held map[data.Chunk]*data.Holding
 	ids  map[uint64]batchPos
 	news map[data.Chunk]bool
-	err  error // the job's end: the coordinator stopped it
+	// ended: the coordinator told it the end of the data (its rejoin
+	// hello says so: a coordinator restarted since then knows the data
+	// was done). Set as the reply arrives, before Next takes it: the
+	// reader builds the rejoin hello when the connection fails next.
+	ended bool
+	err   error // the job's end: the coordinator stopped it
 }
 
 func newWorkerCore(w welcome) *workerCore {
@@ -574,9 +579,10 @@ func (c *workerCore) unsent(p progress) {
 }
 
 // rejoinHello is the hello of an attempt to rejoin: the learner's
-// incarnation, its chunks and what of them was delivered.
+// incarnation, its chunks and what of them was delivered, and whether it
+// was told the end of the data.
 func (c *workerCore) rejoinHello() hello {
-	h := hello{Incarnation: c.inc}
+	h := hello{Incarnation: c.inc, Ended: c.ended}
 	for _, key := range slices.SortedFunc(maps.Keys(c.held), compareChunks) {
 		h.Held = append(h.Held, *c.held[key])
 	}
@@ -620,6 +626,7 @@ func (c *workerCore) command(t rdma.Type, b []byte) workerCmd {
 			return workerCmd{end: true}
 		}
 		c.asking = nil
+		c.ended = c.ended || rep.End
 		return workerCmd{chunk: &rep}
 	case tAddr:
 		var a addr

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/softsync/softsync/learner/data"
 	"github.com/softsync/softsync/rdma"
 )
 
@@ -124,4 +125,36 @@ func TestLearnerLastReportAfterRejoin(t *testing.T) {
 		}
 		r.ctrl().conn.Close()
 	})
+}
+
+// TestLearnerRejoinHelloEnded: a learner told the end of the data says
+// so when it rejoins (a restarted coordinator then knows the data was
+// done), from the moment the reply arrives: the reader, which builds the
+// rejoin hello when the connection fails next, may do so before Next has
+// taken the reply. One told it is idle does not.
+func TestLearnerRejoinHelloEnded(t *testing.T) {
+	c := newWorkerCore(welcome{})
+	reply := func(rep chunkReply) workerCmd {
+		t.Helper()
+		b, err := ctrlData(tChunk, rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.command(tChunk, b)
+	}
+	c.ask(false)
+	if cmd := reply(chunkReply{Idle: true}); cmd.chunk == nil || !cmd.chunk.Idle {
+		t.Fatalf("idle reply: %+v", cmd)
+	}
+	if h := c.rejoinHello(); h.Ended {
+		t.Errorf("rejoin hello %+v after an idle reply, want not ended", h)
+	}
+	c.ask(true)
+	cmd := reply(chunkReply{End: true})
+	if h := c.rejoinHello(); !h.Ended {
+		t.Errorf("rejoin hello %+v once the end arrived, want ended", h)
+	}
+	if _, err := c.took(*cmd.chunk); !errors.Is(err, data.ErrEnd) {
+		t.Fatalf("end reply: %v", err)
+	}
 }
