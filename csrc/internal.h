@@ -180,6 +180,24 @@ void ss_wgrad(int threads, const ss_conv_shape *s, const float *x, const float *
  * kernel runs; the results stay within rounding of the defaults'. */
 void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
 
+/* Matrix products with one small dimension at level AVX2 (smallgemm.c).
+ * ss_gemm_small reports whether they run a product whose small dimension
+ * is small and whose large operand is p x q. ss_gemm_small_nt computes
+ * c = a b^T (c: m x n, a: m x k, b: n x k, n small) and ss_gemm_small_tn
+ * c = a^T b (a: k x m, b: k x n, k small), c's rows ldc apart and
+ * overwritten; ss_fc_mid_forward is a fully connected layer's forward pass
+ * (y = x w^T + b, b may be NULL; n rows small) and ss_fc_mid_wgrad its
+ * weight gradient (dw = dy^T x). Each returns 0, having done nothing, for
+ * a product ss_gemm_small declines or when out of memory. */
+int ss_gemm_small(int isa, int small, int p, int q);
+int ss_gemm_small_nt(int isa, int threads, int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                     float *c, int ldc);
+int ss_gemm_small_tn(int isa, int threads, int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                     float *c, int ldc);
+int ss_fc_mid_forward(int isa, int threads, int n, int in, int out, const float *x, const float *w,
+                      const float *b, float *y);
+int ss_fc_mid_wgrad(int isa, int threads, int n, int in, int out, const float *x, const float *dy, float *dw);
+
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }
 

@@ -648,6 +648,8 @@ void ss_fc_forward(int isa, int threads, int n, int in, int out, const float *x,
 		return;
 	}
 #endif
+	if (ss_fc_mid_forward(isa, threads, n, in, out, x, w, b, y))
+		return;
 	ss_sgemm(threads, 0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 	if (b == NULL)
 		return;
@@ -673,7 +675,8 @@ void ss_fc_backward(int isa, int threads, int n, int in, int out, const float *x
 	} else
 #endif
 	{
-		ss_sgemm(threads, 1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
+		if (!ss_fc_mid_wgrad(isa, threads, n, in, out, x, dy, dw))
+			ss_sgemm(threads, 1, 0, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
 		if (dx)
 			ss_sgemm(threads, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 	}

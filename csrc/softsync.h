@@ -160,6 +160,15 @@ void ss_sgemm(int threads, int trans_a, int trans_b, int m, int n, int k, float 
               const float *a, int lda, const float *b, int ldb,
               float beta, float *c, int ldc);
 
+/* ss_gemm is ss_sgemm at instruction-set level isa: products with
+ * alpha = 1, beta = 0 and one small dimension (C = A*B^T with 9 to 64
+ * columns, C = A^T*B with 9 to 64 rows of A and B) whose large operand
+ * holds a million floats or more run at level AVX2 on softsync's own
+ * kernels, which read it where it lies (smallgemm.c); the rest, and any
+ * product when memory for their copies is short, on OpenBLAS. */
+void ss_gemm(int isa, int threads, int trans_a, int trans_b, int m, int n, int k, float alpha,
+             const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
 /* ss_sgemm_loop calls cblas_sgemm reps times (no transposes, packed
  * operands) on threads OpenBLAS threads (as ss_sgemm) and returns the
  * elapsed seconds: the raw C baseline that the Go API's overhead is

@@ -17,6 +17,7 @@
 #include "../csrc/direct.c"
 #include "../csrc/direct512.c"
 #include "../csrc/dropout.c"
+#include "../csrc/smallgemm.c"
 #include "../csrc/isa.c"
 #include "../csrc/im2col.c"
 #include "../csrc/image.c"

@@ -9,8 +9,8 @@ package kernels
 // so arguments may stay on the Go stack (no allocation per call); the C
 // threads that share a call's work finish before it returns, while the
 // calling goroutine's stack cannot move.
-#cgo noescape ss_sgemm
-#cgo nocallback ss_sgemm
+#cgo noescape ss_gemm
+#cgo nocallback ss_gemm
 #cgo noescape ss_conv_group
 #cgo noescape ss_conv_pass_method
 #cgo nocallback ss_conv_pass_method
@@ -211,7 +211,7 @@ func (e native) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 		return
 	}
 	yieldSlice()
-	C.ss_sgemm(e.threads, cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
+	C.ss_gemm(e.isa, e.threads, cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		fptr(a), C.int(lda), fptr(b), C.int(ldb), C.float(beta), fptr(c), C.int(ldc))
 }
 

@@ -23,6 +23,19 @@ func testGemm(t *testing.T, e kernels.Engine) {
 			}
 		}
 	}
+	// Products with one small dimension and a large operand, which the
+	// native engine runs on kernels of its own at level AVX2 with alpha =
+	// 1 and beta = 0 (C = A·Bᵀ with 9 to 64 columns, C = Aᵀ·B with 9 to 64
+	// rows of A and B), and the same shapes with other scalars.
+	for _, c := range []struct {
+		tA, tB  bool
+		m, n, k int
+	}{{false, true, 1030, 20, 1100}, {false, true, 1021, 64, 1029}, {true, false, 1040, 1030, 33}, {true, false, 1031, 1027, 9}} {
+		for _, ab := range scalars[:2] {
+			name := fmt.Sprintf("%dx%dx%d/tA=%v/tB=%v/alpha=%g/beta=%g", c.m, c.n, c.k, c.tA, c.tB, ab[0], ab[1])
+			t.Run(name, func(t *testing.T) { gemmCase(t, e, r.Uint64(), c.tA, c.tB, c.m, c.n, c.k, ab[0], ab[1]) })
+		}
+	}
 }
 
 // gemmCase runs one Gemm with leading dimensions larger than the minimum;

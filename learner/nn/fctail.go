@@ -256,8 +256,9 @@ func (t *tail) forward(w int, test bool, labels []int32, lo, hi int) float32 {
 	for _, f := range t.fcs {
 		c0, c1 := f.cols[w][0], f.cols[w][1]
 		if c1 > c0 {
-			// yᵀ = w·xᵀ: OpenBLAS runs it 1.5 times as fast as y = x·wᵀ
-			// for AlexNet's fc6 (32 images, 2048 of its 4096 outputs).
+			// yᵀ = w·xᵀ: a product with few columns, which the native
+			// engine runs on its own kernels (OpenBLAS, 1.5 times as fast
+			// as y = x·wᵀ, for AlexNet's fc6 at 32 images otherwise).
 			yt := t.yt[w]
 			t.e.Gemm(false, true, c1-c0, t.n, f.in, 1, f.w[c0*f.in:], f.in, f.x, f.in, 0, yt, t.n)
 			for r := range t.n {
