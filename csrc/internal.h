@@ -180,6 +180,12 @@ void ss_wgrad(int threads, const ss_conv_shape *s, const float *x, const float *
  * kernel runs; the results stay within rounding of the defaults'. */
 void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
 
+/* ss_winograd_set_test sets the tiles of one block of the Winograd
+ * convolution (winograd.c; 0: the default), so that tests cross block
+ * boundaries inside images with small shapes. Not safe while a kernel
+ * runs. */
+void ss_winograd_set_test(ptrdiff_t tiles);
+
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }
 

@@ -24,3 +24,4 @@
 #include "../csrc/parallel.c"
 #include "../csrc/pool.c"
 #include "../csrc/wgrad.c"
+#include "../csrc/winograd.c"
