@@ -422,6 +422,13 @@ static void wino_block(wino_job *j, ptrdiff_t r0)
 	j->nseg = (int)((r0 + j->rb - 1) / j->g.th) - j->n0 + 1;
 }
 
+/* wino_each runs a transform over the block's items: per items for each
+ * of its tile rows. */
+static void wino_each(int threads, const ss_range_fn fn, ptrdiff_t per, wino_job *j)
+{
+	ss_parallel_for(threads, per * j->rb, ss_grain(16 * (ptrdiff_t)j->g.tw), fn, j);
+}
+
 void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
                               const float *b, float *y, float *ws)
 {
@@ -434,13 +441,11 @@ void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, cons
 	ss_parallel_for(threads, u, ss_grain(16), wino_weights_part_isa[l], &j);
 	for (ptrdiff_t r0 = 0; r0 < all; r0 += j.g.rows) {
 		wino_block(&j, r0);
-		const int t = (int)j.t;
-		const ptrdiff_t grain = ss_grain(16 * (ptrdiff_t)j.g.tw);
-		ss_parallel_for(threads, (ptrdiff_t)s->c * j.rb, grain, wino_input_part_isa[l], &j);
+		wino_each(threads, wino_input_part_isa[l], s->c, &j);
 		for (int xi = 0; xi < WINO_POS; xi++)
-			ss_sgemm(threads, 0, 0, s->oc, t, s->c, 1.0f, j.U + xi * u, s->c, j.V + xi * s->c * j.t, t,
-			         0.0f, j.M + xi * s->oc * j.t, t);
-		ss_parallel_for(threads, (ptrdiff_t)s->oc * j.rb, grain, wino_output_part_isa[l], &j);
+			ss_sgemm(threads, 0, 0, s->oc, (int)j.t, s->c, 1.0f, j.U + xi * u, s->c, j.V + xi * s->c * j.t,
+			         (int)j.t, 0.0f, j.M + xi * s->oc * j.t, (int)j.t);
+		wino_each(threads, wino_output_part_isa[l], s->oc, &j);
 	}
 }
 
@@ -463,10 +468,9 @@ void ss_conv_winograd_backward(int isa, int threads, const ss_conv_shape *s, con
 	for (ptrdiff_t r0 = 0; r0 < all; r0 += j.g.rows) {
 		wino_block(&j, r0);
 		const int t = (int)j.t;
-		const ptrdiff_t grain = ss_grain(16 * (ptrdiff_t)j.g.tw);
-		ss_parallel_for(threads, (ptrdiff_t)s->oc * j.rb, grain, wino_dy_part_isa[l], &j);
+		wino_each(threads, wino_dy_part_isa[l], s->oc, &j);
 		if (dw) {
-			ss_parallel_for(threads, (ptrdiff_t)s->c * j.rb, grain, wino_input_part_isa[l], &j);
+			wino_each(threads, wino_input_part_isa[l], s->c, &j);
 			for (int xi = 0; xi < WINO_POS; xi++)
 				ss_sgemm(threads, 0, 1, s->oc, s->c, t, 1.0f, j.M + xi * s->oc * j.t, t,
 				         j.V + xi * s->c * j.t, t, r0 == 0 ? 0.0f : 1.0f, dU + xi * u, s->c);
