@@ -26,8 +26,10 @@
  * M[xi] at M + xi*OC*T. The transforms run on our threads
  * (ss_parallel_for), items being (channel, tile row) pairs, and read and
  * write rows through even/odd split copies of padded rows so that every
- * loop over tiles is unit-stride and vectorises; they are compiled per
- * instruction-set level (SS_ISA_VARIANTS). The GEMMs run on OpenBLAS's
+ * loop over tiles is unit-stride and vectorises (ivdep: the rows a loop
+ * reads and writes never overlap, which GCC cannot prove within the
+ * scratch and V and M); they are compiled per instruction-set level
+ * (SS_ISA_VARIANTS). The GEMMs run on OpenBLAS's
  * threads, so the bits depend on the thread count.
  *
  * The input gradient overlaps between tile rows: a tile row's last two
@@ -187,6 +189,7 @@ SS_INLINE void wino_input_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		const float *restrict d0 = rows, *restrict d1 = rows + len, *restrict d2 = rows + 2 * len,
 		                      *restrict d3 = rows + 3 * len;
 		float *restrict ee = e, *restrict eo = e + 4 * e1;
+#pragma GCC ivdep
 		for (ptrdiff_t m = 0; m < e1; m++) {
 			const float a0 = d0[2 * m], a1 = d1[2 * m], a2 = d2[2 * m], a3 = d3[2 * m];
 			const float b0 = d0[2 * m + 1], b1 = d1[2 * m + 1], b2 = d2[2 * m + 1], b3 = d3[2 * m + 1];
@@ -197,6 +200,7 @@ SS_INLINE void wino_input_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 			const float *restrict ev = ee + k * e1, *restrict od = eo + k * e1;
 			float *restrict v0 = j->V + (4 * k) * xs + c * j->t + rr * tw;
 			float *restrict v1 = v0 + xs, *restrict v2 = v1 + xs, *restrict v3 = v2 + xs;
+#pragma GCC ivdep
 			for (ptrdiff_t m = 0; m < tw; m++) {
 				v0[m] = ev[m] - ev[m + 1];
 				v1[m] = od[m] + ev[m + 1];
@@ -222,6 +226,7 @@ SS_INLINE void wino_output_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		const ptrdiff_t n = r / j->g.th, tr = r % j->g.th;
 		const float *restrict m0 = j->M + oc * j->t + rr * tw;
 		const float bias = j->b ? j->b[oc] : 0.0f;
+#pragma GCC ivdep
 		for (ptrdiff_t m = 0; m < tw; m++) {
 			float s0[4], s1[4];
 			for (int c = 0; c < 4; c++) {
@@ -278,6 +283,7 @@ SS_INLINE void wino_dy_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		}
 		const float *restrict r0 = rows, *restrict r1 = rows + len;
 		float *restrict d = j->M + oc * j->t + rr * tw;
+#pragma GCC ivdep
 		for (ptrdiff_t m = 0; m < tw; m++) {
 			const float e0 = r0[2 * m], o0 = r0[2 * m + 1], e1 = r1[2 * m], o1 = r1[2 * m + 1];
 			const float g0[4] = {e0, e0 + o0, e0 - o0, -o0};
@@ -343,6 +349,7 @@ SS_INLINE void wino_dx_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		float *plane = j->dx + n * j->xn + c * j->xc;
 		for (ptrdiff_t tr = a; tr < b; tr++) {
 			const float *restrict v = j->V + c * j->t + (n * th + tr - j->r0) * tw;
+#pragma GCC ivdep
 			for (ptrdiff_t m = 0; m < tw; m++) {
 				float h[4][4];
 				for (int k = 0; k < 4; k++) {
