@@ -9,10 +9,11 @@
  *   Bt = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
  *   G  = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],   At = [1 1 1 0; 0 1 -1 -1],
  * and xi = 4*k + j indexing the 16 positions of a 4 x 4 transform:
- *   U[xi][oc][c] = (G w[oc][c] Gt)[k][j]      weights
+ *   U[oc][xi][c] = (G w[oc][c] Gt)[k][j]      weights
  *   V[xi][c][t]  = (Bt d[c][t] B)[k][j]       input tiles
  *   M[xi]        = U[xi] V[xi]                16 GEMMs (OC x C times C x T)
  *   y tile       = At M A (+ bias).
+ * U[xi], the OC x C matrix of position xi, has rows 16*C floats apart.
  * The gradients are those of this computation, so every pass shares the
  * transforms: with dM = A dy At (the 2 x 2 output-gradient tile, zero
  * where cropped),
@@ -107,12 +108,16 @@ typedef struct {
 	float *scratch;
 } wino_job;
 
-/* U from w: items oc*C + c. Rows first (t = G w), then columns. */
+/* U from w: items oc*C + c. Rows first (t = G w), then columns. U holds
+ * the 16 positions of an output channel together, [oc][xi][c], so that
+ * the 16 rows written stay within 16*C floats (the GEMMs read U[xi] as
+ * OC x C with rows 16*C apart); dU likewise. */
 SS_INLINE void wino_weights_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const wino_job *j = ctx;
-	const ptrdiff_t stride = (ptrdiff_t)j->s->oc * j->s->c;
+	const ptrdiff_t stride = j->s->c;
+#pragma GCC ivdep
 	for (ptrdiff_t i = lo; i < hi; i++) {
 		const float *w = j->w + i * 9;
 		float t[4][3];
@@ -122,7 +127,7 @@ SS_INLINE void wino_weights_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 			t[2][b] = 0.5f * (w[b] - w[3 + b] + w[6 + b]);
 			t[3][b] = w[6 + b];
 		}
-		float *u = j->U + i;
+		float *u = j->U + i + i / stride * (WINO_POS - 1) * stride;
 		for (int k = 0; k < 4; k++) {
 			u[(4 * k + 0) * stride] = t[k][0];
 			u[(4 * k + 1) * stride] = 0.5f * (t[k][0] + t[k][1] + t[k][2]);
@@ -137,9 +142,10 @@ SS_INLINE void wino_wgrad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 {
 	(void)part;
 	const wino_job *j = ctx;
-	const ptrdiff_t stride = (ptrdiff_t)j->s->oc * j->s->c;
+	const ptrdiff_t stride = j->s->c;
+#pragma GCC ivdep
 	for (ptrdiff_t i = lo; i < hi; i++) {
-		const float *u = j->U + i;
+		const float *u = j->U + i + i / stride * (WINO_POS - 1) * stride;
 		float r[4][3];
 		for (int k = 0; k < 4; k++) {
 			const float u0 = u[(4 * k) * stride], u1 = u[(4 * k + 1) * stride];
@@ -450,8 +456,8 @@ void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, cons
 		wino_block(&j, r0);
 		wino_each(threads, wino_input_part_isa[l], s->c, &j);
 		for (int xi = 0; xi < WINO_POS; xi++)
-			ss_sgemm(threads, 0, 0, s->oc, (int)j.t, s->c, 1.0f, j.U + xi * u, s->c, j.V + xi * s->c * j.t,
-			         (int)j.t, 0.0f, j.M + xi * s->oc * j.t, (int)j.t);
+			ss_sgemm(threads, 0, 0, s->oc, (int)j.t, s->c, 1.0f, j.U + xi * s->c, WINO_POS * s->c,
+			         j.V + xi * s->c * j.t, (int)j.t, 0.0f, j.M + xi * s->oc * j.t, (int)j.t);
 		wino_each(threads, wino_output_part_isa[l], s->oc, &j);
 	}
 }
@@ -480,14 +486,15 @@ void ss_conv_winograd_backward(int isa, int threads, const ss_conv_shape *s, con
 			wino_each(threads, wino_input_part_isa[l], s->c, &j);
 			for (int xi = 0; xi < WINO_POS; xi++)
 				ss_sgemm(threads, 0, 1, s->oc, s->c, t, 1.0f, j.M + xi * s->oc * j.t, t,
-				         j.V + xi * s->c * j.t, t, r0 == 0 ? 0.0f : 1.0f, dU + xi * u, s->c);
+				         j.V + xi * s->c * j.t, t, r0 == 0 ? 0.0f : 1.0f, dU + xi * s->c,
+				         WINO_POS * s->c);
 		}
 		if (dx == NULL)
 			continue;
 		/* dV overwrites V, which the weight gradient has used. */
 		for (int xi = 0; xi < WINO_POS; xi++)
-			ss_sgemm(threads, 1, 0, s->c, t, s->oc, 1.0f, U + xi * u, s->c, j.M + xi * s->oc * j.t, t, 0.0f,
-			         j.V + xi * s->c * j.t, t);
+			ss_sgemm(threads, 1, 0, s->c, t, s->oc, 1.0f, U + xi * s->c, WINO_POS * s->c,
+			         j.M + xi * s->oc * j.t, t, 0.0f, j.V + xi * s->c * j.t, t);
 		ss_parallel_for(threads, (ptrdiff_t)s->c * j.nseg, ss_grain(4 * (ptrdiff_t)j.g.th * j.g.tw),
 		                wino_dx_part_isa[l], &j);
 	}

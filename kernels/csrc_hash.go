@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "40084e2d69fe4b793bc6db0e3b8b52bc73c39a7bd738f7b2a22e1610468862fb"
+const csrcHash = "9e753a667ecb869fd01b8ef4a41fad46cef9c3b9e8b824e6fb0e6c032122e3ec"
