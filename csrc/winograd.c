@@ -108,6 +108,14 @@ typedef struct {
 	float *scratch;
 } wino_job;
 
+/* wino_u returns where item i = oc*C + c of the weight transforms keeps
+ * its position 0 in U (or dU); position xi is xi*C floats on. */
+SS_INLINE float *wino_u(const wino_job *j, ptrdiff_t i)
+{
+	const ptrdiff_t c = j->s->c;
+	return j->U + i + i / c * (WINO_POS - 1) * c;
+}
+
 /* U from w: items oc*C + c. Rows first (t = G w), then columns. U holds
  * the 16 positions of an output channel together, [oc][xi][c], so that
  * the 16 rows written stay within 16*C floats (the GEMMs read U[xi] as
@@ -117,7 +125,6 @@ SS_INLINE void wino_weights_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 	(void)part;
 	const wino_job *j = ctx;
 	const ptrdiff_t stride = j->s->c;
-#pragma GCC ivdep
 	for (ptrdiff_t i = lo; i < hi; i++) {
 		const float *w = j->w + i * 9;
 		float t[4][3];
@@ -127,7 +134,7 @@ SS_INLINE void wino_weights_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 			t[2][b] = 0.5f * (w[b] - w[3 + b] + w[6 + b]);
 			t[3][b] = w[6 + b];
 		}
-		float *u = j->U + i + i / stride * (WINO_POS - 1) * stride;
+		float *u = wino_u(j, i);
 		for (int k = 0; k < 4; k++) {
 			u[(4 * k + 0) * stride] = t[k][0];
 			u[(4 * k + 1) * stride] = 0.5f * (t[k][0] + t[k][1] + t[k][2]);
@@ -143,9 +150,8 @@ SS_INLINE void wino_wgrad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	(void)part;
 	const wino_job *j = ctx;
 	const ptrdiff_t stride = j->s->c;
-#pragma GCC ivdep
 	for (ptrdiff_t i = lo; i < hi; i++) {
-		const float *u = j->U + i + i / stride * (WINO_POS - 1) * stride;
+		const float *u = wino_u(j, i);
 		float r[4][3];
 		for (int k = 0; k < 4; k++) {
 			const float u0 = u[(4 * k) * stride], u1 = u[(4 * k + 1) * stride];
