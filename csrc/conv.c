@@ -71,14 +71,14 @@ static int direct_pays(int isa, const ss_conv_shape *s, int pass)
  * multiplications per output pixel and channel pair where the others do
  * 9, in 16 GEMMs of OC x C by C x tiles, which OpenBLAS runs about as
  * fast as the direct kernels run theirs. On ResNet-18's 3 x 3 layers at
- * 16 images on one thread that is 1.6-2.0x on 128 channels of 28 x 28 and
- * 256 of 14 x 14 (110-140 against 65-80 cpu-GFLOP/s, counted as direct
- * FLOPs), 1.05-1.3x on 64 channels of 56 x 56 and 1.0-1.4x on 512 of
- * 7 x 7, whose 4 x 4 tiles compute 64 outputs for 49 (the forward pass
- * there about even); on AlexNet's conv3 and conv4 (13 x 13, 192-384
- * channels) 1.3-1.7x, conv5 even forward. Fewer channels were not
- * measured. At level AVX-512 the direct kernels and OpenBLAS's 512-bit
- * GEMMs stay. */
+ * 16 images on one thread (cpu-GFLOP/s counted as direct FLOPs) that is
+ * 1.4-1.6x on 64 channels of 56 x 56 (103-115 against 71-76), 1.4-1.9x
+ * on 128 of 28 x 28 (107-133 against 67-75), 1.9-2.0x on 256 of 14 x 14
+ * (140-149 against 69-80) and 1.1-1.6x on 512 of 7 x 7 (93-112 against
+ * 63-82), whose 4 x 4 tiles compute 64 outputs for 49; on AlexNet's
+ * conv3 and conv4 (13 x 13, 192-384 channels) 1.4x forward, conv5 even.
+ * Fewer channels were not measured. At level AVX-512 the direct kernels
+ * and OpenBLAS's 512-bit GEMMs stay (not measured against it). */
 static int winograd_pays(int isa, const ss_conv_shape *s, int pass)
 {
 	(void)pass;
