@@ -1,6 +1,7 @@
-/* Batched convolution: direct kernels for stride 1 at levels AVX2 and
- * AVX-512 (direct.c, direct512.c), otherwise one GEMM per group of g
- * images.
+/* Batched convolution: Winograd's F(2x2, 3x3) around 16 GEMMs for 3 x 3
+ * kernels of stride 1 (winograd.c), direct kernels for stride 1 at levels
+ * AVX2 and AVX-512 (direct.c, direct512.c), otherwise one GEMM per group
+ * of g images.
  *
  * With P = OH*OW output pixels, K = C*kh*kw and L = C*H*W, the group's
  * column matrix col (K x P*g) feeds
@@ -64,8 +65,30 @@ static int direct_pays(int isa, const ss_conv_shape *s, int pass)
 	return ow >= 16;
 }
 
+/* winograd_pays reports whether Winograd's F(2x2, 3x3) (winograd.c) beats
+ * the other methods on a shape it supports, for one pass. At level AVX2,
+ * for every pass once both channel counts are at least 64: it does 4
+ * multiplications per output pixel and channel pair where the others do
+ * 9, in 16 GEMMs of OC x C by C x tiles, which OpenBLAS runs about as
+ * fast as the direct kernels run theirs. On ResNet-18's 3 x 3 layers at
+ * 16 images on one thread (cpu-GFLOP/s counted as direct FLOPs) that is
+ * 1.4-1.6x on 64 channels of 56 x 56 (103-115 against 71-76), 1.4-1.9x
+ * on 128 of 28 x 28 (107-133 against 67-75), 1.9-2.0x on 256 of 14 x 14
+ * (140-149 against 69-80) and 1.1-1.6x on 512 of 7 x 7 (93-112 against
+ * 63-82), whose 4 x 4 tiles compute 64 outputs for 49; on AlexNet's
+ * conv3 and conv4 (13 x 13, 192-384 channels) 1.4x forward, conv5 even.
+ * Fewer channels were not measured. At level AVX-512 the direct kernels
+ * and OpenBLAS's 512-bit GEMMs stay (not measured against it). */
+static int winograd_pays(int isa, const ss_conv_shape *s, int pass)
+{
+	(void)pass;
+	return ss_isa(isa) == SS_ISA_AVX2 && s->c >= 64 && s->oc >= 64;
+}
+
 int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
 {
+	if (ss_conv_winograd_supported(s) && winograd_pays(isa, s, pass))
+		return SS_CONV_WINOGRAD;
 	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s, pass))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
@@ -96,7 +119,7 @@ ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int gr
                             int backward)
 {
 	const ptrdiff_t m = method_workspace(isa, threads, s, group, method, backward);
-	if (!backward || !ss_wgrad_supported(isa, s))
+	if (!backward || method == SS_CONV_WINOGRAD || !ss_wgrad_supported(isa, s))
 		return m;
 	const ptrdiff_t w = ss_wgrad_workspace(threads, s);
 	return w > m ? w : m;
@@ -107,6 +130,8 @@ static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, 
 {
 	if (method == SS_CONV_DIRECT)
 		return ss_conv_direct_workspace(isa, threads, s, backward);
+	if (method == SS_CONV_WINOGRAD)
+		return ss_conv_winograd_workspace(threads, s, backward);
 	const ptrdiff_t gp = (ptrdiff_t)group * conv_p(s);
 	const ptrdiff_t gl = group > 1 && method == SS_CONV_CHWN ? (ptrdiff_t)group * conv_l(s) : 0;
 	ptrdiff_t need = conv_k(s) * gp + gl;
@@ -272,6 +297,10 @@ void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, in
 		ss_conv_direct_forward(isa, threads, s, x, w, b, y, ws, ws_len);
 		return;
 	}
+	if (method == SS_CONV_WINOGRAD) {
+		ss_conv_winograd_forward(isa, threads, s, x, w, b, y, ws);
+		return;
+	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
@@ -322,6 +351,10 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
+	if (method == SS_CONV_WINOGRAD) {
+		ss_conv_winograd_backward(isa, threads, s, x, w, dy, dx, dw, db, ws);
+		return;
+	}
 	if (dw && ss_wgrad_supported(isa, s)) {
 		/* The weight gradient as one GEMM over the batch, then the
 		 * method's input gradient alone. */

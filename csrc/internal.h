@@ -198,6 +198,12 @@ int ss_fc_mid_forward(int isa, int threads, int n, int in, int out, const float 
                       const float *b, float *y);
 int ss_fc_mid_wgrad(int isa, int threads, int n, int in, int out, const float *x, const float *dy, float *dw);
 
+/* ss_winograd_set_test sets the tiles of one block of the Winograd
+ * convolution (winograd.c; 0: the default), so that tests cross block
+ * boundaries inside images with small shapes. Not safe while a kernel
+ * runs. */
+void ss_winograd_set_test(ptrdiff_t tiles);
+
 static inline int ss_imin(int a, int b) { return a < b ? a : b; }
 static inline int ss_imax(int a, int b) { return a > b ? a : b; }
 

@@ -224,13 +224,19 @@ void ss_col2im(const ss_conv_shape *s, int g, const float *col, ptrdiff_t ld, fl
 enum {
 	SS_CONV_CHWN = 0,   /* GEMM per group, batch-innermost columns: column p*g + n */
 	SS_CONV_IMAGE = 1,  /* GEMM per group, image-major columns: column n*P + p */
-	SS_CONV_DIRECT = 2  /* direct AVX2 or AVX-512 kernels (direct.c, direct512.c); stride 1 */
+	SS_CONV_DIRECT = 2,   /* direct AVX2 or AVX-512 kernels (direct.c, direct512.c); stride 1 */
+	SS_CONV_WINOGRAD = 3  /* Winograd F(2x2, 3x3) around 16 GEMMs (winograd.c); 3 x 3, stride 1, pad 0 or 1 */
 };
 
 /* ss_conv_direct_supported reports whether SS_CONV_DIRECT runs the shape
  * at level isa: stride 1 and a level of at least SS_ISA_AVX2 (after
  * ss_isa). */
 int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
+
+/* ss_conv_winograd_supported reports whether SS_CONV_WINOGRAD runs the
+ * shape (at any level): a 3 x 3 kernel, stride 1, the same padding of 0
+ * or 1 on both axes. */
+int ss_conv_winograd_supported(const ss_conv_shape *s);
 
 /* Passes of a convolution, for ss_conv_pass_method. */
 enum {
@@ -240,9 +246,11 @@ enum {
 };
 
 /* ss_conv_pass_method returns the fastest method for one pass of the
- * shape at level isa: direct where supported, except at level AVX2 for
- * narrow output planes (OW < 16, not a multiple of 8) with C*kh*kw >= 1024
- * taps, and at level AVX-512, for shapes of at least 1024 taps, on output
+ * shape at level isa: at level AVX2, Winograd for every pass of the
+ * shapes it runs with at least 64 input and 64 output channels; else
+ * direct where supported, except at level AVX2 for narrow output planes
+ * (OW < 16, not a multiple of 8) with C*kh*kw >= 1024 taps, and at level
+ * AVX-512, for shapes of at least 1024 taps, on output
  * planes narrower than 16 pixels (input gradient; forward with at least
  * 192 output channels) or of fewer than 64 pixels (weight gradient);
  * else image-major GEMMs when output rows are long (OW >= 24: im2col
@@ -261,7 +269,8 @@ int ss_conv_group(const ss_conv_shape *s, ptrdiff_t budget);
 /* ss_conv_workspace returns the number of floats of scratch memory
  * ss_conv_forward (backward = 0) or ss_conv_backward (backward = 1) needs
  * for a group size and method; for the direct method it depends on the
- * level and on the thread count threads. */
+ * level and on the thread count threads, for Winograd on the thread
+ * count. */
 ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
                             int backward);
 
@@ -293,6 +302,18 @@ void ss_conv_direct_forward(int isa, int threads, const ss_conv_shape *s, const 
                             const float *b, float *y, float *ws, ptrdiff_t ws_len);
 void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
                              const float *dy, float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
+
+/* ---- Winograd convolution (winograd.c) ---- */
+
+/* ss_conv_winograd_workspace is ss_conv_workspace for SS_CONV_WINOGRAD. */
+ptrdiff_t ss_conv_winograd_workspace(int threads, const ss_conv_shape *s, int backward);
+/* ss_conv_winograd_forward and ss_conv_winograd_backward are
+ * ss_conv_forward and ss_conv_backward for SS_CONV_WINOGRAD; they require
+ * ss_conv_winograd_supported(s) and the workspace above. */
+void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                              const float *b, float *y, float *ws);
+void ss_conv_winograd_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db, float *ws);
 
 /* ---- pooling (pool.c) ---- */
 

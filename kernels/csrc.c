@@ -25,3 +25,4 @@
 #include "../csrc/parallel.c"
 #include "../csrc/pool.c"
 #include "../csrc/wgrad.c"
+#include "../csrc/winograd.c"

@@ -59,7 +59,13 @@
 // 128 taps, of any stride, is one GEMM over the batch's pixels
 // (csrc/wgrad.c): the
 // input copied channel-last so that a block of 24 taps of a pixel is
-// contiguous, a 4 × 24 register tile of output channels by taps. Other
+// contiguous, a 4 × 24 register tile of output channels by taps. Before
+// all of these, at level AVX2, 3×3 convolutions of stride 1 (padding 0 or
+// 1) with at least 64 input and 64 output channels run every pass as
+// Winograd's F(2×2, 3×3) (csrc/winograd.c): transforms of the weights,
+// 4×4 input tiles and 2×2 output tiles around 16 OpenBLAS GEMMs per block
+// of tiles, 4 multiplications per output pixel and channel pair instead
+// of 9; the gradients are those of the same computation. Other
 // convolutions cover a group of images with one OpenBLAS GEMM, the column
 // matrix either batch-innermost (the group transposed to CHWN so that
 // im2col copies long runs; small images) or image-major (wide output rows

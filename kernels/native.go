@@ -16,6 +16,8 @@ package kernels
 #cgo nocallback ss_conv_pass_method
 #cgo noescape ss_conv_direct_supported
 #cgo nocallback ss_conv_direct_supported
+#cgo noescape ss_conv_winograd_supported
+#cgo nocallback ss_conv_winograd_supported
 #cgo nocallback ss_conv_group
 #cgo noescape ss_conv_workspace
 #cgo nocallback ss_conv_workspace
@@ -64,6 +66,7 @@ package kernels
 #include <stdlib.h>
 #include "softsync.h"
 void ss_wgrad_set_test(ptrdiff_t xt_floats, ptrdiff_t dy_floats, int all);
+void ss_winograd_set_test(ptrdiff_t tiles);
 */
 import "C"
 
@@ -87,9 +90,10 @@ type native struct {
 	// GEMM, which decides how many images it covers (ss_conv_group);
 	// 0 means defaultConvBudget.
 	budget int
-	// method forces a convolution method (methodCHWN, methodImage or
-	// methodDirect, the last only where ss_conv_direct_supported); 0
-	// lets ss_conv_pass_method choose per shape and pass.
+	// method forces a convolution method (methodCHWN, methodImage,
+	// methodDirect or methodWinograd, the last two only where
+	// ss_conv_direct_supported and ss_conv_winograd_supported); 0 lets
+	// ss_conv_pass_method choose per shape and pass.
 	method int
 	// isa is the C kernels' instruction-set level (SS_ISA_*, see
 	// cISA).
@@ -147,9 +151,10 @@ func (e native) ISA() isa.Level { return goISA(e.isa) }
 
 // Forced convolution methods of native.method (tests run each).
 const (
-	methodCHWN   = 1 + C.SS_CONV_CHWN
-	methodImage  = 1 + C.SS_CONV_IMAGE
-	methodDirect = 1 + C.SS_CONV_DIRECT
+	methodCHWN     = 1 + C.SS_CONV_CHWN
+	methodImage    = 1 + C.SS_CONV_IMAGE
+	methodDirect   = 1 + C.SS_CONV_DIRECT
+	methodWinograd = 1 + C.SS_CONV_WINOGRAD
 )
 
 var _ Engine = native{}
@@ -268,7 +273,8 @@ func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (
 // the AVX-512 kernels. docs/performance.md ("ImageNet-size
 // convolutions") has the measurements behind each bound.
 func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
-	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) {
+	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) &&
+		(e.method != methodWinograd || C.ss_conv_winograd_supported(cs) != 0) {
 		return convPass{C.int(e.method - 1), e.isa}
 	}
 	p := convPass{C.ss_conv_pass_method(e.isa, cs, pass), e.isa}
@@ -285,7 +291,7 @@ func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
 // convOwn reports whether every pass of s runs on the C kernels' own
 // convolutions (the direct kernels, and at level AVX2 the weight gradient
 // of csrc/wgrad.c), whose bits do not depend on the thread count, rather
-// than on OpenBLAS's GEMMs.
+// than on OpenBLAS's GEMMs (the GEMM methods, and Winograd's 16 GEMMs).
 func (e native) convOwn(s ConvShape) bool {
 	cs := convShape(s)
 	for _, pass := range []C.int{C.SS_CONV_PASS_FORWARD, C.SS_CONV_PASS_WGRAD, C.SS_CONV_PASS_DGRAD} {
@@ -506,6 +512,11 @@ func (native) SoftmaxCrossEntropy(n, k int, logits []float32, labels []int32, pr
 // before it runs on another thread (tests lower it to reach the parallel
 // paths with small shapes).
 func setMinParallelFloats(n int) { C.ss_set_min_parallel_floats(C.ptrdiff_t(n)) }
+
+// setWinogradTest sets the tiles of one block of the Winograd convolution
+// (0 restores the default), so that tests cross blocks inside images with
+// small shapes. No kernel may run meanwhile.
+func setWinogradTest(tiles int) { C.ss_winograd_set_test(C.ptrdiff_t(tiles)) }
 
 // setWgradTest bounds the chunks of the AVX2 weight-gradient GEMM (floats
 // of a group's channel-last images and of a thread's packed output

@@ -55,6 +55,7 @@ var (
 	ParallelMaxParts     = parallelMaxParts
 	BLASThreads          = blasThreads
 	SetWgradTest         = setWgradTest
+	SetWinogradTest      = setWinogradTest
 )
 
 // NativeWith returns the native engine with a given convolution
@@ -63,7 +64,7 @@ var (
 // choose per shape) and instruction-set level (lowered to what the CPU
 // runs), over DefaultThreads threads, for tests and tuning.
 func NativeWith(floats int, method string, l isa.Level) Engine {
-	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect}[method]
+	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect, "winograd": methodWinograd}[method]
 	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
 	e.budget, e.method = floats, m
 	return e

@@ -7,6 +7,8 @@
 #include "check.h"
 #include "softsync.h"
 
+void ss_winograd_set_test(ptrdiff_t tiles); /* internal.h */
+
 /* isa is the instruction-set level every kernel is called at and threads
  * the threads it splits its work over; main runs the tests at each level
  * (levels above the CPU's run as its best), serially and over three
@@ -88,6 +90,17 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 		CHECK(fabs(dw[i] - wdw[i]) <= 1e-4 * (1 + fabs(wdw[i])), "method %d layout %d groups %d g=%d dw[%zu] = %g, want %g", method, s.layout, G, g, i, dw[i], wdw[i]);
 	for (int i = 0; i < oct; i++)
 		CHECK(fabs(db[i] - wdb[i]) <= 1e-4 * (1 + fabs(wdb[i])), "method %d layout %d groups %d g=%d db[%d] = %g, want %g", method, s.layout, G, g, i, db[i], wdb[i]);
+	/* dx alone (dw and db NULL), as the split calls of a pass whose two
+	 * gradients' methods differ make it. */
+	for (size_t i = 0; i < in; i++)
+		dx[i] = NAN;
+	for (int k = 0; k < G; k++) {
+		const size_t xo = (size_t)k * s.c * xc, yo = (size_t)k * s.oc * yc, wo = (size_t)k * s.oc * s.c * kk;
+		ss_conv_backward(isa, threads, &s, g, method, x + xo, w + wo, dy + yo, dx + xo, NULL, NULL, ws,
+		                 (ptrdiff_t)wsb);
+	}
+	for (size_t i = 0; i < in; i++)
+		CHECK(fabs(dx[i] - wdx[i]) <= 1e-4 * (1 + fabs(wdx[i])), "method %d layout %d groups %d g=%d dx alone[%zu] = %g, want %g", method, s.layout, G, g, i, dx[i], wdx[i]);
 	check_guards(y, out, "y");
 	check_guards(dx, in, "dx");
 	check_guards(dw, wl, "dw");
@@ -229,6 +242,8 @@ int main(void)
 		{7, 20, 12, 12, 50, 5, 5, 0, 0, 1, 1, SS_NCHW, 1}, /* LeNet conv2 */
 		{3, 6, 11, 37, 13, 3, 5, 1, 2, 1, 1, SS_NCHW, 1},  /* AVX-512: units across rows, partial tiles */
 		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW, 1},    /* AVX-512: padded planes (OW = 16) */
+		{3, 4, 10, 9, 5, 3, 3, 0, 0, 1, 1, SS_NCHW, 1},    /* Winograd without padding, odd OW */
+		{2, 3, 5, 13, 4, 3, 3, 1, 1, 1, 1, SS_NCHW, 1},    /* Winograd: odd OH and OW */
 		/* grouped: each a group's shape */
 		{3, 4, 9, 9, 5, 5, 5, 2, 2, 1, 1, SS_NCHW, 2},
 		{2, 2, 9, 8, 3, 3, 2, 1, 0, 2, 1, SS_NCHW, 3},
@@ -261,6 +276,13 @@ int main(void)
 					}
 					if (ss_conv_direct_supported(isa, &s))
 						test_conv(s, 1, SS_CONV_DIRECT);
+					if (ss_conv_winograd_supported(&s)) {
+						ss_winograd_set_test(0);
+						test_conv(s, 1, SS_CONV_WINOGRAD);
+						ss_winograd_set_test(3); /* blocks that end inside images */
+						test_conv(s, 1, SS_CONV_WINOGRAD);
+						ss_winograd_set_test(0);
+					}
 				}
 			for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
 				test_lrn(lrns[i]);
