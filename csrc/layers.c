@@ -1,9 +1,10 @@
 /* Element-wise layers (ReLU, Add), LRN within and across channels, fully
  * connected layers and softmax cross-entropy. The element-wise and LRN
  * loops are written to vectorise and compiled once per instruction-set
- * level (SS_ISA_VARIANTS), LRN's power and the small fully connected
- * layers are written with AVX2 and AVX-512 intrinsics; ss_isa picks the
- * variant each call runs. */
+ * level (SS_ISA_VARIANTS); LRN's power s^(-3/4) and its steps across
+ * channels are written with GCC's generic vectors (lrn_lanes.h), its
+ * other powers and the small fully connected layers with AVX2 and
+ * AVX-512 intrinsics; ss_isa picks the variant each call runs. */
 #include <math.h>
 #include <string.h>
 
