@@ -155,8 +155,9 @@ SS_INLINE void lrn_box_cols(const float *restrict in, float *restrict out, int h
  * lane by lane: each level's variant compiles them to its own instructions
  * and runs 4 lanes (SSE2) at the generic level, 8 (AVX) at AVX2 and
  * AVX-512, so every level gives the same bits. Partial vectors at the
- * ends of rows are loaded padded and stored in part. */
-/* LRN_POW_LO and LRN_POW_HI bound the scales whose power lrn_pow075v
+ * ends of rows are loaded padded and stored in part.
+ *
+ * LRN_POW_LO and LRN_POW_HI bound the scales whose power lrn_pow075v
  * computes (normal floats far from both ends of the range, so that t^4
  * below neither underflows nor overflows); others, NaN too, take powf. */
 #define LRN_POW_LO 0x1p-120f
