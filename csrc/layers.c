@@ -1,9 +1,10 @@
 /* Element-wise layers (ReLU, Add), LRN within and across channels, fully
  * connected layers and softmax cross-entropy. The element-wise and LRN
  * loops are written to vectorise and compiled once per instruction-set
- * level (SS_ISA_VARIANTS), LRN's power and the small fully connected
- * layers are written with AVX2 and AVX-512 intrinsics; ss_isa picks the
- * variant each call runs. */
+ * level (SS_ISA_VARIANTS); LRN's power s^(-3/4) and its steps across
+ * channels are written with GCC's generic vectors (lrn_lanes.h), its
+ * other powers and the small fully connected layers with AVX2 and
+ * AVX-512 intrinsics; ss_isa picks the variant each call runs. */
 #include <math.h>
 #include <string.h>
 
@@ -149,23 +150,107 @@ SS_INLINE void lrn_box_cols(const float *restrict in, float *restrict out, int h
 		out[e] = k + c * out[e];
 }
 
+/* LRN's power s^(-3/4) and its steps across channels (lrn_lanes.h) work
+ * on vectors of 4 or 8 floats in GCC's generic vectors, the same operations
+ * lane by lane: each level's variant compiles them to its own instructions
+ * and runs 4 lanes (SSE2) at the generic level, 8 (AVX) at AVX2 and
+ * AVX-512, so every level gives the same bits. Partial vectors at the
+ * ends of rows are loaded padded and stored in part.
+ *
+ * LRN_POW_LO and LRN_POW_HI bound the scales whose power lrn_pow075v
+ * computes (normal floats far from both ends of the range, so that t^4
+ * below neither underflows nor overflows); others, NaN too, take powf. */
+#define LRN_POW_LO 0x1p-120f
+#define LRN_POW_HI 0x1p120f
+#define LRN_POW_LO_BITS 0x03800000 /* the bits of LRN_POW_LO and LRN_POW_HI */
+#define LRN_POW_HI_BITS 0x7b800000
+
+#define LRN_OK(s) ((s) >= LRN_POW_LO && (s) <= LRN_POW_HI)
+
+/* lrn_step holds one step's arrays, all np floats of channel k (x, y,
+ * scale or scale_in, dy, out) or k + r (the nx, ny, nscale, ndy of the
+ * new term, NULL past the last channel), and old, the ring slots of
+ * channels k - r .. k + r - 1 in that order (or, for a window of more than
+ * 5, one slot holding their sum); slot receives the new term. */
+typedef struct {
+	const float *x, *dy, *scale_in, *nx, *ny, *nscale, *ndy;
+	float *y, *scale, *out, *slot;
+	const float *old[4];
+} lrn_step;
+
+SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out);
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* The functions taking and returning vectors are always inlined: no
+ * calling convention applies. (GCC reports them at the end of the
+ * translation unit, so the warning stays off to its end.) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#define LRN_CAT_(a, b) a##b
+#define LRN_CAT(a, b) LRN_CAT_(a, b)
+#define LRN_N(name) LRN_CAT(name, LRN_V)
+#define LRN_V 4
+#include "lrn_lanes.h"
+#undef LRN_V
+#define LRN_V 8
+#include "lrn_lanes.h"
+#undef LRN_V
+
+/* lrn_pow075 writes out[i] = a[i] * s[i]^(-3/4), eight lanes at a time at
+ * levels AVX2 and AVX-512, four at the generic level. */
+SS_INLINE void lrn_pow075(int isa, ptrdiff_t n, const float *a, const float *s, float *out)
+{
+	if (isa >= SS_ISA_AVX2)
+		lrn_pow0758(n, a, s, out);
+	else
+		lrn_pow0754(n, a, s, out);
+}
+
+/* lrn_step_lanes runs lrn_forward_step or lrn_backward_step (lrn_lanes.h)
+ * for a window of w channels, 1 to 5, eight lanes at a time at levels
+ * AVX2 and AVX-512, four at the generic level. */
+SS_INLINE void lrn_step_lanes(int isa, const int backward, const lrn_step *st, const int w, ptrdiff_t np, float k0,
+                              float coef, float beta, const int fast)
+{
+	if (isa >= SS_ISA_AVX2) {
+		if (backward)
+			lrn_backward_step8(isa, st, w, np, coef, beta, fast);
+		else
+			lrn_forward_step8(isa, st, w, np, k0, coef, beta, fast);
+	} else {
+		if (backward)
+			lrn_backward_step4(isa, st, w, np, coef, beta, fast);
+		else
+			lrn_forward_step4(isa, st, w, np, k0, coef, beta, fast);
+	}
+}
+
+/* lrn_step_run runs a step with w, the window's channels (1, 2, 3 or 5),
+ * made a constant of the loops it runs, so that they vectorise. */
+SS_INLINE void lrn_step_run(int isa, const int backward, const lrn_step *st, int w, ptrdiff_t np, float k0,
+                            float coef, float beta, const int fast)
+{
+	if (w == 5)
+		lrn_step_lanes(isa, backward, st, 5, np, k0, coef, beta, fast);
+	else if (w == 3)
+		lrn_step_lanes(isa, backward, st, 3, np, k0, coef, beta, fast);
+	else if (w == 2)
+		lrn_step_lanes(isa, backward, st, 2, np, k0, coef, beta, fast);
+	else
+		lrn_step_lanes(isa, backward, st, 1, np, k0, coef, beta, fast);
+}
+
 /* lrn_pow writes out[i] = a[i] * s[i]^(-beta) for s[i] > 0. beta = 0.75
- * (Caffe's usual value), 0.5 and 1 use square roots and divisions,
- * sixteen lanes at a time at level AVX-512, eight at AVX2, four where
- * SSE2 exists; other values call powf. Vector and scalar loops do the
- * same correctly rounded operations in the same order, so every element
- * gets the same value whichever loop computes it:
- * s^(-3/4) = 1/(sqrt(s)*sqrt(sqrt(s))). */
+ * (Caffe's usual value) runs lrn_pow075; 0.5 and 1 use square roots and
+ * divisions, sixteen lanes at a time at level AVX-512, eight at AVX2,
+ * four where SSE2 exists; other values call powf. Vector and scalar loops
+ * do the same correctly rounded operations in the same order, so every
+ * element gets the same value whichever loop computes it. */
 #ifdef SS_HAVE_AVX2
 SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
-	if (beta == 0.75f) {
-		for (; i + 8 <= n; i += 8) {
-			const __m256 r = _mm256_sqrt_ps(_mm256_loadu_ps(s + i));
-			_mm256_storeu_ps(out + i, _mm256_div_ps(_mm256_loadu_ps(a + i), _mm256_mul_ps(r, _mm256_sqrt_ps(r))));
-		}
-	} else if (beta == 0.5f) {
+	if (beta == 0.5f) {
 		for (; i + 8 <= n; i += 8)
 			_mm256_storeu_ps(out + i, _mm256_div_ps(_mm256_loadu_ps(a + i), _mm256_sqrt_ps(_mm256_loadu_ps(s + i))));
 	}
@@ -177,12 +262,7 @@ SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *
 SS_AVX512 static ptrdiff_t lrn_pow_avx512(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
-	if (beta == 0.75f) {
-		for (; i + 16 <= n; i += 16) {
-			const __m512 r = _mm512_sqrt_ps(_mm512_loadu_ps(s + i));
-			_mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(a + i), _mm512_mul_ps(r, _mm512_sqrt_ps(r))));
-		}
-	} else if (beta == 0.5f) {
+	if (beta == 0.5f) {
 		for (; i + 16 <= n; i += 16)
 			_mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(a + i), _mm512_sqrt_ps(_mm512_loadu_ps(s + i))));
 	}
@@ -192,6 +272,10 @@ SS_AVX512 static ptrdiff_t lrn_pow_avx512(ptrdiff_t n, const float *a, const flo
 
 SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
+	if (beta == 0.75f) {
+		lrn_pow075(isa, n, a, s, out);
+		return;
+	}
 	ptrdiff_t i = 0;
 #ifdef SS_HAVE_AVX512
 	if (isa >= SS_ISA_AVX512)
@@ -201,17 +285,7 @@ SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, flo
 	if (isa >= SS_ISA_AVX2)
 		i += lrn_pow_avx2(n - i, a + i, s + i, beta, out + i);
 #endif
-	if (beta == 0.75f) {
-#if defined(__SSE2__)
-		for (; i + 4 <= n; i += 4) {
-			__m128 r = _mm_sqrt_ps(_mm_loadu_ps(s + i));
-			__m128 d = _mm_mul_ps(r, _mm_sqrt_ps(r));
-			_mm_storeu_ps(out + i, _mm_div_ps(_mm_loadu_ps(a + i), d));
-		}
-#endif
-		for (; i < n; i++)
-			out[i] = a[i] / (sqrtf(s[i]) * sqrtf(sqrtf(s[i])));
-	} else if (beta == 0.5f) {
+	if (beta == 0.5f) {
 #if defined(__SSE2__)
 		for (; i + 4 <= n; i += 4)
 			_mm_storeu_ps(out + i, _mm_div_ps(_mm_loadu_ps(a + i), _mm_sqrt_ps(_mm_loadu_ps(s + i))));
@@ -274,11 +348,17 @@ SS_INLINE void lrn_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part
 
 /* Across channels, the work is split into items of one image's block of
  * at most LRN_BLOCK pixels in every channel (so that a CNHW tensor,
- * passed as one image, still splits). An item walks the channels keeping
- * the per-element terms (x^2 forward, dy*y/scale backward) of the window's
- * channels in a ring of size slots of LRN_BLOCK floats, channel k in slot
- * k % size, and sums each window in ascending channel order. */
-enum { LRN_BLOCK = 512 };
+ * passed as one image, still splits). An item walks the channels once:
+ * step k computes the per-element term of channel k + r (x^2 forward,
+ * dy*y/scale backward), keeps it in a ring of size slots of LRN_BLOCK
+ * floats (channel c in slot c mod size, channels outside 0..C-1 holding
+ * zeros) and finishes channel k in the same loop, summing the window's
+ * terms in ascending channel order (the zeros leave the sums exact), so
+ * that x, y, scale and dy are read from memory once and each output
+ * written once. LRN_BLOCK pixels make runs of 4 KB per channel, long
+ * enough for the hardware prefetchers; the ring and the channels read
+ * again r steps later stay in L1 and L2. */
+enum { LRN_BLOCK = 1024 };
 
 /* lrn_across_block returns the pixels of an item and the floats of one
  * ring slot. */
@@ -298,69 +378,83 @@ static ptrdiff_t lrn_across_item(const ss_lrn_shape *s, ptrdiff_t t, ptrdiff_t *
 	return n * s->c * hw + p0;
 }
 
-/* lrn_window_sum writes acc[i] = sum of ring[k % size][i] over channels
- * k = max(c - r, 0) .. min(c + r, C - 1), in that order. */
-SS_INLINE void lrn_window_sum(const float *ring, ptrdiff_t slot, int size, int c, int r, int nc, ptrdiff_t np,
-                              float *restrict acc)
+/* lrn_term writes the term of one channel into a ring slot. */
+SS_INLINE void lrn_term(const lrn_job *j, ptrdiff_t off, ptrdiff_t np, float *restrict slot, const int backward)
 {
-	const int k0 = ss_imax(c - r, 0), k1 = ss_imin(c + r, nc - 1);
-	const float *first = ring + (ptrdiff_t)(k0 % size) * slot;
-	for (ptrdiff_t i = 0; i < np; i++)
-		acc[i] = first[i];
-	for (int k = k0 + 1; k <= k1; k++) {
-		const float *t = ring + (ptrdiff_t)(k % size) * slot;
+	if (backward) {
+		const float *restrict dy = j->dy + off, *restrict y = j->y + off, *restrict sc = j->scale_in + off;
 		for (ptrdiff_t i = 0; i < np; i++)
-			acc[i] += t[i];
+			slot[i] = dy[i] * y[i] / sc[i];
+	} else {
+		const float *restrict x = j->x + off;
+		for (ptrdiff_t i = 0; i < np; i++)
+			slot[i] = x[i] * x[i];
 	}
 }
 
-/* lrn_across runs items [lo, hi) forward (the ring holds x^2; scale and
- * y are written) or backward (the ring holds dy*y/scale; dx is written).
- * Each part uses (size + 1) slots of scratch at ws + part*(size + 1)*slot:
- * the ring, then the window sums. */
+/* lrn_across runs items [lo, hi) forward (scale and y are written) or
+ * backward (dx is written). Each part uses (size + 1) slots of scratch at
+ * ws + part*(size + 1)*slot: the ring, then the partial sums of windows
+ * wider than 5. The steps are specialised for windows of 1, 3 and 5
+ * channels and for beta = 0.75, so that their loops vectorise. */
 SS_INLINE void lrn_across(const lrn_job *j, ptrdiff_t lo, ptrdiff_t hi, int part, const int backward)
 {
 	const ss_lrn_shape *s = j->s;
-	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w, slot = lrn_across_block(s);
-	const int r = s->size / 2;
+	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w, bl = lrn_across_block(s);
+	const int r = s->size / 2, size = s->size, nc = s->c;
 	/* In locals: stores to float may alias *s. */
 	const float k0 = s->k, beta = s->beta;
 	const float coef = backward ? 2.0f * s->alpha * s->beta / (float)s->size : s->alpha / (float)s->size;
-	float *ring = j->ws + (ptrdiff_t)(s->size + 1) * slot * part, *acc = ring + (ptrdiff_t)s->size * slot;
+	const int fast = beta == 0.75f;
+	float *ring = j->ws + (ptrdiff_t)(size + 1) * bl * part, *acc = ring + (ptrdiff_t)size * bl;
 	for (ptrdiff_t t = lo; t < hi; t++) {
 		ptrdiff_t np;
 		const ptrdiff_t o = lrn_across_item(s, t, &np);
-		for (int k = -r; k < s->c; k++) {
-			/* Bring channel k + r into the ring, then finish channel k. */
-			if (k + r < s->c) {
-				const ptrdiff_t ok = o + (ptrdiff_t)(k + r) * hw;
-				const float *xp = j->x + ok;
-				float *tt = ring + (ptrdiff_t)((k + r) % s->size) * slot;
-				if (backward) {
-					const float *dy = j->dy + ok, *y = j->y + ok, *sc = j->scale_in + ok;
+		/* Channels -r .. -1 are zeros; 0 .. r - 1 are brought in. */
+		for (int c = -r; c < r; c++) {
+			float *slot = ring + (ptrdiff_t)((c + size) % size) * bl;
+			if (c < 0 || c >= nc)
+				memset(slot, 0, (size_t)np * sizeof *slot);
+			else
+				lrn_term(j, o + (ptrdiff_t)c * hw, np, slot, backward);
+		}
+		for (int k = 0; k < nc; k++) {
+			const ptrdiff_t oc = o + (ptrdiff_t)k * hw, on = oc + (ptrdiff_t)r * hw;
+			const int has_new = k + r < nc;
+			lrn_step st = {
+				.x = j->x + oc,
+				.dy = backward ? j->dy + oc : NULL,
+				.nx = !backward && has_new ? j->x + on : NULL,
+				.ny = backward && has_new ? j->y + on : NULL,
+				.nscale = backward && has_new ? j->scale_in + on : NULL,
+				.ndy = backward && has_new ? j->dy + on : NULL,
+				.y = backward ? NULL : j->out + oc,
+				.scale = backward ? NULL : j->scale + oc,
+				.scale_in = backward ? j->scale_in + oc : NULL,
+				.out = backward ? j->out + oc : NULL,
+				.slot = ring + (ptrdiff_t)((k + r) % size) * bl,
+			};
+			int w = size;
+			if (size > 5) {
+				/* Sum the old terms into acc; the step adds the new one. */
+				const float *first = ring + (ptrdiff_t)((k - r + size) % size) * bl;
+				for (ptrdiff_t i = 0; i < np; i++)
+					acc[i] = first[i];
+				for (int c = k - r + 1; c < k + r; c++) {
+					const float *u = ring + (ptrdiff_t)((c + size) % size) * bl;
 					for (ptrdiff_t i = 0; i < np; i++)
-						tt[i] = dy[i] * y[i] / sc[i];
-				} else {
-					for (ptrdiff_t i = 0; i < np; i++)
-						tt[i] = xp[i] * xp[i];
+						acc[i] += u[i];
 				}
-			}
-			if (k < 0)
-				continue;
-			const ptrdiff_t oc = o + (ptrdiff_t)k * hw;
-			const float *xp = j->x + oc;
-			float *out = j->out + oc;
-			lrn_window_sum(ring, slot, s->size, k, r, s->c, np, acc);
-			if (backward) {
-				lrn_pow(j->isa, np, j->dy + oc, j->scale_in + oc, beta, out);
-				for (ptrdiff_t i = 0; i < np; i++)
-					out[i] -= coef * xp[i] * acc[i];
+				st.old[0] = acc, w = 2;
 			} else {
-				float *sp = j->scale + oc;
-				for (ptrdiff_t i = 0; i < np; i++)
-					sp[i] = k0 + coef * acc[i];
-				lrn_pow(j->isa, np, xp, sp, beta, out);
+				for (int m = 0; m < size - 1; m++)
+					st.old[m] = ring + (ptrdiff_t)((k - r + m + size) % size) * bl;
 			}
+/* beta = 0.75 (fast) as a constant too. */
+			if (fast)
+				lrn_step_run(j->isa, backward, &st, w, np, k0, coef, beta, 1);
+			else
+				lrn_step_run(j->isa, backward, &st, w, np, k0, coef, beta, 0);
 		}
 	}
 }

@@ -344,7 +344,7 @@ void ss_relu_backward(int isa, int threads, ptrdiff_t n, const float *y, const f
 
 /* ss_lrn_workspace returns the floats of scratch memory the LRN kernels
  * use over threads threads (per thread 2*H*W within channels, (size + 1)
- * times a block of at most 512 pixels across channels); with
+ * times a block of at most 1024 pixels across channels); with
  * less, they use fewer threads (one thread's share is required). */
 ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s);
 /* ss_lrn_forward computes scale and y (see ss_lrn_shape); ws holds ws_len

@@ -102,6 +102,10 @@ func benchImageNet(b *testing.B, e kernels.Engine, name string) {
 	}{
 		{"alexnet-norm1", kernels.LRNShape{N: 32, C: 96, H: 55, W: 55, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels}},
 		{"alexnet-norm2", kernels.LRNShape{N: 32, C: 256, H: 27, W: 27, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels}},
+		// The same tensors channel-major, as the networks run them (one
+		// image of N·H rows).
+		{"alexnet-norm1-cnhw", kernels.LRNShape{N: 1, C: 96, H: 32 * 55, W: 55, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels}},
+		{"alexnet-norm2-cnhw", kernels.LRNShape{N: 1, C: 256, H: 32 * 27, W: 27, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels}},
 	} {
 		s, n := c.s, c.s.Len()
 		x, y, scale, dx := big[:n], buf[0][:n], buf[1][:n], buf[2][:n]

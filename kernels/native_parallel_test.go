@@ -185,6 +185,9 @@ func TestLevelsAgree(t *testing.T) {
 		{N: 2, C: 9, H: 13, W: 13, Size: 5, Alpha: 1e-4, Beta: 0.75, K: 1, Region: kernels.AcrossChannels},
 		{N: 1, C: 4, H: 40, W: 31, Size: 3, Alpha: 0.9, Beta: 0.5, K: 2, Region: kernels.AcrossChannels},
 		{N: 1, C: 5, H: 3, W: 7, Size: 7, Alpha: 0.3, Beta: 1.3, K: 1, Region: kernels.AcrossChannels},
+		// Scales on both sides of 2^120, where s^(-3/4) leaves its fast path.
+		{N: 1, C: 6, H: 3, W: 7, Size: 3, Alpha: 1e36, Beta: 0.75, K: 1.2e36, Region: kernels.AcrossChannels},
+		{N: 1, C: 2, H: 5, W: 5, Size: 3, Alpha: 3e35, Beta: 0.75, K: 1.2e36},
 	} {
 		x, dy := uniform(s.Len()), uniform(s.Len())
 		var want [3][]float32

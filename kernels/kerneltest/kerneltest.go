@@ -135,6 +135,7 @@ func Run(t *testing.T, e kernels.Engine) {
 	t.Run("ReLU", func(t *testing.T) { testReLU(t, e) })
 	t.Run("LRN", func(t *testing.T) { testLRN(t, e) })
 	t.Run("LRNGradient", func(t *testing.T) { testLRNGradient(t, e) })
+	t.Run("LRNExtremes", func(t *testing.T) { testLRNExtremes(t, e) })
 	t.Run("Add", func(t *testing.T) { testAdd(t, e) })
 	t.Run("Dropout", func(t *testing.T) { testDropout(t, e) })
 	t.Run("DropoutMask", func(t *testing.T) { testDropoutMask(t, e) })

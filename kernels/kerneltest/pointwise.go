@@ -113,6 +113,42 @@ func testLRN(t *testing.T, e kernels.Engine) {
 	}
 }
 
+// lrnExtremes are forward passes whose scales cross the range where the
+// native engine's s^(−3/4) runs its fast path (2^−120 … 2^120): some
+// elements of each take the exact power instead. Their backward passes
+// would underflow dy·y/scale in float32 whatever the method.
+var lrnExtremes = []kernels.LRNShape{
+	{N: 1, C: 6, H: 3, W: 7, Size: 3, Alpha: 1e36, Beta: 0.75, K: 1.2e36, Region: kernels.AcrossChannels},
+	{N: 1, C: 2, H: 5, W: 5, Size: 3, Alpha: 3e35, Beta: 0.75, K: 1.2e36},
+}
+
+func testLRNExtremes(t *testing.T, e kernels.Engine) {
+	for i, s := range lrnExtremes {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			r := newRand(uint64(700 + i))
+			n := s.Len()
+			x := uniform(r, n)
+			wantScale, wantY := naiveLRN(s, x)
+			var in, out int
+			for _, v := range wantScale {
+				if v > 0x1p120 {
+					out++
+				} else {
+					in++
+				}
+			}
+			if in == 0 || out == 0 {
+				t.Fatalf("scales %d in the fast range and %d above it: the case should have both", in, out)
+			}
+			y, scale := output(n), output(n)
+			e.LRNForward(s, x, y, scale, dirtyWorkspace())
+			checkTail(t, "y", y, n)
+			approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
+			approx(t, "y", y, wantY, nil, 1e-5)
+		})
+	}
+}
+
 func testLRNGradient(t *testing.T, e kernels.Engine) {
 	for _, i := range []int{0, 1, 5, 7} {
 		s := lrnShapes[i]
