@@ -27,7 +27,9 @@ update, pull of the weights) through the same job runner as softsync train,
 on random data of the model's input shape, with no evaluation, and prints
 the images/s of the timed steps (the first tenth of the steps warm up and
 are not timed), the GFLOP/s they make (nn.Spec.TrainFLOPs per image: the
-convolutions and fully connected layers) and their fraction of the FMA
+convolutions, counted as direct convolution although the 3x3 layers that
+run as Winograd's F(2x2,3x3) multiply less, and the fully connected
+layers) and their fraction of the FMA
 peak of the kernels' instruction-set level on all the machine's cores
 (softsync bench peak, the better of its measures just before and just
 after the steps), and how many cores the
