@@ -239,10 +239,12 @@ SS_AVX2 static void fc_wgrad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int par
 	_mm_sfence(); /* the streaming stores before the part reports done */
 }
 
-/* fc_alloc returns floats floats aligned to 32 bytes, or NULL. */
-static float *fc_alloc(ptrdiff_t floats)
+/* fc_alloc returns floats floats aligned to 32 bytes, or NULL; *base
+ * receives the block to free. */
+static float *fc_alloc(ptrdiff_t floats, void **base)
 {
-	return aligned_alloc(32, (size_t)((floats * 4 + 31) / 32 * 32));
+	*base = malloc((size_t)floats * sizeof(float) + 32);
+	return *base ? (float *)(((uintptr_t)*base + 31) & ~(uintptr_t)31) : NULL;
 }
 
 /* sm_nt computes a b^T (m x n, a: m x k, b: n x k) into c (ldc apart),
@@ -252,9 +254,10 @@ static int sm_nt(int threads, int m, int n, int k, const float *a, int lda, cons
                  int ldc, int transposed, const float *bias)
 {
 	const ptrdiff_t n16 = (n + 15) / 16 * 16, steps = (m + SM_MR - 1) / SM_MR;
-	float *bt = fc_alloc((ptrdiff_t)k * n16), *ct = fc_alloc(steps * SM_MR * n16);
+	void *bt_base, *ct_base;
+	float *bt = fc_alloc((ptrdiff_t)k * n16, &bt_base), *ct = fc_alloc(steps * SM_MR * n16, &ct_base);
 	if (bt == NULL || ct == NULL) {
-		free(bt), free(ct);
+		free(bt_base), free(ct_base);
 		return 0;
 	}
 	ss_transpose(b, ldb, bt, n16, n, k, 0.0f);
@@ -272,7 +275,7 @@ static int sm_nt(int threads, int m, int n, int k, const float *a, int lda, cons
 		for (ptrdiff_t r = 0; r < n; r++)
 			c[r * ldc + o] = row[r] + add;
 	}
-	free(bt), free(ct);
+	free(bt_base), free(ct_base);
 	return 1;
 }
 
@@ -295,16 +298,17 @@ int ss_gemm_small_tn(int isa, int threads, int m, int n, int k, const float *a, 
 		return 0;
 	const ptrdiff_t rows = (m + SM_MR - 1) / SM_MR * SM_MR;
 	const int parts = ss_threads_of(threads);
-	float *at = fc_alloc(rows * k), *bp = fc_alloc((ptrdiff_t)parts * k * SM_NB);
+	void *at_base, *bp_base;
+	float *at = fc_alloc(rows * k, &at_base), *bp = fc_alloc((ptrdiff_t)parts * k * SM_NB, &bp_base);
 	if (at == NULL || bp == NULL) {
-		free(at), free(bp);
+		free(at_base), free(bp_base);
 		return 0;
 	}
 	ss_transpose(a, lda, at, k, k, m, 0.0f);
 	memset(at + (ptrdiff_t)m * k, 0, sizeof(float) * (size_t)((rows - m) * k));
 	fc_job j = {.n = k, .in = n, .out = m, .ldb = ldb, .ldc = ldc, .x = b, .dyt = at, .dw = c, .xp = bp};
 	ss_parallel_for(parts, (n + SM_NB - 1) / SM_NB, 1, fc_wgrad_part, &j);
-	free(at), free(bp);
+	free(at_base), free(bp_base);
 	return 1;
 }
 
