@@ -90,21 +90,13 @@ func testLRN(t *testing.T, e kernels.Engine) {
 			n := s.Len()
 			x := uniform(r, n)
 			wantScale, wantY := naiveLRN(s, x)
-			y, scale := output(n), output(n)
 			ws := dirtyWorkspace()
-			in := freeze("x", x)
-			e.LRNForward(s, x, y, scale, ws)
-			in.check(t, "LRNForward")
-			checkTail(t, "y", y, n)
-			checkTail(t, "scale", scale, n)
-			// scale is a sum of Size² (Size) positive terms; y one power of it.
-			approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
-			approx(t, "y", y, wantY, nil, 1e-5)
+			y, scale := checkLRNForward(t, e, s, x, wantScale, wantY, ws)
 
 			dy := uniform(r, n)
 			want, mag := naiveLRNBackward(s, x, dy, wantScale, wantY)
 			dx := output(n)
-			in = freeze("x", x, "y", y[:n], "scale", scale[:n], "dy", dy)
+			in := freeze("x", x, "y", y[:n], "scale", scale[:n], "dy", dy)
 			e.LRNBackward(s, x, y[:n], scale[:n], dy, dx, ws)
 			in.check(t, "LRNBackward")
 			checkTail(t, "dx", dx, n)
@@ -140,13 +132,28 @@ func testLRNExtremes(t *testing.T, e kernels.Engine) {
 			if in == 0 || out == 0 {
 				t.Fatalf("scales %d in the fast range and %d above it: the case should have both", in, out)
 			}
-			y, scale := output(n), output(n)
-			e.LRNForward(s, x, y, scale, dirtyWorkspace())
-			checkTail(t, "y", y, n)
-			approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
-			approx(t, "y", y, wantY, nil, 1e-5)
+			checkLRNForward(t, e, s, x, wantScale, wantY, dirtyWorkspace())
 		})
 	}
+}
+
+// checkLRNForward runs e's LRN forward pass on x and checks it against
+// the naive scale and y, and that it leaves x and the outputs' tails
+// alone; it returns y and scale.
+func checkLRNForward(t *testing.T, e kernels.Engine, s kernels.LRNShape, x []float32, wantScale, wantY []float64,
+	ws *kernels.Workspace) (y, scale []float32) {
+	t.Helper()
+	n := s.Len()
+	y, scale = output(n), output(n)
+	in := freeze("x", x)
+	e.LRNForward(s, x, y, scale, ws)
+	in.check(t, "LRNForward")
+	checkTail(t, "y", y, n)
+	checkTail(t, "scale", scale, n)
+	// scale is a sum of Size² (Size) positive terms; y one power of it.
+	approx(t, "scale", scale, wantScale, nil, 1e-6*float64(s.Size))
+	approx(t, "y", y, wantY, nil, 1e-5)
+	return y, scale
 }
 
 func testLRNGradient(t *testing.T, e kernels.Engine) {
