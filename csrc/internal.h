@@ -48,6 +48,13 @@ static inline __mmask16 ss_lanes(ptrdiff_t n)
 }
 #endif
 
+/* ss_mask8 returns the AVX2 load/store mask of the first r lanes of 8
+ * (none for r <= 0, all for r >= 8). */
+SS_AVX2 static inline __m256i ss_mask8(ptrdiff_t r)
+{
+	const int k = r < 0 ? 0 : r > 8 ? 8 : (int)r;
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 /* ss_hsum returns the sum of the 8 lanes of v. */
 SS_AVX2 static inline float ss_hsum(__m256 v)
 {

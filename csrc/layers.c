@@ -530,12 +530,6 @@ enum { FC_SMALL = 8 };
 
 #ifdef SS_HAVE_AVX2
 
-/* tail_mask enables the first r lanes (0 < r < 8). */
-SS_AVX2 static __m256i tail_mask(int r)
-{
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* fc_dots computes the dot products of weight rows w0, w1 with input rows
  * x[0..5] (in floats each) into out[0..5] and out[6..11]. */
 SS_AVX2 static void fc_dots(int in, const float *w0, const float *w1, const float *const x[6], float out[12])
@@ -560,7 +554,7 @@ SS_AVX2 static void fc_dots(int in, const float *w0, const float *w1, const floa
 		a5 = _mm256_fmadd_ps(v, t, a5), b5 = _mm256_fmadd_ps(u, t, b5);
 	}
 	if (i < in) {
-		const __m256i m = tail_mask(in - i);
+		const __m256i m = ss_mask8(in - i);
 		const __m256 v = _mm256_maskload_ps(w0 + i, m), u = _mm256_maskload_ps(w1 + i, m);
 		__m256 t = _mm256_maskload_ps(x0 + i, m);
 		a0 = _mm256_fmadd_ps(v, t, a0), b0 = _mm256_fmadd_ps(u, t, b0);
@@ -590,7 +584,7 @@ SS_AVX2 static void fc_backward_small(int n, int in, int out, const float *x, co
 	if (dx)
 		memset(dx, 0, sizeof(float) * (size_t)n * (size_t)in);
 	const int full = in / 8 * 8;
-	const __m256i m = tail_mask(in - full > 0 ? in - full : 1);
+	const __m256i m = ss_mask8(in - full > 0 ? in - full : 1);
 	for (int o = 0; o < out; o += 2) {
 		const int no = ss_imin(2, out - o);
 		__m256 g0[FC_SMALL], g1[FC_SMALL];

@@ -49,14 +49,6 @@ int ss_gemm_small(int isa, int small, int p, int q)
 
 #ifdef SS_HAVE_AVX2
 
-/* fc_mask returns the AVX2 load/store mask of the first r lanes of 8
- * (none for r <= 0, all for r >= 8). */
-SS_AVX2 static __m256i fc_mask(ptrdiff_t r)
-{
-	const int k = r < 0 ? 0 : r > 8 ? 8 : (int)r;
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* fc_job is one product: for c = a b^T, w = a (out rows of in floats,
  * lda apart) and xt = bt (in x n16); for c = a^T b, dyt = at (out rows of
  * n floats), x = b (n rows of in floats, ldb apart), dw = c (rows ldc
@@ -203,7 +195,7 @@ SS_AVX2 static void fc_wgrad_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int par
 			for (int q = 0; q < SM_MR; q++)
 				dw[q] = j->dw + (o + (q < rows ? q : 0)) * j->ldc;
 			for (ptrdiff_t i = i0; i < i1; i += 16) {
-				const __m256i m0 = fc_mask(i1 - i), m1 = fc_mask(i1 - i - 8);
+				const __m256i m0 = ss_mask8(i1 - i), m1 = ss_mask8(i1 - i - 8);
 				__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
 				__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0;
 				const float *xr = xp + (i - i0);
