@@ -104,11 +104,28 @@ func Train(ctx context.Context, cfg TrainConfig) (*TrainResult, error) {
 // with n = λ or hardsync, a small stable learning rate.
 func trainJob(spec *nn.Spec, e kernels.Engine, batch, learners, workers, steps int, proto ps.Protocol, transport string) cluster.Config {
 	in := spec.Input
-	ds := data.Synthetic(max(4*batch*learners, 512), in.C, in.H, in.W, spec.Classes(), 1)
+	ds := data.Synthetic(benchImages(in.C*in.H*in.W, batch*learners, steps), in.C, in.H, in.W, spec.Classes(), 1)
 	ds.Scale = 1.0 / 256 // inputs in MNIST's range: a stable loss for any of the networks
 	return cluster.Config{Spec: spec, Engine: e, Train: ds, Learners: learners, Batch: batch, Workers: workers,
 		Epochs: steps, MaxSteps: steps * learners, Protocol: proto, N: learners, Shards: 1, Transport: transport,
 		Codec: rdma.Codec{}, Seed: 1, Solver: sgd.Config{LR: 1e-4, Momentum: 0.9, WeightDecay: 5e-4, LRMode: sgd.LRStaleness}}
+}
+
+// benchDataBytes bounds the pixels of bench train's synthetic data set.
+const benchDataBytes = 256 << 20
+
+// benchImages returns the size of bench train's data set for a run of
+// steps rounds of round images of imageLen bytes: the whole run when its
+// pixels fit benchDataBytes, so that no epoch ends among the timed steps
+// (at an epoch's end the server copies the weights for the evaluator: of
+// AlexNet, 244 MB in fresh memory, whose pages the timed step would
+// fault in), else at least 512 images and 4 rounds.
+func benchImages(imageLen, round, steps int) int {
+	n := max(4*round, 512)
+	if all := round * steps; all > n && all*imageLen <= benchDataBytes {
+		n = all
+	}
+	return n
 }
 
 // train runs a job on synthetic data and times its steps after a

@@ -31,3 +31,21 @@ func TestTrainDataRows(t *testing.T) {
 		t.Errorf("folder %+v", f)
 	}
 }
+
+// TestBenchImages checks that bench train's data set covers the whole run
+// (no epoch ends among the timed steps) while its pixels fit the bound,
+// and falls back to 512 images or 4 rounds beyond it.
+func TestBenchImages(t *testing.T) {
+	alex := 3 * 227 * 227
+	for _, c := range []struct{ imageLen, round, steps, want int }{
+		{alex, 32, 20, 640},          // bench train --model alexnet --images 640
+		{alex, 32, 625, 512},         // --images 20000: 3 GB of pixels, too many
+		{28 * 28, 64, 312, 64 * 312}, // lenet's default run fits
+		{28 * 28, 64, 5, 512},        // short runs keep 512 images
+		{alex, 256, 100, 1024},       // four rounds when they are more than 512
+	} {
+		if got := benchImages(c.imageLen, c.round, c.steps); got != c.want {
+			t.Errorf("benchImages(%d, %d, %d) = %d, want %d", c.imageLen, c.round, c.steps, got, c.want)
+		}
+	}
+}
