@@ -24,8 +24,9 @@ func newBenchTrainCmd(app *App) *cobra.Command {
 		Short: "Images/s of full training steps through the training path, on random data",
 		Long: `Runs training steps (forward, backward, push of the gradient, the server's
 update, pull of the weights) through the same job runner as softsync train,
-on random data of the model's input shape, with no evaluation, and prints
-the images/s of the timed steps (the first tenth of the steps warm up and
+on random data of the model's input shape (as many images as the run
+takes when their pixels fit 256 MiB, so that no epoch ends among the
+timed steps, else 512), with no evaluation, and prints the images/s of the timed steps (the first tenth of the steps warm up and
 are not timed), the GFLOP/s they make (nn.Spec.TrainFLOPs per image: the
 convolutions, counted as direct convolution although the 3x3 layers that
 run as Winograd's F(2x2,3x3) multiply less, and the fully connected
