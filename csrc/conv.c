@@ -1,7 +1,8 @@
 /* Batched convolution: Winograd's F(2x2, 3x3) around 16 GEMMs for 3 x 3
  * kernels of stride 1 (winograd.c), direct kernels for stride 1 at levels
- * AVX2 and AVX-512 (direct.c, direct512.c), otherwise one GEMM per group
- * of g images.
+ * AVX2 and AVX-512 (direct.c, direct512.c), strided kernels rewritten to
+ * stride 1 by space to depth (s2d.c), otherwise one GEMM per group of g
+ * images.
  *
  * With P = OH*OW output pixels, K = C*kh*kw and L = C*H*W, the group's
  * column matrix col (K x P*g) feeds
@@ -87,6 +88,9 @@ static int winograd_pays(int isa, const ss_conv_shape *s, int pass)
 
 int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
 {
+	/* The first layers' strided kernels over few channels: s2d.c. */
+	if (ss_conv_s2d_supported(s) && ss_s2d_pays(isa, s, pass))
+		return SS_CONV_S2D;
 	if (ss_conv_winograd_supported(s) && winograd_pays(isa, s, pass))
 		return SS_CONV_WINOGRAD;
 	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s, pass))
@@ -118,6 +122,8 @@ static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, 
 ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int group, int method,
                             int backward)
 {
+	if (method == SS_CONV_S2D)
+		return ss_conv_s2d_workspace(isa, threads, s, group, backward);
 	const ptrdiff_t m = method_workspace(isa, threads, s, group, method, backward);
 	if (!backward || method == SS_CONV_WINOGRAD || !ss_wgrad_supported(isa, s))
 		return m;
@@ -301,6 +307,10 @@ void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, in
 		ss_conv_winograd_forward(isa, threads, s, x, w, b, y, ws);
 		return;
 	}
+	if (method == SS_CONV_S2D) {
+		ss_conv_s2d_forward(isa, threads, s, group, x, w, b, y, ws, ws_len);
+		return;
+	}
 	const ptrdiff_t k = conv_k(s), p = conv_p(s);
 	ptrdiff_t xn, xc, yn, yc;
 	ss_conv_planes(s, &xn, &xc, &yn, &yc);
@@ -353,6 +363,10 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
 {
 	if (method == SS_CONV_WINOGRAD) {
 		ss_conv_winograd_backward(isa, threads, s, x, w, dy, dx, dw, db, ws);
+		return;
+	}
+	if (method == SS_CONV_S2D) {
+		ss_conv_s2d_backward(isa, threads, s, group, x, w, dy, dx, dw, db, ws, ws_len);
 		return;
 	}
 	if (dw && ss_wgrad_supported(isa, s)) {

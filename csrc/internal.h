@@ -205,6 +205,10 @@ int ss_fc_mid_forward(int isa, int threads, int n, int in, int out, const float 
                       const float *b, float *y);
 int ss_fc_mid_wgrad(int isa, int threads, int n, int in, int out, const float *x, const float *dy, float *dw);
 
+/* ss_s2d_pays reports whether SS_CONV_S2D (s2d.c) is the fastest method
+ * for one pass of a shape it supports, at level isa. */
+int ss_s2d_pays(int isa, const ss_conv_shape *s, int pass);
+
 /* ss_winograd_set_test sets the tiles of one block of the Winograd
  * convolution (winograd.c; 0: the default), so that tests cross block
  * boundaries inside images with small shapes. Not safe while a kernel

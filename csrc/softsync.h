@@ -225,7 +225,8 @@ enum {
 	SS_CONV_CHWN = 0,   /* GEMM per group, batch-innermost columns: column p*g + n */
 	SS_CONV_IMAGE = 1,  /* GEMM per group, image-major columns: column n*P + p */
 	SS_CONV_DIRECT = 2,   /* direct AVX2 or AVX-512 kernels (direct.c, direct512.c); stride 1 */
-	SS_CONV_WINOGRAD = 3  /* Winograd F(2x2, 3x3) around 16 GEMMs (winograd.c); 3 x 3, stride 1, pad 0 or 1 */
+	SS_CONV_WINOGRAD = 3, /* Winograd F(2x2, 3x3) around 16 GEMMs (winograd.c); 3 x 3, stride 1, pad 0 or 1 */
+	SS_CONV_S2D = 4       /* space to depth, then a stride-1 method (s2d.c); stride > 1, one group */
 };
 
 /* ss_conv_direct_supported reports whether SS_CONV_DIRECT runs the shape
@@ -238,6 +239,10 @@ int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
  * or 1 on both axes. */
 int ss_conv_winograd_supported(const ss_conv_shape *s);
 
+/* ss_conv_s2d_supported reports whether SS_CONV_S2D runs the shape (at
+ * any level): a stride above 1 on either axis, one group. */
+int ss_conv_s2d_supported(const ss_conv_shape *s);
+
 /* Passes of a convolution, for ss_conv_pass_method. */
 enum {
 	SS_CONV_PASS_FORWARD = 0,
@@ -246,7 +251,10 @@ enum {
 };
 
 /* ss_conv_pass_method returns the fastest method for one pass of the
- * shape at level isa: at level AVX2, Winograd for every pass of the
+ * shape at level isa: at level AVX2, space to depth for the strided
+ * kernels over at most 4 input channels, at least twice the stride, that
+ * it rewrites with at most 35% zero taps (forward and weight gradient; the input gradient where the
+ * rewritten kernel runs on Winograd), Winograd for every pass of the
  * shapes it runs with at least 64 input and 64 output channels; else
  * direct where supported, except at level AVX2 for narrow output planes
  * (OW < 16, not a multiple of 8) with C*kh*kw >= 1024 taps, and at level
@@ -314,6 +322,18 @@ void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, cons
                               const float *b, float *y, float *ws);
 void ss_conv_winograd_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
                                const float *dy, float *dx, float *dw, float *db, float *ws);
+
+/* ---- space-to-depth convolution (s2d.c) ---- */
+
+/* ss_conv_s2d_workspace is ss_conv_workspace for SS_CONV_S2D. */
+ptrdiff_t ss_conv_s2d_workspace(int isa, int threads, const ss_conv_shape *s, int group, int backward);
+/* ss_conv_s2d_forward and ss_conv_s2d_backward are ss_conv_forward and
+ * ss_conv_backward for SS_CONV_S2D; they require ss_conv_s2d_supported(s)
+ * and the workspace above. */
+void ss_conv_s2d_forward(int isa, int threads, const ss_conv_shape *s, int group, const float *x, const float *w,
+                         const float *b, float *y, float *ws, ptrdiff_t ws_len);
+void ss_conv_s2d_backward(int isa, int threads, const ss_conv_shape *s, int group, const float *x, const float *w,
+                          const float *dy, float *dx, float *dw, float *db, float *ws, ptrdiff_t ws_len);
 
 /* ---- pooling (pool.c) ---- */
 

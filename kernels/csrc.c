@@ -23,6 +23,7 @@
 #include "../csrc/layers.c"
 #include "../csrc/parallel.c"
 #include "../csrc/pool.c"
+#include "../csrc/s2d.c"
 #include "../csrc/smallgemm.c"
 #include "../csrc/wgrad.c"
 #include "../csrc/winograd.c"

@@ -65,7 +65,12 @@
 // Winograd's F(2×2, 3×3) (csrc/winograd.c): transforms of the weights,
 // 4×4 input tiles and 2×2 output tiles around 16 OpenBLAS GEMMs per block
 // of tiles, 4 multiplications per output pixel and channel pair instead
-// of 9; the gradients are those of the same computation. Other
+// of 9; the gradients are those of the same computation. Also at level
+// AVX2, the first layers' strided kernels over at most 4 input channels
+// (ResNet-18's and AlexNet's conv1) run rewritten by space to depth
+// (csrc/s2d.c) as stride-1 convolutions over stride² times the channels,
+// on the direct kernels or Winograd (the forward pass and the weight
+// gradient; the input gradient where the rewrite runs on Winograd). Other
 // convolutions cover a group of images with one OpenBLAS GEMM, the column
 // matrix either batch-innermost (the group transposed to CHWN so that
 // im2col copies long runs; small images) or image-major (wide output rows

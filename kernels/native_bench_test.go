@@ -12,10 +12,10 @@ import (
 
 // BenchmarkNetConvMethods runs the layers of BenchmarkNetConv on one
 // thread over 16 images with each convolution method forced (direct where
-// the stride allows it, Winograd for 3×3 kernels of stride 1, image-major
-// and batch-innermost GEMMs) at the best
-// level the CPU runs: the measurements that ss_conv_pass_method's choice rests
-// on. Names: <layer>/<method>/<pass>; bwd is both gradients (the weight
+// the stride allows it, Winograd for 3×3 kernels of stride 1, space to
+// depth for strided ones of one group, image-major and batch-innermost
+// GEMMs) at the best level the CPU runs: the measurements that
+// ss_conv_pass_method's choice rests on. Names: <layer>/<method>/<pass>; bwd is both gradients (the weight
 // gradient alone for a first layer).
 func BenchmarkNetConvMethods(b *testing.B) {
 	fastestAt(b, 1) // loads OpenBLAS
@@ -32,8 +32,11 @@ func BenchmarkNetConvMethods(b *testing.B) {
 			dx, passes = make([]float32, s.InputLen()), 2
 		}
 		flop := 2 * float64(s.OC) * float64(s.N*s.OutH()*s.OutW()) * float64(s.C*s.KH*s.KW)
-		for _, m := range []string{"direct", "winograd", "image", "chwn"} {
+		for _, m := range []string{"direct", "winograd", "s2d", "image", "chwn"} {
 			if m == "direct" && (s.StrideH != 1 || s.StrideW != 1) {
+				continue
+			}
+			if m == "s2d" && (s.StrideH == 1 && s.StrideW == 1 || s.Groups() > 1) {
 				continue
 			}
 			if m == "winograd" && (s.KH != 3 || s.KW != 3 || s.StrideH != 1 || s.StrideW != 1) {

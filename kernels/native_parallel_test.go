@@ -68,11 +68,12 @@ func TestNativeWgrad(t *testing.T) {
 
 // TestNativeConvPlans runs the convolution tests with each method forced,
 // the GEMM methods with one image per GEMM and with uneven groups, the
-// direct method at each level that has it (AVX2, AVX-512), and the
-// Winograd method at every level with the default blocks of tiles and
-// with blocks of a few tiles (which end inside tile rows' images), so
-// that every path of csrc/conv.c, csrc/direct.c, csrc/direct512.c and
-// csrc/winograd.c is checked whatever the shapes would choose.
+// direct method at each level that has it (AVX2, AVX-512), space to
+// depth at every level, and the Winograd method at every level with the
+// default blocks of tiles and with blocks of a few tiles (which end
+// inside tile rows' images), so that every path of csrc/conv.c,
+// csrc/direct.c, csrc/direct512.c, csrc/s2d.c and csrc/winograd.c is
+// checked whatever the shapes would choose.
 func TestNativeConvPlans(t *testing.T) {
 	if _, info, _ := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")}); info.Fallback {
 		t.Fatal(info.FallbackErr)
@@ -98,6 +99,17 @@ func TestNativeConvPlans(t *testing.T) {
 				}
 			})
 		}
+	}
+	// Space to depth runs the strided shapes (the others keep their
+	// choice) at every level, its stride-1 passes on what each level
+	// chooses for them.
+	for _, l := range isa.All {
+		t.Run(fmt.Sprintf("s2d/%v", l), func(t *testing.T) {
+			if !isa.Supported(l) {
+				t.Skipf("level %v: %s", l, isa.Reason())
+			}
+			kerneltest.RunConv(t, kernels.NativeWith(0, "s2d", l))
+		})
 	}
 	defer kernels.SetWinogradTest(0)
 	for _, tiles := range []int{0, 5} {

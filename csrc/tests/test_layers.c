@@ -244,6 +244,8 @@ int main(void)
 		{2, 5, 8, 16, 9, 5, 5, 2, 2, 1, 1, SS_NCHW, 1},    /* AVX-512: padded planes (OW = 16) */
 		{3, 4, 10, 9, 5, 3, 3, 0, 0, 1, 1, SS_NCHW, 1},    /* Winograd without padding, odd OW */
 		{2, 3, 5, 13, 4, 3, 3, 1, 1, 1, 1, SS_NCHW, 1},    /* Winograd: odd OH and OW */
+		{2, 2, 13, 11, 3, 2, 5, 0, 1, 4, 2, SS_NCHW, 1},   /* space to depth: input rows it leaves out */
+		{1, 3, 15, 18, 64, 11, 11, 1, 0, 4, 4, SS_NCHW, 1}, /* space to depth: Winograd's 3 x 3 at level AVX2 */
 		/* grouped: each a group's shape */
 		{3, 4, 9, 9, 5, 5, 5, 2, 2, 1, 1, SS_NCHW, 2},
 		{2, 2, 9, 8, 3, 3, 2, 1, 0, 2, 1, SS_NCHW, 3},
@@ -282,6 +284,10 @@ int main(void)
 						ss_winograd_set_test(3); /* blocks that end inside images */
 						test_conv(s, 1, SS_CONV_WINOGRAD);
 						ss_winograd_set_test(0);
+					}
+					if (ss_conv_s2d_supported(&s)) {
+						test_conv(s, 1, SS_CONV_S2D);
+						test_conv(s, 1 << 30, SS_CONV_S2D);
 					}
 				}
 			for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)

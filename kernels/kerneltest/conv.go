@@ -47,6 +47,16 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 72, H: 14, W: 14, OC: 64, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 64, H: 16, W: 15, OC: 65, KH: 3, KW: 3, StrideH: 1, StrideW: 1},
 	{N: 1, C: 64, H: 30, W: 30, OC: 64, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
+	// Strided kernels over few channels (the native engine's AVX2 level
+	// rewrites them to stride 1 by space to depth): ResNet-18's conv1 in
+	// miniature (7×7, stride 2, padding 3, odd planes), AlexNet's (11×11,
+	// stride 4, planes of 19 and 23 pixels; 64 output channels, whose
+	// rewritten 3×3 kernel runs on Winograd in every pass), and a
+	// rectangular kernel of strides 4 and 2, padded on one axis only,
+	// whose last input row no output reads.
+	{N: 2, C: 3, H: 15, W: 13, OC: 5, KH: 7, KW: 7, PadH: 3, PadW: 3, StrideH: 2, StrideW: 2},
+	{N: 2, C: 3, H: 19, W: 23, OC: 64, KH: 11, KW: 11, StrideH: 4, StrideW: 4},
+	{N: 2, C: 2, H: 13, W: 11, OC: 4, KH: 8, KW: 6, PadW: 1, StrideH: 4, StrideW: 2},
 	// Grouped: AlexNet's conv2 in miniature, strided, and one group per
 	// channel (depthwise).
 	{N: 3, C: 8, H: 9, W: 9, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1, Group: 2},
@@ -125,10 +135,14 @@ func testConvShape(t *testing.T, e kernels.Engine, s kernels.ConvShape, seed uin
 	approx(t, "dw", dw, g.dw, g.dwMag, sumTol(s.N*p))
 	approx(t, "db", db, g.db, g.dbMag, sumTol(s.N*p))
 
-	// dx and db are optional: dw alone must still be right.
-	dw2 := output(s.WeightLen())
+	// dx and db are optional: dw alone, and dw and db without dx (a
+	// first layer's), must still be right.
+	dw2, db2 := output(s.WeightLen()), output(s.OC)
 	e.ConvBackward(s, xl, w, dyl, nil, dw2, nil, ws)
 	approx(t, "dw (dx, db nil)", dw2, g.dw, g.dwMag, sumTol(s.N*p))
+	e.ConvBackward(s, xl, w, dyl, nil, dw2, db2, ws)
+	approx(t, "dw (dx nil)", dw2, g.dw, g.dwMag, sumTol(s.N*p))
+	approx(t, "db (dx nil)", db2, g.db, g.dbMag, sumTol(s.N*p))
 }
 
 // toLayout returns a copy of v, n images of c planes of hw floats in NCHW
