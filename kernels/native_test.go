@@ -60,11 +60,12 @@ var (
 
 // NativeWith returns the native engine with a given convolution
 // column-matrix budget (floats; 0 = default), a forced convolution method
-// ("chwn", "image", "direct" where the shape and level allow it, or "" to
-// choose per shape) and instruction-set level (lowered to what the CPU
+// ("chwn", "image", "direct", "winograd" or "winograd6" where the shape
+// and level allow it, or "" to choose per shape) and instruction-set level (lowered to what the CPU
 // runs), over DefaultThreads threads, for tests and tuning.
 func NativeWith(floats int, method string, l isa.Level) Engine {
-	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect, "winograd": methodWinograd}[method]
+	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect,
+		"winograd": methodWinograd, "winograd6": methodWinograd6}[method]
 	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
 	e.budget, e.method = floats, m
 	return e
