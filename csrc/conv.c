@@ -1,5 +1,6 @@
-/* Batched convolution: Winograd's F(2x2, 3x3) around 16 GEMMs for 3 x 3
- * kernels of stride 1 (winograd.c), direct kernels for stride 1 at levels
+/* Batched convolution: Winograd's F(2x2, 3x3) or F(4x4, 3x3) around 16
+ * or 36 GEMMs for 3 x 3 kernels of stride 1 and F(2x2, 5x5) for 5 x 5
+ * ones (winograd.c), direct kernels for stride 1 at levels
  * AVX2 and AVX-512 (direct.c, direct512.c), strided kernels rewritten to
  * stride 1 by space to depth (s2d.c), otherwise one GEMM per group of g
  * images.
@@ -66,24 +67,42 @@ static int direct_pays(int isa, const ss_conv_shape *s, int pass)
 	return ow >= 16;
 }
 
-/* winograd_pays reports whether Winograd's F(2x2, 3x3) (winograd.c) beats
- * the other methods on a shape it supports, for one pass. At level AVX2,
- * for every pass once both channel counts are at least 64: it does 4
- * multiplications per output pixel and channel pair where the others do
- * 9, in 16 GEMMs of OC x C by C x tiles, which OpenBLAS runs about as
- * fast as the direct kernels run theirs. On ResNet-18's 3 x 3 layers at
- * 16 images on one thread (cpu-GFLOP/s counted as direct FLOPs) that is
- * 1.4-1.6x on 64 channels of 56 x 56 (103-115 against 71-76), 1.4-1.9x
- * on 128 of 28 x 28 (107-133 against 67-75), 1.9-2.0x on 256 of 14 x 14
- * (140-149 against 69-80) and 1.1-1.6x on 512 of 7 x 7 (93-112 against
- * 63-82), whose 4 x 4 tiles compute 64 outputs for 49; on AlexNet's
- * conv3 and conv4 (13 x 13, 192-384 channels) 1.4x forward, conv5 even.
- * Fewer channels were not measured. At level AVX-512 the direct kernels
- * and OpenBLAS's 512-bit GEMMs stay (not measured against it). */
-static int winograd_pays(int isa, const ss_conv_shape *s, int pass)
+/* winograd_method returns the Winograd method (winograd.c) that beats
+ * the other methods on a shape, for one pass, or -1. At level AVX2, for
+ * every pass once both channel counts are at least 64 on 3 x 3 kernels:
+ * F(2x2, 3x3) does 4 multiplications per output pixel and channel pair
+ * and F(4x4, 3x3) 2.25 where the others do 9, in 16 or 36 GEMMs of OC x
+ * C by C x tiles, which OpenBLAS runs about as fast as the direct kernels
+ * run theirs. On ResNet-18's 3 x 3 layers at 16 images on one thread
+ * (cpu-GFLOP/s counted as direct FLOPs; forward, both gradients), direct
+ * against F(2x2, 3x3) against F(4x4, 3x3):
+ *   64 channels of 56 x 56    76/76 : 102/112 : 127/129
+ *   128 of 28 x 28            48-67/74 : 130/132 : 172/155
+ *   256 of 14 x 14            66/71 : 141/143 : 148/139
+ *   512 of 7 x 7              62/66 : 102/99 : 75/79
+ * and AlexNet's 13 x 13 conv3-5 (192-384 channels) 59-65/64-69 :
+ * 89-129/83-124 : 86-134/84-134. So F(4x4, 3x3) on output rows of 16
+ * pixels or more, whose 4 x 4 tiles waste little, F(2x2, 3x3) on
+ * narrower ones: on 7 x 7 the 6 x 6 tiles compute 64 outputs for 49 and
+ * the 36 weight transforms of 512 x 512 channels weigh; on 13 x 13 and
+ * 14 x 14 the two are within the noise. On 5 x 5 kernels, F(2x2, 5x5)
+ * does 9 multiplications where the others do 25: AlexNet's conv2 (48 to
+ * 128 channels per group, 27 x 27) runs at 107/104 against the direct
+ * kernels' 64/72, so it runs from 48 input and 64 output channels on
+ * planes of 16 pixels or more (smaller were not measured). At level
+ * AVX-512 the direct kernels and OpenBLAS's 512-bit GEMMs stay (not
+ * measured against it). */
+static int winograd_method(int isa, const ss_conv_shape *s, int pass)
 {
 	(void)pass;
-	return ss_isa(isa) == SS_ISA_AVX2 && s->c >= 64 && s->oc >= 64;
+	if (ss_isa(isa) != SS_ISA_AVX2 || ss_conv_out_w(s) < (s->kh == 5 ? 16 : 1))
+		return -1;
+	if (s->kh == 5)
+		return s->c >= 48 && s->oc >= 64 && ss_conv_winograd_supported(SS_CONV_WINOGRAD6, s) ? SS_CONV_WINOGRAD6
+		                                                                                    : -1;
+	if (s->c < 64 || s->oc < 64 || !ss_conv_winograd_supported(SS_CONV_WINOGRAD, s))
+		return -1;
+	return ss_conv_out_w(s) >= 16 ? SS_CONV_WINOGRAD6 : SS_CONV_WINOGRAD;
 }
 
 int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
@@ -91,8 +110,9 @@ int ss_conv_pass_method(int isa, const ss_conv_shape *s, int pass)
 	/* The first layers' strided kernels over few channels: s2d.c. */
 	if (ss_conv_s2d_supported(s) && ss_s2d_pays(isa, s, pass))
 		return SS_CONV_S2D;
-	if (ss_conv_winograd_supported(s) && winograd_pays(isa, s, pass))
-		return SS_CONV_WINOGRAD;
+	const int wino = winograd_method(isa, s, pass);
+	if (wino >= 0)
+		return wino;
 	if (ss_conv_direct_supported(isa, s) && direct_pays(isa, s, pass))
 		return SS_CONV_DIRECT;
 	return ss_conv_out_w(s) >= 24 ? SS_CONV_IMAGE : SS_CONV_CHWN;
@@ -125,7 +145,7 @@ ptrdiff_t ss_conv_workspace(int isa, int threads, const ss_conv_shape *s, int gr
 	if (method == SS_CONV_S2D)
 		return ss_conv_s2d_workspace(isa, threads, s, group, backward);
 	const ptrdiff_t m = method_workspace(isa, threads, s, group, method, backward);
-	if (!backward || method == SS_CONV_WINOGRAD || !ss_wgrad_supported(isa, s))
+	if (!backward || method == SS_CONV_WINOGRAD || method == SS_CONV_WINOGRAD6 || !ss_wgrad_supported(isa, s))
 		return m;
 	const ptrdiff_t w = ss_wgrad_workspace(threads, s);
 	return w > m ? w : m;
@@ -136,8 +156,8 @@ static ptrdiff_t method_workspace(int isa, int threads, const ss_conv_shape *s, 
 {
 	if (method == SS_CONV_DIRECT)
 		return ss_conv_direct_workspace(isa, threads, s, backward);
-	if (method == SS_CONV_WINOGRAD)
-		return ss_conv_winograd_workspace(threads, s, backward);
+	if (method == SS_CONV_WINOGRAD || method == SS_CONV_WINOGRAD6)
+		return ss_conv_winograd_workspace(method, threads, s, backward);
 	const ptrdiff_t gp = (ptrdiff_t)group * conv_p(s);
 	const ptrdiff_t gl = group > 1 && method == SS_CONV_CHWN ? (ptrdiff_t)group * conv_l(s) : 0;
 	ptrdiff_t need = conv_k(s) * gp + gl;
@@ -303,8 +323,8 @@ void ss_conv_forward(int isa, int threads, const ss_conv_shape *s, int group, in
 		ss_conv_direct_forward(isa, threads, s, x, w, b, y, ws, ws_len);
 		return;
 	}
-	if (method == SS_CONV_WINOGRAD) {
-		ss_conv_winograd_forward(isa, threads, s, x, w, b, y, ws);
+	if (method == SS_CONV_WINOGRAD || method == SS_CONV_WINOGRAD6) {
+		ss_conv_winograd_forward(method, isa, threads, s, x, w, b, y, ws);
 		return;
 	}
 	if (method == SS_CONV_S2D) {
@@ -361,8 +381,8 @@ void ss_conv_backward(int isa, int threads, const ss_conv_shape *s, int group, i
                       const float *w, const float *dy, float *dx, float *dw,
                       float *db, float *ws, ptrdiff_t ws_len)
 {
-	if (method == SS_CONV_WINOGRAD) {
-		ss_conv_winograd_backward(isa, threads, s, x, w, dy, dx, dw, db, ws);
+	if (method == SS_CONV_WINOGRAD || method == SS_CONV_WINOGRAD6) {
+		ss_conv_winograd_backward(method, isa, threads, s, x, w, dy, dx, dw, db, ws);
 		return;
 	}
 	if (method == SS_CONV_S2D) {

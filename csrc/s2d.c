@@ -73,7 +73,7 @@ static ptrdiff_t s2d_w_floats(const ss_conv_shape *t) { return s2d_round16((ptrd
  * (the direct kernels, the GEMM of wgrad.c). */
 static int s2d_method(int isa, const ss_conv_shape *t, int pass)
 {
-	if (ss_isa(isa) == SS_ISA_AVX2 && ss_conv_winograd_supported(t) && t->c >= 48 && t->oc >= 64)
+	if (ss_isa(isa) == SS_ISA_AVX2 && ss_conv_winograd_supported(SS_CONV_WINOGRAD, t) && t->c >= 48 && t->oc >= 64)
 		return SS_CONV_WINOGRAD;
 	return ss_conv_pass_method(isa, t, pass);
 }

@@ -226,7 +226,9 @@ enum {
 	SS_CONV_IMAGE = 1,  /* GEMM per group, image-major columns: column n*P + p */
 	SS_CONV_DIRECT = 2,   /* direct AVX2 or AVX-512 kernels (direct.c, direct512.c); stride 1 */
 	SS_CONV_WINOGRAD = 3, /* Winograd F(2x2, 3x3) around 16 GEMMs (winograd.c); 3 x 3, stride 1, pad 0 or 1 */
-	SS_CONV_S2D = 4       /* space to depth, then a stride-1 method (s2d.c); stride > 1, one group */
+	SS_CONV_WINOGRAD6 = 4, /* Winograd on 6 x 6 tiles around 36 GEMMs (winograd.c): F(4x4, 3x3) for 3 x 3
+	                        * (pad 0 or 1), F(2x2, 5x5) for 5 x 5 (pad 0 to 2); stride 1 */
+	SS_CONV_S2D = 5        /* space to depth, then a stride-1 method (s2d.c); stride > 1, one group */
 };
 
 /* ss_conv_direct_supported reports whether SS_CONV_DIRECT runs the shape
@@ -234,10 +236,11 @@ enum {
  * ss_isa). */
 int ss_conv_direct_supported(int isa, const ss_conv_shape *s);
 
-/* ss_conv_winograd_supported reports whether SS_CONV_WINOGRAD runs the
- * shape (at any level): a 3 x 3 kernel, stride 1, the same padding of 0
- * or 1 on both axes. */
-int ss_conv_winograd_supported(const ss_conv_shape *s);
+/* ss_conv_winograd_supported reports whether method (SS_CONV_WINOGRAD or
+ * SS_CONV_WINOGRAD6) runs the shape (at any level): stride 1, the same
+ * padding on both axes, a 3 x 3 kernel padded by 0 or 1, or for
+ * SS_CONV_WINOGRAD6 also a 5 x 5 kernel padded by 0 to 2. */
+int ss_conv_winograd_supported(int method, const ss_conv_shape *s);
 
 /* ss_conv_s2d_supported reports whether SS_CONV_S2D runs the shape (at
  * any level): a stride above 1 on either axis, one group. */
@@ -255,7 +258,10 @@ enum {
  * kernels over at most 4 input channels, at least twice the stride, that
  * it rewrites with at most 35% zero taps (forward and weight gradient; the input gradient where the
  * rewritten kernel runs on Winograd), Winograd for every pass of the
- * shapes it runs with at least 64 input and 64 output channels; else
+ * 3 x 3 shapes it runs with at least 64 input and 64 output channels
+ * (on 6 x 6 tiles for output rows of 16 pixels or more, else on 4 x 4),
+ * and of the 5 x 5 shapes with at least 48 input and 64 output channels
+ * and output rows of 16 pixels or more (6 x 6 tiles); else
  * direct where supported, except at level AVX2 for narrow output planes
  * (OW < 16, not a multiple of 8) with C*kh*kw >= 1024 taps, and at level
  * AVX-512, for shapes of at least 1024 taps, on output
@@ -313,15 +319,17 @@ void ss_conv_direct_backward(int isa, int threads, const ss_conv_shape *s, const
 
 /* ---- Winograd convolution (winograd.c) ---- */
 
-/* ss_conv_winograd_workspace is ss_conv_workspace for SS_CONV_WINOGRAD. */
-ptrdiff_t ss_conv_winograd_workspace(int threads, const ss_conv_shape *s, int backward);
+/* ss_conv_winograd_workspace is ss_conv_workspace for method
+ * SS_CONV_WINOGRAD or SS_CONV_WINOGRAD6. */
+ptrdiff_t ss_conv_winograd_workspace(int method, int threads, const ss_conv_shape *s, int backward);
 /* ss_conv_winograd_forward and ss_conv_winograd_backward are
- * ss_conv_forward and ss_conv_backward for SS_CONV_WINOGRAD; they require
- * ss_conv_winograd_supported(s) and the workspace above. */
-void ss_conv_winograd_forward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
-                              const float *b, float *y, float *ws);
-void ss_conv_winograd_backward(int isa, int threads, const ss_conv_shape *s, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *db, float *ws);
+ * ss_conv_forward and ss_conv_backward for method SS_CONV_WINOGRAD or
+ * SS_CONV_WINOGRAD6; they require ss_conv_winograd_supported(method, s)
+ * and the workspace above. */
+void ss_conv_winograd_forward(int method, int isa, int threads, const ss_conv_shape *s, const float *x,
+                              const float *w, const float *b, float *y, float *ws);
+void ss_conv_winograd_backward(int method, int isa, int threads, const ss_conv_shape *s, const float *x,
+                               const float *w, const float *dy, float *dx, float *dw, float *db, float *ws);
 
 /* ---- space-to-depth convolution (s2d.c) ---- */
 

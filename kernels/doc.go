@@ -65,7 +65,10 @@
 // Winograd's F(2×2, 3×3) (csrc/winograd.c): transforms of the weights,
 // 4×4 input tiles and 2×2 output tiles around 16 OpenBLAS GEMMs per block
 // of tiles, 4 multiplications per output pixel and channel pair instead
-// of 9; the gradients are those of the same computation. Also at level
+// of 9; on output rows of 16 pixels or more as F(4×4, 3×3) on 6×6 tiles
+// around 36 GEMMs (2.25 multiplications), and 5×5 ones of at least 48
+// input and 64 output channels as F(2×2, 5×5) (9 instead of 25); the
+// gradients are those of the same computation. Also at level
 // AVX2, the first layers' strided kernels over at most 4 input channels
 // (ResNet-18's and AlexNet's conv1) run rewritten by space to depth
 // (csrc/s2d.c) as stride-1 convolutions over stride² times the channels,

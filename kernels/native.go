@@ -93,10 +93,10 @@ type native struct {
 	// 0 means defaultConvBudget.
 	budget int
 	// method forces a convolution method (methodCHWN, methodImage,
-	// methodDirect, methodWinograd or methodS2D, the last three only
-	// where ss_conv_direct_supported, ss_conv_winograd_supported and
-	// ss_conv_s2d_supported); 0 lets ss_conv_pass_method choose per
-	// shape and pass.
+	// methodDirect, methodWinograd, methodWinograd6 or methodS2D, the
+	// last four only where ss_conv_direct_supported,
+	// ss_conv_winograd_supported and ss_conv_s2d_supported); 0 lets
+	// ss_conv_pass_method choose per shape and pass.
 	method int
 	// isa is the C kernels' instruction-set level (SS_ISA_*, see
 	// cISA).
@@ -158,7 +158,10 @@ const (
 	methodImage    = 1 + C.SS_CONV_IMAGE
 	methodDirect   = 1 + C.SS_CONV_DIRECT
 	methodWinograd = 1 + C.SS_CONV_WINOGRAD
-	methodS2D      = 1 + C.SS_CONV_S2D
+	// methodWinograd6 is Winograd on 6×6 tiles: F(4×4, 3×3) for 3×3
+	// kernels, F(2×2, 5×5) for 5×5 ones.
+	methodWinograd6 = 1 + C.SS_CONV_WINOGRAD6
+	methodS2D       = 1 + C.SS_CONV_S2D
 )
 
 var _ Engine = native{}
@@ -278,7 +281,8 @@ func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (
 // convolutions") has the measurements behind each bound.
 func (e native) convPass(cs *C.ss_conv_shape, pass C.int) convPass {
 	if e.method != 0 && (e.method != methodDirect || C.ss_conv_direct_supported(e.isa, cs) != 0) &&
-		(e.method != methodWinograd || C.ss_conv_winograd_supported(cs) != 0) &&
+		(e.method != methodWinograd && e.method != methodWinograd6 ||
+			C.ss_conv_winograd_supported(C.int(e.method-1), cs) != 0) &&
 		(e.method != methodS2D || C.ss_conv_s2d_supported(cs) != 0) {
 		return convPass{C.int(e.method - 1), e.isa}
 	}

@@ -12,7 +12,8 @@ import (
 
 // BenchmarkNetConvMethods runs the layers of BenchmarkNetConv on one
 // thread over 16 images with each convolution method forced (direct where
-// the stride allows it, Winograd for 3×3 kernels of stride 1, space to
+// the stride allows it, Winograd F(2×2, 3×3) for 3×3 kernels of stride 1,
+// Winograd on 6×6 tiles for 3×3 and 5×5 kernels of stride 1, space to
 // depth for strided ones of one group, image-major and batch-innermost
 // GEMMs) at the best level the CPU runs: the measurements that
 // ss_conv_pass_method's choice rests on. Names: <layer>/<method>/<pass>; bwd is both gradients (the weight
@@ -32,7 +33,7 @@ func BenchmarkNetConvMethods(b *testing.B) {
 			dx, passes = make([]float32, s.InputLen()), 2
 		}
 		flop := 2 * float64(s.OC) * float64(s.N*s.OutH()*s.OutW()) * float64(s.C*s.KH*s.KW)
-		for _, m := range []string{"direct", "winograd", "s2d", "image", "chwn"} {
+		for _, m := range []string{"direct", "winograd", "winograd6", "s2d", "image", "chwn"} {
 			if m == "direct" && (s.StrideH != 1 || s.StrideW != 1) {
 				continue
 			}
@@ -40,6 +41,10 @@ func BenchmarkNetConvMethods(b *testing.B) {
 				continue
 			}
 			if m == "winograd" && (s.KH != 3 || s.KW != 3 || s.StrideH != 1 || s.StrideW != 1) {
+				continue
+			}
+			if m == "winograd6" && (s.KH != s.KW || s.KH != 3 && s.KH != 5 || s.PadH > s.KH/2 ||
+				s.StrideH != 1 || s.StrideW != 1) {
 				continue
 			}
 			e := kernels.NativeWithThreads(0, m, isa.Best(), 1)

@@ -69,11 +69,11 @@ func TestNativeWgrad(t *testing.T) {
 // TestNativeConvPlans runs the convolution tests with each method forced,
 // the GEMM methods with one image per GEMM and with uneven groups, the
 // direct method at each level that has it (AVX2, AVX-512), space to
-// depth at every level, and the Winograd method at every level with the
-// default blocks of tiles and with blocks of a few tiles (which end
-// inside tile rows' images), so that every path of csrc/conv.c,
-// csrc/direct.c, csrc/direct512.c, csrc/s2d.c and csrc/winograd.c is
-// checked whatever the shapes would choose.
+// depth at every level, and the Winograd methods (4×4 and 6×6 tiles) at
+// every level with the default blocks of tiles and with blocks of a few
+// tiles (which end inside tile rows' images), so that every path of
+// csrc/conv.c, csrc/direct.c, csrc/direct512.c, csrc/s2d.c and
+// csrc/winograd.c is checked whatever the shapes would choose.
 func TestNativeConvPlans(t *testing.T) {
 	if _, info, _ := kernels.New(kernels.Config{CoreType: os.Getenv("OPENBLAS_CORETYPE")}); info.Fallback {
 		t.Fatal(info.FallbackErr)
@@ -112,15 +112,17 @@ func TestNativeConvPlans(t *testing.T) {
 		})
 	}
 	defer kernels.SetWinogradTest(0)
-	for _, tiles := range []int{0, 5} {
-		kernels.SetWinogradTest(tiles)
-		for _, l := range isa.All {
-			t.Run(fmt.Sprintf("winograd/tiles=%d/%v", tiles, l), func(t *testing.T) {
-				if !isa.Supported(l) {
-					t.Skipf("level %v: %s", l, isa.Reason())
-				}
-				kerneltest.RunConv(t, kernels.NativeWith(0, "winograd", l))
-			})
+	for _, method := range []string{"winograd", "winograd6"} {
+		for _, tiles := range []int{0, 5} {
+			kernels.SetWinogradTest(tiles)
+			for _, l := range isa.All {
+				t.Run(fmt.Sprintf("%s/tiles=%d/%v", method, tiles, l), func(t *testing.T) {
+					if !isa.Supported(l) {
+						t.Skipf("level %v: %s", l, isa.Reason())
+					}
+					kerneltest.RunConv(t, kernels.NativeWith(0, method, l))
+				})
+			}
 		}
 	}
 }

@@ -60,12 +60,13 @@ var (
 
 // NativeWith returns the native engine with a given convolution
 // column-matrix budget (floats; 0 = default), a forced convolution method
-// ("chwn", "image"; "direct", "winograd" and "s2d" where the shape and
-// level allow them, others choosing per shape; or "" to choose per shape)
-// and instruction-set level (lowered to what the CPU runs), over
-// DefaultThreads threads, for tests and tuning.
+// ("chwn", "image"; "direct", "winograd", "winograd6" and "s2d" where the
+// shape and level allow them, others choosing per shape; or "" to choose
+// per shape) and instruction-set level (lowered to what the CPU runs),
+// over DefaultThreads threads, for tests and tuning.
 func NativeWith(floats int, method string, l isa.Level) Engine {
-	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect, "winograd": methodWinograd, "s2d": methodS2D}[method]
+	m := map[string]int{"chwn": methodCHWN, "image": methodImage, "direct": methodDirect,
+		"winograd": methodWinograd, "winograd6": methodWinograd6, "s2d": methodS2D}[method]
 	e := newNativeAt(cISA(min(l, isa.Best())), DefaultThreads())
 	e.budget, e.method = floats, m
 	return e

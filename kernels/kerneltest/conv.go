@@ -38,10 +38,12 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 41, H: 6, W: 17, OC: 5, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
 	{N: 1, C: 2, H: 4, W: 32, OC: 3, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	// 3×3, stride 1, at least 64 channels each way (the native engine's
-	// AVX2 level runs them on Winograd's F(2×2, 3×3)): odd planes (the
-	// last row and column of 2×2 output tiles cropped) and even ones,
-	// padding 1 and 0, a non-square plane, and a 30×30 plane of one
-	// image (TestNativeConvPlans runs blocks that end inside images).
+	// AVX2 level runs them on Winograd's F(2×2, 3×3), on planes of 16
+	// pixels or more wide F(4×4, 3×3)): odd planes (the last row and
+	// column of output tiles cropped) and even ones, padding 1 and 0, a
+	// non-square plane, and a 30×30 plane of one image
+	// (TestNativeConvPlans runs blocks that end inside images); 5×5 of
+	// 48 to 64 channels (F(2×2, 5×5)) padded by 2 and by 0, on odd planes.
 	{N: 2, C: 64, H: 7, W: 7, OC: 64, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 64, H: 13, W: 13, OC: 72, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
 	{N: 2, C: 72, H: 14, W: 14, OC: 64, KH: 3, KW: 3, PadH: 1, PadW: 1, StrideH: 1, StrideW: 1},
@@ -57,6 +59,8 @@ var convShapes = []kernels.ConvShape{
 	{N: 2, C: 3, H: 15, W: 13, OC: 5, KH: 7, KW: 7, PadH: 3, PadW: 3, StrideH: 2, StrideW: 2},
 	{N: 2, C: 3, H: 19, W: 23, OC: 64, KH: 11, KW: 11, StrideH: 4, StrideW: 4},
 	{N: 2, C: 2, H: 13, W: 11, OC: 4, KH: 8, KW: 6, PadW: 1, StrideH: 4, StrideW: 2},
+	{N: 1, C: 48, H: 9, W: 11, OC: 64, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1},
+	{N: 2, C: 48, H: 10, W: 9, OC: 64, KH: 5, KW: 5, StrideH: 1, StrideW: 1},
 	// Grouped: AlexNet's conv2 in miniature, strided, and one group per
 	// channel (depthwise).
 	{N: 3, C: 8, H: 9, W: 9, OC: 10, KH: 5, KW: 5, PadH: 2, PadW: 2, StrideH: 1, StrideW: 1, Group: 2},
