@@ -138,9 +138,10 @@ test: deps deps-test csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	$(MAKE) chaos-defects
-	# the learning tests, and the computations without goroutines (nativeOnly), skip
+	# the learning tests, and the computations without goroutines (nativeOnly: here
+	# and in kernels/kerneltest, the cases of more than 2M multiply-adds), skip
 	# under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
+	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit|TestEngines$$|TestNative(Parallel|Wgrad|ConvPlans)$$' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/ ./kernels/
 	# jobs of several processes (launchers, namespaces, failures), and the computations
 	# without goroutines (nativeOnly), natively
 	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures|TestSimPreset' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
