@@ -138,12 +138,12 @@ test: deps deps-test csrc-hash test-c check-memory
 	$(GO) vet -tags '$(TAGS)' ./...
 	$(GO) test -race -tags '$(TAGS)' -ldflags '$(LDFLAGS)' $(RACE_PKGS)
 	$(MAKE) chaos-defects
-	# the learning tests, and the computations without goroutines (nativeOnly), skip
-	# under the race detector: run them on the native engine too
-	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/
-	# jobs of several processes (launchers, namespaces, failures), and the computations
-	# without goroutines (nativeOnly), natively
-	$(GO) test -run 'TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures|TestSimPreset' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./tools/softsync/
+	# the tests that skip under the race detector, natively, in one go test so that
+	# its packages run side by side: the learning tests, the computations without
+	# goroutines (nativeOnly: in kernels/kerneltest the cases of more than 2M
+	# multiply-adds), and tools/softsync's jobs of several processes (launchers,
+	# namespaces, failures); one line: TestNativeOnlyRunByMake reads it
+	$(GO) test -run 'TestLearn|TestSyntheticData|TestControlMessagesFit|TestEngines$$|TestNative(Parallel|Wgrad|ConvPlans)$$|TestLaunchers|TestLaunch$$|TestCluster|TestTwoHosts|TestFailures|TestSimPreset' -tags '$(TAGS)' -ldflags '$(LDFLAGS)' ./learner/nn/ ./learner/cluster/ ./kernels/ ./tools/softsync/
 	CGO_ENABLED=0 $(GO) vet $(NOBLAS_PKGS)
 	CGO_ENABLED=0 $(GO) test $(NOBLAS_PKGS)
 

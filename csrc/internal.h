@@ -76,8 +76,15 @@ static inline int ss_isa(int isa)
 
 /* SS_INLINE marks the bodies that SS_ISA_VARIANTS compiles once per
  * level: forced inline, so that each variant's copy is vectorised for its
- * own instruction set. Helpers they call must be SS_INLINE too. */
+ * own instruction set. Helpers they call must be SS_INLINE too. The
+ * sanitizer build of the C tests (CMakeLists.txt, SOFTSYNC_SANITIZE)
+ * defines it as plain static inline: unoptimised and instrumented, the
+ * forced copies made layers.c alone take four minutes to compile, and at
+ * -O0 no copy is vectorised anyway (the intrinsics are in functions of
+ * their own level, which this does not change). */
+#ifndef SS_INLINE
 #define SS_INLINE static inline __attribute__((always_inline))
+#endif
 
 /* SS_ISA_VARIANTS(name) defines name##_isa[level], the range function
  * name (an ss_range_fn defined SS_INLINE) compiled for each level; levels

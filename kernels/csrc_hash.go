@@ -5,4 +5,4 @@ package kernels
 // csrcHash is the SHA-256 of csrc/*.c and csrc/*.h concatenated in byte
 // order of their names. It ties this package's build cache to the C
 // sources that kernels/csrc.c includes from outside the package.
-const csrcHash = "05f69b5f4ba8d3b9c95b3ebe332ccccf997390178b7adfd27d2937cc960ae229"
+const csrcHash = "ce80980b20346fd1cb0a0a7c331d7c5bd18cc60cf039eb643c43a765fa93ca84"

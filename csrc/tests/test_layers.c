@@ -35,22 +35,31 @@ static size_t act(const ss_conv_shape *s, int cs, int hs, int ws, int n, int c, 
 	return (plane * hs + h) * ws + w;
 }
 
-/* test_conv checks a convolution of s.groups groups (0 or 1: one), run
- * group by group as softsync.h describes: s is one group, c input to oc
- * output channels of tensors of groups*c and groups*oc channels. */
-static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
+/* conv_case holds a shape's inputs (in its layout) and the results of
+ * the loops written from the definitions, in double precision: drawn and
+ * computed once per shape and layout, then checked against every level,
+ * thread count, method and budget (the loops, not the kernels, took
+ * almost all of the test's time under AddressSanitizer). */
+typedef struct {
+	float *x, *w, *b, *dy;
+	double *wy, *wdx, *wdw, *wdb;
+} conv_case;
+
+/* conv_case_init draws c's inputs and computes its results for shape s
+ * (s.groups groups, as test_conv describes). */
+static void conv_case_init(conv_case *c, ss_conv_shape s)
 {
 	const int G = s.groups > 1 ? s.groups : 1, ct = G * s.c, oct = G * s.oc;
 	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
 	const size_t kk = (size_t)s.kh * s.kw, in = (size_t)s.n * ct * s.h * s.w, wl = (size_t)oct * s.c * kk;
 	const size_t out = (size_t)s.n * oct * oh * ow;
-	const int g = ss_conv_group(&s, budget);
-	const size_t wsf = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 1);
-	const size_t wsl = wsf > wsb ? wsf : wsb;
-	float *x = guarded(in), *w = guarded(wl), *b = guarded((size_t)oct), *y = guarded(out);
-	float *dy = guarded(out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)oct);
-	float *ws = guarded(wsl);
+	float *x = malloc(sizeof(float) * in), *w = malloc(sizeof(float) * wl), *b = malloc(sizeof(float) * (size_t)oct);
+	float *dy = malloc(sizeof(float) * out);
 	double *wy = zeros(out), *wdx = zeros(in), *wdw = zeros(wl), *wdb = zeros((size_t)oct);
+	if (x == NULL || w == NULL || b == NULL || dy == NULL) {
+		perror("malloc");
+		exit(2);
+	}
 	for (size_t i = 0; i < in; i++)
 		x[i] = uniform();
 	for (size_t i = 0; i < wl; i++)
@@ -80,6 +89,34 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 								wdw[wi] += (double)x[xi] * dy[yi];
 							}
 				}
+	*c = (conv_case){x, w, b, dy, wy, wdx, wdw, wdb};
+}
+
+/* copied returns a guarded copy of the n floats of v. */
+static float *copied(const float *v, size_t n)
+{
+	float *p = guarded(n);
+	memcpy(p, v, sizeof(float) * n);
+	return p;
+}
+
+/* test_conv checks a convolution of s.groups groups (0 or 1: one), run
+ * group by group as softsync.h describes: s is one group, c input to oc
+ * output channels of tensors of groups*c and groups*oc channels; cc is
+ * the shape's case (conv_case_init). */
+static void test_conv(ss_conv_shape s, const conv_case *cc, ptrdiff_t budget, int method)
+{
+	const int G = s.groups > 1 ? s.groups : 1, ct = G * s.c, oct = G * s.oc;
+	const int oh = out_dim(s.h, s.kh, s.pad_h, s.stride_h), ow = out_dim(s.w, s.kw, s.pad_w, s.stride_w);
+	const size_t kk = (size_t)s.kh * s.kw, in = (size_t)s.n * ct * s.h * s.w, wl = (size_t)oct * s.c * kk;
+	const size_t out = (size_t)s.n * oct * oh * ow;
+	const int g = ss_conv_group(&s, budget);
+	const size_t wsf = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 0), wsb = (size_t)ss_conv_workspace(isa, threads, &s, g, method, 1);
+	const size_t wsl = wsf > wsb ? wsf : wsb;
+	float *x = copied(cc->x, in), *w = copied(cc->w, wl), *b = copied(cc->b, (size_t)oct), *y = guarded(out);
+	float *dy = copied(cc->dy, out), *dx = guarded(in), *dw = guarded(wl), *db = guarded((size_t)oct);
+	float *ws = guarded(wsl);
+	const double *wy = cc->wy, *wdx = cc->wdx, *wdw = cc->wdw, *wdb = cc->wdb;
 	/* Planes of channel 1 from channel 0's: H*W (OH*OW) apart in NCHW, N
 	 * times that in CNHW. */
 	const size_t xc = (size_t)s.h * s.w * (s.layout == SS_CNHW ? (size_t)s.n : 1);
@@ -121,7 +158,6 @@ static void test_conv(ss_conv_shape s, ptrdiff_t budget, int method)
 	check_guards(dw, wl, "dw");
 	check_guards(db, (size_t)oct, "db");
 	release(x), release(w), release(b), release(y), release(dy), release(dx), release(dw), release(db), release(ws);
-	free(wy), free(wdx), free(wdw), free(wdb);
 }
 
 /* test_fc checks ss_fc_forward and ss_fc_backward (both the GEMM and the
@@ -279,33 +315,38 @@ int main(void)
 		{1, 4, 1, 3, 1, 0.7f, 1.0f, 1.0f, SS_LRN_ACROSS},
 	};
 
+	enum { NCONVS = sizeof convs / sizeof convs[0] };
+	static conv_case cases[NCONVS][2]; /* by shape and layout, drawn at first use */
 	for (threads = 1; threads <= 3; threads += 2)
 		for (isa = 0; isa < SS_ISA_LEVELS; isa++) {
 			ss_threads_init(threads);
 			ss_set_min_parallel_floats(1);
-			for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+			for (size_t i = 0; i < NCONVS; i++)
 				for (int layout = SS_NCHW; layout <= SS_CNHW; layout++) {
 					ss_conv_shape s = convs[i];
 					s.layout = layout;
+					const conv_case *cc = &cases[i][layout - SS_NCHW];
+					if (cc->x == NULL)
+						conv_case_init(&cases[i][layout - SS_NCHW], s);
 					for (int method = SS_CONV_CHWN; method <= SS_CONV_IMAGE; method++) {
-						test_conv(s, 1, method);        /* one image per GEMM */
-						test_conv(s, 1 << 30, method);  /* the whole batch */
-						test_conv(s, 3 * (ptrdiff_t)s.c * s.kh * s.kw * 16, method); /* uneven groups */
+						test_conv(s, cc, 1, method);        /* one image per GEMM */
+						test_conv(s, cc, 1 << 30, method);  /* the whole batch */
+						test_conv(s, cc, 3 * (ptrdiff_t)s.c * s.kh * s.kw * 16, method); /* uneven groups */
 					}
 					if (ss_conv_direct_supported(isa, &s))
-						test_conv(s, 1, SS_CONV_DIRECT);
+						test_conv(s, cc, 1, SS_CONV_DIRECT);
 					for (int method = SS_CONV_WINOGRAD; method <= SS_CONV_WINOGRAD6; method++) {
 						if (!ss_conv_winograd_supported(method, &s))
 							continue;
 						ss_winograd_set_test(0);
-						test_conv(s, 1, method);
+						test_conv(s, cc, 1, method);
 						ss_winograd_set_test(3); /* blocks that end inside images */
-						test_conv(s, 1, method);
+						test_conv(s, cc, 1, method);
 						ss_winograd_set_test(0);
 					}
 					if (ss_conv_s2d_supported(&s)) {
-						test_conv(s, 1, SS_CONV_S2D);
-						test_conv(s, 1 << 30, SS_CONV_S2D);
+						test_conv(s, cc, 1, SS_CONV_S2D);
+						test_conv(s, cc, 1 << 30, SS_CONV_S2D);
 					}
 				}
 			for (size_t i = 0; i < sizeof lrns / sizeof lrns[0]; i++)
@@ -313,6 +354,11 @@ int main(void)
 			for (int n = 1; n <= 9; n += 2)
 				for (int in = 1; in <= 33; in += 8)
 					test_fc(n, in, n % 3 + 2);
+		}
+	for (size_t i = 0; i < NCONVS; i++)
+		for (int l = 0; l < 2; l++) {
+			conv_case *c = &cases[i][l];
+			free(c->x), free(c->w), free(c->b), free(c->dy), free(c->wy), free(c->wdx), free(c->wdw), free(c->wdb);
 		}
 	return report("layers");
 }

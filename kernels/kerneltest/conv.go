@@ -106,6 +106,7 @@ func naiveConv(s kernels.ConvShape, seed uint64, x, w, b, dy []float32) *convWan
 // NCHW: inputs are drawn in NCHW, converted to the shape's layout for the
 // engine, and its outputs converted back.
 func testConvShape(t *testing.T, e kernels.Engine, s kernels.ConvShape, seed uint64) {
+	nativeOnly(t, s.N*s.OC*s.OutH()*s.OutW()*s.C/s.Groups()*s.KH*s.KW)
 	r := newRand(seed)
 	x, w, b := uniform(r, s.InputLen()), uniform(r, s.WeightLen()), uniform(r, s.OC)
 	dy := uniform(r, s.OutputLen())

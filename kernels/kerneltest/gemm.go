@@ -41,6 +41,7 @@ func testGemm(t *testing.T, e kernels.Engine) {
 // gemmCase runs one Gemm with leading dimensions larger than the minimum;
 // the padding columns of C must not change.
 func gemmCase(t *testing.T, e kernels.Engine, seed uint64, tA, tB bool, m, n, k int, alpha, beta float32) {
+	nativeOnly(t, m*n*k)
 	r := newRand(seed)
 	ar, ac := m, k
 	if tA {

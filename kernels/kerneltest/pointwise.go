@@ -342,6 +342,7 @@ func testFC(t *testing.T, e kernels.Engine) {
 	for i, sh := range fcShapes {
 		n, in, out := sh[0], sh[1], sh[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", n, in, out), func(t *testing.T) {
+			nativeOnly(t, n*in*out)
 			r := newRand(uint64(700 + i))
 			x, w, b := uniform(r, n*in), uniform(r, out*in), uniform(r, out)
 			for _, bias := range [][]float32{b, nil} {

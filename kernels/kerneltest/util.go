@@ -203,3 +203,23 @@ func dot64(g, y []float32) float64 {
 	}
 	return s
 }
+
+// raceMaxMACs is the most multiply-adds a case of Gemm, FC or a
+// convolution (forward pass) runs under the race detector; larger ones
+// (the small-dimension products' operands of a million floats, the large
+// FC layers, the Winograd shapes of 64 channels) skip there, see
+// nativeOnly.
+const raceMaxMACs = 1 << 21
+
+// nativeOnly skips, under the race detector, a case of macs multiply-adds
+// above raceMaxMACs. The engines run such cases without goroutines of
+// their own (the reference engine's loops, the native engine's C threads,
+// which the detector does not see), so the detector could only slow them
+// down: minutes of the race build's float64 sums. make test runs the
+// kernels package's tests without it too, where every case runs.
+func nativeOnly(t *testing.T, macs int) {
+	t.Helper()
+	if raceEnabled && macs > raceMaxMACs {
+		t.Skipf("%d multiply-adds: run without the race detector (make test runs the kernels tests natively too)", macs)
+	}
+}
