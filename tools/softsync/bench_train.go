@@ -28,9 +28,9 @@ on random data of the model's input shape (as many images as the run
 takes when their pixels fit 256 MiB, so that no epoch ends among the
 timed steps, else 512), with no evaluation, and prints the images/s of the timed steps (the first tenth of the steps warm up and
 are not timed), the GFLOP/s they make (nn.Spec.TrainFLOPs per image: the
-convolutions, counted as direct convolution although the 3x3 layers that
-run as Winograd's F(2x2,3x3) multiply less, and the fully connected
-layers) and their fraction of the FMA
+convolutions, counted as direct convolution although the layers that run
+as Winograd's F(2x2,3x3), F(4x4,3x3) or F(2x2,5x5) multiply less, and
+the fully connected layers) and their fraction of the FMA
 peak of the kernels' instruction-set level on all the machine's cores
 (softsync bench peak, the better of its measures just before and just
 after the steps), and how many cores the
