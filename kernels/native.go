@@ -164,10 +164,10 @@ const (
 	methodS2D       = 1 + C.SS_CONV_S2D
 )
 
-var _ Engine = native{}
-
-// defaultConvBudget bounds the column matrix of one convolution GEMM.
-const defaultConvBudget = 1 << 21
+var (
+	_ Engine         = native{}
+	_ WorkspaceSizer = native{}
+)
 
 func (native) Name() string { return "native" }
 
@@ -255,6 +255,14 @@ type convPass struct{ method, isa C.int }
 // runs and a workspace slice large enough for it (and, when also is not
 // negative, for a second pass: both backward passes).
 func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (C.int, convPass, []float32) {
+	g, p, need := e.convNeed(cs, pass, also)
+	return g, p, ws.Floats(need)
+}
+
+// convNeed returns the GEMM group size, how a pass runs and the floats
+// of workspace it needs (with a second pass when also is not negative),
+// for convPlan and ConvWorkspace.
+func (e native) convNeed(cs *C.ss_conv_shape, pass, also C.int) (C.int, convPass, int) {
 	budget := e.budget
 	if budget == 0 {
 		budget = defaultConvBudget
@@ -267,7 +275,30 @@ func (e native) convPlan(cs *C.ss_conv_shape, pass, also C.int, ws *Workspace) (
 		q := e.convPass(cs, also)
 		need = max(need, C.ss_conv_workspace(q.isa, e.threads, cs, g, q.method, backward))
 	}
-	return g, p, ws.Floats(int(need))
+	return g, p, int(need)
+}
+
+// ConvWorkspace returns what ConvForward (pass ConvForwardPass) or
+// ConvBackward asks of its Workspace for s: the need of the method and
+// level convPass chooses for the pass, or for both gradients the larger
+// of their two needs.
+func (e native) ConvWorkspace(s ConvShape, pass ConvPass) int {
+	cs := convShape(s)
+	first, also := C.int(C.SS_CONV_PASS_WGRAD), C.int(-1)
+	switch pass {
+	case ConvForwardPass:
+		first = C.SS_CONV_PASS_FORWARD
+	case ConvBackwardPass:
+		also = C.SS_CONV_PASS_DGRAD
+	}
+	_, _, need := e.convNeed(&cs, first, also)
+	return need
+}
+
+// LRNWorkspace returns ss_lrn_workspace of s at the engine's threads.
+func (e native) LRNWorkspace(s LRNShape) int {
+	ls := lrnShape(s)
+	return int(C.ss_lrn_workspace(e.threads, &ls))
 }
 
 // convPass returns how one pass runs: the forced method where it runs

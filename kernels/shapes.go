@@ -222,3 +222,8 @@ func (w *Workspace) Floats(n int) []float32 {
 	}
 	return w.buf[:n]
 }
+
+// Size returns the floats w holds: the most any Floats call on it has
+// asked for (0 for a new Workspace). Memory plans (WorkspaceSizer) are
+// checked against it.
+func (w *Workspace) Size() int { return cap(w.buf) }

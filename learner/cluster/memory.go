@@ -83,8 +83,9 @@ const processBase = 32 << 20
 //   - every process: 32 MiB (runtime, code, OpenBLAS), and its
 //     connections' buffers (rdma.ConnBytes); a process of learners or of
 //     the coordinator the data sets (DataSize) and their input mean;
-//   - a learner: its network (nn.Spec.Memory at Batch over Workers:
-//     parameters V, activations, workspace, worker gradients), its
+//   - a learner: its network (nn.Spec.Memory at Batch over Workers on
+//     Engine: parameters V, activations, the engine's workspace, worker
+//     gradients; a nil Engine estimates the workspace), its
 //     gradient vector in a message of the transport (rdma.MsgBytes of V),
 //     both twice with Overlap, the codec's buffers of its pushes and
 //     pulls (rdma.Codec.Buffers), topk's residuals (V) and the data
@@ -110,7 +111,7 @@ func (c *Config) Memory(t Topology, in PlanInputs) (JobMemory, error) {
 	if c.Spec == nil {
 		return m, fmt.Errorf("cluster: Memory: no network")
 	}
-	net, err := c.Spec.Memory(nn.Config{Batch: c.Batch, Workers: c.Workers})
+	net, err := c.Spec.Memory(nn.Config{Batch: c.Batch, Workers: c.Workers}, c.Engine)
 	if err != nil {
 		return m, err
 	}
@@ -159,7 +160,7 @@ func (c *Config) processMemory(t Topology, r Roles, in PlanInputs) (ProcessMemor
 	}
 	conns := int64(0)
 	if len(r.Learners) > 0 {
-		net, err := c.Spec.Memory(nn.Config{Batch: c.Batch, Workers: c.Workers})
+		net, err := c.Spec.Memory(nn.Config{Batch: c.Batch, Workers: c.Workers}, c.Engine)
 		if err != nil {
 			return p, err
 		}
@@ -186,7 +187,7 @@ func (c *Config) processMemory(t Topology, r Roles, in PlanInputs) (ProcessMemor
 	if r.Evaluator {
 		if d.TestImages > 0 || d.Streamed {
 			eb := cmp.Or(c.EvalBatch, 100)
-			net, err := c.Spec.Memory(nn.Config{Batch: eb, Workers: c.EvalWorkers(len(r.Learners)), Inference: true})
+			net, err := c.Spec.Memory(nn.Config{Batch: eb, Workers: c.EvalWorkers(len(r.Learners)), Inference: true}, c.Engine)
 			if err != nil {
 				return p, err
 			}

@@ -77,7 +77,7 @@ func TestJobMemory(t *testing.T) {
 		t.Fatalf("processes %s", got)
 	}
 	v := 4 * int64(c.Spec.VectorLen())
-	net, err := c.Spec.Memory(nn.Config{Batch: 8, Workers: 1})
+	net, err := c.Spec.Memory(nn.Config{Batch: 8, Workers: 1}, c.Engine)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,11 +140,11 @@ func TestSplitFC(t *testing.T) {
 // tail's weights.
 func TestSplitFCMemory(t *testing.T) {
 	spec := mustParse(t, "input channels=4 height=8 width=8\nconv c out=8 kernel=3 pad=1\nrelu r\nfc f1 out=300\nrelu r1\nfc f2 out=10\nsoftmax\n")
-	split, err := spec.Memory(Config{Batch: 8, Workers: 2, SplitFC: 1})
+	split, err := spec.Memory(Config{Batch: 8, Workers: 2, SplitFC: 1}, kernels.Reference())
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, _ := spec.Memory(Config{Batch: 8, Workers: 2, SplitFC: -1})
+	whole, _ := spec.Memory(Config{Batch: 8, Workers: 2, SplitFC: -1}, kernels.Reference())
 	if tail := 4 * int64(300*512+300+10*300+10); whole.WorkerGrads-split.WorkerGrads != tail {
 		t.Errorf("worker gradients %s split, %s not: want %s less", formatBytes(split.WorkerGrads), formatBytes(whole.WorkerGrads), formatBytes(tail))
 	}

@@ -267,11 +267,11 @@ func TestPlanReuse(t *testing.T) {
 	}
 	b.WriteString("fc out=10\nsoftmax\n")
 	spec := mustParse(t, b.String())
-	train, err := spec.Memory(Config{Batch: 8})
+	train, err := spec.Memory(Config{Batch: 8}, kernels.Reference())
 	if err != nil {
 		t.Fatal(err)
 	}
-	test, err := spec.Memory(Config{Batch: 8, Inference: true})
+	test, err := spec.Memory(Config{Batch: 8, Inference: true}, kernels.Reference())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestPlanReuse(t *testing.T) {
 func memoryTrue(t *testing.T, spec *Spec, cfgs []Config, check func(*Net, Config)) {
 	t.Helper()
 	for _, cfg := range cfgs {
-		plan, _ := spec.Memory(cfg)
+		plan, _ := spec.Memory(cfg, kernels.Reference())
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
@@ -325,7 +325,7 @@ func TestTooLarge(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "test.net:2: conv c1: its output for 1048576 images holds 3,367,254,360,064 values (12.2 TiB)") {
 		t.Errorf("batch 2^20: %v", err)
 	}
-	plan, err := spec.Memory(Config{Batch: 32})
+	plan, err := spec.Memory(Config{Batch: 32}, kernels.Reference())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+
+	"github.com/softsync/softsync/kernels"
 )
 
 // ErrTooLarge is wrapped by the errors of a network, or a Net of it,
@@ -20,8 +22,9 @@ var ErrTooLarge = errors.New("network too large")
 const MaxTensor = math.MaxInt32
 
 // MemoryPlan is the memory, in bytes, a Net allocates when it is built
-// (New with the same Config): nothing more is allocated while it trains,
-// except by the engine's Workspaces, estimated here.
+// (New with the same Config and engine): nothing more is allocated while
+// it trains, except by the engine's Workspaces, which grow to Workspace
+// on the first step.
 type MemoryPlan struct {
 	// Params is the parameter vector (learnable values and state), which
 	// Nets made with WithBatch share.
@@ -40,10 +43,13 @@ type MemoryPlan struct {
 	// probabilities, for every worker, and the whole batch's buffers of
 	// a split fc tail.
 	Activations int64
-	// Workspace estimates the engine's scratch memory (kernels.Workspace)
-	// of every worker: the column matrices of the largest convolution as
-	// the native engine groups images (at most 8 MiB of columns per
-	// group), forward and backward.
+	// Workspace is the engine's scratch memory: the kernels.Workspace
+	// of every part of every worker, which grows to the largest need of
+	// the part's convolutions and LRN layers, forward and (training)
+	// backward, as the engine reports them (kernels.ConvWorkspace,
+	// kernels.LRNWorkspace: an estimate for an engine that cannot say),
+	// and, with several workers, to the input of its largest batch norm
+	// layer, which the backward pass corrects its gradient with.
 	Workspace int64
 	// Largest is the largest single buffer, and LargestLayer the name of
 	// the layer whose output or weights it holds.
@@ -105,8 +111,8 @@ func (s *Spec) autoSplit(cfg Config, w int) bool {
 
 // check validates cfg for s: the batch, the workers and parts, every
 // tensor of a part within MaxTensor, and the whole within
-// cfg.MemoryLimit. It returns the plan of the memory.
-func (s *Spec) check(cfg Config) (MemoryPlan, error) {
+// cfg.MemoryLimit. It returns the plan of the memory on engine e.
+func (s *Spec) check(cfg Config, e kernels.Engine) (MemoryPlan, error) {
 	switch {
 	case cfg.Batch < 1:
 		return MemoryPlan{}, fmt.Errorf("%s: batch size must be ≥ 1, got %d", s.Name, cfg.Batch)
@@ -137,7 +143,7 @@ func (s *Spec) check(cfg Config) (MemoryPlan, error) {
 				ErrTooLarge, s.File, l.Line, l.Kind, l.Name, largest, formatCount(n), formatBytes(4*int64(n)), formatCount(MaxTensor))
 		}
 	}
-	m := s.memory(cfg, sp)
+	m := s.memory(cfg, sp, e)
 	if cfg.MemoryLimit > 0 && m.Total() > cfg.MemoryLimit {
 		return m, fmt.Errorf("%w: %s at batch %d with %d worker(s) needs %s, above the limit of %s; its largest buffer is %s of %s",
 			ErrTooLarge, s.Name, cfg.Batch, len(sp), m, formatBytes(cfg.MemoryLimit), formatBytes(m.Largest), m.LargestLayer)
@@ -164,13 +170,15 @@ func (s *Spec) checkBatchNorm(cfg Config) error {
 	return nil
 }
 
-// Memory returns what a Net of this spec built with cfg allocates (see
-// MemoryPlan), or the error New would return for cfg, before anything is
-// allocated.
-func (s *Spec) Memory(cfg Config) (MemoryPlan, error) { return s.check(cfg) }
+// Memory returns what a Net of this spec built with cfg on engine e
+// allocates (see MemoryPlan), or the error New would return for cfg,
+// before anything is allocated. Only the workspace depends on e, which
+// may be nil when the engine is not known yet: the workspace is then
+// estimated (see kernels.ConvWorkspace).
+func (s *Spec) Memory(cfg Config, e kernels.Engine) (MemoryPlan, error) { return s.check(cfg, e) }
 
-// memory sums the plan of every part of split sp.
-func (s *Spec) memory(cfg Config, sp split) MemoryPlan {
+// memory sums the plan of every part of split sp on engine e.
+func (s *Spec) memory(cfg Config, sp split, e kernels.Engine) MemoryPlan {
 	vec := int64(s.VectorLen()) * 4
 	m := MemoryPlan{Params: vec}
 	if !cfg.Inference {
@@ -191,7 +199,6 @@ func (s *Spec) memory(cfg Config, sp split) MemoryPlan {
 		if !cfg.Inference && len(parts) > 1 {
 			m.WorkerGrads += vec
 		}
-		ws := 0
 		for _, n := range parts {
 			p := plans[n]
 			if p == nil {
@@ -199,14 +206,13 @@ func (s *Spec) memory(cfg Config, sp split) MemoryPlan {
 				plans[n] = p
 			}
 			m.Activations += 4 * (int64(p.slotFloats()) + int64(p.maskInts()) + int64(p.statFloats()))
-			ws = max(ws, p.workspace())
+			m.Workspace += 4 * int64(p.workspace(e, len(sp)))
 			for _, size := range p.slots {
 				if b := 4 * int64(size); b > m.Largest {
 					m.Largest, m.LargestLayer = b, p.slotLayer(size)
 				}
 			}
 		}
-		m.Workspace += 4 * int64(ws)
 	}
 	if m.Params >= m.Largest {
 		m.Largest, m.LargestLayer = m.Params, "the parameter vector"
@@ -226,26 +232,45 @@ func (p *plan) statFloats() int {
 	return n
 }
 
-// convGroupBudget is the native engine's bound, in floats, on the
-// column matrix of one convolution GEMM, which decides how many images
-// it covers.
-const convGroupBudget = 1 << 21
-
-// workspace estimates, in floats, the engine's scratch of one replica:
-// the columns of its largest convolution, forward and backward, with its
-// images grouped as the native engine groups them.
-func (p *plan) workspace() int {
+// workspace is, in floats, what the Workspace of a replica of the plan
+// grows to on engine e in a Net of workers workers: the largest need of
+// its convolutions and LRN layers, forward and in training backward
+// (the first layer's convolution without its input gradient), and in
+// training with several workers the input of its batch norm layers
+// (bnLayer.backward).
+func (p *plan) workspace(e kernels.Engine, workers int) int {
 	need := 0
 	for _, op := range p.ops {
-		if op.kind != Conv {
+		if op.alias || op.layer < 0 {
 			continue
 		}
-		l := &p.spec.Layers[op.layer]
-		in, out := p.tensors[op.in[0]].shape, p.tensors[op.out].shape
-		k := in.C / l.Group * l.Kernel * l.Kernel
-		px := out.H * out.W
-		g := min(p.n, max(1, convGroupBudget/max(k*px, 1)))
-		need = max(need, g*px*(2*k+out.C/l.Group))
+		l, in := &p.spec.Layers[op.layer], &p.tensors[op.in[0]]
+		switch op.kind {
+		case Conv:
+			need = max(need, kernels.ConvWorkspace(e, layerConvShape(l, in.shape, p.n), kernels.ConvForwardPass))
+		case LRN:
+			need = max(need, kernels.LRNWorkspace(e, lrnShape(l, in.shape, in.cnhw, p.n)))
+		}
+	}
+	if !p.train {
+		return need
+	}
+	for _, st := range p.bwd {
+		op := &p.ops[st.op]
+		if op.alias || op.layer < 0 {
+			continue
+		}
+		l, in := &p.spec.Layers[op.layer], &p.tensors[op.in[0]]
+		switch {
+		case op.kind == Conv:
+			pass := kernels.ConvBackwardPass
+			if st.dx[0] < 0 {
+				pass = kernels.ConvWeightsPass
+			}
+			need = max(need, kernels.ConvWorkspace(e, layerConvShape(l, in.shape, p.n), pass))
+		case op.kind == BatchNorm && workers > 1 && st.dx[0] >= 0:
+			need = max(need, in.len)
+		}
 	}
 	return need
 }

@@ -165,7 +165,7 @@ type replica struct {
 
 // New builds spec on engine e for cfg. Its parameters are zero: call
 // Init, or copy trained values into Params. Call Close when done if
-// cfg.Workers > 1. A Net that Spec.Memory(cfg) refuses (a tensor beyond
+// cfg.Workers > 1. A Net that Spec.Memory(cfg, e) refuses (a tensor beyond
 // MaxTensor values, or beyond cfg.MemoryLimit bytes in all) is refused
 // before anything is allocated, with an error wrapping ErrTooLarge.
 func New(spec *Spec, e kernels.Engine, cfg Config) (*Net, error) {
@@ -184,7 +184,7 @@ func build(spec *Spec, e kernels.Engine, cfg Config, params []float32) (*Net, er
 	if e == nil {
 		panic("nn.New: nil engine")
 	}
-	if _, err := spec.check(cfg); err != nil {
+	if _, err := spec.check(cfg, e); err != nil {
 		return nil, err
 	}
 	np := spec.VectorLen()
@@ -345,9 +345,7 @@ func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedM
 	ls := &n.spec.Layers[op.layer]
 	switch ls.Kind {
 	case Conv:
-		s := convShape(ls, in.shape, r.n)
-		s.Layout = kernels.CNHW
-		l := &convLayer{e: n.e, ws: &r.ws, s: s}
+		l := &convLayer{e: n.e, ws: &r.ws, s: layerConvShape(ls, in.shape, r.n)}
 		l.w, l.dw = n.segs(r, o, ls.Name+".weight", segOf)
 		l.b, l.db = n.segs(r, o, ls.Name+".bias", segOf)
 		return l
@@ -377,15 +375,7 @@ func (n *Net) newLayer(r *replica, p *plan, o int, segOf map[string]int, sharedM
 	case ReLU:
 		return &reluLayer{e: n.e}
 	case LRN:
-		s := kernels.LRNShape{N: planes[0], C: planes[1], H: in.shape.H, W: in.shape.W,
-			Size: ls.Size, Alpha: ls.Alpha, Beta: ls.Beta, K: ls.K, Region: ls.Region}
-		if ls.Region == kernels.AcrossChannels {
-			s.N, s.C = r.n, in.shape.C
-			if in.cnhw {
-				s.N, s.H = 1, r.n*in.shape.H
-			}
-		}
-		return &lrnLayer{e: n.e, ws: &r.ws, s: s, scale: r.vals[op.scale]}
+		return &lrnLayer{e: n.e, ws: &r.ws, s: lrnShape(ls, in.shape, in.cnhw, r.n), scale: r.vals[op.scale]}
 	case Dropout:
 		return &dropoutLayer{e: n.e, ratio: ls.Ratio, seed: &n.seed, index: uint64(op.layer), cnhw: in.cnhw,
 			n: r.n, off: r.off, batch: n.batch, c: in.shape.C, plane: in.shape.H * in.shape.W, perItem: in.shape.Len()}

@@ -473,6 +473,27 @@ func convShape(l *LayerSpec, in Shape, n int) kernels.ConvShape {
 		PadH: l.Pad, PadW: l.Pad, StrideH: l.Stride, StrideW: l.Stride, Group: l.Group}
 }
 
+// layerConvShape is the kernel's shape of convolution layer l as a Net
+// runs it: on n images of in, channel-major (CNHW).
+func layerConvShape(l *LayerSpec, in Shape, n int) kernels.ConvShape {
+	s := convShape(l, in, n)
+	s.Layout = kernels.CNHW
+	return s
+}
+
+// lrnShape is the kernel's shape of LRN layer l over n images of in,
+// channel-major when cnhw (see kernels.LRNShape).
+func lrnShape(l *LayerSpec, in Shape, cnhw bool, n int) kernels.LRNShape {
+	s := kernels.LRNShape{N: n, C: in.C, H: in.H, W: in.W, Size: l.Size, Alpha: l.Alpha, Beta: l.Beta, K: l.K, Region: l.Region}
+	switch {
+	case cnhw && l.Region == kernels.AcrossChannels:
+		s.N, s.H = 1, n*in.H
+	case cnhw:
+		s.N, s.C = in.C, n
+	}
+	return s
+}
+
 // poolShape is the kernel's shape of pooling layer l: with Caffe's ceil
 // rounding, which may give one row or column more than l's output with
 // floor rounding (poolOut).

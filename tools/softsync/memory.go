@@ -28,7 +28,9 @@ import (
 // cfg.Planned for the report, prints it and stops with --memory-plan, and
 // refuses the job, unless --skip-memory-check, when the processes that
 // run on this host (f.here) need more than it has available. It runs
-// before the weights, the checkpoint or the data are read.
+// before the weights, the checkpoint or the data are read, after the
+// engine is made in the processes that compute (cfg.Engine, whose
+// workspace it counts; without one, the workspace is estimated).
 func (app *App) planMemory(f *trainFlags, cfg *cluster.Config) error {
 	t, here := cluster.InProcess(f.learners, f.shards), []int{0}
 	if f.topo != nil {

@@ -117,7 +117,8 @@ each).
 
 Memory (docs/training.md, "Memory"): before the data, the weights or a
 checkpoint are read, the memory each process of the job needs is computed
-from the network (parameters, activations, workspace at --batch), the
+from the network (parameters, activations at --batch, and the engine's
+workspace for the convolution methods it picks per layer), the
 solver's state (momentum; the accumulation and the weights each learner
 pulled that dc, dc-adaptive and gap keep), the transport's messages and
 codec buffers, and the data; a job whose processes on this host need more
@@ -351,6 +352,15 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	}
 	par := learner.PlanThreads(cfg.Spec, kernels.DefaultThreads(), f.localLearners(), f.batch, app.Threads)
 	app.Threads, cfg.Workers = par.BLAS, par.Workers
+	if withData {
+		// The engine before the plan, which counts its workspace.
+		e, info, err := app.EngineInfo()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Engine = e
+		app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
+	}
 	if err := app.planMemory(f, cfg); err != nil {
 		return nil, err
 	}
@@ -375,12 +385,6 @@ func prepareTrain(ctx context.Context, app *App, fl *pflag.FlagSet, f *trainFlag
 	} else if err != nil {
 		return nil, flagError(err)
 	}
-	e, info, err := app.EngineInfo()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Engine = e
-	app.Log.Debug("engine", "engine", info.Engine, "core", info.CoreName, "threads", info.Threads)
 	return cfg, nil
 }
 
