@@ -86,30 +86,61 @@ static inline int ss_isa(int isa)
 #define SS_INLINE static inline __attribute__((always_inline))
 #endif
 
-/* SS_ISA_VARIANTS(name) defines name##_isa[level], the range function
- * name (an ss_range_fn defined SS_INLINE) compiled for each level; levels
- * the build lacks get the highest one below. */
-#define SS_VARIANT_(name, suffix, attr)                                              \
-	attr static void name##_##suffix(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part) \
-	{                                                                                 \
-		name(ctx, lo, hi, part);                                                  \
+/* SS_LEVELS_(table, name, call, params, args...) defines, for each level
+ * the build has, a function name##_<level>(params) compiled for that
+ * level whose body is call(name, level, args...) (params names args), and
+ * table[SS_ISA_LEVELS], the functions by level; levels the build lacks
+ * get the highest one below, as ss_isa lowers them. The calls: */
+#if defined(__GNUC__) && !defined(__clang__)
+#define SS_NOCLONE_ __attribute__((noinline, noclone)) /* no copies specialised on constant arguments */
+#else
+#define SS_NOCLONE_ __attribute__((noinline))
+#endif
+#define SS_CALL_PLAIN_(name, level, ...) name(__VA_ARGS__)
+#define SS_CALL_LAST_(name, level, ...) name(__VA_ARGS__, level)
+#define SS_CALL_AT_(name, level, ...) name##_at(level, __VA_ARGS__)
+#define SS_LEVEL_(name, suffix, attr, level, call, params, ...)        \
+	attr SS_NOCLONE_ static void name##_##suffix params               \
+	{                                                                 \
+		call(name, level, __VA_ARGS__);                           \
 	}
 #if defined(SS_HAVE_AVX512)
-#define SS_ISA_VARIANTS(name)                  \
-	SS_VARIANT_(name, generic, )           \
-	SS_VARIANT_(name, avx2, SS_AVX2)       \
-	SS_VARIANT_(name, avx512, SS_AVX512)   \
-	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_avx2, name##_avx512}
+#define SS_LEVELS_(table, name, call, params, ...)                                   \
+	SS_LEVEL_(name, generic, , SS_ISA_GENERIC, call, params, __VA_ARGS__)        \
+	SS_LEVEL_(name, avx2, SS_AVX2, SS_ISA_AVX2, call, params, __VA_ARGS__)       \
+	SS_LEVEL_(name, avx512, SS_AVX512, SS_ISA_AVX512, call, params, __VA_ARGS__) \
+	static void(*const table[SS_ISA_LEVELS]) params = {name##_generic, name##_avx2, name##_avx512}
 #elif defined(SS_HAVE_AVX2)
-#define SS_ISA_VARIANTS(name)            \
-	SS_VARIANT_(name, generic, )     \
-	SS_VARIANT_(name, avx2, SS_AVX2) \
-	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_avx2, name##_avx2}
+#define SS_LEVELS_(table, name, call, params, ...)                             \
+	SS_LEVEL_(name, generic, , SS_ISA_GENERIC, call, params, __VA_ARGS__)  \
+	SS_LEVEL_(name, avx2, SS_AVX2, SS_ISA_AVX2, call, params, __VA_ARGS__) \
+	static void(*const table[SS_ISA_LEVELS]) params = {name##_generic, name##_avx2, name##_avx2}
 #else
-#define SS_ISA_VARIANTS(name)        \
-	SS_VARIANT_(name, generic, ) \
-	static const ss_range_fn name##_isa[SS_ISA_LEVELS] = {name##_generic, name##_generic, name##_generic}
+#define SS_LEVELS_(table, name, call, params, ...)                            \
+	SS_LEVEL_(name, generic, , SS_ISA_GENERIC, call, params, __VA_ARGS__) \
+	static void(*const table[SS_ISA_LEVELS]) params = {name##_generic, name##_generic, name##_generic}
 #endif
+
+/* SS_ISA_VARIANTS(name) defines name##_isa[level], the range function
+ * name (an ss_range_fn defined SS_INLINE) compiled for each level. */
+#define SS_RANGE_PARAMS_ (void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+#define SS_ISA_VARIANTS(name) SS_LEVELS_(name##_isa, name, SS_CALL_PLAIN_, SS_RANGE_PARAMS_, ctx, lo, hi, part)
+
+/* SS_ISA_LEVEL_VARIANTS(name) is SS_ISA_VARIANTS for a range function
+ * that takes the level its variant is compiled for as a fifth argument,
+ * name(ctx, lo, hi, part, level): a constant in each variant, so that
+ * code for other levels (another vector width, another level's helper)
+ * folds away instead of being compiled into every variant. */
+#define SS_ISA_LEVEL_VARIANTS(name) SS_LEVELS_(name##_isa, name, SS_CALL_LAST_, SS_RANGE_PARAMS_, ctx, lo, hi, part)
+
+/* SS_LEVEL_FNS(name, params, args...) compiles name##_at(level, args...),
+ * an SS_INLINE function, out of line once per level, as functions of the
+ * parameter list params (which names args), and defines name##_lv[level],
+ * the table of them. Where many variants would inline the same large body
+ * whose cost a call does not notice (one call per plane), they call
+ * name##_lv[level] instead: with the level a constant, a direct call of
+ * one copy per level. */
+#define SS_LEVEL_FNS(name, params, ...) SS_LEVELS_(name##_lv, name, SS_CALL_AT_, params, __VA_ARGS__)
 
 /* SS_MAX_THREADS bounds the thread count of a call (and the pool), so
  * that per-part results can live in fixed arrays. */

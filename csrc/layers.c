@@ -189,6 +189,7 @@ SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, flo
 #define LRN_CAT_(a, b) a##b
 #define LRN_CAT(a, b) LRN_CAT_(a, b)
 #define LRN_N(name) LRN_CAT(name, LRN_V)
+#define LRN_LEVEL_FNS(name, ...) SS_LEVEL_FNS(name, __VA_ARGS__) /* name expanded first */
 #define LRN_V 4
 #include "lrn_lanes.h"
 #undef LRN_V
@@ -247,7 +248,7 @@ SS_INLINE void lrn_step_run(int isa, const int backward, const lrn_step *st, int
  * do the same correctly rounded operations in the same order, so every
  * element gets the same value whichever loop computes it. */
 #ifdef SS_HAVE_AVX2
-SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+SS_AVX2 static ptrdiff_t lrn_pow_half_avx2(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
 	if (beta == 0.5f) {
@@ -259,7 +260,7 @@ SS_AVX2 static ptrdiff_t lrn_pow_avx2(ptrdiff_t n, const float *a, const float *
 #endif
 
 #ifdef SS_HAVE_AVX512
-SS_AVX512 static ptrdiff_t lrn_pow_avx512(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+SS_AVX512 static ptrdiff_t lrn_pow_half_avx512(ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	ptrdiff_t i = 0;
 	if (beta == 0.5f) {
@@ -270,7 +271,7 @@ SS_AVX512 static ptrdiff_t lrn_pow_avx512(ptrdiff_t n, const float *a, const flo
 }
 #endif
 
-SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+SS_INLINE void lrn_pow_at(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out)
 {
 	if (beta == 0.75f) {
 		lrn_pow075(isa, n, a, s, out);
@@ -279,11 +280,11 @@ SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, flo
 	ptrdiff_t i = 0;
 #ifdef SS_HAVE_AVX512
 	if (isa >= SS_ISA_AVX512)
-		i = lrn_pow_avx512(n, a, s, beta, out);
+		i = lrn_pow_half_avx512(n, a, s, beta, out);
 #endif
 #ifdef SS_HAVE_AVX2
 	if (isa >= SS_ISA_AVX2)
-		i += lrn_pow_avx2(n - i, a + i, s + i, beta, out + i);
+		i += lrn_pow_half_avx2(n - i, a + i, s + i, beta, out + i);
 #endif
 	if (beta == 0.5f) {
 #if defined(__SSE2__)
@@ -299,6 +300,16 @@ SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, flo
 		for (; i < n; i++)
 			out[i] = a[i] * powf(s[i], -beta);
 	}
+}
+
+/* lrn_pow is compiled once per level, out of line: it runs over whole
+ * planes or steps, which a call costs nothing against, and the LRN steps
+ * that call it are specialised many times over. */
+SS_LEVEL_FNS(lrn_pow, (ptrdiff_t n, const float *a, const float *s, float beta, float *out), n, a, s, beta, out);
+
+SS_INLINE void lrn_pow(int isa, ptrdiff_t n, const float *a, const float *s, float beta, float *out)
+{
+	lrn_pow_lv[isa](n, a, s, beta, out);
 }
 
 typedef struct {
@@ -397,7 +408,8 @@ SS_INLINE void lrn_term(const lrn_job *j, ptrdiff_t off, ptrdiff_t np, float *re
  * ws + part*(size + 1)*slot: the ring, then the partial sums of windows
  * wider than 5. The steps are specialised for windows of 1, 3 and 5
  * channels and for beta = 0.75, so that their loops vectorise. */
-SS_INLINE void lrn_across(const lrn_job *j, ptrdiff_t lo, ptrdiff_t hi, int part, const int backward)
+SS_INLINE void lrn_across(const lrn_job *j, ptrdiff_t lo, ptrdiff_t hi, int part, const int backward,
+                          const int isa)
 {
 	const ss_lrn_shape *s = j->s;
 	const ptrdiff_t hw = (ptrdiff_t)s->h * s->w, bl = lrn_across_block(s);
@@ -452,21 +464,21 @@ SS_INLINE void lrn_across(const lrn_job *j, ptrdiff_t lo, ptrdiff_t hi, int part
 			}
 /* beta = 0.75 (fast) as a constant too. */
 			if (fast)
-				lrn_step_run(j->isa, backward, &st, w, np, k0, coef, beta, 1);
+				lrn_step_run(isa, backward, &st, w, np, k0, coef, beta, 1);
 			else
-				lrn_step_run(j->isa, backward, &st, w, np, k0, coef, beta, 0);
+				lrn_step_run(isa, backward, &st, w, np, k0, coef, beta, 0);
 		}
 	}
 }
 
-SS_INLINE void lrn_across_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void lrn_across_forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part, const int isa)
 {
-	lrn_across(ctx, lo, hi, part, 0);
+	lrn_across(ctx, lo, hi, part, 0, isa);
 }
 
-SS_INLINE void lrn_across_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void lrn_across_backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part, const int isa)
 {
-	lrn_across(ctx, lo, hi, part, 1);
+	lrn_across(ctx, lo, hi, part, 1, isa);
 }
 
 /* lrn_per_thread returns the floats of scratch one thread uses. */
@@ -484,8 +496,8 @@ ptrdiff_t ss_lrn_workspace(int threads, const ss_lrn_shape *s)
 
 SS_ISA_VARIANTS(lrn_forward_part);
 SS_ISA_VARIANTS(lrn_backward_part);
-SS_ISA_VARIANTS(lrn_across_forward_part);
-SS_ISA_VARIANTS(lrn_across_backward_part);
+SS_ISA_LEVEL_VARIANTS(lrn_across_forward_part);
+SS_ISA_LEVEL_VARIANTS(lrn_across_backward_part);
 
 /* lrn_run splits a job over the planes (within channels) or the blocks
  * of pixels (across) of the tensor, over as many threads as the

@@ -157,6 +157,34 @@ SS_INLINE void LRN_N(lrn_backward_lanes)(const lrn_step *st, int w, ptrdiff_t i,
 		LRN_N(lrn_st)(st->slot + i, &q), LRN_N(lrn_st)(st->out + i, &dx);
 }
 
+/* lrn_forward_tail and lrn_backward_tail run the lanes step of the last
+ * n < LRN_V pixels, at i, out of line and once per level, with w and fast
+ * as arguments: they run once per step, and their partial loads and
+ * stores, inlined into every specialisation of the steps, made up most
+ * of the steps' code. The same operations as the inlined lanes, so the
+ * same bits. */
+SS_INLINE void LRN_CAT(LRN_N(lrn_forward_tail), _at)(int isa, const lrn_step *st, int w, ptrdiff_t i, ptrdiff_t n,
+                                                     float k0, float coef, int fast, LRN_N(lrn_vi) *bad)
+{
+	(void)isa;
+	LRN_N(lrn_forward_lanes)(st, w, i, n, k0, coef, fast, bad);
+}
+
+LRN_LEVEL_FNS(LRN_N(lrn_forward_tail), (const lrn_step *st, int w, ptrdiff_t i, ptrdiff_t n, float k0, float coef,
+                                        int fast, LRN_N(lrn_vi) *bad),
+              st, w, i, n, k0, coef, fast, bad);
+
+SS_INLINE void LRN_CAT(LRN_N(lrn_backward_tail), _at)(int isa, const lrn_step *st, int w, ptrdiff_t i, ptrdiff_t n,
+                                                      float coef, int fast, LRN_N(lrn_vi) *bad)
+{
+	(void)isa;
+	LRN_N(lrn_backward_lanes)(st, w, i, n, coef, fast, bad);
+}
+
+LRN_LEVEL_FNS(LRN_N(lrn_backward_tail),
+              (const lrn_step *st, int w, ptrdiff_t i, ptrdiff_t n, float coef, int fast, LRN_N(lrn_vi) *bad), st, w,
+              i, n, coef, fast, bad);
+
 /* lrn_forward_step writes scale and y of channel k (y with lrn_pow after
  * the loop unless fast), lrn_backward_step dx. */
 SS_INLINE void LRN_N(lrn_forward_step)(int isa, const lrn_step *st, int w, ptrdiff_t np, float k0, float coef, float beta,
@@ -167,7 +195,7 @@ SS_INLINE void LRN_N(lrn_forward_step)(int isa, const lrn_step *st, int w, ptrdi
 	for (; i + LRN_V <= np; i += LRN_V)
 		LRN_N(lrn_forward_lanes)(st, w, i, LRN_V, k0, coef, fast, &bad);
 	if (i < np)
-		LRN_N(lrn_forward_lanes)(st, w, i, np - i, k0, coef, fast, &bad);
+		LRN_CAT(LRN_N(lrn_forward_tail), _lv)[isa](st, w, i, np - i, k0, coef, fast, &bad);
 	if (!fast)
 		lrn_pow(isa, np, st->x, st->scale, beta, st->y);
 	else if (LRN_N(lrn_any)(&bad))
@@ -186,7 +214,7 @@ SS_INLINE void LRN_N(lrn_backward_step)(int isa, const lrn_step *st, int w, ptrd
 	for (; i + LRN_V <= np; i += LRN_V)
 		LRN_N(lrn_backward_lanes)(st, w, i, LRN_V, coef, fast, &bad);
 	if (i < np)
-		LRN_N(lrn_backward_lanes)(st, w, i, np - i, coef, fast, &bad);
+		LRN_CAT(LRN_N(lrn_backward_tail), _lv)[isa](st, w, i, np - i, coef, fast, &bad);
 	if (fast && LRN_N(lrn_any)(&bad))
 		for (i = 0; i < np; i++)
 			if (!LRN_OK(st->scale_in[i])) {

@@ -311,9 +311,10 @@ flat_forward_s(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
 	}
 }
 
-SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
-                         float *restrict yp, int *restrict mp, const flat_map *map)
+SS_INLINE void flat_forward_at(int isa, const ss_pool_shape *s, int oh, int ow, const float *restrict xp,
+                            float *restrict yp, int *restrict mp, const flat_map *map)
 {
+	(void)isa; /* the level each copy is compiled for (SS_LEVEL_FNS) */
 	switch (s->stride_w) {
 	case 1:
 		flat_forward_s(s, oh, ow, xp, yp, mp, map, 1);
@@ -329,11 +330,19 @@ SS_INLINE void flat_forward(const ss_pool_shape *s, int oh, int ow, const float 
 	}
 }
 
+/* flat_forward is compiled once per level, out of line: it pools a
+ * whole plane (or band) per call, and both the flat and the padded path
+ * call it. */
+SS_LEVEL_FNS(flat_forward,
+             (const ss_pool_shape *s, int oh, int ow, const float *restrict xp, float *restrict yp,
+              int *restrict mp, const flat_map *map),
+             s, oh, ow, xp, yp, mp, map);
+
 /* flat_forward_padded is flat_forward for pool_flat_padded's planes:
  * bands of up to band output rows, each pooled by the flat path as a
  * plane of its own (fw output columns over rows of fw*S floats) whose
  * vertical padding is what remains of the plane's above the band. */
-SS_INLINE void flat_forward_padded(const ss_pool_shape *s, int oh, int ow, int fw, int band,
+SS_INLINE void flat_forward_padded(int isa, const ss_pool_shape *s, int oh, int ow, int fw, int band,
                                    const float *restrict xp, float *restrict yp, int *restrict mp)
 {
 	float xbuf[2 * FLAT_MAX], ybuf[FLAT_MAX];
@@ -359,7 +368,7 @@ SS_INLINE void flat_forward_padded(const ss_pool_shape *s, int oh, int ow, int f
 				row[c] = -INFINITY;
 		}
 		const flat_map map = {.rw = w, .pl = pl, .base = r0 * w};
-		flat_forward(&t, py1 - py0, fw, xbuf, ybuf, mbuf, &map);
+		flat_forward_lv[isa](&t, py1 - py0, fw, xbuf, ybuf, mbuf, &map);
 		for (int py = py0; py < py1; py++) {
 			memcpy(yp + (ptrdiff_t)py * ow, ybuf + (ptrdiff_t)(py - py0) * fw, sizeof(float) * (size_t)ow);
 			memcpy(mp + (ptrdiff_t)py * ow, mbuf + (ptrdiff_t)(py - py0) * fw, sizeof(int) * (size_t)ow);
@@ -583,18 +592,19 @@ SS_AVX512 static void flat_avg_backward2(const ss_pool_shape *s, int oh, int ow,
 
 #endif /* SS_HAVE_AVX512 */
 
-/* flat2 reports whether the AVX-512 flat path runs the job's planes. */
-static inline int flat2(const pool_job *j)
+/* flat2 reports whether the AVX-512 flat path runs the planes of s at
+ * level isa. */
+static inline int flat2(int isa, const ss_pool_shape *s)
 {
 #ifdef SS_HAVE_AVX512
-	return j->isa >= SS_ISA_AVX512 && j->s->stride_w == 2;
+	return isa >= SS_ISA_AVX512 && s->stride_w == 2;
 #else
-	(void)j;
+	(void)isa, (void)s;
 	return 0;
 #endif
 }
 
-SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
+SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part, const int isa)
 {
 	(void)part;
 	const pool_job *j = ctx;
@@ -611,17 +621,17 @@ SS_INLINE void forward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	for (ptrdiff_t q = lo; q < hi; q++) {
 		const float *xp = j->x + q * plane;
 		if (padded) {
-			flat_forward_padded(s, oh, ow, fw, band, xp, j->y + q * oplane, j->mask + q * oplane);
+			flat_forward_padded(isa, s, oh, ow, fw, band, xp, j->y + q * oplane, j->mask + q * oplane);
 			continue;
 		}
 		if (flat) {
 #ifdef SS_HAVE_AVX512
-			if (flat2(j)) {
+			if (flat2(isa, s)) {
 				flat_forward2(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL);
 				continue;
 			}
 #endif
-			flat_forward(s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL, NULL);
+			flat_forward_lv[isa](s, oh, ow, xp, j->y + q * oplane, j->mask ? j->mask + q * oplane : NULL, NULL);
 			continue;
 		}
 		for (int py = 0; py < oh; py++) {
@@ -681,7 +691,7 @@ SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 		}
 		if (flat) {
 #ifdef SS_HAVE_AVX512
-			if (flat2(j)) {
+			if (flat2(j->isa, s)) {
 				flat_avg_backward2(s, oh, ow, dyp, dxp);
 				continue;
 			}
@@ -704,7 +714,7 @@ SS_INLINE void backward_part(void *ctx, ptrdiff_t lo, ptrdiff_t hi, int part)
 	}
 }
 
-SS_ISA_VARIANTS(forward_part);
+SS_ISA_LEVEL_VARIANTS(forward_part);
 SS_ISA_VARIANTS(backward_part);
 
 void ss_pool_forward(int isa, int threads, const ss_pool_shape *s, const float *x, float *y, int *mask)
